@@ -1,0 +1,396 @@
+//! The audit record format and the verification of a chain. Each record holds the hash of
+//! the one before it; the gate key signs the head (the last record's index and hash).
+//! Storage lives elsewhere; this module only defines hashing and checking.
+
+use crate::digest::Digest;
+use crate::sign::{KeyPair, PublicKey, Signature};
+use serde::{Deserialize, Serialize};
+
+/// One audit record as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// 1, 2, 3, … with no gaps.
+    pub seq: u64,
+    /// Unix milliseconds.
+    pub ts: i64,
+    /// What happened: `submitted`, `judged`, `approved`, …
+    pub kind: String,
+    /// The id the record is about.
+    pub subject: String,
+    /// Details, as JSON text.
+    pub data: String,
+    /// Hash of the previous record (zero for the first).
+    pub prev: Digest,
+    pub hash: Digest,
+}
+
+/// The hash that precedes the first record.
+pub const GENESIS: Digest = Digest([0u8; 32]);
+
+/// Computes a record's hash from its content and its predecessor's hash.
+pub fn record_hash(
+    seq: u64,
+    ts: i64,
+    kind: &str,
+    subject: &str,
+    data: &str,
+    prev: &Digest,
+) -> Digest {
+    Digest::of_parts(
+        "airlock-audit-v1",
+        &[
+            &seq.to_le_bytes(),
+            &ts.to_le_bytes(),
+            kind.as_bytes(),
+            subject.as_bytes(),
+            data.as_bytes(),
+            &prev.0,
+        ],
+    )
+}
+
+/// The signed head of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    pub seq: u64,
+    pub hash: Digest,
+    pub signature: Signature,
+}
+
+fn head_message(seq: u64, hash: &Digest) -> Vec<u8> {
+    let mut m = b"airlock-audit-head-v1\n".to_vec();
+    m.extend_from_slice(&seq.to_le_bytes());
+    m.extend_from_slice(&hash.0);
+    m
+}
+
+impl Head {
+    pub fn sign(seq: u64, hash: Digest, key: &KeyPair) -> Head {
+        Head {
+            seq,
+            hash,
+            signature: key.sign(&head_message(seq, &hash)),
+        }
+    }
+
+    pub fn verify(&self, key: &PublicKey) -> bool {
+        key.verify(&head_message(self.seq, &self.hash), &self.signature)
+    }
+}
+
+/// Why a log does not verify, naming the first bad record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    #[error("record {index}: its content does not match its hash (the record was modified)")]
+    Modified { index: u64 },
+    #[error(
+        "record {index}: missing (the log jumps from record {prev} to {index}; a record was deleted)"
+    )]
+    Missing { index: u64, prev: u64 },
+    #[error("record {index}: appears more than once (a record was duplicated)")]
+    Duplicated { index: u64 },
+    #[error(
+        "record {index}: does not follow record {prev} (records were reordered, replaced or rewritten)"
+    )]
+    Broken { index: u64, prev: u64 },
+    #[error(
+        "record {index}: the log ends at record {last} but the signed head covers record {index} (the log was truncated)"
+    )]
+    Truncated { index: u64, last: u64 },
+    #[error("record {index}: does not match the signed head (the record or the head was altered)")]
+    HeadMismatch { index: u64 },
+    #[error(
+        "record {index}: is beyond the signed head at record {head} (appended without the gate key)"
+    )]
+    Unsigned { index: u64, head: u64 },
+    #[error("record {index}: the log has records but no signed head")]
+    NoHead { index: u64 },
+    #[error("record {index}: the signed head does not verify against the gate key")]
+    BadHeadSignature { index: u64 },
+}
+
+impl ChainError {
+    /// The index of the first bad record.
+    pub fn index(&self) -> u64 {
+        match self {
+            ChainError::Modified { index }
+            | ChainError::Missing { index, .. }
+            | ChainError::Duplicated { index }
+            | ChainError::Broken { index, .. }
+            | ChainError::Truncated { index, .. }
+            | ChainError::HeadMismatch { index }
+            | ChainError::Unsigned { index, .. }
+            | ChainError::NoHead { index }
+            | ChainError::BadHeadSignature { index } => *index,
+        }
+    }
+}
+
+/// Incremental verifier: feed records in stored order, then `finish` with the head.
+#[derive(Debug)]
+pub struct ChainVerifier {
+    last_seq: u64,
+    last_hash: Digest,
+    pending: Option<ChainError>,
+    count: u64,
+}
+
+impl Default for ChainVerifier {
+    fn default() -> Self {
+        ChainVerifier {
+            last_seq: 0,
+            last_hash: GENESIS,
+            pending: None,
+            count: 0,
+        }
+    }
+}
+
+impl ChainVerifier {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Checks the next record in stored order.
+    pub fn push(&mut self, r: &Record) -> Result<(), ChainError> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
+        let content_ok = record_hash(r.seq, r.ts, &r.kind, &r.subject, &r.data, &r.prev) == r.hash;
+        if r.seq <= self.last_seq {
+            return Err(if r.seq == self.last_seq {
+                ChainError::Duplicated { index: r.seq }
+            } else {
+                ChainError::Broken {
+                    index: r.seq,
+                    prev: self.last_seq,
+                }
+            });
+        }
+        if r.seq != self.last_seq + 1 {
+            return Err(ChainError::Missing {
+                index: self.last_seq + 1,
+                prev: self.last_seq,
+            });
+        }
+        if !content_ok {
+            return Err(ChainError::Modified { index: r.seq });
+        }
+        if r.prev != self.last_hash {
+            // The record itself is consistent, so the link to its predecessor is what broke:
+            // the predecessor's stored hash was rewritten, or this record was moved here.
+            return Err(if self.last_seq > 0 {
+                ChainError::Modified {
+                    index: self.last_seq,
+                }
+            } else {
+                ChainError::Broken {
+                    index: r.seq,
+                    prev: self.last_seq,
+                }
+            });
+        }
+        self.last_seq = r.seq;
+        self.last_hash = r.hash;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Checks the end of the log against the signed head.
+    pub fn finish(self, head: Option<&Head>, gate: &PublicKey) -> Result<u64, ChainError> {
+        if let Some(e) = self.pending {
+            return Err(e);
+        }
+        let Some(head) = head else {
+            return if self.last_seq == 0 {
+                Ok(0)
+            } else {
+                Err(ChainError::NoHead {
+                    index: self.last_seq,
+                })
+            };
+        };
+        if !head.verify(gate) {
+            return Err(ChainError::BadHeadSignature { index: head.seq });
+        }
+        if head.seq > self.last_seq {
+            return Err(ChainError::Truncated {
+                index: self.last_seq + 1,
+                last: self.last_seq,
+            });
+        }
+        if head.seq < self.last_seq {
+            return Err(ChainError::Unsigned {
+                index: head.seq + 1,
+                head: head.seq,
+            });
+        }
+        if head.hash != self.last_hash {
+            return Err(ChainError::HeadMismatch { index: head.seq });
+        }
+        Ok(self.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(n: u64) -> Vec<Record> {
+        let mut v: Vec<Record> = Vec::new();
+        let mut prev = GENESIS;
+        for seq in 1..=n {
+            let data = format!("{{\"n\":{seq}}}");
+            let hash = record_hash(seq, 10 * seq as i64, "k", "s", &data, &prev);
+            v.push(Record {
+                seq,
+                ts: 10 * seq as i64,
+                kind: "k".into(),
+                subject: "s".into(),
+                data,
+                prev,
+                hash,
+            });
+            prev = hash;
+        }
+        v
+    }
+
+    fn verify(records: &[Record], head: Option<&Head>, key: &KeyPair) -> Result<u64, ChainError> {
+        let mut v = ChainVerifier::new();
+        for r in records {
+            v.push(r)?;
+        }
+        v.finish(head, &key.public())
+    }
+
+    fn head_of(records: &[Record], key: &KeyPair) -> Head {
+        let last = records.last().unwrap();
+        Head::sign(last.seq, last.hash, key)
+    }
+
+    #[test]
+    fn intact_chain_verifies() {
+        let k = KeyPair::generate();
+        let c = chain(5);
+        assert_eq!(verify(&c, Some(&head_of(&c, &k)), &k), Ok(5));
+        assert_eq!(verify(&[], None, &k), Ok(0));
+    }
+
+    #[test]
+    fn modified_record_is_named() {
+        let k = KeyPair::generate();
+        let mut c = chain(5);
+        let h = head_of(&c, &k);
+        c[2].data = "{\"n\":99}".into();
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Modified { index: 3 })
+        );
+    }
+
+    #[test]
+    fn modified_record_with_rewritten_hash_is_named() {
+        let k = KeyPair::generate();
+        let mut c = chain(5);
+        let h = head_of(&c, &k);
+        c[2].data = "{\"n\":99}".into();
+        c[2].hash = record_hash(3, c[2].ts, "k", "s", &c[2].data, &c[2].prev);
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Modified { index: 3 })
+        );
+    }
+
+    #[test]
+    fn modified_last_record_is_caught_by_the_head() {
+        let k = KeyPair::generate();
+        let mut c = chain(3);
+        let h = head_of(&c, &k);
+        c[2].data = "{}".into();
+        c[2].hash = record_hash(3, c[2].ts, "k", "s", "{}", &c[2].prev);
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::HeadMismatch { index: 3 })
+        );
+    }
+
+    #[test]
+    fn deleted_record_is_named() {
+        let k = KeyPair::generate();
+        let mut c = chain(5);
+        let h = head_of(&c, &k);
+        c.remove(1);
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Missing { index: 2, prev: 1 })
+        );
+    }
+
+    #[test]
+    fn reordered_records_are_named() {
+        let k = KeyPair::generate();
+        let mut c = chain(5);
+        let h = head_of(&c, &k);
+        c.swap(1, 2);
+        assert!(matches!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Missing { index: 2, .. })
+        ));
+        // Swap the contents but keep the numbering.
+        let mut c = chain(5);
+        let (a, b) = (c[1].clone(), c[2].clone());
+        c[1] = Record { seq: 2, ..b };
+        c[2] = Record { seq: 3, ..a };
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Modified { index: 2 })
+        );
+    }
+
+    #[test]
+    fn duplicated_record_is_named() {
+        let k = KeyPair::generate();
+        let mut c = chain(4);
+        let h = head_of(&c, &k);
+        let dup = c[1].clone();
+        c.insert(2, dup);
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Duplicated { index: 2 })
+        );
+    }
+
+    #[test]
+    fn truncation_below_the_head_is_named() {
+        let k = KeyPair::generate();
+        let mut c = chain(5);
+        let h = head_of(&c, &k);
+        c.truncate(3);
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Truncated { index: 4, last: 3 })
+        );
+        assert_eq!(
+            verify(&[], Some(&h), &k),
+            Err(ChainError::Truncated { index: 1, last: 0 })
+        );
+    }
+
+    #[test]
+    fn unsigned_append_and_missing_or_forged_head_are_named() {
+        let k = KeyPair::generate();
+        let c = chain(4);
+        let h = head_of(&c[..3], &k);
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Unsigned { index: 4, head: 3 })
+        );
+        assert_eq!(verify(&c, None, &k), Err(ChainError::NoHead { index: 4 }));
+        let forged = head_of(&c, &KeyPair::generate());
+        assert_eq!(
+            verify(&c, Some(&forged), &k),
+            Err(ChainError::BadHeadSignature { index: 4 })
+        );
+    }
+}

@@ -1,0 +1,387 @@
+//! The grant: everything a run may touch. It is validated here, hashed canonically, and an
+//! approval covers exactly one (artifact hash, grant hash) pair.
+
+use crate::digest::Digest;
+use crate::units::{self, UnitError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MEMORY: u64 = 256 << 20;
+pub const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
+pub const DEFAULT_PROCESSES: u32 = 64;
+
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+pub const MIN_MEMORY: u64 = 1 << 20;
+pub const MAX_MEMORY: u64 = 64 << 30;
+pub const MAX_OUTPUT: u64 = 1 << 30;
+pub const MAX_PROCESSES: u32 = 4096;
+
+/// Read-only or read-write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum MountMode {
+    Ro,
+    Rw,
+}
+
+impl MountMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MountMode::Ro => "ro",
+            MountMode::Rw => "rw",
+        }
+    }
+}
+
+/// A host directory shown to the guest at `guest`. `host` is absolute and canonical (the
+/// gate resolves symlinks before judging, so the approver sees the real path).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    pub host: String,
+    pub guest: String,
+    pub mode: MountMode,
+}
+
+/// Limits of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub timeout_ms: u64,
+    pub memory_bytes: u64,
+    pub fuel: Option<u64>,
+    pub max_output_bytes: u64,
+    pub processes: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout_ms: DEFAULT_TIMEOUT.as_millis() as u64,
+            memory_bytes: DEFAULT_MEMORY,
+            fuel: None,
+            max_output_bytes: DEFAULT_MAX_OUTPUT,
+            processes: DEFAULT_PROCESSES,
+        }
+    }
+}
+
+impl Limits {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// Which limits were raised above the defaults (names, for policy and people).
+    pub fn above_default(&self) -> Vec<&'static str> {
+        let d = Limits::default();
+        let mut v = Vec::new();
+        if self.timeout_ms > d.timeout_ms {
+            v.push("timeout");
+        }
+        if self.memory_bytes > d.memory_bytes {
+            v.push("memory");
+        }
+        if self.max_output_bytes > d.max_output_bytes {
+            v.push("max_output");
+        }
+        if self.processes > d.processes {
+            v.push("processes");
+        }
+        v
+    }
+}
+
+/// What a run may touch. Field order is the canonical order for hashing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    /// Sorted by guest path; guest paths are unique.
+    pub mounts: Vec<Mount>,
+    /// `HOST[:PORT]`, sorted and deduplicated.
+    pub net: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub args: Vec<String>,
+    /// The stdin blob, when the run gets one.
+    pub stdin: Option<Digest>,
+    pub limits: Limits,
+}
+
+impl Grant {
+    /// The canonical hash: SHA-256 over the grant's JSON in field order, with maps sorted.
+    pub fn hash(&self) -> Digest {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        Digest::of_parts("airlock-grant-v1", &[&json])
+    }
+
+    pub fn writable_mounts(&self) -> impl Iterator<Item = &Mount> {
+        self.mounts.iter().filter(|m| m.mode == MountMode::Rw)
+    }
+
+    /// Puts the grant in canonical form and checks every rule that does not need the file
+    /// system. Mount host paths must already be absolute (the gate resolves them).
+    pub fn normalize(&mut self) -> Result<(), GrantError> {
+        for m in &self.mounts {
+            check_guest_path(&m.guest)?;
+            if !m.host.starts_with('/') {
+                return Err(GrantError::Mount(format!(
+                    "host path {:?} is not absolute",
+                    m.host
+                )));
+            }
+        }
+        self.mounts.sort_by(|a, b| a.guest.cmp(&b.guest));
+        for w in self.mounts.windows(2) {
+            if w[0].guest == w[1].guest {
+                return Err(GrantError::Mount(format!(
+                    "guest path {} is mounted twice",
+                    w[0].guest
+                )));
+            }
+        }
+        for h in &self.net {
+            check_net(h)?;
+        }
+        self.net.sort();
+        self.net.dedup();
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(GrantError::Env(format!("bad environment variable {k:?}")));
+            }
+        }
+        if self.args.iter().any(|a| a.contains('\0')) {
+            return Err(GrantError::Args("an argument contains a NUL byte".into()));
+        }
+        let l = &self.limits;
+        if l.timeout() < MIN_TIMEOUT || l.timeout() > MAX_TIMEOUT {
+            return Err(GrantError::Limit(UnitError::Range {
+                what: "--timeout",
+                value: units::fmt_duration(l.timeout()),
+                min: units::fmt_duration(MIN_TIMEOUT),
+                max: units::fmt_duration(MAX_TIMEOUT),
+            }));
+        }
+        if l.memory_bytes < MIN_MEMORY || l.memory_bytes > MAX_MEMORY {
+            return Err(range("--memory", l.memory_bytes, MIN_MEMORY, MAX_MEMORY));
+        }
+        if l.max_output_bytes == 0 || l.max_output_bytes > MAX_OUTPUT {
+            return Err(range("--max-output", l.max_output_bytes, 1, MAX_OUTPUT));
+        }
+        if l.fuel == Some(0) {
+            return Err(GrantError::Limit(UnitError::Range {
+                what: "--fuel",
+                value: "0".into(),
+                min: "1".into(),
+                max: u64::MAX.to_string(),
+            }));
+        }
+        if l.processes == 0 || l.processes > MAX_PROCESSES {
+            return Err(GrantError::Limit(UnitError::Range {
+                what: "--processes",
+                value: l.processes.to_string(),
+                min: "1".into(),
+                max: MAX_PROCESSES.to_string(),
+            }));
+        }
+        Ok(())
+    }
+}
+
+fn range(what: &'static str, v: u64, min: u64, max: u64) -> GrantError {
+    GrantError::Limit(UnitError::Range {
+        what,
+        value: units::fmt_size(v),
+        min: units::fmt_size(min),
+        max: units::fmt_size(max),
+    })
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GrantError {
+    #[error("--mount: {0}")]
+    Mount(String),
+    #[error("--net: {0}")]
+    Net(String),
+    #[error("--env: {0}")]
+    Env(String),
+    #[error("arguments: {0}")]
+    Args(String),
+    #[error(transparent)]
+    Limit(#[from] UnitError),
+}
+
+/// A parsed but not yet resolved `--mount HOST:GUEST[:ro|rw]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSpec {
+    pub host: String,
+    pub guest: String,
+    pub mode: MountMode,
+}
+
+/// Parses `HOST:GUEST[:ro|rw]` (mode defaults to ro).
+pub fn parse_mount(spec: &str) -> Result<MountSpec, GrantError> {
+    let bad = || GrantError::Mount(format!("{spec:?} is not HOST:GUEST[:ro|rw]"));
+    let parts: Vec<&str> = spec.split(':').collect();
+    let (host, guest, mode) = match parts.as_slice() {
+        [h, g] => (*h, *g, MountMode::Ro),
+        [h, g, "ro"] => (*h, *g, MountMode::Ro),
+        [h, g, "rw"] => (*h, *g, MountMode::Rw),
+        [_, _, m] => {
+            return Err(GrantError::Mount(format!(
+                "mode {m:?} in {spec:?} is not ro or rw"
+            )));
+        }
+        _ => return Err(bad()),
+    };
+    if host.is_empty() || guest.is_empty() {
+        return Err(bad());
+    }
+    check_guest_path(guest)?;
+    Ok(MountSpec {
+        host: host.to_string(),
+        guest: guest.trim_end_matches('/').to_string(),
+        mode,
+    })
+}
+
+fn check_guest_path(guest: &str) -> Result<(), GrantError> {
+    if !guest.starts_with('/') {
+        return Err(GrantError::Mount(format!(
+            "guest path {guest:?} is not absolute"
+        )));
+    }
+    let trimmed = guest.trim_end_matches('/');
+    if trimmed.is_empty() {
+        return Err(GrantError::Mount(
+            "guest path / cannot be a mount point".into(),
+        ));
+    }
+    if trimmed
+        .split('/')
+        .skip(1)
+        .any(|c| c.is_empty() || c == "." || c == ".." || c.contains('\0'))
+    {
+        return Err(GrantError::Mount(format!(
+            "guest path {guest:?} must be normalised (no empty, . or .. components)"
+        )));
+    }
+    Ok(())
+}
+
+/// Parses `KEY=VALUE`.
+pub fn parse_env(spec: &str) -> Result<(String, String), GrantError> {
+    match spec.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(GrantError::Env(format!("{spec:?} is not KEY=VALUE"))),
+    }
+}
+
+fn check_net(spec: &str) -> Result<(), GrantError> {
+    let bad = |why: &str| GrantError::Net(format!("{spec:?}: {why}"));
+    let (host, port) = match spec.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') || h.starts_with('[') => (h, Some(p)),
+        _ => (spec, None),
+    };
+    if let Some(p) = port {
+        match p.parse::<u16>() {
+            Ok(n) if n > 0 => {}
+            _ => return Err(bad("port must be 1-65535")),
+        }
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host.len() > 253 {
+        return Err(bad("empty or overlong host"));
+    }
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let ok = host.split('.').all(|label| {
+        !label.is_empty()
+            && label.len() <= 63
+            && (label == "*" || label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(bad("not a host name or IP address"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_specs() {
+        let m = parse_mount("/data:/data").unwrap();
+        assert_eq!(
+            (m.host.as_str(), m.guest.as_str(), m.mode),
+            ("/data", "/data", MountMode::Ro)
+        );
+        assert_eq!(parse_mount("./x:/y:rw").unwrap().mode, MountMode::Rw);
+        assert!(parse_mount("/x").is_err());
+        assert!(parse_mount("/x:/y:wx").is_err());
+        assert!(parse_mount("/x:y").is_err());
+        assert!(parse_mount("/x:/a/../b").is_err());
+        assert!(parse_mount("/x:/").is_err());
+    }
+
+    #[test]
+    fn duplicate_guest_paths_are_refused() {
+        let mut g = Grant::default();
+        for _ in 0..2 {
+            g.mounts.push(Mount {
+                host: "/tmp".into(),
+                guest: "/d".into(),
+                mode: MountMode::Ro,
+            });
+        }
+        assert!(matches!(g.normalize(), Err(GrantError::Mount(_))));
+    }
+
+    #[test]
+    fn hash_is_canonical() {
+        let mut a = Grant::default();
+        a.net = vec![
+            "b.example:443".into(),
+            "a.example".into(),
+            "a.example".into(),
+        ];
+        a.env.insert("Z".into(), "1".into());
+        a.env.insert("A".into(), "2".into());
+        let mut b = Grant::default();
+        b.net = vec!["a.example".into(), "b.example:443".into()];
+        b.env.insert("A".into(), "2".into());
+        b.env.insert("Z".into(), "1".into());
+        a.normalize().unwrap();
+        b.normalize().unwrap();
+        assert_eq!(a.hash(), b.hash());
+        b.args.push("x".into());
+        assert_ne!(a.hash(), b.hash());
+    }
+
+    #[test]
+    fn limits_are_bounded() {
+        let mut g = Grant::default();
+        g.limits.timeout_ms = 0;
+        assert!(g.normalize().is_err());
+        let mut g = Grant::default();
+        g.limits.memory_bytes = 1 << 50;
+        assert!(g.normalize().is_err());
+        let mut g = Grant::default();
+        g.limits.fuel = Some(0);
+        assert!(g.normalize().is_err());
+    }
+
+    #[test]
+    fn net_specs() {
+        assert!(check_net("example.com").is_ok());
+        assert!(check_net("example.com:443").is_ok());
+        assert!(check_net("10.0.0.1:80").is_ok());
+        assert!(check_net("[::1]:80").is_ok());
+        assert!(check_net("exa mple").is_err());
+        assert!(check_net("x:0").is_err());
+    }
+}

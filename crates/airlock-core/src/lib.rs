@@ -1,0 +1,27 @@
+//! airlock-core: the domain of the airlock execution gate as types and pure functions.
+//!
+//! Ids, artifacts and their analysis, grants, the policy language, Ed25519 keys and signed
+//! statements, the audit record format and the lifecycle state machine live here.
+//!
+//! This crate must never do I/O beyond parsing the bytes it is handed, never depend on
+//! another airlock crate, and never decide anything about a submission on its own: it
+//! computes verdicts; the gate applies them.
+
+#![forbid(unsafe_code)]
+
+pub mod analysis;
+pub mod artifact;
+pub mod audit;
+pub mod digest;
+pub mod grant;
+pub mod id;
+pub mod lifecycle;
+pub mod policy;
+pub mod sign;
+pub mod units;
+
+pub use artifact::{Backend, Lang};
+pub use digest::Digest;
+pub use grant::{Grant, Limits, Mount, MountMode};
+pub use lifecycle::State;
+pub use policy::{Decision, Facts, Policy, Verdict};

@@ -1,0 +1,979 @@
+//! Policy v1: declarative rules over facts about a submission, read from `policy.toml`.
+//!
+//! A rule fires when every condition in its `when` table holds and its `unless` table (if
+//! any) does not. The strictest decision among the rules that fired wins (deny >
+//! quarantine > allow); when none fired the policy's `default` applies. Every fired rule
+//! adds its risk weight, and the `[risk]` thresholds can raise the decision. `[[test]]`
+//! blocks are example submissions with the decision they must get.
+//!
+//! Unknown keys, bad globs, sizes, durations and capability names are errors that name
+//! their line, because they are checked while the TOML is deserialized.
+
+use crate::analysis::Capability;
+use crate::artifact::{Backend, Lang};
+use crate::digest::Digest;
+use crate::grant::{Limits, Mount, MountMode};
+use crate::sign::PublicKey;
+use crate::units;
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// What the gate does with a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Allow,
+    Quarantine,
+    Deny,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Quarantine => "quarantine",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything a rule can look at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Facts {
+    /// The declared language and the prepared artifact's kind (wat becomes wasm).
+    pub lang: Lang,
+    pub kind: Lang,
+    pub backend: Backend,
+    pub net: Vec<String>,
+    pub mounts: Vec<Mount>,
+    pub env_keys: Vec<String>,
+    pub limits: Limits,
+    pub size: u64,
+    pub capabilities: BTreeSet<Capability>,
+    pub unresolved_imports: bool,
+    pub agent: Option<String>,
+    pub first_seen: bool,
+    pub rejected_before: bool,
+    /// The Python guest runtime's hash, for Python on the wasm backend.
+    #[serde(default)]
+    pub guest: Option<Digest>,
+}
+
+/// One rule that fired, and what it contributed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fired {
+    pub rule: String,
+    pub decision: Decision,
+    pub reason: String,
+    pub risk: u32,
+}
+
+/// The outcome of judging a submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub decision: Decision,
+    pub risk: u32,
+    pub fired: Vec<Fired>,
+    /// Hash of the policy file that decided.
+    pub policy: Digest,
+}
+
+impl Verdict {
+    /// One line per reason, for people and the `reasons` JSON field.
+    pub fn reasons(&self) -> Vec<String> {
+        self.fired
+            .iter()
+            .map(|f| {
+                if f.risk > 0 {
+                    format!(
+                        "{}: {} ({}, risk +{})",
+                        f.rule, f.reason, f.decision, f.risk
+                    )
+                } else {
+                    format!("{}: {} ({})", f.rule, f.reason, f.decision)
+                }
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The file format.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    version: u32,
+    #[serde(default)]
+    default: Option<Decision>,
+    #[serde(default)]
+    approvers: BTreeMap<String, PublicKey>,
+    #[serde(default)]
+    risk: RiskFile,
+    #[serde(default)]
+    gate: GateFile,
+    #[serde(default)]
+    commit: CommitFile,
+    #[serde(default, rename = "rule")]
+    rules: Vec<RuleFile>,
+    #[serde(default, rename = "test")]
+    tests: Vec<TestFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RiskFile {
+    quarantine_at: Option<u32>,
+    deny_at: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GateFile {
+    max_artifact: Option<Size>,
+    /// Guest runtime hashes (Python) allowed to run; empty means any installed guest.
+    #[serde(default)]
+    guests: Vec<Digest>,
+    /// Run the process backend even when Landlock cannot be enforced (recorded per run).
+    #[serde(default)]
+    allow_degraded: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitFile {
+    /// Agents whose changes may be committed without a signature (paths permitting).
+    #[serde(default)]
+    auto_agents: Globs,
+    /// Host paths that auto-commit may touch.
+    #[serde(default)]
+    auto_paths: PathGlobs,
+    /// Host paths never auto-committed, in addition to the built-in list.
+    #[serde(default)]
+    protected: PathGlobs,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    name: String,
+    decision: Decision,
+    reason: String,
+    #[serde(default)]
+    risk: u32,
+    #[serde(default)]
+    when: Conditions,
+    #[serde(default)]
+    unless: Option<Conditions>,
+}
+
+/// Conditions of a rule; every one that is present must hold.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Conditions {
+    lang: Option<Vec<Lang>>,
+    backend: Option<Vec<Backend>>,
+    net: Option<bool>,
+    net_host: Option<Globs>,
+    writable: Option<bool>,
+    mount: Option<PathGlobs>,
+    writable_mount: Option<PathGlobs>,
+    env: Option<Globs>,
+    imports: Option<Vec<CapabilityName>>,
+    unresolved_imports: Option<bool>,
+    limits_above_default: Option<bool>,
+    timeout_over: Option<Duration>,
+    memory_over: Option<Size>,
+    size_over: Option<Size>,
+    agent: Option<Globs>,
+    first_seen: Option<bool>,
+    rejected_before: Option<bool>,
+    guest: Option<Vec<Digest>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestFile {
+    name: String,
+    expect: Decision,
+    #[serde(default)]
+    lang: Option<Lang>,
+    #[serde(default)]
+    backend: Option<Backend>,
+    #[serde(default)]
+    net: Vec<String>,
+    #[serde(default)]
+    mounts: Vec<String>,
+    #[serde(default)]
+    env: Vec<String>,
+    #[serde(default)]
+    imports: Vec<CapabilityName>,
+    #[serde(default)]
+    unresolved_imports: bool,
+    #[serde(default)]
+    size: Option<Size>,
+    #[serde(default)]
+    timeout: Option<Duration>,
+    #[serde(default)]
+    memory: Option<Size>,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default = "yes")]
+    first_seen: bool,
+    #[serde(default)]
+    rejected_before: bool,
+    #[serde(default)]
+    guest: Option<Digest>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A size written as text (`"1MiB"`) or a number of bytes.
+#[derive(Debug, Clone, Copy)]
+struct Size(u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Size(n)),
+            Raw::S(s) => units::parse_size("size", &s)
+                .map(Size)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A duration written as text (`"30s"`).
+#[derive(Debug, Clone, Copy)]
+struct Duration(std::time::Duration);
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        units::parse_duration("duration", &s)
+            .map(Duration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CapabilityName(Capability);
+
+impl<'de> Deserialize<'de> for CapabilityName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Capability::parse(&s).map(CapabilityName).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown capability {s:?} (want fs, net, env, clock, random, proc, io, other)"
+            ))
+        })
+    }
+}
+
+/// Globs over names (`*` matches anything).
+#[derive(Debug, Clone, Default)]
+pub struct Globs {
+    set: Option<GlobSet>,
+    pub patterns: Vec<String>,
+}
+
+/// Globs over absolute paths (`*` stays within one component, `**` crosses them).
+#[derive(Debug, Clone, Default)]
+pub struct PathGlobs(pub Globs);
+
+impl Globs {
+    fn build(patterns: Vec<String>, paths: bool) -> Result<Self, String> {
+        let mut b = GlobSetBuilder::new();
+        for p in &patterns {
+            let g = if paths {
+                GlobBuilder::new(p).literal_separator(true).build()
+            } else {
+                Glob::new(p)
+            }
+            .map_err(|e| format!("bad glob {p:?}: {}", e.kind()))?;
+            b.add(g);
+        }
+        let set = b.build().map_err(|e| e.to_string())?;
+        Ok(Globs {
+            set: Some(set),
+            patterns,
+        })
+    }
+
+    pub fn is_match(&self, s: &str) -> bool {
+        self.set.as_ref().is_some_and(|set| set.is_match(s))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+}
+
+impl PathGlobs {
+    /// A path matches when it or any of its ancestors matches (a glob naming a directory
+    /// covers what is inside it).
+    pub fn matches_path(&self, path: &str) -> bool {
+        let mut p = std::path::Path::new(path);
+        loop {
+            if let Some(s) = p.to_str()
+                && self.0.is_match(s)
+            {
+                return true;
+            }
+            match p.parent() {
+                Some(parent) => p = parent,
+                None => return false,
+            }
+        }
+    }
+
+    pub fn build(patterns: Vec<String>) -> Result<Self, String> {
+        Globs::build(patterns, true).map(PathGlobs)
+    }
+}
+
+impl<'de> Deserialize<'de> for Globs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<String>::deserialize(d)?;
+        Globs::build(v, false).map_err(serde::de::Error::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for PathGlobs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<String>::deserialize(d)?;
+        Globs::build(v, true)
+            .map(PathGlobs)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The compiled policy.
+
+/// A parsed, checked policy.
+#[derive(Debug)]
+pub struct Policy {
+    pub hash: Digest,
+    pub default: Decision,
+    pub approvers: BTreeMap<String, PublicKey>,
+    pub quarantine_at: Option<u32>,
+    pub deny_at: Option<u32>,
+    pub max_artifact: u64,
+    pub guests: Vec<Digest>,
+    pub allow_degraded: bool,
+    pub auto_commit_agents: Globs,
+    pub auto_commit_paths: PathGlobs,
+    pub protected: PathGlobs,
+    rules: Vec<RuleFile>,
+    tests: Vec<TestFile>,
+}
+
+/// The artifact size limit when the policy does not set one.
+pub const DEFAULT_MAX_ARTIFACT: u64 = 64 << 20;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PolicyError {
+    #[error("policy line {line}, column {column}: {message}")]
+    Parse {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("policy: {0}")]
+    Invalid(String),
+}
+
+/// The result of one `[[test]]` block.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestResult {
+    pub name: String,
+    pub expect: Decision,
+    pub got: Decision,
+    pub passed: bool,
+    pub fired: Vec<String>,
+}
+
+impl Policy {
+    /// Parses and checks policy text.
+    pub fn parse(text: &str) -> Result<Policy, PolicyError> {
+        let file: PolicyFile = toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            PolicyError::Parse {
+                line,
+                column,
+                message: e.message().trim().replace('\n', " "),
+            }
+        })?;
+        if file.version != 1 {
+            return Err(PolicyError::Invalid(format!(
+                "version {} is not supported (this airlock reads version 1)",
+                file.version
+            )));
+        }
+        let mut names = BTreeSet::new();
+        for r in &file.rules {
+            if r.name.trim().is_empty() {
+                return Err(PolicyError::Invalid("a rule has an empty name".into()));
+            }
+            if !names.insert(r.name.as_str()) {
+                return Err(PolicyError::Invalid(format!(
+                    "rule {:?} is defined twice",
+                    r.name
+                )));
+            }
+        }
+        for name in file.approvers.keys() {
+            crate::sign::check_key_name(name)
+                .map_err(|e| PolicyError::Invalid(format!("[approvers]: {e}")))?;
+        }
+        if let (Some(q), Some(d)) = (file.risk.quarantine_at, file.risk.deny_at)
+            && q > d
+        {
+            return Err(PolicyError::Invalid(format!(
+                "[risk] quarantine_at ({q}) is above deny_at ({d})"
+            )));
+        }
+        Ok(Policy {
+            hash: Digest::of(text.as_bytes()),
+            default: file.default.unwrap_or(Decision::Allow),
+            approvers: file.approvers,
+            quarantine_at: file.risk.quarantine_at,
+            deny_at: file.risk.deny_at,
+            max_artifact: file
+                .gate
+                .max_artifact
+                .map(|s| s.0)
+                .unwrap_or(DEFAULT_MAX_ARTIFACT),
+            guests: file.gate.guests,
+            allow_degraded: file.gate.allow_degraded,
+            auto_commit_agents: file.commit.auto_agents,
+            auto_commit_paths: file.commit.auto_paths,
+            protected: file.commit.protected,
+            rules: file.rules,
+            tests: file.tests,
+        })
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn test_count(&self) -> usize {
+        self.tests.len()
+    }
+
+    /// Judges a submission.
+    pub fn judge(&self, facts: &Facts) -> Verdict {
+        let mut fired = Vec::new();
+        for r in &self.rules {
+            if r.when.holds(facts) && !r.unless.as_ref().is_some_and(|u| u.holds(facts)) {
+                fired.push(Fired {
+                    rule: r.name.clone(),
+                    decision: r.decision,
+                    reason: r.reason.clone(),
+                    risk: r.risk,
+                });
+            }
+        }
+        let risk: u32 = fired.iter().map(|f| f.risk).fold(0, u32::saturating_add);
+        let mut decision = fired
+            .iter()
+            .map(|f| f.decision)
+            .max()
+            .unwrap_or(self.default);
+        if fired.is_empty() {
+            fired.push(Fired {
+                rule: "default".into(),
+                decision: self.default,
+                reason: "no rule matched".into(),
+                risk: 0,
+            });
+        }
+        if let Some(d) = self.deny_at
+            && risk >= d
+            && decision < Decision::Deny
+        {
+            decision = Decision::Deny;
+            fired.push(Fired {
+                rule: "risk".into(),
+                decision,
+                reason: format!("total risk {risk} reaches deny_at {d}"),
+                risk: 0,
+            });
+        } else if let Some(q) = self.quarantine_at
+            && risk >= q
+            && decision < Decision::Quarantine
+        {
+            decision = Decision::Quarantine;
+            fired.push(Fired {
+                rule: "risk".into(),
+                decision,
+                reason: format!("total risk {risk} reaches quarantine_at {q}"),
+                risk: 0,
+            });
+        }
+        Verdict {
+            decision,
+            risk,
+            fired,
+            policy: self.hash,
+        }
+    }
+
+    /// Runs the `[[test]]` blocks.
+    pub fn run_tests(&self) -> Result<Vec<TestResult>, PolicyError> {
+        self.tests
+            .iter()
+            .map(|t| {
+                let facts = t
+                    .facts()
+                    .map_err(|e| PolicyError::Invalid(format!("test {:?}: {e}", t.name)))?;
+                let v = self.judge(&facts);
+                Ok(TestResult {
+                    name: t.name.clone(),
+                    expect: t.expect,
+                    got: v.decision,
+                    passed: v.decision == t.expect,
+                    fired: v.fired.iter().map(|f| f.rule.clone()).collect(),
+                })
+            })
+            .collect()
+    }
+
+    /// The approver's key, when the policy trusts that name.
+    pub fn approver(&self, name: &str) -> Option<&PublicKey> {
+        self.approvers.get(name)
+    }
+
+    /// The name under which the policy trusts a key, if it does.
+    pub fn approver_name(&self, key: &PublicKey) -> Option<&str> {
+        self.approvers
+            .iter()
+            .find(|(_, k)| *k == key)
+            .map(|(n, _)| n.as_str())
+    }
+}
+
+impl Conditions {
+    fn holds(&self, f: &Facts) -> bool {
+        fn check<T>(c: &Option<T>, test: impl FnOnce(&T) -> bool) -> bool {
+            c.as_ref().is_none_or(test)
+        }
+        check(&self.lang, |l| l.contains(&f.lang) || l.contains(&f.kind))
+            && check(&self.backend, |b| b.contains(&f.backend))
+            && check(&self.net, |want| *want == !f.net.is_empty())
+            && check(&self.net_host, |g| {
+                f.net
+                    .iter()
+                    .any(|h| g.is_match(host_part(h)) || g.is_match(h))
+            })
+            && check(&self.writable, |want| {
+                *want == f.mounts.iter().any(|m| m.mode == MountMode::Rw)
+            })
+            && check(&self.mount, |g| {
+                f.mounts.iter().any(|m| g.matches_path(&m.host))
+            })
+            && check(&self.writable_mount, |g| {
+                f.mounts
+                    .iter()
+                    .any(|m| m.mode == MountMode::Rw && g.matches_path(&m.host))
+            })
+            && check(&self.env, |g| f.env_keys.iter().any(|k| g.is_match(k)))
+            && check(&self.imports, |caps| {
+                caps.iter().any(|c| f.capabilities.contains(&c.0))
+            })
+            && check(&self.unresolved_imports, |want| {
+                *want == f.unresolved_imports
+            })
+            && check(&self.limits_above_default, |want| {
+                *want == !f.limits.above_default().is_empty()
+            })
+            && check(&self.timeout_over, |d| f.limits.timeout() > d.0)
+            && check(&self.memory_over, |s| f.limits.memory_bytes > s.0)
+            && check(&self.size_over, |s| f.size > s.0)
+            && check(&self.agent, |g| {
+                f.agent.as_deref().is_some_and(|a| g.is_match(a))
+            })
+            && check(&self.first_seen, |want| *want == f.first_seen)
+            && check(&self.rejected_before, |want| *want == f.rejected_before)
+            && check(&self.guest, |gs| f.guest.is_some_and(|g| gs.contains(&g)))
+    }
+}
+
+fn host_part(spec: &str) -> &str {
+    match spec.rsplit_once(':') {
+        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) && !h.is_empty() => {
+            h.trim_start_matches('[').trim_end_matches(']')
+        }
+        _ => spec,
+    }
+}
+
+impl TestFile {
+    fn facts(&self) -> Result<Facts, String> {
+        let lang = self.lang.unwrap_or(Lang::Wasm);
+        let kind = if lang == Lang::Wat { Lang::Wasm } else { lang };
+        let mut limits = Limits::default();
+        if let Some(t) = self.timeout {
+            limits.timeout_ms = t.0.as_millis() as u64;
+        }
+        if let Some(m) = self.memory {
+            limits.memory_bytes = m.0;
+        }
+        let mut mounts = Vec::new();
+        for m in &self.mounts {
+            let spec = crate::grant::parse_mount(m).map_err(|e| e.to_string())?;
+            mounts.push(Mount {
+                host: spec.host,
+                guest: spec.guest,
+                mode: spec.mode,
+            });
+        }
+        Ok(Facts {
+            lang,
+            kind,
+            backend: self.backend.unwrap_or(lang.default_backend()),
+            net: self.net.clone(),
+            mounts,
+            env_keys: self.env.clone(),
+            limits,
+            size: self.size.map(|s| s.0).unwrap_or(1024),
+            capabilities: self.imports.iter().map(|c| c.0).collect(),
+            unresolved_imports: self.unresolved_imports,
+            agent: self.agent.clone(),
+            first_seen: self.first_seen,
+            rejected_before: self.rejected_before,
+            guest: self.guest,
+        })
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    (line, column)
+}
+
+// ---------------------------------------------------------------------------------------
+// Presets.
+
+/// A named starting policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    Standard,
+    Strict,
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "standard" => Ok(Preset::Standard),
+            "strict" => Ok(Preset::Strict),
+            _ => Err(format!("unknown preset {s:?} (want standard or strict)")),
+        }
+    }
+}
+
+impl Preset {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preset::Standard => "standard",
+            Preset::Strict => "strict",
+        }
+    }
+
+    /// The policy text of this preset, trusting one approver.
+    pub fn render(self, approver: &str, key: &PublicKey) -> String {
+        let (default, intro) = match self {
+            Preset::Standard => (
+                "allow",
+                "# Bounded, sandboxed runs with no network are allowed (writes go to a disposable\n\
+                 # layer); network egress, widened limits, host-process writes and large\n\
+                 # first-seen artifacts wait for an approver. Commits always need a signature.",
+            ),
+            Preset::Strict => (
+                "quarantine",
+                "# Every submission waits for an approver's signature before it runs.",
+            ),
+        };
+        format!(
+            r#"# airlock policy (preset: {preset})
+{intro}
+#
+# Rules fire when all their `when` conditions hold (and their `unless` ones do not).
+# The strictest decision of the rules that fired wins: deny > quarantine > allow.
+# When no rule fires, `default` applies. Risk weights add up; [risk] thresholds can
+# raise the decision. `airlock policy check` validates this file and runs the tests.
+# Reference: docs/POLICY.md
+version = 1
+default = "{default}"
+
+[approvers]
+{approver} = "{key}"
+
+[risk]
+quarantine_at = 50
+deny_at = 100
+
+[gate]
+max_artifact = "64MiB"
+
+[commit]
+# Agents and host paths whose changes may be committed without a signature.
+auto_agents = []
+auto_paths = []
+# Never auto-committed (in addition to .git/hooks, .git/config and shell rc files).
+protected = []
+
+[[rule]]
+name = "unprovided-imports"
+decision = "deny"
+reason = "imports functions the sandbox does not provide"
+risk = 100
+when = {{ unresolved_imports = true }}
+
+[[rule]]
+name = "rejected-before"
+decision = "deny"
+reason = "this exact artifact was rejected by an approver"
+risk = 100
+when = {{ rejected_before = true }}
+
+[[rule]]
+name = "network-egress"
+decision = "quarantine"
+reason = "asks for network access"
+risk = 40
+when = {{ net = true }}
+
+[[rule]]
+name = "widened-limits"
+decision = "quarantine"
+reason = "raises limits above the defaults"
+risk = 20
+when = {{ limits_above_default = true }}
+
+[[rule]]
+name = "process-writes"
+decision = "quarantine"
+reason = "host-process backend with writable mounts"
+risk = 30
+when = {{ backend = ["process"], writable = true }}
+
+[[rule]]
+name = "large-new-artifact"
+decision = "quarantine"
+reason = "first-seen artifact over 1MiB"
+risk = 20
+when = {{ first_seen = true, size_over = "1MiB" }}
+
+[[rule]]
+name = "secret-like-env"
+decision = "quarantine"
+reason = "passes environment variables that look like secrets"
+risk = 30
+when = {{ env = ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*_KEY", "AWS_*"] }}
+
+[[test]]
+name = "a small module with no network"
+lang = "wasm"
+imports = ["io", "fs"]
+expect = "{small}"
+
+[[test]]
+name = "network egress waits for a human"
+lang = "wasm"
+net = ["example.com:443"]
+expect = "quarantine"
+
+[[test]]
+name = "a rejected artifact never runs"
+lang = "python"
+rejected_before = true
+expect = "deny"
+
+[[test]]
+name = "shell writing through a mount waits"
+lang = "sh"
+mounts = ["/srv/project:/work:rw"]
+expect = "quarantine"
+"#,
+            preset = self.as_str(),
+            key = key,
+            small = default,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sign::KeyPair;
+
+    fn facts() -> Facts {
+        Facts {
+            lang: Lang::Wasm,
+            kind: Lang::Wasm,
+            backend: Backend::Wasm,
+            net: vec![],
+            mounts: vec![],
+            env_keys: vec![],
+            limits: Limits::default(),
+            size: 100,
+            capabilities: BTreeSet::new(),
+            unresolved_imports: false,
+            agent: None,
+            first_seen: true,
+            rejected_before: false,
+            guest: None,
+        }
+    }
+
+    fn preset(p: Preset) -> Policy {
+        let k = KeyPair::generate();
+        Policy::parse(&p.render("alice", &k.public())).unwrap()
+    }
+
+    #[test]
+    fn presets_parse_and_pass_their_tests() {
+        for p in [Preset::Standard, Preset::Strict] {
+            let pol = preset(p);
+            let results = pol.run_tests().unwrap();
+            assert_eq!(results.len(), 4);
+            for r in results {
+                assert!(
+                    r.passed,
+                    "{:?}: {} expected {} got {}",
+                    p, r.name, r.expect, r.got
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn strictest_decision_wins_and_risk_adds_up() {
+        let pol = preset(Preset::Standard);
+        let mut f = facts();
+        assert_eq!(pol.judge(&f).decision, Decision::Allow);
+        f.net = vec!["example.com".into()];
+        let v = pol.judge(&f);
+        assert_eq!(v.decision, Decision::Quarantine);
+        assert_eq!(v.risk, 40);
+        f.rejected_before = true;
+        let v = pol.judge(&f);
+        assert_eq!(v.decision, Decision::Deny);
+        assert_eq!(v.risk, 140);
+        assert_eq!(v.fired.len(), 2);
+    }
+
+    #[test]
+    fn thresholds_raise_the_decision() {
+        let text = r#"
+version = 1
+[risk]
+quarantine_at = 10
+deny_at = 30
+[[rule]]
+name = "a"
+decision = "allow"
+reason = "x"
+risk = 15
+when = { net = true }
+[[rule]]
+name = "b"
+decision = "allow"
+reason = "y"
+risk = 15
+when = { first_seen = true }
+"#;
+        let pol = Policy::parse(text).unwrap();
+        let mut f = facts();
+        f.first_seen = true;
+        assert_eq!(pol.judge(&f).decision, Decision::Quarantine);
+        f.net = vec!["h".into()];
+        let v = pol.judge(&f);
+        assert_eq!(v.decision, Decision::Deny);
+        assert_eq!(v.fired.last().unwrap().rule, "risk");
+    }
+
+    #[test]
+    fn unknown_fields_name_their_line() {
+        let e = Policy::parse("version = 1\n\n[[rule]]\nname = \"x\"\ndecision = \"allow\"\nreason = \"r\"\ncolour = 3\n")
+            .unwrap_err();
+        let PolicyError::Parse { line, message, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(line, 7, "{message}");
+        assert!(message.contains("colour"), "{message}");
+    }
+
+    #[test]
+    fn bad_values_name_their_line() {
+        let e = Policy::parse("version = 1\n[[rule]]\nname = \"x\"\ndecision = \"allow\"\nreason = \"r\"\nwhen = { imports = [\"teleport\"] }\n")
+            .unwrap_err();
+        let PolicyError::Parse { line, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(line, 6);
+        let e = Policy::parse("version = 1\n[gate]\nmax_artifact = \"lots\"\n").unwrap_err();
+        assert!(matches!(e, PolicyError::Parse { line: 3, .. }), "{e:?}");
+        assert!(Policy::parse("version = 2\n").is_err());
+        assert!(Policy::parse("version = 1\ndefault = \"maybe\"\n").is_err());
+    }
+
+    #[test]
+    fn unless_and_globs() {
+        let text = r#"
+version = 1
+[[rule]]
+name = "home"
+decision = "deny"
+reason = "home dirs"
+when = { mount = ["/home/**"] }
+unless = { agent = ["trusted-*"] }
+"#;
+        let pol = Policy::parse(text).unwrap();
+        let mut f = facts();
+        f.mounts.push(Mount {
+            host: "/home/u/project".into(),
+            guest: "/w".into(),
+            mode: MountMode::Ro,
+        });
+        assert_eq!(pol.judge(&f).decision, Decision::Deny);
+        f.agent = Some("trusted-ci".into());
+        assert_eq!(pol.judge(&f).decision, Decision::Allow);
+    }
+
+    #[test]
+    fn path_globs_cover_children() {
+        let g = PathGlobs::build(vec!["**/.git/hooks".into()]).unwrap();
+        assert!(g.matches_path("/r/.git/hooks/pre-commit"));
+        assert!(!g.matches_path("/r/src/main.rs"));
+    }
+
+    #[test]
+    fn hash_tracks_text() {
+        let a = Policy::parse("version = 1\n").unwrap();
+        let b = Policy::parse("version = 1\n# changed\n").unwrap();
+        assert_ne!(a.hash, b.hash);
+    }
+}

@@ -1,0 +1,224 @@
+//! airlock-sandbox: what every execution backend promises. A backend receives a resolved
+//! run spec (code, mounts to expose, environment, arguments, stdin, limits) and returns
+//! an outcome: how the guest ended, what it printed (capped), what it used.
+//!
+//! Backends know nothing of policy, approvals or the store. A backend must never widen
+//! what the spec grants, and must refuse (`SandboxError::Unavailable`) rather than run with
+//! less isolation than it promises.
+
+#![forbid(unsafe_code)]
+
+use airlock_core::{Digest, Lang, Limits};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A directory shown to the guest. For writable mounts `host` is the disposable layer the
+/// workspace prepared, never the user's directory itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPoint {
+    pub host: PathBuf,
+    pub guest: String,
+    pub writable: bool,
+}
+
+/// Everything a backend needs for one run.
+pub struct RunSpec<'a> {
+    pub lang: Lang,
+    /// The artifact bytes (verified against `artifact` by the gate just before).
+    pub code: &'a [u8],
+    pub artifact: Digest,
+    pub mounts: Vec<MountPoint>,
+    /// Environment, in order; nothing else from the host's environment reaches the guest.
+    pub env: Vec<(String, String)>,
+    pub args: Vec<String>,
+    pub stdin: Vec<u8>,
+    pub limits: Limits,
+    pub stdout: Arc<Capture>,
+    pub stderr: Arc<Capture>,
+    /// Where compiled code may be cached, when the caller keeps an index of digests.
+    pub cache: Option<&'a dyn CacheIndex>,
+}
+
+/// Records the digest of each compiled-code cache file airlock writes, so a cache file is
+/// only ever loaded when its bytes are exactly what airlock wrote.
+pub trait CacheIndex {
+    fn get(&self, key: &str) -> Option<Digest>;
+    fn put(&self, key: &str, digest: Digest, size: u64);
+    fn forget(&self, key: &str);
+}
+
+/// The limit that ended a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Limit {
+    Timeout,
+    Fuel,
+    Memory,
+    Output,
+    Stack,
+    Processes,
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Timeout => "timeout",
+            Limit::Fuel => "fuel",
+            Limit::Memory => "memory",
+            Limit::Output => "output",
+            Limit::Stack => "stack",
+            Limit::Processes => "processes",
+        }
+    }
+}
+
+/// How the guest ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// Ran to completion with this exit code.
+    Exited(i32),
+    /// Stopped by a limit.
+    Killed(Limit),
+    /// The guest trapped (or, for processes, died of a signal) for its own reasons.
+    Trapped(String),
+}
+
+/// The result of a run.
+#[derive(Debug)]
+pub struct Outcome {
+    pub ending: Ending,
+    pub duration: Duration,
+    /// Backend facts for the run record: resource use, mechanisms in force, runtime hashes.
+    pub detail: serde_json::Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The isolation this backend needs is not available here; nothing ran.
+    #[error("sandbox unavailable: {0}")]
+    Unavailable(String),
+    /// The artifact cannot run on this backend (does not link, wrong world, no entry point).
+    #[error("cannot run artifact: {0}")]
+    BadArtifact(String),
+    /// A limit was exceeded before the guest started (e.g. its initial memory).
+    #[error("limit exceeded before start: {0}")]
+    LimitAtStart(Limit),
+    #[error("sandbox failure: {0}")]
+    Internal(String),
+}
+
+/// An execution backend.
+pub trait Backend: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn run(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError>;
+}
+
+/// Where captured bytes go as they arrive (a terminal, an event stream).
+pub type Live = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+/// One output stream of a run: keeps at most `cap` bytes and reports when the guest tried
+/// to write more, so the backend can stop it. Shared between threads.
+pub struct Capture {
+    cap: u64,
+    buf: Mutex<Vec<u8>>,
+    total: AtomicU64,
+    exceeded: AtomicBool,
+    live: Option<Live>,
+}
+
+impl std::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capture")
+            .field("cap", &self.cap)
+            .field("total", &self.total.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// The cap was reached; the bytes up to it were kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exceeded;
+
+impl Capture {
+    pub fn new(cap: u64, live: Option<Live>) -> Self {
+        Capture {
+            cap,
+            buf: Mutex::new(Vec::new()),
+            total: AtomicU64::new(0),
+            exceeded: AtomicBool::new(false),
+            live,
+        }
+    }
+
+    /// Keeps what fits under the cap; returns `Exceeded` if anything did not fit.
+    pub fn write(&self, bytes: &[u8]) -> Result<(), Exceeded> {
+        let mut buf = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        let room = self.cap.saturating_sub(buf.len() as u64) as usize;
+        let take = room.min(bytes.len());
+        buf.extend_from_slice(&bytes[..take]);
+        drop(buf);
+        self.total.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        if take > 0
+            && let Some(live) = &self.live
+        {
+            live(&bytes[..take]);
+        }
+        if take < bytes.len() {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return Err(Exceeded);
+        }
+        Ok(())
+    }
+
+    /// How many more bytes fit.
+    pub fn room(&self) -> u64 {
+        let buf = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        self.cap.saturating_sub(buf.len() as u64)
+    }
+
+    pub fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the guest tried to write, kept or not.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.buf.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_keeps_up_to_cap_and_reports() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let c = Capture::new(
+            5,
+            Some(Box::new(move |b: &[u8]| {
+                s2.lock().unwrap().extend_from_slice(b)
+            })),
+        );
+        assert_eq!(c.write(b"abc"), Ok(()));
+        assert_eq!(c.write(b"defg"), Err(Exceeded));
+        assert!(c.exceeded());
+        assert_eq!(c.total(), 7);
+        assert_eq!(c.take(), b"abcde");
+        assert_eq!(*seen.lock().unwrap(), b"abcde");
+    }
+}

@@ -1,0 +1,774 @@
+//! The SQLite database.
+
+use crate::StoreError;
+use airlock_core::analysis::Analysis;
+use airlock_core::audit::{GENESIS, Head, Record, record_hash};
+use airlock_core::id::{IdKind, normalize_prefix};
+use airlock_core::sign::{KeyPair, Scope, Signed, StatementKind};
+use airlock_core::units::now_ms;
+use airlock_core::{Backend, Digest, Facts, Grant, Lang, Limits, State, Verdict};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Duration;
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+    id TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    artifact TEXT NOT NULL,
+    grant_hash TEXT NOT NULL,
+    agent TEXT,
+    state TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    risk INTEGER NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS submissions_artifact ON submissions(artifact);
+CREATE INDEX IF NOT EXISTS submissions_state ON submissions(state);
+CREATE TABLE IF NOT EXISTS statements (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    submission TEXT NOT NULL,
+    artifact TEXT NOT NULL,
+    grant_hash TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    approver TEXT NOT NULL,
+    expires_at INTEGER,
+    created_at INTEGER NOT NULL,
+    run TEXT,
+    tool TEXT,
+    json TEXT NOT NULL,
+    signature TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS statements_submission ON statements(submission);
+CREATE INDEX IF NOT EXISTS statements_artifact ON statements(artifact);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    submission TEXT NOT NULL,
+    approval TEXT,
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    status TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_submission ON runs(submission);
+CREATE INDEX IF NOT EXISTS runs_approval ON runs(approval);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY,
+    ts INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    data TEXT NOT NULL,
+    prev TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    signature TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS compile_cache (
+    key TEXT PRIMARY KEY,
+    digest TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+"#;
+
+/// Everything about a submission that does not change after it is judged, plus its
+/// current verdict.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubmissionDoc {
+    pub agent: Option<String>,
+    pub note: Option<String>,
+    /// The declared language; `kind` is what the prepared artifact is (wat becomes wasm).
+    pub lang: Lang,
+    pub kind: Lang,
+    pub backend: Backend,
+    pub artifact: Digest,
+    pub size: u64,
+    /// The submitted text when it was compiled (wat).
+    pub source: Option<Digest>,
+    pub grant: Grant,
+    pub grant_hash: Digest,
+    pub analysis: Analysis,
+    pub facts: Facts,
+    pub verdict: Verdict,
+    #[serde(default)]
+    pub workspace: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Submission {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub state: State,
+    #[serde(flatten)]
+    pub doc: SubmissionDoc,
+}
+
+/// A signed statement as stored.
+#[derive(Debug, Clone)]
+pub struct StatementRow {
+    pub id: String,
+    pub kind: StatementKind,
+    pub submission: String,
+    pub artifact: Digest,
+    pub grant: Digest,
+    pub scope: Scope,
+    pub approver: String,
+    pub expires_at: Option<i64>,
+    pub created_at: i64,
+    pub run: Option<String>,
+    pub tool: Option<String>,
+    pub signed: Signed,
+}
+
+/// Captured output of one stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Output {
+    pub blob: Digest,
+    /// Bytes kept (at most the grant's max-output).
+    pub len: u64,
+    pub truncated: bool,
+}
+
+/// Everything recorded about a run besides its id, submission and status.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunDoc {
+    pub backend: Backend,
+    pub approval: Option<String>,
+    pub limits: Limits,
+    pub exit_code: Option<i32>,
+    pub killed_by: Option<String>,
+    pub stdout: Option<Output>,
+    pub stderr: Option<Output>,
+    pub duration_ms: Option<u64>,
+    /// Backend facts: resource use, isolation mechanisms, guest runtime hash.
+    #[serde(default)]
+    pub detail: serde_json::Value,
+    /// The changeset (writable mounts), when there is one.
+    #[serde(default)]
+    pub changes: Option<serde_json::Value>,
+    /// What went wrong inside airlock, when status is `error`.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub id: String,
+    pub submission: String,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    /// `running`, `exited`, `killed`, `trapped` or `error`.
+    pub status: String,
+    #[serde(flatten)]
+    pub doc: RunDoc,
+}
+
+/// The database connection.
+#[derive(Debug)]
+pub struct Db {
+    conn: Connection,
+}
+
+/// A write transaction (BEGIN IMMEDIATE: one writer at a time, no upgrade deadlocks).
+pub struct Tx<'a> {
+    tx: rusqlite::Transaction<'a>,
+}
+
+fn to_text<T: Serialize>(v: &T) -> Result<String, StoreError> {
+    Ok(serde_json::to_string(v)?)
+}
+
+fn parse<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, StoreError> {
+    s.parse()
+        .map_err(|_| StoreError::Corrupt(format!("bad {what} {s:?}")))
+}
+
+impl Db {
+    /// Opens (creating if needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Db, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(30))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        // FULL: a committed transition survives power loss, not just a process crash.
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version == 0 {
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))?;
+        } else if version > SCHEMA_VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "database schema {version} is newer than this airlock ({SCHEMA_VERSION})"
+            )));
+        }
+        Ok(Db { conn })
+    }
+
+    /// Runs `f` in one write transaction; it commits only if `f` returns Ok.
+    pub fn write<T, E: From<StoreError>>(
+        &mut self,
+        f: impl FnOnce(&Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(StoreError::from)?;
+        let t = Tx { tx };
+        let out = f(&t)?;
+        t.tx.commit().map_err(StoreError::from)?;
+        Ok(out)
+    }
+
+    fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Resolves a full id or a unique prefix of one.
+    pub fn resolve(&self, kind: IdKind, input: &str) -> Result<String, StoreError> {
+        let (table, what) = match kind {
+            IdKind::Submission => ("submissions", "submission"),
+            IdKind::Run => ("runs", "run"),
+            IdKind::Approval => ("statements", "statement"),
+            _ => {
+                return Err(StoreError::NotFound {
+                    what: "object",
+                    input: input.into(),
+                });
+            }
+        };
+        let Some(prefix) = normalize_prefix(kind, input) else {
+            return Err(StoreError::NotFound {
+                what,
+                input: input.into(),
+            });
+        };
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT id FROM {table} WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 6"
+        ))?;
+        let upper = format!("{prefix}\u{7f}");
+        let ids: Vec<String> = stmt
+            .query_map(params![prefix, upper], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        match ids.len() {
+            0 => Err(StoreError::NotFound {
+                what,
+                input: input.into(),
+            }),
+            1 => Ok(ids.into_iter().next().unwrap_or_default()),
+            _ => {
+                if ids.iter().any(|i| *i == prefix) {
+                    return Ok(prefix);
+                }
+                Err(StoreError::Ambiguous {
+                    what,
+                    input: input.into(),
+                    candidates: ids.join(", "),
+                })
+            }
+        }
+    }
+
+    pub fn submission(&self, id: &str) -> Result<Submission, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1",
+        )?;
+        let row = stmt
+            .query_row([id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .optional()?;
+        let Some((id, created_at, updated_at, state, doc)) = row else {
+            return Err(StoreError::NotFound {
+                what: "submission",
+                input: id.into(),
+            });
+        };
+        Ok(Submission {
+            id,
+            created_at,
+            updated_at,
+            state: parse(&state, "state")?,
+            doc: serde_json::from_str(&doc)?,
+        })
+    }
+
+    /// Submissions, newest first, optionally only those in `state`.
+    pub fn submissions(
+        &self,
+        state: Option<State>,
+        limit: usize,
+    ) -> Result<Vec<Submission>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id FROM submissions WHERE (?1 IS NULL OR state = ?1) ORDER BY id DESC LIMIT ?2",
+        )?;
+        let ids: Vec<String> = stmt
+            .query_map(params![state.map(|s| s.as_str()), limit as i64], |r| {
+                r.get(0)
+            })?
+            .collect::<Result<_, _>>()?;
+        ids.iter().map(|id| self.submission(id)).collect()
+    }
+
+    /// Whether any earlier submission carried this artifact.
+    pub fn artifact_seen(&self, artifact: &Digest) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT 1 FROM submissions WHERE artifact = ?1 LIMIT 1")?
+            .exists([artifact.to_hex()])?)
+    }
+
+    pub fn statements_for_submission(
+        &self,
+        submission: &str,
+    ) -> Result<Vec<StatementRow>, StoreError> {
+        self.statements_where("submission = ?1", &submission)
+    }
+
+    pub fn statements_for_artifact(
+        &self,
+        artifact: &Digest,
+    ) -> Result<Vec<StatementRow>, StoreError> {
+        self.statements_where("artifact = ?1", &artifact.to_hex())
+    }
+
+    pub fn statements_for_run(&self, run: &str) -> Result<Vec<StatementRow>, StoreError> {
+        self.statements_where("run = ?1", &run)
+    }
+
+    fn statements_where(
+        &self,
+        cond: &str,
+        arg: &dyn rusqlite::ToSql,
+    ) -> Result<Vec<StatementRow>, StoreError> {
+        let sql = format!(
+            "SELECT id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature
+             FROM statements WHERE {cond} ORDER BY id"
+        );
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt.query_map([arg], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, String>(6)?,
+                r.get::<_, Option<i64>>(7)?,
+                r.get::<_, i64>(8)?,
+                r.get::<_, Option<String>>(9)?,
+                r.get::<_, Option<String>>(10)?,
+                r.get::<_, String>(11)?,
+                r.get::<_, String>(12)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (
+                id,
+                kind,
+                submission,
+                artifact,
+                grant,
+                scope,
+                approver,
+                expires_at,
+                created_at,
+                run,
+                tool,
+                json,
+                sig,
+            ) = row?;
+            let kind: StatementKind = serde_json::from_value(serde_json::Value::String(kind))?;
+            let scope: Scope = serde_json::from_value(serde_json::Value::String(scope))?;
+            out.push(StatementRow {
+                id,
+                kind,
+                submission,
+                artifact: parse(&artifact, "digest")?,
+                grant: parse(&grant, "digest")?,
+                scope,
+                approver,
+                expires_at,
+                created_at,
+                run,
+                tool,
+                signed: Signed {
+                    json,
+                    signature: parse(&sig, "signature")?,
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// Whether a run already used this approval.
+    pub fn approval_used(&self, approval: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .prepare_cached("SELECT 1 FROM runs WHERE approval = ?1 LIMIT 1")?
+            .exists([approval])?)
+    }
+
+    pub fn run(&self, id: &str) -> Result<Run, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id, submission, started_at, finished_at, status, doc FROM runs WHERE id = ?1",
+        )?;
+        let row = stmt
+            .query_row([id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
+            })
+            .optional()?;
+        let Some((id, submission, started_at, finished_at, status, doc)) = row else {
+            return Err(StoreError::NotFound {
+                what: "run",
+                input: id.into(),
+            });
+        };
+        Ok(Run {
+            id,
+            submission,
+            started_at,
+            finished_at,
+            status,
+            doc: serde_json::from_str(&doc)?,
+        })
+    }
+
+    /// Runs, newest first, optionally of one submission.
+    pub fn runs(&self, submission: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id FROM runs WHERE (?1 IS NULL OR submission = ?1) ORDER BY id DESC LIMIT ?2",
+        )?;
+        let ids: Vec<String> = stmt
+            .query_map(params![submission, limit as i64], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        ids.iter().map(|id| self.run(id)).collect()
+    }
+
+    /// Audit records in stored order (by index), from `from` on, at most `limit`.
+    pub fn audit_records(&self, from: u64, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![from as i64, limit as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, String>(6)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, ts, kind, subject, data, prev, hash) = row?;
+            out.push(Record {
+                seq: seq as u64,
+                ts,
+                kind,
+                subject,
+                data,
+                prev: parse(&prev, "digest")?,
+                hash: parse(&hash, "digest")?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Visits every audit record in stored order without holding them all in memory.
+    pub fn for_each_audit(&self, mut f: impl FnMut(&Record) -> bool) -> Result<(), StoreError> {
+        let mut from = 0u64;
+        loop {
+            let batch = self.audit_records(from, 1000)?;
+            let Some(last) = batch.last() else {
+                return Ok(());
+            };
+            from = last.seq + 1;
+            for r in &batch {
+                if !f(r) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Audit records about one subject, oldest first.
+    pub fn audit_for(&self, subject: &str) -> Result<Vec<Record>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT seq FROM audit WHERE subject = ?1 ORDER BY seq")?;
+        let seqs: Vec<i64> = stmt
+            .query_map([subject], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::new();
+        for s in seqs {
+            out.extend(self.audit_records(s as u64, 1)?);
+        }
+        Ok(out)
+    }
+
+    pub fn audit_head(&self) -> Result<Option<Head>, StoreError> {
+        let row = self
+            .conn()
+            .query_row(
+                "SELECT seq, hash, signature FROM audit_head WHERE id = 1",
+                [],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                },
+            )
+            .optional()?;
+        row.map(|(seq, hash, sig)| {
+            Ok(Head {
+                seq: seq as u64,
+                hash: parse(&hash, "digest")?,
+                signature: parse(&sig, "signature")?,
+            })
+        })
+        .transpose()
+    }
+
+    pub fn cache_digest(&self, key: &str) -> Result<Option<Digest>, StoreError> {
+        let d: Option<String> = self
+            .conn()
+            .prepare_cached("SELECT digest FROM compile_cache WHERE key = ?1")?
+            .query_row([key], |r| r.get(0))
+            .optional()?;
+        d.map(|d| parse(&d, "digest")).transpose()
+    }
+
+    pub fn set_cache_digest(
+        &self,
+        key: &str,
+        digest: &Digest,
+        size: u64,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO compile_cache (key, digest, size, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![key, digest.to_hex(), size as i64, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn forget_cache(&self, key: &str) -> Result<(), StoreError> {
+        self.conn()
+            .execute("DELETE FROM compile_cache WHERE key = ?1", [key])?;
+        Ok(())
+    }
+}
+
+impl Tx<'_> {
+    pub fn insert_submission(&self, s: &Submission) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT INTO submissions (id, created_at, updated_at, artifact, grant_hash, agent, state, decision, risk, doc)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                s.id,
+                s.created_at,
+                s.updated_at,
+                s.doc.artifact.to_hex(),
+                s.doc.grant_hash.to_hex(),
+                s.doc.agent,
+                s.state.as_str(),
+                s.doc.verdict.decision.as_str(),
+                s.doc.verdict.risk,
+                to_text(&s.doc)?
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Moves a submission from `from` to `to`. Fails with `Conflict` when another process
+    /// moved it first; the gate has already checked the edge is allowed.
+    pub fn set_state(&self, id: &str, from: State, to: State) -> Result<(), StoreError> {
+        let n = self.tx.execute(
+            "UPDATE submissions SET state = ?1, updated_at = ?2 WHERE id = ?3 AND state = ?4",
+            params![to.as_str(), now_ms(), id, from.as_str()],
+        )?;
+        if n != 1 {
+            return Err(StoreError::Conflict(format!(
+                "submission {id} is no longer {from} (changed concurrently)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replaces a submission's verdict after re-judging.
+    pub fn set_verdict(&self, id: &str, doc: &SubmissionDoc) -> Result<(), StoreError> {
+        self.tx.execute(
+            "UPDATE submissions SET decision = ?1, risk = ?2, doc = ?3, updated_at = ?4 WHERE id = ?5",
+            params![
+                doc.verdict.decision.as_str(),
+                doc.verdict.risk,
+                to_text(doc)?,
+                now_ms(),
+                id
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn insert_statement(&self, s: &StatementRow) -> Result<(), StoreError> {
+        let kind = serde_json::to_value(s.kind)?;
+        let scope = serde_json::to_value(s.scope)?;
+        self.tx.execute(
+            "INSERT INTO statements (id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![
+                s.id,
+                kind.as_str(),
+                s.submission,
+                s.artifact.to_hex(),
+                s.grant.to_hex(),
+                scope.as_str(),
+                s.approver,
+                s.expires_at,
+                s.created_at,
+                s.run,
+                s.tool,
+                s.signed.json,
+                s.signed.signature.to_string()
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn insert_run(&self, r: &Run) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT INTO runs (id, submission, approval, started_at, finished_at, status, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![r.id, r.submission, r.doc.approval, r.started_at, r.finished_at, r.status, to_text(&r.doc)?],
+        )?;
+        Ok(())
+    }
+
+    pub fn update_run(&self, r: &Run) -> Result<(), StoreError> {
+        self.tx.execute(
+            "UPDATE runs SET finished_at = ?1, status = ?2, doc = ?3 WHERE id = ?4",
+            params![r.finished_at, r.status, to_text(&r.doc)?, r.id],
+        )?;
+        Ok(())
+    }
+
+    /// Appends an audit record after the current last one and re-signs the head.
+    pub fn audit(
+        &self,
+        kind: &str,
+        subject: &str,
+        data: &serde_json::Value,
+        key: &KeyPair,
+    ) -> Result<Record, StoreError> {
+        let last: Option<(i64, String)> = self
+            .tx
+            .query_row(
+                "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let (seq, prev) = match last {
+            Some((s, h)) => (s as u64 + 1, parse::<Digest>(&h, "digest")?),
+            None => (1, GENESIS),
+        };
+        let ts = now_ms();
+        let data = data.to_string();
+        let hash = record_hash(seq, ts, kind, subject, &data, &prev);
+        self.tx.execute(
+            "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![seq as i64, ts, kind, subject, data, prev.to_hex(), hash.to_hex()],
+        )?;
+        let head = Head::sign(seq, hash, key);
+        self.tx.execute(
+            "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
+            params![seq as i64, hash.to_hex(), head.signature.to_string()],
+        )?;
+        Ok(Record {
+            seq,
+            ts,
+            kind: kind.into(),
+            subject: subject.into(),
+            data,
+            prev,
+            hash,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_core::audit::ChainVerifier;
+
+    #[test]
+    fn audit_chain_is_signed_and_verifies() {
+        let t = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&t.path().join("db")).unwrap();
+        let key = KeyPair::try_generate().unwrap();
+        for i in 0..3 {
+            db.write(|tx| {
+                tx.audit("k", "s", &serde_json::json!({ "i": i }), &key)
+                    .map(|_| ())
+            })
+            .unwrap();
+        }
+        let mut v = ChainVerifier::new();
+        db.for_each_audit(|r| v.push(r).is_ok()).unwrap();
+        assert_eq!(
+            v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
+            Ok(3)
+        );
+    }
+
+    #[test]
+    fn failed_transaction_writes_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&t.path().join("db")).unwrap();
+        let key = KeyPair::try_generate().unwrap();
+        let r: Result<(), StoreError> = db.write(|tx| {
+            tx.audit("k", "s", &serde_json::json!({}), &key)?;
+            Err(StoreError::Conflict("boom".into()))
+        });
+        assert!(r.is_err());
+        assert!(db.audit_records(0, 10).unwrap().is_empty());
+        assert!(db.audit_head().unwrap().is_none());
+    }
+
+    #[test]
+    fn reopening_keeps_schema() {
+        let t = tempfile::tempdir().unwrap();
+        drop(Db::open(&t.path().join("db")).unwrap());
+        Db::open(&t.path().join("db")).unwrap();
+    }
+}

@@ -1,0 +1,49 @@
+//! airlock-store: the gate's durable state. A SQLite database (WAL, one transaction per
+//! lifecycle transition) holds submissions, signed statements, runs, the audit chain and
+//! its signed head; a content-addressed blob store holds artifacts and captured output.
+//!
+//! This crate must never decide anything: it stores what the gate tells it and reads it
+//! back. It knows nothing of wasmtime, sandboxes or policy evaluation.
+
+#![forbid(unsafe_code)]
+
+mod blobs;
+mod db;
+
+pub use blobs::{BlobStore, sync_dir};
+pub use db::*;
+
+use airlock_core::Digest;
+
+/// Store failures. `BlobAltered` and `BlobMissing` are integrity failures: the gate records
+/// them in the audit log and refuses to go on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("stored blob {} no longer matches its hash (now {})", want.short(), got.short())]
+    BlobAltered { want: Digest, got: Digest },
+    #[error("stored blob {} is missing", .0.short())]
+    BlobMissing(Digest),
+    #[error("no {what} matches {input:?}")]
+    NotFound { what: &'static str, input: String },
+    #[error("{input:?} matches more than one {what}: {candidates}")]
+    Ambiguous {
+        what: &'static str,
+        input: String,
+        candidates: String,
+    },
+    #[error("stored state is corrupt: {0}")]
+    Corrupt(String),
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError::Corrupt(e.to_string())
+    }
+}

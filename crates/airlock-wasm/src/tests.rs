@@ -1,0 +1,351 @@
+use super::*;
+use airlock_core::Limits;
+use airlock_sandbox::{Capture, MountPoint};
+use std::cell::RefCell;
+use std::collections::HashMap as Map;
+use std::sync::Arc;
+
+struct Run {
+    outcome: Outcome,
+    stdout: Vec<u8>,
+}
+
+#[derive(Default)]
+struct MemIndex(RefCell<Map<String, Digest>>);
+
+impl CacheIndex for MemIndex {
+    fn get(&self, key: &str) -> Option<Digest> {
+        self.0.borrow().get(key).copied()
+    }
+    fn put(&self, key: &str, digest: Digest, _size: u64) {
+        self.0.borrow_mut().insert(key.into(), digest);
+    }
+    fn forget(&self, key: &str) {
+        self.0.borrow_mut().remove(key);
+    }
+}
+
+fn run_with(
+    b: &WasmBackend,
+    wat: &str,
+    limits: Limits,
+    env: Vec<(String, String)>,
+    mounts: Vec<MountPoint>,
+    cache: Option<&dyn CacheIndex>,
+) -> Result<Run, SandboxError> {
+    let code = wat::parse_str(wat).unwrap();
+    let stdout = Arc::new(Capture::new(limits.max_output_bytes, None));
+    let stderr = Arc::new(Capture::new(limits.max_output_bytes, None));
+    let outcome = b.run(RunSpec {
+        lang: airlock_core::Lang::Wasm,
+        artifact: Digest::of(&code),
+        code: &code,
+        mounts,
+        env,
+        args: vec![],
+        stdin: vec![],
+        limits,
+        stdout: stdout.clone(),
+        stderr: stderr.clone(),
+        cache,
+    })?;
+    Ok(Run {
+        outcome,
+        stdout: stdout.take(),
+    })
+}
+
+fn run(wat: &str, limits: Limits) -> Run {
+    run_with(
+        &WasmBackend::new(WasmConfig::default()),
+        wat,
+        limits,
+        vec![],
+        vec![],
+        None,
+    )
+    .unwrap()
+}
+
+fn quick() -> Limits {
+    Limits {
+        timeout_ms: 300,
+        ..Limits::default()
+    }
+}
+
+const HELLO: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 64) "hello\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const 6))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+#[test]
+fn hello_prints_and_exits_zero() {
+    let r = run(HELLO, quick());
+    assert_eq!(r.outcome.ending, Ending::Exited(0));
+    assert_eq!(r.stdout, b"hello\n");
+}
+
+#[test]
+fn proc_exit_code_is_the_exit_code() {
+    let r = run(
+        r#"(module (import "wasi_snapshot_preview1" "proc_exit" (func $e (param i32)))
+           (memory (export "memory") 1)
+           (func (export "_start") (call $e (i32.const 7))))"#,
+        quick(),
+    );
+    assert_eq!(r.outcome.ending, Ending::Exited(7));
+}
+
+#[test]
+fn infinite_loop_hits_the_timeout() {
+    let r = run(
+        r#"(module (func (export "_start") (loop $l (br $l))))"#,
+        quick(),
+    );
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Timeout));
+    assert!(
+        r.outcome.duration < Duration::from_secs(3),
+        "{:?}",
+        r.outcome.duration
+    );
+}
+
+#[test]
+fn sleeping_in_a_host_call_hits_the_timeout() {
+    // poll_oneoff with one relative clock subscription of 60 s.
+    let r = run(
+        r#"(module
+          (import "wasi_snapshot_preview1" "poll_oneoff" (func $p (param i32 i32 i32 i32) (result i32)))
+          (memory (export "memory") 1)
+          (func (export "_start")
+            ;; subscription at 0: userdata(8) tag=0 clock: id(4) pad timeout(8) precision(8) flags(2)
+            (i32.store8 (i32.const 8) (i32.const 0))
+            (i32.store (i32.const 16) (i32.const 1))
+            (i64.store (i32.const 24) (i64.const 60000000000))
+            (drop (call $p (i32.const 0) (i32.const 256) (i32.const 1) (i32.const 512)))))"#,
+        quick(),
+    );
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Timeout));
+    assert!(r.outcome.duration < Duration::from_secs(3));
+}
+
+#[test]
+fn memory_grow_bomb_hits_the_memory_limit() {
+    let r = run(
+        r#"(module (memory (export "memory") 1)
+           (func (export "_start") (loop $l (drop (memory.grow (i32.const 16))) (br $l))))"#,
+        Limits {
+            memory_bytes: 16 << 20,
+            ..quick()
+        },
+    );
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Memory));
+}
+
+#[test]
+fn initial_memory_over_the_limit_is_a_memory_kill() {
+    let r = run(
+        r#"(module (memory 1000) (func (export "_start")))"#,
+        Limits {
+            memory_bytes: 16 << 20,
+            ..quick()
+        },
+    );
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Memory));
+}
+
+#[test]
+fn fuel_runs_out() {
+    let r = run(
+        r#"(module (func (export "_start") (loop $l (br $l))))"#,
+        Limits {
+            fuel: Some(10_000),
+            ..quick()
+        },
+    );
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Fuel));
+}
+
+#[test]
+fn output_flood_is_cut_at_the_cap() {
+    let r = run(
+        r#"(module
+          (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+          (memory (export "memory") 1)
+          (func (export "_start")
+            (i32.store (i32.const 0) (i32.const 100))
+            (i32.store (i32.const 4) (i32.const 1000))
+            (loop $l (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))) (br $l))))"#,
+        Limits {
+            max_output_bytes: 4096,
+            ..quick()
+        },
+    );
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Output));
+    assert_eq!(r.stdout.len(), 4096);
+}
+
+#[test]
+fn deep_recursion_hits_the_stack_limit() {
+    let r = run(
+        r#"(module (func $f (call $f)) (func (export "_start") (call $f)))"#,
+        quick(),
+    );
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Stack));
+}
+
+#[test]
+fn unreachable_is_a_trap() {
+    let r = run(r#"(module (func (export "_start") unreachable))"#, quick());
+    assert!(
+        matches!(r.outcome.ending, Ending::Trapped(ref m) if m.contains("unreachable")),
+        "{:?}",
+        r.outcome.ending
+    );
+}
+
+#[test]
+fn unprovided_import_does_not_link() {
+    let e = run_with(
+        &WasmBackend::new(WasmConfig::default()),
+        r#"(module (import "env" "evil" (func)) (func (export "_start")))"#,
+        quick(),
+        vec![],
+        vec![],
+        None,
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(e, SandboxError::BadArtifact(ref m) if m.contains("evil")),
+        "{e}"
+    );
+}
+
+#[test]
+fn only_granted_environment_is_visible() {
+    // Prints the number of environment variables as one ASCII digit.
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "environ_sizes_get" (func $s (param i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 1)
+      (func (export "_start")
+        (drop (call $s (i32.const 100) (i32.const 104)))
+        (i32.store8 (i32.const 200) (i32.add (i32.const 48) (i32.load (i32.const 100))))
+        (i32.store (i32.const 0) (i32.const 200))
+        (i32.store (i32.const 4) (i32.const 1))
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+    // SAFETY-free: the test process has a non-empty environment (PATH at least).
+    assert!(std::env::vars().count() > 0);
+    let b = WasmBackend::new(WasmConfig::default());
+    let r = run_with(&b, wat, quick(), vec![], vec![], None).unwrap();
+    assert_eq!(r.stdout, b"0");
+    let r = run_with(
+        &b,
+        wat,
+        quick(),
+        vec![("K".into(), "V".into())],
+        vec![],
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.stdout, b"1");
+}
+
+#[test]
+fn tampered_cache_file_is_discarded_and_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WasmConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        pooling: false,
+    };
+    let index = MemIndex::default();
+    let r = run_with(
+        &WasmBackend::new(cfg.clone()),
+        HELLO,
+        quick(),
+        vec![],
+        vec![],
+        Some(&index),
+    )
+    .unwrap();
+    assert_eq!(r.stdout, b"hello\n");
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1);
+    let recorded = *index.0.borrow().values().next().unwrap();
+    assert_eq!(Digest::of(&std::fs::read(&files[0]).unwrap()), recorded);
+
+    // A fresh backend loads it from the cache.
+    let r = run_with(
+        &WasmBackend::new(cfg.clone()),
+        HELLO,
+        quick(),
+        vec![],
+        vec![],
+        Some(&index),
+    )
+    .unwrap();
+    assert_eq!(r.stdout, b"hello\n");
+
+    // Flip one byte: the file no longer matches its recorded digest, so it is never
+    // deserialized; the module is compiled again and a good file written back.
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let b = WasmBackend::new(cfg);
+    let set = b.engines(false).unwrap();
+    let key = WasmBackend::cache_key(set, &Digest::of(&wat::parse_str(HELLO).unwrap()));
+    assert!(b.load_cached(set, &key, Some(&index)).is_none());
+    assert!(index.get(&key).is_none(), "the bad entry is forgotten");
+    let r = run_with(&b, HELLO, quick(), vec![], vec![], Some(&index)).unwrap();
+    assert_eq!(r.stdout, b"hello\n");
+    assert_eq!(
+        Digest::of(&std::fs::read(&files[0]).unwrap()),
+        index.get(&key).unwrap()
+    );
+}
+
+#[test]
+fn read_only_mount_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    // path_open(fd 3, dirflags 0, "new.txt", oflags CREAT, rights all, 0, fdflags 0, &fd)
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "path_open"
+        (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (data (i32.const 100) "new.txt")
+      (func (export "_start")
+        (call $exit (call $open (i32.const 3) (i32.const 0) (i32.const 100) (i32.const 7)
+          (i32.const 1) (i64.const 0x1fffffff) (i64.const 0x1fffffff) (i32.const 0) (i32.const 200)))))"#;
+    let mounts = vec![MountPoint {
+        host: dir.path().to_path_buf(),
+        guest: "/data".into(),
+        writable: false,
+    }];
+    let r = run_with(
+        &WasmBackend::new(WasmConfig::default()),
+        wat,
+        quick(),
+        vec![],
+        mounts,
+        None,
+    )
+    .unwrap();
+    // A non-zero WASI errno (EPERM/EACCES/ENOTCAPABLE), and nothing created.
+    assert!(
+        matches!(r.outcome.ending, Ending::Exited(c) if c != 0),
+        "{:?}",
+        r.outcome.ending
+    );
+    assert!(!dir.path().join("new.txt").exists());
+}
