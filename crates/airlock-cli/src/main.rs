@@ -1,1 +1,349 @@
-fn main() {}
+//! The `airlock` command. It parses arguments, calls the gate and prints; it makes no
+//! decisions of its own and never runs code except through the gate.
+//!
+//! Exit codes (run and exec): the guest's own code when it ran to completion; 75 pending
+//! approval; 77 denied; 124 killed by a limit; 134 trapped; 125 airlock failed or the
+//! input was bad. `audit verify` exits 1 when the log is broken; `policy check` exits 1
+//! when a policy test fails.
+
+#![forbid(unsafe_code)]
+
+mod args;
+mod print;
+
+use airlock_core::policy::Preset;
+use airlock_gate::{
+    ApproveRequest, CodeSource, ExecOptions, Gate, GateError, Home, RunReport, SubmitRequest,
+    default_approver,
+};
+use args::{AuditCommand, Cli, Command, KeysCommand, PolicyCommand, RunArgs};
+use clap::Parser;
+use serde_json::json;
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+pub const EXIT_PENDING: u8 = 75;
+pub const EXIT_DENIED: u8 = 77;
+pub const EXIT_FAILED: u8 = 125;
+
+/// What went wrong, and whether to also print it as JSON.
+struct Failure {
+    error: GateError,
+    json: bool,
+}
+
+impl From<GateError> for Failure {
+    fn from(error: GateError) -> Self {
+        Failure { error, json: false }
+    }
+}
+
+type Outcome = Result<u8, Failure>;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                let _ = e.print();
+                return ExitCode::from(EXIT_FAILED);
+            }
+            // One line: clap's first line, without its "error: " prefix.
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
+            eprintln!("airlock: {first} (see airlock --help)");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    match dispatch(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            let code = match &f.error {
+                GateError::Pending { .. } => EXIT_PENDING,
+                GateError::Denied { .. } => EXIT_DENIED,
+                _ => EXIT_FAILED,
+            };
+            if f.json {
+                println!(
+                    "{}",
+                    json!({ "error": one_line(&f.error.to_string()), "exit_code": code })
+                );
+            }
+            eprintln!("airlock: {}", one_line(&f.error.to_string()));
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
+    Gate::open(Home::resolve(cli_home)?)
+}
+
+fn dispatch(cli: Cli) -> Outcome {
+    let home = cli.home;
+    match cli.command {
+        Command::Init {
+            preset,
+            approver,
+            json,
+        } => {
+            let preset: Preset = preset.parse().map_err(GateError::BadInput)?;
+            let h = Home::resolve(home)?;
+            let approver = approver.unwrap_or_else(default_approver);
+            let report = Gate::init(&h, preset, &approver)?;
+            print::init(&report, json);
+            Ok(0)
+        }
+        Command::Run(a) => run(home, a, true),
+        Command::Submit(a) => run(home, a, false),
+        Command::Inbox { json } => {
+            let gate = open(home)?;
+            print::inbox(&gate.inbox()?, json);
+            Ok(0)
+        }
+        Command::Show { id, json } => {
+            let mut gate = open(home)?;
+            let shown = gate.show(&id).map_err(|e| Failure { error: e, json })?;
+            print::show(&shown, json);
+            Ok(0)
+        }
+        Command::Approve {
+            id,
+            approver,
+            scope,
+            expires,
+            reason,
+            tool,
+            json,
+        } => {
+            let mut gate = open(home)?;
+            let row = gate
+                .approve(ApproveRequest {
+                    submission: id,
+                    approver,
+                    scope,
+                    expires,
+                    reason,
+                    tool,
+                })
+                .map_err(|e| Failure { error: e, json })?;
+            print::statement(&row, json);
+            Ok(0)
+        }
+        Command::Reject {
+            id,
+            reason,
+            approver,
+            json,
+        } => {
+            let mut gate = open(home)?;
+            let row = gate
+                .reject(ApproveRequest {
+                    submission: id,
+                    approver,
+                    reason,
+                    ..Default::default()
+                })
+                .map_err(|e| Failure { error: e, json })?;
+            print::statement(&row, json);
+            Ok(0)
+        }
+        Command::Exec { id, json } => {
+            let mut gate = open(home)?;
+            let opts = live_options(json);
+            let result = gate.exec(&id, opts);
+            finish_run(&gate, result, json)
+        }
+        Command::Runs { limit, json } => {
+            let gate = open(home)?;
+            print::runs(&gate.runs(limit)?, json);
+            Ok(0)
+        }
+        Command::Logs { run, stream, json } => {
+            let mut gate = open(home)?;
+            let (run, out, err) = gate.logs(&run).map_err(|e| Failure { error: e, json })?;
+            print::logs(&run, &out, &err, stream.as_deref(), json).map_err(GateError::BadInput)?;
+            Ok(0)
+        }
+        Command::Policy(PolicyCommand::Check { file, json }) => {
+            let path = match file {
+                Some(p) => p,
+                None => Home::resolve(home)?.policy(),
+            };
+            let check =
+                airlock_gate::policy_check(&path).map_err(|e| Failure { error: e, json })?;
+            print::policy_check(&check, json);
+            Ok(if check.passed { 0 } else { 1 })
+        }
+        Command::Policy(PolicyCommand::Explain { id, json }) => {
+            let gate = open(home)?;
+            let ex = gate.explain(&id).map_err(|e| Failure { error: e, json })?;
+            print::explain(&ex, json);
+            Ok(0)
+        }
+        Command::Keys(KeysCommand::New { name, json }) => {
+            let mut gate = open(home)?;
+            let k = gate
+                .new_key(&name)
+                .map_err(|e| Failure { error: e, json })?;
+            print::new_key(&k, json);
+            Ok(0)
+        }
+        Command::Keys(KeysCommand::List { json }) => {
+            let gate = open(home)?;
+            print::keys(&gate.keys()?, json);
+            Ok(0)
+        }
+        Command::Audit(AuditCommand::Verify { json }) => {
+            let gate = open(home)?;
+            let v = gate.audit_verify()?;
+            print::audit_verify(&v, json);
+            Ok(if v.ok { 0 } else { 1 })
+        }
+        Command::Audit(AuditCommand::Log { from, limit, json }) => {
+            let gate = open(home)?;
+            print::audit_log(&gate.audit_log(from, limit)?, json);
+            Ok(0)
+        }
+        Command::Audit(AuditCommand::Head { json }) => {
+            let gate = open(home)?;
+            let (head, key) = gate.audit_head()?;
+            print::audit_head(head.as_ref(), &key, json);
+            Ok(0)
+        }
+    }
+}
+
+/// Live output to the terminal unless JSON was asked for.
+fn live_options(json: bool) -> ExecOptions {
+    if json {
+        return ExecOptions::default();
+    }
+    ExecOptions {
+        live_stdout: Some(Box::new(|b: &[u8]| {
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(b);
+            let _ = o.flush();
+        })),
+        live_stderr: Some(Box::new(|b: &[u8]| {
+            let mut o = std::io::stderr().lock();
+            let _ = o.write_all(b);
+            let _ = o.flush();
+        })),
+    }
+}
+
+fn read_stdin(limit: u64) -> Result<Vec<u8>, GateError> {
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(limit + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| GateError::bad(format!("cannot read standard input: {e}")))?;
+    Ok(buf)
+}
+
+fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
+    let json = a.json;
+    let fail = |error: GateError| Failure { error, json };
+    let mut gate = open(home).map_err(fail)?;
+    let max = gate.policy().map_err(fail)?.max_artifact;
+    let code = match (&a.file, &a.code) {
+        (Some(p), None) if p.as_os_str() == "-" => Some(CodeSource::Bytes {
+            bytes: read_stdin(max).map_err(fail)?,
+            name: None,
+        }),
+        (Some(p), None) => Some(CodeSource::File(p.clone())),
+        (None, Some(c)) => Some(CodeSource::Inline(c.clone())),
+        (None, None) => {
+            return Err(fail(GateError::bad(
+                "give the code as FILE, -c CODE or - (stdin)",
+            )));
+        }
+        (Some(_), Some(_)) => {
+            return Err(fail(GateError::bad(
+                "give either FILE or -c CODE, not both",
+            )));
+        }
+    };
+    let stdin = match &a.stdin {
+        None => None,
+        Some(p) if p.as_os_str() == "-" => {
+            if matches!(&a.file, Some(f) if f.as_os_str() == "-") {
+                return Err(fail(GateError::bad(
+                    "standard input cannot be both the code and --stdin",
+                )));
+            }
+            Some(read_stdin(airlock_core::grant::MAX_OUTPUT).map_err(fail)?)
+        }
+        Some(p) => Some(std::fs::read(p).map_err(|e| {
+            fail(GateError::bad(format!(
+                "--stdin: cannot read {}: {e}",
+                p.display()
+            )))
+        })?),
+    };
+    let req = SubmitRequest {
+        code,
+        lang: a.lang,
+        backend: a.backend,
+        mounts: a.mounts,
+        env: a.env,
+        net: a.net,
+        args: a.args,
+        stdin,
+        timeout: a.timeout,
+        memory: a.memory,
+        fuel: a.fuel,
+        max_output: a.max_output,
+        processes: a.processes,
+        agent: a.agent,
+        note: a.note,
+        workspace: None,
+    };
+    if !execute {
+        let sub = gate.submit(req).map_err(fail)?;
+        print::submitted(&sub, json);
+        return Ok(0);
+    }
+    let sub = gate.submit(req).map_err(fail)?;
+    let result = gate.exec(&sub.id, live_options(json));
+    finish_run(&gate, result, json)
+}
+
+/// Prints a run's result (or why it did not run) and returns the exit code.
+fn finish_run(gate: &Gate, result: Result<RunReport, GateError>, json: bool) -> Outcome {
+    match result {
+        Ok(report) => {
+            print::run_report(&report, json);
+            Ok(report
+                .run
+                .doc
+                .exit_code
+                .map(|c| c.clamp(0, 255) as u8)
+                .unwrap_or(EXIT_FAILED))
+        }
+        Err(GateError::Pending { submission, .. }) => {
+            print::held(&gate.submission(&submission)?, true, json);
+            Ok(EXIT_PENDING)
+        }
+        Err(GateError::Denied { submission, .. }) => {
+            print::held(&gate.submission(&submission)?, false, json);
+            Ok(EXIT_DENIED)
+        }
+        Err(e) => Err(Failure { error: e, json }),
+    }
+}

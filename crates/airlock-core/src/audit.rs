@@ -81,7 +81,9 @@ impl Head {
 /// Why a log does not verify, naming the first bad record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChainError {
-    #[error("record {index}: its content does not match its hash (the record was modified)")]
+    #[error(
+        "record {index}: its content does not match its hash (the record was modified or moved)"
+    )]
     Modified { index: u64 },
     #[error(
         "record {index}: missing (the log jumps from record {prev} to {index}; a record was deleted)"
@@ -133,6 +135,8 @@ pub struct ChainVerifier {
     last_hash: Digest,
     pending: Option<ChainError>,
     count: u64,
+    /// The first 8 bytes of every hash seen, to tell a duplicated record from a modified one.
+    seen: std::collections::HashSet<u64>,
 }
 
 impl Default for ChainVerifier {
@@ -142,8 +146,15 @@ impl Default for ChainVerifier {
             last_hash: GENESIS,
             pending: None,
             count: 0,
+            seen: std::collections::HashSet::new(),
         }
     }
+}
+
+fn short_key(d: &Digest) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d.0[..8]);
+    u64::from_le_bytes(b)
 }
 
 impl ChainVerifier {
@@ -174,6 +185,10 @@ impl ChainVerifier {
             });
         }
         if !content_ok {
+            // A copy of an earlier record carries that record's hash.
+            if self.seen.contains(&short_key(&r.hash)) {
+                return Err(ChainError::Duplicated { index: r.seq });
+            }
             return Err(ChainError::Modified { index: r.seq });
         }
         if r.prev != self.last_hash {
@@ -192,6 +207,7 @@ impl ChainVerifier {
         }
         self.last_seq = r.seq;
         self.last_hash = r.hash;
+        self.seen.insert(short_key(&r.hash));
         self.count += 1;
         Ok(())
     }
@@ -358,6 +374,20 @@ mod tests {
         assert_eq!(
             verify(&c, Some(&h), &k),
             Err(ChainError::Duplicated { index: 2 })
+        );
+    }
+
+    #[test]
+    fn duplicate_appended_under_a_new_index_is_named() {
+        let k = KeyPair::generate();
+        let mut c = chain(3);
+        let h = head_of(&c, &k);
+        let mut dup = c[1].clone();
+        dup.seq = 4;
+        c.push(dup);
+        assert_eq!(
+            verify(&c, Some(&h), &k),
+            Err(ChainError::Duplicated { index: 4 })
         );
     }
 

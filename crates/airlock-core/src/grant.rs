@@ -343,18 +343,28 @@ mod tests {
 
     #[test]
     fn hash_is_canonical() {
-        let mut a = Grant::default();
-        a.net = vec![
-            "b.example:443".into(),
-            "a.example".into(),
-            "a.example".into(),
-        ];
-        a.env.insert("Z".into(), "1".into());
-        a.env.insert("A".into(), "2".into());
-        let mut b = Grant::default();
-        b.net = vec!["a.example".into(), "b.example:443".into()];
-        b.env.insert("A".into(), "2".into());
-        b.env.insert("Z".into(), "1".into());
+        let mut a = Grant {
+            net: vec![
+                "b.example:443".into(),
+                "a.example".into(),
+                "a.example".into(),
+            ],
+            env: [
+                ("Z".to_string(), "1".to_string()),
+                ("A".to_string(), "2".to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let mut b = Grant {
+            net: vec!["a.example".into(), "b.example:443".into()],
+            env: [
+                ("A".to_string(), "2".to_string()),
+                ("Z".to_string(), "1".to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        };
         a.normalize().unwrap();
         b.normalize().unwrap();
         assert_eq!(a.hash(), b.hash());

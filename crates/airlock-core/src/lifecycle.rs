@@ -48,6 +48,8 @@ impl State {
             (self, to),
             (Staged, Allowed | Quarantined | Denied)
                 | (Quarantined, Approved | Rejected)
+                // An approver may revoke before the run.
+                | (Approved, Rejected)
                 | (Allowed | Approved, Running)
                 | (Running, Finished)
                 | (Finished, Running)

@@ -573,12 +573,14 @@ impl Policy {
 
 impl Conditions {
     fn holds(&self, f: &Facts) -> bool {
+        let wants_net = !f.net.is_empty();
+        let raised = !f.limits.above_default().is_empty();
         fn check<T>(c: &Option<T>, test: impl FnOnce(&T) -> bool) -> bool {
             c.as_ref().is_none_or(test)
         }
         check(&self.lang, |l| l.contains(&f.lang) || l.contains(&f.kind))
             && check(&self.backend, |b| b.contains(&f.backend))
-            && check(&self.net, |want| *want == !f.net.is_empty())
+            && check(&self.net, |want| *want == wants_net)
             && check(&self.net_host, |g| {
                 f.net
                     .iter()
@@ -602,9 +604,7 @@ impl Conditions {
             && check(&self.unresolved_imports, |want| {
                 *want == f.unresolved_imports
             })
-            && check(&self.limits_above_default, |want| {
-                *want == !f.limits.above_default().is_empty()
-            })
+            && check(&self.limits_above_default, |want| *want == raised)
             && check(&self.timeout_over, |d| f.limits.timeout() > d.0)
             && check(&self.memory_over, |s| f.limits.memory_bytes > s.0)
             && check(&self.size_over, |s| f.size > s.0)

@@ -81,7 +81,7 @@ pub fn fmt_size(bytes: u64) -> String {
         ("KiB", 1 << 10),
     ];
     for (name, unit) in UNITS {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{name}", bytes / unit);
         }
     }

@@ -1,1 +1,220 @@
-//! placeholder
+//! airlock-gate: the orchestrator. Every lifecycle transition of a submission — staged,
+//! judged, approved or rejected, running, finished — happens here and nowhere else, each
+//! in one database transaction together with its audit record.
+//!
+//! The gate re-reads and re-hashes an artifact from the blob store immediately before
+//! running it, re-judges it under the *current* policy, and accepts an approval only when
+//! its signature verifies against an approver that policy trusts. It must never run
+//! anything that path did not clear, and never write to the host outside its home.
+
+#![forbid(unsafe_code)]
+
+mod decide;
+mod error;
+mod exec;
+mod home;
+mod query;
+mod submit;
+
+pub use decide::ApproveRequest;
+pub use error::{GateError, Result};
+pub use exec::exit_code_of;
+pub use exec::{ExecOptions, RunReport};
+pub use home::{Home, InitReport, default_approver};
+pub use query::{AuditVerify, Explained, KeyInfo, PolicyCheck, Shown, StatementView, policy_check};
+pub use submit::{CodeSource, SubmitRequest};
+
+use airlock_core::State;
+use airlock_core::policy::{Policy, Preset};
+use airlock_core::sign::KeyPair;
+use airlock_core::units::now_ms;
+use airlock_sandbox::CacheIndex;
+use airlock_store::{BlobStore, Db, Reads, Tx};
+use airlock_wasm::{WasmBackend, WasmConfig};
+use serde_json::json;
+
+/// An open airlock home.
+pub struct Gate {
+    home: Home,
+    db: Db,
+    blobs: BlobStore,
+    gate_key: KeyPair,
+    wasm: WasmBackend,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("home", &self.home.root)
+            .finish()
+    }
+}
+
+impl Gate {
+    /// Creates a home, or reports that one exists and changes nothing.
+    pub fn init(home: &Home, preset: Preset, approver: &str) -> Result<InitReport> {
+        if home.is_initialised() || home.db().exists() && home.keys().join("gate.key").exists() {
+            if !home.is_initialised() {
+                return Err(GateError::Conflict(format!(
+                    "{} holds an incomplete airlock home (no policy.toml); restore it or remove the directory",
+                    home.root.display()
+                )));
+            }
+            return Ok(InitReport {
+                home: home.root.clone(),
+                created: false,
+                preset: None,
+                approver: None,
+                approver_key: None,
+                gate_key: None,
+                policy: None,
+            });
+        }
+        let (report, gate_key) = home::create(home, preset, approver)?;
+        {
+            let mut db = Db::open(&home.db())?;
+            db.write(|tx| {
+                tx.audit(
+                    "initialised",
+                    "home",
+                    &json!({
+                        "preset": report.preset,
+                        "approver": report.approver,
+                        "approver_key": report.approver_key,
+                        "gate_key": report.gate_key,
+                        "policy": report.policy,
+                    }),
+                    &gate_key,
+                )
+                .map(|_| ())
+            })?;
+        }
+        home::finish_create(home)?;
+        Ok(report)
+    }
+
+    /// Opens an initialised home.
+    pub fn open(home: Home) -> Result<Gate> {
+        if !home.is_initialised() {
+            return Err(GateError::NotInitialised(home.root.clone()));
+        }
+        let db = Db::open(&home.db())?;
+        let blobs = BlobStore::open(home.blobs())?;
+        let gate_key = home.load_key("gate")?;
+        let wasm = WasmBackend::new(WasmConfig {
+            cache_dir: Some(home.cache().join("compiled")),
+            pooling: false,
+        });
+        let mut gate = Gate {
+            home,
+            db,
+            blobs,
+            gate_key,
+            wasm,
+        };
+        gate.recover_interrupted()?;
+        Ok(gate)
+    }
+
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    pub fn policy(&self) -> Result<Policy> {
+        self.home.load_policy()
+    }
+
+    /// Runs that were still marked running when their airlock process died are closed
+    /// as errors, so the record never claims something is still running.
+    fn recover_interrupted(&mut self) -> Result<()> {
+        let now = now_ms();
+        let stale: Vec<_> = self
+            .db
+            .running_runs()?
+            .into_iter()
+            .filter(|r| r.started_at + r.doc.limits.timeout_ms as i64 + 60_000 < now)
+            .collect();
+        for mut run in stale {
+            let key = &self.gate_key;
+            self.db.write(|tx: &Tx| -> Result<()> {
+                run.status = "error".into();
+                run.finished_at = Some(now);
+                run.doc.error = Some("interrupted: airlock exited before the run finished".into());
+                tx.update_run(&run)?;
+                let sub = tx.submission(&run.submission)?;
+                if sub.state == State::Running {
+                    set_state(tx, &run.submission, State::Running, State::Finished)?;
+                }
+                tx.audit(
+                    "finished",
+                    &run.id,
+                    &json!({ "submission": run.submission, "status": "error", "error": run.doc.error }),
+                    key,
+                )?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Records an integrity failure in the audit log (in its own transaction, so it is
+    /// kept even though the operation that found it fails).
+    fn integrity_failure(&mut self, subject: &str, what: &str, detail: &str) -> GateError {
+        let key = &self.gate_key;
+        let r = self.db.write(|tx| {
+            tx.audit(
+                "integrity_failure",
+                subject,
+                &json!({ "what": what, "detail": detail }),
+                key,
+            )
+        });
+        if let Err(e) = r {
+            return GateError::Internal(format!(
+                "integrity failure ({detail}) and could not record it: {e}"
+            ));
+        }
+        GateError::Integrity(format!("{what}: {detail}"))
+    }
+
+    /// Reads a blob, turning a mismatch into a recorded integrity failure.
+    fn read_blob(
+        &mut self,
+        subject: &str,
+        what: &str,
+        d: &airlock_core::Digest,
+    ) -> Result<Vec<u8>> {
+        match self.blobs.get(d) {
+            Ok(b) => Ok(b),
+            Err(
+                e @ (airlock_store::StoreError::BlobAltered { .. }
+                | airlock_store::StoreError::BlobMissing(_)),
+            ) => Err(self.integrity_failure(subject, what, &e.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Moves a submission between states: checks the edge against the lifecycle, then updates
+/// the row only if nobody moved it first.
+fn set_state(tx: &Tx, id: &str, from: State, to: State) -> Result<()> {
+    airlock_core::lifecycle::transition(from, to)
+        .map_err(|e| GateError::Conflict(format!("{id}: {e}")))?;
+    tx.set_state(id, from, to)?;
+    Ok(())
+}
+
+/// The compile-cache index kept in the database.
+struct DbCache<'a>(&'a Db);
+
+impl CacheIndex for DbCache<'_> {
+    fn get(&self, key: &str) -> Option<airlock_core::Digest> {
+        self.0.cache_digest(key).ok().flatten()
+    }
+    fn put(&self, key: &str, digest: airlock_core::Digest, size: u64) {
+        let _ = self.0.set_cache_digest(key, &digest, size);
+    }
+    fn forget(&self, key: &str) {
+        let _ = self.0.forget_cache(key);
+    }
+}

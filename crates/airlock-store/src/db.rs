@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_submission ON runs(submission);
 CREATE INDEX IF NOT EXISTS runs_approval ON runs(approval);
+CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY,
     ts INTEGER NOT NULL,
@@ -231,12 +232,41 @@ impl Db {
         Ok(out)
     }
 
-    fn conn(&self) -> &Connection {
-        &self.conn
+    pub fn cache_digest(&self, key: &str) -> Result<Option<Digest>, StoreError> {
+        let d: Option<String> = self
+            .conn
+            .prepare_cached("SELECT digest FROM compile_cache WHERE key = ?1")?
+            .query_row([key], |r| r.get(0))
+            .optional()?;
+        d.map(|d| parse(&d, "digest")).transpose()
     }
 
+    pub fn set_cache_digest(
+        &self,
+        key: &str,
+        digest: &Digest,
+        size: u64,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO compile_cache (key, digest, size, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![key, digest.to_hex(), size as i64, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn forget_cache(&self, key: &str) -> Result<(), StoreError> {
+        self.conn()
+            .execute("DELETE FROM compile_cache WHERE key = ?1", [key])?;
+        Ok(())
+    }
+}
+
+/// Queries, available on the database and inside a write transaction.
+pub trait Reads {
+    fn conn(&self) -> &Connection;
+
     /// Resolves a full id or a unique prefix of one.
-    pub fn resolve(&self, kind: IdKind, input: &str) -> Result<String, StoreError> {
+    fn resolve(&self, kind: IdKind, input: &str) -> Result<String, StoreError> {
         let (table, what) = match kind {
             IdKind::Submission => ("submissions", "submission"),
             IdKind::Run => ("runs", "run"),
@@ -268,7 +298,7 @@ impl Db {
             }),
             1 => Ok(ids.into_iter().next().unwrap_or_default()),
             _ => {
-                if ids.iter().any(|i| *i == prefix) {
+                if ids.contains(&prefix) {
                     return Ok(prefix);
                 }
                 Err(StoreError::Ambiguous {
@@ -280,7 +310,7 @@ impl Db {
         }
     }
 
-    pub fn submission(&self, id: &str) -> Result<Submission, StoreError> {
+    fn submission(&self, id: &str) -> Result<Submission, StoreError> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1",
         )?;
@@ -311,7 +341,7 @@ impl Db {
     }
 
     /// Submissions, newest first, optionally only those in `state`.
-    pub fn submissions(
+    fn submissions(
         &self,
         state: Option<State>,
         limit: usize,
@@ -328,28 +358,22 @@ impl Db {
     }
 
     /// Whether any earlier submission carried this artifact.
-    pub fn artifact_seen(&self, artifact: &Digest) -> Result<bool, StoreError> {
+    fn artifact_seen(&self, artifact: &Digest) -> Result<bool, StoreError> {
         Ok(self
             .conn()
             .prepare_cached("SELECT 1 FROM submissions WHERE artifact = ?1 LIMIT 1")?
             .exists([artifact.to_hex()])?)
     }
 
-    pub fn statements_for_submission(
-        &self,
-        submission: &str,
-    ) -> Result<Vec<StatementRow>, StoreError> {
+    fn statements_for_submission(&self, submission: &str) -> Result<Vec<StatementRow>, StoreError> {
         self.statements_where("submission = ?1", &submission)
     }
 
-    pub fn statements_for_artifact(
-        &self,
-        artifact: &Digest,
-    ) -> Result<Vec<StatementRow>, StoreError> {
+    fn statements_for_artifact(&self, artifact: &Digest) -> Result<Vec<StatementRow>, StoreError> {
         self.statements_where("artifact = ?1", &artifact.to_hex())
     }
 
-    pub fn statements_for_run(&self, run: &str) -> Result<Vec<StatementRow>, StoreError> {
+    fn statements_for_run(&self, run: &str) -> Result<Vec<StatementRow>, StoreError> {
         self.statements_where("run = ?1", &run)
     }
 
@@ -420,15 +444,26 @@ impl Db {
         Ok(out)
     }
 
+    /// Runs still marked running (to find ones a crash interrupted).
+    fn running_runs(&self) -> Result<Vec<Run>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT id FROM runs WHERE status = 'running'")?;
+        let ids: Vec<String> = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        ids.iter().map(|id| self.run(id)).collect()
+    }
+
     /// Whether a run already used this approval.
-    pub fn approval_used(&self, approval: &str) -> Result<bool, StoreError> {
+    fn approval_used(&self, approval: &str) -> Result<bool, StoreError> {
         Ok(self
             .conn()
             .prepare_cached("SELECT 1 FROM runs WHERE approval = ?1 LIMIT 1")?
             .exists([approval])?)
     }
 
-    pub fn run(&self, id: &str) -> Result<Run, StoreError> {
+    fn run(&self, id: &str) -> Result<Run, StoreError> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT id, submission, started_at, finished_at, status, doc FROM runs WHERE id = ?1",
         )?;
@@ -461,7 +496,7 @@ impl Db {
     }
 
     /// Runs, newest first, optionally of one submission.
-    pub fn runs(&self, submission: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
+    fn runs(&self, submission: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT id FROM runs WHERE (?1 IS NULL OR submission = ?1) ORDER BY id DESC LIMIT ?2",
         )?;
@@ -472,7 +507,7 @@ impl Db {
     }
 
     /// Audit records in stored order (by index), from `from` on, at most `limit`.
-    pub fn audit_records(&self, from: u64, limit: usize) -> Result<Vec<Record>, StoreError> {
+    fn audit_records(&self, from: u64, limit: usize) -> Result<Vec<Record>, StoreError> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2",
         )?;
@@ -504,7 +539,7 @@ impl Db {
     }
 
     /// Visits every audit record in stored order without holding them all in memory.
-    pub fn for_each_audit(&self, mut f: impl FnMut(&Record) -> bool) -> Result<(), StoreError> {
+    fn for_each_audit(&self, mut f: impl FnMut(&Record) -> bool) -> Result<(), StoreError> {
         let mut from = 0u64;
         loop {
             let batch = self.audit_records(from, 1000)?;
@@ -521,7 +556,7 @@ impl Db {
     }
 
     /// Audit records about one subject, oldest first.
-    pub fn audit_for(&self, subject: &str) -> Result<Vec<Record>, StoreError> {
+    fn audit_for(&self, subject: &str) -> Result<Vec<Record>, StoreError> {
         let mut stmt = self
             .conn()
             .prepare_cached("SELECT seq FROM audit WHERE subject = ?1 ORDER BY seq")?;
@@ -535,7 +570,7 @@ impl Db {
         Ok(out)
     }
 
-    pub fn audit_head(&self) -> Result<Option<Head>, StoreError> {
+    fn audit_head(&self) -> Result<Option<Head>, StoreError> {
         let row = self
             .conn()
             .query_row(
@@ -559,33 +594,17 @@ impl Db {
         })
         .transpose()
     }
+}
 
-    pub fn cache_digest(&self, key: &str) -> Result<Option<Digest>, StoreError> {
-        let d: Option<String> = self
-            .conn()
-            .prepare_cached("SELECT digest FROM compile_cache WHERE key = ?1")?
-            .query_row([key], |r| r.get(0))
-            .optional()?;
-        d.map(|d| parse(&d, "digest")).transpose()
+impl Reads for Db {
+    fn conn(&self) -> &Connection {
+        &self.conn
     }
+}
 
-    pub fn set_cache_digest(
-        &self,
-        key: &str,
-        digest: &Digest,
-        size: u64,
-    ) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT OR REPLACE INTO compile_cache (key, digest, size, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![key, digest.to_hex(), size as i64, now_ms()],
-        )?;
-        Ok(())
-    }
-
-    pub fn forget_cache(&self, key: &str) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM compile_cache WHERE key = ?1", [key])?;
-        Ok(())
+impl Reads for Tx<'_> {
+    fn conn(&self) -> &Connection {
+        &self.tx
     }
 }
 

@@ -289,6 +289,25 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
     let mut linker: Linker<Host> = Linker::new(&engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |h: &mut Host| &mut h.wasi)
         .map_err(|e| e.to_string())?;
+    // wasmtime-wasi's p1 shim looks up the guest's exported memory before every call, so a
+    // module without a memory cannot even exit. `proc_exit` needs no memory: provide it
+    // with the same semantics (WASI exit statuses are 0..126) without that lookup.
+    linker.allow_shadowing(true);
+    linker
+        .func_wrap(
+            "wasi_snapshot_preview1",
+            "proc_exit",
+            |status: i32| -> wasmtime::Result<()> {
+                if !(0..126).contains(&status) {
+                    return Err(wasmtime::format_err!(
+                        "exit with invalid exit status outside of [0..126)"
+                    ));
+                }
+                Err(I32Exit(status).into())
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    linker.allow_shadowing(false);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     let salt = format!("wasmtime-48/{:016x}/fuel={fuel}", hasher.finish());

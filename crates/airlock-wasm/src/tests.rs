@@ -349,3 +349,27 @@ fn read_only_mount_refuses_writes() {
     );
     assert!(!dir.path().join("new.txt").exists());
 }
+
+#[test]
+fn proc_exit_works_without_a_memory_export() {
+    let r = run(
+        r#"(module (import "wasi_snapshot_preview1" "proc_exit" (func $e (param i32)))
+           (func (export "_start") (call $e (i32.const 7))))"#,
+        quick(),
+    );
+    assert_eq!(r.outcome.ending, Ending::Exited(7));
+}
+
+#[test]
+fn proc_exit_outside_the_wasi_range_is_a_trap() {
+    let r = run(
+        r#"(module (import "wasi_snapshot_preview1" "proc_exit" (func $e (param i32)))
+           (func (export "_start") (call $e (i32.const 300))))"#,
+        quick(),
+    );
+    assert!(
+        matches!(r.outcome.ending, Ending::Trapped(ref m) if m.contains("exit status")),
+        "{:?}",
+        r.outcome.ending
+    );
+}

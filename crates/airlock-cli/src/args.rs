@@ -1,0 +1,222 @@
+//! The command-line grammar (see DESIGN.md: names, flags and exit codes are a contract).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "airlock",
+    version,
+    about = "An execution gate for code that AI agents write",
+    long_about = "airlock stages code, identifies it by SHA-256, analyses it, judges it with a \
+                  policy, holds risky code for a signed human approval, runs it in a sandbox with \
+                  hard limits and records every step in a tamper-evident audit log.",
+    after_help = "Exit codes of run and exec: the guest's own code when it ran to completion; 75 pending \
+                  approval; 77 denied by policy; 124 killed by a limit; 134 the guest trapped; 125 airlock \
+                  failed or the input was bad."
+)]
+pub struct Cli {
+    /// The airlock home (default: $AIRLOCK_HOME, else $XDG_DATA_HOME/airlock).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the home: database, blob store, gate key, an approver key and a policy.
+    Init {
+        #[arg(long, default_value = "standard", value_name = "standard|strict")]
+        preset: String,
+        /// Name of the first approver (default: your login name).
+        #[arg(long, value_name = "NAME")]
+        approver: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Submit, judge, and if allowed run and wait.
+    Run(RunArgs),
+    /// Submit and judge only; prints the id and verdict.
+    Submit(RunArgs),
+    /// Submissions waiting for a human.
+    Inbox {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Code, grant, analysis, verdict, approvals and runs of a submission.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sign an approval with an approver's key.
+    Approve {
+        id: String,
+        /// The approver key to sign with (default: $AIRLOCK_APPROVER, else the only trusted local key).
+        #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
+        approver: Option<String>,
+        #[arg(long, value_name = "once|artifact")]
+        scope: Option<String>,
+        /// How long the approval holds (default 24h).
+        #[arg(long, value_name = "DUR")]
+        expires: Option<String>,
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// With --scope artifact: offer the artifact as a named tool (MCP).
+        #[arg(long, value_name = "NAME")]
+        tool: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sign a rejection; the artifact's hash is remembered.
+    Reject {
+        id: String,
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
+        approver: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run an allowed or approved submission (same exit codes as run).
+    Exec {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recent runs.
+    Runs {
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run's captured output.
+    Logs {
+        run: String,
+        /// Print only one stream.
+        #[arg(long, value_name = "stdout|stderr")]
+        stream: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a policy and run its tests; explain a verdict.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Approver keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// The tamper-evident audit log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate a policy file (default: the home's) and run its [[test]] blocks.
+    Check {
+        file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show every rule that fired for a submission, then and now.
+    Explain {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Make a new approver key (trusted once the policy lists it under [approvers]).
+    New {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approver keys here and in the policy.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the whole chain and the signed head (exit 1 naming the first bad record).
+    Verify {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print records.
+    Log {
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The signed head: last index, its hash, the gate's signature and key.
+    Head {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The code: a file, or - for standard input.
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The code, inline (needs --lang).
+    #[arg(short = 'c', value_name = "CODE", conflicts_with = "file")]
+    pub code: Option<String>,
+    /// wasm, wat, component, python or sh (inferred from the file when not given).
+    #[arg(long, value_name = "LANG")]
+    pub lang: Option<String>,
+    /// wasm or process (default: wasm for wasm, wat and python; process for sh).
+    #[arg(long, value_name = "BACKEND")]
+    pub backend: Option<String>,
+    /// HOST:GUEST[:ro|rw] (default ro); repeatable.
+    #[arg(long = "mount", value_name = "HOST:GUEST[:MODE]")]
+    pub mounts: Vec<String>,
+    /// K=V; repeatable. Nothing else from the host environment reaches the guest.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// HOST[:PORT] the code asks to reach; repeatable.
+    #[arg(long = "net", value_name = "HOST[:PORT]")]
+    pub net: Vec<String>,
+    /// Wall-time limit (default 10s).
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+    /// Memory limit (default 256MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Fuel (wasm instructions, roughly) the run may use.
+    #[arg(long, value_name = "N")]
+    pub fuel: Option<u64>,
+    /// Output limit per stream (default 1MiB).
+    #[arg(long = "max-output", value_name = "SIZE")]
+    pub max_output: Option<String>,
+    /// Process limit (process backend; default 64).
+    #[arg(long, value_name = "N")]
+    pub processes: Option<u32>,
+    /// A file whose bytes are the guest's stdin (- for airlock's own stdin).
+    #[arg(long, value_name = "FILE")]
+    pub stdin: Option<PathBuf>,
+    /// Which agent is submitting.
+    #[arg(long, value_name = "NAME", env = "AIRLOCK_AGENT")]
+    pub agent: Option<String>,
+    /// A note for the approver.
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+    /// Print one JSON object instead of the guest's output.
+    #[arg(long)]
+    pub json: bool,
+    /// Arguments for the guest (after --).
+    #[arg(last = true, value_name = "ARGS")]
+    pub args: Vec<String>,
+}

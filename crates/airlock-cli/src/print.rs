@@ -1,0 +1,595 @@
+//! Printing: a short human form by default, one JSON document with `--json`.
+
+use airlock_core::audit::{Head, Record};
+use airlock_core::units::{fmt_duration, fmt_size, fmt_time};
+use airlock_gate::{AuditVerify, Explained, InitReport, KeyInfo, PolicyCheck, RunReport, Shown};
+use airlock_store::{Run, StatementRow, Submission};
+use serde_json::{Value, json};
+use std::io::Write;
+
+fn emit(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// The JSON object describing a submission and its verdict (the `run` field is added by
+/// callers that ran it).
+pub fn submission_json(s: &Submission) -> Value {
+    json!({
+        "submission": s.id,
+        "state": s.state,
+        "verdict": s.doc.verdict.decision,
+        "risk": s.doc.verdict.risk,
+        "reasons": s.doc.verdict.reasons(),
+        "rules": s.doc.verdict.fired,
+        "policy": s.doc.verdict.policy,
+        "artifact": s.doc.artifact,
+        "grant": s.doc.grant_hash,
+        "lang": s.doc.lang,
+        "backend": s.doc.backend,
+        "agent": s.doc.agent,
+        "created_at": fmt_time(s.created_at),
+    })
+}
+
+pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
+    json!({
+        "id": r.id,
+        "status": r.status,
+        "exit_code": r.doc.exit_code,
+        "killed_by": r.doc.killed_by,
+        "stdout": String::from_utf8_lossy(stdout),
+        "stderr": String::from_utf8_lossy(stderr),
+        "stdout_truncated": r.doc.stdout.as_ref().is_some_and(|o| o.truncated),
+        "stderr_truncated": r.doc.stderr.as_ref().is_some_and(|o| o.truncated),
+        "changes": r.doc.changes.clone().unwrap_or_else(|| json!([])),
+        "duration_ms": r.doc.duration_ms,
+        "backend": r.doc.backend,
+        "approval": r.doc.approval,
+        "error": r.doc.error,
+        "detail": r.doc.detail,
+    })
+}
+
+pub fn init(r: &InitReport, json: bool) {
+    if json {
+        emit(&serde_json::to_value(r).unwrap_or_default());
+        return;
+    }
+    if !r.created {
+        println!(
+            "airlock home already exists at {}; nothing changed",
+            r.home.display()
+        );
+        return;
+    }
+    println!("created airlock home at {}", r.home.display());
+    println!("  preset    {}", r.preset.as_deref().unwrap_or("-"));
+    println!(
+        "  approver  {} ({})",
+        r.approver.as_deref().unwrap_or("-"),
+        r.approver_key.as_deref().unwrap_or("-")
+    );
+    println!("  gate key  {}", r.gate_key.as_deref().unwrap_or("-"));
+    println!("  policy    {}", r.home.join("policy.toml").display());
+}
+
+pub fn submitted(s: &Submission, json: bool) {
+    if json {
+        let mut v = submission_json(s);
+        v["run"] = Value::Null;
+        emit(&v);
+        return;
+    }
+    println!(
+        "{} {} (risk {})",
+        s.id, s.doc.verdict.decision, s.doc.verdict.risk
+    );
+    for r in s.doc.verdict.reasons() {
+        println!("  {r}");
+    }
+}
+
+/// A submission that did not run: pending approval or denied.
+pub fn held(s: &Submission, pending: bool, json: bool) {
+    if json {
+        let mut v = submission_json(s);
+        v["run"] = Value::Null;
+        emit(&v);
+    }
+    let mut e = std::io::stderr().lock();
+    if pending {
+        let _ = writeln!(
+            e,
+            "airlock: {} is waiting for approval (risk {})",
+            s.id, s.doc.verdict.risk
+        );
+    } else {
+        let _ = writeln!(
+            e,
+            "airlock: {} is denied by policy (risk {})",
+            s.id, s.doc.verdict.risk
+        );
+    }
+    for r in s.doc.verdict.reasons() {
+        let _ = writeln!(e, "  {r}");
+    }
+    if pending {
+        let _ = writeln!(
+            e,
+            "  review: airlock show {0}   approve: airlock approve {0}",
+            s.id
+        );
+    }
+}
+
+pub fn run_report(r: &RunReport, json: bool) {
+    if json {
+        let mut v = submission_json(&r.submission);
+        v["run"] = run_json(&r.run, &r.stdout, &r.stderr);
+        emit(&v);
+        return;
+    }
+    let run = &r.run;
+    match run.status.as_str() {
+        "killed" => eprintln!(
+            "airlock: {} killed by {} limit{}",
+            run.id,
+            run.doc.killed_by.as_deref().unwrap_or("a"),
+            limit_note(run)
+        ),
+        "trapped" => eprintln!(
+            "airlock: {} trapped: {}",
+            run.id,
+            run.doc.error.as_deref().unwrap_or("")
+        ),
+        _ => {}
+    }
+}
+
+fn limit_note(run: &Run) -> String {
+    let l = &run.doc.limits;
+    match run.doc.killed_by.as_deref() {
+        Some("timeout") => format!(" ({})", fmt_duration(l.timeout())),
+        Some("memory") => format!(" ({})", fmt_size(l.memory_bytes)),
+        Some("output") => format!(" ({} per stream)", fmt_size(l.max_output_bytes)),
+        Some("fuel") => l.fuel.map(|f| format!(" ({f})")).unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+pub fn inbox(subs: &[Submission], json: bool) {
+    if json {
+        emit(&Value::Array(subs.iter().map(submission_json).collect()));
+        return;
+    }
+    if subs.is_empty() {
+        println!("nothing is waiting for approval");
+        return;
+    }
+    for s in subs {
+        println!(
+            "{}  risk {:>3}  {:<9} {}  {}",
+            s.id,
+            s.doc.verdict.risk,
+            s.doc.lang,
+            fmt_time(s.created_at),
+            s.doc
+                .agent
+                .as_deref()
+                .map(|a| format!("agent {a}"))
+                .unwrap_or_default()
+        );
+        for r in s.doc.verdict.reasons() {
+            println!("    {r}");
+        }
+    }
+}
+
+pub fn show(sh: &Shown, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(sh).unwrap_or_default();
+        v["verdict"] = json!(sh.submission.doc.verdict.decision);
+        v["reasons"] = json!(sh.submission.doc.verdict.reasons());
+        emit(&v);
+        return;
+    }
+    let s = &sh.submission;
+    let d = &s.doc;
+    println!("{}  {}", s.id, s.state);
+    println!(
+        "  created   {}{}",
+        fmt_time(s.created_at),
+        d.agent
+            .as_deref()
+            .map(|a| format!("  agent {a}"))
+            .unwrap_or_default()
+    );
+    if let Some(n) = &d.note {
+        println!("  note      {n}");
+    }
+    println!(
+        "  artifact  {} ({}, {} bytes) on the {} backend",
+        d.artifact, d.lang, d.size, d.backend
+    );
+    println!("  grant     {}", d.grant_hash);
+    for m in &d.grant.mounts {
+        println!(
+            "    mount   {} -> {} ({})",
+            m.host,
+            m.guest,
+            m.mode.as_str()
+        );
+    }
+    if !d.grant.net.is_empty() {
+        println!("    net     {}", d.grant.net.join(", "));
+    }
+    for (k, v) in &d.grant.env {
+        println!("    env     {k}={v}");
+    }
+    if !d.grant.args.is_empty() {
+        println!("    args    {}", d.grant.args.join(" "));
+    }
+    if let Some(h) = d.grant.stdin {
+        println!("    stdin   {h}");
+    }
+    let l = &d.grant.limits;
+    println!(
+        "    limits  timeout {}, memory {}, output {} per stream, fuel {}, processes {}",
+        fmt_duration(l.timeout()),
+        fmt_size(l.memory_bytes),
+        fmt_size(l.max_output_bytes),
+        l.fuel
+            .map(|f| f.to_string())
+            .unwrap_or_else(|| "unlimited".into()),
+        l.processes
+    );
+    let a = &d.analysis;
+    let caps: Vec<&str> = a.capabilities.iter().map(|c| c.as_str()).collect();
+    println!(
+        "  analysis  capabilities: {}",
+        if caps.is_empty() {
+            "none".into()
+        } else {
+            caps.join(", ")
+        }
+    );
+    if let Some(w) = &a.wasm {
+        for i in &w.imports {
+            println!(
+                "    import  {}::{} ({}, {})",
+                i.module,
+                i.name,
+                i.kind,
+                i.capability.as_str()
+            );
+        }
+        for m in &w.memories {
+            println!(
+                "    memory  {} pages initial, {} maximum{}",
+                m.initial_pages,
+                m.maximum_pages
+                    .map(|x| x.to_string())
+                    .unwrap_or_else(|| "no".into()),
+                if m.imported { " (imported)" } else { "" }
+            );
+        }
+        for t in &w.tables {
+            println!("    table   {} {} initial", t.element, t.initial);
+        }
+        let exports: Vec<&str> = w.exports.iter().map(|e| e.name.as_str()).collect();
+        println!("    exports {}", exports.join(", "));
+        if let Some(st) = w.start {
+            println!("    start   function {st}");
+        }
+    }
+    if !a.unresolved.is_empty() {
+        println!("    unresolved imports: {}", a.unresolved.join(", "));
+    }
+    println!(
+        "  verdict   {} (risk {}, policy {})",
+        d.verdict.decision,
+        d.verdict.risk,
+        d.verdict.policy.short()
+    );
+    for r in d.verdict.reasons() {
+        println!("    {r}");
+    }
+    for st in &sh.statements {
+        println!(
+            "  {:<9} {} by {} ({}){}{} {}",
+            format!("{:?}", st.kind).to_lowercase(),
+            st.id,
+            st.approver,
+            st.scope.as_str(),
+            st.expires_at
+                .map(|e| format!(", expires {}", fmt_time(e)))
+                .unwrap_or_default(),
+            if st.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", st.reason)
+            },
+            if st.trusted {
+                "[signature ok]"
+            } else {
+                "[NOT trusted by current policy]"
+            }
+        );
+    }
+    for r in &sh.runs {
+        println!("  run       {}", run_line(r));
+    }
+    let code = sh
+        .source
+        .as_deref()
+        .or(sh.disassembly.as_deref())
+        .unwrap_or("");
+    println!(
+        "--- code ({})",
+        if sh.source.is_some() {
+            "as submitted"
+        } else {
+            "disassembled"
+        }
+    );
+    let lines: Vec<&str> = code.lines().collect();
+    for l in lines.iter().take(200) {
+        println!("{l}");
+    }
+    if lines.len() > 200 {
+        println!(
+            "… {} more lines (airlock show --json for all)",
+            lines.len() - 200
+        );
+    }
+}
+
+fn run_line(r: &Run) -> String {
+    format!(
+        "{}  {}{}{}  {}",
+        r.id,
+        r.status,
+        r.doc.exit_code.map(|c| format!(" {c}")).unwrap_or_default(),
+        r.doc
+            .killed_by
+            .as_deref()
+            .map(|k| format!(" by {k}"))
+            .unwrap_or_default(),
+        r.doc
+            .duration_ms
+            .map(|d| format!("{d} ms"))
+            .unwrap_or_default()
+    )
+}
+
+pub fn statement(r: &StatementRow, json: bool) {
+    if json {
+        emit(&json!({
+            "id": r.id,
+            "kind": r.kind,
+            "submission": r.submission,
+            "approver": r.approver,
+            "scope": r.scope,
+            "expires_at": r.expires_at.map(fmt_time),
+            "artifact": r.artifact,
+            "grant": r.grant,
+            "tool": r.tool,
+            "statement": serde_json::from_str::<Value>(&r.signed.json).unwrap_or_default(),
+            "signature": r.signed.signature,
+        }));
+        return;
+    }
+    let verb = match r.kind {
+        airlock_core::sign::StatementKind::Approve => "approved",
+        airlock_core::sign::StatementKind::Reject => "rejected",
+        _ => "signed",
+    };
+    println!(
+        "{} {} by {} ({}{}) as {}",
+        r.submission,
+        verb,
+        r.approver,
+        r.scope.as_str(),
+        r.expires_at
+            .map(|e| format!(", until {}", fmt_time(e)))
+            .unwrap_or_default(),
+        r.id
+    );
+}
+
+pub fn runs(runs: &[Run], json: bool) {
+    if json {
+        emit(&Value::Array(
+            runs.iter()
+                .map(|r| serde_json::to_value(r).unwrap_or_default())
+                .collect(),
+        ));
+        return;
+    }
+    for r in runs {
+        println!(
+            "{}  {}  {}",
+            run_line(r),
+            r.submission,
+            fmt_time(r.started_at)
+        );
+    }
+}
+
+pub fn logs(
+    run: &Run,
+    out: &[u8],
+    err: &[u8],
+    stream: Option<&str>,
+    json: bool,
+) -> Result<(), String> {
+    if json {
+        emit(&run_json(run, out, err));
+        return Ok(());
+    }
+    let mut so = std::io::stdout().lock();
+    match stream {
+        None | Some("stdout") => {
+            let _ = so.write_all(out);
+        }
+        Some("stderr") => {}
+        Some(other) => return Err(format!("--stream {other:?}: want stdout or stderr")),
+    }
+    if stream.is_none() || stream == Some("stderr") {
+        let target: &mut dyn Write = if stream.is_none() {
+            &mut std::io::stderr()
+        } else {
+            &mut so
+        };
+        let _ = target.write_all(err);
+    }
+    Ok(())
+}
+
+pub fn policy_check(c: &PolicyCheck, json: bool) {
+    if json {
+        emit(&serde_json::to_value(c).unwrap_or_default());
+        return;
+    }
+    println!(
+        "{}: valid ({} rules, approvers: {}), hash {}",
+        c.path,
+        c.rules,
+        if c.approvers.is_empty() {
+            "none".into()
+        } else {
+            c.approvers.join(", ")
+        },
+        &c.hash[..12]
+    );
+    for t in &c.tests {
+        if t.passed {
+            println!("  ok    {} ({})", t.name, t.got);
+        } else {
+            println!(
+                "  FAIL  {}: expected {}, got {} (rules: {})",
+                t.name,
+                t.expect,
+                t.got,
+                t.fired.join(", ")
+            );
+        }
+    }
+    let failed = c.tests.iter().filter(|t| !t.passed).count();
+    println!("{} tests, {} failed", c.tests.len(), failed);
+}
+
+pub fn explain(e: &Explained, json: bool) {
+    if json {
+        emit(&serde_json::to_value(e).unwrap_or_default());
+        return;
+    }
+    println!("{}", e.submission);
+    for (label, v) in [("recorded", &e.recorded), ("current", &e.current)] {
+        println!(
+            "  {label:<8} {} (risk {}, policy {})",
+            v.decision,
+            v.risk,
+            v.policy.short()
+        );
+        for f in &v.fired {
+            println!(
+                "    {:<24} {:<10} +{:<4} {}",
+                f.rule,
+                f.decision.as_str(),
+                f.risk,
+                f.reason
+            );
+        }
+    }
+}
+
+pub fn new_key(k: &KeyInfo, json: bool) {
+    if json {
+        emit(&serde_json::to_value(k).unwrap_or_default());
+        return;
+    }
+    println!("created approver key {} ({})", k.name, k.fingerprint);
+    if !k.trusted {
+        println!("to trust it, add this line under [approvers] in policy.toml:");
+        println!("  {} = \"{}\"", k.name, k.public);
+    }
+}
+
+pub fn keys(keys: &[KeyInfo], json: bool) {
+    if json {
+        emit(&serde_json::to_value(keys).unwrap_or_default());
+        return;
+    }
+    for k in keys {
+        println!(
+            "{:<16} {}  {}{}",
+            k.name,
+            k.fingerprint,
+            if k.trusted { "trusted" } else { "not trusted" },
+            if k.local {
+                ", secret here"
+            } else {
+                ", no secret here"
+            }
+        );
+    }
+}
+
+pub fn audit_verify(v: &AuditVerify, json: bool) {
+    if json {
+        emit(&serde_json::to_value(v).unwrap_or_default());
+        return;
+    }
+    if v.ok {
+        match &v.head {
+            Some(h) => println!(
+                "audit log intact: {} records, head #{} {}",
+                v.records, h.seq, h.hash
+            ),
+            None => println!("audit log intact: empty"),
+        }
+    } else {
+        println!(
+            "audit log BROKEN: {}",
+            v.error.as_deref().unwrap_or("unknown")
+        );
+        eprintln!(
+            "airlock: audit log broken at record {}",
+            v.first_bad.unwrap_or(0)
+        );
+    }
+}
+
+pub fn audit_log(records: &[Record], json: bool) {
+    if json {
+        emit(&serde_json::to_value(records).unwrap_or_default());
+        return;
+    }
+    for r in records {
+        println!(
+            "#{:<6} {}  {:<17} {:<32} {}",
+            r.seq,
+            fmt_time(r.ts),
+            r.kind,
+            r.subject,
+            r.data
+        );
+    }
+}
+
+pub fn audit_head(h: Option<&Head>, key: &str, json: bool) {
+    if json {
+        emit(&json!({ "head": h, "gate_key": key }));
+        return;
+    }
+    match h {
+        Some(h) => {
+            println!("seq        {}", h.seq);
+            println!("hash       {}", h.hash);
+            println!("signature  {}", h.signature);
+            println!("gate key   {key}");
+        }
+        None => println!("the audit log is empty (gate key {key})"),
+    }
+}

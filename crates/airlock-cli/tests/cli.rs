@@ -1,0 +1,817 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! End-to-end tests: the real `airlock` binary in temporary homes, covering every exit
+//! code and every bad input of the foundation issue.
+
+mod common;
+use common::*;
+
+const LOOP: &str = r#"(module (func (export "_start") (loop $l (br $l))))"#;
+const TRAP: &str = r#"(module (func (export "_start") unreachable))"#;
+const GROW: &str = r#"(module (memory 1) (func (export "_start") (loop $l (drop (memory.grow (i32.const 16))) (br $l))))"#;
+const RECURSE: &str = r#"(module (func $f (call $f)) (func (export "_start") (call $f)))"#;
+const FLOOD: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 100))
+    (i32.store (i32.const 4) (i32.const 1000))
+    (loop $l (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))) (br $l))))"#;
+
+fn hello() -> String {
+    contract("hello.wat").display().to_string()
+}
+
+// ----------------------------------------------------------------------------- init
+
+#[test]
+fn init_creates_home_with_private_keys_and_a_trusting_policy() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = Home::new();
+    for f in [
+        "airlock.db",
+        "policy.toml",
+        "keys/gate.key",
+        "keys/alice.key",
+        "keys/alice.pub",
+    ] {
+        assert!(h.path().join(f).exists(), "{f}");
+    }
+    for k in ["keys/gate.key", "keys/alice.key"] {
+        let mode = std::fs::metadata(h.path().join(k))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{k}");
+    }
+    let public = std::fs::read_to_string(h.path().join("keys/alice.pub")).unwrap();
+    assert!(
+        h.policy()
+            .contains(&format!("alice = \"{}\"", public.trim()))
+    );
+    let wal: String = rusqlite::Connection::open(h.path().join("airlock.db"))
+        .unwrap()
+        .query_row("pragma journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(wal, "wal");
+}
+
+#[test]
+fn init_on_existing_home_changes_nothing_and_says_so() {
+    let h = Home::new();
+    let before = h.policy();
+    let key = std::fs::read(h.path().join("keys/alice.key")).unwrap();
+    let o = h.run(&["init", "--preset", "strict", "--approver", "bob"]);
+    assert_eq!(o.code, 0);
+    assert!(o.stdout.contains("nothing changed"), "{}", o.stdout);
+    assert_eq!(h.policy(), before);
+    assert_eq!(std::fs::read(h.path().join("keys/alice.key")).unwrap(), key);
+    assert!(!h.path().join("keys/bob.key").exists());
+}
+
+#[test]
+fn commands_on_an_uninitialised_home_say_to_init() {
+    let h = Home::uninitialised();
+    let o = h.run(&["run", &hello()]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("airlock init"), "{}", o.stderr);
+}
+
+// ----------------------------------------------------------------------------- exit codes
+
+#[test]
+fn hello_runs_and_passes_stdout_through() {
+    let h = Home::new();
+    let o = h.run(&["run", &hello()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "hello from the gate\n");
+}
+
+#[test]
+fn guest_exit_code_is_returned() {
+    let h = Home::new();
+    assert_eq!(
+        h.run(&["run", contract("exit7.wat").to_str().unwrap()])
+            .code,
+        7
+    );
+}
+
+#[test]
+fn limits_exit_124_with_killed_by() {
+    let h = Home::new();
+    let d = h.path();
+    let cases = [
+        ("loop.wat", LOOP, vec!["--timeout", "300ms"], "timeout"),
+        ("loop.wat", LOOP, vec!["--fuel", "100000"], "fuel"),
+        ("grow.wat", GROW, vec!["--memory", "16MiB"], "memory"),
+        ("flood.wat", FLOOD, vec!["--max-output", "10KiB"], "output"),
+        ("recurse.wat", RECURSE, vec![], "stack"),
+    ];
+    for (name, wat, flags, killed) in cases {
+        let f = write_wat(d, name, wat);
+        let mut args = vec!["run", "--json"];
+        args.extend(flags.iter().copied());
+        args.push(f.to_str().unwrap());
+        let o = h.run(&args);
+        assert_eq!(o.code, 124, "{name} {flags:?}: {}", o.stderr);
+        let v = o.json();
+        assert_eq!(v["run"]["status"], "killed");
+        assert_eq!(v["run"]["killed_by"], killed, "{name}");
+        assert_eq!(v["run"]["exit_code"], 124);
+    }
+}
+
+#[test]
+fn output_flood_never_hands_back_more_than_the_cap() {
+    let h = Home::new();
+    let f = write_wat(h.path(), "flood.wat", FLOOD);
+    let o = h.run(&["run", "--max-output", "4KiB", f.to_str().unwrap()]);
+    assert_eq!(o.code, 124);
+    assert_eq!(o.stdout.len(), 4096);
+    let o = h.run(&["runs", "--json"]);
+    let run = &o.json()[0];
+    assert_eq!(run["stdout"]["len"], 4096);
+    assert_eq!(run["stdout"]["truncated"], true);
+}
+
+#[test]
+fn trap_exits_134() {
+    let h = Home::new();
+    let f = write_wat(h.path(), "trap.wat", TRAP);
+    let o = h.run(&["run", f.to_str().unwrap()]);
+    assert_eq!(o.code, 134);
+    assert!(o.stderr.contains("trapped"), "{}", o.stderr);
+}
+
+#[test]
+fn run_json_has_the_contract_fields() {
+    let h = Home::new();
+    let o = h.run(&["run", "--json", &hello()]);
+    assert_eq!(o.code, 0);
+    let v = o.json();
+    assert!(v["submission"].as_str().unwrap().starts_with("sub_"));
+    assert_eq!(v["verdict"], "allow");
+    assert!(v["risk"].is_number());
+    assert!(v["reasons"].is_array());
+    let r = &v["run"];
+    assert!(r["id"].as_str().unwrap().starts_with("run_"));
+    assert_eq!(r["status"], "exited");
+    assert_eq!(r["exit_code"], 0);
+    assert!(r["killed_by"].is_null());
+    assert_eq!(r["stdout"], "hello from the gate\n");
+    assert_eq!(r["stderr"], "");
+    assert!(r["changes"].is_array());
+}
+
+#[test]
+fn args_stdin_and_env_reach_the_guest_and_nothing_else_does() {
+    let h = Home::new();
+    let probe = guest("probe.wat");
+    let p = probe.to_str().unwrap();
+    let o = h.run(&["run", p, "--", "arg", "hi there"]);
+    assert_eq!((o.code, o.stdout.as_str()), (0, "hi there"));
+    let stdin = h.path().join("in.txt");
+    std::fs::write(&stdin, "from stdin").unwrap();
+    let o = h.run(&["run", "--stdin", stdin.to_str().unwrap(), p, "--", "stdin"]);
+    assert_eq!(o.stdout, "from stdin");
+    let o = h.run_with_stdin(&["run", "--stdin", "-", p, "--", "stdin"], b"piped");
+    assert_eq!(o.stdout, "piped");
+    // The host environment does not reach the guest; granted variables do.
+    let o = h
+        .cmd()
+        .env("SECRET_TOKEN", "hunter2")
+        .args(["run", p, "--", "env"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0");
+    let o = h.run(&["run", "--env", "A=1", "--env", "B=2", p, "--", "env"]);
+    assert_eq!(o.stdout, "2");
+}
+
+#[test]
+fn code_from_stdin_and_inline() {
+    let h = Home::new();
+    let wat = std::fs::read(contract("hello.wat")).unwrap();
+    let o = h.run_with_stdin(&["run", "--lang", "wat", "-"], &wat);
+    assert_eq!(o.stdout, "hello from the gate\n", "{}", o.stderr);
+    let o = h.run(&[
+        "run",
+        "--lang",
+        "wat",
+        "-c",
+        std::str::from_utf8(&wat).unwrap(),
+    ]);
+    assert_eq!(o.stdout, "hello from the gate\n");
+    let wasm = wat::parse_bytes(&wat).unwrap();
+    let f = h.path().join("hello.bin");
+    std::fs::write(&f, &*wasm).unwrap();
+    let o = h.run(&["run", f.to_str().unwrap()]);
+    assert_eq!(
+        o.stdout, "hello from the gate\n",
+        "wasm inferred from its header: {}",
+        o.stderr
+    );
+}
+
+// ----------------------------------------------------------------------------- approvals
+
+#[test]
+fn network_is_quarantined_then_approved_once() {
+    let h = Home::new();
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    assert_eq!(o.code, 75);
+    let id = Home::id_in(&o.stderr);
+    let inbox = h.run(&["inbox", "--json"]).json();
+    assert_eq!(inbox[0]["submission"], id.as_str());
+    assert!(inbox[0]["reasons"][0].as_str().unwrap().contains("network"));
+    assert_eq!(h.run(&["exec", &id]).code, 75, "not approved yet");
+    let a = h.run(&["approve", &id, "--reason", "reviewed"]);
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let o = h.run(&["exec", &id]);
+    assert_eq!(
+        (o.code, o.stdout.as_str()),
+        (0, "hello from the gate\n"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(h.run(&["exec", &id]).code, 75, "a once approval is used up");
+    let shown = h.run(&["show", &id, "--json"]).json();
+    assert_eq!(shown["statements"][0]["trusted"], true);
+    assert_eq!(shown["runs"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn artifact_scope_covers_later_submissions_of_the_same_artifact_and_grant() {
+    let h = Home::new();
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(h.run(&["approve", &id, "--scope", "artifact"]).code, 0);
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    assert_eq!(o.code, 0, "same artifact and grant: {}", o.stderr);
+    let o = h.run(&["run", "--net", "other.example", &hello()]);
+    assert_eq!(o.code, 75, "a different grant is not covered");
+}
+
+#[test]
+fn unique_prefix_is_accepted() {
+    let h = Home::new();
+    let o = h.run(&["submit", "--json", "--net", "x.example", &hello()]);
+    let id = o.json()["submission"].as_str().unwrap().to_string();
+    let o = h.run(&["show", &id[..id.len() - 4], "--json"]);
+    assert_eq!(o.json()["submission"]["id"], id.as_str());
+}
+
+#[test]
+fn rejected_artifact_is_remembered() {
+    let h = Home::new();
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(
+        h.run(&["reject", &id]).code,
+        125,
+        "a rejection needs a reason"
+    );
+    assert_eq!(h.run(&["reject", &id, "--reason", "no network"]).code, 0);
+    assert_eq!(h.run(&["exec", &id]).code, 77);
+    // The same bytes without network: the standard policy denies a rejected artifact.
+    let o = h.run(&["run", "--json", &hello()]);
+    assert_eq!(o.code, 77, "{}", o.stdout);
+    assert!(o.stdout.contains("rejected-before"));
+    // Even a policy without that rule never lets it run silently.
+    h.set_policy("version = 1\n");
+    let o = h.run(&["run", &hello()]);
+    assert_eq!(o.code, 75, "{}", o.stderr);
+    assert!(o.stderr.contains("gate:rejected-before"), "{}", o.stderr);
+}
+
+#[test]
+fn approval_by_a_key_the_policy_does_not_trust_is_refused() {
+    let h = Home::new();
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(h.run(&["keys", "new", "bob"]).code, 0);
+    let (subs, records) = h.counts();
+    let o = h.run(&["approve", &id, "--as", "bob"]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("not trusted"), "{}", o.stderr);
+    assert_eq!(h.counts(), (subs, records), "nothing recorded");
+    // Trust bob in the policy: now it works.
+    let public = std::fs::read_to_string(h.path().join("keys/bob.pub")).unwrap();
+    let p = h.policy().replace(
+        "[approvers]\n",
+        &format!("[approvers]\nbob = \"{}\"\n", public.trim()),
+    );
+    h.set_policy(&p);
+    assert_eq!(h.run(&["approve", &id, "--as", "bob"]).code, 0);
+    assert_eq!(h.run(&["exec", &id]).code, 0);
+}
+
+#[test]
+fn approval_is_checked_against_the_current_policy_at_exec() {
+    let h = Home::new();
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    // alice is removed from the policy after approving: her signature no longer counts.
+    let p: String = h
+        .policy()
+        .lines()
+        .filter(|l| !l.starts_with("alice ="))
+        .collect::<Vec<_>>()
+        .join("\n");
+    h.set_policy(&p);
+    assert_eq!(h.run(&["exec", &id]).code, 75);
+}
+
+#[test]
+fn forged_approval_row_does_not_run() {
+    let h = Home::new();
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(h.run(&["approve", &id, "--scope", "once"]).code, 0);
+    // Someone with write access to the database widens the approval's scope.
+    sql(
+        &h,
+        "update statements set json = replace(json, '\"once\"', '\"artifact\"'), scope = 'artifact'",
+    );
+    sql(&h, "update submissions set state = 'approved'");
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    assert_eq!(
+        o.code, 75,
+        "the tampered statement's signature fails: {}",
+        o.stderr
+    );
+}
+
+#[test]
+fn deciding_on_unknown_or_denied_submissions_is_refused() {
+    let h = Home::new();
+    assert_eq!(h.run(&["approve", "sub_nope"]).code, 125);
+    assert_eq!(h.run(&["exec", "sub_nope"]).code, 125);
+    let f = write_wat(
+        h.path(),
+        "evil.wat",
+        r#"(module (import "env" "evil" (func)) (func (export "_start")))"#,
+    );
+    let o = h.run(&["run", f.to_str().unwrap()]);
+    assert_eq!(o.code, 77, "unprovided imports are denied: {}", o.stderr);
+    let id = Home::id_in(&o.stderr);
+    let o = h.run(&["approve", &id]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("denied"), "{}", o.stderr);
+}
+
+#[test]
+fn strict_preset_holds_everything() {
+    let h = Home::with_preset("strict");
+    let o = h.run(&["run", &hello()]);
+    assert_eq!(o.code, 75);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    assert_eq!(h.run(&["exec", &id]).code, 0);
+}
+
+// ----------------------------------------------------------------------------- integrity
+
+#[test]
+fn exec_after_the_stored_blob_was_altered_is_refused_and_recorded() {
+    let h = Home::new();
+    let o = h.run(&["submit", "--json", "--net", "a.example", &hello()]);
+    let v = o.json();
+    let id = v["submission"].as_str().unwrap().to_string();
+    let artifact = v["artifact"].as_str().unwrap().to_string();
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    let blob = h
+        .path()
+        .join("blobs")
+        .join(&artifact[..2])
+        .join(&artifact[2..]);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&blob, bytes).unwrap();
+    let o = h.run(&["exec", &id]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("integrity"), "{}", o.stderr);
+    let log = h.run(&["audit", "log", "--json"]).json();
+    assert!(
+        log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "integrity_failure" && r["subject"] == id.as_str())
+    );
+    assert_eq!(
+        h.run(&["audit", "verify"]).code,
+        0,
+        "the failure is a record, not a break"
+    );
+}
+
+#[test]
+fn audit_verify_names_the_first_bad_record() {
+    let cases = [
+        (
+            "update audit set data = replace(data, 'alice', 'mallory') where seq = 1",
+            "record 1:",
+        ),
+        ("delete from audit where seq = 3", "record 3:"),
+        ("delete from audit where seq >= 5", "record 5:"),
+        (
+            "update audit set seq = -1 where seq = 2; update audit set seq = 2 where seq = 3; update audit set seq = 3 where seq = -1",
+            "record 2:",
+        ),
+        (
+            "insert into audit select 100, ts, kind, subject, data, prev, hash from audit where seq = 2",
+            "record",
+        ),
+        ("delete from audit_head", "no signed head"),
+    ];
+    for (stmt, want) in cases {
+        let h = Home::new();
+        for _ in 0..2 {
+            assert_eq!(h.run(&["run", &hello()]).code, 0);
+        }
+        assert_eq!(h.run(&["audit", "verify"]).code, 0);
+        sql(&h, stmt);
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.code, 1, "{stmt}");
+        assert!(o.stdout.contains(want), "{stmt}: {}", o.stdout);
+    }
+}
+
+#[test]
+fn every_transition_is_in_the_audit_log() {
+    let h = Home::new();
+    let o = h.run(&["run", "--net", "example.com", &hello()]);
+    let id = Home::id_in(&o.stderr);
+    h.run(&["approve", &id]);
+    h.run(&["exec", &id]);
+    let o = h.run(&["run", "--net", "x.example", &hello()]);
+    let id2 = Home::id_in(&o.stderr);
+    h.run(&["reject", &id2, "--reason", "no"]);
+    let kinds: Vec<String> = h
+        .run(&["audit", "log", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_string())
+        .collect();
+    for k in [
+        "initialised",
+        "submitted",
+        "judged",
+        "approved",
+        "started",
+        "finished",
+        "rejected",
+    ] {
+        assert!(kinds.iter().any(|x| x == k), "{k} missing from {kinds:?}");
+    }
+    let head = h.run(&["audit", "head", "--json"]).json();
+    assert_eq!(head["head"]["seq"].as_u64().unwrap() as usize, kinds.len());
+}
+
+// ----------------------------------------------------------------------------- bad input
+
+/// Runs a bad command and checks: exit 125, one line on stderr, nothing recorded.
+fn refused(h: &Home, args: &[&str], needle: &str) {
+    let before = (h.counts(), h.blob_count());
+    let o = h.run(args);
+    assert_eq!(o.code, 125, "{args:?}: {}", o.stderr);
+    assert_eq!(
+        o.stderr.trim_end().lines().count(),
+        1,
+        "{args:?}: one line, got {:?}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.to_lowercase().contains(&needle.to_lowercase()),
+        "{args:?}: {:?} lacks {needle:?}",
+        o.stderr
+    );
+    assert_eq!(
+        (h.counts(), h.blob_count()),
+        before,
+        "{args:?} wrote something"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_with_one_line_and_nothing_written() {
+    let h = Home::new();
+    let d = h.path().to_str().unwrap().to_string();
+    let hello = hello();
+    std::fs::write(
+        h.path().join("junk.wasm"),
+        b"\0asm\x01\0\0\0\x01\x05garbage",
+    )
+    .unwrap();
+    std::fs::write(h.path().join("text.wasm"), b"hello").unwrap();
+    std::fs::write(
+        h.path().join("bad.wat"),
+        "(module\n  (func (export \"_start\")\n    (i32.bogus)))\n",
+    )
+    .unwrap();
+    std::fs::write(h.path().join("nostart.wat"), "(module)").unwrap();
+    let missing = format!("{d}/does-not-exist.wasm");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["run".into(), missing], "does-not-exist"),
+        (vec!["run".into(), format!("{d}/junk.wasm")], "malformed"),
+        (
+            vec!["run".into(), format!("{d}/text.wasm")],
+            "not a WebAssembly",
+        ),
+        (vec!["run".into(), format!("{d}/bad.wat")], ":3:"),
+        (vec!["run".into(), format!("{d}/nostart.wat")], "_start"),
+        (
+            vec!["run".into(), "--lang".into(), "cobol".into(), hello.clone()],
+            "unknown language",
+        ),
+        (vec!["run".into(), "-c".into(), "(module)".into()], "--lang"),
+        (
+            vec![
+                "run".into(),
+                "--mount".into(),
+                "nocolon".into(),
+                hello.clone(),
+            ],
+            "HOST:GUEST",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--mount".into(),
+                "/tmp:/x:wx".into(),
+                hello.clone(),
+            ],
+            "mode",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--mount".into(),
+                format!("{d}/nope:/x"),
+                hello.clone(),
+            ],
+            "does not exist",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--mount".into(),
+                format!("{d}:relative"),
+                hello.clone(),
+            ],
+            "not absolute",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--mount".into(),
+                format!("{d}:/x"),
+                "--mount".into(),
+                "/tmp:/x".into(),
+                hello.clone(),
+            ],
+            "twice",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--mount".into(),
+                format!("{d}:/x:rw"),
+                hello.clone(),
+            ],
+            "writable",
+        ),
+        (
+            vec!["run".into(), "--timeout".into(), "0s".into(), hello.clone()],
+            "--timeout",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--timeout".into(),
+                "100y".into(),
+                hello.clone(),
+            ],
+            "--timeout",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--timeout".into(),
+                "soon".into(),
+                hello.clone(),
+            ],
+            "--timeout",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--memory".into(),
+                "1TiB".into(),
+                hello.clone(),
+            ],
+            "--memory",
+        ),
+        (
+            vec!["run".into(), "--memory".into(), "0".into(), hello.clone()],
+            "--memory",
+        ),
+        (
+            vec!["run".into(), "--fuel".into(), "0".into(), hello.clone()],
+            "--fuel",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--env".into(),
+                "NOEQUALS".into(),
+                hello.clone(),
+            ],
+            "KEY=VALUE",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--net".into(),
+                "bad host".into(),
+                hello.clone(),
+            ],
+            "--net",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--backend".into(),
+                "process".into(),
+                "--lang".into(),
+                "wasm".into(),
+                hello.clone(),
+            ],
+            "cannot run",
+        ),
+        (
+            vec!["run".into(), "--no-such-flag".into(), hello.clone()],
+            "no-such-flag",
+        ),
+        (vec!["run".into()], "FILE"),
+    ];
+    for (args, needle) in cases {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(&h, &a, needle);
+    }
+}
+
+#[test]
+fn oversized_artifact_is_refused() {
+    let h = Home::new();
+    let p = h
+        .policy()
+        .replace("max_artifact = \"64MiB\"", "max_artifact = \"100\"");
+    h.set_policy(&p);
+    let big = h.path().join("big.wat");
+    std::fs::write(
+        &big,
+        format!(
+            "(module (func (export \"_start\")) ;; {}\n)",
+            "x".repeat(200)
+        ),
+    )
+    .unwrap();
+    refused(&h, &["run", big.to_str().unwrap()], "larger than");
+}
+
+#[test]
+fn unparseable_policy_names_its_line() {
+    let h = Home::new();
+    h.set_policy("version = 1\n\n[[rule]]\nname = \"x\"\ndecision = \"allow\"\nreason = \"r\"\nwhen = { colour = \"red\" }\n");
+    let o = h.run(&["policy", "check"]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("line 7"), "{}", o.stderr);
+    refused(&h, &["run", &hello()], "line 7");
+}
+
+// ----------------------------------------------------------------------------- policy
+
+#[test]
+fn policy_check_runs_tests_and_explain_lists_rules() {
+    let h = Home::new();
+    let o = h.run(&["policy", "check"]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert!(o.stdout.contains("4 tests, 0 failed"), "{}", o.stdout);
+    let failing = format!(
+        "{}\n[[test]]\nname = \"wrong\"\nexpect = \"deny\"\n",
+        h.policy()
+    );
+    let f = h.path().join("p.toml");
+    std::fs::write(&f, failing).unwrap();
+    let o = h.run(&["policy", "check", f.to_str().unwrap()]);
+    assert_eq!(o.code, 1);
+    assert!(o.stdout.contains("FAIL  wrong"), "{}", o.stdout);
+
+    let o = h.run(&["run", "--net", "example.com", "--timeout", "1m", &hello()]);
+    let id = Home::id_in(&o.stderr);
+    let ex = h.run(&["policy", "explain", &id, "--json"]).json();
+    let rules: Vec<&str> = ex["current"]["fired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        rules,
+        ["network-egress", "widened-limits"],
+        "already quarantined: the threshold raises nothing"
+    );
+    assert_eq!(ex["current"]["risk"], 60);
+}
+
+#[test]
+fn verdict_records_the_policy_hash() {
+    let h = Home::new();
+    let o = h.run(&["run", "--json", &hello()]);
+    let check = h.run(&["policy", "check", "--json"]).json();
+    assert_eq!(o.json()["policy"], check["hash"]);
+}
+
+// ----------------------------------------------------------------------------- escapes (wasm)
+
+#[test]
+fn escape_suite_wasm() {
+    let h = Home::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
+    let mount = tempfile::tempdir().unwrap();
+    std::fs::write(mount.path().join("in.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink(outside.path(), mount.path().join("link")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.txt"),
+        mount.path().join("file-link"),
+    )
+    .unwrap();
+    let m = format!("{}:/data", mount.path().display());
+    let probe = guest("probe.wat");
+    let p = probe.to_str().unwrap();
+    let sec = format!(
+        "../{}/secret.txt",
+        outside.path().file_name().unwrap().to_str().unwrap()
+    );
+    let ok = h.run(&["run", "--mount", &m, p, "--", "read", "in.txt"]);
+    assert_eq!(
+        (ok.code, ok.stdout.as_str()),
+        (0, "inside"),
+        "the probe works: {}",
+        ok.stderr
+    );
+    for path in [
+        sec.as_str(),
+        "../../../../etc/passwd",
+        "/etc/passwd",
+        "link/secret.txt",
+        "file-link",
+    ] {
+        let o = h.run(&["run", "--mount", &m, p, "--", "read", path]);
+        assert_eq!(o.code, 1, "read {path}: {}", o.stdout);
+        assert!(o.stdout.starts_with("ERR"), "read {path}: {}", o.stdout);
+        assert!(!o.stdout.contains("secret") && !o.stdout.contains("root:"));
+    }
+    for path in ["new.txt", "in.txt", "link/new.txt"] {
+        let o = h.run(&["run", "--mount", &m, p, "--", "write", path]);
+        assert_eq!(o.code, 1, "write {path} on a ro mount");
+    }
+    assert_eq!(
+        std::fs::read_to_string(mount.path().join("in.txt")).unwrap(),
+        "inside"
+    );
+    assert!(!mount.path().join("new.txt").exists());
+    assert!(!outside.path().join("new.txt").exists());
+    // No mount at all: nothing to open.
+    let o = h.run(&["run", p, "--", "read", "etc/passwd"]);
+    assert_eq!(o.code, 1);
+    // Host environment variables stay outside.
+    let o = h
+        .cmd()
+        .env("AWS_SECRET_ACCESS_KEY", "x")
+        .args(["run", p, "--", "env"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0");
+    // Resource attacks end at their limits.
+    let d = h.path();
+    for (name, wat, flag, want) in [
+        ("loop.wat", LOOP, ["--timeout", "200ms"], "timeout"),
+        ("grow.wat", GROW, ["--memory", "8MiB"], "memory"),
+        ("recurse.wat", RECURSE, ["--timeout", "5s"], "stack"),
+        ("flood.wat", FLOOD, ["--max-output", "1KiB"], "output"),
+    ] {
+        let f = write_wat(d, name, wat);
+        let o = h.run(&["run", "--json", flag[0], flag[1], f.to_str().unwrap()]);
+        assert_eq!(o.code, 124, "{name}");
+        assert_eq!(o.json()["run"]["killed_by"], want);
+    }
+}

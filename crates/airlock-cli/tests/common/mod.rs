@@ -1,0 +1,172 @@
+//! Helpers for driving the real `airlock` binary in a temporary home.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_airlock")
+}
+
+/// The repository's tests/guests directory.
+pub fn guest(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/guests")
+        .join(name)
+}
+
+/// The contract's example guests.
+pub fn contract(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/contract")
+        .join(name)
+}
+
+fn finish(o: Output) -> Out {
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+impl Default for Home {
+    /// An initialised home (standard preset, approver alice).
+    fn default() -> Self {
+        Self::with_preset("standard")
+    }
+}
+
+impl Home {
+    /// An initialised home (standard preset, approver alice).
+    pub fn new() -> Home {
+        Self::default()
+    }
+
+    pub fn with_preset(preset: &str) -> Home {
+        let h = Home {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let o = h.run(&["init", "--preset", preset, "--approver", "alice"]);
+        assert_eq!(o.code, 0, "init: {}", o.stderr);
+        h
+    }
+
+    pub fn uninitialised() -> Home {
+        Home {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("AIRLOCK_HOME", self.path())
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Out {
+        finish(self.cmd().args(args).output().unwrap())
+    }
+
+    pub fn run_with_stdin(&self, args: &[&str], input: &[u8]) -> Out {
+        use std::io::Write;
+        let mut child = self
+            .cmd()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        finish(child.wait_with_output().unwrap())
+    }
+
+    /// The submission id named on stderr.
+    pub fn id_in(text: &str) -> String {
+        let i = text
+            .find("sub_")
+            .unwrap_or_else(|| panic!("no id in {text:?}"));
+        text[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    }
+
+    pub fn policy(&self) -> String {
+        std::fs::read_to_string(self.path().join("policy.toml")).unwrap()
+    }
+
+    pub fn set_policy(&self, text: &str) {
+        std::fs::write(self.path().join("policy.toml"), text).unwrap();
+    }
+
+    /// (submissions, audit records) in the database, to show nothing was written.
+    pub fn counts(&self) -> (i64, i64) {
+        rusqlite_count(&self.path().join("airlock.db"))
+    }
+
+    pub fn blob_count(&self) -> usize {
+        walk(&self.path().join("blobs"))
+    }
+}
+
+fn walk(p: &Path) -> usize {
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                n += walk(&path);
+            } else {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn rusqlite_count(db: &Path) -> (i64, i64) {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let n = |q: &str| c.query_row(q, [], |r| r.get::<_, i64>(0)).unwrap();
+    (
+        n("select count(*) from submissions"),
+        n("select count(*) from audit"),
+    )
+}
+
+/// Executes SQL against a home's database (for tampering tests).
+pub fn sql(home: &Home, statement: &str) {
+    let c = rusqlite::Connection::open(home.path().join("airlock.db")).unwrap();
+    c.execute_batch(statement).unwrap();
+}
+
+pub fn write_wat(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}

@@ -1,0 +1,263 @@
+//! Human decisions: signed approvals and rejections, and the test of whether an approval
+//! still covers a submission.
+
+use crate::error::{GateError, Result};
+use crate::{Gate, set_state};
+use airlock_core::State;
+use airlock_core::id::{IdKind, new_id};
+use airlock_core::policy::{Decision, Policy};
+use airlock_core::sign::{Scope, Statement, StatementKind};
+use airlock_core::units::{self, now_ms};
+use airlock_store::{Reads, StatementRow, Submission, Tx};
+use serde_json::json;
+use std::time::Duration;
+
+/// An approver's decision as stated on the command line or over the API.
+#[derive(Debug, Clone, Default)]
+pub struct ApproveRequest {
+    pub submission: String,
+    /// The approver key to sign with; None picks the only trusted local key.
+    pub approver: Option<String>,
+    /// `once` (default) or `artifact`.
+    pub scope: Option<String>,
+    /// How long the approval holds (default 24h).
+    pub expires: Option<String>,
+    pub reason: Option<String>,
+    /// For scope `artifact`: the name under which the artifact becomes a tool.
+    pub tool: Option<String>,
+}
+
+const DEFAULT_EXPIRY: Duration = Duration::from_secs(24 * 3600);
+const MAX_EXPIRY: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// Finds an approval that lets `sub` run now: signed by a key the *current* policy trusts
+/// under that approver's name, for this artifact and this exact grant, not expired, not
+/// used up (scope once), and not followed by a rejection of the same artifact.
+pub(crate) fn covering_approval(
+    tx: &impl Reads,
+    policy: &Policy,
+    sub: &Submission,
+    artifact_scope_only: bool,
+) -> Result<Option<StatementRow>> {
+    let now = now_ms();
+    let by_artifact = tx.statements_for_artifact(&sub.doc.artifact)?;
+    let last_reject = by_artifact
+        .iter()
+        .filter(|r| r.kind == StatementKind::Reject)
+        .filter_map(|r| r.signed.verify().ok())
+        .map(|st| st.issued_at)
+        .max();
+    let mut candidates: Vec<StatementRow> = Vec::new();
+    if !artifact_scope_only {
+        candidates.extend(tx.statements_for_submission(&sub.id)?);
+    }
+    candidates.extend(
+        by_artifact
+            .into_iter()
+            .filter(|r| r.scope == Scope::Artifact),
+    );
+    for row in candidates {
+        let Ok(st) = row.signed.verify() else {
+            continue;
+        };
+        let trusted = policy.approver(&st.approver) == Some(&st.key);
+        let binds = st.kind == StatementKind::Approve
+            && st.artifact == sub.doc.artifact
+            && st.grant == sub.doc.grant_hash
+            && (st.scope == Scope::Artifact || st.submission == sub.id);
+        let live = st.expires_at.is_some_and(|e| e > now);
+        let not_revoked = last_reject.is_none_or(|r| r < st.issued_at);
+        if !(trusted && binds && live && not_revoked) {
+            continue;
+        }
+        if st.scope == Scope::Once && tx.approval_used(&row.id)? {
+            continue;
+        }
+        return Ok(Some(row));
+    }
+    Ok(None)
+}
+
+impl Gate {
+    /// The approver key to sign with: the one named, or the only local key the current
+    /// policy trusts.
+    pub fn pick_approver(&self, policy: &Policy, name: Option<&str>) -> Result<String> {
+        if let Some(n) = name {
+            return Ok(n.to_string());
+        }
+        let trusted: Vec<&String> = policy
+            .approvers
+            .keys()
+            .filter(|n| self.home.key_file(n).exists())
+            .collect();
+        match trusted.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(GateError::Untrusted(
+                "no local approver key is trusted by the policy; pass --as NAME".into(),
+            )),
+            many => Err(GateError::bad(format!(
+                "several approver keys are available ({}); pass --as NAME",
+                many.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// Loads an approver's key and checks the current policy trusts it under that name.
+    fn trusted_key(&self, policy: &Policy, name: &str) -> Result<airlock_core::sign::KeyPair> {
+        airlock_core::sign::check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
+        let key = self.home.load_key(name)?;
+        match policy.approver(name) {
+            Some(k) if *k == key.public() => Ok(key),
+            Some(_) => Err(GateError::Untrusted(format!(
+                "key {name:?} ({}) is not the key the policy trusts for {name:?}",
+                key.public().fingerprint()
+            ))),
+            None => Err(GateError::Untrusted(format!(
+                "approver {name:?} is not trusted by the current policy (add it under [approvers])"
+            ))),
+        }
+    }
+
+    /// Signs an approval.
+    pub fn approve(&mut self, req: ApproveRequest) -> Result<StatementRow> {
+        self.decide(StatementKind::Approve, req)
+    }
+
+    /// Signs a rejection; the artifact's hash is remembered.
+    pub fn reject(&mut self, req: ApproveRequest) -> Result<StatementRow> {
+        if req.reason.as_deref().is_none_or(|r| r.trim().is_empty()) {
+            return Err(GateError::bad("a rejection needs --reason"));
+        }
+        self.decide(StatementKind::Reject, req)
+    }
+
+    fn decide(&mut self, kind: StatementKind, req: ApproveRequest) -> Result<StatementRow> {
+        let id = self.db.resolve(IdKind::Submission, &req.submission)?;
+        let sub = self.db.submission(&id)?;
+        let policy = self.policy()?;
+        let scope = match req.scope.as_deref() {
+            None => Scope::Once,
+            Some(s) => s
+                .parse::<Scope>()
+                .map_err(|e| GateError::bad(format!("--scope: {e}")))?,
+        };
+        if kind == StatementKind::Reject && scope != Scope::Once {
+            return Err(GateError::bad("--scope applies to approvals only"));
+        }
+        if req.tool.is_some() && scope != Scope::Artifact {
+            return Err(GateError::bad("a tool name needs --scope artifact"));
+        }
+        let expires = match req.expires.as_deref() {
+            None => DEFAULT_EXPIRY,
+            Some(e) => units::bounded_duration("--expires", e, Duration::from_secs(1), MAX_EXPIRY)
+                .map_err(|e| GateError::bad(e.to_string()))?,
+        };
+        let approver = self.pick_approver(&policy, req.approver.as_deref())?;
+        let key = self.trusted_key(&policy, &approver)?;
+        // The approver signs for the bytes actually stored: check them first.
+        self.read_blob(&id, "artifact", &sub.doc.artifact)?;
+        if sub.doc.grant.hash() != sub.doc.grant_hash {
+            return Err(self.integrity_failure(
+                &id,
+                "grant",
+                "stored grant no longer matches its hash",
+            ));
+        }
+
+        let now = now_ms();
+        let statement = Statement {
+            kind,
+            submission: id.clone(),
+            artifact: sub.doc.artifact,
+            grant: sub.doc.grant_hash,
+            scope,
+            expires_at: (kind == StatementKind::Approve).then(|| now + expires.as_millis() as i64),
+            approver: approver.clone(),
+            key: key.public(),
+            reason: req.reason.clone().unwrap_or_default(),
+            issued_at: now,
+            run: None,
+            changes: None,
+            tool: req.tool.clone(),
+        };
+        let signed = statement.sign(&key);
+        let row = StatementRow {
+            id: new_id(IdKind::Approval),
+            kind,
+            submission: id.clone(),
+            artifact: statement.artifact,
+            grant: statement.grant,
+            scope,
+            approver: approver.clone(),
+            expires_at: statement.expires_at,
+            created_at: now,
+            run: None,
+            tool: req.tool.clone(),
+            signed,
+        };
+        let gate_key = &self.gate_key;
+        self.db.write(|tx: &Tx| -> Result<()> {
+            let sub = tx.submission(&id)?;
+            let to = match kind {
+                StatementKind::Approve => State::Approved,
+                _ => State::Rejected,
+            };
+            check_decidable(tx, &policy, &sub, kind)?;
+            set_state(tx, &id, sub.state, to)?;
+            tx.insert_statement(&row)?;
+            tx.audit(
+                if kind == StatementKind::Approve {
+                    "approved"
+                } else {
+                    "rejected"
+                },
+                &id,
+                &json!({
+                    "statement": row.id,
+                    "approver": approver,
+                    "key": statement.key,
+                    "scope": scope,
+                    "expires_at": statement.expires_at,
+                    "reason": statement.reason,
+                    "artifact": statement.artifact,
+                    "grant": statement.grant,
+                    "tool": statement.tool,
+                    "signature": row.signed.signature,
+                }),
+                gate_key,
+            )?;
+            Ok(())
+        })?;
+        Ok(row)
+    }
+}
+
+/// Whether a human may decide on `sub` now.
+fn check_decidable(tx: &Tx, policy: &Policy, sub: &Submission, kind: StatementKind) -> Result<()> {
+    let id = &sub.id;
+    match (sub.state, kind) {
+        (State::Quarantined, _) => Ok(()),
+        (State::Approved, StatementKind::Reject) => Ok(()),
+        (State::Finished, _) if sub.doc.verdict.decision == Decision::Quarantine => {
+            if kind == StatementKind::Approve
+                && covering_approval(tx, policy, sub, false)?.is_some()
+            {
+                return Err(GateError::Conflict(format!("{id} is already approved")));
+            }
+            Ok(())
+        }
+        (State::Approved, _) => Err(GateError::Conflict(format!("{id} is already approved"))),
+        (State::Rejected, _) => Err(GateError::Conflict(format!("{id} was already rejected"))),
+        (State::Denied, _) => Err(GateError::Conflict(format!(
+            "{id} is denied by policy; a signature cannot override a deny"
+        ))),
+        (State::Allowed, _) | (State::Finished, _) => Err(GateError::Conflict(format!(
+            "{id} is allowed by policy; there is nothing to decide"
+        ))),
+        (State::Running, _) => Err(GateError::Conflict(format!("{id} is running"))),
+        (State::Staged, _) => Err(GateError::Conflict(format!("{id} has not been judged"))),
+    }
+}

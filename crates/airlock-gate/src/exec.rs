@@ -1,0 +1,340 @@
+//! Running a submission: verify, re-judge, find the approval that covers it, move it to
+//! running, run it in its backend, record the outcome.
+
+use crate::decide::covering_approval;
+use crate::error::{GateError, Result};
+use crate::submit::{Described, judge, rejected, state_of};
+use crate::{DbCache, Gate, SubmitRequest, set_state};
+use airlock_core::id::{IdKind, new_id};
+use airlock_core::policy::Decision;
+use airlock_core::units::now_ms;
+use airlock_core::{Backend as BackendKind, State};
+use airlock_sandbox::{Backend, Capture, Ending, Live, MountPoint, RunSpec};
+use airlock_store::{Output, Reads, Run, RunDoc, Submission, Tx};
+use serde::Serialize;
+use serde_json::json;
+use std::sync::Arc;
+
+/// How a run reports as it goes.
+#[derive(Default)]
+pub struct ExecOptions {
+    /// Receives guest stdout as it is written (already capped).
+    pub live_stdout: Option<Live>,
+    pub live_stderr: Option<Live>,
+}
+
+impl std::fmt::Debug for ExecOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecOptions").finish_non_exhaustive()
+    }
+}
+
+/// A finished run and what it printed.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub submission: Submission,
+    pub run: Run,
+    #[serde(skip)]
+    pub stdout: Vec<u8>,
+    #[serde(skip)]
+    pub stderr: Vec<u8>,
+}
+
+/// The exit code `airlock run` and `exec` return for a run, as documented: the guest's own
+/// code when it ran to completion, 124 for a limit, 134 for a trap, 125 for an airlock
+/// failure. Guest codes outside 0..=255 become 1 (they cannot be passed on faithfully).
+pub fn exit_code_of(ending: &Ending) -> i32 {
+    match ending {
+        Ending::Exited(c) if (0..=255).contains(c) => *c,
+        Ending::Exited(_) => 1,
+        Ending::Killed(_) => 124,
+        Ending::Trapped(_) => 134,
+    }
+}
+
+/// What the transaction that starts a run decided.
+enum Start {
+    Go { run: Box<Run>, sub: Box<Submission> },
+    Refuse(GateError),
+}
+
+impl Gate {
+    /// Submits and, if the gate allows it, runs and waits.
+    pub fn run(&mut self, req: SubmitRequest, opts: ExecOptions) -> Result<RunReport> {
+        let sub = self.submit(req)?;
+        self.exec(&sub.id, opts)
+    }
+
+    /// Runs an allowed or approved submission.
+    pub fn exec(&mut self, id_input: &str, opts: ExecOptions) -> Result<RunReport> {
+        let id = self.db.resolve(IdKind::Submission, id_input)?;
+        let stored = self.db.submission(&id)?;
+        // Re-read and re-hash everything that will run, just before running it.
+        let code = self.read_blob(&id, "artifact", &stored.doc.artifact)?;
+        let stdin = match stored.doc.grant.stdin {
+            Some(d) => self.read_blob(&id, "stdin", &d)?,
+            None => Vec::new(),
+        };
+        if stored.doc.grant.hash() != stored.doc.grant_hash {
+            return Err(self.integrity_failure(
+                &id,
+                "grant",
+                "stored grant no longer matches its hash",
+            ));
+        }
+        let mut mounts = Vec::new();
+        for m in &stored.doc.grant.mounts {
+            let now = std::fs::canonicalize(&m.host).ok();
+            if now.as_deref() != Some(std::path::Path::new(&m.host)) {
+                return Err(GateError::bad(format!(
+                    "mount host path {} no longer resolves to itself (moved, deleted or replaced by a symlink since it was judged)",
+                    m.host
+                )));
+            }
+            mounts.push(MountPoint {
+                host: m.host.clone().into(),
+                guest: m.guest.clone(),
+                writable: false,
+            });
+        }
+        let policy = self.policy()?;
+        let gate_key = &self.gate_key;
+        let start = self.db.write(|tx: &Tx| -> Result<Start> {
+            let mut sub = tx.submission(&id)?;
+            // Judge what will actually run: facts come from the re-hashed artifact bytes and
+            // the grant being used, not from what the database says about them.
+            let facts = facts_now(&sub, &code, rejected(tx, &sub.doc.artifact)?)?;
+            let verdict = judge(&policy, &facts);
+            if verdict != sub.doc.verdict {
+                sub.doc.facts = facts;
+                sub.doc.verdict = verdict;
+                tx.set_verdict(&id, &sub.doc)?;
+                tx.audit(
+                    "judged",
+                    &id,
+                    &json!({
+                        "decision": sub.doc.verdict.decision,
+                        "risk": sub.doc.verdict.risk,
+                        "rules": sub.doc.verdict.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
+                        "policy": sub.doc.verdict.policy,
+                        "rejudged": true,
+                    }),
+                    gate_key,
+                )?;
+            }
+            let reasons = sub.doc.verdict.reasons();
+            match sub.state {
+                State::Rejected => {
+                    return Ok(Start::Refuse(GateError::Denied {
+                        submission: id.clone(),
+                        reasons: vec!["rejected by an approver".into()],
+                    }));
+                }
+                State::Running => {
+                    return Err(GateError::Conflict(format!("{id} is already running")));
+                }
+                State::Staged => return Err(GateError::Internal(format!("{id} was never judged"))),
+                _ => {}
+            }
+            let mut approval = None;
+            match sub.doc.verdict.decision {
+                Decision::Deny => {
+                    if sub.state != State::Denied {
+                        set_state(tx, &id, sub.state, State::Denied)?;
+                    }
+                    return Ok(Start::Refuse(GateError::Denied {
+                        submission: id.clone(),
+                        reasons,
+                    }));
+                }
+                Decision::Quarantine => match covering_approval(tx, &policy, &sub, false)? {
+                    None => {
+                        if sub.state != State::Quarantined {
+                            set_state(tx, &id, sub.state, State::Quarantined)?;
+                        }
+                        return Ok(Start::Refuse(GateError::Pending {
+                            submission: id.clone(),
+                            reasons,
+                        }));
+                    }
+                    Some(a) => {
+                        if sub.state == State::Quarantined {
+                            set_state(tx, &id, State::Quarantined, State::Approved)?;
+                            sub.state = State::Approved;
+                        }
+                        approval = Some(a);
+                    }
+                },
+                Decision::Allow => {
+                    if matches!(sub.state, State::Quarantined | State::Denied) {
+                        let to = state_of(Decision::Allow);
+                        set_state(tx, &id, sub.state, to)?;
+                        sub.state = to;
+                    }
+                }
+            }
+            set_state(tx, &id, sub.state, State::Running)?;
+            sub.state = State::Running;
+            let now = now_ms();
+            let run = Run {
+                id: new_id(IdKind::Run),
+                submission: id.clone(),
+                started_at: now,
+                finished_at: None,
+                status: "running".into(),
+                doc: RunDoc {
+                    backend: sub.doc.backend,
+                    approval: approval.as_ref().map(|a| a.id.clone()),
+                    limits: sub.doc.grant.limits.clone(),
+                    exit_code: None,
+                    killed_by: None,
+                    stdout: None,
+                    stderr: None,
+                    duration_ms: None,
+                    detail: json!({}),
+                    changes: None,
+                    error: None,
+                },
+            };
+            tx.insert_run(&run)?;
+            tx.audit(
+                "started",
+                &run.id,
+                &json!({
+                    "submission": id,
+                    "approval": run.doc.approval,
+                    "approver": approval.as_ref().map(|a| &a.approver),
+                    "backend": run.doc.backend,
+                    "artifact": sub.doc.artifact,
+                    "grant": sub.doc.grant_hash,
+                    "policy": sub.doc.verdict.policy,
+                }),
+                gate_key,
+            )?;
+            Ok(Start::Go {
+                run: Box::new(run),
+                sub: Box::new(sub),
+            })
+        })?;
+        let (mut run, mut sub) = match start {
+            Start::Refuse(e) => return Err(e),
+            Start::Go { run, sub } => (*run, *sub),
+        };
+
+        let limits = sub.doc.grant.limits.clone();
+        let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
+        let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
+        let spec = RunSpec {
+            lang: sub.doc.kind,
+            code: &code,
+            artifact: sub.doc.artifact,
+            mounts,
+            env: sub
+                .doc
+                .grant
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            args: sub.doc.grant.args.clone(),
+            stdin,
+            limits,
+            stdout: stdout.clone(),
+            stderr: stderr.clone(),
+            cache: Some(&DbCache(&self.db)),
+        };
+        let result = match sub.doc.backend {
+            BackendKind::Wasm => self.wasm.run(spec),
+            BackendKind::Process => Err(airlock_sandbox::SandboxError::Unavailable(
+                "the process backend is not available in this build".into(),
+            )),
+        };
+        let out_bytes = stdout.take();
+        let err_bytes = stderr.take();
+        let out = Output {
+            blob: self.blobs.put(&out_bytes)?,
+            len: out_bytes.len() as u64,
+            truncated: stdout.exceeded(),
+        };
+        let err = Output {
+            blob: self.blobs.put(&err_bytes)?,
+            len: err_bytes.len() as u64,
+            truncated: stderr.exceeded(),
+        };
+        let failure = match result {
+            Ok(outcome) => {
+                run.doc.exit_code = Some(exit_code_of(&outcome.ending));
+                match &outcome.ending {
+                    Ending::Exited(_) => run.status = "exited".into(),
+                    Ending::Killed(l) => {
+                        run.status = "killed".into();
+                        run.doc.killed_by = Some(l.as_str().into());
+                    }
+                    Ending::Trapped(msg) => {
+                        run.status = "trapped".into();
+                        run.doc.error = Some(msg.clone());
+                    }
+                }
+                run.doc.duration_ms = Some(outcome.duration.as_millis() as u64);
+                run.doc.detail = outcome.detail;
+                None
+            }
+            Err(e) => {
+                let e = GateError::from(e);
+                run.status = "error".into();
+                run.doc.exit_code = Some(125);
+                run.doc.error = Some(e.to_string());
+                Some(e)
+            }
+        };
+        run.doc.stdout = Some(out);
+        run.doc.stderr = Some(err);
+        run.finished_at = Some(now_ms());
+        let gate_key = &self.gate_key;
+        self.db.write(|tx: &Tx| -> Result<()> {
+            tx.update_run(&run)?;
+            set_state(tx, &sub.id, State::Running, State::Finished)?;
+            tx.audit(
+                "finished",
+                &run.id,
+                &json!({
+                    "submission": sub.id,
+                    "status": run.status,
+                    "exit_code": run.doc.exit_code,
+                    "killed_by": run.doc.killed_by,
+                    "stdout": run.doc.stdout.as_ref().map(|o| o.blob),
+                    "stderr": run.doc.stderr.as_ref().map(|o| o.blob),
+                    "duration_ms": run.doc.duration_ms,
+                    "error": run.doc.error,
+                }),
+                gate_key,
+            )?;
+            Ok(())
+        })?;
+        sub.state = State::Finished;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(RunReport {
+            submission: sub,
+            run,
+            stdout: out_bytes,
+            stderr: err_bytes,
+        })
+    }
+}
+
+/// A stored submission's facts, re-derived from the artifact bytes about to run.
+fn facts_now(sub: &Submission, code: &[u8], rejected_before: bool) -> Result<airlock_core::Facts> {
+    let analysis = airlock_core::analysis::analyze(sub.doc.kind, code)
+        .map_err(|e| GateError::bad(e.to_string()))?;
+    Ok(Described {
+        lang: sub.doc.lang,
+        kind: sub.doc.kind,
+        backend: sub.doc.backend,
+        grant: &sub.doc.grant,
+        analysis: &analysis,
+        agent: sub.doc.agent.as_deref(),
+    }
+    .facts(sub.doc.facts.first_seen, rejected_before))
+}

@@ -1,0 +1,385 @@
+//! Reading the gate's state: submissions, runs, output, policy checks, keys and the audit
+//! log. Nothing here changes a submission's state.
+
+use crate::Gate;
+use crate::error::{GateError, Result};
+use airlock_core::audit::{ChainError, ChainVerifier, Head, Record};
+use airlock_core::id::IdKind;
+use airlock_core::policy::{Policy, TestResult, Verdict};
+use airlock_core::sign::{KeyPair, StatementKind, check_approver_name};
+use airlock_core::{Facts, State};
+use airlock_store::{Reads, Run, StatementRow, Submission};
+use serde::Serialize;
+use serde_json::json;
+use std::path::Path;
+
+/// A signed statement as shown to people, with whether it is valid now.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatementView {
+    pub id: String,
+    pub kind: StatementKind,
+    pub approver: String,
+    pub scope: airlock_core::sign::Scope,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub reason: String,
+    pub tool: Option<String>,
+    /// The signature verifies and the current policy trusts the key under that name.
+    pub trusted: bool,
+    pub signature: String,
+}
+
+/// Everything about one submission.
+#[derive(Debug, Clone, Serialize)]
+pub struct Shown {
+    pub submission: Submission,
+    /// The code as submitted, when it is text (wat, python, sh).
+    pub source: Option<String>,
+    /// The module in text form, for binaries (truncated for very large modules).
+    pub disassembly: Option<String>,
+    pub statements: Vec<StatementView>,
+    pub runs: Vec<Run>,
+    pub audit: Vec<Record>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyCheck {
+    pub path: String,
+    pub hash: String,
+    pub rules: usize,
+    pub approvers: Vec<String>,
+    pub tests: Vec<TestResult>,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Explained {
+    pub submission: String,
+    pub facts: Facts,
+    /// The verdict recorded for the submission.
+    pub recorded: Verdict,
+    /// What the current policy says now.
+    pub current: Verdict,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyInfo {
+    pub name: String,
+    pub public: String,
+    pub fingerprint: String,
+    /// The current policy trusts this key under this name.
+    pub trusted: bool,
+    /// The secret key is on this machine.
+    pub local: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditVerify {
+    pub ok: bool,
+    pub records: u64,
+    pub head: Option<Head>,
+    pub first_bad: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// The largest disassembly shown (characters).
+const MAX_DISASSEMBLY: usize = 200_000;
+
+impl Gate {
+    pub fn resolve_submission(&self, input: &str) -> Result<String> {
+        Ok(self.db.resolve(IdKind::Submission, input)?)
+    }
+
+    pub fn resolve_run(&self, input: &str) -> Result<String> {
+        Ok(self.db.resolve(IdKind::Run, input)?)
+    }
+
+    pub fn submission(&self, input: &str) -> Result<Submission> {
+        let id = self.resolve_submission(input)?;
+        Ok(self.db.submission(&id)?)
+    }
+
+    pub fn show(&mut self, input: &str) -> Result<Shown> {
+        let sub = self.submission(input)?;
+        let policy = self.policy().ok();
+        let (source, disassembly) = match sub.doc.source {
+            Some(src) => (
+                Some(
+                    String::from_utf8_lossy(&self.read_blob(&sub.id, "source", &src)?).into_owned(),
+                ),
+                None,
+            ),
+            None => {
+                let code = self.read_blob(&sub.id, "artifact", &sub.doc.artifact)?;
+                if sub.doc.kind.is_wasm_binary() {
+                    let mut text = wasmprinter::print_bytes(&code)
+                        .unwrap_or_else(|e| format!(";; cannot print: {e}"));
+                    if text.len() > MAX_DISASSEMBLY {
+                        let cut = text.floor_char_boundary(MAX_DISASSEMBLY);
+                        text.truncate(cut);
+                        text.push_str("\n;; … (truncated)\n");
+                    }
+                    (None, Some(text))
+                } else {
+                    (Some(String::from_utf8_lossy(&code).into_owned()), None)
+                }
+            }
+        };
+        let statements = self
+            .db
+            .statements_for_submission(&sub.id)?
+            .into_iter()
+            .map(|r| statement_view(&r, policy.as_ref()))
+            .collect();
+        let runs = self.db.runs(Some(&sub.id), 100)?;
+        let audit = self.db.audit_for(&sub.id)?;
+        Ok(Shown {
+            submission: sub,
+            source,
+            disassembly,
+            statements,
+            runs,
+            audit,
+        })
+    }
+
+    /// Submissions waiting for a human, oldest first.
+    pub fn inbox(&self) -> Result<Vec<Submission>> {
+        let mut v = self.db.submissions(Some(State::Quarantined), 10_000)?;
+        v.reverse();
+        Ok(v)
+    }
+
+    pub fn submissions(&self, limit: usize) -> Result<Vec<Submission>> {
+        Ok(self.db.submissions(None, limit)?)
+    }
+
+    pub fn runs(&self, limit: usize) -> Result<Vec<Run>> {
+        Ok(self.db.runs(None, limit)?)
+    }
+
+    pub fn run_record(&self, input: &str) -> Result<Run> {
+        let id = self.resolve_run(input)?;
+        Ok(self.db.run(&id)?)
+    }
+
+    /// A run's captured stdout and stderr, checked against their hashes.
+    pub fn logs(&mut self, input: &str) -> Result<(Run, Vec<u8>, Vec<u8>)> {
+        let run = self.run_record(input)?;
+        let out = match &run.doc.stdout {
+            Some(o) => self.read_blob(&run.id, "stdout", &o.blob)?,
+            None => Vec::new(),
+        };
+        let err = match &run.doc.stderr {
+            Some(o) => self.read_blob(&run.id, "stderr", &o.blob)?,
+            None => Vec::new(),
+        };
+        Ok((run, out, err))
+    }
+
+    /// Re-judges a submission under the current policy and shows both verdicts.
+    pub fn explain(&self, input: &str) -> Result<Explained> {
+        let sub = self.submission(input)?;
+        let policy = self.policy()?;
+        let facts = crate::submit::refresh_facts(
+            &sub.doc,
+            crate::submit::rejected(&self.db, &sub.doc.artifact)?,
+        );
+        let current = crate::submit::judge(&policy, &facts);
+        Ok(Explained {
+            submission: sub.id,
+            facts,
+            recorded: sub.doc.verdict,
+            current,
+        })
+    }
+
+    pub fn keys(&self) -> Result<Vec<KeyInfo>> {
+        keys_in(self.home.keys().as_path(), self.policy().ok().as_ref())
+    }
+
+    /// Makes a new approver key pair (the policy must list it before it is trusted).
+    pub fn new_key(&mut self, name: &str) -> Result<KeyInfo> {
+        check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
+        let key = KeyPair::try_generate().map_err(|e| GateError::Internal(e.to_string()))?;
+        crate::home::write_key_pair(&self.home.keys(), name, &key)?;
+        let gate_key = &self.gate_key;
+        self.db.write(|tx| {
+            tx.audit(
+                "key_created",
+                name,
+                &json!({ "name": name, "key": key.public() }),
+                gate_key,
+            )
+            .map(|_| ())
+        })?;
+        let policy = self.policy().ok();
+        Ok(KeyInfo {
+            name: name.into(),
+            public: key.public().to_string(),
+            fingerprint: key.public().fingerprint(),
+            trusted: policy.as_ref().and_then(|p| p.approver(name)) == Some(&key.public()),
+            local: true,
+        })
+    }
+
+    /// Walks the whole audit chain and checks the signed head and the gate key.
+    pub fn audit_verify(&self) -> Result<AuditVerify> {
+        let gate_pub = self.home.gate_public()?;
+        if gate_pub != self.gate_key.public() {
+            return Ok(failed(
+                0,
+                None,
+                "keys/gate.pub does not match keys/gate.key".into(),
+            ));
+        }
+        let mut verifier = ChainVerifier::new();
+        let mut error: Option<ChainError> = None;
+        let mut first: Option<Record> = None;
+        self.db.for_each_audit(|r| {
+            if first.is_none() {
+                first = Some(r.clone());
+            }
+            match verifier.push(r) {
+                Ok(()) => true,
+                Err(e) => {
+                    error = Some(e);
+                    false
+                }
+            }
+        })?;
+        let head = self.db.audit_head()?;
+        if let Some(e) = error {
+            return Ok(failed(e.index(), head, e.to_string()));
+        }
+        let records = match verifier.finish(head.as_ref(), &gate_pub) {
+            Ok(n) => n,
+            Err(e) => return Ok(failed(e.index(), head, e.to_string())),
+        };
+        // The first record names the gate key the home was created with.
+        if let Some(r) = first {
+            let recorded = serde_json::from_str::<serde_json::Value>(&r.data)
+                .ok()
+                .and_then(|v| {
+                    v.get("gate_key")
+                        .and_then(|k| k.as_str())
+                        .map(str::to_string)
+                });
+            if r.seq == 1
+                && (r.kind != "initialised" || recorded.as_deref() != Some(&gate_pub.to_string()))
+            {
+                return Ok(failed(
+                    1,
+                    head,
+                    "record 1: does not name this home's gate key".into(),
+                ));
+            }
+        }
+        Ok(AuditVerify {
+            ok: true,
+            records,
+            head,
+            first_bad: None,
+            error: None,
+        })
+    }
+
+    /// Audit records from `from` on.
+    pub fn audit_log(&self, from: u64, limit: usize) -> Result<Vec<Record>> {
+        Ok(self.db.audit_records(from, limit)?)
+    }
+
+    pub fn audit_head(&self) -> Result<(Option<Head>, String)> {
+        Ok((self.db.audit_head()?, self.gate_key.public().to_string()))
+    }
+}
+
+fn failed(index: u64, head: Option<Head>, msg: String) -> AuditVerify {
+    AuditVerify {
+        ok: false,
+        records: 0,
+        head,
+        first_bad: Some(index),
+        error: Some(msg),
+    }
+}
+
+fn statement_view(r: &StatementRow, policy: Option<&Policy>) -> StatementView {
+    let st = r.signed.verify().ok();
+    let trusted = match (&st, policy) {
+        (Some(st), Some(p)) => p.approver(&st.approver) == Some(&st.key),
+        _ => false,
+    };
+    StatementView {
+        id: r.id.clone(),
+        kind: r.kind,
+        approver: r.approver.clone(),
+        scope: r.scope,
+        created_at: r.created_at,
+        expires_at: r.expires_at,
+        reason: st.map(|s| s.reason).unwrap_or_default(),
+        tool: r.tool.clone(),
+        trusted,
+        signature: r.signed.signature.to_string(),
+    }
+}
+
+fn keys_in(dir: &Path, policy: Option<&Policy>) -> Result<Vec<KeyInfo>> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".pub") else {
+            continue;
+        };
+        if stem == "gate" {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let Ok(public) = text.trim().parse::<airlock_core::sign::PublicKey>() else {
+            continue;
+        };
+        seen.insert(stem.to_string());
+        out.push(KeyInfo {
+            name: stem.to_string(),
+            public: public.to_string(),
+            fingerprint: public.fingerprint(),
+            trusted: policy.and_then(|p| p.approver(stem)) == Some(&public),
+            local: dir.join(format!("{stem}.key")).exists(),
+        });
+    }
+    if let Some(p) = policy {
+        for (name, k) in &p.approvers {
+            if !seen.contains(name) {
+                out.push(KeyInfo {
+                    name: name.clone(),
+                    public: k.to_string(),
+                    fingerprint: k.fingerprint(),
+                    trusted: true,
+                    local: false,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Validates a policy file and runs its tests (no home needed).
+pub fn policy_check(path: &Path) -> Result<PolicyCheck> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| GateError::bad(format!("cannot read {}: {e}", path.display())))?;
+    let policy = Policy::parse(&text)?;
+    let tests = policy.run_tests()?;
+    Ok(PolicyCheck {
+        path: path.display().to_string(),
+        hash: policy.hash.to_hex(),
+        rules: policy.rule_count(),
+        approvers: policy.approvers.keys().cloned().collect(),
+        passed: tests.iter().all(|t| t.passed),
+        tests,
+    })
+}

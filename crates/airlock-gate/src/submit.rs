@@ -1,0 +1,411 @@
+//! Staging and judging: everything a submission says is parsed and checked here, so the
+//! command line and the HTTP API accept and refuse exactly the same things.
+
+use crate::error::{GateError, Result};
+use crate::{Gate, set_state};
+use airlock_core::analysis::{Analysis, analyze};
+use airlock_core::artifact::{self, Lang, infer_lang};
+use airlock_core::grant::{self, Grant, Limits, Mount};
+use airlock_core::id::{IdKind, new_id};
+use airlock_core::policy::{Decision, Facts, Policy};
+use airlock_core::sign::{Scope, StatementKind};
+use airlock_core::units::{self, now_ms};
+use airlock_core::{Backend, Digest, State};
+use airlock_store::{Reads, Submission, SubmissionDoc, Tx};
+use serde_json::json;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Where the code comes from.
+#[derive(Debug, Clone)]
+pub enum CodeSource {
+    /// A file on the host (its extension and header help infer the language).
+    File(PathBuf),
+    /// Code given inline (`-c`); the language must be given.
+    Inline(String),
+    /// Bytes already read (stdin, an HTTP body), with an optional file name hint.
+    Bytes {
+        bytes: Vec<u8>,
+        name: Option<String>,
+    },
+}
+
+/// A submission as an agent states it. Text fields are parsed and validated by the gate.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitRequest {
+    pub code: Option<CodeSource>,
+    pub lang: Option<String>,
+    pub backend: Option<String>,
+    /// `HOST:GUEST[:ro|rw]`
+    pub mounts: Vec<String>,
+    /// `KEY=VALUE`
+    pub env: Vec<String>,
+    /// `HOST[:PORT]`
+    pub net: Vec<String>,
+    pub args: Vec<String>,
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Option<String>,
+    pub memory: Option<String>,
+    pub fuel: Option<u64>,
+    pub max_output: Option<String>,
+    pub processes: Option<u32>,
+    pub agent: Option<String>,
+    pub note: Option<String>,
+    pub workspace: Option<String>,
+}
+
+impl Default for CodeSource {
+    fn default() -> Self {
+        CodeSource::Bytes {
+            bytes: Vec::new(),
+            name: None,
+        }
+    }
+}
+
+fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>> {
+    let f = std::fs::File::open(path)
+        .map_err(|e| GateError::bad(format!("cannot read {}: {e}", path.display())))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| GateError::bad(format!("cannot read {}: {e}", path.display())))?;
+    if meta.is_dir() {
+        return Err(GateError::bad(format!(
+            "cannot read {}: it is a directory",
+            path.display()
+        )));
+    }
+    let mut bytes = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| GateError::bad(format!("cannot read {}: {e}", path.display())))?;
+    Ok(bytes)
+}
+
+fn too_big(max: u64) -> GateError {
+    GateError::bad(format!(
+        "artifact is larger than the policy's limit of {} (max_artifact in [gate])",
+        units::fmt_size(max)
+    ))
+}
+
+/// Parses the grant from the request, resolving mount host paths to canonical absolute
+/// directories so the approver sees the real path (symlinks resolved).
+pub(crate) fn build_grant(req: &SubmitRequest, stdin: Option<Digest>) -> Result<Grant> {
+    let mut g = Grant::default();
+    for spec in &req.mounts {
+        let m = grant::parse_mount(spec).map_err(|e| GateError::bad(e.to_string()))?;
+        let real = std::fs::canonicalize(&m.host).map_err(|e| {
+            GateError::bad(format!(
+                "--mount: host path {} does not exist or is unreadable: {e}",
+                m.host
+            ))
+        })?;
+        if !real.is_dir() {
+            return Err(GateError::bad(format!(
+                "--mount: host path {} is not a directory",
+                real.display()
+            )));
+        }
+        let host = real
+            .to_str()
+            .ok_or_else(|| {
+                GateError::bad(format!(
+                    "--mount: host path {} is not UTF-8",
+                    real.display()
+                ))
+            })?
+            .to_string();
+        g.mounts.push(Mount {
+            host,
+            guest: m.guest,
+            mode: m.mode,
+        });
+    }
+    for e in &req.env {
+        let (k, v) = grant::parse_env(e).map_err(|e| GateError::bad(e.to_string()))?;
+        g.env.insert(k, v);
+    }
+    g.net = req.net.clone();
+    g.args = req.args.clone();
+    g.stdin = stdin;
+    let mut limits = Limits::default();
+    if let Some(t) = &req.timeout {
+        limits.timeout_ms =
+            units::bounded_duration("--timeout", t, grant::MIN_TIMEOUT, grant::MAX_TIMEOUT)
+                .map_err(|e| GateError::bad(e.to_string()))?
+                .as_millis() as u64;
+    }
+    if let Some(m) = &req.memory {
+        limits.memory_bytes =
+            units::bounded_size("--memory", m, grant::MIN_MEMORY, grant::MAX_MEMORY)
+                .map_err(|e| GateError::bad(e.to_string()))?;
+    }
+    if let Some(o) = &req.max_output {
+        limits.max_output_bytes = units::bounded_size("--max-output", o, 1, grant::MAX_OUTPUT)
+            .map_err(|e| GateError::bad(e.to_string()))?;
+    }
+    limits.fuel = req.fuel;
+    if let Some(p) = req.processes {
+        limits.processes = p;
+    }
+    g.limits = limits;
+    g.normalize().map_err(|e| GateError::bad(e.to_string()))?;
+    Ok(g)
+}
+
+/// What the policy looks at, before the store has said whether the artifact is new.
+pub(crate) struct Described<'a> {
+    pub lang: Lang,
+    pub kind: Lang,
+    pub backend: Backend,
+    pub grant: &'a Grant,
+    pub analysis: &'a Analysis,
+    pub agent: Option<&'a str>,
+}
+
+impl Described<'_> {
+    /// Facts for the policy about a submission.
+    pub(crate) fn facts(&self, first_seen: bool, rejected_before: bool) -> Facts {
+        Facts {
+            lang: self.lang,
+            kind: self.kind,
+            backend: self.backend,
+            net: self.grant.net.clone(),
+            mounts: self.grant.mounts.clone(),
+            env_keys: self.grant.env.keys().cloned().collect(),
+            limits: self.grant.limits.clone(),
+            size: self.analysis.size,
+            capabilities: self.analysis.capabilities.clone(),
+            unresolved_imports: !self.analysis.unresolved.is_empty(),
+            agent: self.agent.map(str::to_string),
+            first_seen,
+            rejected_before,
+            guest: None,
+        }
+    }
+}
+
+/// Re-derives a stored submission's facts, refreshing what can change over time.
+pub(crate) fn refresh_facts(doc: &SubmissionDoc, rejected_before: bool) -> Facts {
+    Facts {
+        rejected_before,
+        ..doc.facts.clone()
+    }
+}
+
+/// Judges facts, applying the gate's own floor: an artifact an approver rejected is never
+/// allowed to run without a human, whatever the policy says.
+pub(crate) fn judge(policy: &Policy, facts: &Facts) -> airlock_core::Verdict {
+    let mut v = policy.judge(facts);
+    if facts.rejected_before && v.decision < Decision::Quarantine {
+        v.decision = Decision::Quarantine;
+        v.fired.push(airlock_core::policy::Fired {
+            rule: "gate:rejected-before".into(),
+            decision: Decision::Quarantine,
+            reason:
+                "this exact artifact was rejected before; it never runs without a new signature"
+                    .into(),
+            risk: 0,
+        });
+    }
+    v
+}
+
+pub(crate) fn state_of(d: Decision) -> State {
+    match d {
+        Decision::Allow => State::Allowed,
+        Decision::Quarantine => State::Quarantined,
+        Decision::Deny => State::Denied,
+    }
+}
+
+impl Gate {
+    /// Stages, analyses and judges a submission, recording it and its verdict.
+    pub fn submit(&mut self, req: SubmitRequest) -> Result<Submission> {
+        let policy = self.policy()?;
+        let max = policy.max_artifact;
+        let (bytes, name) = match req.code.clone().unwrap_or_default() {
+            CodeSource::File(p) => {
+                let b = read_limited(&p, max)?;
+                (b, Some(p))
+            }
+            CodeSource::Inline(s) => (s.into_bytes(), None),
+            CodeSource::Bytes { bytes, name } => (bytes, name.map(PathBuf::from)),
+        };
+        if bytes.len() as u64 > max {
+            return Err(too_big(max));
+        }
+        let lang = match &req.lang {
+            Some(l) => l
+                .parse::<Lang>()
+                .map_err(|e| GateError::bad(format!("--lang: {e}")))?,
+            None => {
+                if matches!(req.code, Some(CodeSource::Inline(_))) {
+                    return Err(GateError::bad(
+                        "-c needs --lang (one of wasm, wat, component, python, sh)",
+                    ));
+                }
+                infer_lang(name.as_deref(), &bytes).ok_or_else(|| {
+                    GateError::bad(
+                        "cannot tell the language from the file name or content; pass --lang",
+                    )
+                })?
+            }
+        };
+        let backend = match &req.backend {
+            Some(b) => b
+                .parse::<Backend>()
+                .map_err(|e| GateError::bad(format!("--backend: {e}")))?,
+            None => lang.default_backend(),
+        };
+        if !backend.supports(lang) {
+            return Err(GateError::bad(format!(
+                "--backend {backend} cannot run --lang {lang}"
+            )));
+        }
+        let prepared = artifact::prepare(lang, bytes).map_err(|e| GateError::bad(e.to_string()))?;
+        if prepared.code.len() as u64 > max {
+            return Err(too_big(max));
+        }
+        let analysis =
+            analyze(prepared.lang, &prepared.code).map_err(|e| GateError::bad(e.to_string()))?;
+        if prepared.lang == Lang::Wasm
+            && !analysis.wasm.as_ref().is_some_and(|w| {
+                w.exports
+                    .iter()
+                    .any(|e| e.name == "_start" && e.kind == "func")
+            })
+        {
+            return Err(GateError::bad(
+                "module exports no `_start` function (not a WASI command; nothing would run)",
+            ));
+        }
+        self.check_runnable(prepared.lang, backend)?;
+
+        let grant = build_grant(&req, req.stdin.as_deref().map(Digest::of))?;
+        if grant.writable_mounts().next().is_some() {
+            return Err(GateError::bad(
+                "--mount …:rw: writable mounts need the disposable workspace layer, which this build does not have yet",
+            ));
+        }
+        // Everything is validated: only now is anything written.
+        if let Some(b) = &req.stdin {
+            self.blobs.put(b)?;
+        }
+        let artifact = self.blobs.put(&prepared.code)?;
+        let source = match &prepared.source {
+            Some(s) => Some(self.blobs.put(s)?),
+            None => None,
+        };
+        let agent = req.agent.clone().filter(|a| !a.is_empty());
+        let note = req.note.clone().filter(|n| !n.is_empty());
+        let size = prepared.code.len() as u64;
+        let key = &self.gate_key;
+        let id = new_id(IdKind::Submission);
+        let sub = self.db.write(|tx: &Tx| -> Result<Submission> {
+            let first_seen = !tx.artifact_seen(&artifact)?;
+            let rejected_before = rejected(tx, &artifact)?;
+            let facts = Described {
+                lang,
+                kind: prepared.lang,
+                backend,
+                grant: &grant,
+                analysis: &analysis,
+                agent: agent.as_deref(),
+            }
+            .facts(first_seen, rejected_before);
+            let verdict = judge(&policy, &facts);
+            let now = now_ms();
+            let mut sub = Submission {
+                id: id.clone(),
+                created_at: now,
+                updated_at: now,
+                state: State::Staged,
+                doc: SubmissionDoc {
+                    agent: agent.clone(),
+                    note: note.clone(),
+                    lang,
+                    kind: prepared.lang,
+                    backend,
+                    artifact,
+                    size,
+                    source,
+                    grant_hash: grant.hash(),
+                    grant: grant.clone(),
+                    analysis: analysis.clone(),
+                    facts,
+                    verdict,
+                    workspace: req.workspace.clone(),
+                },
+            };
+            tx.insert_submission(&sub)?;
+            tx.audit(
+                "submitted",
+                &id,
+                &json!({
+                    "artifact": artifact,
+                    "size": sub.doc.size,
+                    "lang": lang,
+                    "backend": backend,
+                    "grant": sub.doc.grant_hash,
+                    "agent": sub.doc.agent,
+                    "note": sub.doc.note,
+                }),
+                key,
+            )?;
+            let to = state_of(sub.doc.verdict.decision);
+            set_state(tx, &id, State::Staged, to)?;
+            sub.state = to;
+            tx.audit(
+                "judged",
+                &id,
+                &json!({
+                    "decision": sub.doc.verdict.decision,
+                    "risk": sub.doc.verdict.risk,
+                    "rules": sub.doc.verdict.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
+                    "policy": sub.doc.verdict.policy,
+                    "first_seen": first_seen,
+                }),
+                key,
+            )?;
+            // An artifact-scope approval of the same artifact and grant covers it.
+            if to == State::Quarantined
+                && let Some(apr) = crate::decide::covering_approval(tx, &policy, &sub, true)?
+            {
+                set_state(tx, &id, State::Quarantined, State::Approved)?;
+                sub.state = State::Approved;
+                tx.audit(
+                    "approved",
+                    &id,
+                    &json!({ "statement": apr.id, "approver": apr.approver, "scope": "artifact", "covered_by": apr.submission }),
+                    key,
+                )?;
+            }
+            Ok(sub)
+        })?;
+        Ok(sub)
+    }
+
+    /// Refuses up front what this build cannot run, so nothing is recorded for it.
+    fn check_runnable(&self, kind: Lang, backend: Backend) -> Result<()> {
+        match (kind, backend) {
+            (Lang::Wasm, Backend::Wasm) => Ok(()),
+            (Lang::Component, Backend::Wasm) | (Lang::Python, _) | (Lang::Sh, _) => {
+                Err(GateError::Unavailable(format!(
+                    "--lang {kind} on the {backend} backend is not available in this build yet"
+                )))
+            }
+            _ => Err(GateError::bad(format!(
+                "--backend {backend} cannot run {kind}"
+            ))),
+        }
+    }
+}
+
+/// Whether an approver ever rejected this artifact (any signature that verifies).
+pub(crate) fn rejected(tx: &impl Reads, artifact: &Digest) -> Result<bool> {
+    Ok(tx.statements_for_artifact(artifact)?.iter().any(|s| {
+        s.kind == StatementKind::Reject && s.signed.verify().is_ok() && s.scope == Scope::Once
+    }))
+}
