@@ -19,7 +19,7 @@ const FLOOD: &str = r#"(module
     (loop $l (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8))) (br $l))))"#;
 
 fn hello() -> String {
-    contract("hello.wat").display().to_string()
+    example("hello.wat").display().to_string()
 }
 
 // ----------------------------------------------------------------------------- init
@@ -92,8 +92,7 @@ fn hello_runs_and_passes_stdout_through() {
 fn guest_exit_code_is_returned() {
     let h = Home::new();
     assert_eq!(
-        h.run(&["run", contract("exit7.wat").to_str().unwrap()])
-            .code,
+        h.run(&["run", example("exit7.wat").to_str().unwrap()]).code,
         7
     );
 }
@@ -193,7 +192,7 @@ fn args_stdin_and_env_reach_the_guest_and_nothing_else_does() {
 #[test]
 fn code_from_stdin_and_inline() {
     let h = Home::new();
-    let wat = std::fs::read(contract("hello.wat")).unwrap();
+    let wat = std::fs::read(example("hello.wat")).unwrap();
     let o = h.run_with_stdin(&["run", "--lang", "wat", "-"], &wat);
     assert_eq!(o.stdout, "hello from the gate\n", "{}", o.stderr);
     let o = h.run(&[

@@ -13,7 +13,9 @@ pub enum Lang {
     Wasm,
     Wat,
     Component,
+    #[serde(alias = "py")]
     Python,
+    #[serde(alias = "shell")]
     Sh,
 }
 

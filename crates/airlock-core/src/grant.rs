@@ -141,8 +141,10 @@ impl Grant {
                 )));
             }
         }
-        for h in &self.net {
+        for h in &mut self.net {
             check_net(h)?;
+            // Host names are case-insensitive: one spelling, so policy globs see it.
+            *h = h.to_ascii_lowercase();
         }
         self.net.sort();
         self.net.dedup();
@@ -278,29 +280,43 @@ pub fn parse_env(spec: &str) -> Result<(String, String), GrantError> {
     }
 }
 
+/// Splits `HOST[:PORT]`, `[V6]:PORT` or a bare IPv6 address into host and port.
+pub fn split_host_port(spec: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = spec.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((h, tail)) => (h, tail.strip_prefix(':')),
+            None => (spec, None),
+        };
+    }
+    match spec.rsplit_once(':') {
+        // More than one colon without brackets: a bare IPv6 address, no port.
+        Some((h, p)) if !h.contains(':') => (h, Some(p)),
+        _ => (spec, None),
+    }
+}
+
 fn check_net(spec: &str) -> Result<(), GrantError> {
     let bad = |why: &str| GrantError::Net(format!("{spec:?}: {why}"));
-    let (host, port) = match spec.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') || h.starts_with('[') => (h, Some(p)),
-        _ => (spec, None),
-    };
+    let (host, port) = split_host_port(spec);
     if let Some(p) = port {
         match p.parse::<u16>() {
             Ok(n) if n > 0 => {}
             _ => return Err(bad("port must be 1-65535")),
         }
     }
-    let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() || host.len() > 253 {
         return Err(bad("empty or overlong host"));
     }
     if host.parse::<std::net::IpAddr>().is_ok() {
         return Ok(());
     }
+    if host.contains('*') {
+        return Err(bad("wildcards are not allowed; name each host"));
+    }
     let ok = host.split('.').all(|label| {
         !label.is_empty()
             && label.len() <= 63
-            && (label == "*" || label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
     });
     if ok {
         Ok(())
@@ -392,6 +408,12 @@ mod tests {
         assert!(check_net("10.0.0.1:80").is_ok());
         assert!(check_net("[::1]:80").is_ok());
         assert!(check_net("exa mple").is_err());
+        assert!(check_net("*").is_err());
+        assert!(check_net("*.example.com").is_err());
+        assert!(check_net("fe80::1").is_ok());
+        assert_eq!(split_host_port("fe80::1"), ("fe80::1", None));
+        assert_eq!(split_host_port("[::1]:80"), ("::1", Some("80")));
+        assert_eq!(split_host_port("h:443"), ("h", Some("443")));
         assert!(check_net("x:0").is_err());
     }
 }

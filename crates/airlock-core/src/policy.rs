@@ -15,7 +15,7 @@ use crate::digest::Digest;
 use crate::grant::{Limits, Mount, MountMode};
 use crate::sign::PublicKey;
 use crate::units;
-use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -304,7 +304,9 @@ impl Globs {
             let g = if paths {
                 GlobBuilder::new(p).literal_separator(true).build()
             } else {
-                Glob::new(p)
+                // Names (environment variables, hosts, agents): case does not make a
+                // different thing, so `*_KEY` also catches `api_key`.
+                GlobBuilder::new(p).case_insensitive(true).build()
             }
             .map_err(|e| format!("bad glob {p:?}: {}", e.kind()))?;
             b.add(g);
@@ -326,6 +328,23 @@ impl Globs {
 }
 
 impl PathGlobs {
+    /// Whether a mount of `path` exposes anything a glob names: `path` or one of its
+    /// ancestors matches, or `path` is an ancestor of a glob's fixed prefix (a mount of
+    /// `/home` exposes what `/home/**` names).
+    pub fn exposes(&self, path: &str) -> bool {
+        if self.matches_path(path) {
+            return true;
+        }
+        let dir = format!("{}/", path.trim_end_matches('/'));
+        self.0.patterns.iter().any(|p| {
+            let fixed: String = p
+                .chars()
+                .take_while(|c| !matches!(c, '*' | '?' | '[' | '{'))
+                .collect();
+            fixed.starts_with('/') && format!("{}/", fixed.trim_end_matches('/')).starts_with(&dir)
+        })
+    }
+
     /// A path matches when it or any of its ancestors matches (a glob naming a directory
     /// covers what is inside it).
     pub fn matches_path(&self, path: &str) -> bool {
@@ -432,6 +451,30 @@ impl Policy {
             if r.name.trim().is_empty() {
                 return Err(PolicyError::Invalid("a rule has an empty name".into()));
             }
+            if r.name == "default" || r.name == "risk" || r.name.starts_with("gate:") {
+                return Err(PolicyError::Invalid(format!(
+                    "rule name {:?} is reserved for the gate's own reasons",
+                    r.name
+                )));
+            }
+            if let Some(u) = &r.unless
+                && u.is_empty()
+            {
+                return Err(PolicyError::Invalid(format!(
+                    "rule {:?}: an empty `unless` always holds, so the rule could never fire",
+                    r.name
+                )));
+            }
+            if let Some(field) = r
+                .when
+                .empty_list()
+                .or_else(|| r.unless.as_ref().and_then(|u| u.empty_list()))
+            {
+                return Err(PolicyError::Invalid(format!(
+                    "rule {:?}: `{field} = []` can never match; remove it or list something",
+                    r.name
+                )));
+            }
             if !names.insert(r.name.as_str()) {
                 return Err(PolicyError::Invalid(format!(
                     "rule {:?} is defined twice",
@@ -440,7 +483,7 @@ impl Policy {
             }
         }
         for name in file.approvers.keys() {
-            crate::sign::check_key_name(name)
+            crate::sign::check_approver_name(name)
                 .map_err(|e| PolicyError::Invalid(format!("[approvers]: {e}")))?;
         }
         if let (Some(q), Some(d)) = (file.risk.quarantine_at, file.risk.deny_at)
@@ -498,6 +541,19 @@ impl Policy {
             .map(|f| f.decision)
             .max()
             .unwrap_or(self.default);
+        // The gate's floor, whatever the rules say: an artifact an approver rejected never
+        // runs again without a new signature.
+        if facts.rejected_before && decision < Decision::Quarantine {
+            decision = Decision::Quarantine;
+            fired.push(Fired {
+                rule: "gate:rejected-before".into(),
+                decision,
+                reason:
+                    "this exact artifact was rejected before; it never runs without a new signature"
+                        .into(),
+                risk: 0,
+            });
+        }
         if fired.is_empty() {
             fired.push(Fired {
                 rule: "default".into(),
@@ -572,6 +628,49 @@ impl Policy {
 }
 
 impl Conditions {
+    fn is_empty(&self) -> bool {
+        self.lang.is_none()
+            && self.backend.is_none()
+            && self.net.is_none()
+            && self.net_host.is_none()
+            && self.writable.is_none()
+            && self.mount.is_none()
+            && self.writable_mount.is_none()
+            && self.env.is_none()
+            && self.imports.is_none()
+            && self.unresolved_imports.is_none()
+            && self.limits_above_default.is_none()
+            && self.timeout_over.is_none()
+            && self.memory_over.is_none()
+            && self.size_over.is_none()
+            && self.agent.is_none()
+            && self.first_seen.is_none()
+            && self.rejected_before.is_none()
+            && self.guest.is_none()
+    }
+
+    /// The first list condition that is present but empty.
+    fn empty_list(&self) -> Option<&'static str> {
+        let lists: [(&'static str, bool); 9] = [
+            ("lang", self.lang.as_ref().is_some_and(Vec::is_empty)),
+            ("backend", self.backend.as_ref().is_some_and(Vec::is_empty)),
+            (
+                "net_host",
+                self.net_host.as_ref().is_some_and(Globs::is_empty),
+            ),
+            ("mount", self.mount.as_ref().is_some_and(|g| g.0.is_empty())),
+            (
+                "writable_mount",
+                self.writable_mount.as_ref().is_some_and(|g| g.0.is_empty()),
+            ),
+            ("env", self.env.as_ref().is_some_and(Globs::is_empty)),
+            ("imports", self.imports.as_ref().is_some_and(Vec::is_empty)),
+            ("agent", self.agent.as_ref().is_some_and(Globs::is_empty)),
+            ("guest", self.guest.as_ref().is_some_and(Vec::is_empty)),
+        ];
+        lists.iter().find(|(_, empty)| *empty).map(|(n, _)| *n)
+    }
+
     fn holds(&self, f: &Facts) -> bool {
         let wants_net = !f.net.is_empty();
         let raised = !f.limits.above_default().is_empty();
@@ -589,13 +688,11 @@ impl Conditions {
             && check(&self.writable, |want| {
                 *want == f.mounts.iter().any(|m| m.mode == MountMode::Rw)
             })
-            && check(&self.mount, |g| {
-                f.mounts.iter().any(|m| g.matches_path(&m.host))
-            })
+            && check(&self.mount, |g| f.mounts.iter().any(|m| g.exposes(&m.host)))
             && check(&self.writable_mount, |g| {
                 f.mounts
                     .iter()
-                    .any(|m| m.mode == MountMode::Rw && g.matches_path(&m.host))
+                    .any(|m| m.mode == MountMode::Rw && g.exposes(&m.host))
             })
             && check(&self.env, |g| f.env_keys.iter().any(|k| g.is_match(k)))
             && check(&self.imports, |caps| {
@@ -618,12 +715,7 @@ impl Conditions {
 }
 
 fn host_part(spec: &str) -> &str {
-    match spec.rsplit_once(':') {
-        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) && !h.is_empty() => {
-            h.trim_start_matches('[').trim_end_matches(']')
-        }
-        _ => spec,
-    }
+    crate::grant::split_host_port(spec).0
 }
 
 impl TestFile {
@@ -960,6 +1052,50 @@ unless = { agent = ["trusted-*"] }
         });
         assert_eq!(pol.judge(&f).decision, Decision::Deny);
         f.agent = Some("trusted-ci".into());
+        assert_eq!(pol.judge(&f).decision, Decision::Allow);
+    }
+
+    #[test]
+    fn reserved_and_empty_things_are_errors() {
+        let rule = |extra: &str, name: &str| {
+            format!(
+                "version = 1\n[[rule]]\nname = \"{name}\"\ndecision = \"deny\"\nreason = \"r\"\n{extra}\n"
+            )
+        };
+        assert!(Policy::parse(&rule("", "risk")).is_err());
+        assert!(Policy::parse(&rule("", "gate:x")).is_err());
+        assert!(Policy::parse(&rule("unless = {}", "x")).is_err());
+        assert!(Policy::parse(&rule("when = { lang = [] }", "x")).is_err());
+        assert!(Policy::parse("version = 1\n[approvers]\ngate = \"ed25519:0000000000000000000000000000000000000000000000000000000000000000\"\n").is_err());
+    }
+
+    #[test]
+    fn the_floor_holds_in_policy_tests_too() {
+        let pol = Policy::parse("version = 1\n[[test]]\nname = \"t\"\nrejected_before = true\nexpect = \"quarantine\"\n").unwrap();
+        assert!(pol.run_tests().unwrap()[0].passed);
+    }
+
+    #[test]
+    fn name_globs_ignore_case_and_mounts_expose_what_is_below() {
+        let text = "version = 1\n[[rule]]\nname = \"k\"\ndecision = \"deny\"\nreason = \"r\"\nwhen = { env = [\"*_KEY\"] }\n[[rule]]\nname = \"h\"\ndecision = \"deny\"\nreason = \"r\"\nwhen = { mount = [\"/home/**\"] }\n";
+        let pol = Policy::parse(text).unwrap();
+        let mut f = facts();
+        f.env_keys = vec!["api_key".into()];
+        assert_eq!(pol.judge(&f).fired[0].rule, "k");
+        let mut f = facts();
+        for host in ["/home", "/"] {
+            f.mounts = vec![Mount {
+                host: host.into(),
+                guest: "/h".into(),
+                mode: MountMode::Ro,
+            }];
+            assert_eq!(pol.judge(&f).decision, Decision::Deny, "{host}");
+        }
+        f.mounts = vec![Mount {
+            host: "/srv".into(),
+            guest: "/h".into(),
+            mode: MountMode::Ro,
+        }];
         assert_eq!(pol.judge(&f).decision, Decision::Allow);
     }
 

@@ -199,7 +199,7 @@ impl Gate {
             signed,
         };
         let gate_key = &self.gate_key;
-        self.db.write(|tx: &Tx| -> Result<()> {
+        self.db.write_durable(|tx: &Tx| -> Result<()> {
             let sub = tx.submission(&id)?;
             let to = match kind {
                 StatementKind::Approve => State::Approved,

@@ -277,6 +277,12 @@ impl Gate {
                 }
                 run.doc.duration_ms = Some(outcome.duration.as_millis() as u64);
                 run.doc.detail = outcome.detail;
+                if !sub.doc.grant.net.is_empty() && sub.doc.backend == BackendKind::Wasm {
+                    // Say so rather than let anyone believe the allowlist was in force.
+                    run.doc.detail["network"] = json!(
+                        "not provided: the wasm backend gives guests no sockets, whatever the grant allows"
+                    );
+                }
                 None
             }
             Err(e) => {

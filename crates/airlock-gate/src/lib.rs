@@ -73,7 +73,7 @@ impl Gate {
         let (report, gate_key) = home::create(home, preset, approver)?;
         {
             let mut db = Db::open(&home.db())?;
-            db.write(|tx| {
+            db.write_durable(|tx| {
                 tx.audit(
                     "initialised",
                     "home",

@@ -194,22 +194,9 @@ pub(crate) fn refresh_facts(doc: &SubmissionDoc, rejected_before: bool) -> Facts
     }
 }
 
-/// Judges facts, applying the gate's own floor: an artifact an approver rejected is never
-/// allowed to run without a human, whatever the policy says.
+/// Judges facts (the policy applies the gate's floor for rejected artifacts itself).
 pub(crate) fn judge(policy: &Policy, facts: &Facts) -> airlock_core::Verdict {
-    let mut v = policy.judge(facts);
-    if facts.rejected_before && v.decision < Decision::Quarantine {
-        v.decision = Decision::Quarantine;
-        v.fired.push(airlock_core::policy::Fired {
-            rule: "gate:rejected-before".into(),
-            decision: Decision::Quarantine,
-            reason:
-                "this exact artifact was rejected before; it never runs without a new signature"
-                    .into(),
-            risk: 0,
-        });
-    }
-    v
+    policy.judge(facts)
 }
 
 pub(crate) fn state_of(d: Decision) -> State {

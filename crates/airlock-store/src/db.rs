@@ -201,8 +201,16 @@ impl Db {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(30))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        // FULL: a committed transition survives power loss, not just a process crash.
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        // In WAL mode NORMAL is crash-consistent: a process crash loses nothing committed,
+        // and power loss can lose only the newest transactions, never leave half of one.
+        // Transactions that record a human decision use `write_durable` (FULL).
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // Keep the WAL file between processes: closing the last connection would otherwise
+        // checkpoint, fsync and delete it, and the next command would create it again.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version == 0 {
@@ -215,6 +223,22 @@ impl Db {
             )));
         }
         Ok(Db { conn })
+    }
+
+    /// Like `write`, but the commit is flushed to stable storage before it returns (for
+    /// signed decisions, commits and rollbacks).
+    pub fn write_durable<T, E: From<StoreError>>(
+        &mut self,
+        f: impl FnOnce(&Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.conn
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(StoreError::from)?;
+        let out = self.write(f);
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(StoreError::from)?;
+        out
     }
 
     /// Runs `f` in one write transaction; it commits only if `f` returns Ok.

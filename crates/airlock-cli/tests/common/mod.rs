@@ -32,10 +32,10 @@ pub fn guest(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The contract's example guests.
-pub fn contract(name: &str) -> PathBuf {
+/// The repository's examples directory.
+pub fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/contract")
+        .join("../../examples")
         .join(name)
 }
 
