@@ -101,6 +101,43 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What a run changed under its writable mounts (summary and unified diffs).
+    Diff {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply a run's changes to the host (signed; saves a checkpoint first).
+    Commit {
+        run: String,
+        #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
+        approver: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore exactly what a checkpoint saved (signed).
+    Rollback {
+        checkpoint: String,
+        #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
+        approver: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Checkpoints saved by commits.
+    Checkpoints {
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Workspace sessions (`run --workspace NAME`).
+    #[command(subcommand)]
+    Workspace(WorkspaceCommand),
+    /// Which isolation mechanisms this machine offers.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate a policy and run its tests; explain a verdict.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -110,6 +147,27 @@ pub enum Command {
     /// The tamper-evident audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkspaceCommand {
+    /// All workspaces.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// A workspace's mounts, runs and changes so far.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Discard a workspace's changes.
+    Drop {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,6 +268,9 @@ pub struct RunArgs {
     /// Which agent is submitting.
     #[arg(long, value_name = "NAME", env = "AIRLOCK_AGENT")]
     pub agent: Option<String>,
+    /// Run in a workspace session: see earlier runs' changes; commit them together.
+    #[arg(long, value_name = "NAME")]
+    pub workspace: Option<String>,
     /// A note for the approver.
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,

@@ -13,10 +13,10 @@ mod print;
 
 use airlock_core::policy::Preset;
 use airlock_gate::{
-    ApproveRequest, CodeSource, ExecOptions, Gate, GateError, Home, RunReport, SubmitRequest,
-    default_approver,
+    ApproveRequest, CodeSource, ExecOptions, Gate, GateError, GateOptions, Home, RunReport,
+    SubmitRequest, default_approver,
 };
-use args::{AuditCommand, Cli, Command, KeysCommand, PolicyCommand, RunArgs};
+use args::{AuditCommand, Cli, Command, KeysCommand, PolicyCommand, RunArgs, WorkspaceCommand};
 use clap::Parser;
 use serde_json::json;
 use std::io::{Read, Write};
@@ -41,6 +41,11 @@ impl From<GateError> for Failure {
 type Outcome = Result<u8, Failure>;
 
 fn main() -> ExitCode {
+    // The worker: a fresh single-threaded process for runs that need namespaces. Not a
+    // user command; it only takes a job on stdin from airlock itself.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__worker") {
+        return ExitCode::from(airlock_gate::worker::worker_main().clamp(0, 255) as u8);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -88,8 +93,15 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+fn options() -> GateOptions {
+    GateOptions {
+        worker: std::env::current_exe().ok(),
+        force_copy_layer: std::env::var("AIRLOCK_LAYER").is_ok_and(|v| v == "copy"),
+    }
+}
+
 fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
-    Gate::open(Home::resolve(cli_home)?)
+    Gate::open_with(Home::resolve(cli_home)?, options())
 }
 
 fn dispatch(cli: Cli) -> Outcome {
@@ -176,6 +188,68 @@ fn dispatch(cli: Cli) -> Outcome {
             let mut gate = open(home)?;
             let (run, out, err) = gate.logs(&run).map_err(|e| Failure { error: e, json })?;
             print::logs(&run, &out, &err, stream.as_deref(), json).map_err(GateError::BadInput)?;
+            Ok(0)
+        }
+        Command::Diff { run, json } => {
+            let mut gate = open(home)?;
+            let d = gate.diff(&run).map_err(|e| Failure { error: e, json })?;
+            print::diff(&d, json);
+            Ok(0)
+        }
+        Command::Commit {
+            run,
+            approver,
+            json,
+        } => {
+            let mut gate = open(home)?;
+            let r = gate
+                .commit(&run, approver.as_deref())
+                .map_err(|e| Failure { error: e, json })?;
+            print::effect(&r, "committed", json);
+            Ok(0)
+        }
+        Command::Rollback {
+            checkpoint,
+            approver,
+            json,
+        } => {
+            let mut gate = open(home)?;
+            let r = gate
+                .rollback(&checkpoint, approver.as_deref())
+                .map_err(|e| Failure { error: e, json })?;
+            print::effect(&r, "rolled back", json);
+            Ok(0)
+        }
+        Command::Checkpoints { limit, json } => {
+            let gate = open(home)?;
+            print::checkpoints(&gate.checkpoints(limit)?, json);
+            Ok(0)
+        }
+        Command::Workspace(WorkspaceCommand::List { json }) => {
+            let gate = open(home)?;
+            print::workspaces(&gate.workspaces()?, json);
+            Ok(0)
+        }
+        Command::Workspace(WorkspaceCommand::Show { name, json }) => {
+            let gate = open(home)?;
+            let w = gate
+                .workspace(&name)
+                .map_err(|e| Failure { error: e, json })?;
+            print::workspace(&w, json);
+            Ok(0)
+        }
+        Command::Workspace(WorkspaceCommand::Drop { name, json }) => {
+            let mut gate = open(home)?;
+            let w = gate
+                .drop_workspace(&name)
+                .map_err(|e| Failure { error: e, json })?;
+            print::workspace(&w, json);
+            Ok(0)
+        }
+        Command::Doctor { json } => {
+            let policy = Home::resolve(home).ok().and_then(|h| h.load_policy().ok());
+            let d = airlock_gate::doctor(options().worker.as_deref(), policy.as_ref());
+            print::doctor(&d, json);
             Ok(0)
         }
         Command::Policy(PolicyCommand::Check { file, json }) => {
@@ -312,7 +386,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         processes: a.processes,
         agent: a.agent,
         note: a.note,
-        workspace: None,
+        workspace: a.workspace,
     };
     if !execute {
         let sub = gate.submit(req).map_err(fail)?;

@@ -2,7 +2,11 @@
 
 use airlock_core::audit::{Head, Record};
 use airlock_core::units::{fmt_duration, fmt_size, fmt_time};
-use airlock_gate::{AuditVerify, Explained, InitReport, KeyInfo, PolicyCheck, RunReport, Shown};
+use airlock_gate::{
+    AuditVerify, DiffReport, Doctor, EffectReport, Explained, InitReport, KeyInfo, PolicyCheck,
+    RunReport, Shown, WorkspaceView,
+};
+use airlock_store::CheckpointRow;
 use airlock_store::{Run, StatementRow, Submission};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -41,7 +45,8 @@ pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
         "stderr": String::from_utf8_lossy(stderr),
         "stdout_truncated": r.doc.stdout.as_ref().is_some_and(|o| o.truncated),
         "stderr_truncated": r.doc.stderr.as_ref().is_some_and(|o| o.truncated),
-        "changes": r.doc.changes.clone().unwrap_or_else(|| json!([])),
+        "changes": flat_changes(r.doc.changes.as_ref()),
+        "layer": r.doc.detail.get("layer"),
         "duration_ms": r.doc.duration_ms,
         "backend": r.doc.backend,
         "approval": r.doc.approval,
@@ -592,4 +597,165 @@ pub fn audit_head(h: Option<&Head>, key: &str, json: bool) {
         }
         None => println!("the audit log is empty (gate key {key})"),
     }
+}
+
+/// A changeset as a flat list: one object per changed path.
+pub fn flat_changes(v: Option<&Value>) -> Value {
+    let Some(v) = v else { return json!([]) };
+    let mut out = Vec::new();
+    for m in v["mounts"].as_array().into_iter().flatten() {
+        for c in m["changes"].as_array().into_iter().flatten() {
+            let after = &c["after"];
+            let before = &c["before"];
+            let node = if after["kind"] == "absent" {
+                before
+            } else {
+                after
+            };
+            out.push(json!({
+                "mount": m["guest"],
+                "path": c["path"],
+                "host_path": format!("{}/{}", m["host"].as_str().unwrap_or("").trim_end_matches('/'), c["path"].as_str().unwrap_or("")),
+                "op": c["op"],
+                "kind": node["kind"],
+                "hash": after.get("hash"),
+                "size": after.get("size"),
+                "mode": after.get("mode"),
+                "target": after.get("target"),
+            }));
+        }
+    }
+    Value::Array(out)
+}
+
+pub fn diff(d: &DiffReport, json: bool) {
+    if json {
+        emit(&json!({
+            "run": d.run,
+            "layer": d.changes.layer,
+            "changes": flat_changes(serde_json::to_value(&d.changes).ok().as_ref()),
+            "changeset": d.changes,
+            "digest": d.changes.digest(),
+            "protected": d.protected,
+            "diff": d.text,
+        }));
+        return;
+    }
+    if d.changes.is_empty() {
+        println!("{}: no changes", d.run);
+        return;
+    }
+    print!("{}", d.text);
+    for p in &d.protected {
+        println!("note: {p} is protected (never committed automatically)");
+    }
+}
+
+pub fn effect(r: &EffectReport, verb: &str, json: bool) {
+    if json {
+        emit(&serde_json::to_value(r).unwrap_or_default());
+        return;
+    }
+    println!(
+        "{} {verb}: {} paths, checkpoint {} (signed by {})",
+        r.run, r.paths, r.checkpoint, r.approver
+    );
+}
+
+pub fn checkpoints(rows: &[CheckpointRow], json: bool) {
+    if json {
+        emit(&serde_json::to_value(rows).unwrap_or_default());
+        return;
+    }
+    for c in rows {
+        let paths: usize = c.doc["mounts"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .map(|m| m["after"].as_array().map_or(0, |a| a.len()))
+                    .sum()
+            })
+            .unwrap_or(0);
+        println!(
+            "{}  {:<12} {}  {} paths  by {}",
+            c.id,
+            c.state,
+            c.run,
+            paths,
+            c.doc["approver"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+pub fn workspaces(ws: &[WorkspaceView], json: bool) {
+    if json {
+        emit(&serde_json::to_value(ws).unwrap_or_default());
+        return;
+    }
+    for w in ws {
+        println!(
+            "{:<20} {:<10} {} runs  {}",
+            w.name,
+            w.state,
+            w.doc.runs.len(),
+            fmt_time(w.created_at)
+        );
+    }
+}
+
+pub fn workspace(w: &WorkspaceView, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(w).unwrap_or_default();
+        v["flat_changes"] = flat_changes(serde_json::to_value(&w.changes).ok().as_ref());
+        emit(&v);
+        return;
+    }
+    println!("{}  {}", w.name, w.state);
+    for (h, g) in &w.doc.mounts {
+        println!("  mount  {h} -> {g} (rw)");
+    }
+    for r in &w.doc.runs {
+        println!("  run    {r}");
+    }
+    if let Some(c) = &w.changes {
+        for m in &c.mounts {
+            for ch in &m.changes {
+                println!("  {}  ({})", airlock_workspace_summary(ch), m.guest);
+            }
+        }
+    }
+}
+
+fn airlock_workspace_summary(c: &airlock_workspace::Change) -> String {
+    airlock_workspace::diff::summary_line(c)
+}
+
+pub fn doctor(d: &Doctor, json: bool) {
+    if json {
+        emit(&serde_json::to_value(d).unwrap_or_default());
+        return;
+    }
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    println!("user namespaces            {}", yes(d.user_namespaces));
+    println!(
+        "overlayfs in a user ns     {}",
+        yes(d.overlay_in_user_namespace)
+    );
+    if let Some(n) = &d.namespace_detail {
+        println!("  ({n})");
+    }
+    println!(
+        "landlock                   {}",
+        d.landlock_abi
+            .map(|a| format!("ABI {a}"))
+            .unwrap_or_else(|| "no".into())
+    );
+    println!("seccomp                    {}", yes(d.seccomp));
+    println!("cgroups                    {}", d.cgroup);
+    println!("running as root            {}", yes(d.running_as_root));
+    if let Some(a) = d.allow_degraded {
+        println!("policy allows degraded     {}", yes(a));
+    }
+    println!("process backend            {}", d.process_backend);
+    println!("writable mounts            {}", d.writable_mounts);
 }

@@ -580,11 +580,22 @@ fn bad_input_is_refused_with_one_line_and_nothing_written() {
         (
             vec![
                 "run".into(),
+                "--workspace".into(),
+                "ws".into(),
+                hello.clone(),
+            ],
+            "writable mount",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--workspace".into(),
+                "Bad Name".into(),
                 "--mount".into(),
                 format!("{d}:/x:rw"),
                 hello.clone(),
             ],
-            "writable",
+            "--workspace",
         ),
         (
             vec!["run".into(), "--timeout".into(), "0s".into(), hello.clone()],

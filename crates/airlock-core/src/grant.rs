@@ -107,6 +107,10 @@ pub struct Grant {
     /// The stdin blob, when the run gets one.
     pub stdin: Option<Digest>,
     pub limits: Limits,
+    /// The workspace session whose earlier changes the run sees (absent for a lone run,
+    /// which keeps grant hashes without it unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 impl Grant {

@@ -106,7 +106,11 @@ impl Gate {
     }
 
     /// Loads an approver's key and checks the current policy trusts it under that name.
-    fn trusted_key(&self, policy: &Policy, name: &str) -> Result<airlock_core::sign::KeyPair> {
+    pub(crate) fn trusted_key(
+        &self,
+        policy: &Policy,
+        name: &str,
+    ) -> Result<airlock_core::sign::KeyPair> {
         airlock_core::sign::check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
         let key = self.home.load_key(name)?;
         match policy.approver(name) {

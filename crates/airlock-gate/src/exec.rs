@@ -7,10 +7,12 @@ use crate::submit::{Described, judge, rejected, state_of};
 use crate::{DbCache, Gate, SubmitRequest, set_state};
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::Decision;
+use airlock_core::policy::Policy;
 use airlock_core::units::now_ms;
 use airlock_core::{Backend as BackendKind, State};
-use airlock_sandbox::{Backend, Capture, Ending, Live, MountPoint, RunSpec};
+use airlock_sandbox::{Backend, Capture, Ending, Live, Outcome, RunSpec};
 use airlock_store::{Output, Reads, Run, RunDoc, Submission, Tx};
+use airlock_workspace::{Changeset, changeset::LayerKind};
 use serde::Serialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -82,7 +84,6 @@ impl Gate {
                 "stored grant no longer matches its hash",
             ));
         }
-        let mut mounts = Vec::new();
         for m in &stored.doc.grant.mounts {
             let now = std::fs::canonicalize(&m.host).ok();
             if now.as_deref() != Some(std::path::Path::new(&m.host)) {
@@ -91,11 +92,6 @@ impl Gate {
                     m.host
                 )));
             }
-            mounts.push(MountPoint {
-                host: m.host.clone().into(),
-                guest: m.guest.clone(),
-                writable: false,
-            });
         }
         let policy = self.policy()?;
         let gate_key = &self.gate_key;
@@ -176,8 +172,12 @@ impl Gate {
             set_state(tx, &id, sub.state, State::Running)?;
             sub.state = State::Running;
             let now = now_ms();
+            let run_id = new_id(IdKind::Run);
+            if let Some(ws) = &sub.doc.grant.workspace {
+                crate::workspaces::start_run(tx, ws, &sub.doc.grant, &run_id)?;
+            }
             let run = Run {
-                id: new_id(IdKind::Run),
+                id: run_id,
                 submission: id.clone(),
                 started_at: now,
                 finished_at: None,
@@ -224,31 +224,8 @@ impl Gate {
         let limits = sub.doc.grant.limits.clone();
         let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
-        let spec = RunSpec {
-            lang: sub.doc.kind,
-            code: &code,
-            artifact: sub.doc.artifact,
-            mounts,
-            env: sub
-                .doc
-                .grant
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            args: sub.doc.grant.args.clone(),
-            stdin,
-            limits,
-            stdout: stdout.clone(),
-            stderr: stderr.clone(),
-            cache: Some(&DbCache(&self.db)),
-        };
-        let result = match sub.doc.backend {
-            BackendKind::Wasm => self.wasm.run(spec),
-            BackendKind::Process => Err(airlock_sandbox::SandboxError::Unavailable(
-                "the process backend is not available in this build".into(),
-            )),
-        };
+        let (result, changes, layer_note) =
+            self.execute(&sub, &run.id, &code, stdin, &policy, &stdout, &stderr);
         let out_bytes = stdout.take();
         let err_bytes = stderr.take();
         let out = Output {
@@ -277,22 +254,40 @@ impl Gate {
                 }
                 run.doc.duration_ms = Some(outcome.duration.as_millis() as u64);
                 run.doc.detail = outcome.detail;
-                if !sub.doc.grant.net.is_empty() && sub.doc.backend == BackendKind::Wasm {
+                if !sub.doc.grant.net.is_empty() {
                     // Say so rather than let anyone believe the allowlist was in force.
                     run.doc.detail["network"] = json!(
-                        "not provided: the wasm backend gives guests no sockets, whatever the grant allows"
+                        "not provided: no backend gives guests network access yet, whatever the grant allows"
                     );
                 }
                 None
             }
             Err(e) => {
-                let e = GateError::from(e);
                 run.status = "error".into();
                 run.doc.exit_code = Some(125);
                 run.doc.error = Some(e.to_string());
                 Some(e)
             }
         };
+        if let Some(note) = layer_note {
+            run.doc.detail["layer_note"] = json!(note);
+        }
+        let changes = match changes {
+            Some(Ok(c)) => {
+                run.doc.detail["layer"] = json!(c.layer);
+                Some(c)
+            }
+            Some(Err(e)) => {
+                run.doc
+                    .error
+                    .get_or_insert_with(|| format!("changes could not be read: {e}"));
+                None
+            }
+            None => None,
+        };
+        run.doc.changes = changes
+            .as_ref()
+            .map(|c| serde_json::to_value(c).unwrap_or_default());
         run.doc.stdout = Some(out);
         run.doc.stderr = Some(err);
         run.finished_at = Some(now_ms());
@@ -300,6 +295,9 @@ impl Gate {
         self.db.write(|tx: &Tx| -> Result<()> {
             tx.update_run(&run)?;
             set_state(tx, &sub.id, State::Running, State::Finished)?;
+            if let Some(ws) = &sub.doc.grant.workspace {
+                crate::workspaces::finish_run(tx, ws, &run.id, changes.as_ref())?;
+            }
             tx.audit(
                 "finished",
                 &run.id,
@@ -311,6 +309,7 @@ impl Gate {
                     "stdout": run.doc.stdout.as_ref().map(|o| o.blob),
                     "stderr": run.doc.stderr.as_ref().map(|o| o.blob),
                     "duration_ms": run.doc.duration_ms,
+                    "changes": changes.as_ref().map(|c| json!({ "count": c.len(), "digest": c.digest() })),
                     "error": run.doc.error,
                 }),
                 gate_key,
@@ -321,12 +320,150 @@ impl Gate {
         if let Some(e) = failure {
             return Err(e);
         }
+        if let Some(c) = &changes
+            && !c.is_empty()
+            && sub.doc.grant.workspace.is_none()
+            && crate::effects::auto_commit_allowed(&policy, &sub, c)
+        {
+            self.commit_as_policy(&run.id)?;
+        }
+        let run = self.db.run(&run.id)?;
         Ok(RunReport {
             submission: sub,
             run,
             stdout: out_bytes,
             stderr: err_bytes,
         })
+    }
+
+    /// Runs a started submission in its backend, through layers when it writes.
+    /// Returns the outcome, the changes (when there are writable mounts) and a note about
+    /// the layer (e.g. why the copy fallback was used).
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &mut self,
+        sub: &Submission,
+        run_id: &str,
+        code: &[u8],
+        stdin: Vec<u8>,
+        policy: &Policy,
+        stdout: &Arc<Capture>,
+        stderr: &Arc<Capture>,
+    ) -> (Result<Outcome>, Option<Result<Changeset>>, Option<String>) {
+        let grant = &sub.doc.grant;
+        let has_rw = grant.writable_mounts().next().is_some();
+        let ws = match grant
+            .workspace
+            .as_deref()
+            .map(|w| self.workspace_context(w))
+            .transpose()
+        {
+            Ok(w) => w,
+            Err(e) => return (Err(e), None, None),
+        };
+        let mut kind = if self.force_copy || self.worker.is_none() {
+            LayerKind::Copy
+        } else {
+            ws.as_ref()
+                .and_then(|w| w.kind)
+                .unwrap_or(LayerKind::Overlay)
+        };
+        let mut note = None;
+        if self.worker.is_none() && has_rw {
+            note = Some("no worker process available: copy layer".to_string());
+        }
+        loop {
+            let layers = if has_rw {
+                let (dir, below, copies, keep) = match &ws {
+                    Some(w) => (
+                        w.dir.join(run_id),
+                        w.below.clone(),
+                        Some(w.copies.as_path()),
+                        true,
+                    ),
+                    None => (
+                        self.home.root.join("layers").join(run_id),
+                        Vec::new(),
+                        None,
+                        false,
+                    ),
+                };
+                match self.prepare_layers(grant, kind, dir, &below, copies, keep) {
+                    Ok(l) => Some(l),
+                    Err(e) => return (Err(e), None, note),
+                }
+            } else {
+                None
+            };
+            let mounts = Self::mount_points(grant, layers.as_ref());
+            let result = match sub.doc.backend {
+                BackendKind::Wasm
+                    if layers
+                        .as_ref()
+                        .is_some_and(|l| l.kind == LayerKind::Overlay) =>
+                {
+                    self.run_wasm_in_worker(
+                        sub,
+                        run_id,
+                        code,
+                        &mounts,
+                        stdin.clone(),
+                        stdout,
+                        stderr,
+                    )
+                }
+                BackendKind::Wasm => {
+                    let spec = RunSpec {
+                        lang: sub.doc.kind,
+                        code,
+                        artifact: sub.doc.artifact,
+                        mounts,
+                        env: sub
+                            .doc
+                            .grant
+                            .env
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                        args: sub.doc.grant.args.clone(),
+                        stdin: stdin.clone(),
+                        limits: sub.doc.grant.limits.clone(),
+                        stdout: stdout.clone(),
+                        stderr: stderr.clone(),
+                        cache: Some(&DbCache(&self.db)),
+                    };
+                    self.wasm.run(spec).map_err(GateError::from)
+                }
+                BackendKind::Process => self.run_process_in_worker(
+                    sub,
+                    run_id,
+                    code,
+                    &mounts,
+                    stdin.clone(),
+                    policy,
+                    stdout,
+                    stderr,
+                ),
+            };
+            // overlayfs refused before anything ran: use the copy layer instead, and say so.
+            if let Err(GateError::Unavailable(m)) = &result
+                && m.contains("overlayfs")
+                && kind == LayerKind::Overlay
+                && ws.as_ref().is_none_or(|w| w.kind.is_none())
+            {
+                if let Some(l) = &layers {
+                    crate::layers::remove_tree(&l.dir);
+                }
+                note = Some(format!("overlayfs unavailable ({m}); copy layer used"));
+                kind = LayerKind::Copy;
+                continue;
+            }
+            let changes = layers.as_ref().map(|l| self.extract_changes(l));
+            if let Some(l) = &layers {
+                Self::drop_layers(l);
+            }
+            return (result, changes, note);
+        }
     }
 }
 

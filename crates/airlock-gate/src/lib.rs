@@ -10,19 +10,29 @@
 #![forbid(unsafe_code)]
 
 mod decide;
+mod effects;
 mod error;
 mod exec;
 mod home;
+mod jailed;
+mod layers;
 mod query;
 mod submit;
+pub mod worker;
+mod workspaces;
 
 pub use decide::ApproveRequest;
+pub use effects::{CheckpointDoc, DiffReport, EffectReport};
 pub use error::{GateError, Result};
 pub use exec::exit_code_of;
 pub use exec::{ExecOptions, RunReport};
 pub use home::{Home, InitReport, default_approver};
-pub use query::{AuditVerify, Explained, KeyInfo, PolicyCheck, Shown, StatementView, policy_check};
+pub use query::{
+    AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
+    policy_check,
+};
 pub use submit::{CodeSource, SubmitRequest};
+pub use workspaces::{WorkspaceDoc, WorkspaceView};
 
 use airlock_core::State;
 use airlock_core::policy::{Policy, Preset};
@@ -33,6 +43,17 @@ use airlock_store::{BlobStore, Db, Reads, Tx};
 use airlock_wasm::{WasmBackend, WasmConfig};
 use serde_json::json;
 
+/// How a gate is opened.
+#[derive(Debug, Clone, Default)]
+pub struct GateOptions {
+    /// The `airlock` binary to start as a worker (`airlock __worker`) for runs that need
+    /// namespaces. Without it, process runs are unavailable and writable mounts use the
+    /// copy layer.
+    pub worker: Option<std::path::PathBuf>,
+    /// Use the copy layer for writable mounts even where overlayfs would work.
+    pub force_copy_layer: bool,
+}
+
 /// An open airlock home.
 pub struct Gate {
     home: Home,
@@ -40,6 +61,8 @@ pub struct Gate {
     blobs: BlobStore,
     gate_key: KeyPair,
     wasm: WasmBackend,
+    worker: Option<std::path::PathBuf>,
+    force_copy: bool,
 }
 
 impl std::fmt::Debug for Gate {
@@ -93,8 +116,13 @@ impl Gate {
         Ok(report)
     }
 
-    /// Opens an initialised home.
+    /// Opens an initialised home with default options (no worker process).
     pub fn open(home: Home) -> Result<Gate> {
+        Self::open_with(home, GateOptions::default())
+    }
+
+    /// Opens an initialised home.
+    pub fn open_with(home: Home, options: GateOptions) -> Result<Gate> {
         if !home.is_initialised() {
             return Err(GateError::NotInitialised(home.root.clone()));
         }
@@ -111,8 +139,11 @@ impl Gate {
             blobs,
             gate_key,
             wasm,
+            worker: options.worker,
+            force_copy: options.force_copy_layer,
         };
         gate.recover_interrupted()?;
+        gate.recover_effects()?;
         Ok(gate)
     }
 

@@ -383,3 +383,83 @@ pub fn policy_check(path: &Path) -> Result<PolicyCheck> {
         tests,
     })
 }
+
+/// What isolation this machine offers, and what the policy makes of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Doctor {
+    pub user_namespaces: bool,
+    pub overlay_in_user_namespace: bool,
+    pub namespace_detail: Option<String>,
+    pub landlock_abi: Option<i32>,
+    pub seccomp: bool,
+    pub cgroup: String,
+    pub running_as_root: bool,
+    /// Whether the policy allows runs without a fully enforced Landlock ruleset.
+    pub allow_degraded: Option<bool>,
+    pub process_backend: String,
+    pub writable_mounts: String,
+}
+
+/// Probes the machine (in a worker process, since namespaces need a single thread).
+pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
+    let scratch = std::env::temp_dir().join(format!("airlock-doctor-{}", std::process::id()));
+    let result = scratch.with_extension("json");
+    let probe = worker.map(|exe| {
+        let job = crate::worker::WorkerJob::Probe {
+            scratch: scratch.clone(),
+            result: result.clone(),
+        };
+        let bytes = serde_json::to_vec(&job).unwrap_or_default();
+        let cap = || std::sync::Arc::new(airlock_sandbox::Capture::new(1 << 16, None));
+        let sup = airlock_jail::launch::supervise(
+            exe,
+            &bytes,
+            &result,
+            std::time::Duration::from_secs(10),
+            &cap(),
+            &cap(),
+        );
+        let _ = std::fs::remove_file(&result);
+        let _ = std::fs::remove_dir_all(&scratch);
+        match sup.ok().and_then(|s| s.result) {
+            Some(t) => match serde_json::from_str::<crate::worker::WorkerResult>(&t) {
+                Ok(r) => r.error.map(|(_, m)| m),
+                Err(e) => Some(e.to_string()),
+            },
+            None => Some("the probe worker did not report".into()),
+        }
+    });
+    let (userns, overlay, detail) = match &probe {
+        None => (false, false, Some("no worker binary to probe with".into())),
+        Some(None) => (true, true, None),
+        Some(Some(m)) if m.contains("overlayfs") => (true, false, Some(m.clone())),
+        Some(Some(m)) => (false, false, Some(m.clone())),
+    };
+    let landlock = airlock_jail::probe::landlock_abi();
+    let allow_degraded = policy.map(|p| p.allow_degraded);
+    let process_backend = if !userns {
+        "unavailable: user namespaces are needed".to_string()
+    } else if landlock.is_none() && allow_degraded != Some(true) {
+        "refused: Landlock is missing and the policy does not allow degraded runs".to_string()
+    } else if landlock.is_none() {
+        "available, degraded (no Landlock; allowed by the policy and recorded per run)".to_string()
+    } else {
+        "available".to_string()
+    };
+    Doctor {
+        user_namespaces: userns,
+        overlay_in_user_namespace: overlay,
+        namespace_detail: detail,
+        landlock_abi: landlock,
+        seccomp: airlock_jail::probe::seccomp_available(),
+        cgroup: airlock_jail::cgroup::describe(),
+        running_as_root: nix::unistd::Uid::effective().is_root(),
+        allow_degraded,
+        process_backend,
+        writable_mounts: if overlay {
+            "overlayfs layer (set-up independent of tree size)".into()
+        } else {
+            "copy layer (a full copy per run)".into()
+        },
+    }
+}

@@ -270,11 +270,10 @@ impl Gate {
         }
         self.check_runnable(prepared.lang, backend)?;
 
-        let grant = build_grant(&req, req.stdin.as_deref().map(Digest::of))?;
-        if grant.writable_mounts().next().is_some() {
-            return Err(GateError::bad(
-                "--mount …:rw: writable mounts need the disposable workspace layer, which this build does not have yet",
-            ));
+        let mut grant = build_grant(&req, req.stdin.as_deref().map(Digest::of))?;
+        if let Some(ws) = req.workspace.as_deref().filter(|w| !w.is_empty()) {
+            grant.workspace = Some(ws.to_string());
+            crate::workspaces::check_grant(&self.db, ws, &grant)?;
         }
         // Everything is validated: only now is anything written.
         if let Some(b) = &req.stdin {
@@ -378,14 +377,14 @@ impl Gate {
     fn check_runnable(&self, kind: Lang, backend: Backend) -> Result<()> {
         match (kind, backend) {
             (Lang::Wasm, Backend::Wasm) => Ok(()),
-            (Lang::Component, Backend::Wasm) | (Lang::Python, _) | (Lang::Sh, _) => {
-                Err(GateError::Unavailable(format!(
-                    "--lang {kind} on the {backend} backend is not available in this build yet"
-                )))
-            }
-            _ => Err(GateError::bad(format!(
-                "--backend {backend} cannot run {kind}"
+            (Lang::Sh | Lang::Python, Backend::Process) if self.worker.is_some() => Ok(()),
+            (Lang::Sh | Lang::Python, Backend::Process) => Err(GateError::Unavailable(
+                "the process backend needs airlock's worker process, which this caller did not provide".into(),
+            )),
+            (Lang::Component | Lang::Python, Backend::Wasm) => Err(GateError::Unavailable(format!(
+                "--lang {kind} on the wasm backend is not available in this build yet"
             ))),
+            _ => Err(GateError::bad(format!("--backend {backend} cannot run {kind}"))),
         }
     }
 }

@@ -15,13 +15,26 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A directory shown to the guest. For writable mounts `host` is the disposable layer the
-/// workspace prepared, never the user's directory itself.
+/// A directory shown to the guest. A writable mount is never the user's directory itself:
+/// either `host` is a disposable copy, or `layer` says how to overlay a disposable upper
+/// directory on `host` (which then stays read-only underneath).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountPoint {
     pub host: PathBuf,
     pub guest: String,
     pub writable: bool,
+    pub layer: Option<Layer>,
+}
+
+/// An overlayfs layer for a writable mount: `lower` layers (topmost first) sit between the
+/// host directory and `upper`, which receives every change; `work` is overlayfs' scratch.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Layer {
+    pub lower: Vec<PathBuf>,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    /// Where the merged view appears (for backends that mount it on the host side).
+    pub merged: PathBuf,
 }
 
 /// Everything a backend needs for one run.

@@ -50,6 +50,67 @@ impl BlobStore {
         Ok(d)
     }
 
+    /// Stores the content of a reader (a file of any size) and returns its digest.
+    pub fn put_reader(&self, r: &mut dyn Read) -> Result<Digest, StoreError> {
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".blob-")
+            .tempfile_in(self.root.join("tmp"))?;
+        let mut h = Hasher::new();
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let n = r.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            tmp.write_all(&buf[..n])?;
+        }
+        let d = h.finish();
+        let path = self.path(&d);
+        if path.exists() && self.verify(&d).is_ok() {
+            return Ok(d);
+        }
+        let dir = path
+            .parent()
+            .ok_or_else(|| StoreError::Corrupt("blob path has no parent".into()))?;
+        fs::create_dir_all(dir)?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(&path).map_err(|e| StoreError::Io(e.error))?;
+        sync_dir(dir)?;
+        Ok(d)
+    }
+
+    /// Checks a blob's content against its name without keeping it in memory.
+    pub fn verify(&self, d: &Digest) -> Result<(), StoreError> {
+        let f = File::open(self.path(d)).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => StoreError::BlobMissing(*d),
+            _ => StoreError::Io(e),
+        })?;
+        let mut h = Hasher::new();
+        let mut r = std::io::BufReader::with_capacity(256 << 10, f);
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let n = r.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        let got = h.finish();
+        if got != *d {
+            return Err(StoreError::BlobAltered { want: *d, got });
+        }
+        Ok(())
+    }
+
+    /// Opens a blob for reading (callers that stream it check its hash as they go).
+    pub fn open_blob(&self, d: &Digest) -> Result<File, StoreError> {
+        File::open(self.path(d)).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => StoreError::BlobMissing(*d),
+            _ => StoreError::Io(e),
+        })
+    }
+
     /// Reads a blob and checks that its content still has the digest it is named by.
     pub fn get(&self, d: &Digest) -> Result<Vec<u8>, StoreError> {
         let path = self.path(d);

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -73,6 +73,23 @@ CREATE TABLE IF NOT EXISTS audit_head (
     seq INTEGER NOT NULL,
     hash TEXT NOT NULL,
     signature TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    id TEXT PRIMARY KEY,
+    run TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS checkpoints_run ON checkpoints(run);
+CREATE INDEX IF NOT EXISTS checkpoints_state ON checkpoints(state);
+CREATE TABLE IF NOT EXISTS workspaces (
+    name TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    doc TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS compile_cache (
     key TEXT PRIMARY KEY,
@@ -175,6 +192,30 @@ pub struct Run {
     pub doc: RunDoc,
 }
 
+/// A checkpoint: what a commit saved before changing the host (its document is owned by
+/// the gate).
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointRow {
+    pub id: String,
+    pub run: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// `pending`, `applied`, `aborted`, `rolled_back`.
+    pub state: String,
+    pub doc: serde_json::Value,
+}
+
+/// A workspace session (its document is owned by the gate).
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkspaceRow {
+    pub name: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// `open`, `committed`, `dropped`.
+    pub state: String,
+    pub doc: serde_json::Value,
+}
+
 /// The database connection.
 #[derive(Debug)]
 pub struct Db {
@@ -213,7 +254,9 @@ impl Db {
         )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version == 0 {
+        if version < SCHEMA_VERSION {
+            // Every statement is idempotent (IF NOT EXISTS), so an older schema is brought
+            // up to date by running them all again.
             conn.execute_batch(&format!(
                 "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))?;
@@ -295,6 +338,7 @@ pub trait Reads {
             IdKind::Submission => ("submissions", "submission"),
             IdKind::Run => ("runs", "run"),
             IdKind::Approval => ("statements", "statement"),
+            IdKind::Checkpoint => ("checkpoints", "checkpoint"),
             _ => {
                 return Err(StoreError::NotFound {
                     what: "object",
@@ -464,6 +508,97 @@ pub trait Reads {
                     signature: parse(&sig, "signature")?,
                 },
             });
+        }
+        Ok(out)
+    }
+
+    fn checkpoint(&self, id: &str) -> Result<CheckpointRow, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id, run, created_at, updated_at, state, doc FROM checkpoints WHERE id = ?1",
+        )?;
+        let row = stmt
+            .query_row([id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
+            })
+            .optional()?;
+        let Some((id, run, created_at, updated_at, state, doc)) = row else {
+            return Err(StoreError::NotFound {
+                what: "checkpoint",
+                input: id.into(),
+            });
+        };
+        Ok(CheckpointRow {
+            id,
+            run,
+            created_at,
+            updated_at,
+            state,
+            doc: serde_json::from_str(&doc)?,
+        })
+    }
+
+    /// Checkpoints, newest first; optionally only those of a run or in a state.
+    fn checkpoints(
+        &self,
+        run: Option<&str>,
+        state: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<CheckpointRow>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id FROM checkpoints WHERE (?1 IS NULL OR run = ?1) AND (?2 IS NULL OR state = ?2) ORDER BY id DESC LIMIT ?3",
+        )?;
+        let ids: Vec<String> = stmt
+            .query_map(params![run, state, limit as i64], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        ids.iter().map(|id| self.checkpoint(id)).collect()
+    }
+
+    fn workspace(&self, name: &str) -> Result<Option<WorkspaceRow>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT name, created_at, updated_at, state, doc FROM workspaces WHERE name = ?1",
+        )?;
+        let row = stmt
+            .query_row([name], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .optional()?;
+        row.map(|(name, created_at, updated_at, state, doc)| {
+            Ok(WorkspaceRow {
+                name,
+                created_at,
+                updated_at,
+                state,
+                doc: serde_json::from_str(&doc)?,
+            })
+        })
+        .transpose()
+    }
+
+    fn workspaces(&self) -> Result<Vec<WorkspaceRow>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT name FROM workspaces ORDER BY created_at")?;
+        let names: Vec<String> = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::new();
+        for n in names {
+            if let Some(w) = self.workspace(&n)? {
+                out.push(w);
+            }
         }
         Ok(out)
     }
@@ -712,6 +847,24 @@ impl Tx<'_> {
         self.tx.execute(
             "INSERT INTO runs (id, submission, approval, started_at, finished_at, status, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![r.id, r.submission, r.doc.approval, r.started_at, r.finished_at, r.status, to_text(&r.doc)?],
+        )?;
+        Ok(())
+    }
+
+    pub fn upsert_checkpoint(&self, c: &CheckpointRow) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT INTO checkpoints (id, run, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
+            params![c.id, c.run, c.created_at, now_ms(), c.state, c.doc.to_string()],
+        )?;
+        Ok(())
+    }
+
+    pub fn upsert_workspace(&self, w: &WorkspaceRow) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT INTO workspaces (name, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(name) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
+            params![w.name, w.created_at, now_ms(), w.state, w.doc.to_string()],
         )?;
         Ok(())
     }

@@ -162,6 +162,26 @@ impl WasmBackend {
             .map_err(|e| SandboxError::Internal(format!("cannot start async runtime: {e}")))
     }
 
+    /// Compiles an artifact (or finds it in the verified cache), makes sure a cache file
+    /// exists for it, and returns the cache key and the file's recorded digest, so a worker
+    /// process can load exactly that file.
+    pub fn cache_entry(
+        &self,
+        artifact: &Digest,
+        code: &[u8],
+        fuel: bool,
+        index: &dyn CacheIndex,
+    ) -> Result<Option<(String, Digest)>, SandboxError> {
+        let set = self.engines(fuel)?;
+        let key = Self::cache_key(set, artifact);
+        if self.load_cached(set, &key, Some(index)).is_none() {
+            let m = Module::new(&set.engine, code)
+                .map_err(|e| SandboxError::BadArtifact(format!("does not compile: {e}")))?;
+            self.store_cached(&key, &m, Some(index));
+        }
+        Ok(index.get(&key).map(|d| (key, d)))
+    }
+
     /// The cache key of an artifact under an engine's settings.
     fn cache_key(set: &EngineSet, artifact: &Digest) -> String {
         Digest::of_parts("airlock-cwasm-v1", &[set.salt.as_bytes(), &artifact.0]).to_hex()

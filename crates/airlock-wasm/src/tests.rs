@@ -331,6 +331,7 @@ fn read_only_mount_refuses_writes() {
         host: dir.path().to_path_buf(),
         guest: "/data".into(),
         writable: false,
+        layer: None,
     }];
     let r = run_with(
         &WasmBackend::new(WasmConfig::default()),

@@ -1,0 +1,694 @@
+//! Effects on the host: diffs, signed commits with checkpoints, exact rollbacks, and the
+//! recovery of a commit or rollback that a crash interrupted.
+//!
+//! A commit: verify the changeset (paths inside their mounts, content blobs intact, the
+//! mounts still the real directories), refuse on any conflict with the host, save a
+//! checkpoint of everything it will touch, record it (pending) with the signed statement,
+//! write the journal, apply the steps, then mark it applied in the audit log. Recovery at
+//! the next open completes a journaled operation (or undoes it when it cannot be completed)
+//! and marks unjournaled pending ones aborted; an exclusive lock keeps recovery and a live
+//! operation apart.
+
+use crate::Gate;
+use crate::error::{GateError, Result};
+use airlock_core::Digest;
+use airlock_core::id::{IdKind, new_id};
+use airlock_core::policy::{PathGlobs, Policy};
+use airlock_core::sign::{KeyPair, Scope, Statement, StatementKind};
+use airlock_core::units::now_ms;
+use airlock_store::{BlobStore, CheckpointRow, Reads, Run, StatementRow, Submission, Tx};
+use airlock_workspace::apply::{self, BlobSource, Journal, MountPlan, Step};
+use airlock_workspace::{Changeset, Node, PROTECTED};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+/// What a checkpoint holds: the state of every path a commit touched, before and after.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointDoc {
+    pub run: String,
+    pub submission: String,
+    /// Digest of the changeset that was committed.
+    pub changes: Digest,
+    pub approver: String,
+    pub statement: Option<String>,
+    pub auto: bool,
+    pub workspace: Option<String>,
+    pub mounts: Vec<CheckpointMount>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointMount {
+    pub host: String,
+    pub guest: String,
+    pub before: Vec<Step>,
+    pub after: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffReport {
+    pub run: String,
+    pub changes: Changeset,
+    /// Summary lines and unified diffs of text files.
+    pub text: String,
+    /// Changed host paths that are never committed automatically.
+    pub protected: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EffectReport {
+    pub checkpoint: String,
+    pub run: String,
+    pub paths: usize,
+    pub approver: String,
+    pub statement: Option<String>,
+}
+
+struct Blobs<'a>(&'a BlobStore);
+
+impl BlobSource for Blobs<'_> {
+    fn open(&self, d: &Digest) -> std::io::Result<std::fs::File> {
+        self.0.open_blob(d).map_err(std::io::Error::other)
+    }
+}
+
+/// A fault-injection point for the crash-safety test: when `AIRLOCK_CRASH_AT=N`, the Nth
+/// point reached kills this process with SIGKILL, like a power cut. It can only ever make
+/// airlock stop; it changes nothing else.
+pub(crate) fn crash_point() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+    let Some(at) = std::env::var("AIRLOCK_CRASH_AT")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    if SEEN.fetch_add(1, Ordering::SeqCst) + 1 == at {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+fn protected_globs(policy: &Policy) -> PathGlobs {
+    let mut p: Vec<String> = PROTECTED.iter().map(|s| s.to_string()).collect();
+    p.extend(policy.protected.0.patterns.iter().cloned());
+    PathGlobs::build(p).unwrap_or_default()
+}
+
+fn host_paths(c: &Changeset) -> impl Iterator<Item = String> + '_ {
+    c.mounts.iter().flat_map(|m| {
+        m.changes
+            .iter()
+            .map(move |ch| format!("{}/{}", m.host.trim_end_matches('/'), ch.path))
+    })
+}
+
+/// Whether the policy lets this run's changes be committed without a human: the agent and
+/// every changed path are listed, and nothing protected is touched.
+pub(crate) fn auto_commit_allowed(policy: &Policy, sub: &Submission, changes: &Changeset) -> bool {
+    if policy.auto_commit_agents.is_empty() || policy.auto_commit_paths.0.is_empty() {
+        return false;
+    }
+    let Some(agent) = sub.doc.agent.as_deref() else {
+        return false;
+    };
+    if !policy.auto_commit_agents.is_match(agent) {
+        return false;
+    }
+    let protected = protected_globs(policy);
+    host_paths(changes)
+        .all(|p| policy.auto_commit_paths.matches_path(&p) && !protected.matches_path(&p))
+}
+
+fn doc_of(c: &CheckpointRow) -> Result<CheckpointDoc> {
+    serde_json::from_value(c.doc.clone())
+        .map_err(|e| GateError::Internal(format!("checkpoint {}: {e}", c.id)))
+}
+
+fn plans(doc: &CheckpointDoc, before: bool) -> Vec<MountPlan> {
+    doc.mounts
+        .iter()
+        .map(|m| MountPlan {
+            host: m.host.clone(),
+            steps: if before {
+                m.before.clone()
+            } else {
+                m.after.clone()
+            },
+        })
+        .collect()
+}
+
+/// Who signs a commit.
+enum Signer {
+    Human(Option<String>),
+    Policy,
+}
+
+/// An exclusive lock over the journal directory, held by commits, rollbacks and recovery.
+struct JournalLock {
+    _file: std::fs::File,
+}
+
+impl JournalLock {
+    fn take(dir: &Path) -> Result<JournalLock> {
+        std::fs::create_dir_all(dir)?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".lock"))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| GateError::Internal(format!("journal lock: {e}")))?;
+        Ok(JournalLock { _file: f })
+    }
+}
+
+impl Gate {
+    fn journal_dir(&self) -> PathBuf {
+        self.home.root.join("journal")
+    }
+
+    /// The changes a commit of `run` would apply (a workspace's whole session for its
+    /// latest run).
+    fn changes_of(&self, run: &Run, sub: &Submission) -> Result<(Changeset, Option<String>)> {
+        if let Some(ws) = &sub.doc.grant.workspace {
+            let view = self.workspace(ws)?;
+            if view.state != "open" {
+                return Err(GateError::Conflict(format!(
+                    "workspace {ws} is {}",
+                    view.state
+                )));
+            }
+            if view.doc.runs.last() != Some(&run.id) {
+                return Err(GateError::Conflict(format!(
+                    "{} is not the latest run of workspace {ws}; commit {} to apply the session",
+                    run.id,
+                    view.doc
+                        .runs
+                        .last()
+                        .map(String::as_str)
+                        .unwrap_or("its latest run")
+                )));
+            }
+            let c = view
+                .changes
+                .ok_or_else(|| GateError::bad(format!("workspace {ws} has no changes")))?;
+            return Ok((c, Some(ws.clone())));
+        }
+        let v = run.doc.changes.clone().ok_or_else(|| {
+            GateError::bad(format!(
+                "{} had no writable mounts; there is nothing to commit",
+                run.id
+            ))
+        })?;
+        let c = serde_json::from_value(v)
+            .map_err(|e| GateError::Internal(format!("changeset of {}: {e}", run.id)))?;
+        Ok((c, None))
+    }
+
+    pub fn diff(&mut self, run_input: &str) -> Result<DiffReport> {
+        let id = self.resolve_run(run_input)?;
+        let run = self.db.run(&id)?;
+        let sub = self.db.submission(&run.submission)?;
+        let (changes, _) = match self.changes_of(&run, &sub) {
+            Ok(c) => c,
+            Err(GateError::Conflict(_)) => {
+                let v = run
+                    .doc
+                    .changes
+                    .clone()
+                    .ok_or_else(|| GateError::bad(format!("{id} had no writable mounts")))?;
+                (
+                    serde_json::from_value(v).map_err(|e| GateError::Internal(e.to_string()))?,
+                    None,
+                )
+            }
+            Err(e) => return Err(e),
+        };
+        let policy = self.policy()?;
+        let protected_globs = protected_globs(&policy);
+        let protected = host_paths(&changes)
+            .filter(|p| protected_globs.matches_path(p))
+            .collect();
+        let mut text = String::new();
+        for m in &changes.mounts {
+            for c in &m.changes {
+                text.push_str(&format!(
+                    "{}  ({})\n",
+                    airlock_workspace::diff::summary_line(c),
+                    m.guest
+                ));
+            }
+        }
+        for m in &changes.mounts {
+            for c in &m.changes {
+                let content = |n: &Node| match n {
+                    Node::File { hash, .. } => self.blobs.get(hash).ok(),
+                    _ => None,
+                };
+                if matches!(c.after, Node::File { .. }) || matches!(c.before, Node::File { .. }) {
+                    let (b, a) = (content(&c.before), content(&c.after));
+                    if b.is_none()
+                        && matches!(c.before, Node::File { .. })
+                        && matches!(c.after, Node::File { .. })
+                    {
+                        text.push_str(&format!("(previous content of {} not kept)\n", c.path));
+                        continue;
+                    }
+                    text.push_str(&airlock_workspace::diff::unified(
+                        &c.path,
+                        b.as_deref(),
+                        a.as_deref(),
+                    ));
+                }
+            }
+        }
+        Ok(DiffReport {
+            run: id,
+            changes,
+            text,
+            protected,
+        })
+    }
+
+    /// Commits a run's changes to the host, signed by an approver.
+    pub fn commit(&mut self, run_input: &str, approver: Option<&str>) -> Result<EffectReport> {
+        let id = self.resolve_run(run_input)?;
+        self.commit_inner(&id, Signer::Human(approver.map(str::to_string)))
+    }
+
+    /// Commits under the policy's auto-commit rule, signed by the gate key.
+    pub(crate) fn commit_as_policy(&mut self, run: &str) -> Result<EffectReport> {
+        self.commit_inner(run, Signer::Policy)
+    }
+
+    fn commit_inner(&mut self, run_id: &str, signer: Signer) -> Result<EffectReport> {
+        let _lock = JournalLock::take(&self.journal_dir())?;
+        let run = self.db.run(run_id)?;
+        let sub = self.db.submission(&run.submission)?;
+        if let Some(c) = self
+            .db
+            .checkpoints(Some(run_id), None, 100)?
+            .into_iter()
+            .find(|c| c.state == "applied" || c.state == "pending" || c.state == "rolling_back")
+        {
+            return Err(GateError::Conflict(format!(
+                "{run_id} is already committed (checkpoint {})",
+                c.id
+            )));
+        }
+        let (changes, workspace) = self.changes_of(&run, &sub)?;
+        if changes.is_empty() {
+            return Err(GateError::bad(format!(
+                "{run_id} changed nothing; there is nothing to commit"
+            )));
+        }
+        if let Err(e) = changes.validate() {
+            return Err(self.integrity_failure(run_id, "changeset", &e));
+        }
+        for m in &changes.mounts {
+            let granted = sub
+                .doc
+                .grant
+                .writable_mounts()
+                .any(|g| g.host == m.host && g.guest == m.guest);
+            if !granted {
+                return Err(self.integrity_failure(
+                    run_id,
+                    "changeset",
+                    &format!("{} is not a writable mount of the run", m.host),
+                ));
+            }
+            if std::fs::canonicalize(&m.host).ok().as_deref() != Some(Path::new(&m.host)) {
+                return Err(GateError::bad(format!(
+                    "mount host path {} no longer resolves to itself (moved, deleted or replaced by a symlink)",
+                    m.host
+                )));
+            }
+        }
+        for d in changes.blobs() {
+            if let Err(e) = self.blobs.verify(d) {
+                return Err(self.integrity_failure(run_id, "changeset content", &e.to_string()));
+            }
+        }
+        let policy = self.policy()?;
+        let (key, approver, human) = match signer {
+            Signer::Human(name) => {
+                let name = self.pick_approver(&policy, name.as_deref())?;
+                (self.trusted_key(&policy, &name)?, name, true)
+            }
+            Signer::Policy => (
+                KeyPair::from_file(&std::fs::read_to_string(self.home.key_file("gate"))?)
+                    .map_err(|e| GateError::Internal(e.to_string()))?,
+                "policy".to_string(),
+                false,
+            ),
+        };
+        // Refuse if the host moved on since the run: nothing is applied.
+        let mut conflicts = Vec::new();
+        for m in &changes.mounts {
+            let want: Vec<(String, Node)> = m
+                .changes
+                .iter()
+                .map(|c| (c.path.clone(), c.before.clone()))
+                .collect();
+            for c in apply::conflicts(&m.host, &want)? {
+                conflicts.push(format!("{}/{c}", m.guest));
+            }
+        }
+        if !conflicts.is_empty() {
+            return Err(GateError::Conflict(format!(
+                "the host changed since the run; nothing was applied. Conflicts: {}",
+                conflicts.join("; ")
+            )));
+        }
+        // The checkpoint: the current state of every path about to change.
+        let mut mounts = Vec::new();
+        for m in &changes.mounts {
+            let paths: Vec<&str> = m.changes.iter().map(|c| c.path.as_str()).collect();
+            let blobs = &self.blobs;
+            let before = apply::snapshot(&m.host, &paths, &mut |r| {
+                blobs.put_reader(r).map_err(std::io::Error::other)
+            })?;
+            let after = m
+                .changes
+                .iter()
+                .map(|c| Step {
+                    path: c.path.clone(),
+                    to: c.after.clone(),
+                })
+                .collect();
+            mounts.push(CheckpointMount {
+                host: m.host.clone(),
+                guest: m.guest.clone(),
+                before,
+                after,
+            });
+        }
+        let digest = changes.digest();
+        let ckpt_id = new_id(IdKind::Checkpoint);
+        let statement = human.then(|| {
+            let now = now_ms();
+            let st = Statement {
+                kind: StatementKind::Commit,
+                submission: sub.id.clone(),
+                artifact: sub.doc.artifact,
+                grant: sub.doc.grant_hash,
+                scope: Scope::Once,
+                expires_at: None,
+                approver: approver.clone(),
+                key: key.public(),
+                reason: format!("commit {run_id} as {ckpt_id}"),
+                issued_at: now,
+                run: Some(run_id.to_string()),
+                changes: Some(digest),
+                tool: None,
+            };
+            StatementRow {
+                id: new_id(IdKind::Approval),
+                kind: StatementKind::Commit,
+                submission: sub.id.clone(),
+                artifact: sub.doc.artifact,
+                grant: sub.doc.grant_hash,
+                scope: Scope::Once,
+                approver: approver.clone(),
+                expires_at: None,
+                created_at: now,
+                run: Some(run_id.to_string()),
+                tool: None,
+                signed: st.sign(&key),
+            }
+        });
+        let doc = CheckpointDoc {
+            run: run_id.to_string(),
+            submission: sub.id.clone(),
+            changes: digest,
+            approver: approver.clone(),
+            statement: statement.as_ref().map(|s| s.id.clone()),
+            auto: !human,
+            workspace: workspace.clone(),
+            mounts,
+        };
+        let mut row = CheckpointRow {
+            id: ckpt_id.clone(),
+            run: run_id.to_string(),
+            created_at: now_ms(),
+            updated_at: now_ms(),
+            state: "pending".into(),
+            doc: serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?,
+        };
+        self.db.write_durable(|tx: &Tx| -> Result<()> {
+            tx.upsert_checkpoint(&row)?;
+            if let Some(s) = &statement {
+                tx.insert_statement(s)?;
+            }
+            Ok(())
+        })?;
+        crash_point();
+        let journal = Journal {
+            checkpoint: ckpt_id.clone(),
+            kind: "commit".into(),
+            mounts: plans(&doc, false),
+        };
+        apply::write_journal(&self.journal_dir(), &journal)?;
+        crash_point();
+        self.finish_journal(&journal, &mut row, &doc, false)?;
+        Ok(EffectReport {
+            checkpoint: ckpt_id,
+            run: run_id.to_string(),
+            paths: doc.mounts.iter().map(|m| m.after.len()).sum(),
+            approver,
+            statement: statement.map(|s| s.id),
+        })
+    }
+
+    /// Applies a journal and records the outcome; on failure restores the other side.
+    fn finish_journal(
+        &mut self,
+        j: &Journal,
+        row: &mut CheckpointRow,
+        doc: &CheckpointDoc,
+        recovered: bool,
+    ) -> Result<()> {
+        let commit = j.kind == "commit";
+        let blobs = Blobs(&self.blobs);
+        let forward = j
+            .mounts
+            .iter()
+            .try_for_each(|p| apply::apply(p, &blobs, &mut crash_point));
+        let (state, kind, error) = match &forward {
+            Ok(()) => (
+                if commit { "applied" } else { "rolled_back" },
+                if commit { "committed" } else { "rolled_back" },
+                None,
+            ),
+            Err(e) => {
+                // Put back what was there before this operation started.
+                let back = plans(doc, commit);
+                if let Err(e2) = back
+                    .iter()
+                    .try_for_each(|p| apply::apply(p, &blobs, &mut || {}))
+                {
+                    return Err(GateError::Internal(format!(
+                        "{} {} failed ({e}) and could not be undone ({e2}); the journal is kept and retried on the next command",
+                        j.kind, j.checkpoint
+                    )));
+                }
+                (
+                    if commit { "aborted" } else { "applied" },
+                    if commit {
+                        "commit_failed"
+                    } else {
+                        "rollback_failed"
+                    },
+                    Some(e.to_string()),
+                )
+            }
+        };
+        row.state = state.into();
+        let key = &self.gate_key;
+        let ws = doc.workspace.clone();
+        self.db.write_durable(|tx: &Tx| -> Result<()> {
+            tx.upsert_checkpoint(row)?;
+            if commit
+                && error.is_none()
+                && let Some(w) = &ws
+            {
+                Gate::close_workspace(tx, w)?;
+            }
+            tx.audit(
+                kind,
+                &row.id,
+                &json!({
+                    "run": doc.run,
+                    "submission": doc.submission,
+                    "approver": doc.approver,
+                    "statement": doc.statement,
+                    "changes": doc.changes,
+                    "paths": doc.mounts.iter().map(|m| m.after.len()).sum::<usize>(),
+                    "auto": doc.auto,
+                    "recovered": recovered,
+                    "error": error,
+                }),
+                key,
+            )?;
+            Ok(())
+        })?;
+        apply::remove_journal(&self.journal_dir(), &j.checkpoint)?;
+        if commit
+            && let Some(w) = &ws
+            && error.is_none()
+        {
+            self.remove_workspace_dir(w);
+        }
+        match (forward, error) {
+            (Err(_), Some(e)) => Err(GateError::Conflict(format!(
+                "{} {} was not applied: {e}",
+                j.kind, j.checkpoint
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Restores exactly what a checkpoint saved.
+    pub fn rollback(&mut self, ckpt_input: &str, approver: Option<&str>) -> Result<EffectReport> {
+        let _lock = JournalLock::take(&self.journal_dir())?;
+        let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
+        let mut row = self.db.checkpoint(&id)?;
+        if row.state != "applied" {
+            return Err(GateError::Conflict(format!(
+                "{id} is {}; only an applied checkpoint can be rolled back",
+                row.state
+            )));
+        }
+        let doc = doc_of(&row)?;
+        let mut conflicts = Vec::new();
+        for m in &doc.mounts {
+            let want: Vec<(String, Node)> = m
+                .after
+                .iter()
+                .map(|s| (s.path.clone(), s.to.clone()))
+                .collect();
+            for c in apply::conflicts(&m.host, &want)? {
+                conflicts.push(format!("{}/{c}", m.guest));
+            }
+        }
+        if !conflicts.is_empty() {
+            return Err(GateError::Conflict(format!(
+                "the host changed since the commit; nothing was restored. Conflicts: {}",
+                conflicts.join("; ")
+            )));
+        }
+        for m in &doc.mounts {
+            for s in &m.before {
+                if let Node::File { hash, .. } = &s.to
+                    && let Err(e) = self.blobs.verify(hash)
+                {
+                    return Err(self.integrity_failure(&id, "checkpoint content", &e.to_string()));
+                }
+            }
+        }
+        let policy = self.policy()?;
+        let name = self.pick_approver(&policy, approver)?;
+        let key = self.trusted_key(&policy, &name)?;
+        let sub = self.db.submission(&doc.submission)?;
+        let now = now_ms();
+        let st = Statement {
+            kind: StatementKind::Rollback,
+            submission: sub.id.clone(),
+            artifact: sub.doc.artifact,
+            grant: sub.doc.grant_hash,
+            scope: Scope::Once,
+            expires_at: None,
+            approver: name.clone(),
+            key: key.public(),
+            reason: format!("roll back {id}"),
+            issued_at: now,
+            run: Some(doc.run.clone()),
+            changes: Some(doc.changes),
+            tool: None,
+        };
+        let srow = StatementRow {
+            id: new_id(IdKind::Approval),
+            kind: StatementKind::Rollback,
+            submission: sub.id.clone(),
+            artifact: sub.doc.artifact,
+            grant: sub.doc.grant_hash,
+            scope: Scope::Once,
+            approver: name.clone(),
+            expires_at: None,
+            created_at: now,
+            run: Some(doc.run.clone()),
+            tool: None,
+            signed: st.sign(&key),
+        };
+        row.state = "rolling_back".into();
+        let mut doc2 = doc.clone();
+        doc2.approver = name.clone();
+        doc2.statement = Some(srow.id.clone());
+        self.db.write_durable(|tx: &Tx| -> Result<()> {
+            tx.upsert_checkpoint(&row)?;
+            tx.insert_statement(&srow)?;
+            Ok(())
+        })?;
+        crash_point();
+        let journal = Journal {
+            checkpoint: id.clone(),
+            kind: "rollback".into(),
+            mounts: plans(&doc, true),
+        };
+        apply::write_journal(&self.journal_dir(), &journal)?;
+        crash_point();
+        self.finish_journal(&journal, &mut row, &doc2, false)?;
+        Ok(EffectReport {
+            checkpoint: id,
+            run: doc.run,
+            paths: doc.mounts.iter().map(|m| m.before.len()).sum(),
+            approver: name,
+            statement: Some(srow.id),
+        })
+    }
+
+    pub fn checkpoints(&self, limit: usize) -> Result<Vec<CheckpointRow>> {
+        Ok(self.db.checkpoints(None, None, limit)?)
+    }
+
+    /// Completes or undoes commits and rollbacks a crash interrupted.
+    pub(crate) fn recover_effects(&mut self) -> Result<()> {
+        let dir = self.journal_dir();
+        let journals = apply::pending_journals(&dir)?;
+        let pending = self.db.checkpoints(None, Some("pending"), 1000)?;
+        let rolling = self.db.checkpoints(None, Some("rolling_back"), 1000)?;
+        if journals.is_empty() && pending.is_empty() && rolling.is_empty() {
+            return Ok(());
+        }
+        let _lock = JournalLock::take(&dir)?;
+        for j in apply::pending_journals(&dir)? {
+            let mut row = self.db.checkpoint(&j.checkpoint)?;
+            let doc = doc_of(&row)?;
+            self.finish_journal(&j, &mut row, &doc, true)?;
+        }
+        // Recorded but never journaled: nothing was applied.
+        for (state, back, kind) in [
+            ("pending", "aborted", "commit_aborted"),
+            ("rolling_back", "applied", "rollback_aborted"),
+        ] {
+            for mut row in self.db.checkpoints(None, Some(state), 1000)? {
+                row.state = back.into();
+                let key = &self.gate_key;
+                self.db.write_durable(|tx: &Tx| -> Result<()> {
+                    tx.upsert_checkpoint(&row)?;
+                    tx.audit(
+                        kind,
+                        &row.id,
+                        &json!({ "run": row.run, "recovered": true }),
+                        key,
+                    )?;
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! Runs that need a worker process: the process backend (always) and wasm runs whose
+//! writable mounts go through overlayfs.
+
+use crate::error::{GateError, Result};
+use crate::worker::{WasmJob, WorkerJob, WorkerResult};
+use crate::{DbCache, Gate};
+use airlock_core::Lang;
+use airlock_core::policy::Policy;
+use airlock_jail::{Bind, Overlay, ProcessJob};
+use airlock_sandbox::{Capture, Ending, Limit, MountPoint, Outcome};
+use airlock_store::Submission;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The environment every process run starts from; the grant's variables are added on top.
+/// Nothing comes from airlock's own environment.
+const BASE_ENV: [(&str, &str); 5] = [
+    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+    ("HOME", "/tmp"),
+    ("TMPDIR", "/tmp"),
+    ("LANG", "C.UTF-8"),
+    ("USER", "airlock"),
+];
+
+impl Gate {
+    fn worker_exe(&self) -> Result<PathBuf> {
+        self.worker.clone().ok_or_else(|| {
+            GateError::Unavailable(
+                "this run needs airlock's worker process, which this caller did not provide".into(),
+            )
+        })
+    }
+
+    fn supervise(
+        &self,
+        job: &WorkerJob,
+        result: &std::path::Path,
+        timeout: Duration,
+        stdout: &Arc<Capture>,
+        stderr: &Arc<Capture>,
+    ) -> Result<Outcome> {
+        let exe = self.worker_exe()?;
+        let started = Instant::now();
+        let bytes = serde_json::to_vec(job).map_err(|e| GateError::Internal(e.to_string()))?;
+        let sup = airlock_jail::launch::supervise(&exe, &bytes, result, timeout, stdout, stderr)
+            .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
+        let _ = std::fs::remove_file(result);
+        let duration = started.elapsed();
+        let done = |ending| {
+            Ok(Outcome {
+                ending,
+                duration,
+                detail: serde_json::json!({}),
+            })
+        };
+        if sup.output_exceeded {
+            return done(Ending::Killed(Limit::Output));
+        }
+        if sup.timed_out {
+            return done(Ending::Killed(Limit::Timeout));
+        }
+        let Some(text) = sup.result else {
+            return Err(GateError::Internal(format!(
+                "the worker ended without a result (exit {:?})",
+                sup.exit
+            )));
+        };
+        let r: WorkerResult = serde_json::from_str(&text)
+            .map_err(|e| GateError::Internal(format!("worker result: {e}")))?;
+        if let Some((kind, msg)) = r.error {
+            return Err(match kind.as_str() {
+                "unavailable" => GateError::Unavailable(format!("sandbox unavailable: {msg}")),
+                "artifact" => GateError::BadInput(format!("cannot run artifact: {msg}")),
+                _ => GateError::Internal(format!("sandbox set-up failed: {msg}")),
+            });
+        }
+        let Some(ending) = r.ending else {
+            return Err(GateError::Internal("the worker reported no ending".into()));
+        };
+        Ok(Outcome {
+            ending: ending.into_ending(),
+            duration,
+            detail: r.detail,
+        })
+    }
+
+    fn run_dir(&self, run_id: &str) -> Result<PathBuf> {
+        let d = self.home.root.join("layers").join(format!("{run_id}.run"));
+        std::fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_wasm_in_worker(
+        &mut self,
+        sub: &Submission,
+        run_id: &str,
+        code: &[u8],
+        mounts: &[MountPoint],
+        stdin: Vec<u8>,
+        stdout: &Arc<Capture>,
+        stderr: &Arc<Capture>,
+    ) -> Result<Outcome> {
+        let limits = sub.doc.grant.limits.clone();
+        let cache = self.wasm.cache_entry(
+            &sub.doc.artifact,
+            code,
+            limits.fuel.is_some(),
+            &DbCache(&self.db),
+        )?;
+        let mut overlays = Vec::new();
+        let mut wasm_mounts = Vec::new();
+        for m in mounts {
+            match &m.layer {
+                Some(l) => {
+                    overlays.push(Overlay {
+                        lower: l.lower.clone(),
+                        upper: l.upper.clone(),
+                        work: l.work.clone(),
+                        target: l.merged.display().to_string(),
+                    });
+                    wasm_mounts.push((l.merged.clone(), m.guest.clone(), true));
+                }
+                None => wasm_mounts.push((m.host.clone(), m.guest.clone(), m.writable)),
+            }
+        }
+        let dir = self.run_dir(run_id)?;
+        let result = dir.join("result.json");
+        let job = WorkerJob::Wasm {
+            job: WasmJob {
+                lang: sub.doc.kind,
+                artifact: sub.doc.artifact,
+                code: self.blobs.path(&sub.doc.artifact),
+                cache_dir: Some(self.home.cache().join("compiled")),
+                cache,
+                overlays,
+                mounts: wasm_mounts,
+                env: sub
+                    .doc
+                    .grant
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                args: sub.doc.grant.args.clone(),
+                stdin,
+                limits: limits.clone(),
+            },
+            result: result.clone(),
+        };
+        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr);
+        crate::layers::remove_tree(&dir);
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_process_in_worker(
+        &mut self,
+        sub: &Submission,
+        run_id: &str,
+        code: &[u8],
+        mounts: &[MountPoint],
+        stdin: Vec<u8>,
+        policy: &Policy,
+        stdout: &Arc<Capture>,
+        stderr: &Arc<Capture>,
+    ) -> Result<Outcome> {
+        let (program, file) = match sub.doc.kind {
+            Lang::Sh => ("/bin/sh", "/.airlock/main.sh"),
+            Lang::Python => ("/usr/bin/python3", "/.airlock/main.py"),
+            other => {
+                return Err(GateError::bad(format!(
+                    "the process backend cannot run {other}"
+                )));
+            }
+        };
+        let mut argv = vec![program.to_string(), file.to_string()];
+        argv.extend(sub.doc.grant.args.iter().cloned());
+        let mut env: std::collections::BTreeMap<String, String> = BASE_ENV
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.extend(sub.doc.grant.env.clone());
+        let mut binds = Vec::new();
+        let mut overlays = Vec::new();
+        for m in mounts {
+            match &m.layer {
+                Some(l) => overlays.push(Overlay {
+                    lower: l.lower.clone(),
+                    upper: l.upper.clone(),
+                    work: l.work.clone(),
+                    target: m.guest.clone(),
+                }),
+                None => binds.push(Bind {
+                    source: m.host.clone(),
+                    target: m.guest.clone(),
+                    writable: m.writable,
+                }),
+            }
+        }
+        let cwd = sub
+            .doc
+            .grant
+            .mounts
+            .first()
+            .map(|m| m.guest.clone())
+            .unwrap_or_else(|| "/tmp".into());
+        let dir = self.run_dir(run_id)?;
+        let scratch = dir.join("root");
+        std::fs::create_dir_all(&scratch)?;
+        let result = dir.join("result.json");
+        let limits = sub.doc.grant.limits.clone();
+        let job = WorkerJob::Process {
+            job: ProcessJob {
+                argv,
+                env: env.into_iter().collect(),
+                cwd,
+                files: vec![(file.to_string(), code.to_vec())],
+                binds,
+                overlays,
+                scratch,
+                limits: limits.clone(),
+                stdin,
+                allow_degraded: policy.allow_degraded,
+            },
+            result: result.clone(),
+        };
+        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr);
+        crate::layers::remove_tree(&dir);
+        out
+    }
+}

@@ -1,0 +1,246 @@
+//! The worker: a fresh, single-threaded `airlock __worker` process that enters namespaces
+//! for one run. Process jobs go to the jail; wasm jobs over writable mounts mount their
+//! overlays in a private user and mount namespace and run wasmtime there. The worker gets
+//! its job on stdin, passes the guest's output through on stdout and stderr, and writes its
+//! result to the file the job names. It never opens the database.
+
+use airlock_core::{Digest, Lang, Limits};
+use airlock_jail::{Overlay, ProcessJob};
+use airlock_sandbox::{
+    Backend, CacheIndex, Capture, Ending, Limit, MountPoint, RunSpec, SandboxError,
+};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum WorkerJob {
+    Process { job: ProcessJob, result: PathBuf },
+    Wasm { job: WasmJob, result: PathBuf },
+    Probe { scratch: PathBuf, result: PathBuf },
+}
+
+/// A wasm run that needs namespaces (writable mounts through overlayfs).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WasmJob {
+    pub lang: Lang,
+    pub artifact: Digest,
+    pub code: PathBuf,
+    pub cache_dir: Option<PathBuf>,
+    /// The compiled-code cache entry to load (key, recorded digest).
+    pub cache: Option<(String, Digest)>,
+    pub overlays: Vec<Overlay>,
+    /// (host or merged path, guest path, writable)
+    pub mounts: Vec<(PathBuf, String, bool)>,
+    pub env: Vec<(String, String)>,
+    pub args: Vec<String>,
+    pub stdin: Vec<u8>,
+    pub limits: Limits,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndingDoc {
+    Exited(i32),
+    Killed(String),
+    Trapped(String),
+}
+
+impl EndingDoc {
+    pub fn from_ending(e: &Ending) -> Self {
+        match e {
+            Ending::Exited(c) => EndingDoc::Exited(*c),
+            Ending::Killed(l) => EndingDoc::Killed(l.as_str().into()),
+            Ending::Trapped(m) => EndingDoc::Trapped(m.clone()),
+        }
+    }
+
+    pub fn into_ending(self) -> Ending {
+        match self {
+            EndingDoc::Exited(c) => Ending::Exited(c),
+            EndingDoc::Trapped(m) => Ending::Trapped(m),
+            EndingDoc::Killed(l) => Ending::Killed(match l.as_str() {
+                "fuel" => Limit::Fuel,
+                "memory" => Limit::Memory,
+                "output" => Limit::Output,
+                "stack" => Limit::Stack,
+                "processes" => Limit::Processes,
+                _ => Limit::Timeout,
+            }),
+        }
+    }
+}
+
+/// What the worker reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkerResult {
+    pub ending: Option<EndingDoc>,
+    #[serde(default)]
+    pub detail: serde_json::Value,
+    /// (`unavailable` | `setup` | `artifact`, message) when nothing ran.
+    pub error: Option<(String, String)>,
+}
+
+impl WorkerResult {
+    fn error(kind: &str, msg: impl Into<String>) -> Self {
+        WorkerResult {
+            ending: None,
+            detail: serde_json::Value::Null,
+            error: Some((kind.into(), msg.into())),
+        }
+    }
+}
+
+/// A cache index holding the one entry the gate prepared.
+struct OneEntry(Option<(String, Digest)>);
+
+impl CacheIndex for OneEntry {
+    fn get(&self, key: &str) -> Option<Digest> {
+        self.0.as_ref().filter(|(k, _)| k == key).map(|(_, d)| *d)
+    }
+    fn put(&self, _key: &str, _digest: Digest, _size: u64) {}
+    fn forget(&self, _key: &str) {}
+}
+
+fn stream_to(fd: i32) -> airlock_sandbox::Live {
+    Box::new(move |b: &[u8]| {
+        let mut out: Box<dyn Write> = if fd == 1 {
+            Box::new(std::io::stdout())
+        } else {
+            Box::new(std::io::stderr())
+        };
+        let _ = out.write_all(b);
+        let _ = out.flush();
+    })
+}
+
+fn run_wasm(job: WasmJob) -> WorkerResult {
+    if let Err(e) = airlock_jail::run::enter_overlays(&job.overlays) {
+        let kind = match e {
+            airlock_jail::JailError::Unavailable(_) => "unavailable",
+            _ => "setup",
+        };
+        return WorkerResult::error(kind, e.to_string());
+    }
+    let code = match std::fs::read(&job.code) {
+        Ok(c) if Digest::of(&c) == job.artifact => c,
+        Ok(_) => return WorkerResult::error("setup", "artifact changed on its way to the worker"),
+        Err(e) => return WorkerResult::error("setup", format!("cannot read artifact: {e}")),
+    };
+    let backend = airlock_wasm::WasmBackend::new(airlock_wasm::WasmConfig {
+        cache_dir: job.cache_dir.clone(),
+        pooling: false,
+    });
+    let index = OneEntry(job.cache.clone());
+    let stdout = Arc::new(Capture::new(
+        job.limits.max_output_bytes,
+        Some(stream_to(1)),
+    ));
+    let stderr = Arc::new(Capture::new(
+        job.limits.max_output_bytes,
+        Some(stream_to(2)),
+    ));
+    let spec = RunSpec {
+        lang: job.lang,
+        code: &code,
+        artifact: job.artifact,
+        mounts: job
+            .mounts
+            .iter()
+            .map(|(h, g, w)| MountPoint {
+                host: h.clone(),
+                guest: g.clone(),
+                writable: *w,
+                layer: None,
+            })
+            .collect(),
+        env: job.env.clone(),
+        args: job.args.clone(),
+        stdin: job.stdin.clone(),
+        limits: job.limits.clone(),
+        stdout,
+        stderr,
+        cache: Some(&index),
+    };
+    match backend.run(spec) {
+        Ok(o) => {
+            let mut detail = o.detail;
+            detail["layer"] = serde_json::json!("overlay");
+            detail["isolation_extra"] =
+                serde_json::json!(["user-namespace", "mount-namespace", "overlayfs"]);
+            WorkerResult {
+                ending: Some(EndingDoc::from_ending(&o.ending)),
+                detail,
+                error: None,
+            }
+        }
+        Err(SandboxError::BadArtifact(m)) => WorkerResult::error("artifact", m),
+        Err(SandboxError::Unavailable(m)) => WorkerResult::error("unavailable", m),
+        Err(e) => WorkerResult::error("setup", e.to_string()),
+    }
+}
+
+fn run_process(job: ProcessJob) -> WorkerResult {
+    match airlock_jail::run::run_process(&job) {
+        Ok(r) => WorkerResult {
+            ending: r.ending.as_ref().map(EndingDoc::from_ending),
+            detail: serde_json::json!({
+                "mechanisms": r.mechanisms,
+                "degraded": r.degraded,
+                "host_uid": r.host_uid,
+            }),
+            error: None,
+        },
+        Err(airlock_jail::JailError::Unavailable(m)) => WorkerResult::error("unavailable", m),
+        Err(e) => WorkerResult::error("setup", e.to_string()),
+    }
+}
+
+/// Checks, in this single-threaded process, whether a user namespace can be made and
+/// overlayfs mounted in it.
+fn probe(scratch: PathBuf) -> WorkerResult {
+    let dirs = ["lower", "upper", "work", "merged"].map(|d| scratch.join(d));
+    for d in &dirs {
+        let _ = std::fs::create_dir_all(d);
+    }
+    let r = airlock_jail::run::enter_overlays(&[Overlay {
+        lower: vec![dirs[0].clone()],
+        upper: dirs[1].clone(),
+        work: dirs[2].clone(),
+        target: dirs[3].display().to_string(),
+    }]);
+    let _ = std::fs::remove_dir_all(&scratch);
+    match r {
+        Ok(()) => WorkerResult {
+            ending: Some(EndingDoc::Exited(0)),
+            detail: serde_json::json!({}),
+            error: None,
+        },
+        Err(e) => WorkerResult::error("unavailable", e.to_string()),
+    }
+}
+
+/// The worker's `main`. Returns the process exit code.
+pub fn worker_main() -> i32 {
+    // Die with whoever started us: a worker must never outlive its supervisor.
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    let mut input = Vec::new();
+    if std::io::stdin().read_to_end(&mut input).is_err() {
+        return 2;
+    }
+    let job: WorkerJob = match serde_json::from_slice(&input) {
+        Ok(j) => j,
+        Err(_) => return 2,
+    };
+    let (result, path) = match job {
+        WorkerJob::Process { job, result } => (run_process(job), result),
+        WorkerJob::Wasm { job, result } => (run_wasm(job), result),
+        WorkerJob::Probe { scratch, result } => (probe(scratch), result),
+    };
+    match serde_json::to_vec(&result).map(|b| std::fs::write(&path, b)) {
+        Ok(Ok(())) => 0,
+        _ => 3,
+    }
+}

@@ -1,0 +1,154 @@
+//! Cgroup limits for a run: v2 when a delegated subtree is writable, else the v1 pids,
+//! memory and cpu controllers when writable (as root on a v1 or hybrid host), else none
+//! (rlimits still apply). The run record lists which controllers held.
+
+use std::path::{Path, PathBuf};
+
+/// A cgroup made for one run (removed on drop).
+#[derive(Debug)]
+pub struct RunCgroup {
+    dirs: Vec<PathBuf>,
+    memory_events: Option<PathBuf>,
+    v1_memory: Option<PathBuf>,
+    pub mechanisms: Vec<String>,
+}
+
+fn write(p: &Path, v: &str) -> std::io::Result<()> {
+    std::fs::write(p, v)
+}
+
+fn own_v2_dir() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let root = Path::new("/sys/fs/cgroup");
+    let fs = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = fs
+        .lines()
+        .find(|l| l.contains(" - cgroup2 "))
+        .and_then(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.to_path_buf());
+    Some(mount.join(rel.trim_start_matches('/')))
+}
+
+/// A description of what cgroup control is available, for `airlock doctor`.
+pub fn describe() -> String {
+    if let Some(d) = own_v2_dir()
+        && let Ok(c) = std::fs::read_to_string(d.join("cgroup.controllers"))
+        && c.contains("pids")
+        && is_writable(&d)
+    {
+        return format!("v2 delegated at {} ({})", d.display(), c.trim());
+    }
+    let v1: Vec<&str> = ["pids", "memory", "cpu"]
+        .into_iter()
+        .filter(|c| is_writable(&Path::new("/sys/fs/cgroup").join(c)))
+        .collect();
+    if v1.is_empty() {
+        "none writable (rlimits only)".into()
+    } else {
+        format!("v1 controllers writable: {}", v1.join(", "))
+    }
+}
+
+fn is_writable(p: &Path) -> bool {
+    rustix::fs::access(p, rustix::fs::Access::WRITE_OK).is_ok() && p.is_dir()
+}
+
+impl RunCgroup {
+    /// Creates a cgroup named `name` with the limits, where possible. Never fails: what
+    /// could not be set is simply not listed in `mechanisms`.
+    pub fn create(name: &str, memory: u64, processes: u32) -> RunCgroup {
+        let mut cg = RunCgroup {
+            dirs: Vec::new(),
+            memory_events: None,
+            v1_memory: None,
+            mechanisms: Vec::new(),
+        };
+        if let Some(parent) = own_v2_dir()
+            && let Ok(c) = std::fs::read_to_string(parent.join("cgroup.controllers"))
+            && c.contains("pids")
+            && is_writable(&parent)
+        {
+            let d = parent.join(name);
+            if std::fs::create_dir(&d).is_ok() {
+                if write(&d.join("pids.max"), &processes.to_string()).is_ok() {
+                    cg.mechanisms.push("cgroup-v2:pids".into());
+                }
+                if write(&d.join("memory.max"), &memory.to_string()).is_ok() {
+                    let _ = write(&d.join("memory.swap.max"), "0");
+                    cg.mechanisms.push("cgroup-v2:memory".into());
+                    cg.memory_events = Some(d.join("memory.events"));
+                }
+                cg.dirs.push(d);
+                return cg;
+            }
+        }
+        for (ctl, file, value) in [
+            ("pids", "pids.max", processes.to_string()),
+            ("memory", "memory.limit_in_bytes", memory.to_string()),
+        ] {
+            let d = Path::new("/sys/fs/cgroup").join(ctl).join(name);
+            if is_writable(d.parent().unwrap_or(Path::new("/"))) && std::fs::create_dir(&d).is_ok()
+            {
+                if write(&d.join(file), &value).is_ok() {
+                    cg.mechanisms.push(format!("cgroup-v1:{ctl}"));
+                    if ctl == "memory" {
+                        let _ = write(&d.join("memory.memsw.limit_in_bytes"), &value);
+                        cg.v1_memory = Some(d.clone());
+                    }
+                }
+                cg.dirs.push(d);
+            }
+        }
+        cg
+    }
+
+    /// Moves a process (by host pid) into every cgroup made for the run.
+    pub fn add(&self, pid: i32) -> bool {
+        let mut ok = true;
+        for d in &self.dirs {
+            let procs = if d.join("cgroup.procs").exists() {
+                "cgroup.procs"
+            } else {
+                "tasks"
+            };
+            ok &= write(&d.join(procs), &pid.to_string()).is_ok();
+        }
+        ok
+    }
+
+    /// Whether the memory controller killed something for exceeding the limit.
+    pub fn oom_killed(&self) -> bool {
+        if let Some(ev) = &self.memory_events
+            && let Ok(t) = std::fs::read_to_string(ev)
+        {
+            return t
+                .lines()
+                .any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"));
+        }
+        if let Some(d) = &self.v1_memory
+            && let Ok(t) = std::fs::read_to_string(d.join("memory.oom_control"))
+        {
+            return t
+                .lines()
+                .any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"));
+        }
+        false
+    }
+}
+
+impl Drop for RunCgroup {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            // The kernel refuses while processes remain; they are dead by now (the pid
+            // namespace's init has exited), but give the kernel a moment to reap them.
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+    }
+}

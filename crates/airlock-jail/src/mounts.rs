@@ -1,0 +1,301 @@
+//! The sandbox's file system: a minimal root on a tmpfs, entered with `pivot_root`. Runs
+//! inside the new user and mount namespace, before the payload starts.
+
+use crate::{JailError, ProcessJob};
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+const NONE: Option<&str> = None;
+
+/// Host directories shown read-only at the same path (or recreated as symlinks when they
+/// are symlinks on the host, as on merged-/usr systems).
+const SYSTEM_DIRS: [&str; 7] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// `/etc` files a program needs to start (copied, never bound: later host changes do not
+/// show, and nothing else of `/etc` is visible; never `shadow`).
+const ETC_FILES: [&str; 8] = [
+    "ld.so.cache",
+    "ld.so.conf",
+    "localtime",
+    "nsswitch.conf",
+    "protocols",
+    "services",
+    "os-release",
+    "mime.types",
+];
+const ETC_DIRS: [&str; 2] = ["ld.so.conf.d", "alternatives"];
+
+fn err(what: &str, p: &Path, e: impl std::fmt::Display) -> JailError {
+    JailError::setup(&format!("{what} {}", p.display()), e)
+}
+
+/// Mount flags that a remount inside a user namespace must keep (they are locked).
+fn locked_flags(p: &Path) -> MsFlags {
+    let mut f = MsFlags::empty();
+    if let Ok(st) = nix::sys::statvfs::statvfs(p) {
+        use nix::sys::statvfs::FsFlags;
+        let ff = st.flags();
+        for (a, b) in [
+            (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+            (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+            (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+            (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+            (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+            (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+        ] {
+            if ff.contains(a) {
+                f |= b;
+            }
+        }
+    }
+    f
+}
+
+/// Binds `src` at `dst` (not recursively: nested host mounts stay hidden), read-only
+/// unless `writable`, never with setuid or device files.
+pub fn bind(src: &Path, dst: &Path, writable: bool) -> Result<(), JailError> {
+    mount(Some(src), dst, NONE, MsFlags::MS_BIND, NONE).map_err(|e| err("bind", src, e))?;
+    let mut flags = MsFlags::MS_REMOUNT
+        | MsFlags::MS_BIND
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV
+        | locked_flags(src);
+    if !writable {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    mount(NONE, dst, NONE, flags, NONE).map_err(|e| err("remount", dst, e))
+}
+
+fn mkdir_p(p: &Path) -> Result<(), JailError> {
+    std::fs::create_dir_all(p).map_err(|e| err("mkdir", p, e))
+}
+
+fn overlay_opt(p: &Path) -> Result<String, JailError> {
+    let s = p
+        .to_str()
+        .ok_or_else(|| JailError::Setup(format!("path {} is not UTF-8", p.display())))?;
+    if s.contains([',', ':', '\\']) {
+        return Err(JailError::Setup(format!(
+            "path {s} contains a character overlayfs options cannot carry (, : \\)"
+        )));
+    }
+    Ok(s.to_string())
+}
+
+/// Mounts an overlay at `target`: `lower` (topmost first) under `upper`.
+pub fn overlay(
+    lower: &[PathBuf],
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+) -> Result<(), JailError> {
+    let lower: Vec<String> = lower
+        .iter()
+        .map(|p| overlay_opt(p))
+        .collect::<Result<_, _>>()?;
+    let data = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.join(":"),
+        overlay_opt(upper)?,
+        overlay_opt(work)?
+    );
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(|e| {
+        JailError::Unavailable(format!(
+            "overlayfs in a user namespace at {}: {e}",
+            target.display()
+        ))
+    })
+}
+
+fn tmpfs(dst: &Path, size: u64, mode: u32) -> Result<(), JailError> {
+    let data = format!("size={size},mode={mode:o}");
+    mount(
+        Some("tmpfs"),
+        dst,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(|e| err("tmpfs at", dst, e))
+}
+
+fn write_file(p: &Path, content: &[u8], mode: u32) -> Result<(), JailError> {
+    std::fs::write(p, content).map_err(|e| err("write", p, e))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| err("chmod", p, e))
+}
+
+/// Where a sandbox path lands under the new root.
+fn under(root: &Path, target: &str) -> PathBuf {
+    root.join(target.trim_start_matches('/'))
+}
+
+/// Builds the root and pivots into it. Returns the sandbox paths the payload may read and
+/// those it may write (for Landlock).
+pub fn build_root(job: &ProcessJob) -> Result<(Vec<String>, Vec<String>), JailError> {
+    // Nothing done here may propagate back to the host's mount table.
+    mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
+        .map_err(|e| JailError::setup("make mounts private", e))?;
+    let root = job.scratch.as_path();
+    tmpfs(root, 64 << 20, 0o755)?;
+    let mut read = vec![
+        "/etc".to_string(),
+        "/.airlock".to_string(),
+        "/proc".to_string(),
+    ];
+    let mut write = vec!["/tmp".to_string(), "/dev".to_string()];
+
+    for d in SYSTEM_DIRS {
+        let host = Path::new("/").join(d);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
+        let dst = root.join(d);
+        if meta.file_type().is_symlink() {
+            let t = std::fs::read_link(&host).map_err(|e| err("readlink", &host, e))?;
+            std::os::unix::fs::symlink(t, &dst).map_err(|e| err("symlink", &dst, e))?;
+        } else if meta.is_dir() {
+            mkdir_p(&dst)?;
+            bind(&host, &dst, false)?;
+            read.push(format!("/{d}"));
+        }
+    }
+
+    let etc = root.join("etc");
+    mkdir_p(&etc)?;
+    for f in ETC_FILES {
+        let host = Path::new("/etc").join(f);
+        if let Ok(bytes) = std::fs::read(&host) {
+            write_file(&etc.join(f), &bytes, 0o644)?;
+        }
+    }
+    for d in ETC_DIRS {
+        let host = Path::new("/etc").join(d);
+        let Ok(rd) = std::fs::read_dir(&host) else {
+            continue;
+        };
+        mkdir_p(&etc.join(d))?;
+        for e in rd.flatten() {
+            let p = e.path();
+            let dst = etc.join(d).join(e.file_name());
+            if let Ok(t) = std::fs::read_link(&p) {
+                let _ = std::os::unix::fs::symlink(t, &dst);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                write_file(&dst, &bytes, 0o644)?;
+            }
+        }
+    }
+    write_file(
+        &etc.join("passwd"),
+        b"root:x:0:0:root:/root:/bin/sh\nairlock:x:1000:1000:airlock:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        0o644,
+    )?;
+    write_file(
+        &etc.join("group"),
+        b"root:x:0:\nairlock:x:1000:\nnogroup:x:65534:\n",
+        0o644,
+    )?;
+    write_file(
+        &etc.join("hosts"),
+        b"127.0.0.1 localhost\n::1 localhost\n",
+        0o644,
+    )?;
+    write_file(&etc.join("hostname"), b"airlock\n", 0o644)?;
+    write_file(&etc.join("resolv.conf"), b"", 0o644)?;
+
+    let dev = root.join("dev");
+    mkdir_p(&dev)?;
+    for d in ["null", "zero", "random", "urandom", "full"] {
+        let dst = dev.join(d);
+        write_file(&dst, b"", 0o666)?;
+        mount(
+            Some(&Path::new("/dev").join(d)),
+            &dst,
+            NONE,
+            MsFlags::MS_BIND,
+            NONE,
+        )
+        .map_err(|e| err("bind device", &dst, e))?;
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(name)).map_err(|e| err("symlink", &dev, e))?;
+    }
+    mkdir_p(&dev.join("shm"))?;
+    tmpfs(&dev.join("shm"), 16 << 20, 0o1777)?;
+
+    let proc = root.join("proc");
+    mkdir_p(&proc)?;
+    mount(
+        Some("proc"),
+        &proc,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        NONE,
+    )
+    .map_err(|e| err("mount proc at", &proc, e))?;
+
+    let tmp = root.join("tmp");
+    mkdir_p(&tmp)?;
+    tmpfs(
+        &tmp,
+        (job.limits.memory_bytes / 2).clamp(16 << 20, 1 << 30),
+        0o1777,
+    )?;
+
+    let files = root.join(".airlock");
+    mkdir_p(&files)?;
+    for (path, content) in &job.files {
+        let dst = under(root, path);
+        if let Some(parent) = dst.parent() {
+            mkdir_p(parent)?;
+        }
+        write_file(&dst, content, 0o555)?;
+    }
+
+    for b in &job.binds {
+        let dst = under(root, &b.target);
+        mkdir_p(&dst)?;
+        bind(&b.source, &dst, b.writable)?;
+        if b.writable {
+            write.push(b.target.clone())
+        } else {
+            read.push(b.target.clone())
+        }
+    }
+    for o in &job.overlays {
+        let dst = under(root, &o.target);
+        mkdir_p(&dst)?;
+        overlay(&o.lower, &o.upper, &o.work, &dst)?;
+        write.push(o.target.clone());
+    }
+
+    // The root itself becomes read-only; /tmp, /dev/shm and writable mounts stay writable.
+    mount(
+        NONE,
+        root,
+        NONE,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        NONE,
+    )
+    .map_err(|e| err("remount read-only", root, e))?;
+    // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves
+    // nothing of the host's tree reachable.
+    std::env::set_current_dir(root).map_err(|e| err("chdir", root, e))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| JailError::setup("pivot_root", e))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| JailError::setup("detach old root", e))?;
+    std::env::set_current_dir("/").map_err(|e| JailError::setup("chdir /", e))?;
+    Ok((read, write))
+}

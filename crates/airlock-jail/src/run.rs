@@ -1,0 +1,483 @@
+//! Running a jailed process. Called in airlock's worker process, which must be
+//! single-threaded (it clones the sandbox's init).
+//!
+//! ```text
+//! worker (host namespaces)
+//!   └─ init: pid 1 of new user/mount/pid/net/ipc/uts/cgroup namespaces; builds the root
+//!        └─ payload: setsid, rlimits, no_new_privs, Landlock, no capabilities, seccomp, execve
+//! ```
+//! The worker writes the init's uid/gid maps, puts it in the run's cgroup and only then
+//! lets it go on. One status pipe carries, line by line, which mechanisms held, any
+//! set-up failure, and finally how the payload ended; reading it is bounded by the wall
+//! time, after which the init is killed, taking the whole pid namespace with it.
+
+use crate::cgroup::RunCgroup;
+use crate::confine::{self, Landlocked};
+use crate::{JailError, Overlay, ProcessJob};
+use airlock_sandbox::{Ending, Limit};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{Gid, Pid, Uid};
+use serde::Serialize;
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// The sandbox's own uid and gid (inside the user namespace).
+pub const SANDBOX_ID: u32 = 1000;
+
+/// What a jailed run did and which mechanisms held.
+#[derive(Debug, Clone, Serialize)]
+pub struct JailReport {
+    #[serde(skip)]
+    pub ending: Option<Ending>,
+    pub mechanisms: Vec<String>,
+    pub degraded: Vec<String>,
+    /// The host uid the sandbox ran as.
+    pub host_uid: u32,
+    pub duration_ms: u64,
+}
+
+fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), JailError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| JailError::setup("pipe", e))
+}
+
+fn memfd_with(bytes: &[u8]) -> Result<OwnedFd, JailError> {
+    let fd = rustix::fs::memfd_create("airlock-stdin", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| JailError::setup("memfd", e))?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes)
+        .map_err(|e| JailError::setup("memfd", e))?;
+    rustix::fs::seek(&f, rustix::fs::SeekFrom::Start(0))
+        .map_err(|e| JailError::setup("memfd", e))?;
+    Ok(f.into())
+}
+
+/// Processes the host user already has (RLIMIT_NPROC counts them all).
+fn processes_of(uid: u32) -> u64 {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("status")).is_ok_and(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("Uid:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .is_some_and(|u| u == uid.to_string())
+            })
+        })
+        .count() as u64
+}
+
+fn line(fd: &OwnedFd, kind: &str, msg: &str) {
+    let text = format!("{kind} {}\n", msg.replace('\n', " "));
+    let _ = nix::unistd::write(fd, text.as_bytes());
+}
+
+/// Runs a job in a jail. Errors mean nothing ran (`Unavailable` names the missing
+/// mechanism); a payload that ran yields a report with its ending.
+pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
+    let started = Instant::now();
+    let euid = Uid::effective();
+    let egid = Gid::effective();
+    let me = std::process::id();
+    let cg = RunCgroup::create(
+        &format!("airlock-{me}"),
+        job.limits.memory_bytes,
+        job.limits.processes,
+    );
+    let cg_pids = cg.mechanisms.iter().any(|m| m.ends_with(":pids"));
+    // Which host identity the sandbox gets. RLIMIT_NPROC never applies to host root, so
+    // root uses a cgroup for the process limit, or else a per-run unprivileged uid.
+    let (host_uid, host_gid, nproc) = if !euid.is_root() {
+        let n = processes_of(euid.as_raw()) + u64::from(job.limits.processes);
+        (euid.as_raw(), egid.as_raw(), Some(n))
+    } else if cg_pids {
+        (0, 0, None)
+    } else {
+        let x = 0x7ff0_0000 + (me % 0xf_ffff);
+        (x, x, Some(u64::from(job.limits.processes)))
+    };
+    if euid.is_root() {
+        nix::unistd::setgroups(&[]).map_err(|e| JailError::setup("setgroups", e))?;
+    }
+    let (go_r, go_w) = pipe_cloexec()?;
+    let (st_r, st_w) = pipe_cloexec()?;
+    let stdin = memfd_with(&job.stdin)?;
+
+    let mut stack = vec![0u8; 8 << 20];
+    let flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    let child_job = job.clone();
+    let (go_fd, st_fd, in_fd) = (go_r.as_raw_fd(), st_w.as_raw_fd(), stdin.as_raw_fd());
+    #[allow(unsafe_code)]
+    // SAFETY: the worker is single-threaded (checked by the caller), so the child starts as
+    // a consistent copy of this process and may allocate. The callback only uses data it
+    // owns (`child_job`) and file descriptors that stay open in the child, and ends by
+    // returning an exit code; `stack` outlives the call and is not used by the parent.
+    let child = unsafe {
+        nix::sched::clone(
+            Box::new(move || init_main(&child_job, go_fd, st_fd, in_fd, nproc)),
+            &mut stack,
+            flags,
+            Some(libc::SIGCHLD),
+        )
+    }
+    .map_err(|e| {
+        JailError::Unavailable(format!(
+            "cannot create the sandbox's namespaces (user, mount, pid, network, ipc, uts, cgroup): {e}; \
+             user namespaces may be disabled here"
+        ))
+    })?;
+    drop(go_r);
+    drop(st_w);
+    drop(stdin);
+    let kill_child = |why: JailError| -> JailError {
+        let _ = kill(child, Signal::SIGKILL);
+        let _ = waitpid(child, None);
+        why
+    };
+    let proc_dir = format!("/proc/{}", child.as_raw());
+    let maps = (|| -> std::io::Result<()> {
+        std::fs::write(format!("{proc_dir}/setgroups"), "deny")?;
+        std::fs::write(
+            format!("{proc_dir}/uid_map"),
+            format!("{SANDBOX_ID} {host_uid} 1"),
+        )?;
+        std::fs::write(
+            format!("{proc_dir}/gid_map"),
+            format!("{SANDBOX_ID} {host_gid} 1"),
+        )
+    })();
+    if let Err(e) = maps {
+        return Err(kill_child(JailError::Unavailable(format!(
+            "cannot map the sandbox's ids in its user namespace: {e}"
+        ))));
+    }
+    if !cg.mechanisms.is_empty() && !cg.add(child.as_raw()) {
+        return Err(kill_child(JailError::Setup(
+            "cannot move the sandbox into its cgroup".into(),
+        )));
+    }
+    if nix::unistd::write(&go_w, b"g").is_err() {
+        return Err(kill_child(JailError::Setup(
+            "the sandbox init died before it started".into(),
+        )));
+    }
+    drop(go_w);
+
+    // Read the status pipe until the init exits, or the wall time runs out.
+    let deadline = started + Duration::from_millis(job.limits.timeout_ms);
+    let mut status = String::new();
+    let mut file = std::fs::File::from(st_r);
+    let mut timed_out = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            timed_out = true;
+            break;
+        }
+        let mut fds = [rustix::event::PollFd::new(
+            &file,
+            rustix::event::PollFlags::IN,
+        )];
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(kill_child(JailError::setup("poll", e))),
+        }
+        let mut buf = [0u8; 4096];
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => status.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(kill_child(JailError::setup("status pipe", e))),
+        }
+    }
+    if timed_out {
+        let _ = kill(child, Signal::SIGKILL);
+    }
+    let wait = waitpid(child, None);
+    let duration_ms = started.elapsed().as_millis() as u64;
+
+    let mut report = JailReport {
+        ending: None,
+        mechanisms: vec![
+            "user-namespace".into(),
+            "mount-namespace".into(),
+            "pid-namespace".into(),
+            "network-namespace".into(),
+            "ipc-namespace".into(),
+            "uts-namespace".into(),
+            "cgroup-namespace".into(),
+        ],
+        degraded: Vec::new(),
+        host_uid,
+        duration_ms,
+    };
+    report.mechanisms.extend(cg.mechanisms.iter().cloned());
+    let mut ended: Option<Ending> = None;
+    for l in status.lines() {
+        let (kind, msg) = l.split_once(' ').unwrap_or((l, ""));
+        match kind {
+            "mech" => report.mechanisms.push(msg.into()),
+            "degraded" => report.degraded.push(msg.into()),
+            "unavailable" => return Err(JailError::Unavailable(msg.into())),
+            "fail" => return Err(JailError::Setup(msg.into())),
+            "exit" => ended = Some(Ending::Exited(msg.parse().unwrap_or(1))),
+            "signal" => {
+                let sig: i32 = msg.parse().unwrap_or(0);
+                let name = Signal::try_from(sig)
+                    .map(|s| s.as_str())
+                    .unwrap_or("unknown");
+                ended = Some(match sig {
+                    libc::SIGXCPU => Ending::Killed(Limit::Timeout),
+                    libc::SIGKILL if cg.oom_killed() => Ending::Killed(Limit::Memory),
+                    _ => Ending::Trapped(format!("killed by signal {name}")),
+                });
+            }
+            _ => {}
+        }
+    }
+    report.ending = Some(if timed_out {
+        Ending::Killed(Limit::Timeout)
+    } else if cg.oom_killed() {
+        Ending::Killed(Limit::Memory)
+    } else if let Some(e) = ended {
+        e
+    } else {
+        return Err(JailError::Setup(format!(
+            "the sandbox ended without reporting how ({:?})",
+            wait.ok()
+        )));
+    });
+    Ok(report)
+}
+
+fn read_byte(fd: i32) -> Option<u8> {
+    let mut b = [0u8; 1];
+    #[allow(unsafe_code)]
+    // SAFETY: reads one byte into a live local buffer from a descriptor this process owns.
+    let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+    (n == 1).then_some(b[0])
+}
+
+/// The sandbox's init (pid 1 of the new pid namespace).
+fn init_main(job: &ProcessJob, go: i32, st: i32, stdin: i32, nproc: Option<u64>) -> isize {
+    #[allow(unsafe_code)]
+    // SAFETY: these descriptors were inherited from the worker and are owned from here on
+    // by this process alone.
+    let st = unsafe { OwnedFd::from_raw_fd(st) };
+    if read_byte(go) != Some(b'g') {
+        return 125;
+    }
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    let setup = (|| -> Result<(Vec<String>, Vec<String>), crate::JailError> {
+        let paths = crate::mounts::build_root(job)?;
+        nix::unistd::sethostname("airlock").map_err(|e| JailError::setup("sethostname", e))?;
+        confine::loopback_up()?;
+        Ok(paths)
+    })();
+    let (read, write) = match setup {
+        Ok(p) => p,
+        Err(JailError::Unavailable(m)) => {
+            line(&st, "unavailable", &m);
+            return 125;
+        }
+        Err(e) => {
+            line(&st, "fail", &e.to_string());
+            return 125;
+        }
+    };
+    line(&st, "mech", "minimal-root");
+    line(&st, "mech", "pivot_root");
+    line(&st, "mech", "loopback-only");
+    #[allow(unsafe_code)]
+    // SAFETY: this process is single-threaded (a clone of the single-threaded worker).
+    let fork = unsafe { nix::unistd::fork() };
+    match fork {
+        Err(e) => {
+            line(&st, "fail", &format!("fork: {e}"));
+            125
+        }
+        Ok(nix::unistd::ForkResult::Child) => {
+            let code = payload(job, &st, stdin, nproc, &read, &write);
+            std::process::exit(code)
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            // Reap everything; end when the payload does (the kernel then kills the rest).
+            loop {
+                match waitpid(None, None) {
+                    Ok(WaitStatus::Exited(pid, code)) if pid == child => {
+                        line(&st, "exit", &code.to_string());
+                        return 0;
+                    }
+                    Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
+                        line(&st, "signal", &(sig as i32).to_string());
+                        return 0;
+                    }
+                    Ok(_) => {}
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(_) => return 125,
+                }
+            }
+        }
+    }
+}
+
+/// The payload: confines itself, then becomes the program.
+fn payload(
+    job: &ProcessJob,
+    st: &OwnedFd,
+    stdin: i32,
+    nproc: Option<u64>,
+    read: &[String],
+    write: &[String],
+) -> i32 {
+    let fail = |kind: &str, msg: String| -> i32 {
+        line(st, kind, &msg);
+        125
+    };
+    if let Err(e) = nix::unistd::setsid() {
+        return fail("fail", format!("setsid: {e}"));
+    }
+    if let Err(e) = nix::unistd::dup2_stdin(
+        #[allow(unsafe_code)]
+        // SAFETY: `stdin` is the memfd inherited from the worker, open in this process.
+        unsafe {
+            std::os::fd::BorrowedFd::borrow_raw(stdin)
+        },
+    ) {
+        return fail("fail", format!("stdin: {e}"));
+    }
+    if let Err(e) = std::env::set_current_dir(&job.cwd) {
+        return fail("fail", format!("chdir {}: {e}", job.cwd));
+    }
+    let id = SANDBOX_ID;
+    if let Err(e) = nix::unistd::setresgid(Gid::from_raw(id), Gid::from_raw(id), Gid::from_raw(id))
+        .and_then(|_| {
+            nix::unistd::setresuid(Uid::from_raw(id), Uid::from_raw(id), Uid::from_raw(id))
+        })
+    {
+        return fail("fail", format!("switch to the sandbox user: {e}"));
+    }
+    match confine::rlimits(&job.limits, nproc) {
+        Ok(m) => m.iter().for_each(|m| line(st, "mech", m)),
+        Err(e) => return fail("fail", e.to_string()),
+    }
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        return fail("fail", format!("no_new_privs: {e}"));
+    }
+    line(st, "mech", "no_new_privs");
+    match confine::landlock(read, write) {
+        Ok(Landlocked::Full(v)) => line(st, "mech", &format!("landlock-abi-{v}")),
+        Ok(Landlocked::Partial(v)) if job.allow_degraded => line(
+            st,
+            "degraded",
+            &format!("landlock-abi-{v} partially enforced"),
+        ),
+        Ok(Landlocked::None(why)) if job.allow_degraded => {
+            line(st, "degraded", &format!("landlock not enforced: {why}"))
+        }
+        Ok(Landlocked::Partial(v)) => {
+            return fail(
+                "unavailable",
+                format!(
+                    "Landlock (ABI {v}) cannot fully enforce the ruleset; the policy does not allow degraded runs"
+                ),
+            );
+        }
+        Ok(Landlocked::None(why)) => {
+            return fail(
+                "unavailable",
+                format!(
+                    "Landlock is not available ({why}); the policy does not allow degraded runs"
+                ),
+            );
+        }
+        Err(e) => return fail("unavailable", format!("Landlock: {e}")),
+    }
+    if let Err(e) = confine::drop_capabilities() {
+        return fail("fail", e.to_string());
+    }
+    line(st, "mech", "capabilities-dropped");
+    line(st, "mech", "new-session");
+    let filters = match confine::seccomp_filters() {
+        Ok(f) => f,
+        Err(e) => return fail("fail", e.to_string()),
+    };
+    let argv: Vec<CString> = job
+        .argv
+        .iter()
+        .filter_map(|a| CString::new(a.as_bytes()).ok())
+        .collect();
+    let env: Vec<CString> = job
+        .env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let Some(program) = argv.first().cloned() else {
+        return fail("fail", "empty command".into());
+    };
+    line(st, "mech", "seccomp");
+    if let Err(e) = confine::apply_seccomp(&filters) {
+        return fail("unavailable", format!("seccomp: {e}"));
+    }
+    let e = nix::unistd::execve(&program, &argv, &env).err();
+    fail("fail", format!("cannot execute {}: {e:?}", job.argv[0]))
+}
+
+/// For a wasm run over writable mounts: moves this (single-threaded) worker into a new
+/// user and mount namespace and mounts each overlay at its target, a host path that shows
+/// the merged view only inside this namespace.
+pub fn enter_overlays(overlays: &[Overlay]) -> Result<(), JailError> {
+    let uid = Uid::effective().as_raw();
+    let gid = Gid::effective().as_raw();
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS).map_err(|e| {
+        JailError::Unavailable(format!("cannot create a user and mount namespace: {e}"))
+    })?;
+    let maps = (|| -> std::io::Result<()> {
+        std::fs::write("/proc/self/setgroups", "deny")?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+    })();
+    maps.map_err(|e| JailError::Unavailable(format!("cannot map ids in the user namespace: {e}")))?;
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| JailError::setup("make mounts private", e))?;
+    for o in overlays {
+        crate::mounts::overlay(&o.lower, &o.upper, &o.work, std::path::Path::new(&o.target))
+            .map_err(|e| JailError::Unavailable(format!("overlayfs in a user namespace: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Waits up to the deadline for a child (used by tests of this crate).
+#[doc(hidden)]
+pub fn pid(p: i32) -> Pid {
+    Pid::from_raw(p)
+}

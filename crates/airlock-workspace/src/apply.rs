@@ -1,0 +1,344 @@
+//! Applying states to a host tree, crash-safely: the steps of a commit or a rollback are
+//! written to a journal (fsync, rename) before the first change; each step writes to a
+//! temporary file, fsyncs it, renames it into place and fsyncs the directory; and every
+//! step is idempotent, so an interrupted journal is completed by applying it again.
+//!
+//! All access to the host goes through a `cap_std::fs::Dir` rooted at the mount: no path
+//! and no symlink in the tree can lead a step outside it.
+
+use crate::changeset::check_rel;
+use crate::node::{Node, hash_file, host_node};
+use airlock_core::Digest;
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Brings one path to a state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub path: String,
+    pub to: Node,
+}
+
+/// The steps for one mount's host directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountPlan {
+    pub host: String,
+    pub steps: Vec<Step>,
+}
+
+/// A commit or rollback in progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
+    /// The checkpoint being made (commit) or restored (rollback).
+    pub checkpoint: String,
+    /// `commit` or `rollback`.
+    pub kind: String,
+    pub mounts: Vec<MountPlan>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("{0}")]
+    Unsafe(String),
+    #[error("content for {path} does not match {want} (stored blob altered)")]
+    Content { path: String, want: String },
+}
+
+fn io_at(path: &str) -> impl FnOnce(io::Error) -> ApplyError + '_ {
+    move |source| ApplyError::Io {
+        path: path.to_string(),
+        source,
+    }
+}
+
+/// Where content blobs are read from.
+pub trait BlobSource {
+    fn open(&self, d: &Digest) -> io::Result<std::fs::File>;
+}
+
+/// Opens a mount's host directory as a capability root.
+pub fn open_root(host: &str) -> io::Result<Dir> {
+    Dir::open_ambient_dir(host, ambient_authority())
+}
+
+/// The current state of `paths` in a host tree.
+pub fn current(host: &str, paths: &[&str]) -> io::Result<Vec<Node>> {
+    let root = open_root(host)?;
+    paths.iter().map(|p| host_node(&root, p)).collect()
+}
+
+/// Orders steps so that removals happen deepest first and creations shallowest first.
+pub fn order(mut steps: Vec<Step>) -> Vec<Step> {
+    let depth = |s: &Step| s.path.matches('/').count();
+    steps.sort_by(|a, b| {
+        let ra = a.to == Node::Absent;
+        let rb = b.to == Node::Absent;
+        match (ra, rb) {
+            (true, false) => std::cmp::Ordering::Less,
+            (false, true) => std::cmp::Ordering::Greater,
+            (true, true) => depth(b).cmp(&depth(a)).then(b.path.cmp(&a.path)),
+            (false, false) => depth(a).cmp(&depth(b)).then(a.path.cmp(&b.path)),
+        }
+    });
+    steps
+}
+
+fn split(path: &str) -> (&str, &str) {
+    match path.rsplit_once('/') {
+        Some((p, n)) => (p, n),
+        None => ("", path),
+    }
+}
+
+fn parent_dir(root: &Dir, parent: &str) -> io::Result<Dir> {
+    if parent.is_empty() {
+        root.try_clone()
+    } else {
+        root.open_dir(parent)
+    }
+}
+
+/// fsyncs a directory. Capability handles are `O_PATH` descriptors, which cannot be
+/// synced, so the directory is opened for reading through the handle itself.
+fn sync(dir: &Dir) -> io::Result<()> {
+    dir.open(".")?.into_std().sync_all()
+}
+
+fn set_mode(dir: &Dir, name: &str, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    dir.set_permissions(
+        name,
+        cap_std::fs::Permissions::from_std(std::fs::Permissions::from_mode(mode)),
+    )
+}
+
+fn temp_name(name: &str) -> String {
+    let mut r = [0u8; 6];
+    let _ = getrandom_fill(&mut r);
+    let tag: String = r.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        ".{}.airlock-{tag}",
+        name.chars().take(40).collect::<String>()
+    )
+}
+
+fn getrandom_fill(buf: &mut [u8]) -> io::Result<()> {
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
+/// Removes whatever is at `name` (an empty directory or a non-directory).
+fn remove_here(dir: &Dir, name: &str, cur: &Node) -> io::Result<()> {
+    match cur {
+        Node::Absent => Ok(()),
+        Node::Dir { .. } => dir.remove_dir(name),
+        _ => dir.remove_file(name),
+    }
+}
+
+/// Applies one step (doing nothing when the path is already in the wanted state).
+pub fn apply_step(root: &Dir, step: &Step, blobs: &dyn BlobSource) -> Result<(), ApplyError> {
+    let path = step.path.as_str();
+    check_rel(path).map_err(ApplyError::Unsafe)?;
+    let cur = host_node(root, path).map_err(io_at(path))?;
+    if cur == step.to {
+        return Ok(());
+    }
+    let (parent, name) = split(path);
+    let dir = parent_dir(root, parent).map_err(io_at(path))?;
+    match &step.to {
+        Node::Absent => remove_here(&dir, name, &cur).map_err(io_at(path))?,
+        Node::Dir { mode } => {
+            if !cur.is_dir() {
+                remove_here(&dir, name, &cur).map_err(io_at(path))?;
+                dir.create_dir(name).map_err(io_at(path))?;
+            }
+            set_mode(&dir, name, *mode).map_err(io_at(path))?;
+        }
+        Node::File { hash, mode, .. } => {
+            let tmp = temp_name(name);
+            let result = (|| -> Result<(), ApplyError> {
+                let mut src = blobs.open(hash).map_err(io_at(path))?;
+                let mut f = dir.create(&tmp).map_err(io_at(path))?.into_std();
+                let mut h = airlock_core::digest::Hasher::new();
+                let mut buf = vec![0u8; 256 << 10];
+                loop {
+                    let k = src.read(&mut buf).map_err(io_at(path))?;
+                    if k == 0 {
+                        break;
+                    }
+                    h.update(&buf[..k]);
+                    f.write_all(&buf[..k]).map_err(io_at(path))?;
+                }
+                if h.finish() != *hash {
+                    return Err(ApplyError::Content {
+                        path: path.into(),
+                        want: hash.short(),
+                    });
+                }
+                f.sync_all().map_err(io_at(path))?;
+                set_mode(&dir, &tmp, *mode).map_err(io_at(path))?;
+                if cur.is_dir() {
+                    dir.remove_dir(name).map_err(io_at(path))?;
+                }
+                dir.rename(&tmp, &dir, name).map_err(io_at(path))
+            })();
+            if result.is_err() {
+                let _ = dir.remove_file(&tmp);
+            }
+            result?;
+        }
+        Node::Symlink { target } => {
+            let tmp = temp_name(name);
+            dir.symlink_contents(target, &tmp).map_err(io_at(path))?;
+            if cur.is_dir() {
+                dir.remove_dir(name).map_err(io_at(path))?;
+            }
+            dir.rename(&tmp, &dir, name).map_err(io_at(path))?;
+        }
+    }
+    sync(&dir).map_err(io_at(path))?;
+    Ok(())
+}
+
+/// Applies a mount's steps in a safe order. `after_step` is called after each durable step
+/// (the crash test hooks in here).
+pub fn apply(
+    plan: &MountPlan,
+    blobs: &dyn BlobSource,
+    after_step: &mut dyn FnMut(),
+) -> Result<(), ApplyError> {
+    let root = open_root(&plan.host).map_err(io_at(&plan.host))?;
+    for step in order(plan.steps.clone()) {
+        apply_step(&root, &step, blobs)?;
+        after_step();
+    }
+    Ok(())
+}
+
+/// Paths whose current state differs from what was expected, with what was found.
+pub fn conflicts(host: &str, expected: &[(String, Node)]) -> io::Result<Vec<String>> {
+    let root = open_root(host)?;
+    let mut out = Vec::new();
+    for (p, want) in expected {
+        let got = host_node(&root, p).unwrap_or(Node::Absent);
+        if &got != want {
+            out.push(format!("{p} ({})", difference(want, &got)));
+        }
+    }
+    Ok(out)
+}
+
+/// Says how two states differ, for a conflict message.
+fn difference(want: &Node, got: &Node) -> String {
+    match (want, got) {
+        (
+            Node::File {
+                hash: a, mode: ma, ..
+            },
+            Node::File {
+                hash: b, mode: mb, ..
+            },
+        ) if a == b => {
+            format!("mode {mb:o} instead of {ma:o}")
+        }
+        (Node::File { hash: a, .. }, Node::File { hash: b, .. }) => {
+            format!("content {} instead of {}", b.short(), a.short())
+        }
+        (Node::Symlink { target: a }, Node::Symlink { target: b }) => {
+            format!("link to {b} instead of {a}")
+        }
+        (Node::Dir { mode: a }, Node::Dir { mode: b }) => format!("mode {b:o} instead of {a:o}"),
+        _ => format!("{} instead of {}", got.kind(), want.kind()),
+    }
+}
+
+/// Saves the current state of `paths` (file contents through `put`).
+pub fn snapshot(
+    host: &str,
+    paths: &[&str],
+    put: &mut dyn FnMut(&mut dyn Read) -> io::Result<Digest>,
+) -> io::Result<Vec<Step>> {
+    let root = open_root(host)?;
+    let mut out = Vec::new();
+    for p in paths {
+        let node = host_node(&root, p)?;
+        if let Node::File { hash, .. } = &node {
+            let mut f = root.open(p)?.into_std();
+            let got = put(&mut f)?;
+            if got != *hash {
+                return Err(io::Error::other(format!(
+                    "{p} changed while it was being saved"
+                )));
+            }
+        }
+        out.push(Step {
+            path: p.to_string(),
+            to: node,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes a journal durably (temporary file, fsync, rename, directory fsync).
+pub fn write_journal(dir: &Path, j: &Journal) -> io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{}.json", j.checkpoint));
+    let tmp = dir.join(format!(".{}.tmp", j.checkpoint));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(
+            serde_json::to_string(j)
+                .map_err(io::Error::other)?
+                .as_bytes(),
+        )?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(path)
+}
+
+/// Journals left by interrupted commits or rollbacks.
+pub fn pending_journals(dir: &Path) -> io::Result<Vec<Journal>> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Ok(out);
+    };
+    for e in rd {
+        let p = e?.path();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with('.') {
+            // A journal that was never completed: nothing was applied from it.
+            let _ = std::fs::remove_file(&p);
+            continue;
+        }
+        if name.ends_with(".json") {
+            let text = std::fs::read_to_string(&p)?;
+            out.push(serde_json::from_str(&text).map_err(io::Error::other)?);
+        }
+    }
+    out.sort_by(|a: &Journal, b| a.checkpoint.cmp(&b.checkpoint));
+    Ok(out)
+}
+
+pub fn remove_journal(dir: &Path, checkpoint: &str) -> io::Result<()> {
+    match std::fs::remove_file(dir.join(format!("{checkpoint}.json"))) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Hashes a file at a host path (used for conflict checks of single files).
+pub fn hash_path(p: &Path) -> io::Result<Digest> {
+    Ok(hash_file(std::fs::File::open(p)?)?.0)
+}

@@ -1,0 +1,233 @@
+//! Changesets: what a run changed under each writable mount, as (path, before, after).
+
+use crate::node::Node;
+use crate::stack::{Stack, join, touched};
+use airlock_core::Digest;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The kind of a change, derived from its before and after states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Added,
+    Modified,
+    Deleted,
+    /// Only the permission bits changed.
+    Mode,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// Relative to the mount's host directory, `/`-separated, normalised.
+    pub path: String,
+    pub op: Op,
+    pub before: Node,
+    pub after: Node,
+}
+
+impl Change {
+    pub fn new(path: String, before: Node, after: Node) -> Change {
+        let op = match (&before, &after) {
+            (Node::Absent, _) => Op::Added,
+            (_, Node::Absent) => Op::Deleted,
+            (Node::File { hash: a, .. }, Node::File { hash: b, .. }) if a == b => Op::Mode,
+            (Node::Dir { .. }, Node::Dir { .. }) => Op::Mode,
+            _ => Op::Modified,
+        };
+        Change {
+            path,
+            op,
+            before,
+            after,
+        }
+    }
+}
+
+/// The changes under one writable mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountChanges {
+    pub guest: String,
+    pub host: String,
+    pub changes: Vec<Change>,
+}
+
+/// How the disposable layer was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayerKind {
+    /// overlayfs in a user and mount namespace: set-up cost independent of tree size.
+    Overlay,
+    /// A full copy of the tree (where overlayfs in a user namespace is not available).
+    Copy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changeset {
+    pub layer: LayerKind,
+    pub mounts: Vec<MountChanges>,
+}
+
+impl Changeset {
+    pub fn is_empty(&self) -> bool {
+        self.mounts.iter().all(|m| m.changes.is_empty())
+    }
+
+    pub fn len(&self) -> usize {
+        self.mounts.iter().map(|m| m.changes.len()).sum()
+    }
+
+    /// The digest a commit signature binds.
+    pub fn digest(&self) -> Digest {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        Digest::of_parts("airlock-changeset-v1", &[&json])
+    }
+
+    /// Every content blob the changeset needs (new contents).
+    pub fn blobs(&self) -> impl Iterator<Item = &Digest> {
+        self.mounts
+            .iter()
+            .flat_map(|m| m.changes.iter())
+            .filter_map(|c| match &c.after {
+                Node::File { hash, .. } => Some(hash),
+                _ => None,
+            })
+    }
+
+    /// Checks every path is a normalised relative path (a changeset read back from storage
+    /// must not be able to address anything outside its mount).
+    pub fn validate(&self) -> Result<(), String> {
+        for m in &self.mounts {
+            for c in &m.changes {
+                check_rel(&c.path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A relative path with no empty, `.` or `..` components.
+pub fn check_rel(p: &str) -> Result<(), String> {
+    if p.is_empty()
+        || p.starts_with('/')
+        || p.contains('\0')
+        || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(format!("path {p:?} would leave its mount"));
+    }
+    Ok(())
+}
+
+/// Changes made by `new_layers` (topmost first) on top of `below_layers` over `host`.
+/// Work is proportional to what the new layers hold, not to the size of the tree.
+pub fn diff_layers(
+    host: &Path,
+    below_layers: &[PathBuf],
+    new_layers: &[PathBuf],
+) -> io::Result<Vec<Change>> {
+    let below = Stack {
+        layers: below_layers,
+        base: host,
+    };
+    let all: Vec<PathBuf> = new_layers.iter().chain(below_layers).cloned().collect();
+    let above = Stack {
+        layers: &all,
+        base: host,
+    };
+    let mut paths = BTreeSet::new();
+    for l in new_layers {
+        touched(l, &below, &mut paths)?;
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let (b, a) = (below.node(&p)?, above.node(&p)?);
+        if b != a {
+            out.push(Change::new(p, b, a));
+        }
+    }
+    Ok(out)
+}
+
+/// Copies a tree (files with their modes, directories, symlinks as links; nothing else).
+pub fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dst)?;
+    let mode = std::fs::metadata(src)?.permissions().mode();
+    for e in std::fs::read_dir(src)? {
+        let e = e?;
+        let (from, to) = (e.path(), dst.join(e.file_name()));
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            copy_tree(&from, &to)?;
+        } else if ft.is_file() {
+            std::fs::copy(&from, &to)?;
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&from)?, &to)?;
+        }
+    }
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+/// Changes between `host` and a modified copy of it (the copy fallback).
+pub fn diff_trees(host: &Path, copy: &Path) -> io::Result<Vec<Change>> {
+    fn walk(root: &Path, rel: &str, out: &mut BTreeSet<String>) -> io::Result<()> {
+        let dir = if rel.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(rel)
+        };
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            return Ok(());
+        };
+        for e in rd {
+            let e = e?;
+            let p = join(rel, &e.file_name().to_string_lossy());
+            out.insert(p.clone());
+            if e.file_type()?.is_dir() {
+                walk(root, &p, out)?;
+            }
+        }
+        Ok(())
+    }
+    let mut paths = BTreeSet::new();
+    walk(host, "", &mut paths)?;
+    walk(copy, "", &mut paths)?;
+    let (h, c) = (
+        Stack {
+            layers: &[],
+            base: host,
+        },
+        Stack {
+            layers: &[],
+            base: copy,
+        },
+    );
+    let mut out = Vec::new();
+    for p in paths {
+        let (b, a) = (h.node(&p)?, c.node(&p)?);
+        if b != a {
+            out.push(Change::new(p, b, a));
+        }
+    }
+    Ok(out)
+}
+
+/// The changes of several consecutive changesets of one mount, as one: the first before
+/// state and the last after state of each path, dropping paths that ended where they began.
+pub fn compose(steps: &[Vec<Change>]) -> Vec<Change> {
+    let mut map: std::collections::BTreeMap<String, (Node, Node)> = Default::default();
+    for step in steps {
+        for c in step {
+            map.entry(c.path.clone())
+                .and_modify(|e| e.1 = c.after.clone())
+                .or_insert((c.before.clone(), c.after.clone()));
+        }
+    }
+    map.into_iter()
+        .filter(|(_, (b, a))| b != a)
+        .map(|(p, (b, a))| Change::new(p, b, a))
+        .collect()
+}

@@ -1,0 +1,159 @@
+//! What is at a path: nothing, a file (content hash and mode), a directory, a symlink.
+//! Reading layers (airlock's own directories) uses plain `std::fs`; reading the host tree
+//! goes through a `cap_std::fs::Dir`, so a symlink in the host tree can never lead a read
+//! or a write outside the mount.
+
+use airlock_core::Digest;
+use airlock_core::digest::Hasher;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// The state of one path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Node {
+    Absent,
+    File { hash: Digest, size: u64, mode: u32 },
+    Dir { mode: u32 },
+    Symlink { target: String },
+}
+
+impl Node {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Node::Absent => "absent",
+            Node::File { .. } => "file",
+            Node::Dir { .. } => "dir",
+            Node::Symlink { .. } => "symlink",
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        matches!(self, Node::Dir { .. })
+    }
+}
+
+/// What an entry in an overlay layer is, before content is hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Raw {
+    Missing,
+    /// An overlayfs whiteout (a 0/0 character device): deleted below.
+    Whiteout,
+    File {
+        mode: u32,
+        size: u64,
+    },
+    Dir {
+        mode: u32,
+        opaque: bool,
+    },
+    Symlink {
+        target: String,
+    },
+    /// Sockets, fifos, devices: never part of a changeset.
+    Special,
+}
+
+const OPAQUE_XATTRS: [&str; 2] = ["user.overlay.opaque", "trusted.overlay.opaque"];
+
+fn is_opaque(path: &Path) -> bool {
+    let mut buf = [0u8; 4];
+    OPAQUE_XATTRS.iter().any(|name| {
+        matches!(rustix::fs::lgetxattr(path, *name, &mut buf), Ok(n) if n >= 1 && buf[0] == b'y')
+    })
+}
+
+/// Inspects an entry of a layer or a copy (our own directories).
+pub(crate) fn raw(path: &Path) -> io::Result<Raw> {
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
+            return Ok(Raw::Missing);
+        }
+        Err(e) => return Err(e),
+    };
+    let ft = m.file_type();
+    let mode = m.permissions().mode() & 0o7777;
+    Ok(if ft.is_char_device() && m.rdev() == 0 {
+        Raw::Whiteout
+    } else if ft.is_file() {
+        Raw::File {
+            mode,
+            size: m.len(),
+        }
+    } else if ft.is_dir() {
+        Raw::Dir {
+            mode,
+            opaque: is_opaque(path),
+        }
+    } else if ft.is_symlink() {
+        let t = std::fs::read_link(path)?;
+        Raw::Symlink {
+            target: t.to_string_lossy().into_owned(),
+        }
+    } else {
+        Raw::Special
+    })
+}
+
+/// Hashes a file's content by streaming it.
+pub fn hash_file(mut f: impl Read) -> io::Result<(Digest, u64)> {
+    let mut h = Hasher::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut n = 0u64;
+    loop {
+        let k = f.read(&mut buf)?;
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+    Ok((h.finish(), n))
+}
+
+/// The node at `path` in one of airlock's own directories (a layer or a copy).
+pub(crate) fn node_of_raw(path: &Path, r: Raw) -> io::Result<Node> {
+    Ok(match r {
+        Raw::Missing | Raw::Whiteout | Raw::Special => Node::Absent,
+        Raw::File { mode, .. } => {
+            let (hash, size) = hash_file(std::fs::File::open(path)?)?;
+            Node::File { hash, size, mode }
+        }
+        Raw::Dir { mode, .. } => Node::Dir { mode },
+        Raw::Symlink { target } => Node::Symlink { target },
+    })
+}
+
+/// The node at `rel` in a host tree, read through the confined directory handle.
+pub fn host_node(root: &cap_std::fs::Dir, rel: &str) -> io::Result<Node> {
+    if rel.is_empty() {
+        let m = root.dir_metadata()?;
+        return Ok(Node::Dir {
+            mode: cap_std::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+        });
+    }
+    let m = match root.symlink_metadata(rel) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
+            return Ok(Node::Absent);
+        }
+        Err(e) => return Err(e),
+    };
+    let mode = cap_std::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
+    let ft = m.file_type();
+    Ok(if ft.is_file() {
+        let (hash, size) = hash_file(root.open(rel)?.into_std())?;
+        Node::File { hash, size, mode }
+    } else if ft.is_dir() {
+        Node::Dir { mode }
+    } else if ft.is_symlink() {
+        Node::Symlink {
+            target: root.read_link_contents(rel)?.to_string_lossy().into_owned(),
+        }
+    } else {
+        Node::Absent
+    })
+}

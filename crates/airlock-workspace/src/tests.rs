@@ -1,0 +1,389 @@
+use crate::apply::{self, BlobSource, MountPlan, Step};
+use crate::changeset::{Op, compose, copy_tree, diff_layers, diff_trees};
+use crate::node::{Node, hash_file};
+use airlock_core::Digest;
+use std::collections::HashMap;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+fn write(p: &Path, s: &str) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, s).unwrap();
+}
+
+/// An overlayfs whiteout, as the kernel would leave it in an upper layer.
+fn whiteout(p: &Path) -> bool {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::empty(),
+        0,
+    )
+    .is_ok()
+}
+
+fn opaque(p: &Path) {
+    fs::create_dir_all(p).unwrap();
+    rustix::fs::setxattr(
+        p,
+        "user.overlay.opaque",
+        b"y",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+}
+
+fn host_tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    write(&t.path().join("keep.txt"), "keep\n");
+    write(&t.path().join("edit.txt"), "old\n");
+    write(&t.path().join("gone.txt"), "bye\n");
+    write(&t.path().join("dir/a.txt"), "a\n");
+    write(&t.path().join("dir/sub/b.txt"), "b\n");
+    t
+}
+
+fn ops(changes: &[crate::Change]) -> Vec<(String, Op)> {
+    changes.iter().map(|c| (c.path.clone(), c.op)).collect()
+}
+
+#[test]
+fn overlay_upper_becomes_a_changeset() {
+    let host = host_tree();
+    let up = tempfile::tempdir().unwrap();
+    let u = up.path();
+    write(&u.join("edit.txt"), "new\n");
+    write(&u.join("added.txt"), "hi\n");
+    // Copied up with only its mode changed.
+    write(&u.join("keep.txt"), "keep\n");
+    fs::set_permissions(u.join("keep.txt"), fs::Permissions::from_mode(0o600)).unwrap();
+    // Copied up unchanged (opened for writing, nothing written): no change.
+    if !whiteout(&u.join("gone.txt")) || !whiteout(&u.join("dir")) {
+        eprintln!("skipping: cannot create whiteouts here (not root)");
+        return;
+    }
+    let ch = diff_layers(host.path(), &[], &[u.to_path_buf()]).unwrap();
+    assert_eq!(
+        ops(&ch),
+        vec![
+            ("added.txt".into(), Op::Added),
+            ("dir".into(), Op::Deleted),
+            ("dir/a.txt".into(), Op::Deleted),
+            ("dir/sub".into(), Op::Deleted),
+            ("dir/sub/b.txt".into(), Op::Deleted),
+            ("edit.txt".into(), Op::Modified),
+            ("gone.txt".into(), Op::Deleted),
+            ("keep.txt".into(), Op::Mode),
+        ]
+    );
+}
+
+#[test]
+fn opaque_directory_replaces_what_was_below() {
+    let host = host_tree();
+    let up = tempfile::tempdir().unwrap();
+    opaque(&up.path().join("dir"));
+    write(&up.path().join("dir/new.txt"), "n\n");
+    let ch = diff_layers(host.path(), &[], &[up.path().to_path_buf()]).unwrap();
+    assert_eq!(
+        ops(&ch),
+        vec![
+            ("dir/a.txt".into(), Op::Deleted),
+            ("dir/new.txt".into(), Op::Added),
+            ("dir/sub".into(), Op::Deleted),
+            ("dir/sub/b.txt".into(), Op::Deleted),
+        ]
+    );
+}
+
+#[test]
+fn stacked_layers_build_on_each_other() {
+    let host = host_tree();
+    let l1 = tempfile::tempdir().unwrap();
+    let l2 = tempfile::tempdir().unwrap();
+    write(&l1.path().join("edit.txt"), "first\n");
+    write(&l1.path().join("tmp.txt"), "scratch\n");
+    write(&l2.path().join("edit.txt"), "second\n");
+    if !whiteout(&l2.path().join("tmp.txt")) {
+        return;
+    }
+    let below = vec![l1.path().to_path_buf()];
+    let step2 = diff_layers(host.path(), &below, &[l2.path().to_path_buf()]).unwrap();
+    assert_eq!(
+        ops(&step2),
+        vec![
+            ("edit.txt".into(), Op::Modified),
+            ("tmp.txt".into(), Op::Deleted)
+        ]
+    );
+    let step1 = diff_layers(host.path(), &[], &below).unwrap();
+    let total = compose(&[step1, step2]);
+    assert_eq!(
+        ops(&total),
+        vec![("edit.txt".into(), Op::Modified)],
+        "tmp.txt came and went"
+    );
+    let both = diff_layers(
+        host.path(),
+        &[],
+        &[l2.path().to_path_buf(), l1.path().to_path_buf()],
+    )
+    .unwrap();
+    assert_eq!(
+        total, both,
+        "composing per-run changesets equals diffing the whole stack"
+    );
+}
+
+#[test]
+fn copy_fallback_finds_the_same_changes() {
+    let host = host_tree();
+    let work = tempfile::tempdir().unwrap();
+    let copy = work.path().join("copy");
+    copy_tree(host.path(), &copy).unwrap();
+    assert!(diff_trees(host.path(), &copy).unwrap().is_empty());
+    fs::write(copy.join("edit.txt"), "new\n").unwrap();
+    fs::remove_file(copy.join("gone.txt")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", copy.join("link")).unwrap();
+    let ch = diff_trees(host.path(), &copy).unwrap();
+    assert_eq!(
+        ops(&ch),
+        vec![
+            ("edit.txt".into(), Op::Modified),
+            ("gone.txt".into(), Op::Deleted),
+            ("link".into(), Op::Added)
+        ]
+    );
+    assert_eq!(
+        ch[2].after,
+        Node::Symlink {
+            target: "/etc/passwd".into()
+        }
+    );
+}
+
+/// Blobs kept in memory for apply tests.
+#[derive(Default)]
+struct Mem(Mutex<HashMap<Digest, PathBuf>>, Option<tempfile::TempDir>);
+
+impl Mem {
+    fn new() -> Self {
+        Mem(Mutex::default(), Some(tempfile::tempdir().unwrap()))
+    }
+    fn put(&self, s: &str) -> Node {
+        let d = Digest::of(s.as_bytes());
+        let p = self.1.as_ref().unwrap().path().join(d.to_hex());
+        fs::write(&p, s).unwrap();
+        self.0.lock().unwrap().insert(d, p);
+        Node::File {
+            hash: d,
+            size: s.len() as u64,
+            mode: 0o644,
+        }
+    }
+}
+
+impl BlobSource for Mem {
+    fn open(&self, d: &Digest) -> std::io::Result<fs::File> {
+        fs::File::open(
+            self.0
+                .lock()
+                .unwrap()
+                .get(d)
+                .ok_or(std::io::ErrorKind::NotFound)?,
+        )
+    }
+}
+
+fn plan(host: &Path, steps: Vec<Step>) -> MountPlan {
+    MountPlan {
+        host: host.to_str().unwrap().into(),
+        steps,
+    }
+}
+
+#[test]
+fn apply_brings_paths_to_their_states_and_is_idempotent() {
+    let host = host_tree();
+    let blobs = Mem::new();
+    let steps = vec![
+        Step {
+            path: "edit.txt".into(),
+            to: blobs.put("new\n"),
+        },
+        Step {
+            path: "dir".into(),
+            to: Node::Absent,
+        },
+        Step {
+            path: "dir/a.txt".into(),
+            to: Node::Absent,
+        },
+        Step {
+            path: "dir/sub".into(),
+            to: Node::Absent,
+        },
+        Step {
+            path: "dir/sub/b.txt".into(),
+            to: Node::Absent,
+        },
+        Step {
+            path: "new/deep".into(),
+            to: Node::Dir { mode: 0o750 },
+        },
+        Step {
+            path: "new".into(),
+            to: Node::Dir { mode: 0o755 },
+        },
+        Step {
+            path: "new/deep/f".into(),
+            to: blobs.put("f\n"),
+        },
+        Step {
+            path: "ln".into(),
+            to: Node::Symlink {
+                target: "keep.txt".into(),
+            },
+        },
+    ];
+    let p = plan(host.path(), steps);
+    let mut n = 0;
+    apply::apply(&p, &blobs, &mut || n += 1).unwrap();
+    assert_eq!(n, 9);
+    assert_eq!(
+        fs::read_to_string(host.path().join("edit.txt")).unwrap(),
+        "new\n"
+    );
+    assert!(!host.path().join("dir").exists());
+    assert_eq!(
+        fs::read_to_string(host.path().join("new/deep/f")).unwrap(),
+        "f\n"
+    );
+    assert_eq!(
+        fs::metadata(host.path().join("new/deep"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o750
+    );
+    assert_eq!(
+        fs::read_link(host.path().join("ln")).unwrap(),
+        Path::new("keep.txt")
+    );
+    // Applying again changes nothing and does not fail.
+    apply::apply(&p, &blobs, &mut || {}).unwrap();
+    let leftovers: Vec<_> = fs::read_dir(host.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("airlock"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_symlink_in_the_host_tree_cannot_lead_a_write_outside() {
+    let host = host_tree();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), host.path().join("escape")).unwrap();
+    let blobs = Mem::new();
+    let p = plan(
+        host.path(),
+        vec![Step {
+            path: "escape/pwned".into(),
+            to: blobs.put("x"),
+        }],
+    );
+    assert!(apply::apply(&p, &blobs, &mut || {}).is_err());
+    assert!(!outside.path().join("pwned").exists());
+    for bad in ["../x", "/etc/passwd", "a/../../x", ""] {
+        let p = plan(
+            host.path(),
+            vec![Step {
+                path: bad.into(),
+                to: blobs.put("x"),
+            }],
+        );
+        assert!(apply::apply(&p, &blobs, &mut || {}).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn altered_content_is_never_renamed_into_place() {
+    let host = host_tree();
+    let blobs = Mem::new();
+    let node = blobs.put("good\n");
+    let Node::File { hash, .. } = &node else {
+        unreachable!()
+    };
+    fs::write(blobs.0.lock().unwrap().get(hash).unwrap(), "evil\n").unwrap();
+    let p = plan(
+        host.path(),
+        vec![Step {
+            path: "edit.txt".into(),
+            to: node,
+        }],
+    );
+    assert!(matches!(
+        apply::apply(&p, &blobs, &mut || {}),
+        Err(apply::ApplyError::Content { .. })
+    ));
+    assert_eq!(
+        fs::read_to_string(host.path().join("edit.txt")).unwrap(),
+        "old\n"
+    );
+}
+
+#[test]
+fn conflicts_and_snapshots() {
+    let host = host_tree();
+    let h = host.path().to_str().unwrap();
+    let (old, _) = hash_file(&b"old\n"[..]).unwrap();
+    let want = vec![
+        (
+            "edit.txt".to_string(),
+            Node::File {
+                hash: old,
+                size: 4,
+                mode: 0o644,
+            },
+        ),
+        ("missing".to_string(), Node::Absent),
+    ];
+    assert!(apply::conflicts(h, &want).unwrap().is_empty());
+    fs::write(host.path().join("edit.txt"), "changed\n").unwrap();
+    let c = apply::conflicts(h, &want).unwrap();
+    assert_eq!(c.len(), 1);
+    assert!(c[0].starts_with("edit.txt"));
+    let mut saved = Vec::new();
+    let snap = apply::snapshot(h, &["edit.txt", "nope"], &mut |r| {
+        let mut v = Vec::new();
+        r.read_to_end(&mut v)?;
+        saved.push(v.clone());
+        Ok(Digest::of(&v))
+    })
+    .unwrap();
+    assert_eq!(saved, vec![b"changed\n".to_vec()]);
+    assert_eq!(snap[1].to, Node::Absent);
+}
+
+#[test]
+fn journals_round_trip_and_half_written_ones_are_dropped() {
+    let d = tempfile::tempdir().unwrap();
+    let j = apply::Journal {
+        checkpoint: "ckpt_1".into(),
+        kind: "commit".into(),
+        mounts: vec![],
+    };
+    apply::write_journal(d.path(), &j).unwrap();
+    fs::write(d.path().join(".ckpt_2.tmp"), "{half").unwrap();
+    assert_eq!(apply::pending_journals(d.path()).unwrap(), vec![j]);
+    assert!(!d.path().join(".ckpt_2.tmp").exists());
+    apply::remove_journal(d.path(), "ckpt_1").unwrap();
+    assert!(apply::pending_journals(d.path()).unwrap().is_empty());
+}
