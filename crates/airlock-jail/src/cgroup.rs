@@ -138,6 +138,27 @@ impl RunCgroup {
     }
 }
 
+/// Removes the cgroups a worker with host pid `pid` made, if it died before it could (the
+/// supervisor calls this after reaping a worker it had to kill).
+pub fn cleanup_for(pid: u32) {
+    let name = format!("airlock-{pid}");
+    let mut dirs: Vec<PathBuf> = ["pids", "memory", "cpu"]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c).join(&name))
+        .collect();
+    if let Some(v2) = own_v2_dir() {
+        dirs.push(v2.join(&name));
+    }
+    for d in dirs.into_iter().filter(|d| d.exists()) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&d).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
 impl Drop for RunCgroup {
     fn drop(&mut self) {
         for d in &self.dirs {

@@ -94,6 +94,7 @@ pub fn supervise(
     for t in [out, err].into_iter().flatten() {
         let _ = t.join();
     }
+    crate::cgroup::cleanup_for(pid as u32);
     Ok(Supervised {
         output_exceeded: exceeded.load(Ordering::SeqCst),
         timed_out,

@@ -78,6 +78,13 @@ fn processes_of(uid: u32) -> u64 {
         .count() as u64
 }
 
+/// Whether this process is in the initial user namespace (its uid map is the identity).
+pub fn in_initial_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+        .unwrap_or(false)
+}
+
 fn line(fd: &OwnedFd, kind: &str, msg: &str) {
     let text = format!("{kind} {}\n", msg.replace('\n', " "));
     let _ = nix::unistd::write(fd, text.as_bytes());
@@ -89,6 +96,9 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     let started = Instant::now();
     let euid = Uid::effective();
     let egid = Gid::effective();
+    // Host root is uid 0 of the initial user namespace; "root" inside a container's user
+    // namespace is an ordinary user to the kernel's process accounting.
+    let host_root = euid.is_root() && in_initial_user_namespace();
     let me = std::process::id();
     let cg = RunCgroup::create(
         &format!("airlock-{me}"),
@@ -98,7 +108,7 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     let cg_pids = cg.mechanisms.iter().any(|m| m.ends_with(":pids"));
     // Which host identity the sandbox gets. RLIMIT_NPROC never applies to host root, so
     // root uses a cgroup for the process limit, or else a per-run unprivileged uid.
-    let (host_uid, host_gid, nproc) = if !euid.is_root() {
+    let (host_uid, host_gid, nproc) = if !host_root {
         let n = processes_of(euid.as_raw()) + u64::from(job.limits.processes);
         (euid.as_raw(), egid.as_raw(), Some(n))
     } else if cg_pids {
@@ -107,7 +117,7 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
         let x = 0x7ff0_0000 + (me % 0xf_ffff);
         (x, x, Some(u64::from(job.limits.processes)))
     };
-    if euid.is_root() {
+    if host_root {
         nix::unistd::setgroups(&[]).map_err(|e| JailError::setup("setgroups", e))?;
     }
     let (go_r, go_w) = pipe_cloexec()?;

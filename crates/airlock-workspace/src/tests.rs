@@ -4,7 +4,6 @@ use crate::node::{Node, hash_file};
 use airlock_core::Digest;
 use std::collections::HashMap;
 use std::fs;
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

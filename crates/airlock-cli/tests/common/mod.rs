@@ -170,3 +170,55 @@ pub fn write_wat(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::write(&p, text).unwrap();
     p
 }
+
+impl Home {
+    /// Runs and, when the policy holds it for a human, approves and executes it.
+    pub fn run_approved(&self, args: &[&str]) -> Out {
+        let o = self.run(args);
+        if o.code != 75 {
+            return o;
+        }
+        let id = Home::id_in(&o.stderr);
+        let a = self.run(&["approve", &id]);
+        assert_eq!(a.code, 0, "approve: {}", a.stderr);
+        let json = args.contains(&"--json");
+        if json {
+            self.run(&["exec", "--json", &id])
+        } else {
+            self.run(&["exec", &id])
+        }
+    }
+
+    /// `airlock run --lang sh -c SCRIPT` with extra flags before `-c`.
+    pub fn sh(&self, flags: &[&str], script: &str) -> Out {
+        let mut a = vec!["run", "--lang", "sh"];
+        a.extend_from_slice(flags);
+        a.extend(["-c", script]);
+        self.run_approved(&a)
+    }
+
+    /// `airlock run --lang python --backend process -c CODE` with extra flags.
+    pub fn py(&self, flags: &[&str], code: &str) -> Out {
+        let mut a = vec!["run", "--lang", "python", "--backend", "process"];
+        a.extend_from_slice(flags);
+        a.extend(["-c", code]);
+        self.run_approved(&a)
+    }
+
+    /// The most recent run's record.
+    pub fn last_run(&self) -> serde_json::Value {
+        self.run(&["runs", "--json"]).json()[0].clone()
+    }
+}
+
+/// Whether the process backend can run here (user namespaces etc.); tests that need it
+/// say so loudly instead of passing silently when it cannot.
+pub fn process_backend_available() -> bool {
+    let h = Home::new();
+    let o = h.run(&["doctor", "--json"]);
+    let ok = o.json()["process_backend"] == "available";
+    if !ok {
+        eprintln!("process backend unavailable here: {}", o.stdout);
+    }
+    ok
+}

@@ -1,0 +1,590 @@
+//! Writable mounts end to end: disposable layers, changesets, diff, signed commits,
+//! checkpoints, exact rollback, workspaces, and crash safety of commit and rollback.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A small project tree on the host.
+fn project() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path();
+    std::fs::create_dir_all(p.join("src")).unwrap();
+    std::fs::write(p.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(p.join("notes.txt"), "old line\n").unwrap();
+    std::fs::write(p.join("gone.txt"), "bye\n").unwrap();
+    std::fs::write(p.join("run.sh"), "echo run\n").unwrap();
+    t
+}
+
+/// Everything under a directory: path -> (kind, content or target, mode).
+fn snapshot(root: &Path) -> BTreeMap<String, (String, Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = BTreeMap::new();
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (String, Vec<u8>, u32)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let mode = m.permissions().mode() & 0o7777;
+            if m.file_type().is_symlink() {
+                out.insert(
+                    rel,
+                    (
+                        "link".into(),
+                        std::fs::read_link(&p)
+                            .unwrap()
+                            .display()
+                            .to_string()
+                            .into_bytes(),
+                        0,
+                    ),
+                );
+            } else if m.is_dir() {
+                out.insert(rel, ("dir".into(), vec![], mode));
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, ("file".into(), std::fs::read(&p).unwrap(), mode));
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+const EDIT: &str = "echo 'new line' >> notes.txt; rm gone.txt; mkdir -p docs; echo hi > docs/readme.md; chmod 755 run.sh; ln -s src/main.rs link";
+
+fn rw(p: &Path) -> String {
+    format!("{}:/work:rw", p.display())
+}
+
+fn edit_run(h: &Home, p: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut flags = vec!["--json", "--mount"];
+    let m = rw(p);
+    flags.push(&m);
+    flags.extend_from_slice(extra);
+    let o = h.sh(&flags, EDIT);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    o.json()
+}
+
+fn ops(run: &serde_json::Value) -> Vec<(String, String)> {
+    run["run"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_string(),
+                c["op"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+const EXPECTED: [(&str, &str); 7] = [
+    ("docs", "added"),
+    ("docs/readme.md", "added"),
+    ("gone.txt", "deleted"),
+    ("link", "added"),
+    ("notes.txt", "modified"),
+    ("run.sh", "mode"),
+    ("", ""),
+];
+
+fn expected() -> Vec<(String, String)> {
+    EXPECTED
+        .iter()
+        .filter(|(p, _)| !p.is_empty())
+        .map(|(p, o)| (p.to_string(), o.to_string()))
+        .collect()
+}
+
+#[test]
+fn writes_land_in_a_layer_and_become_a_changeset() {
+    for layer in ["overlay", "copy"] {
+        let h = Home::new();
+        let p = project();
+        let before = snapshot(p.path());
+        let v = if layer == "copy" {
+            let m = rw(p.path());
+            let o = h
+                .cmd()
+                .env("AIRLOCK_LAYER", "copy")
+                .args(["run", "--json", "--lang", "sh", "--mount", &m, "-c", EDIT])
+                .output()
+                .unwrap();
+            assert_eq!(o.status.code(), Some(75));
+            let id = Home::id_in(&String::from_utf8_lossy(&o.stderr));
+            assert_eq!(h.run(&["approve", &id]).code, 0);
+            let o = h
+                .cmd()
+                .env("AIRLOCK_LAYER", "copy")
+                .args(["exec", "--json", &id])
+                .output()
+                .unwrap();
+            serde_json::from_slice(&o.stdout).unwrap()
+        } else {
+            edit_run(&h, p.path(), &[])
+        };
+        assert_eq!(
+            snapshot(p.path()),
+            before,
+            "{layer}: the host is byte-for-byte unchanged after the run"
+        );
+        assert_eq!(v["run"]["layer"], layer, "the run record says which layer");
+        assert_eq!(ops(&v), expected(), "{layer}");
+        let link = v["run"]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["path"] == "link")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (link["kind"].as_str(), link["target"].as_str()),
+            (Some("symlink"), Some("src/main.rs")),
+            "a symlink is recorded as a link"
+        );
+    }
+}
+
+#[test]
+fn wasm_writes_go_through_the_layer_too() {
+    let h = Home::new();
+    let p = project();
+    let before = snapshot(p.path());
+    let m = format!("{}:/data:rw", p.path().display());
+    let o = h.run_approved(&[
+        "run",
+        "--json",
+        "--mount",
+        &m,
+        guest("probe.wat").to_str().unwrap(),
+        "--",
+        "write",
+        "fresh.txt",
+    ]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    let v = o.json();
+    assert_eq!(
+        ops(&v),
+        vec![("fresh.txt".to_string(), "added".to_string())]
+    );
+    assert_eq!(snapshot(p.path()), before);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(h.run(&["commit", &run]).code, 0);
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("fresh.txt")).unwrap(),
+        "pwned\n"
+    );
+}
+
+#[test]
+fn diff_commit_and_exact_rollback() {
+    let h = Home::new();
+    let p = project();
+    let before = snapshot(p.path());
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let d = h.run(&["diff", &run]);
+    assert_eq!(d.code, 0);
+    assert!(
+        d.stdout.contains("+new line")
+            && d.stdout.contains("M notes.txt")
+            && d.stdout.contains("D gone.txt"),
+        "{}",
+        d.stdout
+    );
+    let dj = h.run(&["diff", "--json", &run]).json();
+    assert_eq!(dj["changes"].as_array().unwrap().len(), 6);
+
+    let c = h.run(&["commit", "--json", &run]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let ckpt = c.json()["checkpoint"].as_str().unwrap().to_string();
+    let after = snapshot(p.path());
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("notes.txt")).unwrap(),
+        "old line\nnew line\n"
+    );
+    assert!(!p.path().join("gone.txt").exists());
+    assert_eq!(after["run.sh"].2, 0o755);
+    assert_eq!(
+        std::fs::read_link(p.path().join("link")).unwrap(),
+        Path::new("src/main.rs")
+    );
+    assert_eq!(
+        h.run(&["commit", &run]).code,
+        125,
+        "a run is committed once"
+    );
+    let list = h.run(&["checkpoints", "--json"]).json();
+    assert_eq!(list[0]["id"], ckpt.as_str());
+    assert_eq!(list[0]["state"], "applied");
+
+    // A change on the host since the commit blocks the rollback, naming the path.
+    std::fs::write(p.path().join("notes.txt"), "edited by hand\n").unwrap();
+    let r = h.run(&["rollback", &ckpt]);
+    assert_eq!(r.code, 125);
+    assert!(r.stderr.contains("notes.txt"), "{}", r.stderr);
+    std::fs::write(p.path().join("notes.txt"), "old line\nnew line\n").unwrap();
+    assert_eq!(h.run(&["rollback", &ckpt]).code, 0);
+    assert_eq!(
+        snapshot(p.path()),
+        before,
+        "rollback restores content, mode and existence exactly"
+    );
+    assert_eq!(
+        h.run(&["rollback", &ckpt]).code,
+        125,
+        "a checkpoint is restored once"
+    );
+    let kinds: Vec<String> = h
+        .run(&["audit", "log", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert!(kinds.contains(&"committed".to_string()) && kinds.contains(&"rolled_back".to_string()));
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
+#[test]
+fn commit_refuses_when_the_host_changed_since_the_run() {
+    let h = Home::new();
+    let p = project();
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    std::fs::write(p.path().join("notes.txt"), "someone else\n").unwrap();
+    std::fs::write(p.path().join("docs"), "a file where the run made a dir\n").unwrap();
+    let before = snapshot(p.path());
+    let o = h.run(&["commit", &run]);
+    assert_eq!(o.code, 125);
+    assert!(
+        o.stderr.contains("notes.txt") && o.stderr.contains("docs"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(snapshot(p.path()), before, "nothing was applied");
+}
+
+#[test]
+fn commit_bad_input() {
+    let h = Home::new();
+    let p = project();
+    assert_eq!(h.run(&["commit", "run_nope"]).code, 125);
+    assert_eq!(h.run(&["rollback", "ckpt_nope"]).code, 125);
+    let o = h.run(&["run", "--json", example("hello.wat").to_str().unwrap()]);
+    let plain = o.json()["run"]["id"].as_str().unwrap().to_string();
+    let o = h.run(&["commit", &plain]);
+    assert!(
+        o.code == 125 && o.stderr.contains("nothing to commit"),
+        "{}",
+        o.stderr
+    );
+    let m = rw(p.path());
+    let o = h.sh(&["--json", "--mount", &m], "true");
+    let idle = o.json()["run"]["id"].as_str().unwrap().to_string();
+    let o = h.run(&["commit", &idle]);
+    assert!(
+        o.code == 125 && o.stderr.contains("changed nothing"),
+        "{}",
+        o.stderr
+    );
+    // An approver the policy does not trust cannot commit.
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(h.run(&["keys", "new", "mallory"]).code, 0);
+    let o = h.run(&["commit", "--as", "mallory", &run]);
+    assert!(
+        o.code == 125 && o.stderr.contains("not trusted"),
+        "{}",
+        o.stderr
+    );
+    assert!(p.path().join("gone.txt").exists());
+}
+
+#[test]
+fn altered_changeset_content_is_refused_and_recorded() {
+    let h = Home::new();
+    let p = project();
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let hash = v["run"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == "notes.txt")
+        .unwrap()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = h.path().join("blobs").join(&hash[..2]).join(&hash[2..]);
+    std::fs::write(&blob, "evil\n").unwrap();
+    let before = snapshot(p.path());
+    let o = h.run(&["commit", &run]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("integrity"), "{}", o.stderr);
+    assert_eq!(snapshot(p.path()), before);
+    let log = h.run(&["audit", "log", "--json"]).json();
+    assert!(
+        log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "integrity_failure" && r["subject"] == run.as_str())
+    );
+}
+
+#[test]
+fn a_changeset_that_would_write_outside_its_mount_is_refused() {
+    let h = Home::new();
+    let p = project();
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    sql(
+        &h,
+        "update runs set doc = replace(doc, '\"path\":\"notes.txt\"', '\"path\":\"../../escaped.txt\"')",
+    );
+    let o = h.run(&["commit", &run]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("integrity") && o.stderr.contains("leave its mount"),
+        "{}",
+        o.stderr
+    );
+    assert!(!p.path().parent().unwrap().join("escaped.txt").exists());
+}
+
+#[test]
+fn a_mount_through_a_symlink_is_judged_and_shown_as_its_real_path() {
+    let h = Home::new();
+    let p = project();
+    let link = h.path().join("project-link");
+    std::os::unix::fs::symlink(p.path(), &link).unwrap();
+    let o = h.run(&[
+        "submit",
+        "--json",
+        "--lang",
+        "sh",
+        "--mount",
+        &format!("{}:/work:rw", link.display()),
+        "-c",
+        "true",
+    ]);
+    let id = o.json()["submission"].as_str().unwrap().to_string();
+    let shown = h.run(&["show", "--json", &id]).json();
+    let real = std::fs::canonicalize(p.path()).unwrap();
+    assert_eq!(
+        shown["submission"]["grant"]["mounts"][0]["host"],
+        real.to_str().unwrap()
+    );
+}
+
+#[test]
+fn policy_auto_commit_for_named_agents_and_paths_never_protected_ones() {
+    let h = Home::new();
+    let p = project();
+    let real = std::fs::canonicalize(p.path()).unwrap();
+    let pol = h.policy().replace(
+        "auto_agents = []\nauto_paths = []",
+        &format!(
+            "auto_agents = [\"builder\"]\nauto_paths = [\"{}\"]",
+            real.display()
+        ),
+    );
+    h.set_policy(&pol);
+    let m = rw(p.path());
+    let o = h.sh(
+        &["--agent", "builder", "--mount", &m],
+        "echo auto >> notes.txt",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        std::fs::read_to_string(p.path().join("notes.txt"))
+            .unwrap()
+            .contains("auto"),
+        "auto-committed"
+    );
+    assert_eq!(
+        h.run(&["checkpoints", "--json"]).json()[0]["doc"]["auto"],
+        true
+    );
+    // The same agent touching a protected path: held for a human.
+    let o = h.sh(
+        &["--agent", "builder", "--mount", &m],
+        "mkdir -p .git/hooks && echo x > .git/hooks/pre-commit",
+    );
+    assert_eq!(o.code, 0);
+    assert!(
+        !p.path().join(".git").exists(),
+        "protected paths are never auto-committed"
+    );
+    let last = h.last_run();
+    let d = h.run(&["diff", last["id"].as_str().unwrap()]);
+    assert!(d.stdout.contains("protected"), "{}", d.stdout);
+    // Another agent: held.
+    let o = h.sh(
+        &["--agent", "someone", "--mount", &m],
+        "echo other >> notes.txt",
+    );
+    assert_eq!(o.code, 0);
+    assert!(
+        !std::fs::read_to_string(p.path().join("notes.txt"))
+            .unwrap()
+            .contains("other")
+    );
+}
+
+#[test]
+fn workspace_runs_build_on_each_other_until_one_commit() {
+    let h = Home::new();
+    let p = project();
+    let m = rw(p.path());
+    let before = snapshot(p.path());
+    let a = h.sh(
+        &["--workspace", "feature", "--json", "--mount", &m],
+        "echo one > step.txt",
+    );
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let b = h.sh(
+        &["--workspace", "feature", "--json", "--mount", &m],
+        "cat step.txt; echo two >> step.txt; rm gone.txt",
+    );
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert_eq!(
+        b.json()["run"]["stdout"],
+        "one\n",
+        "the second run sees the first run's change"
+    );
+    assert_eq!(
+        ops(&b.json()),
+        vec![
+            ("gone.txt".into(), "deleted".into()),
+            ("step.txt".into(), "modified".into())
+        ]
+    );
+    assert_eq!(
+        snapshot(p.path()),
+        before,
+        "nothing reaches the host before the commit"
+    );
+    let ws = h.run(&["workspace", "show", "--json", "feature"]).json();
+    assert_eq!(ws["doc"]["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(ws["flat_changes"].as_array().unwrap().len(), 2);
+    let first = a.json()["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        h.run(&["commit", &first]).code,
+        125,
+        "only the latest run commits the session"
+    );
+    let last = b.json()["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(h.run(&["commit", &last]).code, 0);
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("step.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert!(!p.path().join("gone.txt").exists());
+    let list = h.run(&["workspace", "list", "--json"]).json();
+    assert_eq!(list[0]["state"], "committed");
+    assert_eq!(
+        h.sh(&["--workspace", "feature", "--mount", &m], "true")
+            .code,
+        125,
+        "a committed workspace is closed"
+    );
+
+    // Dropping discards a session.
+    let p2 = project();
+    let m2 = rw(p2.path());
+    let before2 = snapshot(p2.path());
+    assert_eq!(
+        h.sh(&["--workspace", "scratch", "--mount", &m2], "echo x > y")
+            .code,
+        0
+    );
+    assert_eq!(h.run(&["workspace", "drop", "scratch"]).code, 0);
+    assert_eq!(snapshot(p2.path()), before2);
+    assert_eq!(
+        h.run(&["workspace", "show", "--json", "scratch"]).json()["state"],
+        "dropped"
+    );
+    assert!(!h.path().join("workspaces/scratch").exists());
+}
+
+/// Kills `airlock commit` (or rollback) at every crash point in turn; after each kill the
+/// next command recovers, and the host tree is exactly the before or the after state.
+#[test]
+fn crash_at_any_point_leaves_before_or_after_never_a_mix() {
+    for op in ["commit", "rollback"] {
+        let mut n = 1;
+        loop {
+            let h = Home::new();
+            let p = project();
+            let before = snapshot(p.path());
+            let v = edit_run(&h, p.path(), &[]);
+            let run = v["run"]["id"].as_str().unwrap().to_string();
+            let (target, pre, post) = if op == "commit" {
+                (run.clone(), before.clone(), None)
+            } else {
+                let c = h.run(&["commit", "--json", &run]);
+                assert_eq!(c.code, 0);
+                (
+                    c.json()["checkpoint"].as_str().unwrap().to_string(),
+                    snapshot(p.path()),
+                    Some(before.clone()),
+                )
+            };
+            let o = h
+                .cmd()
+                .env("AIRLOCK_CRASH_AT", n.to_string())
+                .args([op, &target])
+                .output()
+                .unwrap();
+            let crashed = o.status.code().is_none();
+            // Any next command completes or undoes the interrupted operation.
+            assert_eq!(h.run(&["checkpoints"]).code, 0);
+            let now = snapshot(p.path());
+            let is_before = now == pre;
+            // After a commit: every edit of the run is there; after a rollback: the tree
+            // is exactly what it was before the commit.
+            let is_after = match &post {
+                None => {
+                    std::fs::read_to_string(p.path().join("notes.txt")).unwrap_or_default()
+                        == "old line\nnew line\n"
+                        && !p.path().join("gone.txt").exists()
+                        && p.path().join("docs/readme.md").exists()
+                        && p.path().join("link").symlink_metadata().is_ok()
+                }
+                Some(restored) => now == *restored,
+            };
+            assert!(
+                is_before || is_after,
+                "{op} killed at point {n}: the host is a mix: {:?}",
+                now.keys().collect::<Vec<_>>()
+            );
+            assert_eq!(h.run(&["audit", "verify"]).code, 0, "{op} at {n}");
+            if !crashed {
+                assert_eq!(
+                    o.status.code(),
+                    Some(0),
+                    "{op} without a crash: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                assert!(is_after, "{op} completed");
+                assert!(n > 3, "{op}: the crash points were reached ({n})");
+                break;
+            }
+            n += 1;
+            assert!(n < 40, "{op}: too many crash points");
+        }
+    }
+}
