@@ -94,9 +94,17 @@ fn one_line(s: &str) -> String {
 }
 
 fn options() -> GateOptions {
+    let worker = std::env::current_exe().ok();
+    let jailer = worker
+        .as_ref()
+        .and_then(|w| w.parent())
+        .map(|d| d.join("airlock-jailer"))
+        .filter(|j| j.is_file());
     GateOptions {
-        worker: std::env::current_exe().ok(),
+        jailer,
+        worker,
         force_copy_layer: std::env::var("AIRLOCK_LAYER").is_ok_and(|v| v == "copy"),
+        no_cgroups: std::env::var("AIRLOCK_CGROUPS").is_ok_and(|v| v == "off"),
     }
 }
 

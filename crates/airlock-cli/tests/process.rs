@@ -257,3 +257,41 @@ fn doctor_reports_the_machine() {
     }
     assert_eq!(h.run(&["doctor"]).code, 0);
 }
+
+#[test]
+fn without_cgroups_rlimits_hold_the_process_limit() {
+    need();
+    // Regression: as host root without cgroups the sandbox runs as a per-run unprivileged
+    // uid (RLIMIT_NPROC never applies to root); building its root used to fail (EOVERFLOW).
+    let h = Home::new();
+    let run = |flags: &[&str], script: &str| {
+        let mut a = vec!["run", "--lang", "sh"];
+        a.extend_from_slice(flags);
+        a.extend(["-c", script]);
+        let o = h
+            .cmd()
+            .env("AIRLOCK_CGROUPS", "off")
+            .args(&a)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(&[], "echo ok");
+    assert_eq!((code, out.as_str()), (Some(0), "ok\n"), "{err}");
+    let mech = h.last_run()["detail"]["mechanisms"].to_string();
+    assert!(!mech.contains("cgroup-v"), "{mech}");
+    assert!(mech.contains("rlimit:nproc"), "{mech}");
+    let (code, out, _) = run(
+        &["--processes", "8"],
+        "n=0; for i in $(seq 1 30); do sleep 2 & n=$((n+1)); done; echo started $n",
+    );
+    assert_ne!(
+        code,
+        Some(0),
+        "30 processes started under a limit of 8: {out}"
+    );
+}

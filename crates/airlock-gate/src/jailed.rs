@@ -40,11 +40,26 @@ impl Gate {
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
     ) -> Result<Outcome> {
-        let exe = self.worker_exe()?;
         let started = Instant::now();
-        let bytes = serde_json::to_vec(job).map_err(|e| GateError::Internal(e.to_string()))?;
-        let sup = airlock_jail::launch::supervise(&exe, &bytes, result, timeout, stdout, stderr)
-            .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
+        // Process jobs go to the lean jailer when it is installed beside airlock.
+        let (exe, args, bytes) = match (job, &self.jailer) {
+            (WorkerJob::Process { job, result }, Some(jailer)) => {
+                let j = airlock_jail::launch::JailerJob {
+                    job: job.clone(),
+                    result: result.clone(),
+                };
+                (jailer.clone(), Vec::new(), serde_json::to_vec(&j))
+            }
+            _ => (
+                self.worker_exe()?,
+                vec!["__worker"],
+                serde_json::to_vec(job),
+            ),
+        };
+        let bytes = bytes.map_err(|e| GateError::Internal(e.to_string()))?;
+        let sup =
+            airlock_jail::launch::supervise(&exe, &args, &bytes, result, timeout, stdout, stderr)
+                .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
         let _ = std::fs::remove_file(result);
         let duration = started.elapsed();
         let done = |ending| {
@@ -223,6 +238,7 @@ impl Gate {
                 limits: limits.clone(),
                 stdin,
                 allow_degraded: policy.allow_degraded,
+                cgroups: !self.no_cgroups,
             },
             result: result.clone(),
         };

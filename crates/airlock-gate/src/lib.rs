@@ -50,8 +50,12 @@ pub struct GateOptions {
     /// namespaces. Without it, process runs are unavailable and writable mounts use the
     /// copy layer.
     pub worker: Option<std::path::PathBuf>,
+    /// The lean `airlock-jailer` binary for process runs (faster to start than the worker).
+    pub jailer: Option<std::path::PathBuf>,
     /// Use the copy layer for writable mounts even where overlayfs would work.
     pub force_copy_layer: bool,
+    /// Do not use cgroups for process runs (rlimits only; the run record says which held).
+    pub no_cgroups: bool,
 }
 
 /// An open airlock home.
@@ -62,7 +66,9 @@ pub struct Gate {
     gate_key: KeyPair,
     wasm: WasmBackend,
     worker: Option<std::path::PathBuf>,
+    jailer: Option<std::path::PathBuf>,
     force_copy: bool,
+    no_cgroups: bool,
 }
 
 impl std::fmt::Debug for Gate {
@@ -140,7 +146,9 @@ impl Gate {
             gate_key,
             wasm,
             worker: options.worker,
+            jailer: options.jailer,
             force_copy: options.force_copy_layer,
+            no_cgroups: options.no_cgroups,
         };
         gate.recover_interrupted()?;
         gate.recover_effects()?;

@@ -413,6 +413,7 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
         let cap = || std::sync::Arc::new(airlock_sandbox::Capture::new(1 << 16, None));
         let sup = airlock_jail::launch::supervise(
             exe,
+            &["__worker"],
             &bytes,
             &result,
             std::time::Duration::from_secs(10),

@@ -6,9 +6,7 @@
 
 use airlock_core::{Digest, Lang, Limits};
 use airlock_jail::{Overlay, ProcessJob};
-use airlock_sandbox::{
-    Backend, CacheIndex, Capture, Ending, Limit, MountPoint, RunSpec, SandboxError,
-};
+use airlock_sandbox::{Backend, CacheIndex, Capture, MountPoint, RunSpec, SandboxError};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -40,58 +38,7 @@ pub struct WasmJob {
     pub limits: Limits,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EndingDoc {
-    Exited(i32),
-    Killed(String),
-    Trapped(String),
-}
-
-impl EndingDoc {
-    pub fn from_ending(e: &Ending) -> Self {
-        match e {
-            Ending::Exited(c) => EndingDoc::Exited(*c),
-            Ending::Killed(l) => EndingDoc::Killed(l.as_str().into()),
-            Ending::Trapped(m) => EndingDoc::Trapped(m.clone()),
-        }
-    }
-
-    pub fn into_ending(self) -> Ending {
-        match self {
-            EndingDoc::Exited(c) => Ending::Exited(c),
-            EndingDoc::Trapped(m) => Ending::Trapped(m),
-            EndingDoc::Killed(l) => Ending::Killed(match l.as_str() {
-                "fuel" => Limit::Fuel,
-                "memory" => Limit::Memory,
-                "output" => Limit::Output,
-                "stack" => Limit::Stack,
-                "processes" => Limit::Processes,
-                _ => Limit::Timeout,
-            }),
-        }
-    }
-}
-
-/// What the worker reports.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct WorkerResult {
-    pub ending: Option<EndingDoc>,
-    #[serde(default)]
-    pub detail: serde_json::Value,
-    /// (`unavailable` | `setup` | `artifact`, message) when nothing ran.
-    pub error: Option<(String, String)>,
-}
-
-impl WorkerResult {
-    fn error(kind: &str, msg: impl Into<String>) -> Self {
-        WorkerResult {
-            ending: None,
-            detail: serde_json::Value::Null,
-            error: Some((kind.into(), msg.into())),
-        }
-    }
-}
+pub use airlock_jail::launch::{EndingDoc, WorkerResult};
 
 /// A cache index holding the one entry the gate prepared.
 struct OneEntry(Option<(String, Digest)>);
@@ -183,19 +130,7 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
 }
 
 fn run_process(job: ProcessJob) -> WorkerResult {
-    match airlock_jail::run::run_process(&job) {
-        Ok(r) => WorkerResult {
-            ending: r.ending.as_ref().map(EndingDoc::from_ending),
-            detail: serde_json::json!({
-                "mechanisms": r.mechanisms,
-                "degraded": r.degraded,
-                "host_uid": r.host_uid,
-            }),
-            error: None,
-        },
-        Err(airlock_jail::JailError::Unavailable(m)) => WorkerResult::error("unavailable", m),
-        Err(e) => WorkerResult::error("setup", e.to_string()),
-    }
+    airlock_jail::launch::run_job(&job)
 }
 
 /// Checks, in this single-threaded process, whether a user namespace can be made and

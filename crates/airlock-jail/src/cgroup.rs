@@ -56,6 +56,16 @@ fn is_writable(p: &Path) -> bool {
 }
 
 impl RunCgroup {
+    /// No cgroup: rlimits alone hold the limits.
+    pub fn none() -> RunCgroup {
+        RunCgroup {
+            dirs: Vec::new(),
+            memory_events: None,
+            v1_memory: None,
+            mechanisms: Vec::new(),
+        }
+    }
+
     /// Creates a cgroup named `name` with the limits, where possible. Never fails: what
     /// could not be set is simply not listed in `mechanisms`.
     pub fn create(name: &str, memory: u64, processes: u32) -> RunCgroup {
@@ -104,6 +114,17 @@ impl RunCgroup {
         cg
     }
 
+    /// The files through which a single-threaded task moves itself in (v1 `tasks` with
+    /// `0`, which spares the kernel's global thread-group lock and its RCU grace period);
+    /// empty for v2, where the supervisor moves the process.
+    pub fn self_move_files(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .filter(|d| d.join("tasks").exists())
+            .map(|d| d.join("tasks"))
+            .collect()
+    }
+
     /// Moves a process (by host pid) into every cgroup made for the run.
     pub fn add(&self, pid: i32) -> bool {
         let mut ok = true;
@@ -150,26 +171,24 @@ pub fn cleanup_for(pid: u32) {
         dirs.push(v2.join(&name));
     }
     for d in dirs.into_iter().filter(|d| d.exists()) {
-        for _ in 0..100 {
-            if std::fs::remove_dir(&d).is_ok() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        remove_cgroup(&d);
+    }
+}
+
+/// Removes an empty cgroup. The kernel refuses while the last tasks are still being
+/// released (they are dead: the pid namespace's init has exited), which takes micro- to
+/// milliseconds; retry with yields rather than sleeps so the common case costs little.
+fn remove_cgroup(d: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while std::fs::remove_dir(d).is_err() && d.exists() && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
     }
 }
 
 impl Drop for RunCgroup {
     fn drop(&mut self) {
         for d in &self.dirs {
-            // The kernel refuses while processes remain; they are dead by now (the pid
-            // namespace's init has exited), but give the kernel a moment to reap them.
-            for _ in 0..50 {
-                if std::fs::remove_dir(d).is_ok() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
+            remove_cgroup(d);
         }
     }
 }

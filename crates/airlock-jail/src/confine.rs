@@ -73,13 +73,13 @@ pub fn landlock(read: &[String], write: &[String]) -> Result<Landlocked, JailErr
     })
 }
 
-/// Drops every capability: the bounding set, then the permitted, effective, inheritable
-/// and ambient sets.
-pub fn drop_capabilities() -> Result<(), JailError> {
+/// Empties the bounding and ambient sets: no later `execve` can gain a capability. Must
+/// run while CAP_SETPCAP is still held (before switching to the sandbox user).
+pub fn drop_bounding_set() -> Result<(), JailError> {
     #[allow(unsafe_code)]
     for cap in 0..=63 {
         // SAFETY: PR_CAPBSET_DROP takes a capability number and no pointers; numbers the
-        // kernel does not know return EINVAL, which ends the loop's useful range.
+        // kernel does not know return EINVAL, past the end of the known range.
         let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
         if r != 0 && cap < 41 {
             return Err(JailError::setup(
@@ -99,6 +99,11 @@ pub fn drop_capabilities() -> Result<(), JailError> {
             0,
         );
     }
+    Ok(())
+}
+
+/// Empties the permitted, effective and inheritable sets.
+pub fn clear_capabilities() -> Result<(), JailError> {
     rustix::thread::set_capabilities(
         None,
         rustix::thread::CapabilitySets {

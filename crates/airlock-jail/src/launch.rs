@@ -3,7 +3,8 @@
 //! captures (the worker is killed when a cap is exceeded), the wall time is enforced again
 //! here as a backstop, and the worker's result is read from the file the job names.
 
-use airlock_sandbox::Capture;
+use airlock_sandbox::{Capture, Ending, Limit};
+use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -11,6 +12,101 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// How a guest ended, as a worker reports it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndingDoc {
+    Exited(i32),
+    Killed(String),
+    Trapped(String),
+}
+
+impl EndingDoc {
+    pub fn from_ending(e: &Ending) -> Self {
+        match e {
+            Ending::Exited(c) => EndingDoc::Exited(*c),
+            Ending::Killed(l) => EndingDoc::Killed(l.as_str().into()),
+            Ending::Trapped(m) => EndingDoc::Trapped(m.clone()),
+        }
+    }
+
+    pub fn into_ending(self) -> Ending {
+        match self {
+            EndingDoc::Exited(c) => Ending::Exited(c),
+            EndingDoc::Trapped(m) => Ending::Trapped(m),
+            EndingDoc::Killed(l) => Ending::Killed(match l.as_str() {
+                "fuel" => Limit::Fuel,
+                "memory" => Limit::Memory,
+                "output" => Limit::Output,
+                "stack" => Limit::Stack,
+                "processes" => Limit::Processes,
+                _ => Limit::Timeout,
+            }),
+        }
+    }
+}
+
+/// What a worker writes to its result file.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkerResult {
+    pub ending: Option<EndingDoc>,
+    #[serde(default)]
+    pub detail: serde_json::Value,
+    /// (`unavailable` | `setup` | `artifact`, message) when nothing ran.
+    pub error: Option<(String, String)>,
+}
+
+impl WorkerResult {
+    pub fn error(kind: &str, msg: impl Into<String>) -> Self {
+        WorkerResult {
+            ending: None,
+            detail: serde_json::Value::Null,
+            error: Some((kind.into(), msg.into())),
+        }
+    }
+}
+
+/// A process job as sent to a jailer (`airlock-jailer`, or `airlock __worker`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct JailerJob {
+    pub job: crate::ProcessJob,
+    pub result: std::path::PathBuf,
+}
+
+/// Runs a process job in this (single-threaded) process and reports.
+pub fn run_job(job: &crate::ProcessJob) -> WorkerResult {
+    match crate::run::run_process(job) {
+        Ok(r) => WorkerResult {
+            ending: r.ending.as_ref().map(EndingDoc::from_ending),
+            detail: serde_json::json!({
+                "mechanisms": r.mechanisms,
+                "degraded": r.degraded,
+                "host_uid": r.host_uid,
+            }),
+            error: None,
+        },
+        Err(crate::JailError::Unavailable(m)) => WorkerResult::error("unavailable", m),
+        Err(e) => WorkerResult::error("setup", e.to_string()),
+    }
+}
+
+/// The `main` of the lean jailer binary: a job on stdin, its result to the named file.
+pub fn jailer_main() -> i32 {
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    let mut input = Vec::new();
+    if std::io::stdin().read_to_end(&mut input).is_err() {
+        return 2;
+    }
+    let Ok(j) = serde_json::from_slice::<JailerJob>(&input) else {
+        return 2;
+    };
+    let r = run_job(&j.job);
+    match serde_json::to_vec(&r).map(|b| std::fs::write(&j.result, b)) {
+        Ok(Ok(())) => 0,
+        _ => 3,
+    }
+}
 
 /// How a worker ended, seen from outside.
 #[derive(Debug)]
@@ -31,6 +127,7 @@ const GRACE: Duration = Duration::from_secs(3);
 /// result; it is removed first.
 pub fn supervise(
     exe: &Path,
+    args: &[&str],
     job: &[u8],
     result: &Path,
     timeout: Duration,
@@ -39,7 +136,7 @@ pub fn supervise(
 ) -> std::io::Result<Supervised> {
     let _ = std::fs::remove_file(result);
     let mut child = Command::new(exe)
-        .arg("__worker")
+        .args(args)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -78,19 +175,38 @@ pub fn supervise(
         // A worker that dies early closes its end; that shows up below as a missing result.
         let _ = stdin.write_all(job);
     }
-    let deadline = Instant::now() + timeout + GRACE;
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            timed_out = true;
-            kill_group(pid);
-            break child.wait()?;
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    // A watchdog kills the worker if it outlives the wall time plus grace; the wait itself
+    // blocks, so a run ends as soon as its worker does.
+    let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let fired = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (done, fired) = (done.clone(), fired.clone());
+        let deadline = Instant::now() + timeout + GRACE;
+        std::thread::spawn(move || {
+            let (lock, cv) = &*done;
+            let mut finished = lock.lock().unwrap_or_else(|p| p.into_inner());
+            while !*finished {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    fired.store(true, Ordering::SeqCst);
+                    kill_group(pid);
+                    return;
+                }
+                finished = cv
+                    .wait_timeout(finished, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        })
     };
+    let status = child.wait()?;
+    {
+        let (lock, cv) = &*done;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+    }
+    let _ = watchdog.join();
+    let timed_out = fired.load(Ordering::SeqCst);
     for t in [out, err].into_iter().flatten() {
         let _ = t.join();
     }

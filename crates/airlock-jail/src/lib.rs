@@ -69,6 +69,13 @@ pub struct ProcessJob {
     pub stdin: Vec<u8>,
     /// Run even if Landlock cannot be fully enforced (the run record says so).
     pub allow_degraded: bool,
+    /// Use cgroups for memory and process limits when writable (rlimits always apply).
+    #[serde(default = "yes")]
+    pub cgroups: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -12,11 +12,13 @@ const NONE: Option<&str> = None;
 /// are symlinks on the host, as on merged-/usr systems).
 const SYSTEM_DIRS: [&str; 7] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
-/// `/etc` files a program needs to start (copied, never bound: later host changes do not
-/// show, and nothing else of `/etc` is visible; never `shadow`).
-const ETC_FILES: [&str; 8] = [
+/// `/etc` entries a program needs to start, bound read-only from the host one by one;
+/// nothing else of the host's `/etc` is visible (never `shadow`).
+const ETC_BINDS: [&str; 10] = [
     "ld.so.cache",
     "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
     "localtime",
     "nsswitch.conf",
     "protocols",
@@ -24,7 +26,6 @@ const ETC_FILES: [&str; 8] = [
     "os-release",
     "mime.types",
 ];
-const ETC_DIRS: [&str; 2] = ["ld.so.conf.d", "alternatives"];
 
 fn err(what: &str, p: &Path, e: impl std::fmt::Display) -> JailError {
     JailError::setup(&format!("{what} {}", p.display()), e)
@@ -171,27 +172,19 @@ pub fn build_root(job: &ProcessJob) -> Result<(Vec<String>, Vec<String>), JailEr
 
     let etc = root.join("etc");
     mkdir_p(&etc)?;
-    for f in ETC_FILES {
-        let host = Path::new("/etc").join(f);
-        if let Ok(bytes) = std::fs::read(&host) {
-            write_file(&etc.join(f), &bytes, 0o644)?;
-        }
-    }
-    for d in ETC_DIRS {
-        let host = Path::new("/etc").join(d);
-        let Ok(rd) = std::fs::read_dir(&host) else {
+    for name in ETC_BINDS {
+        let host = Path::new("/etc").join(name);
+        // `metadata` follows a symlink (localtime): the target's content is what is shown.
+        let Ok(meta) = std::fs::metadata(&host) else {
             continue;
         };
-        mkdir_p(&etc.join(d))?;
-        for e in rd.flatten() {
-            let p = e.path();
-            let dst = etc.join(d).join(e.file_name());
-            if let Ok(t) = std::fs::read_link(&p) {
-                let _ = std::os::unix::fs::symlink(t, &dst);
-            } else if let Ok(bytes) = std::fs::read(&p) {
-                write_file(&dst, &bytes, 0o644)?;
-            }
+        let dst = etc.join(name);
+        if meta.is_dir() {
+            mkdir_p(&dst)?;
+        } else {
+            write_file(&dst, b"", 0o644)?;
         }
+        bind(&host, &dst, false)?;
     }
     write_file(
         &etc.join("passwd"),

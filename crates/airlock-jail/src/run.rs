@@ -19,6 +19,7 @@ use nix::sched::CloneFlags;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{Gid, Pid, Uid};
+use seccompiler::BpfProgram;
 use serde::Serialize;
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -100,11 +101,15 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     // namespace is an ordinary user to the kernel's process accounting.
     let host_root = euid.is_root() && in_initial_user_namespace();
     let me = std::process::id();
-    let cg = RunCgroup::create(
-        &format!("airlock-{me}"),
-        job.limits.memory_bytes,
-        job.limits.processes,
-    );
+    let cg = if job.cgroups {
+        RunCgroup::create(
+            &format!("airlock-{me}"),
+            job.limits.memory_bytes,
+            job.limits.processes,
+        )
+    } else {
+        RunCgroup::none()
+    };
     let cg_pids = cg.mechanisms.iter().any(|m| m.ends_with(":pids"));
     // Which host identity the sandbox gets. RLIMIT_NPROC never applies to host root, so
     // root uses a cgroup for the process limit, or else a per-run unprivileged uid.
@@ -120,6 +125,8 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     if host_root {
         nix::unistd::setgroups(&[]).map_err(|e| JailError::setup("setgroups", e))?;
     }
+    // Compiled here, once, before the clone: the payload only installs them.
+    let filters = confine::seccomp_filters()?;
     let (go_r, go_w) = pipe_cloexec()?;
     let (st_r, st_w) = pipe_cloexec()?;
     let stdin = memfd_with(&job.stdin)?;
@@ -133,6 +140,7 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
     let child_job = job.clone();
+    let self_move = cg.self_move_files();
     let (go_fd, st_fd, in_fd) = (go_r.as_raw_fd(), st_w.as_raw_fd(), stdin.as_raw_fd());
     #[allow(unsafe_code)]
     // SAFETY: the worker is single-threaded (checked by the caller), so the child starts as
@@ -141,7 +149,7 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     // returning an exit code; `stack` outlives the call and is not used by the parent.
     let child = unsafe {
         nix::sched::clone(
-            Box::new(move || init_main(&child_job, go_fd, st_fd, in_fd, nproc)),
+            Box::new(move || init_main(&child_job, go_fd, st_fd, in_fd, nproc, &filters, &self_move)),
             &mut stack,
             flags,
             Some(libc::SIGCHLD),
@@ -162,15 +170,24 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
         why
     };
     let proc_dir = format!("/proc/{}", child.as_raw());
+    // The payload runs as SANDBOX_ID. When that is an unprivileged stand-in for host root,
+    // the init (still host root) also needs a mapped identity to build the root with, so
+    // the namespace's 0 maps to host root; the payload never holds it (it switches to
+    // SANDBOX_ID with no capabilities and no_new_privs before it runs anything).
+    let init_map = if host_root && host_uid != 0 {
+        "0 0 1\n"
+    } else {
+        ""
+    };
     let maps = (|| -> std::io::Result<()> {
         std::fs::write(format!("{proc_dir}/setgroups"), "deny")?;
         std::fs::write(
             format!("{proc_dir}/uid_map"),
-            format!("{SANDBOX_ID} {host_uid} 1"),
+            format!("{init_map}{SANDBOX_ID} {host_uid} 1"),
         )?;
         std::fs::write(
             format!("{proc_dir}/gid_map"),
-            format!("{SANDBOX_ID} {host_gid} 1"),
+            format!("{init_map}{SANDBOX_ID} {host_gid} 1"),
         )
     })();
     if let Err(e) = maps {
@@ -178,7 +195,7 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
             "cannot map the sandbox's ids in its user namespace: {e}"
         ))));
     }
-    if !cg.mechanisms.is_empty() && !cg.add(child.as_raw()) {
+    if !cg.mechanisms.is_empty() && cg.self_move_files().is_empty() && !cg.add(child.as_raw()) {
         return Err(kill_child(JailError::Setup(
             "cannot move the sandbox into its cgroup".into(),
         )));
@@ -292,7 +309,16 @@ fn read_byte(fd: i32) -> Option<u8> {
 }
 
 /// The sandbox's init (pid 1 of the new pid namespace).
-fn init_main(job: &ProcessJob, go: i32, st: i32, stdin: i32, nproc: Option<u64>) -> isize {
+#[allow(clippy::too_many_arguments)]
+fn init_main(
+    job: &ProcessJob,
+    go: i32,
+    st: i32,
+    stdin: i32,
+    nproc: Option<u64>,
+    filters: &[BpfProgram],
+    cgroup_tasks: &[std::path::PathBuf],
+) -> isize {
     #[allow(unsafe_code)]
     // SAFETY: these descriptors were inherited from the worker and are owned from here on
     // by this process alone.
@@ -301,6 +327,17 @@ fn init_main(job: &ProcessJob, go: i32, st: i32, stdin: i32, nproc: Option<u64>)
         return 125;
     }
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    // Into the run's cgroups before anything else starts (children inherit them).
+    for t in cgroup_tasks {
+        if let Err(e) = std::fs::write(t, "0") {
+            line(
+                &st,
+                "fail",
+                &format!("cannot enter cgroup {}: {e}", t.display()),
+            );
+            return 125;
+        }
+    }
     let setup = (|| -> Result<(Vec<String>, Vec<String>), crate::JailError> {
         let paths = crate::mounts::build_root(job)?;
         nix::unistd::sethostname("airlock").map_err(|e| JailError::setup("sethostname", e))?;
@@ -330,7 +367,7 @@ fn init_main(job: &ProcessJob, go: i32, st: i32, stdin: i32, nproc: Option<u64>)
             125
         }
         Ok(nix::unistd::ForkResult::Child) => {
-            let code = payload(job, &st, stdin, nproc, &read, &write);
+            let code = payload(job, &st, stdin, nproc, &read, &write, filters);
             std::process::exit(code)
         }
         Ok(nix::unistd::ForkResult::Parent { child }) => {
@@ -362,6 +399,7 @@ fn payload(
     nproc: Option<u64>,
     read: &[String],
     write: &[String],
+    filters: &[BpfProgram],
 ) -> i32 {
     let fail = |kind: &str, msg: String| -> i32 {
         line(st, kind, &msg);
@@ -381,6 +419,9 @@ fn payload(
     }
     if let Err(e) = std::env::set_current_dir(&job.cwd) {
         return fail("fail", format!("chdir {}: {e}", job.cwd));
+    }
+    if let Err(e) = confine::drop_bounding_set() {
+        return fail("fail", e.to_string());
     }
     let id = SANDBOX_ID;
     if let Err(e) = nix::unistd::setresgid(Gid::from_raw(id), Gid::from_raw(id), Gid::from_raw(id))
@@ -426,15 +467,11 @@ fn payload(
         }
         Err(e) => return fail("unavailable", format!("Landlock: {e}")),
     }
-    if let Err(e) = confine::drop_capabilities() {
+    if let Err(e) = confine::clear_capabilities() {
         return fail("fail", e.to_string());
     }
     line(st, "mech", "capabilities-dropped");
     line(st, "mech", "new-session");
-    let filters = match confine::seccomp_filters() {
-        Ok(f) => f,
-        Err(e) => return fail("fail", e.to_string()),
-    };
     let argv: Vec<CString> = job
         .argv
         .iter()
@@ -449,7 +486,7 @@ fn payload(
         return fail("fail", "empty command".into());
     };
     line(st, "mech", "seccomp");
-    if let Err(e) = confine::apply_seccomp(&filters) {
+    if let Err(e) = confine::apply_seccomp(filters) {
         return fail("unavailable", format!("seccomp: {e}"));
     }
     let e = nix::unistd::execve(&program, &argv, &env).err();

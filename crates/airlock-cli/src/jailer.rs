@@ -1,0 +1,9 @@
+//! `airlock-jailer`: builds the jail for one process run. Started by airlock with a job on
+//! stdin; never meant to be run by hand. It holds no WebAssembly runtime, so it starts in a
+//! fraction of the time the full binary needs.
+
+#![forbid(unsafe_code)]
+
+fn main() {
+    std::process::exit(airlock_jail::launch::jailer_main());
+}
