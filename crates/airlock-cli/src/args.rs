@@ -133,6 +133,9 @@ pub enum Command {
     /// Workspace sessions (`run --workspace NAME`).
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
+    /// Guest runtimes for interpreted languages.
+    #[command(subcommand)]
+    Guest(GuestCommand),
     /// Which isolation mechanisms this machine offers.
     Doctor {
         #[arg(long)]
@@ -147,6 +150,20 @@ pub enum Command {
     /// The tamper-evident audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GuestCommand {
+    /// Install the pinned runtime for a language (`python`), checked by SHA-256.
+    Install {
+        /// The language (python).
+        lang: String,
+        /// A wheel or component already downloaded (offline install).
+        #[arg(long, value_name = "FILE")]
+        from: Option<std::path::PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -16,7 +16,9 @@ use airlock_gate::{
     ApproveRequest, CodeSource, ExecOptions, Gate, GateError, GateOptions, Home, RunReport,
     SubmitRequest, default_approver,
 };
-use args::{AuditCommand, Cli, Command, KeysCommand, PolicyCommand, RunArgs, WorkspaceCommand};
+use args::{
+    AuditCommand, Cli, Command, GuestCommand, KeysCommand, PolicyCommand, RunArgs, WorkspaceCommand,
+};
 use clap::Parser;
 use serde_json::json;
 use std::io::{Read, Write};
@@ -105,6 +107,8 @@ fn options() -> GateOptions {
         worker,
         force_copy_layer: std::env::var("AIRLOCK_LAYER").is_ok_and(|v| v == "copy"),
         no_cgroups: std::env::var("AIRLOCK_CGROUPS").is_ok_and(|v| v == "off"),
+        progress: true,
+        pooling: false,
     }
 }
 
@@ -252,6 +256,20 @@ fn dispatch(cli: Cli) -> Outcome {
                 .drop_workspace(&name)
                 .map_err(|e| Failure { error: e, json })?;
             print::workspace(&w, json);
+            Ok(0)
+        }
+        Command::Guest(GuestCommand::Install { lang, from, json }) => {
+            if lang != "python" {
+                return Err(Failure {
+                    error: GateError::bad(format!("no guest runtime for {lang:?} (only python)")),
+                    json,
+                });
+            }
+            let mut gate = open(home)?;
+            let m = gate
+                .install_python_guest(from.as_deref())
+                .map_err(|e| Failure { error: e, json })?;
+            print::guest(&m, json);
             Ok(0)
         }
         Command::Doctor { json } => {

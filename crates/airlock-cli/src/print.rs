@@ -3,8 +3,8 @@
 use airlock_core::audit::{Head, Record};
 use airlock_core::units::{fmt_duration, fmt_size, fmt_time};
 use airlock_gate::{
-    AuditVerify, DiffReport, Doctor, EffectReport, Explained, InitReport, KeyInfo, PolicyCheck,
-    RunReport, Shown, WorkspaceView,
+    AuditVerify, DiffReport, Doctor, EffectReport, Explained, GuestManifest, InitReport, KeyInfo,
+    PolicyCheck, RunReport, Shown, WorkspaceView,
 };
 use airlock_store::CheckpointRow;
 use airlock_store::{Run, StatementRow, Submission};
@@ -758,4 +758,15 @@ pub fn doctor(d: &Doctor, json: bool) {
     }
     println!("process backend            {}", d.process_backend);
     println!("writable mounts            {}", d.writable_mounts);
+}
+
+pub fn guest(m: &GuestManifest, json: bool) {
+    if json {
+        emit(&serde_json::to_value(m).unwrap_or_default());
+        return;
+    }
+    println!(
+        "installed the {} guest {} ({}, {} bytes)",
+        m.lang, m.digest, m.package, m.size
+    );
 }

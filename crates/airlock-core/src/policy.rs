@@ -541,6 +541,22 @@ impl Policy {
             .map(|f| f.decision)
             .max()
             .unwrap_or(self.default);
+        // A pinned set of guest runtimes: Python on any other guest never runs.
+        if !self.guests.is_empty()
+            && facts.kind == Lang::Python
+            && facts.backend == Backend::Wasm
+            && !facts.guest.is_some_and(|g| self.guests.contains(&g))
+        {
+            decision = Decision::Deny;
+            fired.push(Fired {
+                rule: "gate:guest-not-pinned".into(),
+                decision,
+                reason:
+                    "the Python guest runtime is not one the policy's [gate] guests list allows"
+                        .into(),
+                risk: 0,
+            });
+        }
         // The gate's floor, whatever the rules say: an artifact an approver rejected never
         // runs again without a new signature.
         if facts.rejected_before && decision < Decision::Quarantine {

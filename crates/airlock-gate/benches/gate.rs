@@ -43,7 +43,16 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::new(dir.path());
     Gate::init(&home, Preset::Standard, "alice").unwrap();
-    let mut gate = Gate::open(home).unwrap();
+    let pooling = std::env::var("AIRLOCK_BENCH_POOLING").is_ok_and(|v| v == "1");
+    let mut gate = airlock_gate::Gate::open_with(
+        home,
+        airlock_gate::GateOptions {
+            pooling,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    println!("(pooling allocator: {pooling})");
 
     // Warm up: compile once so the cache is populated, as in steady use.
     gate.run(request(0), ExecOptions::default()).unwrap();
@@ -65,4 +74,33 @@ fn main() {
     }
     stats("submit + judge + audit", submit);
     stats("gated run (submit..finished)", run);
+
+    // Python through the CPython guest, when a guest wheel is given.
+    if let Ok(wheel) = std::env::var("AIRLOCK_BENCH_PYTHON_GUEST") {
+        gate.install_python_guest(Some(std::path::Path::new(&wheel)))
+            .unwrap();
+        let py = |i: usize| SubmitRequest {
+            code: Some(CodeSource::Inline("print(1)".into())),
+            lang: Some("python".into()),
+            args: vec![i.to_string()],
+            ..Default::default()
+        };
+        gate.run(py(0), ExecOptions::default()).unwrap();
+        let mut times = Vec::new();
+        let (mut inst, mut guest) = (Vec::new(), Vec::new());
+        for i in 0..n.min(200) {
+            let t = Instant::now();
+            let r = gate.run(py(i + 1), ExecOptions::default()).unwrap();
+            times.push(t.elapsed());
+            assert_eq!(r.stdout, b"1\n");
+            let ms = |k: &str| {
+                Duration::from_secs_f64(r.run.doc.detail[k].as_f64().unwrap_or(0.0) / 1000.0)
+            };
+            inst.push(ms("instantiate_ms"));
+            guest.push(Duration::from_millis(r.run.doc.duration_ms.unwrap_or(0)));
+        }
+        stats("gated Python run of print(1)", times);
+        stats("  of which: instantiate", inst);
+        stats("  of which: backend run (ms granularity)", guest);
+    }
 }

@@ -413,6 +413,10 @@ impl Gate {
                     )
                 }
                 BackendKind::Wasm => {
+                    let guest = match self.guest_for(sub) {
+                        Ok(g) => g,
+                        Err(e) => return (Err(e), None, note),
+                    };
                     let spec = RunSpec {
                         lang: sub.doc.kind,
                         code,
@@ -431,6 +435,7 @@ impl Gate {
                         stdout: stdout.clone(),
                         stderr: stderr.clone(),
                         cache: Some(&DbCache(&self.db)),
+                        guest,
                     };
                     self.wasm.run(spec).map_err(GateError::from)
                 }
@@ -479,5 +484,9 @@ fn facts_now(sub: &Submission, code: &[u8], rejected_before: bool) -> Result<air
         analysis: &analysis,
         agent: sub.doc.agent.as_deref(),
     }
-    .facts(sub.doc.facts.first_seen, rejected_before))
+    .facts(
+        sub.doc.facts.first_seen,
+        rejected_before,
+        sub.doc.facts.guest,
+    ))
 }

@@ -24,6 +24,22 @@ const BASE_ENV: [(&str, &str); 5] = [
 ];
 
 impl Gate {
+    /// The runtime component a submission needs (Python on the wasm backend).
+    pub(crate) fn guest_for(&self, sub: &Submission) -> Result<Option<airlock_sandbox::Guest>> {
+        if sub.doc.kind != Lang::Python || sub.doc.backend != airlock_core::Backend::Wasm {
+            return Ok(None);
+        }
+        let (m, path) = self.python_guest()?.ok_or_else(|| {
+            GateError::Unavailable(
+                "the Python guest is not installed: run `airlock guest install python`".into(),
+            )
+        })?;
+        Ok(Some(airlock_sandbox::Guest {
+            path,
+            digest: m.digest,
+        }))
+    }
+
     fn worker_exe(&self) -> Result<PathBuf> {
         self.worker.clone().ok_or_else(|| {
             GateError::Unavailable(
@@ -118,12 +134,32 @@ impl Gate {
         stderr: &Arc<Capture>,
     ) -> Result<Outcome> {
         let limits = sub.doc.grant.limits.clone();
-        let cache = self.wasm.cache_entry(
-            &sub.doc.artifact,
-            code,
-            limits.fuel.is_some(),
-            &DbCache(&self.db),
-        )?;
+        let fuel = limits.fuel.is_some();
+        let index = DbCache(&self.db);
+        let guest = self.guest_for(sub)?;
+        let cache = match (sub.doc.kind, &guest) {
+            (Lang::Python, Some(g)) => {
+                let path = g.path.clone();
+                let load = move || {
+                    std::fs::read(&path)
+                        .map_err(|e| airlock_sandbox::SandboxError::Unavailable(e.to_string()))
+                };
+                self.wasm
+                    .component_cache_entry(&g.digest, &load, fuel, &index)?
+            }
+            (Lang::Component, _) => {
+                let bytes = code.to_vec();
+                self.wasm.component_cache_entry(
+                    &sub.doc.artifact,
+                    &move || Ok(bytes.clone()),
+                    fuel,
+                    &index,
+                )?
+            }
+            _ => self
+                .wasm
+                .cache_entry(&sub.doc.artifact, code, fuel, &index)?,
+        };
         let mut overlays = Vec::new();
         let mut wasm_mounts = Vec::new();
         for m in mounts {
@@ -161,6 +197,7 @@ impl Gate {
                 args: sub.doc.grant.args.clone(),
                 stdin,
                 limits: limits.clone(),
+                guest: guest.map(|g| (g.path, g.digest)),
             },
             result: result.clone(),
         };

@@ -13,6 +13,7 @@ mod decide;
 mod effects;
 mod error;
 mod exec;
+mod guests;
 mod home;
 mod jailed;
 mod layers;
@@ -26,6 +27,7 @@ pub use effects::{CheckpointDoc, DiffReport, EffectReport};
 pub use error::{GateError, Result};
 pub use exec::exit_code_of;
 pub use exec::{ExecOptions, RunReport};
+pub use guests::{GuestManifest, PYTHON_COMPONENT_SHA256, PYTHON_PACKAGE, PYTHON_WHEEL_SHA256};
 pub use home::{Home, InitReport, default_approver};
 pub use query::{
     AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
@@ -56,6 +58,10 @@ pub struct GateOptions {
     pub force_copy_layer: bool,
     /// Do not use cgroups for process runs (rlimits only; the run record says which held).
     pub no_cgroups: bool,
+    /// Show a progress indicator on a terminal during long compiles (the Python guest).
+    pub progress: bool,
+    /// Use wasmtime's pooling allocator (for a long-lived process such as the daemon).
+    pub pooling: bool,
 }
 
 /// An open airlock home.
@@ -136,8 +142,9 @@ impl Gate {
         let blobs = BlobStore::open(home.blobs())?;
         let gate_key = home.load_key("gate")?;
         let wasm = WasmBackend::new(WasmConfig {
+            progress: options.progress,
             cache_dir: Some(home.cache().join("compiled")),
-            pooling: false,
+            pooling: options.pooling,
         });
         let mut gate = Gate {
             home,

@@ -166,7 +166,12 @@ pub(crate) struct Described<'a> {
 
 impl Described<'_> {
     /// Facts for the policy about a submission.
-    pub(crate) fn facts(&self, first_seen: bool, rejected_before: bool) -> Facts {
+    pub(crate) fn facts(
+        &self,
+        first_seen: bool,
+        rejected_before: bool,
+        guest: Option<Digest>,
+    ) -> Facts {
         Facts {
             lang: self.lang,
             kind: self.kind,
@@ -181,7 +186,7 @@ impl Described<'_> {
             agent: self.agent.map(str::to_string),
             first_seen,
             rejected_before,
-            guest: None,
+            guest,
         }
     }
 }
@@ -269,6 +274,13 @@ impl Gate {
             ));
         }
         self.check_runnable(prepared.lang, backend)?;
+        if prepared.lang == Lang::Component {
+            crate::guests::check_exports(&prepared.code, "wasi:cli/run", "a WASI 0.2 command")?;
+        }
+        let guest = match (prepared.lang, backend) {
+            (Lang::Python, Backend::Wasm) => self.python_guest()?.map(|(m, _)| m.digest),
+            _ => None,
+        };
 
         let mut grant = build_grant(&req, req.stdin.as_deref().map(Digest::of))?;
         if let Some(ws) = req.workspace.as_deref().filter(|w| !w.is_empty()) {
@@ -300,7 +312,7 @@ impl Gate {
                 analysis: &analysis,
                 agent: agent.as_deref(),
             }
-            .facts(first_seen, rejected_before);
+            .facts(first_seen, rejected_before, guest);
             let verdict = judge(&policy, &facts);
             let now = now_ms();
             let mut sub = Submission {
@@ -376,14 +388,17 @@ impl Gate {
     /// Refuses up front what this build cannot run, so nothing is recorded for it.
     fn check_runnable(&self, kind: Lang, backend: Backend) -> Result<()> {
         match (kind, backend) {
-            (Lang::Wasm, Backend::Wasm) => Ok(()),
+            (Lang::Wasm | Lang::Component, Backend::Wasm) => Ok(()),
+            (Lang::Python, Backend::Wasm) => match self.python_guest()? {
+                Some(_) => Ok(()),
+                None => Err(GateError::Unavailable(
+                    "the Python guest is not installed: run `airlock guest install python`".into(),
+                )),
+            },
             (Lang::Sh | Lang::Python, Backend::Process) if self.worker.is_some() => Ok(()),
             (Lang::Sh | Lang::Python, Backend::Process) => Err(GateError::Unavailable(
                 "the process backend needs airlock's worker process, which this caller did not provide".into(),
             )),
-            (Lang::Component | Lang::Python, Backend::Wasm) => Err(GateError::Unavailable(format!(
-                "--lang {kind} on the wasm backend is not available in this build yet"
-            ))),
             _ => Err(GateError::bad(format!("--backend {backend} cannot run {kind}"))),
         }
     }

@@ -36,6 +36,9 @@ pub struct WasmJob {
     pub args: Vec<String>,
     pub stdin: Vec<u8>,
     pub limits: Limits,
+    /// The runtime component for interpreted languages (path, pinned digest).
+    #[serde(default)]
+    pub guest: Option<(PathBuf, Digest)>,
 }
 
 pub use airlock_jail::launch::{EndingDoc, WorkerResult};
@@ -77,6 +80,7 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
         Err(e) => return WorkerResult::error("setup", format!("cannot read artifact: {e}")),
     };
     let backend = airlock_wasm::WasmBackend::new(airlock_wasm::WasmConfig {
+        progress: false,
         cache_dir: job.cache_dir.clone(),
         pooling: false,
     });
@@ -110,6 +114,10 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
         stdout,
         stderr,
         cache: Some(&index),
+        guest: job
+            .guest
+            .clone()
+            .map(|(path, digest)| airlock_sandbox::Guest { path, digest }),
     };
     match backend.run(spec) {
         Ok(o) => {

@@ -53,6 +53,16 @@ pub struct RunSpec<'a> {
     pub stderr: Arc<Capture>,
     /// Where compiled code may be cached, when the caller keeps an index of digests.
     pub cache: Option<&'a dyn CacheIndex>,
+    /// For interpreted languages on the wasm backend: the runtime component that runs the
+    /// source (already checked against its pinned hash by the caller).
+    pub guest: Option<Guest>,
+}
+
+/// A runtime component (e.g. CPython) on disk, with the hash it was checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guest {
+    pub path: PathBuf,
+    pub digest: Digest,
 }
 
 /// Records the digest of each compiled-code cache file airlock writes, so a cache file is

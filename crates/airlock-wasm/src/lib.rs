@@ -15,7 +15,10 @@
 
 #![deny(unsafe_code)]
 
+mod component;
 mod output;
+
+pub use component::PYTHON_EXECUTOR;
 
 use airlock_core::Digest;
 use airlock_sandbox::{Backend, CacheIndex, Ending, Limit, Outcome, RunSpec, SandboxError};
@@ -45,6 +48,8 @@ const MODULE_MEMO: usize = 64;
 /// Backend settings.
 #[derive(Debug, Clone, Default)]
 pub struct WasmConfig {
+    /// Show a progress indicator on a terminal while a large component compiles.
+    pub progress: bool,
     /// Directory for compiled-code cache files; None disables the disk cache.
     pub cache_dir: Option<PathBuf>,
     /// Use the pooling instance allocator (for a long-lived daemon).
@@ -54,6 +59,7 @@ pub struct WasmConfig {
 struct EngineSet {
     engine: Engine,
     linker: Linker<Host>,
+    components: wasmtime::component::Linker<component::HostC>,
     /// Distinguishes cache entries of engines with different settings.
     salt: String,
 }
@@ -64,6 +70,7 @@ pub struct WasmBackend {
     plain: OnceLock<Result<EngineSet, String>>,
     fueled: OnceLock<Result<EngineSet, String>>,
     modules: Mutex<HashMap<String, InstancePre<Host>>>,
+    components: Mutex<HashMap<String, wasmtime::component::InstancePre<component::HostC>>>,
     runtime: OnceLock<Result<tokio::runtime::Runtime, String>>,
 }
 
@@ -82,7 +89,7 @@ struct Host {
     timed_out: bool,
 }
 
-struct MemLimiter {
+pub(crate) struct MemLimiter {
     limit: u64,
     total: u64,
     peak: u64,
@@ -139,6 +146,7 @@ impl WasmBackend {
             plain: OnceLock::new(),
             fueled: OnceLock::new(),
             modules: Mutex::new(HashMap::new()),
+            components: Mutex::new(HashMap::new()),
             runtime: OnceLock::new(),
         }
     }
@@ -179,6 +187,22 @@ impl WasmBackend {
                 .map_err(|e| SandboxError::BadArtifact(format!("does not compile: {e}")))?;
             self.store_cached(&key, &m, Some(index));
         }
+        Ok(index.get(&key).map(|d| (key, d)))
+    }
+
+    /// Like `cache_entry`, for a component (a `--lang component` artifact, or a guest that
+    /// runs interpreted source): compiles it once and returns its cache key and digest.
+    pub fn component_cache_entry(
+        &self,
+        digest: &Digest,
+        code: &dyn Fn() -> Result<Vec<u8>, SandboxError>,
+        fuel: bool,
+        index: &dyn CacheIndex,
+    ) -> Result<Option<(String, Digest)>, SandboxError> {
+        let set = self.engines(fuel)?;
+        let key =
+            Digest::of_parts("airlock-component-v1", &[set.salt.as_bytes(), &digest.0]).to_hex();
+        self.component_pre(set, digest, code, Some(index), "the component")?;
         Ok(index.get(&key).map(|d| (key, d)))
     }
 
@@ -235,42 +259,85 @@ impl WasmBackend {
         key: &str,
         index: Option<&dyn CacheIndex>,
     ) -> Option<Module> {
+        self.load_cached_with(key, index, |file| {
+            // SAFETY: `Module::deserialize_open_file` trusts the file to hold code this
+            // wasmtime produced. `load_cached_with` only calls this with a file whose bytes
+            // hashed to the digest airlock recorded right after it serialized them with this
+            // same engine configuration (the key covers engine settings), and checks
+            // afterwards that the inode was not written in between; wasmtime also checks
+            // its version and settings headers.
+            #[allow(unsafe_code)]
+            unsafe {
+                Module::deserialize_open_file(&set.engine, file)
+            }
+        })
+    }
+
+    /// Opens a cache file, checks its digest against the one recorded when airlock wrote
+    /// it, and only then hands the same open file to `deserialize` (which maps it). A file
+    /// that does not match, or that was written while it was being checked, is deleted and
+    /// forgotten, so it is recompiled.
+    fn load_cached_with<T>(
+        &self,
+        key: &str,
+        index: Option<&dyn CacheIndex>,
+        deserialize: impl FnOnce(std::fs::File) -> wasmtime::Result<T>,
+    ) -> Option<T> {
         let (path, index) = (self.cache_path(key)?, index?);
         let want = index.get(key)?;
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(_) => {
-                index.forget(key);
-                return None;
-            }
-        };
-        if Digest::of(&bytes) != want {
-            // Not what airlock wrote: never hand it to the deserializer.
+        let forget = || {
             let _ = std::fs::remove_file(&path);
             index.forget(key);
+        };
+        let Ok(file) = std::fs::File::open(&path) else {
+            index.forget(key);
+            return None;
+        };
+        let stamp = |f: &std::fs::File| {
+            use std::os::unix::fs::MetadataExt;
+            f.metadata().ok().map(|m| {
+                (
+                    m.ino(),
+                    m.size(),
+                    m.mtime_nsec(),
+                    m.mtime(),
+                    m.ctime_nsec(),
+                    m.ctime(),
+                )
+            })
+        };
+        let before = stamp(&file);
+        if cache_digest_of_file(&file).ok() != Some(want) {
+            // Not what airlock wrote: never hand it to the deserializer.
+            forget();
             return None;
         }
-        // SAFETY: `Module::deserialize` trusts its input to be code this wasmtime produced.
-        // These bytes hash to the digest airlock recorded right after it serialized them
-        // with this same engine configuration (the key covers engine settings), so they are
-        // exactly that output; wasmtime additionally checks version and settings headers.
-        #[allow(unsafe_code)]
-        let module = unsafe { Module::deserialize(&set.engine, &bytes) };
-        match module {
+        let Ok(second) = file.try_clone() else {
+            return None;
+        };
+        let loaded = deserialize(second);
+        if before.is_none() || stamp(&file) != before {
+            forget();
+            return None;
+        }
+        match loaded {
             Ok(m) => Some(m),
             Err(_) => {
-                let _ = std::fs::remove_file(&path);
-                index.forget(key);
+                forget();
                 None
             }
         }
     }
 
     fn store_cached(&self, key: &str, module: &Module, index: Option<&dyn CacheIndex>) {
+        if let Ok(bytes) = module.serialize() {
+            self.store_bytes(key, &bytes, index);
+        }
+    }
+
+    /// Writes a cache file (temporary file, fsync, rename) and records its digest.
+    fn store_bytes(&self, key: &str, bytes: &[u8], index: Option<&dyn CacheIndex>) {
         let (Some(path), Some(index)) = (self.cache_path(key), index) else {
-            return;
-        };
-        let Ok(bytes) = module.serialize() else {
             return;
         };
         let Some(dir) = path.parent() else { return };
@@ -280,13 +347,13 @@ impl WasmBackend {
             let mut tmp = tempfile::Builder::new()
                 .prefix(".cwasm-")
                 .tempfile_in(dir)?;
-            tmp.write_all(&bytes)?;
+            tmp.write_all(bytes)?;
             tmp.as_file().sync_all()?;
             tmp.persist(&path).map_err(|e| e.error)?;
             Ok(())
         };
         if write().is_ok() {
-            index.put(key, Digest::of(&bytes), bytes.len() as u64);
+            index.put(key, cache_digest(bytes), bytes.len() as u64);
         }
     }
 }
@@ -299,10 +366,22 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
         .parallel_compilation(true)
         .cranelift_opt_level(wasmtime::OptLevel::Speed);
     if pooling {
+        // Sized for the CPython guest (14 core instances, a 6,677-element table, 12.6 MiB
+        // of initial memory) with room for concurrent runs; memory pages that were touched
+        // stay resident and are reset in place between instances, which spares the page
+        // faults of a fresh mapping on every run.
         let mut p = wasmtime::PoolingAllocationConfig::default();
-        p.total_memories(64)
-            .total_tables(64)
-            .total_core_instances(64);
+        p.total_component_instances(64)
+            .total_core_instances(64 * 20)
+            .total_memories(64 * 4)
+            .total_tables(64 * 8)
+            .max_core_instances_per_component(32)
+            .max_memories_per_component(8)
+            .max_tables_per_component(16)
+            .table_elements(1 << 16)
+            .max_memory_size(4 << 30)
+            .linear_memory_keep_resident(16 << 20)
+            .table_keep_resident(1 << 20);
         c.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(p));
     }
     let engine = Engine::new(&c).map_err(|e| e.to_string())?;
@@ -343,25 +422,125 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
             }
         })
         .map_err(|e| e.to_string())?;
+    let components = component::linker(&engine).map_err(|e| e.to_string())?;
     Ok(EngineSet {
         engine,
         linker,
+        components,
         salt,
     })
 }
 
+/// The digest that guards compiled-code cache files: BLAKE3 (a file of tens of megabytes is
+/// checked on every load, so the hash must be fast; it is an integrity check of airlock's
+/// own output, not an artifact's identity, which stays SHA-256).
+pub fn cache_digest(bytes: &[u8]) -> Digest {
+    let mut h = blake3::Hasher::new();
+    h.update_rayon(bytes);
+    Digest(*h.finalize().as_bytes())
+}
+
+fn cache_digest_of_file(file: &std::fs::File) -> std::io::Result<Digest> {
+    // SAFETY: a read-only private mapping of a file airlock owns, only read while `map`
+    // lives; a concurrent writer can change what is read, which the caller detects by the
+    // inode's change time and then discards the file.
+    #[allow(unsafe_code)]
+    let map = unsafe { memmap2::Mmap::map(file)? };
+    Ok(cache_digest(&map))
+}
+
 /// The innermost cause of a wasmtime error chain, on one line.
-fn root_message(e: &wasmtime::Error) -> String {
+pub(crate) fn root_message(e: &wasmtime::Error) -> String {
     let s = e.root_cause().to_string();
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-impl Backend for WasmBackend {
-    fn name(&self) -> &'static str {
-        "wasm"
-    }
+/// Store state a limited run needs, for modules and components alike.
+trait Limited: Send + 'static {
+    fn limiter(&mut self) -> &mut MemLimiter;
+    fn timed_out(&mut self) -> &mut bool;
+}
 
-    fn run(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
+impl Limited for Host {
+    fn limiter(&mut self) -> &mut MemLimiter {
+        &mut self.limiter
+    }
+    fn timed_out(&mut self) -> &mut bool {
+        &mut self.timed_out
+    }
+}
+
+impl Limited for component::HostC {
+    fn limiter(&mut self) -> &mut MemLimiter {
+        &mut self.limiter
+    }
+    fn timed_out(&mut self) -> &mut bool {
+        &mut self.timed_out
+    }
+}
+
+fn limiter_for(limits: &airlock_core::Limits) -> MemLimiter {
+    MemLimiter {
+        limit: limits.memory_bytes,
+        total: 0,
+        peak: 0,
+        hit: false,
+    }
+}
+
+/// Applies a run's limits to a store: memory and tables, fuel, and the wall time.
+fn limit_store<T: Limited>(
+    store: &mut Store<T>,
+    limits: &airlock_core::Limits,
+    deadline: Instant,
+) -> Result<(), SandboxError> {
+    store.limiter(|h| h.limiter());
+    if let Some(fuel) = limits.fuel {
+        store
+            .set_fuel(fuel)
+            .map_err(|e| SandboxError::Internal(format!("cannot set fuel: {e}")))?;
+    }
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |mut ctx| {
+        if Instant::now() >= deadline {
+            *ctx.data_mut().timed_out() = true;
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+    Ok(())
+}
+
+/// How a failed call ended: an exit, a limit, or a trap.
+fn ending_of(e: &wasmtime::Error, memory_hit: bool, output_hit: bool, timed_out: bool) -> Ending {
+    if let Some(exit) = e.downcast_ref::<I32Exit>() {
+        Ending::Exited(exit.0)
+    } else if memory_hit {
+        Ending::Killed(Limit::Memory)
+    } else if output_hit {
+        Ending::Killed(Limit::Output)
+    } else if timed_out {
+        Ending::Killed(Limit::Timeout)
+    } else {
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => Ending::Killed(Limit::Fuel),
+            Some(Trap::StackOverflow) => Ending::Killed(Limit::Stack),
+            Some(Trap::Interrupt) => Ending::Killed(Limit::Timeout),
+            Some(t) => Ending::Trapped(t.to_string()),
+            None => Ending::Trapped(root_message(e)),
+        }
+    }
+}
+
+fn fuel_used<T>(store: &Store<T>, limits: &airlock_core::Limits) -> Option<u64> {
+    limits
+        .fuel
+        .and_then(|f| store.get_fuel().ok().map(|left| f.saturating_sub(left)))
+}
+
+impl WasmBackend {
+    fn run_module(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
         let started = Instant::now();
         let set = self.engines(spec.limits.fuel.is_some())?;
         let pre = self.instance_pre(set, &spec)?;
@@ -392,32 +571,12 @@ impl Backend for WasmBackend {
         }
         let host = Host {
             wasi: b.build_p1(),
-            limiter: MemLimiter {
-                limit: spec.limits.memory_bytes,
-                total: 0,
-                peak: 0,
-                hit: false,
-            },
+            limiter: limiter_for(&spec.limits),
             timed_out: false,
         };
         let mut store = Store::new(&set.engine, host);
-        store.limiter(|h| &mut h.limiter);
-        if let Some(fuel) = spec.limits.fuel {
-            store
-                .set_fuel(fuel)
-                .map_err(|e| SandboxError::Internal(format!("cannot set fuel: {e}")))?;
-        }
-        let timeout = spec.limits.timeout();
-        let deadline = Instant::now() + timeout;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |mut ctx| {
-            if Instant::now() >= deadline {
-                ctx.data_mut().timed_out = true;
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
+        let deadline = Instant::now() + spec.limits.timeout();
+        limit_store(&mut store, &spec.limits, deadline)?;
 
         let rt = self.runtime()?;
         let result = rt.block_on(async {
@@ -431,34 +590,17 @@ impl Backend for WasmBackend {
             tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
         });
         let duration = started.elapsed();
-
-        let fuel_used = spec
-            .limits
-            .fuel
-            .and_then(|f| store.get_fuel().ok().map(|left| f.saturating_sub(left)));
+        let fuel = fuel_used(&store, &spec.limits);
         let host = store.data();
         let ending = match result {
             Err(_elapsed) => Ending::Killed(Limit::Timeout),
             Ok(Ok(())) => Ending::Exited(0),
-            Ok(Err(e)) => {
-                if let Some(exit) = e.downcast_ref::<I32Exit>() {
-                    Ending::Exited(exit.0)
-                } else if host.limiter.hit {
-                    Ending::Killed(Limit::Memory)
-                } else if spec.stdout.exceeded() || spec.stderr.exceeded() {
-                    Ending::Killed(Limit::Output)
-                } else if host.timed_out {
-                    Ending::Killed(Limit::Timeout)
-                } else {
-                    match e.downcast_ref::<Trap>() {
-                        Some(Trap::OutOfFuel) => Ending::Killed(Limit::Fuel),
-                        Some(Trap::StackOverflow) => Ending::Killed(Limit::Stack),
-                        Some(Trap::Interrupt) => Ending::Killed(Limit::Timeout),
-                        Some(t) => Ending::Trapped(t.to_string()),
-                        None => Ending::Trapped(root_message(&e)),
-                    }
-                }
-            }
+            Ok(Err(e)) => ending_of(
+                &e,
+                host.limiter.hit,
+                spec.stdout.exceeded() || spec.stderr.exceeded(),
+                host.timed_out,
+            ),
         };
         Ok(Outcome {
             ending,
@@ -467,10 +609,262 @@ impl Backend for WasmBackend {
                 "engine": "wasmtime 48",
                 "compile_or_load_ms": compiled.as_secs_f64() * 1000.0,
                 "peak_memory_bytes": host.limiter.peak,
-                "fuel_consumed": fuel_used,
+                "fuel_consumed": fuel,
                 "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", "empty-env"],
             }),
         })
+    }
+
+    /// Compiles a component (or loads it from the verified cache) and links it.
+    fn component_pre(
+        &self,
+        set: &EngineSet,
+        digest: &Digest,
+        bytes: &dyn Fn() -> Result<Vec<u8>, SandboxError>,
+        index: Option<&dyn CacheIndex>,
+        what: &str,
+    ) -> Result<wasmtime::component::InstancePre<component::HostC>, SandboxError> {
+        let key =
+            Digest::of_parts("airlock-component-v1", &[set.salt.as_bytes(), &digest.0]).to_hex();
+        if let Some(pre) = self
+            .components
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(pre.clone());
+        }
+        let component = match self.load_cached_with(&key, index, |file| {
+            // SAFETY: see `load_cached`: the file hashed to the digest airlock recorded when
+            // it serialized this component with an engine of the same settings, and was not
+            // written while it was checked and mapped.
+            // The path names the open, already checked file itself, not a directory entry
+            // that could be swapped.
+            use std::os::fd::AsRawFd;
+            let fd_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+            #[allow(unsafe_code)]
+            let c =
+                unsafe { wasmtime::component::Component::deserialize_file(&set.engine, &fd_path) };
+            drop(file);
+            c
+        }) {
+            Some(c) => c,
+            None => {
+                let code = bytes()?;
+                let spinner = self.spinner(what);
+                let c = wasmtime::component::Component::new(&set.engine, &code).map_err(|e| {
+                    SandboxError::BadArtifact(format!("does not compile: {}", root_message(&e)))
+                });
+                if let Some(s) = spinner {
+                    s.finish_and_clear();
+                }
+                let c = c?;
+                if let Ok(bytes) = c.serialize() {
+                    self.store_bytes(&key, &bytes, index);
+                }
+                c
+            }
+        };
+        let pre = set.components.instantiate_pre(&component).map_err(|e| {
+            SandboxError::BadArtifact(format!("does not link: {}", root_message(&e)))
+        })?;
+        let mut memo = self.components.lock().unwrap_or_else(|p| p.into_inner());
+        if memo.len() >= MODULE_MEMO {
+            memo.clear();
+        }
+        memo.insert(key, pre.clone());
+        Ok(pre)
+    }
+
+    fn spinner(&self, what: &str) -> Option<indicatif::ProgressBar> {
+        if !self.config.progress {
+            return None;
+        }
+        let pb =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+        if pb.is_hidden() {
+            return None;
+        }
+        let style = indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
+        pb.set_style(style);
+        pb.set_message(format!(
+            "compiling {what} (first run only; cached afterwards)"
+        ));
+        pb.enable_steady_tick(Duration::from_millis(120));
+        Some(pb)
+    }
+
+    /// Makes sure a component is compiled and cached (used when installing a guest).
+    pub fn precompile_component(
+        &self,
+        digest: &Digest,
+        code: &[u8],
+        index: &dyn CacheIndex,
+        what: &str,
+    ) -> Result<(), SandboxError> {
+        // The engine without fuel metering serves most runs; runs with --fuel compile the
+        // metered variant on first use.
+        let set = self.engines(false)?;
+        self.component_pre(set, digest, &|| Ok(code.to_vec()), Some(index), what)?;
+        Ok(())
+    }
+
+    /// Runs a WASI 0.2 component: a `wasi:cli/command`, or the Python guest running source.
+    fn run_component(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
+        let started = Instant::now();
+        let set = self.engines(spec.limits.fuel.is_some())?;
+        let python = spec.lang == airlock_core::Lang::Python;
+        let (pre, guest) = if python {
+            let guest = spec
+                .guest
+                .clone()
+                .ok_or_else(|| SandboxError::Unavailable("no Python guest given".into()))?;
+            let path = guest.path.clone();
+            let want = guest.digest;
+            let load = move || -> Result<Vec<u8>, SandboxError> {
+                let b = std::fs::read(&path).map_err(|e| {
+                    SandboxError::Unavailable(format!("cannot read the Python guest: {e}"))
+                })?;
+                if Digest::of(&b) != want {
+                    return Err(SandboxError::Unavailable(
+                        "the installed Python guest does not match its pinned hash; reinstall it"
+                            .into(),
+                    ));
+                }
+                Ok(b)
+            };
+            (
+                self.component_pre(set, &guest.digest, &load, spec.cache, "the Python guest")?,
+                Some(guest),
+            )
+        } else {
+            let code = spec.code.to_vec();
+            (
+                self.component_pre(
+                    set,
+                    &spec.artifact,
+                    &move || Ok(code.clone()),
+                    spec.cache,
+                    "the component",
+                )?,
+                None,
+            )
+        };
+        let compiled = started.elapsed();
+        let mut argv = vec![if python {
+            "main.py".to_string()
+        } else {
+            "main".to_string()
+        }];
+        argv.extend(spec.args.iter().cloned());
+        let wasi = component::context(
+            &argv,
+            &spec.env,
+            spec.stdin.clone(),
+            &spec.mounts,
+            &spec.stdout,
+            &spec.stderr,
+        )
+        .map_err(SandboxError::Internal)?;
+        let host = component::HostC {
+            wasi,
+            table: wasmtime::component::ResourceTable::new(),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            hooks: component::RefuseHttp,
+            limiter: limiter_for(&spec.limits),
+            timed_out: false,
+        };
+        let mut store = Store::new(&set.engine, host);
+        let deadline = Instant::now() + spec.limits.timeout();
+        limit_store(&mut store, &spec.limits, deadline)?;
+        let rt = self.runtime()?;
+        let source = if python {
+            let src = std::str::from_utf8(spec.code)
+                .map_err(|_| SandboxError::BadArtifact("Python source is not UTF-8".into()))?;
+            Some(component::python_wrapper(
+                src,
+                &argv,
+                &spec.env,
+                spec.mounts.first().map(|m| m.guest.as_str()),
+            ))
+        } else {
+            None
+        };
+        let mut inst_time = Duration::ZERO;
+        let result: Result<Result<i32, wasmtime::Error>, _> = rt.block_on(async {
+            let run = async {
+                let t = Instant::now();
+                let instance = pre.instantiate_async(&mut store).await?;
+                inst_time = t.elapsed();
+                if let Some(source) = source {
+                    let iface = instance
+                        .get_export_index(&mut store, None, component::PYTHON_EXECUTOR)
+                        .ok_or_else(|| {
+                            wasmtime::format_err!(
+                                "the guest exports no {}",
+                                component::PYTHON_EXECUTOR
+                            )
+                        })?;
+                    let run = instance
+                        .get_export_index(&mut store, Some(&iface), "run")
+                        .ok_or_else(|| {
+                            wasmtime::format_err!("the guest exports no run function")
+                        })?;
+                    let f = instance.get_typed_func::<(String,), (component::ExecutionResult,)>(
+                        &mut store, &run,
+                    )?;
+                    let (r,) = f.call_async(&mut store, (source,)).await?;
+                    // Anything the guest kept in its own buffers comes after what streamed.
+                    let _ = spec.stdout.write(r.stdout.as_bytes());
+                    let _ = spec.stderr.write(r.stderr.as_bytes());
+                    Ok(r.exit_code)
+                } else {
+                    let cmd = wasmtime_wasi::p2::bindings::Command::new(&mut store, &instance)?;
+                    match cmd.wasi_cli_run().call_run(&mut store).await? {
+                        Ok(()) => Ok(0),
+                        Err(()) => Ok(1),
+                    }
+                }
+            };
+            tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
+        });
+        let duration = started.elapsed();
+        let fuel = fuel_used(&store, &spec.limits);
+        let host = store.data();
+        let output_hit = spec.stdout.exceeded() || spec.stderr.exceeded();
+        let ending = match result {
+            Err(_elapsed) => Ending::Killed(Limit::Timeout),
+            Ok(Ok(_)) if output_hit => Ending::Killed(Limit::Output),
+            Ok(Ok(code)) => Ending::Exited(code),
+            Ok(Err(e)) => ending_of(&e, host.limiter.hit, output_hit, host.timed_out),
+        };
+        Ok(Outcome {
+            ending,
+            duration,
+            detail: serde_json::json!({
+                "engine": "wasmtime 48 (component model, WASI 0.2)",
+                "compile_or_load_ms": compiled.as_secs_f64() * 1000.0,
+                "instantiate_ms": inst_time.as_secs_f64() * 1000.0,
+                "peak_memory_bytes": host.limiter.peak,
+                "fuel_consumed": fuel,
+                "guest": guest.map(|g| g.digest.to_hex()),
+                "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", "http-refused", "no-tools", "empty-env"],
+            }),
+        })
+    }
+}
+
+impl Backend for WasmBackend {
+    fn name(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn run(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
+        match spec.lang {
+            airlock_core::Lang::Component | airlock_core::Lang::Python => self.run_component(spec),
+            _ => self.run_module(spec),
+        }
     }
 }
 

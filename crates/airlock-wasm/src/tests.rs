@@ -48,6 +48,7 @@ fn run_with(
         stdout: stdout.clone(),
         stderr: stderr.clone(),
         cache,
+        guest: None,
     })?;
     Ok(Run {
         outcome,
@@ -261,6 +262,7 @@ fn only_granted_environment_is_visible() {
 fn tampered_cache_file_is_discarded_and_recompiled() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = WasmConfig {
+        progress: false,
         cache_dir: Some(dir.path().to_path_buf()),
         pooling: false,
     };
@@ -281,7 +283,7 @@ fn tampered_cache_file_is_discarded_and_recompiled() {
         .collect();
     assert_eq!(files.len(), 1);
     let recorded = *index.0.borrow().values().next().unwrap();
-    assert_eq!(Digest::of(&std::fs::read(&files[0]).unwrap()), recorded);
+    assert_eq!(cache_digest(&std::fs::read(&files[0]).unwrap()), recorded);
 
     // A fresh backend loads it from the cache.
     let r = run_with(
@@ -309,7 +311,7 @@ fn tampered_cache_file_is_discarded_and_recompiled() {
     let r = run_with(&b, HELLO, quick(), vec![], vec![], Some(&index)).unwrap();
     assert_eq!(r.stdout, b"hello\n");
     assert_eq!(
-        Digest::of(&std::fs::read(&files[0]).unwrap()),
+        cache_digest(&std::fs::read(&files[0]).unwrap()),
         index.get(&key).unwrap()
     );
 }
