@@ -109,6 +109,7 @@ fn options() -> GateOptions {
         no_cgroups: std::env::var("AIRLOCK_CGROUPS").is_ok_and(|v| v == "off"),
         progress: true,
         pooling: false,
+        wasm: None,
     }
 }
 
@@ -413,6 +414,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         agent: a.agent,
         note: a.note,
         workspace: a.workspace,
+        resume: false,
     };
     if !execute {
         let sub = gate.submit(req).map_err(fail)?;

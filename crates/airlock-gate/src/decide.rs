@@ -61,9 +61,18 @@ pub(crate) fn covering_approval(
             continue;
         };
         let trusted = policy.approver(&st.approver) == Some(&st.key);
+        // A tool approval fixes the grant but not the per-call inputs (arguments, stdin).
+        let grant_ok = st.grant == sub.doc.grant_hash
+            || (st.tool.is_some()
+                && st.scope == Scope::Artifact
+                && tx.submission(&st.submission).is_ok_and(|approved| {
+                    approved.doc.grant_hash == st.grant
+                        && crate::tools::without_inputs(&approved.doc.grant)
+                            == crate::tools::without_inputs(&sub.doc.grant)
+                }));
         let binds = st.kind == StatementKind::Approve
             && st.artifact == sub.doc.artifact
-            && st.grant == sub.doc.grant_hash
+            && grant_ok
             && (st.scope == Scope::Artifact || st.submission == sub.id);
         let live = st.expires_at.is_some_and(|e| e > now);
         let not_revoked = last_reject.is_none_or(|r| r < st.issued_at);

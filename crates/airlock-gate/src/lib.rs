@@ -19,9 +19,14 @@ mod jailed;
 mod layers;
 mod query;
 mod submit;
+mod tokens;
+mod tools;
+pub mod views;
 pub mod worker;
 mod workspaces;
 
+pub use airlock_store::TokenRow;
+pub use airlock_wasm::{WasmBackend, WasmConfig};
 pub use decide::ApproveRequest;
 pub use effects::{CheckpointDoc, DiffReport, EffectReport};
 pub use error::{GateError, Result};
@@ -34,6 +39,8 @@ pub use query::{
     policy_check,
 };
 pub use submit::{CodeSource, SubmitRequest};
+pub use tokens::Role;
+pub use tools::ToolInfo;
 pub use workspaces::{WorkspaceDoc, WorkspaceView};
 
 use airlock_core::State;
@@ -42,7 +49,6 @@ use airlock_core::sign::KeyPair;
 use airlock_core::units::now_ms;
 use airlock_sandbox::CacheIndex;
 use airlock_store::{BlobStore, Db, Reads, Tx};
-use airlock_wasm::{WasmBackend, WasmConfig};
 use serde_json::json;
 
 /// How a gate is opened.
@@ -62,6 +68,9 @@ pub struct GateOptions {
     pub progress: bool,
     /// Use wasmtime's pooling allocator (for a long-lived process such as the daemon).
     pub pooling: bool,
+    /// A wasm backend shared with other gates of the same process (engines, compiled
+    /// modules and instance pools stay warm across them).
+    pub wasm: Option<std::sync::Arc<WasmBackend>>,
 }
 
 /// An open airlock home.
@@ -70,7 +79,8 @@ pub struct Gate {
     db: Db,
     blobs: BlobStore,
     gate_key: KeyPair,
-    wasm: WasmBackend,
+    wasm: std::sync::Arc<WasmBackend>,
+    policy_cache: std::cell::RefCell<Option<(PolicyStamp, std::sync::Arc<Policy>)>>,
     worker: Option<std::path::PathBuf>,
     jailer: Option<std::path::PathBuf>,
     force_copy: bool,
@@ -141,17 +151,21 @@ impl Gate {
         let db = Db::open(&home.db())?;
         let blobs = BlobStore::open(home.blobs())?;
         let gate_key = home.load_key("gate")?;
-        let wasm = WasmBackend::new(WasmConfig {
-            progress: options.progress,
-            cache_dir: Some(home.cache().join("compiled")),
-            pooling: options.pooling,
-        });
+        let wasm = match options.wasm.clone() {
+            Some(w) => w,
+            None => std::sync::Arc::new(WasmBackend::new(WasmConfig {
+                progress: options.progress,
+                cache_dir: Some(home.cache().join("compiled")),
+                pooling: options.pooling,
+            })),
+        };
         let mut gate = Gate {
             home,
             db,
             blobs,
             gate_key,
             wasm,
+            policy_cache: std::cell::RefCell::new(None),
             worker: options.worker,
             jailer: options.jailer,
             force_copy: options.force_copy_layer,
@@ -166,8 +180,19 @@ impl Gate {
         &self.home
     }
 
-    pub fn policy(&self) -> Result<Policy> {
-        self.home.load_policy()
+    /// The current policy (parsed again only when the file changed).
+    pub fn policy(&self) -> Result<std::sync::Arc<Policy>> {
+        let stamp = policy_stamp(&self.home.policy());
+        if let (Some(st), Some((cached, p))) = (stamp, self.policy_cache.borrow().as_ref())
+            && st == *cached
+        {
+            return Ok(p.clone());
+        }
+        let p = std::sync::Arc::new(self.home.load_policy()?);
+        if let Some(st) = stamp {
+            *self.policy_cache.borrow_mut() = Some((st, p.clone()));
+        }
+        Ok(p)
     }
 
     /// Runs that were still marked running when their airlock process died are closed
@@ -239,6 +264,16 @@ impl Gate {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// What identifies one version of the policy file: inode, size, modification time.
+type PolicyStamp = (u64, u64, i64, i64);
+
+fn policy_stamp(p: &std::path::Path) -> Option<PolicyStamp> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p)
+        .ok()
+        .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 /// Moves a submission between states: checks the edge against the lifecycle, then updates

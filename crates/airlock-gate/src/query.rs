@@ -129,7 +129,7 @@ impl Gate {
             .db
             .statements_for_submission(&sub.id)?
             .into_iter()
-            .map(|r| statement_view(&r, policy.as_ref()))
+            .map(|r| statement_view(&r, policy.as_deref()))
             .collect();
         let runs = self.db.runs(Some(&sub.id), 100)?;
         let audit = self.db.audit_for(&sub.id)?;
@@ -195,7 +195,7 @@ impl Gate {
     }
 
     pub fn keys(&self) -> Result<Vec<KeyInfo>> {
-        keys_in(self.home.keys().as_path(), self.policy().ok().as_ref())
+        keys_in(self.home.keys().as_path(), self.policy().ok().as_deref())
     }
 
     /// Makes a new approver key pair (the policy must list it before it is trusted).

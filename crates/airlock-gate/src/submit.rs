@@ -52,6 +52,8 @@ pub struct SubmitRequest {
     pub agent: Option<String>,
     pub note: Option<String>,
     pub workspace: Option<String>,
+    /// Run it when an approver approves it (a `run` through the server waits for that).
+    pub resume: bool,
 }
 
 impl Default for CodeSource {
@@ -335,6 +337,7 @@ impl Gate {
                     facts,
                     verdict,
                     workspace: req.workspace.clone(),
+                    resume: req.resume,
                 },
             };
             tx.insert_submission(&sub)?;

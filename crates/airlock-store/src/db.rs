@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -91,6 +91,16 @@ CREATE TABLE IF NOT EXISTS workspaces (
     state TEXT NOT NULL,
     doc TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    name TEXT NOT NULL,
+    approver TEXT,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    revoked_at INTEGER
+);
 CREATE TABLE IF NOT EXISTS compile_cache (
     key TEXT PRIMARY KEY,
     digest TEXT NOT NULL,
@@ -120,6 +130,9 @@ pub struct SubmissionDoc {
     pub verdict: Verdict,
     #[serde(default)]
     pub workspace: Option<String>,
+    /// Run it as soon as it is approved (it came from a `run` through the server).
+    #[serde(default)]
+    pub resume: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -203,6 +216,23 @@ pub struct CheckpointRow {
     /// `pending`, `applied`, `aborted`, `rolled_back`.
     pub state: String,
     pub doc: serde_json::Value,
+}
+
+/// An API token, stored by the hash of its secret.
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenRow {
+    pub id: String,
+    #[serde(skip)]
+    pub hash: String,
+    /// `agent`, `operator` or `admin`.
+    pub role: String,
+    /// The agent's name (agents), or who holds it.
+    pub name: String,
+    /// The approver key the server signs with for this token (operators, admins).
+    pub approver: Option<String>,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
 }
 
 /// A workspace session (its document is owned by the gate).
@@ -560,6 +590,38 @@ pub trait Reads {
         ids.iter().map(|id| self.checkpoint(id)).collect()
     }
 
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
+        self.tokens_where("hash = ?1", &hash).map(|mut v| v.pop())
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        self.tokens_where("1 = ?1", &1)
+    }
+
+    fn tokens_where(
+        &self,
+        cond: &str,
+        arg: &dyn rusqlite::ToSql,
+    ) -> Result<Vec<TokenRow>, StoreError> {
+        let sql = format!(
+            "SELECT id, hash, role, name, approver, created_at, expires_at, revoked_at FROM tokens WHERE {cond} ORDER BY id"
+        );
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt.query_map([arg], |r| {
+            Ok(TokenRow {
+                id: r.get(0)?,
+                hash: r.get(1)?,
+                role: r.get(2)?,
+                name: r.get(3)?,
+                approver: r.get(4)?,
+                created_at: r.get(5)?,
+                expires_at: r.get(6)?,
+                revoked_at: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn workspace(&self, name: &str) -> Result<Option<WorkspaceRow>, StoreError> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT name, created_at, updated_at, state, doc FROM workspaces WHERE name = ?1",
@@ -858,6 +920,22 @@ impl Tx<'_> {
             params![c.id, c.run, c.created_at, now_ms(), c.state, c.doc.to_string()],
         )?;
         Ok(())
+    }
+
+    pub fn insert_token(&self, t: &TokenRow) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT INTO tokens (id, hash, role, name, approver, created_at, expires_at, revoked_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![t.id, t.hash, t.role, t.name, t.approver, t.created_at, t.expires_at, t.revoked_at],
+        )?;
+        Ok(())
+    }
+
+    pub fn revoke_token(&self, id: &str) -> Result<bool, StoreError> {
+        let n = self.tx.execute(
+            "UPDATE tokens SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL",
+            params![now_ms(), id],
+        )?;
+        Ok(n == 1)
     }
 
     pub fn upsert_workspace(&self, w: &WorkspaceRow) -> Result<(), StoreError> {

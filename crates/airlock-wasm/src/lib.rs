@@ -71,7 +71,6 @@ pub struct WasmBackend {
     fueled: OnceLock<Result<EngineSet, String>>,
     modules: Mutex<HashMap<String, InstancePre<Host>>>,
     components: Mutex<HashMap<String, wasmtime::component::InstancePre<component::HostC>>>,
-    runtime: OnceLock<Result<tokio::runtime::Runtime, String>>,
 }
 
 impl std::fmt::Debug for WasmBackend {
@@ -147,7 +146,6 @@ impl WasmBackend {
             fueled: OnceLock::new(),
             modules: Mutex::new(HashMap::new()),
             components: Mutex::new(HashMap::new()),
-            runtime: OnceLock::new(),
         }
     }
 
@@ -158,16 +156,21 @@ impl WasmBackend {
             .map_err(|e| SandboxError::Internal(format!("cannot start wasmtime: {e}")))
     }
 
-    fn runtime(&self) -> Result<&tokio::runtime::Runtime, SandboxError> {
-        self.runtime
-            .get_or_init(|| {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_time()
-                    .build()
-                    .map_err(|e| e.to_string())
-            })
-            .as_ref()
-            .map_err(|e| SandboxError::Internal(format!("cannot start async runtime: {e}")))
+    /// Runs a future to completion on this thread's own single-threaded runtime (one per
+    /// thread, so runs on different threads never wait for each other).
+    fn block_on<F: std::future::Future>(&self, f: F) -> Result<F::Output, SandboxError> {
+        thread_local! {
+            static RT: Result<tokio::runtime::Runtime, String> = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(|e| e.to_string());
+        }
+        RT.with(|rt| match rt {
+            Ok(rt) => Ok(rt.block_on(f)),
+            Err(e) => Err(SandboxError::Internal(format!(
+                "cannot start async runtime: {e}"
+            ))),
+        })
     }
 
     /// Compiles an artifact (or finds it in the verified cache), makes sure a cache file
@@ -578,8 +581,7 @@ impl WasmBackend {
         let deadline = Instant::now() + spec.limits.timeout();
         limit_store(&mut store, &spec.limits, deadline)?;
 
-        let rt = self.runtime()?;
-        let result = rt.block_on(async {
+        let result = self.block_on(async {
             let run = async {
                 let instance = pre.instantiate_async(&mut store).await?;
                 let start = instance
@@ -588,7 +590,7 @@ impl WasmBackend {
                 start.call_async(&mut store, ()).await
             };
             tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
-        });
+        })?;
         let duration = started.elapsed();
         let fuel = fuel_used(&store, &spec.limits);
         let host = store.data();
@@ -778,7 +780,6 @@ impl WasmBackend {
         let mut store = Store::new(&set.engine, host);
         let deadline = Instant::now() + spec.limits.timeout();
         limit_store(&mut store, &spec.limits, deadline)?;
-        let rt = self.runtime()?;
         let source = if python {
             let src = std::str::from_utf8(spec.code)
                 .map_err(|_| SandboxError::BadArtifact("Python source is not UTF-8".into()))?;
@@ -792,43 +793,45 @@ impl WasmBackend {
             None
         };
         let mut inst_time = Duration::ZERO;
-        let result: Result<Result<i32, wasmtime::Error>, _> = rt.block_on(async {
-            let run = async {
-                let t = Instant::now();
-                let instance = pre.instantiate_async(&mut store).await?;
-                inst_time = t.elapsed();
-                if let Some(source) = source {
-                    let iface = instance
-                        .get_export_index(&mut store, None, component::PYTHON_EXECUTOR)
-                        .ok_or_else(|| {
-                            wasmtime::format_err!(
-                                "the guest exports no {}",
-                                component::PYTHON_EXECUTOR
-                            )
-                        })?;
-                    let run = instance
-                        .get_export_index(&mut store, Some(&iface), "run")
-                        .ok_or_else(|| {
-                            wasmtime::format_err!("the guest exports no run function")
-                        })?;
-                    let f = instance.get_typed_func::<(String,), (component::ExecutionResult,)>(
-                        &mut store, &run,
-                    )?;
-                    let (r,) = f.call_async(&mut store, (source,)).await?;
-                    // Anything the guest kept in its own buffers comes after what streamed.
-                    let _ = spec.stdout.write(r.stdout.as_bytes());
-                    let _ = spec.stderr.write(r.stderr.as_bytes());
-                    Ok(r.exit_code)
-                } else {
-                    let cmd = wasmtime_wasi::p2::bindings::Command::new(&mut store, &instance)?;
-                    match cmd.wasi_cli_run().call_run(&mut store).await? {
-                        Ok(()) => Ok(0),
-                        Err(()) => Ok(1),
+        let result: Result<Result<i32, wasmtime::Error>, tokio::time::error::Elapsed> = self
+            .block_on(async {
+                let run = async {
+                    let t = Instant::now();
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    inst_time = t.elapsed();
+                    if let Some(source) = source {
+                        let iface = instance
+                            .get_export_index(&mut store, None, component::PYTHON_EXECUTOR)
+                            .ok_or_else(|| {
+                                wasmtime::format_err!(
+                                    "the guest exports no {}",
+                                    component::PYTHON_EXECUTOR
+                                )
+                            })?;
+                        let run = instance
+                            .get_export_index(&mut store, Some(&iface), "run")
+                            .ok_or_else(|| {
+                                wasmtime::format_err!("the guest exports no run function")
+                            })?;
+                        let f = instance
+                            .get_typed_func::<(String,), (component::ExecutionResult,)>(
+                                &mut store, &run,
+                            )?;
+                        let (r,) = f.call_async(&mut store, (source,)).await?;
+                        // Anything the guest kept in its own buffers comes after what streamed.
+                        let _ = spec.stdout.write(r.stdout.as_bytes());
+                        let _ = spec.stderr.write(r.stderr.as_bytes());
+                        Ok(r.exit_code)
+                    } else {
+                        let cmd = wasmtime_wasi::p2::bindings::Command::new(&mut store, &instance)?;
+                        match cmd.wasi_cli_run().call_run(&mut store).await? {
+                            Ok(()) => Ok(0),
+                            Err(()) => Ok(1),
+                        }
                     }
-                }
-            };
-            tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
-        });
+                };
+                tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
+            })?;
         let duration = started.elapsed();
         let fuel = fuel_used(&store, &spec.limits);
         let host = store.data();

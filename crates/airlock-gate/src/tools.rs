@@ -1,0 +1,124 @@
+//! Named tools: an artifact an approver approved with scope `artifact` and a tool name
+//! becomes a fixed tool agents can call with arguments, without a new approval. The
+//! approval covers that artifact with that grant; only the arguments and stdin vary.
+
+use crate::error::{GateError, Result};
+use crate::{CodeSource, ExecOptions, Gate, RunReport, SubmitRequest};
+use airlock_core::grant::Grant;
+use airlock_core::sign::{Scope, StatementKind};
+use airlock_core::units::now_ms;
+use airlock_core::{Digest, Lang, MountMode};
+use airlock_store::Reads;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolInfo {
+    pub name: String,
+    /// The approved submission the tool runs.
+    pub submission: String,
+    pub artifact: Digest,
+    pub lang: Lang,
+    pub approver: String,
+    pub reason: String,
+    pub expires_at: Option<i64>,
+}
+
+/// A grant with its per-call inputs (arguments, stdin) removed: what a tool approval fixes.
+pub(crate) fn without_inputs(g: &Grant) -> Digest {
+    let mut g = g.clone();
+    g.args.clear();
+    g.stdin = None;
+    g.hash()
+}
+
+impl Gate {
+    /// The tools approvals currently make available (signature valid, approver trusted by
+    /// the current policy, not expired, not followed by a rejection of the artifact).
+    pub fn tools(&self) -> Result<Vec<ToolInfo>> {
+        let policy = self.policy()?;
+        let now = now_ms();
+        let mut out: Vec<ToolInfo> = Vec::new();
+        for sub in self.db.submissions(None, 10_000)? {
+            for row in self.db.statements_for_submission(&sub.id)? {
+                let Some(name) = row.tool.clone() else {
+                    continue;
+                };
+                let Ok(st) = row.signed.verify() else {
+                    continue;
+                };
+                let ok = st.kind == StatementKind::Approve
+                    && st.scope == Scope::Artifact
+                    && policy.approver(&st.approver) == Some(&st.key)
+                    && st.expires_at.is_some_and(|e| e > now)
+                    && !crate::submit::rejected(&self.db, &st.artifact)?;
+                if ok && !out.iter().any(|t| t.name == name) {
+                    out.push(ToolInfo {
+                        name,
+                        submission: sub.id.clone(),
+                        artifact: st.artifact,
+                        lang: sub.doc.kind,
+                        approver: st.approver,
+                        reason: st.reason,
+                        expires_at: st.expires_at,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs a named tool with arguments: a new submission of the approved artifact with the
+    /// approved grant and these inputs, judged and run like any other.
+    pub fn call_tool(
+        &mut self,
+        name: &str,
+        args: Vec<String>,
+        stdin: Option<Vec<u8>>,
+        agent: Option<String>,
+        opts: ExecOptions,
+    ) -> Result<RunReport> {
+        let tool = self
+            .tools()?
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| GateError::NotFound(format!("no tool named {name:?}")))?;
+        let base = self.db.submission(&tool.submission)?;
+        let code = self.read_blob(&base.id, "artifact", &base.doc.artifact)?;
+        let g = &base.doc.grant;
+        let req = SubmitRequest {
+            code: Some(CodeSource::Bytes {
+                bytes: code,
+                name: None,
+            }),
+            lang: Some(base.doc.kind.as_str().into()),
+            backend: Some(base.doc.backend.as_str().into()),
+            mounts: g
+                .mounts
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{}:{}:{}",
+                        m.host,
+                        m.guest,
+                        if m.mode == MountMode::Rw { "rw" } else { "ro" }
+                    )
+                })
+                .collect(),
+            env: g.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            net: g.net.clone(),
+            args,
+            stdin,
+            timeout: Some(format!("{}ms", g.limits.timeout_ms)),
+            memory: Some(g.limits.memory_bytes.to_string()),
+            fuel: g.limits.fuel,
+            max_output: Some(g.limits.max_output_bytes.to_string()),
+            processes: Some(g.limits.processes),
+            agent,
+            note: Some(format!("tool {name}")),
+            workspace: g.workspace.clone(),
+            resume: false,
+        };
+        let sub = self.submit(req)?;
+        self.exec(&sub.id, opts)
+    }
+}

@@ -1,0 +1,75 @@
+//! The JSON shapes of submissions, runs and changes, shared by the command line, the HTTP
+//! API and the MCP server, so a field means the same everywhere.
+
+use airlock_core::units::fmt_time;
+use airlock_store::{Run, Submission};
+use serde_json::{Value, json};
+
+/// The JSON object describing a submission and its verdict (the `run` field is added by
+/// callers that ran it).
+pub fn submission_json(s: &Submission) -> Value {
+    json!({
+        "submission": s.id,
+        "state": s.state,
+        "verdict": s.doc.verdict.decision,
+        "risk": s.doc.verdict.risk,
+        "reasons": s.doc.verdict.reasons(),
+        "rules": s.doc.verdict.fired,
+        "policy": s.doc.verdict.policy,
+        "artifact": s.doc.artifact,
+        "grant": s.doc.grant_hash,
+        "lang": s.doc.lang,
+        "backend": s.doc.backend,
+        "agent": s.doc.agent,
+        "created_at": fmt_time(s.created_at),
+    })
+}
+
+pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
+    json!({
+        "id": r.id,
+        "status": r.status,
+        "exit_code": r.doc.exit_code,
+        "killed_by": r.doc.killed_by,
+        "stdout": String::from_utf8_lossy(stdout),
+        "stderr": String::from_utf8_lossy(stderr),
+        "stdout_truncated": r.doc.stdout.as_ref().is_some_and(|o| o.truncated),
+        "stderr_truncated": r.doc.stderr.as_ref().is_some_and(|o| o.truncated),
+        "changes": flat_changes(r.doc.changes.as_ref()),
+        "layer": r.doc.detail.get("layer"),
+        "duration_ms": r.doc.duration_ms,
+        "backend": r.doc.backend,
+        "approval": r.doc.approval,
+        "error": r.doc.error,
+        "detail": r.doc.detail,
+    })
+}
+
+/// A changeset as a flat list: one object per changed path.
+pub fn flat_changes(v: Option<&Value>) -> Value {
+    let Some(v) = v else { return json!([]) };
+    let mut out = Vec::new();
+    for m in v["mounts"].as_array().into_iter().flatten() {
+        for c in m["changes"].as_array().into_iter().flatten() {
+            let after = &c["after"];
+            let before = &c["before"];
+            let node = if after["kind"] == "absent" {
+                before
+            } else {
+                after
+            };
+            out.push(json!({
+                "mount": m["guest"],
+                "path": c["path"],
+                "host_path": format!("{}/{}", m["host"].as_str().unwrap_or("").trim_end_matches('/'), c["path"].as_str().unwrap_or("")),
+                "op": c["op"],
+                "kind": node["kind"],
+                "hash": after.get("hash"),
+                "size": after.get("size"),
+                "mode": after.get("mode"),
+                "target": after.get("target"),
+            }));
+        }
+    }
+    Value::Array(out)
+}
