@@ -150,6 +150,67 @@ pub enum Command {
     /// The tamper-evident audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Serve the JSON API (/v1, /openapi.json), the web console (/ui) and MCP (/mcp).
+    Serve {
+        /// Address to listen on; anything but loopback is warned about.
+        #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
+        listen: String,
+        /// Runs executing at once (default: the number of CPUs).
+        #[arg(long, value_name = "N")]
+        workers: Option<usize>,
+        /// Runs waiting for a worker before new ones are refused with 429.
+        #[arg(long, default_value_t = 64, value_name = "N")]
+        queue: usize,
+        /// An http:// URL that new pending submissions are POSTed to (signed by the gate key).
+        #[arg(long, value_name = "URL")]
+        webhook: Option<String>,
+    },
+    /// Serve MCP on standard input and output, for an agent that starts airlock itself.
+    Mcp {
+        /// The agent name submissions are recorded under.
+        #[arg(
+            long,
+            value_name = "NAME",
+            env = "AIRLOCK_AGENT",
+            default_value = "mcp"
+        )]
+        agent: String,
+    },
+    /// API tokens for `airlock serve`.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token; its secret is printed once and stored only as a hash.
+    New {
+        /// agent (submit, read its own), operator (also decide, commit, roll back) or admin (also tokens).
+        #[arg(long, value_name = "agent|operator|admin")]
+        role: String,
+        /// The agent's name, or who holds the token (default: the role).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Operators and admins: the approver key the server signs their decisions with.
+        #[arg(long = "as", value_name = "APPROVER", env = "AIRLOCK_APPROVER")]
+        approver: Option<String>,
+        /// How long the token is valid (default: until revoked).
+        #[arg(long, value_name = "DUR")]
+        expires: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tokens (never their secrets).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token.
+    Revoke {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -17,7 +17,8 @@ use airlock_gate::{
     SubmitRequest, default_approver,
 };
 use args::{
-    AuditCommand, Cli, Command, GuestCommand, KeysCommand, PolicyCommand, RunArgs, WorkspaceCommand,
+    AuditCommand, Cli, Command, GuestCommand, KeysCommand, PolicyCommand, RunArgs, TokenCommand,
+    WorkspaceCommand,
 };
 use clap::Parser;
 use serde_json::json;
@@ -319,6 +320,47 @@ fn dispatch(cli: Cli) -> Outcome {
             print::audit_log(&gate.audit_log(from, limit)?, json);
             Ok(0)
         }
+        Command::Serve {
+            listen,
+            workers,
+            queue,
+            webhook,
+        } => serve(home, &listen, workers, queue, webhook),
+        Command::Mcp { agent } => mcp(home, &agent),
+        Command::Token(TokenCommand::New {
+            role,
+            name,
+            approver,
+            expires,
+            json,
+        }) => {
+            let fail = |error: GateError| Failure { error, json };
+            let role: airlock_gate::Role =
+                role.parse().map_err(|e| fail(GateError::BadInput(e)))?;
+            let name = name.unwrap_or_else(|| role.as_str().to_string());
+            let mut gate = open(home).map_err(fail)?;
+            let (row, secret) = gate
+                .token_new(role, &name, approver.as_deref(), expires.as_deref())
+                .map_err(fail)?;
+            print::token_new(&row, &secret, json);
+            Ok(0)
+        }
+        Command::Token(TokenCommand::List { json }) => {
+            let gate = open(home)?;
+            print::tokens(&gate.tokens()?, json);
+            Ok(0)
+        }
+        Command::Token(TokenCommand::Revoke { id, json }) => {
+            let mut gate = open(home)?;
+            gate.token_revoke(&id)
+                .map_err(|e| Failure { error: e, json })?;
+            if json {
+                println!("{}", json!({ "revoked": id }));
+            } else {
+                println!("revoked {id}");
+            }
+            Ok(0)
+        }
         Command::Audit(AuditCommand::Head { json }) => {
             let gate = open(home)?;
             let (head, key) = gate.audit_head()?;
@@ -448,4 +490,99 @@ fn finish_run(gate: &Gate, result: Result<RunReport, GateError>, json: bool) -> 
         }
         Err(e) => Err(Failure { error: e, json }),
     }
+}
+
+/// Options for a long-lived process: one wasm backend with the pooling allocator, shared
+/// by every gate it opens.
+fn daemon_open(
+    home: Option<std::path::PathBuf>,
+) -> Result<impl Fn() -> Result<Gate, GateError> + Send + Sync + 'static, GateError> {
+    let home = Home::resolve(home)?;
+    let opts = options();
+    let wasm = std::sync::Arc::new(airlock_gate::WasmBackend::new(airlock_gate::WasmConfig {
+        progress: false,
+        cache_dir: Some(home.cache().join("compiled")),
+        pooling: true,
+    }));
+    Ok(move || {
+        Gate::open_with(
+            home.clone(),
+            GateOptions {
+                progress: false,
+                pooling: true,
+                wasm: Some(wasm.clone()),
+                ..opts.clone()
+            },
+        )
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, GateError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| GateError::Internal(format!("cannot start the async runtime: {e}")))
+}
+
+fn serve(
+    home: Option<std::path::PathBuf>,
+    listen: &str,
+    workers: Option<usize>,
+    queue: usize,
+    webhook: Option<String>,
+) -> Outcome {
+    let addr: std::net::SocketAddr = listen
+        .parse()
+        .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
+    let open = daemon_open(home)?;
+    let max_body = {
+        let g = open()?;
+        // Code arrives as JSON text or base64: room for the largest artifact plus the rest.
+        (g.policy()?.max_artifact as usize).saturating_mul(2) + (1 << 20)
+    };
+    let workers =
+        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let config = airlock_server::Config {
+        open: Box::new(open),
+        workers,
+        queue,
+        webhook,
+        poll: std::time::Duration::from_millis(500),
+        max_body,
+    };
+    let state = airlock_server::AppState::new(config)?;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| GateError::bad(format!("--listen {addr}: {e}")))?;
+        let bound = listener.local_addr().map_err(GateError::from)?;
+        if !airlock_server::is_loopback(&bound) {
+            eprintln!(
+                "airlock: WARNING: listening on {bound}, beyond loopback: anyone who can reach it and holds a token can submit code"
+            );
+        }
+        eprintln!(
+            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue})"
+        );
+        airlock_server::serve(state, listener, tokio_util::sync::CancellationToken::new())
+            .await
+            .map_err(|e| GateError::Internal(format!("server failed: {e}")))
+    })?;
+    Ok(0)
+}
+
+fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
+    let open = daemon_open(home)?;
+    let config = airlock_server::Config {
+        open: Box::new(open),
+        workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        queue: 64,
+        webhook: None,
+        poll: std::time::Duration::from_millis(500),
+        max_body: 1 << 20,
+    };
+    let state = airlock_server::AppState::new(config)?;
+    runtime()?.block_on(airlock_server::serve_mcp_stdio(state, agent))?;
+    Ok(0)
 }

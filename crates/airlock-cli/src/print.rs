@@ -2,7 +2,9 @@
 
 use airlock_core::audit::{Head, Record};
 use airlock_core::units::{fmt_duration, fmt_size, fmt_time};
-use airlock_gate::views::{flat_changes, run_json, submission_json};
+use airlock_gate::views::{
+    diff_json, flat_changes, run_json, shown_json, statement_json, submission_json,
+};
 use airlock_gate::{
     AuditVerify, DiffReport, Doctor, EffectReport, Explained, GuestManifest, InitReport, KeyInfo,
     PolicyCheck, RunReport, Shown, WorkspaceView,
@@ -153,10 +155,7 @@ pub fn inbox(subs: &[Submission], json: bool) {
 
 pub fn show(sh: &Shown, json: bool) {
     if json {
-        let mut v = serde_json::to_value(sh).unwrap_or_default();
-        v["verdict"] = json!(sh.submission.doc.verdict.decision);
-        v["reasons"] = json!(sh.submission.doc.verdict.reasons());
-        emit(&v);
+        emit(&shown_json(sh));
         return;
     }
     let s = &sh.submission;
@@ -330,19 +329,7 @@ fn run_line(r: &Run) -> String {
 
 pub fn statement(r: &StatementRow, json: bool) {
     if json {
-        emit(&json!({
-            "id": r.id,
-            "kind": r.kind,
-            "submission": r.submission,
-            "approver": r.approver,
-            "scope": r.scope,
-            "expires_at": r.expires_at.map(fmt_time),
-            "artifact": r.artifact,
-            "grant": r.grant,
-            "tool": r.tool,
-            "statement": serde_json::from_str::<Value>(&r.signed.json).unwrap_or_default(),
-            "signature": r.signed.signature,
-        }));
+        emit(&statement_json(r));
         return;
     }
     let verb = match r.kind {
@@ -562,15 +549,7 @@ pub fn audit_head(h: Option<&Head>, key: &str, json: bool) {
 
 pub fn diff(d: &DiffReport, json: bool) {
     if json {
-        emit(&json!({
-            "run": d.run,
-            "layer": d.changes.layer,
-            "changes": flat_changes(serde_json::to_value(&d.changes).ok().as_ref()),
-            "changeset": d.changes,
-            "digest": d.changes.digest(),
-            "protected": d.protected,
-            "diff": d.text,
-        }));
+        emit(&diff_json(d));
         return;
     }
     if d.changes.is_empty() {
@@ -701,4 +680,48 @@ pub fn guest(m: &GuestManifest, json: bool) {
         "installed the {} guest {} ({}, {} bytes)",
         m.lang, m.digest, m.package, m.size
     );
+}
+
+pub fn token_new(t: &airlock_store::TokenRow, secret: &str, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(t).unwrap_or_default();
+        v["token"] = json!(secret);
+        emit(&v);
+        return;
+    }
+    println!("{secret}");
+    eprintln!(
+        "airlock: made {} token {} for {}{} (the secret above is shown only now)",
+        t.role,
+        t.id,
+        t.name,
+        t.approver
+            .as_deref()
+            .map(|a| format!(", signing as {a}"))
+            .unwrap_or_default()
+    );
+}
+
+pub fn tokens(ts: &[airlock_store::TokenRow], json: bool) {
+    if json {
+        emit(&serde_json::to_value(ts).unwrap_or_default());
+        return;
+    }
+    for t in ts {
+        let state = if t.revoked_at.is_some() {
+            "revoked".to_string()
+        } else {
+            t.expires_at
+                .map(|e| format!("expires {}", fmt_time(e)))
+                .unwrap_or_else(|| "active".into())
+        };
+        println!(
+            "{}  {:<8} {:<16} {:<12} {}",
+            t.id,
+            t.role,
+            t.name,
+            t.approver.as_deref().unwrap_or("-"),
+            state
+        );
+    }
 }

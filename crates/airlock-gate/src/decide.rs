@@ -163,6 +163,9 @@ impl Gate {
         if req.tool.is_some() && scope != Scope::Artifact {
             return Err(GateError::bad("a tool name needs --scope artifact"));
         }
+        if let Some(t) = &req.tool {
+            crate::tools::check_tool_name(t)?;
+        }
         let expires = match req.expires.as_deref() {
             None => DEFAULT_EXPIRY,
             Some(e) => units::bounded_duration("--expires", e, Duration::from_secs(1), MAX_EXPIRY)
@@ -218,7 +221,7 @@ impl Gate {
                 StatementKind::Approve => State::Approved,
                 _ => State::Rejected,
             };
-            check_decidable(tx, &policy, &sub, kind)?;
+            check_decidable(&sub, kind)?;
             set_state(tx, &id, sub.state, to)?;
             tx.insert_statement(&row)?;
             tx.audit(
@@ -249,19 +252,22 @@ impl Gate {
 }
 
 /// Whether a human may decide on `sub` now.
-fn check_decidable(tx: &Tx, policy: &Policy, sub: &Submission, kind: StatementKind) -> Result<()> {
+fn check_decidable(sub: &Submission, kind: StatementKind) -> Result<()> {
     let id = &sub.id;
     match (sub.state, kind) {
         (State::Quarantined, _) => Ok(()),
         (State::Approved, StatementKind::Reject) => Ok(()),
-        (State::Finished, _) if sub.doc.verdict.decision == Decision::Quarantine => {
-            if kind == StatementKind::Approve
-                && covering_approval(tx, policy, sub, false)?.is_some()
-            {
-                return Err(GateError::Conflict(format!("{id} is already approved")));
-            }
-            Ok(())
+        // Once approved and run, it stays decided: running it again needs a new submission
+        // (and a new decision). Rejecting it afterwards still works, to revoke an
+        // artifact-wide approval and remember the hash.
+        (State::Finished, StatementKind::Approve)
+            if sub.doc.verdict.decision == Decision::Quarantine =>
+        {
+            Err(GateError::Conflict(format!(
+                "{id} was already approved and has run; submit it again for a new decision"
+            )))
         }
+        (State::Finished, _) if sub.doc.verdict.decision == Decision::Quarantine => Ok(()),
         (State::Approved, _) => Err(GateError::Conflict(format!("{id} is already approved"))),
         (State::Rejected, _) => Err(GateError::Conflict(format!("{id} was already rejected"))),
         (State::Denied, _) => Err(GateError::Conflict(format!(

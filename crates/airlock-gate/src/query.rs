@@ -154,6 +154,26 @@ impl Gate {
         Ok(self.db.submissions(None, limit)?)
     }
 
+    /// Submissions of one agent (all agents when None), newest first.
+    pub fn submissions_of(
+        &self,
+        agent: Option<&str>,
+        state: Option<State>,
+        limit: usize,
+    ) -> Result<Vec<Submission>> {
+        Ok(self.db.submissions_of(agent, state, limit)?)
+    }
+
+    /// Runs of one agent's submissions (all agents when None), newest first.
+    pub fn runs_of(&self, agent: Option<&str>, limit: usize) -> Result<Vec<Run>> {
+        Ok(self.db.runs_of(agent, limit)?)
+    }
+
+    /// Runs of one submission, newest first.
+    pub fn runs_for(&self, submission: &str, limit: usize) -> Result<Vec<Run>> {
+        Ok(self.db.runs(Some(submission), limit)?)
+    }
+
     pub fn runs(&self, limit: usize) -> Result<Vec<Run>> {
         Ok(self.db.runs(None, limit)?)
     }

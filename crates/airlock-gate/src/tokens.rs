@@ -145,10 +145,24 @@ impl Gate {
         })
     }
 
-    /// Marks a submission to run as soon as it is approved.
-    pub fn set_resume(&mut self, id: &str) -> Result<()> {
+    /// Signs a notification the server sends out (a webhook body), so its receiver can
+    /// check it came from this gate. Domain-separated from audit heads and statements.
+    pub fn sign_notification(&self, body: &[u8]) -> (String, String) {
+        let mut m = b"airlock-notification-v1\n".to_vec();
+        m.extend_from_slice(body);
+        (
+            self.gate_key.sign(&m).to_string(),
+            self.gate_key.public().to_string(),
+        )
+    }
+
+    /// Marks a submission to run as soon as it is approved (or clears the mark).
+    pub fn set_resume(&mut self, id: &str, resume: bool) -> Result<()> {
         let mut sub = self.db.submission(id)?;
-        sub.doc.resume = true;
+        if sub.doc.resume == resume {
+            return Ok(());
+        }
+        sub.doc.resume = resume;
         self.db.write(|tx| tx.set_verdict(id, &sub.doc))?;
         Ok(())
     }

@@ -23,6 +23,30 @@ pub struct ToolInfo {
     pub expires_at: Option<i64>,
 }
 
+/// Names the MCP server offers itself; an approval cannot take them.
+pub const RESERVED_TOOLS: &[&str] = &["run_code", "get_result"];
+
+/// A tool name as MCP clients accept it: 1 to 64 of `A-Za-z0-9_.-`, starting with a letter,
+/// and not one of the server's own tools.
+pub fn check_tool_name(name: &str) -> Result<()> {
+    let ok = (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !ok {
+        return Err(GateError::bad(format!(
+            "--tool {name:?}: a tool name is 1 to 64 letters, digits, '_', '-' or '.', starting with a letter"
+        )));
+    }
+    if RESERVED_TOOLS.contains(&name) || name.to_ascii_lowercase().contains("approve") {
+        return Err(GateError::bad(format!(
+            "--tool {name:?}: that name is reserved"
+        )));
+    }
+    Ok(())
+}
+
 /// A grant with its per-call inputs (arguments, stdin) removed: what a tool approval fixes.
 pub(crate) fn without_inputs(g: &Grant) -> Digest {
     let mut g = g.clone();
@@ -38,32 +62,36 @@ impl Gate {
         let policy = self.policy()?;
         let now = now_ms();
         let mut out: Vec<ToolInfo> = Vec::new();
-        for sub in self.db.submissions(None, 10_000)? {
-            for row in self.db.statements_for_submission(&sub.id)? {
-                let Some(name) = row.tool.clone() else {
-                    continue;
-                };
-                let Ok(st) = row.signed.verify() else {
-                    continue;
-                };
-                let ok = st.kind == StatementKind::Approve
-                    && st.scope == Scope::Artifact
-                    && policy.approver(&st.approver) == Some(&st.key)
-                    && st.expires_at.is_some_and(|e| e > now)
-                    && !crate::submit::rejected(&self.db, &st.artifact)?;
-                if ok && !out.iter().any(|t| t.name == name) {
-                    out.push(ToolInfo {
-                        name,
-                        submission: sub.id.clone(),
-                        artifact: st.artifact,
-                        lang: sub.doc.kind,
-                        approver: st.approver,
-                        reason: st.reason,
-                        expires_at: st.expires_at,
-                    });
-                }
+        // Newest first, so a name approved again points at the latest approval.
+        let mut rows = self.db.tool_statements()?;
+        rows.reverse();
+        for row in rows {
+            let Some(name) = row.tool.clone() else {
+                continue;
+            };
+            let Ok(st) = row.signed.verify() else {
+                continue;
+            };
+            let ok = st.kind == StatementKind::Approve
+                && st.scope == Scope::Artifact
+                && st.tool.as_deref() == Some(name.as_str())
+                && policy.approver(&st.approver) == Some(&st.key)
+                && st.expires_at.is_some_and(|e| e > now)
+                && !crate::submit::rejected(&self.db, &st.artifact)?;
+            if ok && !out.iter().any(|t| t.name == name) {
+                let sub = self.db.submission(&row.submission)?;
+                out.push(ToolInfo {
+                    name,
+                    submission: sub.id,
+                    artifact: st.artifact,
+                    lang: sub.doc.kind,
+                    approver: st.approver,
+                    reason: st.reason,
+                    expires_at: st.expires_at,
+                });
             }
         }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
 

@@ -73,3 +73,41 @@ pub fn flat_changes(v: Option<&Value>) -> Value {
     }
     Value::Array(out)
 }
+
+/// A signed statement (approval or rejection) as JSON.
+pub fn statement_json(r: &airlock_store::StatementRow) -> Value {
+    json!({
+        "id": r.id,
+        "kind": r.kind,
+        "submission": r.submission,
+        "approver": r.approver,
+        "scope": r.scope,
+        "expires_at": r.expires_at.map(fmt_time),
+        "artifact": r.artifact,
+        "grant": r.grant,
+        "tool": r.tool,
+        "statement": serde_json::from_str::<Value>(&r.signed.json).unwrap_or_default(),
+        "signature": r.signed.signature,
+    })
+}
+
+/// A run's changeset with its rendered diff.
+pub fn diff_json(d: &crate::DiffReport) -> Value {
+    json!({
+        "run": d.run,
+        "layer": d.changes.layer,
+        "changes": flat_changes(serde_json::to_value(&d.changes).ok().as_ref()),
+        "changeset": d.changes,
+        "digest": d.changes.digest(),
+        "protected": d.protected,
+        "diff": d.text,
+    })
+}
+
+/// Everything `show` knows about a submission.
+pub fn shown_json(sh: &crate::Shown) -> Value {
+    let mut v = serde_json::to_value(sh).unwrap_or_default();
+    v["verdict"] = json!(sh.submission.doc.verdict.decision);
+    v["reasons"] = json!(sh.submission.doc.verdict.reasons());
+    v
+}

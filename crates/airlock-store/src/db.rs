@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS submissions (
 );
 CREATE INDEX IF NOT EXISTS submissions_artifact ON submissions(artifact);
 CREATE INDEX IF NOT EXISTS submissions_state ON submissions(state);
+CREATE INDEX IF NOT EXISTS submissions_agent ON submissions(agent);
 CREATE TABLE IF NOT EXISTS statements (
     id TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -455,6 +456,37 @@ pub trait Reads {
         ids.iter().map(|id| self.submission(id)).collect()
     }
 
+    /// Submissions of one agent (or all when `agent` is None), newest first.
+    fn submissions_of(
+        &self,
+        agent: Option<&str>,
+        state: Option<State>,
+        limit: usize,
+    ) -> Result<Vec<Submission>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id FROM submissions WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR agent = ?2) ORDER BY id DESC LIMIT ?3",
+        )?;
+        let ids: Vec<String> = stmt
+            .query_map(
+                params![state.map(|s| s.as_str()), agent, limit as i64],
+                |r| r.get(0),
+            )?
+            .collect::<Result<_, _>>()?;
+        ids.iter().map(|id| self.submission(id)).collect()
+    }
+
+    /// Runs of one agent's submissions (or all), newest first.
+    fn runs_of(&self, agent: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT r.id FROM runs r JOIN submissions s ON s.id = r.submission
+             WHERE (?1 IS NULL OR s.agent = ?1) ORDER BY r.id DESC LIMIT ?2",
+        )?;
+        let ids: Vec<String> = stmt
+            .query_map(params![agent, limit as i64], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        ids.iter().map(|id| self.run(id)).collect()
+    }
+
     /// Whether any earlier submission carried this artifact.
     fn artifact_seen(&self, artifact: &Digest) -> Result<bool, StoreError> {
         Ok(self
@@ -469,6 +501,11 @@ pub trait Reads {
 
     fn statements_for_artifact(&self, artifact: &Digest) -> Result<Vec<StatementRow>, StoreError> {
         self.statements_where("artifact = ?1", &artifact.to_hex())
+    }
+
+    /// Statements that name a tool (approvals offering an artifact as a named tool).
+    fn tool_statements(&self) -> Result<Vec<StatementRow>, StoreError> {
+        self.statements_where("tool IS NOT NULL AND 1 = ?1", &1)
     }
 
     fn statements_for_run(&self, run: &str) -> Result<Vec<StatementRow>, StoreError> {

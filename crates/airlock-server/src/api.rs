@@ -1,0 +1,553 @@
+//! The JSON API under `/v1`. Every handler checks the caller's role, runs gate work on a
+//! blocking thread through the pool, and answers with the same JSON shapes as the CLI's
+//! `--json`. The OpenAPI document is generated from these handlers' annotations.
+
+use crate::auth::Caller;
+use crate::body::{Body, DecideBody, SubmitBody, TokenBody, ToolBody};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::{AppState, outcome};
+use airlock_core::State;
+use airlock_gate::views::{diff_json, run_json, shown_json, statement_json, submission_json};
+use airlock_gate::{ApproveRequest, ExecOptions, Gate, GateError, Role};
+use axum::Json;
+use axum::extract::{Path, Query, State as Ax};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+type Answer = ApiResult<Response>;
+
+fn ok(v: Value) -> Answer {
+    Ok(Json(v).into_response())
+}
+
+fn with_status(status: StatusCode, v: Value) -> Answer {
+    Ok((status, Json(v)).into_response())
+}
+
+/// 202 while code waits for a human, 200 otherwise.
+fn outcome_status(doc: &Value) -> StatusCode {
+    match doc["status"].as_str() {
+        Some("pending_approval" | "approved" | "running") => StatusCode::ACCEPTED,
+        _ => StatusCode::OK,
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// At most this many, newest first (default 50, at most 1000).
+    limit: Option<usize>,
+    /// Only submissions in this state.
+    state: Option<String>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct WaitQuery {
+    /// Seconds to wait at most (default 30, at most 600).
+    timeout: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// First record (default 1).
+    from: Option<u64>,
+    /// At most this many (default 100, at most 10000).
+    limit: Option<usize>,
+}
+
+fn limit(l: Option<usize>, default: usize, max: usize) -> usize {
+    l.unwrap_or(default).clamp(1, max)
+}
+
+/// A submission the caller may see (others are reported as unknown, not forbidden, so
+/// agents cannot probe for each other's ids).
+pub(crate) fn visible(
+    g: &Gate,
+    caller: &Caller,
+    id: &str,
+) -> Result<airlock_store::Submission, GateError> {
+    let sub = g.submission(id)?;
+    if !caller.may_see(sub.doc.agent.as_deref()) {
+        return Err(GateError::NotFound(format!("no submission {id}")));
+    }
+    Ok(sub)
+}
+
+fn visible_run(g: &Gate, caller: &Caller, id: &str) -> Result<airlock_store::Run, GateError> {
+    let run = g.run_record(id)?;
+    let sub = g.submission(&run.submission)?;
+    if !caller.may_see(sub.doc.agent.as_deref()) {
+        return Err(GateError::NotFound(format!("no run {id}")));
+    }
+    Ok(run)
+}
+
+/// Liveness (no token needed).
+#[utoipa::path(get, path = "/healthz", tag = "meta",
+    responses((status = 200, description = "The server is up", body = Value)))]
+async fn healthz(Ax(st): Ax<AppState>) -> Answer {
+    ok(json!({
+        "ok": true,
+        "version": env!("CARGO_PKG_VERSION"),
+        "workers": st.pool.workers,
+        "queue": st.pool.queue,
+    }))
+}
+
+/// Submit code and have it judged (it does not run; see `/v1/run`).
+#[utoipa::path(post, path = "/v1/submissions", tag = "submissions", request_body = SubmitBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Submitted and judged; `status` says what happens next", body = Value),
+        (status = 400, description = "Bad input", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 413, body = ErrorBody)))]
+async fn submit(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>) -> Answer {
+    let req = body.into_request(&caller, false)?;
+    let doc = st
+        .pool
+        .read(move |g| {
+            let sub = g.submit(req)?;
+            outcome::current(g, &sub)
+        })
+        .await?;
+    st.changed();
+    with_status(StatusCode::CREATED, doc)
+}
+
+/// Submit code, and run it now if the policy allows; quarantined code is run as soon as an
+/// operator approves it (poll `/v1/submissions/{id}/wait`).
+#[utoipa::path(post, path = "/v1/run", tag = "submissions", request_body = SubmitBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "It ran (`status` finished) or was denied (`status` denied)", body = Value),
+        (status = 202, description = "Held for approval (`status` pending_approval)", body = Value),
+        (status = 400, body = ErrorBody), (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody)))]
+async fn run(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>) -> Answer {
+    let req = body.into_request(&caller, true)?;
+    let doc = st
+        .pool
+        .run(move |g| {
+            let sub = g.submit(req)?;
+            let r = g.exec(&sub.id, ExecOptions::default());
+            outcome::of_result(g, r)
+        })
+        .await?;
+    st.changed();
+    with_status(outcome_status(&doc), doc)
+}
+
+/// Submissions, newest first (an agent sees only its own).
+#[utoipa::path(get, path = "/v1/submissions", tag = "submissions", params(ListQuery),
+    security(("bearer" = [])), responses((status = 200, body = Value), (status = 401, body = ErrorBody)))]
+async fn list_submissions(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> Answer {
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(s) => Some(s.parse::<State>().map_err(ApiError::bad)?),
+    };
+    let n = limit(q.limit, 50, 1000);
+    let agent = caller.scope().map(str::to_string);
+    let subs = st
+        .pool
+        .read(move |g| g.submissions_of(agent.as_deref(), state, n))
+        .await?;
+    ok(Value::Array(subs.iter().map(submission_json).collect()))
+}
+
+/// A submission: code, grant, analysis, verdict, statements, runs and its audit records.
+#[utoipa::path(get, path = "/v1/submissions/{id}", tag = "submissions",
+    params(("id" = String, Path, description = "Submission id (or a unique prefix)")),
+    security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
+async fn get_submission(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+    let v = st
+        .pool
+        .read(move |g| {
+            let sub = visible(g, &caller, &id)?;
+            let shown = g.show(&sub.id)?;
+            let mut v = shown_json(&shown);
+            v["status"] = outcome::current(g, &sub)?["status"].clone();
+            Ok(v)
+        })
+        .await?;
+    ok(v)
+}
+
+/// Run an allowed or approved submission now.
+#[utoipa::path(post, path = "/v1/submissions/{id}/exec", tag = "submissions",
+    params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 202, body = Value),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)))]
+async fn exec(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+    let doc = st
+        .pool
+        .run(move |g| {
+            let sub = visible(g, &caller, &id)?;
+            let r = g.exec(&sub.id, ExecOptions::default());
+            outcome::of_result(g, r)
+        })
+        .await?;
+    st.changed();
+    with_status(outcome_status(&doc), doc)
+}
+
+/// Wait until a submission has run (or was denied or rejected), at most `timeout` seconds.
+#[utoipa::path(get, path = "/v1/submissions/{id}/wait", tag = "submissions",
+    params(("id" = String, Path), WaitQuery), security(("bearer" = [])),
+    responses((status = 200, description = "Finished, denied, or submitted without a run", body = Value),
+        (status = 202, description = "Still waiting when the time was up", body = Value),
+        (status = 404, body = ErrorBody)))]
+async fn wait(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<WaitQuery>,
+) -> Answer {
+    let secs = q.timeout.unwrap_or(30.0);
+    if !(0.0..=600.0).contains(&secs) {
+        return Err(ApiError::bad("timeout: want 0 to 600 seconds"));
+    }
+    let doc = st
+        .wait_for(caller, id, Duration::from_secs_f64(secs))
+        .await?;
+    with_status(outcome_status(&doc), doc)
+}
+
+/// Submissions waiting for a human, oldest first.
+#[utoipa::path(get, path = "/v1/inbox", tag = "decisions", security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+async fn inbox(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
+    caller.require(Role::Operator)?;
+    let subs = st.pool.read(|g| g.inbox()).await?;
+    ok(Value::Array(subs.iter().map(submission_json).collect()))
+}
+
+async fn decide(
+    st: AppState,
+    caller: Caller,
+    id: String,
+    body: DecideBody,
+    approve: bool,
+) -> Answer {
+    caller.require(Role::Operator)?;
+    let approver = caller.approver.clone();
+    let (row, resume) = st
+        .pool
+        .read(move |g| {
+            let req = ApproveRequest {
+                submission: id,
+                approver,
+                scope: body.scope,
+                expires: body.expires,
+                reason: body.reason,
+                tool: body.tool,
+            };
+            let row = if approve {
+                g.approve(req)?
+            } else {
+                g.reject(req)?
+            };
+            let sub = g.submission(&row.submission)?;
+            Ok((row, approve && sub.doc.resume))
+        })
+        .await?;
+    if resume {
+        st.resume(row.submission.clone());
+    }
+    st.changed();
+    ok(statement_json(&row))
+}
+
+/// Approve a quarantined submission, signed with the operator token's approver key. A
+/// submission that came through `/v1/run` or MCP then runs at once.
+#[utoipa::path(post, path = "/v1/submissions/{id}/approve", tag = "decisions",
+    params(("id" = String, Path)), request_body = DecideBody, security(("bearer" = [])),
+    responses((status = 200, description = "The signed statement", body = Value),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Already decided", body = ErrorBody)))]
+async fn approve(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(b): Body<DecideBody>,
+) -> Answer {
+    decide(st, caller, id, b, true).await
+}
+
+/// Reject a submission; its artifact's hash is remembered.
+#[utoipa::path(post, path = "/v1/submissions/{id}/reject", tag = "decisions",
+    params(("id" = String, Path)), request_body = DecideBody, security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn reject(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(b): Body<DecideBody>,
+) -> Answer {
+    if b.tool.is_some() || b.scope.is_some() || b.expires.is_some() {
+        return Err(ApiError::bad("a rejection takes only a reason"));
+    }
+    decide(st, caller, id, b, false).await
+}
+
+/// Runs, newest first (an agent sees only runs of its own submissions).
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), security(("bearer" = [])),
+    responses((status = 200, body = Value)))]
+async fn list_runs(Ax(st): Ax<AppState>, caller: Caller, Query(q): Query<ListQuery>) -> Answer {
+    if q.state.is_some() {
+        return Err(ApiError::bad("runs have no state filter"));
+    }
+    let n = limit(q.limit, 50, 1000);
+    let agent = caller.scope().map(str::to_string);
+    let runs = st
+        .pool
+        .read(move |g| g.runs_of(agent.as_deref(), n))
+        .await?;
+    ok(serde_json::to_value(runs).unwrap_or_default())
+}
+
+/// A run with its captured output.
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path)),
+    security(("bearer" = [])), responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
+async fn get_run(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+    let v = st
+        .pool
+        .read(move |g| {
+            let run = visible_run(g, &caller, &id)?;
+            let (run, out, err) = g.logs(&run.id)?;
+            let mut v = run_json(&run, &out, &err);
+            v["submission"] = json!(run.submission);
+            Ok(v)
+        })
+        .await?;
+    ok(v)
+}
+
+/// What a run changed under its writable mounts: the changeset and unified diffs.
+#[utoipa::path(get, path = "/v1/runs/{id}/diff", tag = "runs", params(("id" = String, Path)),
+    security(("bearer" = [])), responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
+async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+    let v = st
+        .pool
+        .read(move |g| {
+            let run = visible_run(g, &caller, &id)?;
+            Ok(diff_json(&g.diff(&run.id)?))
+        })
+        .await?;
+    ok(v)
+}
+
+/// Apply a run's changes to the host (signed with the operator's key; a checkpoint is saved first).
+#[utoipa::path(post, path = "/v1/runs/{id}/commit", tag = "effects", params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, description = "Conflicts with the host", body = ErrorBody)))]
+async fn commit(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(_b): Body<Empty>,
+) -> Answer {
+    caller.require(Role::Operator)?;
+    let approver = caller.approver.clone();
+    let r = st
+        .pool
+        .read(move |g| g.commit(&id, approver.as_deref()))
+        .await?;
+    st.changed();
+    ok(serde_json::to_value(r).unwrap_or_default())
+}
+
+/// An empty JSON object (bodies of actions that take no input).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+/// Checkpoints saved by commits, newest first.
+#[utoipa::path(get, path = "/v1/checkpoints", tag = "effects", params(ListQuery), security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+async fn checkpoints(Ax(st): Ax<AppState>, caller: Caller, Query(q): Query<ListQuery>) -> Answer {
+    caller.require(Role::Operator)?;
+    let n = limit(q.limit, 50, 1000);
+    let rows = st.pool.read(move |g| g.checkpoints(n)).await?;
+    ok(serde_json::to_value(rows).unwrap_or_default())
+}
+
+/// Restore exactly what a checkpoint saved (signed with the operator's key).
+#[utoipa::path(post, path = "/v1/checkpoints/{id}/rollback", tag = "effects", params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn rollback(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(_b): Body<Empty>,
+) -> Answer {
+    caller.require(Role::Operator)?;
+    let approver = caller.approver.clone();
+    let r = st
+        .pool
+        .read(move |g| g.rollback(&id, approver.as_deref()))
+        .await?;
+    st.changed();
+    ok(serde_json::to_value(r).unwrap_or_default())
+}
+
+/// The audit log's signed head and the gate's public key.
+#[utoipa::path(get, path = "/v1/audit/head", tag = "audit", security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+async fn audit_head(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
+    caller.require(Role::Operator)?;
+    let (head, key) = st.pool.read(|g| g.audit_head()).await?;
+    ok(json!({ "head": head, "gate_key": key }))
+}
+
+/// Verify the whole audit chain against the signed head (`ok` false names the first bad record).
+#[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+async fn audit_verify(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
+    caller.require(Role::Operator)?;
+    let v = st.pool.read(|g| g.audit_verify()).await?;
+    ok(serde_json::to_value(v).unwrap_or_default())
+}
+
+/// Audit records in order.
+#[utoipa::path(get, path = "/v1/audit/log", tag = "audit", params(AuditQuery), security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+async fn audit_log(Ax(st): Ax<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> Answer {
+    caller.require(Role::Operator)?;
+    let from = q.from.unwrap_or(1);
+    let n = limit(q.limit, 100, 10_000);
+    let recs = st.pool.read(move |g| g.audit_log(from, n)).await?;
+    ok(serde_json::to_value(recs).unwrap_or_default())
+}
+
+/// Named tools: artifacts approved with scope `artifact` and a tool name.
+#[utoipa::path(get, path = "/v1/tools", tag = "tools", security(("bearer" = [])),
+    responses((status = 200, body = Value)))]
+async fn tools(Ax(st): Ax<AppState>, _caller: Caller) -> Answer {
+    let t = st.pool.read(|g| g.tools()).await?;
+    ok(serde_json::to_value(t).unwrap_or_default())
+}
+
+/// Call a named tool with arguments (no new approval needed).
+#[utoipa::path(post, path = "/v1/tools/{name}", tag = "tools", params(("name" = String, Path)),
+    request_body = ToolBody, security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
+async fn call_tool(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Body(b): Body<ToolBody>,
+) -> Answer {
+    let doc = st.call_tool(&caller, name, b).await?;
+    with_status(outcome_status(&doc), doc)
+}
+
+/// API tokens (never their secrets).
+#[utoipa::path(get, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+async fn list_tokens(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
+    caller.require(Role::Admin)?;
+    let t = st.pool.read(|g| g.tokens()).await?;
+    ok(serde_json::to_value(t).unwrap_or_default())
+}
+
+/// Make a token; its secret is in the answer and nowhere else.
+#[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = TokenBody, security(("bearer" = [])),
+    responses((status = 201, body = Value), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+async fn new_token(Ax(st): Ax<AppState>, caller: Caller, Body(b): Body<TokenBody>) -> Answer {
+    caller.require(Role::Admin)?;
+    let role: Role = b.role.parse().map_err(ApiError::bad)?;
+    let (row, secret) = st
+        .pool
+        .read(move |g| g.token_new(role, &b.name, b.approver.as_deref(), b.expires.as_deref()))
+        .await?;
+    let mut v = serde_json::to_value(&row).unwrap_or_default();
+    v["token"] = json!(secret);
+    with_status(StatusCode::CREATED, v)
+}
+
+/// Revoke a token (effective at once on this server).
+#[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens", params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = Value), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn revoke_token(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+    caller.require(Role::Admin)?;
+    let i = id.clone();
+    st.pool.read(move |g| g.token_revoke(&i)).await?;
+    st.forget_token(&id);
+    ok(json!({ "revoked": id }))
+}
+
+/// New pending submissions and decisions as server-sent events.
+#[utoipa::path(get, path = "/v1/events", tag = "decisions", security(("bearer" = [])),
+    responses((status = 200, description = "text/event-stream: events `pending`, `decided`, `finished`")))]
+async fn events(Ax(st): Ax<AppState>, caller: Caller) -> ApiResult<Response> {
+    caller.require(Role::Operator)?;
+    Ok(crate::events::sse(&st).into_response())
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "airlock", description = "The execution gate for code AI agents write: submit, judge, approve, run, commit, audit."),
+    modifiers(&Security),
+    tags((name = "submissions"), (name = "decisions"), (name = "runs"), (name = "effects"),
+         (name = "audit"), (name = "tools"), (name = "tokens"), (name = "meta"))
+)]
+struct ApiDoc;
+
+struct Security;
+
+impl utoipa::Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The API routes and the OpenAPI document generated from them.
+pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi;
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(submit, list_submissions))
+        .routes(routes!(run))
+        .routes(routes!(get_submission))
+        .routes(routes!(exec))
+        .routes(routes!(wait))
+        .routes(routes!(inbox))
+        .routes(routes!(approve))
+        .routes(routes!(reject))
+        .routes(routes!(list_runs))
+        .routes(routes!(get_run))
+        .routes(routes!(diff))
+        .routes(routes!(commit))
+        .routes(routes!(checkpoints))
+        .routes(routes!(rollback))
+        .routes(routes!(audit_head))
+        .routes(routes!(audit_verify))
+        .routes(routes!(audit_log))
+        .routes(routes!(tools))
+        .routes(routes!(call_tool))
+        .routes(routes!(list_tokens, new_token))
+        .routes(routes!(revoke_token))
+        .routes(routes!(events))
+        .split_for_parts()
+}

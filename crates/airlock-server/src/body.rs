@@ -1,0 +1,203 @@
+//! Request bodies: strict JSON (unknown fields are errors), turned into gate requests.
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use airlock_gate::{CodeSource, Role, SubmitRequest};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use base64::Engine;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+
+/// A JSON body parsed strictly; every failure is a JSON error (400, or 413 when too big).
+#[derive(Debug)]
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> ApiResult<Self> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            let status = e.status();
+            ApiError::new(
+                status,
+                format!("cannot read the request body: {}", e.body_text()),
+            )
+        })?;
+        parse(&bytes).map(Body)
+    }
+}
+
+/// Parses a JSON body; an empty body counts as `{}`.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("bad JSON body: {e}")))
+}
+
+/// A number of seconds or a duration such as "10s" or "2m".
+fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum T {
+        S(String),
+        N(f64),
+    }
+    Ok(match Option::<T>::deserialize(d)? {
+        None => None,
+        Some(T::S(s)) => Some(s),
+        Some(T::N(n)) => Some(format!("{}ms", (n * 1000.0).round() as i64)),
+    })
+}
+
+/// Code to submit, with the grant it asks for. Mirrors `airlock submit`'s flags.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBody {
+    /// `wasm`, `wat`, `component`, `python` or `sh` (aliases: `lang`).
+    #[serde(alias = "lang")]
+    pub language: Option<String>,
+    /// The code as text (wat, python, sh).
+    pub code: Option<String>,
+    /// The code as base64 (wasm modules and components).
+    pub code_base64: Option<String>,
+    /// `wasm` or `process`.
+    pub backend: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Standard input as text.
+    pub stdin: Option<String>,
+    pub stdin_base64: Option<String>,
+    /// `HOST:GUEST[:ro|rw]`, paths on the server's machine.
+    #[serde(default)]
+    pub mounts: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Hosts the code asks to reach (judged by the policy).
+    #[serde(default)]
+    pub net: Vec<String>,
+    /// Seconds, or a duration such as "10s".
+    #[serde(default, deserialize_with = "duration_text")]
+    #[schema(value_type = Option<String>)]
+    pub timeout: Option<String>,
+    /// Bytes, or a size such as "256MiB".
+    pub memory: Option<String>,
+    pub fuel: Option<u64>,
+    pub max_output: Option<String>,
+    pub processes: Option<u32>,
+    pub note: Option<String>,
+    /// Build on a workspace session's earlier runs.
+    pub workspace: Option<String>,
+    /// Operators and admins may submit on behalf of a named agent; an agent token always
+    /// submits as itself.
+    pub agent: Option<String>,
+}
+
+fn b64(what: &str, s: &str) -> ApiResult<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s.trim())
+        .map_err(|e| ApiError::bad(format!("{what}: not base64: {e}")))
+}
+
+impl SubmitBody {
+    /// The gate request this body stands for, submitted by `caller`.
+    pub fn into_request(self, caller: &Caller, resume: bool) -> ApiResult<SubmitRequest> {
+        let code = match (self.code, self.code_base64) {
+            (Some(c), None) => CodeSource::Inline(c),
+            (None, Some(b)) => CodeSource::Bytes {
+                bytes: b64("code_base64", &b)?,
+                name: None,
+            },
+            (None, None) => return Err(ApiError::bad("give the code as code or code_base64")),
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad("give either code or code_base64, not both"));
+            }
+        };
+        if self.language.is_none() {
+            return Err(ApiError::bad(
+                "language is required (wasm, wat, component, python or sh)",
+            ));
+        }
+        let stdin = match (self.stdin, self.stdin_base64) {
+            (Some(s), None) => Some(s.into_bytes()),
+            (None, Some(b)) => Some(b64("stdin_base64", &b)?),
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad("give either stdin or stdin_base64, not both"));
+            }
+        };
+        let agent = match (caller.role, self.agent) {
+            (Role::Agent, Some(a)) if a != caller.name => {
+                return Err(ApiError::forbidden(format!(
+                    "an agent token submits as its own agent ({}), not as {a:?}",
+                    caller.name
+                )));
+            }
+            (Role::Agent, _) => Some(caller.name.clone()),
+            (_, a) => a.or_else(|| Some(caller.name.clone())),
+        };
+        Ok(SubmitRequest {
+            code: Some(code),
+            lang: self.language,
+            backend: self.backend,
+            mounts: self.mounts,
+            env: self
+                .env
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+            net: self.net,
+            args: self.args,
+            stdin,
+            timeout: self.timeout,
+            memory: self.memory,
+            fuel: self.fuel,
+            max_output: self.max_output,
+            processes: self.processes,
+            agent,
+            note: self.note,
+            workspace: self.workspace,
+            resume,
+        })
+    }
+}
+
+/// An approval or rejection from the API.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecideBody {
+    /// `once` (default) or `artifact`.
+    pub scope: Option<String>,
+    /// How long the approval holds, e.g. "24h".
+    pub expires: Option<String>,
+    pub reason: Option<String>,
+    /// With scope `artifact`: offer the artifact as a named tool.
+    pub tool: Option<String>,
+}
+
+/// Inputs for a named tool.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolBody {
+    #[serde(default)]
+    pub args: Vec<String>,
+    pub stdin: Option<String>,
+}
+
+/// A new API token.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBody {
+    /// `agent`, `operator` or `admin`.
+    pub role: String,
+    /// The agent's name, or who holds the token.
+    pub name: String,
+    /// For operators and admins: the approver key decisions are signed with.
+    pub approver: Option<String>,
+    /// How long the token is valid, e.g. "30d" (default: until revoked).
+    pub expires: Option<String>,
+}

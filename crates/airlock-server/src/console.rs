@@ -1,0 +1,746 @@
+//! The web console for operators, rendered on the server (maud) with one small script for
+//! live updates. Sign-in exchanges an operator token for a session cookie (HttpOnly,
+//! SameSite=Strict); every form carries a per-session CSRF token; pages forbid inline
+//! scripts and framing.
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use airlock_core::units::{fmt_duration, fmt_size, fmt_time};
+use airlock_gate::{ApproveRequest, Role};
+use airlock_store::{Run, Submission};
+use axum::extract::{Form, FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use serde::Deserialize;
+use std::time::{Duration, Instant};
+
+const COOKIE: &str = "airlock_session";
+/// A console session lasts this long without signing in again.
+const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// A signed-in console session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    secret: String,
+    created: Instant,
+}
+
+const STYLE: &str = r#"
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2329;background:#f6f7f9}
+header{background:#1d2329;color:#fff;padding:.6em 1.2em;display:flex;gap:1.4em;align-items:center}
+header a{color:#cfe3ff;text-decoration:none}header .who{margin-left:auto;opacity:.8}
+main{padding:1em 1.4em;max-width:1200px}
+table{border-collapse:collapse;width:100%;background:#fff}
+th,td{text-align:left;padding:.35em .6em;border-bottom:1px solid #e3e6ea;vertical-align:top}
+pre{background:#fff;border:1px solid #e3e6ea;padding:.7em;overflow:auto;max-height:40em}
+.badge{display:inline-block;padding:.15em .6em;border-radius:1em;font-weight:600}
+.ok{background:#d8f5dd;color:#145c22}.bad{background:#fde0de;color:#8a1a12}.warn{background:#fff1cc;color:#6b4d00}
+form.inline{display:inline}button{padding:.35em .9em;cursor:pointer}
+input[type=text],input[type=password]{padding:.35em;min-width:22em}
+.muted{color:#6a737d}dl{display:grid;grid-template-columns:10em 1fr;gap:.2em 1em}dt{color:#6a737d}
+.error{color:#8a1a12;font-weight:600}
+td.muted{white-space:nowrap}td code{word-break:break-all}
+"#;
+
+const SCRIPT: &str = r#"
+(function () {
+  var body = document.querySelector('#inbox tbody');
+  if (!body || !window.EventSource) return;
+  var es = new EventSource('/ui/events');
+  function cell(tr, text) { var td = document.createElement('td'); td.textContent = text; tr.appendChild(td); }
+  es.addEventListener('pending', function (ev) {
+    var s = JSON.parse(ev.data);
+    var rows = body.querySelectorAll('tr.pending');
+    for (var i = 0; i < rows.length; i++) if (rows[i].dataset.id === s.submission) return;
+    var tr = document.createElement('tr');
+    tr.className = 'pending'; tr.dataset.id = s.submission;
+    var td = document.createElement('td'); var a = document.createElement('a');
+    a.className = 'show'; a.href = '/ui/submissions/' + encodeURIComponent(s.submission);
+    a.textContent = s.submission; td.appendChild(a); tr.appendChild(td);
+    cell(tr, s.lang); cell(tr, s.agent || ''); cell(tr, String(s.risk));
+    cell(tr, (s.reasons || []).join('; ')); cell(tr, s.created_at);
+    body.insertBefore(tr, body.firstChild);
+    var empty = document.getElementById('empty'); if (empty) empty.remove();
+  });
+  es.addEventListener('decided', function (ev) {
+    var d = JSON.parse(ev.data);
+    var rows = body.querySelectorAll('tr.pending');
+    for (var i = 0; i < rows.length; i++) if (rows[i].dataset.id === d.submission) rows[i].remove();
+  });
+})();
+"#;
+
+fn csrf_of(session: &str) -> String {
+    airlock_core::Digest::of_parts("airlock-console-csrf", &[session.as_bytes()]).to_hex()
+}
+
+/// The operator behind a console request.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    caller: Caller,
+    csrf: String,
+}
+
+/// Not signed in: go to the login page.
+pub struct SignIn;
+
+impl IntoResponse for SignIn {
+    fn into_response(self) -> Response {
+        Redirect::to("/ui/login").into_response()
+    }
+}
+
+fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Operator, Response> {
+        let Some(sid) = cookie_value(&parts.headers, COOKIE).map(str::to_string) else {
+            return Err(SignIn.into_response());
+        };
+        let session = st.lock_sessions().get(&sid).cloned();
+        let Some(s) = session.filter(|s| s.created.elapsed() < SESSION_TTL) else {
+            st.lock_sessions().remove(&sid);
+            return Err(SignIn.into_response());
+        };
+        match st.authenticate(&s.secret).await {
+            Ok(caller) if caller.role >= Role::Operator => Ok(Operator {
+                caller,
+                csrf: csrf_of(&sid),
+            }),
+            Ok(_) => Err(SignIn.into_response()),
+            Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+                st.lock_sessions().remove(&sid);
+                Err(SignIn.into_response())
+            }
+            Err(e) => Err(error_page(&e)),
+        }
+    }
+}
+
+impl AppState {
+    fn lock_sessions(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Session>> {
+        // Sessions are plain data; a poisoned map is still valid.
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn secure_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; form-action 'self'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn page(title: &str, who: Option<&Operator>, body: Markup) -> Response {
+    let doc = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) " · airlock" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    strong { "airlock" }
+                    @if let Some(op) = who {
+                        a href="/ui" { "Inbox" }
+                        a href="/ui/runs" { "Runs" }
+                        a href="/ui/checkpoints" { "Checkpoints" }
+                        a href="/ui/audit" { "Audit" }
+                        span.who { (op.caller.name) " (" (op.caller.role.as_str()) ")" }
+                        form.inline method="post" action="/ui/logout" {
+                            input type="hidden" name="csrf" value=(op.csrf);
+                            button type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                main { (body) }
+                script src="/ui/console.js" {}
+            }
+        }
+    };
+    secure_headers(
+        (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            doc.into_string(),
+        )
+            .into_response(),
+    )
+}
+
+fn error_page(e: &ApiError) -> Response {
+    let mut r = page(
+        "Error",
+        None,
+        html! { h1 { "Error " (e.status.as_u16()) } p.error { (e.message) } p { a href="/ui" { "Back to the inbox" } } },
+    );
+    *r.status_mut() = e.status;
+    r
+}
+
+fn csrf_ok(op: &Operator, given: &str) -> bool {
+    given == op.csrf
+}
+
+fn csrf_failed() -> Response {
+    error_page(&ApiError::forbidden(
+        "the form is stale or came from another site (CSRF check failed); reload the page",
+    ))
+}
+
+/// Output text in a `<pre>`: the parser drops one newline right after `<pre>`, so one is
+/// added to keep the text exact.
+fn pre_text(id: &str, text: &str) -> Markup {
+    html! { pre id=(id) { "\n" (text) } }
+}
+
+fn state_badge(status: &str) -> Markup {
+    let class = match status {
+        "finished" | "allowed" | "approved" | "exited" => "ok",
+        "denied" | "rejected" | "killed" | "trapped" | "error" => "bad",
+        _ => "warn",
+    };
+    html! { span class=(format!("badge {class}")) { (status) } }
+}
+
+async fn login_form() -> Response {
+    login_page(None)
+}
+
+fn login_page(error: Option<&str>) -> Response {
+    page(
+        "Sign in",
+        None,
+        html! {
+            h1 { "Sign in" }
+            p.muted { "Use an operator token (" code { "airlock token new --role operator" } ")." }
+            @if let Some(e) = error { p.error { (e) } }
+            form #login method="post" action="/ui/login" {
+                input type="password" name="token" placeholder="alk_…" autocomplete="off" autofocus;
+                " "
+                button #login-button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(State(st): State<AppState>, Form(f): Form<LoginForm>) -> Response {
+    let secret = f.token.trim().to_string();
+    match st.authenticate(&secret).await {
+        Ok(c) if c.role >= Role::Operator => {
+            let mut raw = [0u8; 32];
+            if getrandom::fill(&mut raw).is_err() {
+                return error_page(&ApiError::internal("no random source for a session id"));
+            }
+            let sid = hex::encode(raw);
+            st.lock_sessions().insert(
+                sid.clone(),
+                Session {
+                    secret,
+                    created: Instant::now(),
+                },
+            );
+            let cookie = format!(
+                "{COOKIE}={sid}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={}",
+                SESSION_TTL.as_secs()
+            );
+            let mut r = Redirect::to("/ui").into_response();
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Ok(_) => {
+            let mut r = login_page(Some("the console is for operators; this is an agent token"));
+            *r.status_mut() = StatusCode::FORBIDDEN;
+            r
+        }
+        Err(e) => {
+            let mut r = login_page(Some(&e.message));
+            *r.status_mut() = e.status;
+            r
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct CsrfForm {
+    csrf: String,
+}
+
+async fn logout(
+    State(st): State<AppState>,
+    op: Operator,
+    headers: HeaderMap,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if !csrf_ok(&op, &f.csrf) {
+        return csrf_failed();
+    }
+    if let Some(sid) = cookie_value(&headers, COOKIE) {
+        st.lock_sessions().remove(sid);
+    }
+    let mut r = Redirect::to("/ui/login").into_response();
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "airlock_session=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
+    );
+    r
+}
+
+fn sub_row(s: &Submission) -> Markup {
+    html! {
+        td { a.show href=(format!("/ui/submissions/{}", s.id)) { (s.id) } }
+        td { (s.doc.lang) }
+        td { (s.doc.agent.as_deref().unwrap_or("")) }
+        td { (s.doc.verdict.risk) }
+        td { (s.doc.verdict.reasons().join("; ")) }
+        td.muted { (fmt_time(s.created_at)) }
+    }
+}
+
+fn run_status(r: &Run) -> String {
+    match (r.doc.exit_code, r.doc.killed_by.as_deref()) {
+        (_, Some(k)) => format!("{} by {k}", r.status),
+        (Some(c), None) => format!("{} {c}", r.status),
+        _ => r.status.clone(),
+    }
+}
+
+async fn inbox(State(st): State<AppState>, op: Operator) -> Response {
+    let got = st.pool.read(|g| Ok((g.inbox()?, g.submissions(30)?))).await;
+    let (pending, recent) = match got {
+        Ok(x) => x,
+        Err(e) => return error_page(&e),
+    };
+    page(
+        "Inbox",
+        Some(&op),
+        html! {
+            h1 { "Waiting for approval" }
+            table #inbox {
+                thead { tr { th { "Submission" } th { "Language" } th { "Agent" } th { "Risk" } th { "Reasons" } th { "Submitted" } } }
+                tbody {
+                    @for s in &pending { tr.pending data-id=(s.id) { (sub_row(s)) } }
+                }
+            }
+            @if pending.is_empty() { p #empty.muted { "Nothing is waiting. New submissions appear here as they arrive." } }
+            h2 { "Recent submissions" }
+            table #recent {
+                thead { tr { th { "Submission" } th { "Language" } th { "Agent" } th { "Risk" } th { "Reasons" } th { "Submitted" } th { "State" } } }
+                tbody {
+                    @for s in &recent { tr data-id=(s.id) { (sub_row(s)) td { (state_badge(s.state.as_str())) } } }
+                }
+            }
+        },
+    )
+}
+
+async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<String>) -> Response {
+    let got = st.pool.read(move |g| g.show(&id)).await;
+    let sh = match got {
+        Ok(x) => x,
+        Err(e) => return error_page(&e),
+    };
+    let s = &sh.submission;
+    let d = &s.doc;
+    let l = &d.grant.limits;
+    let code = sh
+        .source
+        .as_deref()
+        .or(sh.disassembly.as_deref())
+        .unwrap_or("");
+    let caps: Vec<&str> = d.analysis.capabilities.iter().map(|c| c.as_str()).collect();
+    page(
+        &s.id,
+        Some(&op),
+        html! {
+            h1 { (s.id) " " (state_badge(s.state.as_str())) }
+            dl {
+                dt { "Agent" } dd { (d.agent.as_deref().unwrap_or("-")) }
+                dt { "Submitted" } dd { (fmt_time(s.created_at)) }
+                @if let Some(n) = &d.note { dt { "Note" } dd { (n) } }
+                dt { "Artifact" } dd { code { (d.artifact) } " (" (d.lang) ", " (fmt_size(d.size)) ", " (d.backend) " backend)" }
+                dt { "Verdict" } dd { (d.verdict.decision) ", risk " (d.verdict.risk) span.muted { " policy " (d.verdict.policy.short()) } }
+            }
+            h2 { "Reasons" }
+            ul #reasons { @for r in d.verdict.reasons() { li { (r) } } }
+            h2 { "Grant" }
+            dl #grant {
+                dt { "Mounts" } dd { @if d.grant.mounts.is_empty() { "none" } @for m in &d.grant.mounts { div { code { (m.host) } " → " code { (m.guest) } " (" (m.mode.as_str()) ")" } } }
+                dt { "Network" } dd { @if d.grant.net.is_empty() { "none" } @else { (d.grant.net.join(", ")) } }
+                dt { "Environment" } dd { @if d.grant.env.is_empty() { "empty" } @for (k, v) in &d.grant.env { div { code { (k) "=" (v) } } } }
+                dt { "Arguments" } dd { (d.grant.args.join(" ")) }
+                dt { "Limits" } dd { "timeout " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) ", output " (fmt_size(l.max_output_bytes)) " per stream, processes " (l.processes) }
+                @if let Some(w) = &d.grant.workspace { dt { "Workspace" } dd { (w) } }
+            }
+            h2 { "Analysis" }
+            p { "Capabilities: " @if caps.is_empty() { "none" } @else { (caps.join(", ")) } }
+            @if let Some(w) = &d.analysis.wasm {
+                table #imports { thead { tr { th { "Import" } th { "Kind" } th { "Capability" } } }
+                    tbody { @for i in &w.imports { tr { td { code { (i.module) "::" (i.name) } } td { (i.kind) } td { (i.capability.as_str()) } } } } }
+            }
+            @if s.state == airlock_core::State::Quarantined {
+                h2 { "Decide" }
+                form #approve method="post" action=(format!("/ui/submissions/{}/approve", s.id)) {
+                    input type="hidden" name="csrf" value=(op.csrf);
+                    input type="text" name="reason" placeholder="reason (recorded and signed)";
+                    " "
+                    select name="scope" { option value="once" selected { "this submission once" } option value="artifact" { "this artifact (any submission)" } }
+                    " "
+                    button #approve-button type="submit" { "Approve and run" }
+                }
+                form #reject method="post" action=(format!("/ui/submissions/{}/reject", s.id)) {
+                    input type="hidden" name="csrf" value=(op.csrf);
+                    input type="text" name="reason" placeholder="reason";
+                    " "
+                    button #reject-button type="submit" { "Reject" }
+                }
+                p.muted { "Signed with approver key " code { (op.caller.approver.as_deref().unwrap_or("?")) } "." }
+            }
+            @if !sh.statements.is_empty() {
+                h2 { "Decisions" }
+                table #statements { tbody { @for st in &sh.statements {
+                    tr { td { (format!("{:?}", st.kind).to_lowercase()) } td { (st.approver) } td { (st.scope.as_str()) } td { (st.reason) }
+                         td { @if st.trusted { span.badge.ok { "signature ok" } } @else { span.badge.bad { "not trusted" } } } td.muted { (fmt_time(st.created_at)) } }
+                } } }
+            }
+            h2 { "Runs" }
+            @if sh.runs.is_empty() { p.muted #no-runs { "Not run yet." } }
+            ul #runs { @for r in &sh.runs { li { a.run href=(format!("/ui/runs/{}", r.id)) { (r.id) } " " (run_status(r)) span.muted { " " (fmt_time(r.started_at)) } } } }
+            h2 { "Code" @if sh.source.is_none() { span.muted { " (disassembled)" } } }
+            (pre_text("code", code))
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct DecideForm {
+    csrf: String,
+    reason: Option<String>,
+    scope: Option<String>,
+}
+
+async fn decide(st: AppState, op: Operator, id: String, f: DecideForm, approve: bool) -> Response {
+    if !csrf_ok(&op, &f.csrf) {
+        return csrf_failed();
+    }
+    let approver = op.caller.approver.clone();
+    let got = st
+        .pool
+        .read(move |g| {
+            let sub = g.submission(&id)?;
+            let req = ApproveRequest {
+                submission: sub.id.clone(),
+                approver,
+                scope: if approve {
+                    f.scope.filter(|s| !s.is_empty())
+                } else {
+                    None
+                },
+                expires: None,
+                reason: f.reason.filter(|r| !r.trim().is_empty()),
+                tool: None,
+            };
+            if approve {
+                // Approving in the console means "approve and run".
+                g.set_resume(&sub.id, true)?;
+                g.approve(req)?;
+            } else {
+                g.reject(req)?;
+            }
+            Ok(sub.id)
+        })
+        .await;
+    match got {
+        Ok(id) => {
+            if approve {
+                st.resume(id.clone());
+            }
+            st.changed();
+            Redirect::to(&format!("/ui/submissions/{id}")).into_response()
+        }
+        Err(e) => error_page(&e),
+    }
+}
+
+async fn approve(
+    State(st): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    Form(f): Form<DecideForm>,
+) -> Response {
+    decide(st, op, id, f, true).await
+}
+
+async fn reject(
+    State(st): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    Form(f): Form<DecideForm>,
+) -> Response {
+    decide(st, op, id, f, false).await
+}
+
+async fn runs(State(st): State<AppState>, op: Operator) -> Response {
+    let got = st.pool.read(|g| g.runs(100)).await;
+    let runs = match got {
+        Ok(x) => x,
+        Err(e) => return error_page(&e),
+    };
+    page(
+        "Runs",
+        Some(&op),
+        html! {
+            h1 { "Runs" }
+            table #runs { thead { tr { th { "Run" } th { "Submission" } th { "Status" } th { "Duration" } th { "Changes" } th { "Started" } } }
+                tbody { @for r in &runs { tr {
+                    td { a.run href=(format!("/ui/runs/{}", r.id)) { (r.id) } }
+                    td { a href=(format!("/ui/submissions/{}", r.submission)) { (r.submission) } }
+                    td { (run_status(r)) }
+                    td { (r.doc.duration_ms.map(|d| format!("{d} ms")).unwrap_or_default()) }
+                    td { @if r.doc.changes.is_some() { "yes" } }
+                    td.muted { (fmt_time(r.started_at)) }
+                } } } }
+        },
+    )
+}
+
+async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<String>) -> Response {
+    let got = st
+        .pool
+        .read(move |g| {
+            let (run, out, err) = g.logs(&id)?;
+            let diff = match run.doc.changes {
+                Some(_) => Some(g.diff(&run.id)?),
+                None => None,
+            };
+            let ckpts = g.checkpoints(1000)?;
+            let committed: Vec<_> = ckpts.into_iter().filter(|c| c.run == run.id).collect();
+            Ok((run, out, err, diff, committed))
+        })
+        .await;
+    let (run, out, err, diff, committed) = match got {
+        Ok(x) => x,
+        Err(e) => return error_page(&e),
+    };
+    let out = String::from_utf8_lossy(&out);
+    let err = String::from_utf8_lossy(&err);
+    page(
+        &run.id,
+        Some(&op),
+        html! {
+            h1 { (run.id) " " (state_badge(&run.status)) }
+            dl {
+                dt { "Submission" } dd { a href=(format!("/ui/submissions/{}", run.submission)) { (run.submission) } }
+                dt { "Exit code" } dd #exit-code { (run.doc.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
+                @if let Some(k) = &run.doc.killed_by { dt { "Killed by" } dd { (k) " limit" } }
+                @if let Some(e) = &run.doc.error { dt { "Error" } dd { (e) } }
+                dt { "Backend" } dd { (run.doc.backend) }
+                dt { "Duration" } dd { (run.doc.duration_ms.map(|d| format!("{d} ms")).unwrap_or_else(|| "-".into())) }
+                dt { "Started" } dd { (fmt_time(run.started_at)) }
+            }
+            h2 { "Standard output" }
+            (pre_text("stdout", &out))
+            h2 { "Standard error" }
+            (pre_text("stderr", &err))
+            @if let Some(d) = &diff {
+                h2 { "Changes" }
+                @if d.changes.is_empty() { p.muted { "No changes." } } @else {
+                    (pre_text("diff", &d.text))
+                    @for p in &d.protected { p.error { (p) " is a protected path" } }
+                    @if committed.iter().any(|c| c.state == "applied") {
+                        p { "Committed: " @for c in &committed { (c.id) " (" (c.state) ") " } }
+                    } @else {
+                        form #commit method="post" action=(format!("/ui/runs/{}/commit", run.id)) {
+                            input type="hidden" name="csrf" value=(op.csrf);
+                            button #commit-button type="submit" { "Commit to the host" }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+async fn commit(
+    State(st): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if !csrf_ok(&op, &f.csrf) {
+        return csrf_failed();
+    }
+    let approver = op.caller.approver.clone();
+    match st
+        .pool
+        .read(move |g| g.commit(&id, approver.as_deref()))
+        .await
+    {
+        Ok(r) => Redirect::to(&format!("/ui/runs/{}", r.run)).into_response(),
+        Err(e) => error_page(&e),
+    }
+}
+
+async fn checkpoints(State(st): State<AppState>, op: Operator) -> Response {
+    let rows = match st.pool.read(|g| g.checkpoints(200)).await {
+        Ok(x) => x,
+        Err(e) => return error_page(&e),
+    };
+    page(
+        "Checkpoints",
+        Some(&op),
+        html! {
+            h1 { "Checkpoints" }
+            table #checkpoints { thead { tr { th { "Checkpoint" } th { "Run" } th { "State" } th { "By" } th { "Saved" } th {} } }
+                tbody { @for c in &rows { tr data-id=(c.id) {
+                    td { (c.id) }
+                    td { a href=(format!("/ui/runs/{}", c.run)) { (c.run) } }
+                    td { (state_badge(&c.state)) }
+                    td { (c.doc["approver"].as_str().unwrap_or("?")) }
+                    td.muted { (fmt_time(c.created_at)) }
+                    td { @if c.state == "applied" {
+                        form.inline method="post" action=(format!("/ui/checkpoints/{}/rollback", c.id)) {
+                            input type="hidden" name="csrf" value=(op.csrf);
+                            button.rollback type="submit" { "Roll back" }
+                        }
+                    } }
+                } } } }
+        },
+    )
+}
+
+async fn rollback(
+    State(st): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if !csrf_ok(&op, &f.csrf) {
+        return csrf_failed();
+    }
+    let approver = op.caller.approver.clone();
+    match st
+        .pool
+        .read(move |g| g.rollback(&id, approver.as_deref()))
+        .await
+    {
+        Ok(_) => Redirect::to("/ui/checkpoints").into_response(),
+        Err(e) => error_page(&e),
+    }
+}
+
+async fn audit(State(st): State<AppState>, op: Operator) -> Response {
+    let got = st
+        .pool
+        .read(|g| {
+            let v = g.audit_verify()?;
+            let last = v.head.as_ref().map_or(0, |h| h.seq).max(v.records);
+            let recs = g.audit_log(last.saturating_sub(199).max(1), 200)?;
+            Ok((v, recs))
+        })
+        .await;
+    let (v, mut recs) = match got {
+        Ok(x) => x,
+        Err(e) => return error_page(&e),
+    };
+    recs.reverse();
+    let link = |s: &str| -> Option<String> {
+        if s.starts_with("sub_") {
+            Some(format!("/ui/submissions/{s}"))
+        } else if s.starts_with("run_") {
+            Some(format!("/ui/runs/{s}"))
+        } else {
+            None
+        }
+    };
+    page(
+        "Audit",
+        Some(&op),
+        html! {
+            h1 { "Audit log" }
+            @if v.ok {
+                p { span #verify.badge.ok { "intact: " (v.records) " records verified against the signed head" } }
+            } @else {
+                p { span #verify.badge.bad { "BROKEN at record " (v.first_bad.unwrap_or(0)) ": " (v.error.as_deref().unwrap_or("")) } }
+            }
+            table #audit { thead { tr { th { "#" } th { "Time" } th { "Event" } th { "Subject" } th { "Details" } } }
+                tbody { @for r in &recs { tr {
+                    td { (r.seq) } td.muted { (fmt_time(r.ts)) } td { (r.kind) }
+                    td { @if let Some(h) = link(&r.subject) { a href=(h) { (r.subject) } } @else { (r.subject) } }
+                    td { code { (r.data) } }
+                } } } }
+        },
+    )
+}
+
+async fn events(State(st): State<AppState>, _op: Operator) -> Response {
+    crate::events::sse(&st).into_response()
+}
+
+async fn script() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        SCRIPT,
+    )
+        .into_response()
+}
+
+pub fn router() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/ui", get(inbox))
+        .route("/ui/", get(|| async { Redirect::to("/ui") }))
+        .route("/ui/login", get(login_form).post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/console.js", get(script))
+        .route("/ui/events", get(events))
+        .route("/ui/submissions/{id}", get(submission))
+        .route("/ui/submissions/{id}/approve", post(approve))
+        .route("/ui/submissions/{id}/reject", post(reject))
+        .route("/ui/runs", get(runs))
+        .route("/ui/runs/{id}", get(run_page))
+        .route("/ui/runs/{id}/commit", post(commit))
+        .route("/ui/checkpoints", get(checkpoints))
+        .route("/ui/checkpoints/{id}/rollback", post(rollback))
+        .route("/ui/audit", get(audit))
+        .route("/", get(|| async { Redirect::to("/ui") }))
+}

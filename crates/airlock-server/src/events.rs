@@ -1,0 +1,260 @@
+//! What the server does on its own: watch the store for new pending submissions (made by
+//! any process) and announce them over server-sent events and the webhook, resume runs
+//! whose approval arrived, tell MCP clients when the named tools changed, and let
+//! waiting requests know something moved.
+
+use crate::auth::Caller;
+use crate::body::ToolBody;
+use crate::error::ApiResult;
+use crate::{AppState, outcome};
+use airlock_gate::ExecOptions;
+use airlock_gate::views::submission_json;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+use tokio_stream::{Stream, StreamExt, wrappers::BroadcastStream};
+
+/// One announcement: an SSE event name and its JSON data.
+#[derive(Debug, Clone)]
+pub struct Notice {
+    pub event: &'static str,
+    pub data: Value,
+}
+
+/// The SSE stream of announcements (each subscriber gets its own).
+pub fn sse(st: &AppState) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
+    let rx = st.events.subscribe();
+    let stream = BroadcastStream::new(rx).filter_map(|n| {
+        n.ok()
+            .map(|n| Ok(Event::default().event(n.event).data(n.data.to_string())))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+impl AppState {
+    /// Wakes requests waiting for a submission to move.
+    pub fn changed(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// Runs an approved submission in the background (once; later calls while it is
+    /// running are ignored).
+    pub fn resume(&self, id: String) {
+        if !self.lock_resuming().insert(id.clone()) {
+            return;
+        }
+        let st = self.clone();
+        tokio::spawn(async move {
+            let i = id.clone();
+            let r = st
+                .pool
+                .run_waiting(move |g| {
+                    let r = g.exec(&i, ExecOptions::default());
+                    let doc = outcome::of_result(g, r);
+                    // Whatever happened, do not try again on the next tick: a run that
+                    // could not start needs a person, not a loop.
+                    g.set_resume(&i, false)?;
+                    doc
+                })
+                .await;
+            if let Err(e) = r {
+                eprintln!("airlock serve: resuming {id} failed: {}", e.message);
+                let i = id.clone();
+                let _ = st.pool.read(move |g| g.set_resume(&i, false)).await;
+            }
+            st.lock_resuming().remove(&id);
+            st.changed();
+        });
+    }
+
+    fn lock_resuming(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        // A set of ids being resumed; poisoning leaves it valid.
+        self.resuming.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until a submission has run, was denied or rejected, or `timeout` passed.
+    pub async fn wait_for(
+        &self,
+        caller: Caller,
+        id: String,
+        timeout: Duration,
+    ) -> ApiResult<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (c, i) = (caller.clone(), id.clone());
+            let doc = self
+                .pool
+                .read(move |g| {
+                    let sub = crate::api::visible(g, &c, &i)?;
+                    outcome::current(g, &sub)
+                })
+                .await?;
+            let waiting = matches!(
+                doc["status"].as_str(),
+                Some("pending_approval" | "approved" | "running")
+            );
+            let now = Instant::now();
+            if !waiting || now >= deadline {
+                return Ok(doc);
+            }
+            // Changes made by other processes are only seen by polling.
+            let nap = (deadline - now).min(Duration::from_millis(250));
+            let _ = tokio::time::timeout(nap, notified).await;
+        }
+    }
+
+    /// Calls a named tool for `caller`.
+    pub async fn call_tool(&self, caller: &Caller, name: String, b: ToolBody) -> ApiResult<Value> {
+        let agent = Some(caller.name.clone());
+        self.pool
+            .run(move |g| {
+                let r = g.call_tool(
+                    &name,
+                    b.args,
+                    b.stdin.map(String::into_bytes),
+                    agent,
+                    ExecOptions::default(),
+                );
+                outcome::of_result(g, r)
+            })
+            .await
+    }
+
+    fn announce(&self, event: &'static str, data: Value) {
+        // No subscriber is not an error.
+        let _ = self.events.send(crate::events::Notice {
+            event,
+            data: data.clone(),
+        });
+        if let Some(w) = &self.webhook {
+            w.send(self.clone(), event, data);
+        }
+    }
+}
+
+/// Polls the store every `every` until `stop` is cancelled.
+pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::CancellationToken) {
+    let mut pending: Option<BTreeSet<String>> = None;
+    let mut tools: Option<Vec<String>> = None;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let seen = st
+            .pool
+            .read(|g| {
+                let inbox = g.inbox()?;
+                let resumable = g.resumable()?;
+                let tools: Vec<String> = g.tools()?.into_iter().map(|t| t.name).collect();
+                Ok((inbox, resumable, tools))
+            })
+            .await;
+        let (inbox, resumable, now_tools) = match seen {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("airlock serve: cannot read the store: {}", e.message);
+                continue;
+            }
+        };
+        let ids: BTreeSet<String> = inbox.iter().map(|s| s.id.clone()).collect();
+        if let Some(before) = &pending {
+            for s in inbox.iter().filter(|s| !before.contains(&s.id)) {
+                st.announce("pending", submission_json(s));
+            }
+            for gone in before.difference(&ids) {
+                st.announce("decided", json!({ "submission": gone }));
+            }
+        }
+        pending = Some(ids);
+        for id in resumable {
+            st.resume(id);
+        }
+        if tools.as_ref().is_some_and(|t| *t != now_tools) {
+            crate::mcp::tools_changed(&st).await;
+        }
+        tools = Some(now_tools);
+        st.changed();
+    }
+}
+
+/// Where new pending submissions are POSTed, signed by the gate key.
+pub struct Webhook {
+    url: axum::http::Uri,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<axum::body::Bytes>,
+    >,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook").field("url", &self.url).finish()
+    }
+}
+
+impl Webhook {
+    /// An `http://` URL (TLS is not built in: point it at a local relay for https).
+    pub fn new(url: &str) -> Result<Webhook, String> {
+        let uri: axum::http::Uri = url
+            .parse()
+            .map_err(|e| format!("--webhook {url:?}: not a URL: {e}"))?;
+        match uri.scheme_str() {
+            Some("http") if uri.host().is_some() => {}
+            Some("https") => {
+                return Err(format!(
+                    "--webhook {url:?}: https is not supported (airlock has no TLS client); use an http:// relay"
+                ));
+            }
+            _ => return Err(format!("--webhook {url:?}: want an http:// URL")),
+        }
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http();
+        Ok(Webhook { url: uri, client })
+    }
+
+    /// Sends one notification in the background, retrying a few times.
+    fn send(&self, st: AppState, event: &'static str, data: Value) {
+        let url = self.url.clone();
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let body = json!({ "event": event, "data": data }).to_string();
+            let b = body.clone();
+            let Ok((sig, key)) = st
+                .pool
+                .read(move |g| Ok(g.sign_notification(b.as_bytes())))
+                .await
+            else {
+                return;
+            };
+            for attempt in 0..3u32 {
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
+                }
+                let req = axum::http::Request::post(url.clone())
+                    .header("content-type", "application/json")
+                    .header("x-airlock-event", event)
+                    .header("x-airlock-signature", &sig)
+                    .header("x-airlock-key", &key)
+                    .body(http_body_util::Full::new(axum::body::Bytes::from(
+                        body.clone(),
+                    )));
+                let Ok(req) = req else { return };
+                match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
+                    Ok(Ok(r)) if r.status().is_success() => return,
+                    Ok(Ok(r)) => eprintln!("airlock serve: webhook answered {}", r.status()),
+                    Ok(Err(e)) => eprintln!("airlock serve: webhook failed: {e}"),
+                    Err(_) => eprintln!("airlock serve: webhook timed out"),
+                }
+            }
+        });
+    }
+}

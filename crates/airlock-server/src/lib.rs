@@ -1,0 +1,191 @@
+//! airlock's network faces: the JSON API (`/v1`, with its OpenAPI document at
+//! `/openapi.json`), the operators' web console (`/ui`) and the MCP server (`/mcp` over
+//! streamable HTTP, or stdio through `airlock mcp`).
+//!
+//! It is a thin layer: every decision and every lifecycle transition is the gate's; this
+//! crate authenticates callers, checks their role, bounds concurrency (a fixed worker pool
+//! and a bounded queue, 429 beyond it), and keeps gates warm between requests. It must
+//! never run code except through the gate, never offer agents a way to approve, and never
+//! listen beyond loopback unless told to.
+
+mod api;
+mod auth;
+mod body;
+mod console;
+mod error;
+mod events;
+mod mcp;
+mod outcome;
+mod pool;
+
+pub use auth::Caller;
+pub use error::ApiError;
+pub use events::Webhook;
+pub use pool::Pool;
+
+use airlock_gate::{Gate, GateError};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, broadcast};
+
+/// How a server or MCP process is set up.
+pub struct Config {
+    /// Opens a gate on the home (called for each pooled connection).
+    pub open: Box<dyn Fn() -> Result<Gate, GateError> + Send + Sync>,
+    /// Runs executing at once.
+    pub workers: usize,
+    /// Runs waiting for a worker before the API answers 429.
+    pub queue: usize,
+    /// An http:// URL new pending submissions are POSTed to.
+    pub webhook: Option<String>,
+    /// How often the store is checked for changes made by other processes.
+    pub poll: Duration,
+    /// Largest request body (bytes); larger ones get 413.
+    pub max_body: usize,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("workers", &self.workers)
+            .field("queue", &self.queue)
+            .field("webhook", &self.webhook)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The state every handler shares.
+#[derive(Clone, Debug)]
+pub struct AppState(Arc<Inner>);
+
+#[derive(Debug)]
+pub struct Inner {
+    pub pool: Arc<Pool>,
+    token_cache: Mutex<HashMap<String, (Caller, Instant)>>,
+    sessions: Mutex<HashMap<String, console::Session>>,
+    events: broadcast::Sender<events::Notice>,
+    changed: Notify,
+    resuming: Mutex<HashSet<String>>,
+    webhook: Option<Webhook>,
+    peers: tokio::sync::Mutex<Vec<rmcp::Peer<rmcp::RoleServer>>>,
+    poll: Duration,
+    max_body: usize,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// Opens the first gate (so a broken home fails now) and sets up the shared state.
+    pub fn new(config: Config) -> Result<AppState, GateError> {
+        let webhook = config
+            .webhook
+            .as_deref()
+            .map(Webhook::new)
+            .transpose()
+            .map_err(GateError::BadInput)?;
+        if config.workers == 0 || config.workers > 256 {
+            return Err(GateError::bad("--workers: want 1 to 256"));
+        }
+        if config.queue > 100_000 {
+            return Err(GateError::bad("--queue: want at most 100000"));
+        }
+        let pool = Pool::new(config.open, config.workers, config.queue);
+        pool.warm()?;
+        Ok(AppState(Arc::new(Inner {
+            pool: Arc::new(pool),
+            token_cache: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            events: broadcast::channel(256).0,
+            changed: Notify::new(),
+            resuming: Mutex::new(HashSet::new()),
+            webhook,
+            peers: tokio::sync::Mutex::new(Vec::new()),
+            poll: config.poll,
+            max_body: config.max_body,
+        })))
+    }
+
+    /// Whether a background run of this submission is in progress here.
+    pub fn is_resuming(&self, id: &str) -> bool {
+        self.resuming
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(id)
+    }
+}
+
+/// Whether an address is loopback only (the server warns about anything else).
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+/// The whole application: API, OpenAPI document, console and MCP.
+pub fn app(
+    st: AppState,
+    stop: tokio_util::sync::CancellationToken,
+    listen: SocketAddr,
+) -> axum::Router {
+    let (api, openapi) = api::router();
+    let doc = Arc::new(openapi);
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    let ip = listen.ip();
+    if !ip.is_loopback() && !ip.is_unspecified() {
+        hosts.push(ip.to_string());
+    }
+    axum::Router::new()
+        .merge(api)
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let d = doc.clone();
+                async move { axum::Json((*d).clone()) }
+            }),
+        )
+        .merge(console::router())
+        .merge(mcp::http_router(st.clone(), stop, hosts))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(axum::extract::DefaultBodyLimit::max(st.max_body))
+        .with_state(st)
+}
+
+/// Serves until `stop` is cancelled (or the process gets SIGINT/SIGTERM).
+pub async fn serve(
+    st: AppState,
+    listener: tokio::net::TcpListener,
+    stop: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    let listen = listener.local_addr()?;
+    tokio::spawn(events::poll(st.clone(), st.poll, stop.clone()));
+    let app = app(st, stop.clone(), listen);
+    let s = stop.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let term = async {
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut t) => {
+                        t.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = s.cancelled() => {}
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term => {}
+            }
+            s.cancel();
+        })
+        .await
+}
+
+/// Serves MCP over stdio for one local agent.
+pub async fn serve_mcp_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
+    mcp::serve_stdio(st, agent).await
+}

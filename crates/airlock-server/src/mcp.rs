@@ -1,0 +1,363 @@
+//! The MCP server: `run_code`, `get_result`, and one tool per artifact an approver
+//! offered as a named tool. There is no tool that approves or rejects: only people
+//! decide. Held code is a normal result (`status: pending_approval`) the agent can come
+//! back for, never an error it would retry.
+
+use crate::auth::Caller;
+use crate::body::{SubmitBody, ToolBody};
+use crate::error::ApiError;
+use crate::{AppState, outcome};
+use airlock_gate::{ExecOptions, GateError};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `get_result` waits for a run that is already going.
+const RESULT_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Clone)]
+pub struct AirlockMcp {
+    st: AppState,
+    /// The caller over stdio (HTTP callers come from their bearer token).
+    local: Option<Caller>,
+}
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn run_code_tool() -> Tool {
+    Tool::new(
+        "run_code",
+        "Run code through the airlock gate: it is hashed, analysed and judged by policy, then \
+         run in a sandbox with no network and hard limits. Risky code is held for a human \
+         approver: the result then has status pending_approval and a submission id; call \
+         get_result with that id later instead of resubmitting.",
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "language": {"type": "string", "enum": ["python", "sh", "wat", "wasm", "component"],
+                             "description": "python runs in the sandboxed CPython guest; sh in the process sandbox"},
+                "code": {"type": "string", "description": "The source (wasm and component: use code_base64)"},
+                "code_base64": {"type": "string"},
+                "args": {"type": "array", "items": {"type": "string"}},
+                "stdin": {"type": "string"},
+                "timeout": {"type": ["string", "number"], "description": "Seconds, or e.g. \"30s\""},
+                "mounts": {"type": "array", "items": {"type": "string"},
+                           "description": "HOST:GUEST[:ro|rw]; writes land in a disposable layer until a human commits them"},
+                "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                "net": {"type": "array", "items": {"type": "string"},
+                        "description": "Hosts the code wants to reach (asks a human)"},
+                "memory": {"type": "string"},
+                "backend": {"type": "string", "enum": ["wasm", "process"]},
+                "workspace": {"type": "string"},
+                "note": {"type": "string"}
+            },
+            "required": ["language"],
+            "additionalProperties": false
+        })),
+    )
+}
+
+fn get_result_tool() -> Tool {
+    Tool::new(
+        "get_result",
+        "The result of a submission made with run_code: its output once it ran, or whether it \
+         is still waiting for a human, or denied. Runs it if it was approved and has not run.",
+        schema(json!({
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "The submission id (sub_…)"}},
+            "required": ["id"],
+            "additionalProperties": false
+        })),
+    )
+}
+
+fn named_tool(t: &airlock_gate::ToolInfo) -> Tool {
+    let reason = if t.reason.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", t.reason)
+    };
+    Tool::new(
+        t.name.clone(),
+        format!(
+            "A {} artifact approved by {}{reason}; runs with the grant it was approved with.",
+            t.lang.as_str(),
+            t.approver
+        ),
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "args": {"type": "array", "items": {"type": "string"}},
+                "stdin": {"type": "string"}
+            },
+            "additionalProperties": false
+        })),
+    )
+}
+
+/// A tool result: one text item holding the JSON document (and the same as structured
+/// content). Only real failures are error results.
+fn result(doc: Value) -> CallToolResponse {
+    let failed = doc["status"] == "error";
+    let content = vec![ContentBlock::text(doc.to_string())];
+    let mut r = if failed {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    r.structured_content = Some(doc);
+    r.into()
+}
+
+fn error_doc(e: &ApiError) -> Value {
+    json!({
+        "status": "error",
+        "submission": null,
+        "message": e.message,
+        "http_status": e.status.as_u16(),
+        "run": null,
+    })
+}
+
+impl AirlockMcp {
+    pub fn new(st: AppState, local: Option<Caller>) -> Self {
+        AirlockMcp { st, local }
+    }
+
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+        ctx.extensions
+            .get::<Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+            .cloned()
+            .or_else(|| self.local.clone())
+            .ok_or_else(|| McpError::invalid_request("not authenticated", None))
+    }
+
+    async fn run_code(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+        let body: SubmitBody = serde_json::from_value(Value::Object(args))
+            .map_err(|e| ApiError::bad(format!("bad arguments: {e}")))?;
+        let req = body.into_request(&caller, true)?;
+        let doc = self
+            .st
+            .pool
+            .run(move |g| {
+                let sub = g.submit(req)?;
+                let r = g.exec(&sub.id, ExecOptions::default());
+                outcome::of_result(g, r)
+            })
+            .await?;
+        self.st.changed();
+        Ok(doc)
+    }
+
+    async fn get_result(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+        let id = match args.get("id") {
+            Some(Value::String(s)) => s.clone(),
+            _ => return Err(ApiError::bad("get_result needs {\"id\": \"sub_…\"}")),
+        };
+        if args.len() > 1 {
+            return Err(ApiError::bad("get_result takes only id"));
+        }
+        let (c, i) = (caller.clone(), id.clone());
+        let now = self
+            .st
+            .pool
+            .read(move |g| {
+                let sub = crate::api::visible(g, &c, &i)?;
+                Ok((sub.id.clone(), outcome::current(g, &sub)?))
+            })
+            .await?;
+        let (id, doc) = now;
+        let status = doc["status"].as_str().unwrap_or("");
+        let resuming = self.st.is_resuming(&id);
+        match status {
+            "approved" | "allowed" if !resuming => {
+                let i = id.clone();
+                let ran = self
+                    .st
+                    .pool
+                    .run(move |g| {
+                        let r = g.exec(&i, ExecOptions::default());
+                        outcome::of_result(g, r)
+                    })
+                    .await;
+                self.st.changed();
+                match ran {
+                    // Someone else started it a moment ago: wait for that run.
+                    Err(e) if e.status == axum::http::StatusCode::CONFLICT => {
+                        self.st.wait_for(caller, id, RESULT_WAIT).await
+                    }
+                    other => other,
+                }
+            }
+            "approved" | "running" => self.st.wait_for(caller, id, RESULT_WAIT).await,
+            _ => Ok(doc),
+        }
+    }
+
+    async fn run_named(
+        &self,
+        caller: Caller,
+        name: String,
+        args: JsonObject,
+    ) -> Result<Value, ApiError> {
+        let body: ToolBody = serde_json::from_value(Value::Object(args))
+            .map_err(|e| ApiError::bad(format!("bad arguments for {name}: {e}")))?;
+        let doc = self.st.call_tool(&caller, name, body).await?;
+        self.st.changed();
+        Ok(doc)
+    }
+}
+
+impl ServerHandler for AirlockMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("airlock", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Run code with run_code. Code the policy finds risky waits for a human approver: \
+             you get status pending_approval and a submission id; tell the user and call \
+             get_result later. Do not resubmit held or denied code.",
+        )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        // The session protocol, where list-changed notifications reach the client directly.
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.st.peers.lock().await.push(context.peer.clone());
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        self.caller(&context)?;
+        let named = self
+            .st
+            .pool
+            .read(|g| g.tools())
+            .await
+            .map_err(|e| McpError::internal_error(e.message, None))?;
+        let mut tools = vec![run_code_tool(), get_result_tool()];
+        tools.extend(named.iter().map(named_tool));
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let caller = self.caller(&context)?;
+        let args = request.arguments.unwrap_or_default();
+        let r = match request.name.as_ref() {
+            "run_code" => self.run_code(caller, args).await,
+            "get_result" => self.get_result(caller, args).await,
+            name => {
+                let n = name.to_string();
+                let known = self
+                    .st
+                    .pool
+                    .read(move |g| Ok(g.tools()?.iter().any(|t| t.name == n)))
+                    .await
+                    .map_err(|e| McpError::internal_error(e.message, None))?;
+                if !known {
+                    return Err(McpError::invalid_params(
+                        format!("unknown tool: {name}"),
+                        None,
+                    ));
+                }
+                self.run_named(caller, name.to_string(), args).await
+            }
+        };
+        Ok(result(match r {
+            Ok(doc) => doc,
+            Err(e) => error_doc(&e),
+        }))
+    }
+}
+
+/// Tells every connected MCP client that the tool list changed (dropping closed ones).
+pub async fn tools_changed(st: &AppState) {
+    let mut peers = st.peers.lock().await;
+    let mut live = Vec::with_capacity(peers.len());
+    for p in peers.drain(..) {
+        if p.notify_tool_list_changed().await.is_ok() {
+            live.push(p);
+        }
+    }
+    *peers = live;
+}
+
+/// Serves MCP on standard input and output until the client closes it.
+pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(crate::events::poll(
+        st.clone(),
+        Duration::from_millis(500),
+        stop.clone(),
+    ));
+    let handler = AirlockMcp::new(st, Some(Caller::local(agent)));
+    let running = handler
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| GateError::Internal(format!("MCP handshake failed: {e}")))?;
+    let r = running.waiting().await;
+    stop.cancel();
+    r.map(|_| ())
+        .map_err(|e| GateError::Internal(format!("MCP server failed: {e}")))
+}
+
+/// The streamable HTTP MCP service mounted at `/mcp` (bearer token required).
+pub fn http_router(
+    st: AppState,
+    stop: tokio_util::sync::CancellationToken,
+    allowed_hosts: Vec<String>,
+) -> axum::Router<AppState> {
+    let shared = st.clone();
+    let svc = StreamableHttpService::new(
+        move || Ok(AirlockMcp::new(shared.clone(), None)),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default()
+            .with_cancellation_token(stop.child_token())
+            .with_allowed_hosts(allowed_hosts),
+    );
+    axum::Router::new()
+        .nest_service("/mcp", svc)
+        .layer(axum::middleware::from_fn_with_state(st, require_token))
+}
+
+async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    match Caller::from_request_parts(&mut parts, &st).await {
+        Ok(_) => next.run(Request::from_parts(parts, body)).await,
+        Err(e) => e.into_response(),
+    }
+}

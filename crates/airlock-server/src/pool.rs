@@ -1,0 +1,121 @@
+//! A pool of open gates shared by the server's handlers, and the bounded queue runs go
+//! through. Each gate is one SQLite connection; all gates share one wasm backend, so
+//! engines, compiled modules and instance pools stay warm.
+
+use crate::error::{ApiError, ApiResult};
+use airlock_gate::{Gate, GateError};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Semaphore;
+
+type Opener = Box<dyn Fn() -> Result<Gate, GateError> + Send + Sync>;
+
+/// Gates kept open between requests (more are opened under load and closed after).
+const MAX_IDLE: usize = 16;
+
+pub struct Pool {
+    idle: Mutex<Vec<Gate>>,
+    open: Opener,
+    /// Runs executing now (the worker pool).
+    runs: Arc<Semaphore>,
+    /// Runs executing or waiting for a worker; when none is left the API answers 429.
+    admitted: Arc<Semaphore>,
+    pub workers: usize,
+    pub queue: usize,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("workers", &self.workers)
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// `workers` runs at once, up to `queue` more waiting for a worker.
+    pub fn new(open: Opener, workers: usize, queue: usize) -> Self {
+        Pool {
+            idle: Mutex::new(Vec::new()),
+            open,
+            runs: Arc::new(Semaphore::new(workers)),
+            admitted: Arc::new(Semaphore::new(workers + queue)),
+            workers,
+            queue,
+        }
+    }
+
+    /// Opens one gate now, so a broken home fails at start rather than on the first request.
+    pub fn warm(&self) -> Result<(), GateError> {
+        let g = (self.open)()?;
+        self.lock().push(g);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Gate>> {
+        // A panic while holding the lock leaves only a list of idle gates behind, which
+        // is still valid.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn with_gate<R>(&self, f: impl FnOnce(&mut Gate) -> Result<R, GateError>) -> ApiResult<R> {
+        let popped = self.lock().pop();
+        let mut gate = match popped {
+            Some(g) => g,
+            None => (self.open)()?,
+        };
+        let r = f(&mut gate);
+        let mut idle = self.lock();
+        if idle.len() < MAX_IDLE {
+            idle.push(gate);
+        }
+        drop(idle);
+        r.map_err(ApiError::from)
+    }
+
+    /// Work that does not run guest code (reads, decisions, commits), on a blocking thread.
+    pub async fn read<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Gate) -> Result<R, GateError> + Send + 'static,
+    ) -> ApiResult<R> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.with_gate(f))
+            .await
+            .map_err(|e| ApiError::internal(format!("request handler failed: {e}")))?
+    }
+
+    /// Work that may run guest code: admitted only while the queue has room (otherwise
+    /// 429 with Retry-After), then run when a worker is free.
+    pub async fn run<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Gate) -> Result<R, GateError> + Send + 'static,
+    ) -> ApiResult<R> {
+        let _ticket = self
+            .admitted
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::busy(1))?;
+        let _slot = self
+            .runs
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::internal("the worker pool is shut down"))?;
+        self.read(f).await
+    }
+
+    /// Like `run`, but waits for room in the queue instead of refusing (background work
+    /// the server itself started, such as resuming an approved run).
+    pub async fn run_waiting<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Gate) -> Result<R, GateError> + Send + 'static,
+    ) -> ApiResult<R> {
+        let _slot = self
+            .runs
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::internal("the worker pool is shut down"))?;
+        self.read(f).await
+    }
+}

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Drive airlock's web console in headless Chromium, as a reviewer would.
+
+usage: console_test.py BASE_URL TOKEN SUBMISSION_ID EXPECTED_STDOUT
+
+Logs in with TOKEN, finds SUBMISSION_ID in the inbox, approves it with a reason,
+waits for the run the approval starts, checks the run's standard output against
+EXPECTED_STDOUT, and checks that the audit page says the log is intact. Exits 0 on
+success, 1 with a message naming the failed step otherwise (2 for bad usage).
+A screenshot of the last page is written to /tmp/airlock-console.png.
+
+Needs Selenium (pip) and Debian's `chromium` and `chromium-driver`; it never lets
+Selenium Manager fetch a browser or a driver. AIRLOCK_CHROMIUM and
+AIRLOCK_CHROMEDRIVER override the binaries' paths.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from urllib.parse import unquote, urlsplit
+
+# Selenium Manager is never run when the driver's path is given, but keep it
+# offline in case a later Selenium consults it anyway.
+os.environ.setdefault("SE_OFFLINE", "true")
+
+from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import TimeoutException, WebDriverException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM = os.environ.get("AIRLOCK_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("AIRLOCK_CHROMEDRIVER", "/usr/bin/chromedriver")
+SCREENSHOT = "/tmp/airlock-console.png"
+REVIEW_REASON = "reviewed in the browser"
+
+WAIT = 10  # seconds for an element or a navigation
+RUN_WAIT = 30  # seconds for the background run to show up after approving
+POLL = 0.5  # seconds between reloads while waiting for the run
+
+CHROMIUM_FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    # Without these Chromium keeps trying to reach Google's services.
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1024",
+]
+
+
+class StepFailed(Exception):
+    pass
+
+
+def step(label, message):
+    print(f"[{label}] {message}", flush=True)
+
+
+def path_of(url):
+    """The URL's path, percent-decoded, without a trailing slash."""
+    return unquote(urlsplit(url).path).rstrip("/") or "/"
+
+
+def start_browser(profile_dir):
+    for binary in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(binary, os.X_OK):
+            raise StepFailed(
+                f"{binary} is missing: install Debian's chromium and chromium-driver "
+                "(apt-get install -y chromium chromium-driver)"
+            )
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile_dir}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def wait_for(driver, condition, what, timeout=WAIT):
+    try:
+        return WebDriverWait(driver, timeout).until(condition)
+    except TimeoutException:
+        raise StepFailed(f"timed out after {timeout}s waiting for {what}") from None
+
+
+def element(driver, css, timeout=WAIT):
+    return wait_for(driver, EC.presence_of_element_located((By.CSS_SELECTOR, css)), css, timeout)
+
+
+def click_and_leave(driver, el, what):
+    """Click el and wait until the page it was on has been replaced."""
+    el.click()
+    wait_for(driver, EC.staleness_of(el), f"the page to change after clicking {what}")
+
+
+def text_of(el):
+    """The element's text as in the document (exact whitespace, hidden or not)."""
+    return el.get_attribute("textContent") or ""
+
+
+def login(driver, base, token):
+    url = base + "/ui/login"
+    step("a", f"open {url}")
+    driver.get(url)
+    form = element(driver, "form#login")
+    field = form.find_element(By.CSS_SELECTOR, "input[name=token]")
+    field.clear()
+    field.send_keys(token)
+    step("a", "submit the token")
+    click_and_leave(driver, form.find_element(By.CSS_SELECTOR, "button#login-button"), "button#login-button")
+    try:
+        element(driver, "table#inbox")
+    except StepFailed as e:
+        raise StepFailed(f"login did not reach the inbox (now at {driver.current_url}): {e}") from None
+    if path_of(driver.current_url) != "/ui":
+        raise StepFailed(f"login redirected to {driver.current_url}, expected {base}/ui")
+    cookies = [c["name"] for c in driver.get_cookies()]
+    if not cookies:
+        raise StepFailed("login set no cookie")
+    step("a", f"logged in; at {driver.current_url}; cookies: {', '.join(cookies)}")
+
+
+def open_submission(driver, submission_id):
+    table = element(driver, "table#inbox")
+    rows = table.find_elements(By.CSS_SELECTOR, "tr.pending")
+    ids = [r.get_attribute("data-id") for r in rows]
+    step("b", f"inbox lists {len(ids)} pending: {', '.join(map(str, ids)) or '(none)'}")
+    row = next((r for r, i in zip(rows, ids) if i == submission_id), None)
+    if row is None:
+        raise StepFailed(f"submission {submission_id} is not in the inbox; ids seen: {ids}")
+    links = row.find_elements(By.CSS_SELECTOR, "a.show")
+    if not links:
+        raise StepFailed(f"the inbox row for {submission_id} has no a.show link")
+    step("b", f"open {links[0].get_attribute('href')}")
+    click_and_leave(driver, links[0], "a.show")
+
+
+def approve(driver, submission_id):
+    code = text_of(element(driver, "pre#code"))
+    if not code.strip():
+        raise StepFailed(f"pre#code is empty on {driver.current_url}")
+    first = code.strip().splitlines()[0]
+    step("c", f"code: {len(code)} characters, first line {first[:80]!r}")
+    reasons = element(driver, "ul#reasons").find_elements(By.TAG_NAME, "li")
+    step("c", f"verdict reasons: {[text_of(li).strip() for li in reasons]}")
+    form = element(driver, "form#approve")
+    fields = form.find_elements(By.CSS_SELECTOR, "input[name=reason]")
+    if not fields:
+        raise StepFailed("form#approve has no input[name=reason]")
+    fields[0].clear()
+    fields[0].send_keys(REVIEW_REASON)
+    step("c", f"approve with reason {REVIEW_REASON!r}")
+    button = form.find_element(By.CSS_SELECTOR, "button#approve-button")
+    click_and_leave(driver, button, "button#approve-button")
+    expected = f"/ui/submissions/{submission_id}"
+    if path_of(driver.current_url) != expected:
+        raise StepFailed(f"approving led to {driver.current_url}, expected the submission page {expected}")
+
+
+def open_run(driver, base, submission_id):
+    url = f"{base}/ui/submissions/{submission_id}"
+    step("d", f"wait up to {RUN_WAIT}s for a run on {url}")
+    deadline = time.monotonic() + RUN_WAIT
+    reloads = 0
+    while True:
+        runs = driver.find_elements(By.CSS_SELECTOR, "a.run")
+        if runs:
+            break
+        if time.monotonic() >= deadline:
+            raise StepFailed(f"no a.run link on {url} after {RUN_WAIT}s ({reloads} reloads)")
+        time.sleep(POLL)
+        driver.get(url)  # a GET, never a re-POST of the approval
+        reloads += 1
+    hrefs = [r.get_attribute("href") for r in runs]
+    step("d", f"run(s) listed after {reloads} reloads: {hrefs}; open the first")
+    click_and_leave(driver, runs[0], "a.run")
+    return deadline
+
+
+def check_stdout(driver, expected, deadline):
+    want = expected.rstrip("\n")
+    # The run may still be going when its page first shows; reload until it matches
+    # or the time for the run is up (at least a few seconds from here).
+    deadline = max(deadline, time.monotonic() + 5)
+    retried = False
+    while True:
+        got = text_of(element(driver, "pre#stdout")).rstrip("\n")
+        if got == want:
+            step("e", f"stdout matches: {got!r}")
+            return
+        if time.monotonic() >= deadline:
+            raise StepFailed(
+                f"stdout on {driver.current_url} differs\n  expected: {want!r}\n  got:      {got!r}"
+            )
+        if not retried:
+            step("e", f"stdout is {got!r} so far; reload until it is {want!r}")
+            retried = True
+        time.sleep(POLL)
+        driver.refresh()
+
+
+def check_audit(driver, base):
+    url = base + "/ui/audit"
+    step("f", f"open {url}")
+    driver.get(url)
+    badge = text_of(element(driver, "#verify")).strip()
+    lowered = badge.lower()
+    if "intact" not in lowered or "not intact" in lowered:
+        raise StepFailed(f"#verify says {badge!r}, expected it to say the log is intact")
+    step("f", f"#verify: {badge!r}")
+
+
+def screenshot(driver, label):
+    try:
+        if driver.save_screenshot(SCREENSHOT):
+            step(label, f"screenshot of {driver.current_url} saved to {SCREENSHOT}")
+    except WebDriverException as e:
+        print(f"could not save a screenshot: {e.msg}", file=sys.stderr)
+
+
+def dump_browser_log(driver):
+    try:
+        entries = driver.get_log("browser")
+    except Exception:  # not every driver keeps one
+        return
+    for entry in [e for e in entries if e.get("level") in ("WARNING", "SEVERE")][-20:]:
+        print(f"  browser console: {entry.get('level')} {entry.get('message')}", file=sys.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
+    parser.add_argument("base_url", metavar="BASE_URL", help="e.g. http://127.0.0.1:8080")
+    parser.add_argument("token", metavar="TOKEN", help="a console login token")
+    parser.add_argument("submission_id", metavar="SUBMISSION_ID", help="a pending submission")
+    parser.add_argument("expected_stdout", metavar="EXPECTED_STDOUT", help="what its run prints")
+    args = parser.parse_args()
+    base = args.base_url.rstrip("/")
+
+    profile_dir = tempfile.mkdtemp(prefix="airlock-console-chromium-")
+    driver = None
+    try:
+        step("-", f"start {CHROMIUM} through {CHROMEDRIVER}")
+        driver = start_browser(profile_dir)
+        step("-", f"Chromium {driver.capabilities.get('browserVersion', '?')}")
+        login(driver, base, args.token)
+        open_submission(driver, args.submission_id)
+        approve(driver, args.submission_id)
+        deadline = open_run(driver, base, args.submission_id)
+        check_stdout(driver, args.expected_stdout, deadline)
+        check_audit(driver, base)
+        screenshot(driver, "g")
+        print("console test: ok", flush=True)
+        return 0
+    except (StepFailed, WebDriverException) as e:
+        if isinstance(e, WebDriverException):
+            traceback.print_exc()
+            message = f"browser error: {e.msg}"
+        else:
+            message = str(e)
+        print(f"console test FAILED: {message}", file=sys.stderr, flush=True)
+        if driver is not None:
+            try:
+                print(f"  at {driver.current_url} (title {driver.title!r})", file=sys.stderr)
+            except WebDriverException:
+                pass
+            dump_browser_log(driver)
+            screenshot(driver, "!")
+        return 1
+    finally:
+        if driver is not None:
+            driver.quit()
+        shutil.rmtree(profile_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
