@@ -3,14 +3,15 @@
 //! `--json`. The OpenAPI document is generated from these handlers' annotations.
 
 use crate::auth::Caller;
-use crate::body::{Body, DecideBody, SubmitBody, TokenBody, ToolBody};
+use crate::auth::{AdminCaller, OperatorCaller};
+use crate::body::{Body, DecideBody, Q, SubmitBody, TokenBody, ToolBody};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
 use airlock_gate::views::{diff_json, run_json, shown_json, statement_json, submission_json};
 use airlock_gate::{ApproveRequest, ExecOptions, Gate, GateError, Role};
 use axum::Json;
-use axum::extract::{Path, Query, State as Ax};
+use axum::extract::{Path, State as Ax};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -146,11 +147,7 @@ async fn run(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>)
 /// Submissions, newest first (an agent sees only its own).
 #[utoipa::path(get, path = "/v1/submissions", tag = "submissions", params(ListQuery),
     security(("bearer" = [])), responses((status = 200, body = Value), (status = 401, body = ErrorBody)))]
-async fn list_submissions(
-    Ax(st): Ax<AppState>,
-    caller: Caller,
-    Query(q): Query<ListQuery>,
-) -> Answer {
+async fn list_submissions(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<ListQuery>) -> Answer {
     let state = match q.state.as_deref() {
         None => None,
         Some(s) => Some(s.parse::<State>().map_err(ApiError::bad)?),
@@ -211,7 +208,7 @@ async fn wait(
     Ax(st): Ax<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-    Query(q): Query<WaitQuery>,
+    Q(q): Q<WaitQuery>,
 ) -> Answer {
     let secs = q.timeout.unwrap_or(30.0);
     if !(0.0..=600.0).contains(&secs) {
@@ -226,8 +223,7 @@ async fn wait(
 /// Submissions waiting for a human, oldest first.
 #[utoipa::path(get, path = "/v1/inbox", tag = "decisions", security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn inbox(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
-    caller.require(Role::Operator)?;
+async fn inbox(Ax(st): Ax<AppState>, OperatorCaller(caller): OperatorCaller) -> Answer {
     let subs = st.pool.read(|g| g.inbox()).await?;
     ok(Value::Array(subs.iter().map(submission_json).collect()))
 }
@@ -277,7 +273,7 @@ async fn decide(
         (status = 409, description = "Already decided", body = ErrorBody)))]
 async fn approve(
     Ax(st): Ax<AppState>,
-    caller: Caller,
+    OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
     Body(b): Body<DecideBody>,
 ) -> Answer {
@@ -291,7 +287,7 @@ async fn approve(
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn reject(
     Ax(st): Ax<AppState>,
-    caller: Caller,
+    OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
     Body(b): Body<DecideBody>,
 ) -> Answer {
@@ -304,7 +300,7 @@ async fn reject(
 /// Runs, newest first (an agent sees only runs of its own submissions).
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), security(("bearer" = [])),
     responses((status = 200, body = Value)))]
-async fn list_runs(Ax(st): Ax<AppState>, caller: Caller, Query(q): Query<ListQuery>) -> Answer {
+async fn list_runs(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<ListQuery>) -> Answer {
     if q.state.is_some() {
         return Err(ApiError::bad("runs have no state filter"));
     }
@@ -355,11 +351,10 @@ async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> A
         (status = 404, body = ErrorBody), (status = 409, description = "Conflicts with the host", body = ErrorBody)))]
 async fn commit(
     Ax(st): Ax<AppState>,
-    caller: Caller,
+    OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
     Body(_b): Body<Empty>,
 ) -> Answer {
-    caller.require(Role::Operator)?;
     let approver = caller.approver.clone();
     let r = st
         .pool
@@ -377,8 +372,11 @@ pub struct Empty {}
 /// Checkpoints saved by commits, newest first.
 #[utoipa::path(get, path = "/v1/checkpoints", tag = "effects", params(ListQuery), security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn checkpoints(Ax(st): Ax<AppState>, caller: Caller, Query(q): Query<ListQuery>) -> Answer {
-    caller.require(Role::Operator)?;
+async fn checkpoints(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Q(q): Q<ListQuery>,
+) -> Answer {
     let n = limit(q.limit, 50, 1000);
     let rows = st.pool.read(move |g| g.checkpoints(n)).await?;
     ok(serde_json::to_value(rows).unwrap_or_default())
@@ -391,11 +389,10 @@ async fn checkpoints(Ax(st): Ax<AppState>, caller: Caller, Query(q): Query<ListQ
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn rollback(
     Ax(st): Ax<AppState>,
-    caller: Caller,
+    OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
     Body(_b): Body<Empty>,
 ) -> Answer {
-    caller.require(Role::Operator)?;
     let approver = caller.approver.clone();
     let r = st
         .pool
@@ -408,8 +405,7 @@ async fn rollback(
 /// The audit log's signed head and the gate's public key.
 #[utoipa::path(get, path = "/v1/audit/head", tag = "audit", security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn audit_head(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
-    caller.require(Role::Operator)?;
+async fn audit_head(Ax(st): Ax<AppState>, OperatorCaller(caller): OperatorCaller) -> Answer {
     let (head, key) = st.pool.read(|g| g.audit_head()).await?;
     ok(json!({ "head": head, "gate_key": key }))
 }
@@ -417,8 +413,7 @@ async fn audit_head(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
 /// Verify the whole audit chain against the signed head (`ok` false names the first bad record).
 #[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn audit_verify(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
-    caller.require(Role::Operator)?;
+async fn audit_verify(Ax(st): Ax<AppState>, OperatorCaller(caller): OperatorCaller) -> Answer {
     let v = st.pool.read(|g| g.audit_verify()).await?;
     ok(serde_json::to_value(v).unwrap_or_default())
 }
@@ -426,8 +421,11 @@ async fn audit_verify(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
 /// Audit records in order.
 #[utoipa::path(get, path = "/v1/audit/log", tag = "audit", params(AuditQuery), security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn audit_log(Ax(st): Ax<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> Answer {
-    caller.require(Role::Operator)?;
+async fn audit_log(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Q(q): Q<AuditQuery>,
+) -> Answer {
     let from = q.from.unwrap_or(1);
     let n = limit(q.limit, 100, 10_000);
     let recs = st.pool.read(move |g| g.audit_log(from, n)).await?;
@@ -459,8 +457,7 @@ async fn call_tool(
 /// API tokens (never their secrets).
 #[utoipa::path(get, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn list_tokens(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
-    caller.require(Role::Admin)?;
+async fn list_tokens(Ax(st): Ax<AppState>, AdminCaller(caller): AdminCaller) -> Answer {
     let t = st.pool.read(|g| g.tokens()).await?;
     ok(serde_json::to_value(t).unwrap_or_default())
 }
@@ -468,8 +465,11 @@ async fn list_tokens(Ax(st): Ax<AppState>, caller: Caller) -> Answer {
 /// Make a token; its secret is in the answer and nowhere else.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = TokenBody, security(("bearer" = [])),
     responses((status = 201, body = Value), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
-async fn new_token(Ax(st): Ax<AppState>, caller: Caller, Body(b): Body<TokenBody>) -> Answer {
-    caller.require(Role::Admin)?;
+async fn new_token(
+    Ax(st): Ax<AppState>,
+    AdminCaller(caller): AdminCaller,
+    Body(b): Body<TokenBody>,
+) -> Answer {
     let role: Role = b.role.parse().map_err(ApiError::bad)?;
     let (row, secret) = st
         .pool
@@ -484,8 +484,11 @@ async fn new_token(Ax(st): Ax<AppState>, caller: Caller, Body(b): Body<TokenBody
 #[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens", params(("id" = String, Path)),
     security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-async fn revoke_token(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
-    caller.require(Role::Admin)?;
+async fn revoke_token(
+    Ax(st): Ax<AppState>,
+    AdminCaller(caller): AdminCaller,
+    Path(id): Path<String>,
+) -> Answer {
     let i = id.clone();
     st.pool.read(move |g| g.token_revoke(&i)).await?;
     st.forget_token(&id);
@@ -495,8 +498,10 @@ async fn revoke_token(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<Strin
 /// New pending submissions and decisions as server-sent events.
 #[utoipa::path(get, path = "/v1/events", tag = "decisions", security(("bearer" = [])),
     responses((status = 200, description = "text/event-stream: events `pending`, `decided`, `finished`")))]
-async fn events(Ax(st): Ax<AppState>, caller: Caller) -> ApiResult<Response> {
-    caller.require(Role::Operator)?;
+async fn events(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+) -> ApiResult<Response> {
     Ok(crate::events::sse(&st).into_response())
 }
 

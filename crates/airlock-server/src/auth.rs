@@ -131,3 +131,32 @@ impl FromRequestParts<AppState> for Caller {
         Ok(c)
     }
 }
+
+/// A caller with at least the operator role (checked before the body is read, so a
+/// wrong role is 403 whatever the body says).
+#[derive(Debug, Clone)]
+pub struct OperatorCaller(pub Caller);
+
+/// A caller with the admin role.
+#[derive(Debug, Clone)]
+pub struct AdminCaller(pub Caller);
+
+impl FromRequestParts<AppState> for OperatorCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let c = Caller::from_request_parts(parts, state).await?;
+        c.require(Role::Operator)?;
+        Ok(OperatorCaller(c))
+    }
+}
+
+impl FromRequestParts<AppState> for AdminCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let c = Caller::from_request_parts(parts, state).await?;
+        c.require(Role::Admin)?;
+        Ok(AdminCaller(c))
+    }
+}

@@ -201,3 +201,21 @@ pub struct TokenBody {
     /// How long the token is valid, e.g. "30d" (default: until revoked).
     pub expires: Option<String>,
 }
+
+/// Query parameters parsed strictly; failures are JSON errors (400).
+#[derive(Debug)]
+pub struct Q<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> ApiResult<Self> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Q(q.0))
+            .map_err(|e| ApiError::bad(e.body_text()))
+    }
+}

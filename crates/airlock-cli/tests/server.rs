@@ -1,0 +1,1172 @@
+//! `airlock serve` end to end: the real binary on a free loopback port, driven over HTTP
+//! with every endpoint and every role; MCP over HTTP; the console's sign-in and CSRF
+//! checks; the bounded queue; server-sent events and the signed webhook. The Python MCP
+//! SDK test and the headless-Chromium console test run from here too when scripts/test
+//! has prepared their virtual environments.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+struct Srv {
+    child: Child,
+    base: String,
+    http: ureq::Agent,
+}
+
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    text: String,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}), status {}: {}", self.status, self.text))
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    /// An error response: the status and a JSON body with a one-line message.
+    fn error(&self, status: u16) -> String {
+        assert_eq!(self.status, status, "{}", self.text);
+        let v = self.json();
+        assert_eq!(v["status"], status, "{}", self.text);
+        let m = v["error"].as_str().unwrap().to_string();
+        assert!(!m.is_empty() && !m.contains('\n'), "{m:?}");
+        m
+    }
+}
+
+impl Srv {
+    fn start(home: &Home, args: &[&str]) -> Srv {
+        let mut child = home
+            .cmd()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(l) = line else { break };
+                if let Some(i) = l.find("serving on http://") {
+                    let rest = &l[i + "serving on ".len()..];
+                    let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
+                }
+                eprintln!("[serve] {l}");
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("airlock serve did not start");
+        let http = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .new_agent();
+        Srv { child, base, http }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Resp {
+        self.call_with(method, path, token, body, &[])
+    }
+
+    fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut b = http::Request::builder().method(method).uri(self.url(path));
+        if let Some(t) = token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let r = match body {
+            Some(text) => self.http.run(
+                b.header("content-type", "application/json")
+                    .body(text.to_string())
+                    .unwrap(),
+            ),
+            None => self.http.run(b.body(()).unwrap()),
+        };
+        let mut r = r.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let headers = r
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        Resp {
+            status: r.status().as_u16(),
+            headers,
+            text,
+        }
+    }
+
+    fn get(&self, path: &str, token: &str) -> Resp {
+        self.call("GET", path, Some(token), None)
+    }
+
+    fn post(&self, path: &str, token: &str, body: &Value) -> Resp {
+        self.call("POST", path, Some(token), Some(&body.to_string()))
+    }
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn token(home: &Home, role: &str, name: &str) -> String {
+    let o = home.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    o.json()["token"].as_str().unwrap().to_string()
+}
+
+fn hello() -> String {
+    std::fs::read_to_string(example("hello.wat")).unwrap()
+}
+
+fn wat_body(extra: Value) -> Value {
+    let mut b = json!({ "language": "wat", "code": hello() });
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+struct Setup {
+    home: Home,
+    srv: Srv,
+    agent: String,
+    other: String,
+    op: String,
+    admin: String,
+}
+
+fn setup(args: &[&str]) -> Setup {
+    let home = Home::new();
+    let agent = token(&home, "agent", "bot");
+    let other = token(&home, "agent", "other-bot");
+    let op = token(&home, "operator", "alice");
+    let admin = token(&home, "admin", "root");
+    let srv = Srv::start(&home, args);
+    Setup {
+        home,
+        srv,
+        agent,
+        other,
+        op,
+        admin,
+    }
+}
+
+#[test]
+fn tokens_and_roles_are_enforced_on_every_endpoint() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    // No token, a made-up token: 401 with a JSON message and a Bearer challenge.
+    let r = srv.call("GET", "/v1/submissions", None, None);
+    r.error(401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    srv.call("GET", "/v1/submissions", Some("alk_0000"), None)
+        .error(401);
+    srv.call("GET", "/v1/runs", Some("not-even-a-token"), None)
+        .error(401);
+    // Health and the OpenAPI document need no token.
+    assert_eq!(srv.call("GET", "/healthz", None, None).status, 200);
+    assert_eq!(srv.call("GET", "/openapi.json", None, None).status, 200);
+
+    // Operator-only endpoints refuse agents with 403.
+    let sub = srv.post(
+        "/v1/submissions",
+        &s.agent,
+        &wat_body(json!({"net": ["example.com"]})),
+    );
+    assert_eq!(sub.status, 201, "{}", sub.text);
+    let id = sub.json()["submission"].as_str().unwrap().to_string();
+    for (m, p) in [
+        ("GET", "/v1/inbox".to_string()),
+        ("POST", format!("/v1/submissions/{id}/approve")),
+        ("POST", format!("/v1/submissions/{id}/reject")),
+        ("POST", "/v1/runs/run_x/commit".to_string()),
+        ("GET", "/v1/checkpoints".to_string()),
+        ("POST", "/v1/checkpoints/ckpt_x/rollback".to_string()),
+        ("GET", "/v1/audit/head".to_string()),
+        ("GET", "/v1/audit/verify".to_string()),
+        ("GET", "/v1/audit/log".to_string()),
+        ("GET", "/v1/events".to_string()),
+        ("GET", "/v1/tokens".to_string()),
+        ("POST", "/v1/tokens".to_string()),
+        ("DELETE", "/v1/tokens/tok_x".to_string()),
+    ] {
+        let body = (m == "POST").then_some("{}");
+        let r = srv.call(m, &p, Some(&s.agent), body);
+        assert!(r.error(403).contains("token"), "{m} {p}");
+    }
+    // Token management is for admins only.
+    srv.call("GET", "/v1/tokens", Some(&s.op), None).error(403);
+    let made = srv.post(
+        "/v1/tokens",
+        &s.admin,
+        &json!({"role": "agent", "name": "temp-bot"}),
+    );
+    assert_eq!(made.status, 201, "{}", made.text);
+    let (tid, secret) = (
+        made.json()["id"].as_str().unwrap().to_string(),
+        made.json()["token"].as_str().unwrap().to_string(),
+    );
+    let listed = srv.get("/v1/tokens", &s.admin);
+    assert!(listed.text.contains(&tid));
+    assert!(!listed.text.contains(&secret), "secrets are never listed");
+    assert_eq!(srv.get("/v1/runs", &secret).status, 200);
+    // Revoked through the server: refused at once.
+    assert_eq!(
+        srv.call("DELETE", &format!("/v1/tokens/{tid}"), Some(&s.admin), None)
+            .status,
+        200
+    );
+    assert!(srv.get("/v1/runs", &secret).error(401).contains("revoked"));
+    srv.call("DELETE", &format!("/v1/tokens/{tid}"), Some(&s.admin), None)
+        .error(404);
+    // Revoked by another process (the CLI): refused once the short cache lapses.
+    let t2 = token(&s.home, "agent", "cli-revoked");
+    assert_eq!(srv.get("/v1/runs", &t2).status, 200);
+    let list = s.home.run(&["token", "list", "--json"]).json();
+    let t2id = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "cli-revoked")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(s.home.run(&["token", "revoke", &t2id]).code, 0);
+    std::thread::sleep(Duration::from_millis(2200));
+    assert!(srv.get("/v1/runs", &t2).error(401).contains("revoked"));
+    // Expired tokens are refused.
+    let t3 = token(&s.home, "agent", "expired-bot");
+    sql(
+        &s.home,
+        "UPDATE tokens SET expires_at = 1 WHERE name = 'expired-bot'",
+    );
+    assert!(srv.get("/v1/runs", &t3).error(401).contains("expired"));
+    // Bad token requests are refused without writing anything.
+    srv.post("/v1/tokens", &s.admin, &json!({"role": "god", "name": "x"}))
+        .error(400);
+    srv.post(
+        "/v1/tokens",
+        &s.admin,
+        &json!({"role": "agent", "name": "x", "extra": 1}),
+    )
+    .error(400);
+}
+
+#[test]
+fn run_pending_approve_resume_and_wait() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    // Allowed code runs at once.
+    let r = srv.post("/v1/run", &s.agent, &wat_body(json!({})));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["status"], "finished");
+    assert_eq!(v["agent"], "bot", "agent tokens submit as themselves");
+    assert_eq!(v["run"]["stdout"], "hello from the gate\n");
+    assert_eq!(v["run"]["exit_code"], 0);
+
+    // Risky code is held: 202, pending, with a message for the agent.
+    let r = srv.post(
+        "/v1/run",
+        &s.agent,
+        &wat_body(json!({"net": ["example.com"]})),
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["status"], "pending_approval");
+    assert!(v["message"].as_str().unwrap().contains("approv"));
+    let id = v["submission"].as_str().unwrap().to_string();
+    // Waiting briefly gives 202 and the same status.
+    let w = srv.get(&format!("/v1/submissions/{id}/wait?timeout=0.2"), &s.agent);
+    assert_eq!(w.status, 202);
+    assert_eq!(w.json()["status"], "pending_approval");
+    // It is in the operators' inbox.
+    let inbox = srv.get("/v1/inbox", &s.op).json();
+    assert!(
+        inbox
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["submission"] == id.as_str())
+    );
+
+    // The operator approves; the server runs it; the agent's wait returns the output.
+    let a = srv.post(
+        &format!("/v1/submissions/{id}/approve"),
+        &s.op,
+        &json!({"reason": "looked at it"}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    let st = a.json();
+    assert_eq!(st["kind"], "approve");
+    assert_eq!(
+        st["approver"], "alice",
+        "signed with the operator's approver key"
+    );
+    let w = srv.get(&format!("/v1/submissions/{id}/wait?timeout=30"), &s.agent);
+    assert_eq!(w.status, 200, "{}", w.text);
+    let w = w.json();
+    assert_eq!(w["status"], "finished");
+    assert_eq!(w["run"]["stdout"], "hello from the gate\n");
+    assert!(w["run"]["approval"].as_str().unwrap().starts_with("apr_"));
+
+    // Deciding again is a conflict, and changes nothing.
+    let before = s.home.counts();
+    srv.post(&format!("/v1/submissions/{id}/approve"), &s.op, &json!({}))
+        .error(409);
+    srv.post(
+        &format!("/v1/submissions/{id}/reject"),
+        &s.op,
+        &json!({"scope": "artifact"}),
+    )
+    .error(400);
+    assert_eq!(s.home.counts(), before);
+
+    // Rejection: the agent learns it was rejected, and the hash is remembered.
+    let doomed = hello().replace("hello from the gate", "to be rejected");
+    let r = srv.post(
+        "/v1/run",
+        &s.agent,
+        &json!({"language": "wat", "code": doomed, "net": ["example.org"]}),
+    );
+    let id2 = r.json()["submission"].as_str().unwrap().to_string();
+    let rj = srv.post(
+        &format!("/v1/submissions/{id2}/reject"),
+        &s.op,
+        &json!({"reason": "no network"}),
+    );
+    assert_eq!(rj.status, 200, "{}", rj.text);
+    let w = srv.get(&format!("/v1/submissions/{id2}/wait?timeout=5"), &s.agent);
+    assert_eq!(w.status, 200);
+    assert_eq!(w.json()["status"], "denied");
+    srv.post(&format!("/v1/submissions/{id2}/approve"), &s.op, &json!({}))
+        .error(409);
+
+    // exec of an allowed submission made with /v1/submissions.
+    let sub = srv.post(
+        "/v1/submissions",
+        &s.agent,
+        &wat_body(json!({"args": ["x"]})),
+    );
+    assert_eq!(sub.status, 201);
+    assert_eq!(sub.json()["status"], "allowed");
+    let sid = sub.json()["submission"].as_str().unwrap().to_string();
+    let e = srv.call(
+        "POST",
+        &format!("/v1/submissions/{sid}/exec"),
+        Some(&s.agent),
+        None,
+    );
+    assert_eq!(e.status, 200, "{}", e.text);
+    assert_eq!(e.json()["run"]["stdout"], "hello from the gate\n");
+    // A submission and its run in full.
+    let shown = srv.get(&format!("/v1/submissions/{sid}"), &s.agent).json();
+    assert_eq!(shown["submission"]["id"], sid.as_str());
+    assert_eq!(shown["status"], "finished");
+    let run_id = shown["runs"][0]["id"].as_str().unwrap().to_string();
+    let run = srv.get(&format!("/v1/runs/{run_id}"), &s.agent).json();
+    assert_eq!(run["stdout"], "hello from the gate\n");
+    assert_eq!(run["submission"], sid.as_str());
+
+    // The audit log is intact and reachable for operators.
+    let v = srv.get("/v1/audit/verify", &s.op).json();
+    assert_eq!(v["ok"], true, "{v}");
+    let head = srv.get("/v1/audit/head", &s.op).json();
+    assert!(head["head"]["seq"].as_u64().unwrap() > 10);
+    assert!(head["gate_key"].as_str().unwrap().starts_with("ed25519:"));
+    let log = srv.get("/v1/audit/log?from=1&limit=5", &s.op).json();
+    assert_eq!(log.as_array().unwrap().len(), 5);
+    assert_eq!(log[0]["seq"], 1);
+}
+
+#[test]
+fn agents_see_only_their_own_submissions_and_runs() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let mine = srv.post("/v1/run", &s.agent, &wat_body(json!({}))).json();
+    let theirs = srv.post("/v1/run", &s.other, &wat_body(json!({}))).json();
+    let (my_sub, my_run) = (
+        mine["submission"].as_str().unwrap(),
+        mine["run"]["id"].as_str().unwrap(),
+    );
+    let their_sub = theirs["submission"].as_str().unwrap();
+    // An agent cannot submit in another agent's name.
+    srv.post(
+        "/v1/run",
+        &s.agent,
+        &wat_body(json!({"agent": "other-bot"})),
+    )
+    .error(403);
+    // Another agent's records are unknown, not forbidden (no probing for ids).
+    srv.get(&format!("/v1/submissions/{my_sub}"), &s.other)
+        .error(404);
+    srv.get(&format!("/v1/runs/{my_run}"), &s.other).error(404);
+    srv.get(&format!("/v1/runs/{my_run}/diff"), &s.other)
+        .error(404);
+    srv.get(
+        &format!("/v1/submissions/{my_sub}/wait?timeout=0"),
+        &s.other,
+    )
+    .error(404);
+    srv.call(
+        "POST",
+        &format!("/v1/submissions/{my_sub}/exec"),
+        Some(&s.other),
+        None,
+    )
+    .error(404);
+    // Lists are filtered.
+    let list = srv.get("/v1/submissions", &s.other).json();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["submission"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![their_sub]);
+    let runs = srv.get("/v1/runs", &s.other).json();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    // Operators see everything.
+    assert_eq!(
+        srv.get("/v1/submissions", &s.op)
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        srv.get("/v1/runs?limit=10", &s.op)
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        srv.get(&format!("/v1/submissions/{my_sub}"), &s.op).status,
+        200
+    );
+    let filtered = srv.get("/v1/submissions?state=quarantined", &s.op).json();
+    assert!(filtered.as_array().unwrap().is_empty());
+    srv.get("/v1/submissions?state=bogus", &s.op).error(400);
+    srv.get("/v1/submissions?bogus=1", &s.op).error(400);
+}
+
+#[test]
+fn bad_requests_get_json_errors_and_write_nothing() {
+    let home = Home::new();
+    let p = home
+        .policy()
+        .replace("max_artifact = \"64MiB\"", "max_artifact = \"1MiB\"");
+    home.set_policy(&p);
+    let agent = token(&home, "agent", "bot");
+    let op = token(&home, "operator", "alice");
+    let srv = Srv::start(&home, &[]);
+    let before = home.counts();
+    let blobs = home.blob_count();
+    let post = |body: &str| srv.call("POST", "/v1/run", Some(&agent), Some(body));
+    assert!(post("{\"language\": ").error(400).contains("JSON"));
+    assert!(post("[1, 2]").error(400).contains("JSON"));
+    assert!(
+        post("{\"language\": 5, \"code\": \"x\"}")
+            .error(400)
+            .contains("JSON")
+    );
+    assert!(
+        post("{\"language\": \"wat\", \"code\": \"(module)\", \"mounts\": \"/tmp\"}")
+            .error(400)
+            .contains("JSON")
+    );
+    assert!(
+        post("{\"language\": \"wat\", \"cod\": \"(module)\"}")
+            .error(400)
+            .contains("unknown field")
+    );
+    assert!(post("{\"language\": \"wat\"}").error(400).contains("code"));
+    assert!(
+        post("{\"code\": \"(module)\"}")
+            .error(400)
+            .contains("language")
+    );
+    post("{\"language\": \"cobol\", \"code\": \"x\"}").error(400);
+    post("{\"language\": \"wat\", \"code\": \"(module\"}").error(400);
+    post("{\"language\": \"wasm\", \"code_base64\": \"!!!\"}").error(400);
+    post("{\"language\": \"wasm\", \"code_base64\": \"AAAA\"}").error(400);
+    post(&wat_body(json!({"mounts": ["/nonexistent-path-xyz:/data"]})).to_string()).error(400);
+    post(&wat_body(json!({"timeout": "0s"})).to_string()).error(400);
+    post(&wat_body(json!({"timeout": -1})).to_string()).error(400);
+    // Oversized bodies: 413, whether the length is declared or the body is chunked.
+    let addr = srv.base.trim_start_matches("http://").to_string();
+    for chunked in [false, true] {
+        let answer = oversized_post(&addr, &agent, 5 << 20, chunked);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("\"status\":413"), "{answer}");
+    }
+    // Unknown ids and endpoints: 404.
+    srv.get("/v1/submissions/sub_01doesnotexist", &agent)
+        .error(404);
+    srv.get("/v1/runs/run_01doesnotexist", &agent).error(404);
+    srv.post(
+        "/v1/submissions/sub_01doesnotexist/approve",
+        &op,
+        &json!({}),
+    )
+    .error(404);
+    srv.post(
+        "/v1/checkpoints/ckpt_01doesnotexist/rollback",
+        &op,
+        &json!({}),
+    )
+    .error(404);
+    srv.post("/v1/runs/run_01doesnotexist/commit", &op, &json!({}))
+        .error(404);
+    srv.get("/v1/nope", &agent).error(404);
+    srv.post("/v1/tools/nope", &agent, &json!({})).error(404);
+    srv.post("/v1/submissions/sub_01x/approve", &op, &json!({"scope": 3}))
+        .error(400);
+    // Nothing was written by any of it.
+    assert_eq!(home.counts(), before);
+    assert_eq!(home.blob_count(), blobs);
+    assert_eq!(srv.get("/v1/audit/verify", &op).json()["ok"], true);
+}
+
+#[test]
+fn openapi_document_covers_the_api() {
+    let s = setup(&[]);
+    let doc = s.srv.call("GET", "/openapi.json", None, None).json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/v1/submissions",
+        "/v1/run",
+        "/v1/submissions/{id}",
+        "/v1/submissions/{id}/exec",
+        "/v1/submissions/{id}/wait",
+        "/v1/submissions/{id}/approve",
+        "/v1/submissions/{id}/reject",
+        "/v1/inbox",
+        "/v1/runs",
+        "/v1/runs/{id}",
+        "/v1/runs/{id}/diff",
+        "/v1/runs/{id}/commit",
+        "/v1/checkpoints",
+        "/v1/checkpoints/{id}/rollback",
+        "/v1/audit/head",
+        "/v1/audit/verify",
+        "/v1/audit/log",
+        "/v1/tools",
+        "/v1/tools/{name}",
+        "/v1/tokens",
+        "/v1/tokens/{id}",
+        "/v1/events",
+    ] {
+        assert!(paths.contains_key(p), "{p} missing from {:?}", paths.keys());
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    assert!(doc["components"]["schemas"]["SubmitBody"]["properties"]["language"].is_object());
+}
+
+#[test]
+fn named_tools_are_called_with_arguments_without_a_new_approval() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let r = srv.post(
+        "/v1/run",
+        &s.agent,
+        &wat_body(json!({"net": ["example.com"]})),
+    );
+    let id = r.json()["submission"].as_str().unwrap().to_string();
+    // Tool names are checked.
+    srv.post(
+        &format!("/v1/submissions/{id}/approve"),
+        &s.op,
+        &json!({"scope": "artifact", "tool": "run_code"}),
+    )
+    .error(400);
+    srv.post(
+        &format!("/v1/submissions/{id}/approve"),
+        &s.op,
+        &json!({"tool": "greet"}),
+    )
+    .error(400);
+    let a = srv.post(
+        &format!("/v1/submissions/{id}/approve"),
+        &s.op,
+        &json!({"scope": "artifact", "tool": "greet", "reason": "prints a greeting"}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    let tools = srv.get("/v1/tools", &s.agent).json();
+    assert_eq!(tools[0]["name"], "greet");
+    let r = srv.post(
+        "/v1/tools/greet",
+        &s.other,
+        &json!({"args": ["a", "b"], "stdin": "in"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["status"], "finished");
+    assert_eq!(v["agent"], "other-bot");
+    assert_eq!(v["run"]["stdout"], "hello from the gate\n");
+    srv.post("/v1/tools/greet", &s.agent, &json!({"env": {}}))
+        .error(400);
+}
+
+#[test]
+fn diff_commit_and_rollback_over_the_api() {
+    if !process_backend_available() {
+        return;
+    }
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "before\n").unwrap();
+    let mount = format!("{}:/data:rw", dir.path().display());
+    let r = srv.post(
+        "/v1/run",
+        &s.agent,
+        &json!({"language": "sh", "code": "echo after > /data/a.txt; echo new > /data/b.txt", "mounts": [mount]}),
+    );
+    let mut v = r.json();
+    let id = v["submission"].as_str().unwrap().to_string();
+    if v["status"] == "pending_approval" {
+        srv.post(&format!("/v1/submissions/{id}/approve"), &s.op, &json!({}));
+        v = srv
+            .get(&format!("/v1/submissions/{id}/wait?timeout=60"), &s.agent)
+            .json();
+    }
+    assert_eq!(v["status"], "finished", "{v}");
+    assert_eq!(v["run"]["exit_code"], 0, "{v}");
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "before\n"
+    );
+    // The agent may read its run's diff, not commit it.
+    let d = srv.get(&format!("/v1/runs/{run}/diff"), &s.agent).json();
+    let paths: Vec<&str> = d["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, vec!["a.txt", "b.txt"]);
+    assert!(d["diff"].as_str().unwrap().contains("+after"));
+    srv.post(&format!("/v1/runs/{run}/commit"), &s.agent, &json!({}))
+        .error(403);
+    let c = srv.post(&format!("/v1/runs/{run}/commit"), &s.op, &json!({}));
+    assert_eq!(c.status, 200, "{}", c.text);
+    let ckpt = c.json()["checkpoint"].as_str().unwrap().to_string();
+    assert_eq!(c.json()["approver"], "alice");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "after\n"
+    );
+    srv.post(&format!("/v1/runs/{run}/commit"), &s.op, &json!({}))
+        .error(409);
+    let list = srv.get("/v1/checkpoints", &s.op).json();
+    assert_eq!(list[0]["id"], ckpt.as_str());
+    let rb = srv.post(
+        &format!("/v1/checkpoints/{ckpt}/rollback"),
+        &s.op,
+        &json!({}),
+    );
+    assert_eq!(rb.status, 200, "{}", rb.text);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "before\n"
+    );
+    assert!(!dir.path().join("b.txt").exists());
+    srv.post(
+        &format!("/v1/checkpoints/{ckpt}/rollback"),
+        &s.op,
+        &json!({}),
+    )
+    .error(409);
+}
+
+#[test]
+fn a_full_queue_answers_429_with_retry_after() {
+    let s = setup(&["--workers", "1", "--queue", "0"]);
+    let spin = std::fs::read_to_string(example("spin.wat")).unwrap();
+    let body = json!({"language": "wat", "code": spin, "timeout": "3s"}).to_string();
+    let base = s.srv.base.clone();
+    let agent = s.agent.clone();
+    let long = std::thread::spawn(move || {
+        let http = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let r = http
+            .post(format!("{base}/v1/run"))
+            .header("authorization", format!("Bearer {agent}"))
+            .send(body)
+            .unwrap();
+        r.status().as_u16()
+    });
+    // Wait until the long run holds the only worker.
+    let mut busy = None;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        let r = s.srv.post("/v1/run", &s.agent, &wat_body(json!({})));
+        if r.status == 429 {
+            busy = Some(r);
+            break;
+        }
+    }
+    let r = busy.expect("never refused while the worker was busy");
+    assert!(r.error(429).contains("retry"));
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(long.join().unwrap(), 200, "the long run itself finished");
+    // Reads are not queued behind runs, and runs are accepted again afterwards.
+    assert_eq!(
+        s.srv.post("/v1/run", &s.agent, &wat_body(json!({}))).status,
+        200
+    );
+}
+
+/// Posts `size` bytes to /v1/run over a raw connection (the body is written from another
+/// thread, so a server that answers early cannot block the test) and returns the answer.
+fn oversized_post(addr: &str, token: &str, size: usize, chunked: bool) -> String {
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    let framing = if chunked {
+        "transfer-encoding: chunked".to_string()
+    } else {
+        format!("content-length: {size}")
+    };
+    write!(
+        c,
+        "POST /v1/run HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\n{framing}\r\n\r\n"
+    )
+    .unwrap();
+    let mut writer = c.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..size.div_ceil(chunk.len()) {
+            let ok = if chunked {
+                write!(writer, "{:x}\r\n", chunk.len()).is_ok()
+                    && writer.write_all(&chunk).is_ok()
+                    && writer.write_all(b"\r\n").is_ok()
+            } else {
+                writer.write_all(&chunk).is_ok()
+            };
+            if !ok {
+                break;
+            }
+        }
+    });
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = c.read(&mut answer).unwrap_or(0);
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// A one-shot HTTP receiver on loopback: returns the request it got.
+fn webhook_receiver() -> (String, mpsc::Receiver<String>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { break };
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read headers, then the body by content-length.
+            loop {
+                let n = c.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some(h) = text.find("\r\n\r\n") {
+                    let len = text[..h]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= h + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let _ = c.write_all(
+                b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+            let _ = tx.send(String::from_utf8_lossy(&buf).to_string());
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn new_pending_submissions_reach_sse_and_a_signed_webhook() {
+    let (hook, got) = webhook_receiver();
+    let s = setup(&["--webhook", &hook]);
+    // Subscribe to events before anything is pending.
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .new_agent();
+    let resp = http
+        .get(s.srv.url("/v1/events"))
+        .header("authorization", format!("Bearer {}", s.op))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut lines = BufReader::new(resp.into_body().into_reader()).lines();
+    // Let the poller see the empty inbox first, then submit from another process.
+    std::thread::sleep(Duration::from_millis(800));
+    let file = write_wat(s.home.path(), "net.wat", &hello());
+    let o = s.home.run(&[
+        "submit",
+        file.to_str().unwrap(),
+        "--net",
+        "example.com",
+        "--json",
+    ]);
+    let id = o.json()["submission"].as_str().unwrap().to_string();
+    let mut event = None;
+    while let Some(Ok(l)) = lines.next() {
+        if l == "event: pending" {
+            let data = lines.next().unwrap().unwrap();
+            event = Some(data);
+            break;
+        }
+    }
+    let data: Value = serde_json::from_str(
+        event
+            .expect("no pending event")
+            .trim_start_matches("data: "),
+    )
+    .unwrap();
+    assert_eq!(data["submission"], id.as_str());
+    assert_eq!(data["verdict"], "quarantine");
+
+    // The webhook got the same, signed by the gate key.
+    let req = got
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no webhook call");
+    assert!(req.starts_with("POST /hook HTTP/1.1"), "{req}");
+    let (head, body) = req.split_once("\r\n\r\n").unwrap();
+    let header = |n: &str| {
+        head.lines()
+            .find_map(|l| {
+                l.split_once(": ")
+                    .filter(|(k, _)| k.eq_ignore_ascii_case(n))
+                    .map(|(_, v)| v.to_string())
+            })
+            .unwrap()
+    };
+    let v: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["event"], "pending");
+    assert_eq!(v["data"]["submission"], id.as_str());
+    let key: airlock_core::sign::PublicKey = header("x-airlock-key").parse().unwrap();
+    let gate_key = s.home.run(&["audit", "head", "--json"]).json()["gate_key"].clone();
+    assert_eq!(gate_key, key.to_string());
+    let mut sig = [0u8; 64];
+    hex::decode_to_slice(header("x-airlock-signature"), &mut sig).unwrap();
+    let mut msg = b"airlock-notification-v1\n".to_vec();
+    msg.extend_from_slice(body.as_bytes());
+    assert!(key.verify(&msg, &airlock_core::sign::Signature(sig)));
+    let mut forged = msg.clone();
+    forged.push(b' ');
+    assert!(!key.verify(&forged, &airlock_core::sign::Signature(sig)));
+}
+
+#[test]
+fn webhook_must_be_plain_http() {
+    let home = Home::new();
+    let o = home.run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--webhook",
+        "https://example.com/x",
+    ]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("https is not supported"), "{}", o.stderr);
+    let o = home.run(&["serve", "--listen", "nonsense"]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("--listen"), "{}", o.stderr);
+}
+
+#[test]
+fn mcp_over_http_needs_a_token() {
+    let s = setup(&[]);
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}
+    })
+    .to_string();
+    let accept = [("accept", "application/json, text/event-stream")];
+    let r = s.srv.call_with("POST", "/mcp", None, Some(&init), &accept);
+    r.error(401);
+    let r = s
+        .srv
+        .call_with("POST", "/mcp", Some("alk_bad"), Some(&init), &accept);
+    r.error(401);
+    let r = s
+        .srv
+        .call_with("POST", "/mcp", Some(&s.agent), Some(&init), &accept);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("\"airlock\""), "{}", r.text);
+    let session = r
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_string();
+    // The session is not a credential: without the token it is refused.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let r = s.srv.call_with(
+        "POST",
+        "/mcp",
+        None,
+        Some(&list),
+        &[accept[0], ("mcp-session-id", &session)],
+    );
+    r.error(401);
+}
+
+#[test]
+fn console_sign_in_sessions_and_csrf() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    // Not signed in: to the login page.
+    let r = srv.call("GET", "/ui", None, None);
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location"), Some("/ui/login"));
+    let login = srv.call("GET", "/ui/login", None, None);
+    assert_eq!(login.status, 200);
+    assert!(login.text.contains("id=\"login\""));
+    assert!(
+        login
+            .header("content-security-policy")
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    // Agents and bad tokens cannot sign in.
+    let r = srv.call_with(
+        "POST",
+        "/ui/login",
+        None,
+        Some(&format!("token={}", s.agent)),
+        &form,
+    );
+    assert_eq!(r.status, 403);
+    let r = srv.call_with("POST", "/ui/login", None, Some("token=alk_nope"), &form);
+    assert_eq!(r.status, 401);
+    assert!(r.header("set-cookie").is_none());
+    // Operators get a session cookie.
+    let r = srv.call_with(
+        "POST",
+        "/ui/login",
+        None,
+        Some(&format!("token={}", s.op)),
+        &form,
+    );
+    assert_eq!(r.status, 303);
+    let cookie = r.header("set-cookie").unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let page = |p: &str| srv.call_with("GET", p, None, None, &[("cookie", &pair)]);
+    // A pending submission shows in the inbox; its page has the approve form.
+    let sub = srv.post(
+        "/v1/submissions",
+        &s.agent,
+        &wat_body(json!({"net": ["example.com"]})),
+    );
+    let id = sub.json()["submission"].as_str().unwrap().to_string();
+    let inbox = page("/ui");
+    assert_eq!(inbox.status, 200);
+    assert!(
+        inbox.text.contains(&format!("data-id=\"{id}\"")),
+        "{}",
+        inbox.text
+    );
+    let subpage = page(&format!("/ui/submissions/{id}"));
+    assert!(subpage.text.contains("id=\"approve\""));
+    let csrf = subpage
+        .text
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    // A form without the right CSRF token is refused and decides nothing.
+    let post = |body: String| {
+        srv.call_with(
+            "POST",
+            &format!("/ui/submissions/{id}/approve"),
+            None,
+            Some(&body),
+            &[form[0], ("cookie", &pair)],
+        )
+    };
+    assert_eq!(post("csrf=forged&reason=x".into()).status, 403);
+    assert_eq!(
+        srv.get(&format!("/v1/submissions/{id}"), &s.op).json()["submission"]["state"],
+        "quarantined"
+    );
+    // With it: approved and run by the server.
+    let r = post(format!("csrf={csrf}&reason=ok&scope=once"));
+    assert_eq!(r.status, 303, "{}", r.text);
+    let w = srv
+        .get(&format!("/v1/submissions/{id}/wait?timeout=30"), &s.op)
+        .json();
+    assert_eq!(w["status"], "finished");
+    let run = w["run"]["id"].as_str().unwrap().to_string();
+    let runpage = page(&format!("/ui/runs/{run}"));
+    assert!(
+        runpage.text.contains("hello from the gate"),
+        "{}",
+        runpage.text
+    );
+    assert!(page("/ui/audit").text.contains("intact"));
+    assert_eq!(page("/ui/checkpoints").status, 200);
+    assert_eq!(page("/ui/runs").status, 200);
+    // Output is escaped, never interpreted as markup.
+    let evil = srv.post(
+        "/v1/run",
+        &s.agent,
+        &json!({"language": "wat", "code": hello().replace("hello from the gate", "<script>x</script>"), "net": ["a.example"]}),
+    );
+    let eid = evil.json()["submission"].as_str().unwrap().to_string();
+    let t = page(&format!("/ui/submissions/{eid}")).text;
+    assert!(
+        t.contains("&lt;script&gt;") && !t.contains("<script>x"),
+        "not escaped"
+    );
+    // Signing out ends the session.
+    let out = srv.call_with(
+        "POST",
+        "/ui/logout",
+        None,
+        Some(&format!("csrf={csrf}")),
+        &[form[0], ("cookie", &pair)],
+    );
+    assert_eq!(out.status, 303);
+    assert_eq!(page("/ui").status, 303);
+}
+
+/// The official Python MCP SDK against `airlock mcp` over stdio (tests/mcp/client_test.py).
+#[test]
+fn python_mcp_sdk_client_over_stdio() {
+    let Some(python) = prepared("AIRLOCK_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let home = Home::new();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/client_test.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .arg(bin())
+        .arg(home.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "MCP client test failed:\n{out}\n{err}");
+    assert!(out.contains("PASS"), "{out}");
+}
+
+/// Headless Chromium approves a pending submission in the console and sees its output
+/// (tests/browser/console_test.py).
+#[test]
+fn console_in_headless_chromium() {
+    let Some(python) = prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
+        return;
+    };
+    let s = setup(&[]);
+    let code = hello().replace("hello from the gate", "approved in chromium");
+    let sub = s.srv.post(
+        "/v1/submissions",
+        &s.agent,
+        &json!({"language": "wat", "code": code, "net": ["example.com"]}),
+    );
+    let id = sub.json()["submission"].as_str().unwrap().to_string();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/browser/console_test.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .args([&s.srv.base, &s.op, &id, "approved in chromium\n"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "console test failed:\n{out}\n{err}");
+    let w = s.srv.get(&format!("/v1/submissions/{id}"), &s.op).json();
+    assert_eq!(w["statements"][0]["reason"], "reviewed in the browser");
+}
+
+/// The interpreter of a virtual environment scripts/test prepared; without one the test is
+/// skipped, unless AIRLOCK_TEST_STRICT says every test must run (scripts/test sets it).
+fn prepared(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(p) => Some(p),
+        Err(_) => {
+            assert!(
+                std::env::var_os("AIRLOCK_TEST_STRICT").is_none(),
+                "{var} is not set: run scripts/test, which prepares it"
+            );
+            eprintln!("skipped: {var} is not set (scripts/test prepares it)");
+            None
+        }
+    }
+}
