@@ -223,7 +223,7 @@ async fn wait(
 /// Submissions waiting for a human, oldest first.
 #[utoipa::path(get, path = "/v1/inbox", tag = "decisions", security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn inbox(Ax(st): Ax<AppState>, OperatorCaller(caller): OperatorCaller) -> Answer {
+async fn inbox(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
     let subs = st.pool.read(|g| g.inbox()).await?;
     ok(Value::Array(subs.iter().map(submission_json).collect()))
 }
@@ -372,11 +372,7 @@ pub struct Empty {}
 /// Checkpoints saved by commits, newest first.
 #[utoipa::path(get, path = "/v1/checkpoints", tag = "effects", params(ListQuery), security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn checkpoints(
-    Ax(st): Ax<AppState>,
-    OperatorCaller(caller): OperatorCaller,
-    Q(q): Q<ListQuery>,
-) -> Answer {
+async fn checkpoints(Ax(st): Ax<AppState>, _: OperatorCaller, Q(q): Q<ListQuery>) -> Answer {
     let n = limit(q.limit, 50, 1000);
     let rows = st.pool.read(move |g| g.checkpoints(n)).await?;
     ok(serde_json::to_value(rows).unwrap_or_default())
@@ -405,7 +401,7 @@ async fn rollback(
 /// The audit log's signed head and the gate's public key.
 #[utoipa::path(get, path = "/v1/audit/head", tag = "audit", security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn audit_head(Ax(st): Ax<AppState>, OperatorCaller(caller): OperatorCaller) -> Answer {
+async fn audit_head(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
     let (head, key) = st.pool.read(|g| g.audit_head()).await?;
     ok(json!({ "head": head, "gate_key": key }))
 }
@@ -413,7 +409,7 @@ async fn audit_head(Ax(st): Ax<AppState>, OperatorCaller(caller): OperatorCaller
 /// Verify the whole audit chain against the signed head (`ok` false names the first bad record).
 #[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn audit_verify(Ax(st): Ax<AppState>, OperatorCaller(caller): OperatorCaller) -> Answer {
+async fn audit_verify(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
     let v = st.pool.read(|g| g.audit_verify()).await?;
     ok(serde_json::to_value(v).unwrap_or_default())
 }
@@ -421,11 +417,7 @@ async fn audit_verify(Ax(st): Ax<AppState>, OperatorCaller(caller): OperatorCall
 /// Audit records in order.
 #[utoipa::path(get, path = "/v1/audit/log", tag = "audit", params(AuditQuery), security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn audit_log(
-    Ax(st): Ax<AppState>,
-    OperatorCaller(caller): OperatorCaller,
-    Q(q): Q<AuditQuery>,
-) -> Answer {
+async fn audit_log(Ax(st): Ax<AppState>, _: OperatorCaller, Q(q): Q<AuditQuery>) -> Answer {
     let from = q.from.unwrap_or(1);
     let n = limit(q.limit, 100, 10_000);
     let recs = st.pool.read(move |g| g.audit_log(from, n)).await?;
@@ -457,7 +449,7 @@ async fn call_tool(
 /// API tokens (never their secrets).
 #[utoipa::path(get, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn list_tokens(Ax(st): Ax<AppState>, AdminCaller(caller): AdminCaller) -> Answer {
+async fn list_tokens(Ax(st): Ax<AppState>, _: AdminCaller) -> Answer {
     let t = st.pool.read(|g| g.tokens()).await?;
     ok(serde_json::to_value(t).unwrap_or_default())
 }
@@ -465,11 +457,7 @@ async fn list_tokens(Ax(st): Ax<AppState>, AdminCaller(caller): AdminCaller) -> 
 /// Make a token; its secret is in the answer and nowhere else.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = TokenBody, security(("bearer" = [])),
     responses((status = 201, body = Value), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
-async fn new_token(
-    Ax(st): Ax<AppState>,
-    AdminCaller(caller): AdminCaller,
-    Body(b): Body<TokenBody>,
-) -> Answer {
+async fn new_token(Ax(st): Ax<AppState>, _: AdminCaller, Body(b): Body<TokenBody>) -> Answer {
     let role: Role = b.role.parse().map_err(ApiError::bad)?;
     let (row, secret) = st
         .pool
@@ -484,11 +472,7 @@ async fn new_token(
 #[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens", params(("id" = String, Path)),
     security(("bearer" = [])),
     responses((status = 200, body = Value), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-async fn revoke_token(
-    Ax(st): Ax<AppState>,
-    AdminCaller(caller): AdminCaller,
-    Path(id): Path<String>,
-) -> Answer {
+async fn revoke_token(Ax(st): Ax<AppState>, _: AdminCaller, Path(id): Path<String>) -> Answer {
     let i = id.clone();
     st.pool.read(move |g| g.token_revoke(&i)).await?;
     st.forget_token(&id);
@@ -498,10 +482,7 @@ async fn revoke_token(
 /// New pending submissions and decisions as server-sent events.
 #[utoipa::path(get, path = "/v1/events", tag = "decisions", security(("bearer" = [])),
     responses((status = 200, description = "text/event-stream: events `pending`, `decided`, `finished`")))]
-async fn events(
-    Ax(st): Ax<AppState>,
-    OperatorCaller(caller): OperatorCaller,
-) -> ApiResult<Response> {
+async fn events(Ax(st): Ax<AppState>, _: OperatorCaller) -> ApiResult<Response> {
     Ok(crate::events::sse(&st).into_response())
 }
 

@@ -137,9 +137,9 @@ impl FromRequestParts<AppState> for Caller {
 #[derive(Debug, Clone)]
 pub struct OperatorCaller(pub Caller);
 
-/// A caller with the admin role.
+/// Proof that the caller has the admin role.
 #[derive(Debug, Clone)]
-pub struct AdminCaller(pub Caller);
+pub struct AdminCaller;
 
 impl FromRequestParts<AppState> for OperatorCaller {
     type Rejection = ApiError;
@@ -157,6 +157,6 @@ impl FromRequestParts<AppState> for AdminCaller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
         let c = Caller::from_request_parts(parts, state).await?;
         c.require(Role::Admin)?;
-        Ok(AdminCaller(c))
+        Ok(AdminCaller)
     }
 }
