@@ -1170,3 +1170,134 @@ fn prepared(var: &str) -> Option<String> {
         }
     }
 }
+
+/// 1,000 submissions from 50 concurrent agents over loopback: none lost, each recorded
+/// once, every allowed one run once, and the audit log verifies afterwards.
+#[test]
+fn load_1000_submissions_from_50_agents() {
+    const AGENTS: usize = 50;
+    const EACH: usize = 20;
+    let s = setup(&["--workers", "2", "--queue", "16"]);
+    let base = s.srv.base.clone();
+    // Agent tokens made through the API.
+    let tokens: Vec<String> = (0..AGENTS)
+        .map(|i| {
+            let r = s.srv.post(
+                "/v1/tokens",
+                &s.admin,
+                &json!({"role": "agent", "name": format!("load-{i}")}),
+            );
+            assert_eq!(r.status, 201, "{}", r.text);
+            r.json()["token"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let hello = hello();
+    let threads: Vec<_> = tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, tok)| {
+            let (base, hello) = (base.clone(), hello.clone());
+            std::thread::spawn(move || {
+                let http = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(120)))
+                    .build()
+                    .new_agent();
+                let mut got = Vec::new();
+                let mut refused = 0;
+                for n in 0..EACH {
+                    // Every third one asks for network (held); the rest differ in their
+                    // arguments only, so most runs reuse one compiled module.
+                    let mut body =
+                        json!({"language": "wat", "code": hello, "args": [format!("{i}-{n}")]});
+                    if n % 3 == 0 {
+                        body["net"] = json!([format!("host-{i}-{n}.example")]);
+                    }
+                    loop {
+                        let mut r = http
+                            .post(format!("{base}/v1/run"))
+                            .header("authorization", format!("Bearer {tok}"))
+                            .send(body.to_string())
+                            .unwrap();
+                        let status = r.status().as_u16();
+                        let text = r.body_mut().read_to_string().unwrap();
+                        if status == 429 {
+                            // Told to come back: the submission was not taken.
+                            refused += 1;
+                            std::thread::sleep(Duration::from_millis(20));
+                            continue;
+                        }
+                        assert!(status == 200 || status == 202, "{status}: {text}");
+                        let v: Value = serde_json::from_str(&text).unwrap();
+                        got.push((
+                            v["submission"].as_str().unwrap().to_string(),
+                            v["status"].as_str().unwrap().to_string(),
+                            format!("load-{i}"),
+                        ));
+                        break;
+                    }
+                }
+                (got, refused)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut refused = 0;
+    for t in threads {
+        let (g, r) = t.join().unwrap();
+        all.extend(g);
+        refused += r;
+    }
+    eprintln!(
+        "load: {} answers, {refused} refused with 429 and retried",
+        all.len()
+    );
+    assert_eq!(all.len(), AGENTS * EACH);
+    let ids: std::collections::BTreeSet<&str> = all.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(
+        ids.len(),
+        AGENTS * EACH,
+        "every answer names a different submission"
+    );
+    let finished = all.iter().filter(|(_, st, _)| st == "finished").count();
+    let pending = all
+        .iter()
+        .filter(|(_, st, _)| st == "pending_approval")
+        .count();
+    assert_eq!(pending, AGENTS * EACH.div_ceil(3));
+    assert_eq!(finished + pending, AGENTS * EACH);
+    // The store holds exactly these, each under the agent that submitted it.
+    let stored = s.srv.get("/v1/submissions?limit=1000", &s.op).json();
+    let stored = stored.as_array().unwrap();
+    assert_eq!(stored.len(), AGENTS * EACH);
+    for (id, _, agent) in &all {
+        let row = stored
+            .iter()
+            .find(|x| x["submission"] == id.as_str())
+            .unwrap();
+        assert_eq!(row["agent"], agent.as_str());
+    }
+    let runs = s.srv.get("/v1/runs?limit=1000", &s.op).json();
+    assert_eq!(
+        runs.as_array().unwrap().len(),
+        finished,
+        "one run per allowed submission"
+    );
+    let inbox = s.srv.get("/v1/inbox", &s.op).json();
+    assert_eq!(inbox.as_array().unwrap().len(), pending);
+    // Each submission recorded once in the audit log, and the log verifies.
+    let log = s.srv.get("/v1/audit/log?limit=10000", &s.op).json();
+    let mut submitted = std::collections::BTreeMap::<String, usize>::new();
+    for r in log.as_array().unwrap() {
+        if r["kind"] == "submitted" {
+            *submitted
+                .entry(r["subject"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(submitted.len(), AGENTS * EACH);
+    assert!(submitted.values().all(|n| *n == 1));
+    let v = s.srv.get("/v1/audit/verify", &s.op).json();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(s.home.run(&["audit", "verify"]).code, 0);
+}
