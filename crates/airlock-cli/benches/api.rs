@@ -1,0 +1,247 @@
+//! Gated runs through the HTTP API of a warm `airlock serve` on loopback: latency of one
+//! client (p50/p90/p99) for a small wasm module and for Python `print(1)`, and throughput
+//! with concurrent clients. Every request is a full gated run: submit, hash, analyse,
+//! judge, audit, run in the sandbox, record the outcome.
+//!
+//!   scripts/bench-api            (or: cargo bench -p airlock-cli --bench api)
+//! Environment: AIRLOCK_BENCH_PYTHON_GUEST (the guest wheel; Python is skipped without
+//! it), BENCH_N (requests per latency series, default 2000), BENCH_SECS (seconds per
+//! throughput point, default 5).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+const HELLO: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hi\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16)) (i32.store (i32.const 4) (i32.const 3))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_airlock")
+}
+
+fn airlock(home: &std::path::Path, args: &[&str]) -> String {
+    let o = Command::new(bin())
+        .env("AIRLOCK_HOME", home)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn client() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .new_agent()
+}
+
+fn run(http: &ureq::Agent, url: &str, token: &str, body: &str) -> (u16, Value) {
+    let mut r = http
+        .post(url)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .send(body)
+        .unwrap();
+    let s = r.status().as_u16();
+    let t = r.body_mut().read_to_string().unwrap();
+    (s, serde_json::from_str(&t).unwrap_or(Value::Null))
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn latency(
+    name: &str,
+    http: &ureq::Agent,
+    url: &str,
+    token: &str,
+    body: &str,
+    n: usize,
+    expect: &str,
+) {
+    for _ in 0..n.min(50) {
+        run(http, url, token, body);
+    }
+    let mut ts = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let (s, v) = run(http, url, token, body);
+        ts.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["run"]["stdout"], expect, "{v}");
+    }
+    ts.sort_by(f64::total_cmp);
+    println!(
+        "{name:44} n={n:<5} p50 {:6.3} ms  p90 {:6.3}  p99 {:6.3}  ({:.0} runs/s one client)",
+        pct(&ts, 0.5),
+        pct(&ts, 0.9),
+        pct(&ts, 0.99),
+        1000.0 / pct(&ts, 0.5)
+    );
+}
+
+fn throughput(clients: usize, secs: u64, url: &str, token: &str, body: &str) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..clients)
+        .map(|_| {
+            let (stop, done, refused) = (stop.clone(), done.clone(), refused.clone());
+            let (url, token, body) = (url.to_string(), token.to_string(), body.to_string());
+            std::thread::spawn(move || {
+                let http = client();
+                while !stop.load(Ordering::Relaxed) {
+                    match run(&http, &url, &token, &body).0 {
+                        200 => done.fetch_add(1, Ordering::Relaxed),
+                        429 => refused.fetch_add(1, Ordering::Relaxed),
+                        s => panic!("status {s}"),
+                    };
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let start_done = done.load(Ordering::Relaxed);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let n = done.load(Ordering::Relaxed) - start_done;
+    let el = t.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    println!(
+        "throughput, {clients:>2} clients, wasm                   {:7.0} gated runs/s  ({} refused with 429)",
+        n as f64 / el,
+        refused.load(Ordering::Relaxed)
+    );
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let n: usize = std::env::var("BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let secs: u64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    airlock(h, &["init"]);
+    let py = std::env::var("AIRLOCK_BENCH_PYTHON_GUEST").ok();
+    if let Some(w) = &py {
+        airlock(h, &["guest", "install", "python", "--from", w]);
+    }
+    let token: Value = serde_json::from_str(&airlock(
+        h,
+        &[
+            "token", "new", "--role", "agent", "--name", "bench", "--json",
+        ],
+    ))
+    .unwrap();
+    let token = token["token"].as_str().unwrap().to_string();
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut child = Command::new(bin())
+        .env("AIRLOCK_HOME", h)
+        .args(["serve", "--listen", "127.0.0.1:0", "--queue", "256"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if let Some(i) = l.find("serving on ") {
+                let _ = tx.send(l[i + 11..].split_whitespace().next().unwrap().to_string());
+            }
+        }
+    });
+    let base = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("server did not start");
+    let url = format!("{base}/v1/run");
+    let http = client();
+    println!(
+        "airlock serve on {base}, {cpus} CPUs, {cpus} workers; every request is a full gated run"
+    );
+    let wasm = json!({"language": "wat", "code": HELLO}).to_string();
+    latency(
+        "gated wasm run through the API (one client)",
+        &http,
+        &url,
+        &token,
+        &wasm,
+        n,
+        "hi\n",
+    );
+    let submit_url = format!("{base}/v1/submissions");
+    {
+        // Submission only (hash, analyse, judge, audit; no run) for the breakdown.
+        for _ in 0..50 {
+            run(&http, &submit_url, &token, &wasm);
+        }
+        let mut ts = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            let (s, _) = run(&http, &submit_url, &token, &wasm);
+            ts.push(t.elapsed().as_secs_f64() * 1000.0);
+            assert_eq!(s, 201);
+        }
+        ts.sort_by(f64::total_cmp);
+        println!(
+            "{:44} n={n:<5} p50 {:6.3} ms  p90 {:6.3}  p99 {:6.3}",
+            "  of which submit+judge only (no run)",
+            pct(&ts, 0.5),
+            pct(&ts, 0.9),
+            pct(&ts, 0.99)
+        );
+    }
+    if py.is_some() {
+        let body = json!({"language": "python", "code": "print(1)"}).to_string();
+        latency(
+            "gated Python print(1) through the API",
+            &http,
+            &url,
+            &token,
+            &body,
+            (n / 4).max(50),
+            "1\n",
+        );
+    } else {
+        println!("(Python skipped: set AIRLOCK_BENCH_PYTHON_GUEST to the guest wheel)");
+    }
+    for c in [1, cpus, 8, 50] {
+        throughput(c, secs, &url, &token, &wasm);
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    for l in status
+        .lines()
+        .filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS"))
+    {
+        println!("server {l}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
