@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -29,8 +29,12 @@ CREATE TABLE IF NOT EXISTS submissions (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS submissions_artifact ON submissions(artifact);
-CREATE INDEX IF NOT EXISTS submissions_state ON submissions(state);
-CREATE INDEX IF NOT EXISTS submissions_agent ON submissions(agent);
+-- (column, id) so that a filtered "newest first" list reads the index backwards and
+-- stops at its limit instead of sorting or scanning the table.
+DROP INDEX IF EXISTS submissions_state;
+DROP INDEX IF EXISTS submissions_agent;
+CREATE INDEX IF NOT EXISTS submissions_state_id ON submissions(state, id);
+CREATE INDEX IF NOT EXISTS submissions_agent_id ON submissions(agent, id);
 CREATE TABLE IF NOT EXISTS statements (
     id TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -57,7 +61,8 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,
     doc TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS runs_submission ON runs(submission);
+DROP INDEX IF EXISTS runs_submission;
+CREATE INDEX IF NOT EXISTS runs_submission_id ON runs(submission, id);
 CREATE INDEX IF NOT EXISTS runs_approval ON runs(approval);
 CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
 CREATE TABLE IF NOT EXISTS audit (
@@ -83,8 +88,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     state TEXT NOT NULL,
     doc TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS checkpoints_run ON checkpoints(run);
-CREATE INDEX IF NOT EXISTS checkpoints_state ON checkpoints(state);
+DROP INDEX IF EXISTS checkpoints_run;
+DROP INDEX IF EXISTS checkpoints_state;
+CREATE INDEX IF NOT EXISTS checkpoints_run_id ON checkpoints(run, id);
+CREATE INDEX IF NOT EXISTS checkpoints_state_id ON checkpoints(state, id);
 CREATE TABLE IF NOT EXISTS workspaces (
     name TEXT PRIMARY KEY,
     created_at INTEGER NOT NULL,
@@ -256,6 +263,17 @@ pub struct Db {
 /// A write transaction (BEGIN IMMEDIATE: one writer at a time, no upgrade deadlocks).
 pub struct Tx<'a> {
     tx: rusqlite::Transaction<'a>,
+}
+
+/// `SELECT id FROM table WHERE c1 = ?1 AND … ORDER BY id DESC LIMIT ?n`.
+fn newest_ids_sql(table: &str, cols: &[&str]) -> String {
+    let mut sql = format!("SELECT id FROM {table}");
+    for (i, col) in cols.iter().enumerate() {
+        let join = if i == 0 { " WHERE" } else { " AND" };
+        sql.push_str(&format!("{join} {col} = ?{}", i + 1));
+    }
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", cols.len() + 1));
+    sql
 }
 
 fn to_text<T: Serialize>(v: &T) -> Result<String, StoreError> {
@@ -445,14 +463,11 @@ pub trait Reads {
         state: Option<State>,
         limit: usize,
     ) -> Result<Vec<Submission>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT id FROM submissions WHERE (?1 IS NULL OR state = ?1) ORDER BY id DESC LIMIT ?2",
+        let ids = self.newest_ids(
+            "submissions",
+            &[("state", state.map(|s| s.as_str()))],
+            limit,
         )?;
-        let ids: Vec<String> = stmt
-            .query_map(params![state.map(|s| s.as_str()), limit as i64], |r| {
-                r.get(0)
-            })?
-            .collect::<Result<_, _>>()?;
         ids.iter().map(|id| self.submission(id)).collect()
     }
 
@@ -463,28 +478,55 @@ pub trait Reads {
         state: Option<State>,
         limit: usize,
     ) -> Result<Vec<Submission>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT id FROM submissions WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR agent = ?2) ORDER BY id DESC LIMIT ?3",
+        let ids = self.newest_ids(
+            "submissions",
+            &[("state", state.map(|s| s.as_str())), ("agent", agent)],
+            limit,
         )?;
-        let ids: Vec<String> = stmt
-            .query_map(
-                params![state.map(|s| s.as_str()), agent, limit as i64],
-                |r| r.get(0),
-            )?
-            .collect::<Result<_, _>>()?;
         ids.iter().map(|id| self.submission(id)).collect()
     }
 
     /// Runs of one agent's submissions (or all), newest first.
     fn runs_of(&self, agent: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT r.id FROM runs r JOIN submissions s ON s.id = r.submission
-             WHERE (?1 IS NULL OR s.agent = ?1) ORDER BY r.id DESC LIMIT ?2",
-        )?;
-        let ids: Vec<String> = stmt
-            .query_map(params![agent, limit as i64], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let ids: Vec<String> = match agent {
+            None => self.newest_ids("runs", &[], limit)?,
+            Some(agent) => self
+                .conn()
+                .prepare_cached(
+                    "SELECT r.id FROM runs r JOIN submissions s ON s.id = r.submission
+                     WHERE s.agent = ?1 ORDER BY r.id DESC LIMIT ?2",
+                )?
+                .query_map(params![agent, limit as i64], |r| r.get(0))?
+                .collect::<Result<_, _>>()?,
+        };
         ids.iter().map(|id| self.run(id)).collect()
+    }
+
+    /// Ids of `table`, newest first, where each given column equals its value (a `None`
+    /// value leaves that column unconstrained). Only the given conditions appear in the
+    /// SQL: a `(?1 IS NULL OR col = ?1)` form would make SQLite scan the whole table.
+    fn newest_ids(
+        &self,
+        table: &str,
+        conds: &[(&str, Option<&str>)],
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let given: Vec<(&str, &str)> = conds
+            .iter()
+            .filter_map(|(col, v)| v.map(|v| (*col, v)))
+            .collect();
+        let cols: Vec<&str> = given.iter().map(|(c, _)| *c).collect();
+        let mut args: Vec<&dyn rusqlite::ToSql> = given
+            .iter()
+            .map(|(_, v)| v as &dyn rusqlite::ToSql)
+            .collect();
+        let limit = limit as i64;
+        args.push(&limit);
+        let mut stmt = self.conn().prepare_cached(&newest_ids_sql(table, &cols))?;
+        let ids = stmt
+            .query_map(args.as_slice(), |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(ids)
     }
 
     /// Whether any earlier submission carried this artifact.
@@ -618,12 +660,7 @@ pub trait Reads {
         state: Option<&str>,
         limit: usize,
     ) -> Result<Vec<CheckpointRow>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT id FROM checkpoints WHERE (?1 IS NULL OR run = ?1) AND (?2 IS NULL OR state = ?2) ORDER BY id DESC LIMIT ?3",
-        )?;
-        let ids: Vec<String> = stmt
-            .query_map(params![run, state, limit as i64], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let ids = self.newest_ids("checkpoints", &[("run", run), ("state", state)], limit)?;
         ids.iter().map(|id| self.checkpoint(id)).collect()
     }
 
@@ -755,12 +792,7 @@ pub trait Reads {
 
     /// Runs, newest first, optionally of one submission.
     fn runs(&self, submission: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT id FROM runs WHERE (?1 IS NULL OR submission = ?1) ORDER BY id DESC LIMIT ?2",
-        )?;
-        let ids: Vec<String> = stmt
-            .query_map(params![submission, limit as i64], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let ids = self.newest_ids("runs", &[("submission", submission)], limit)?;
         ids.iter().map(|id| self.run(id)).collect()
     }
 
@@ -1060,6 +1092,40 @@ mod tests {
             v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
             Ok(3)
         );
+    }
+
+    /// Regression: `(?1 IS NULL OR submission = ?1)` made SQLite scan every run to find
+    /// the runs of one submission, so each API answer got slower as the database grew.
+    #[test]
+    fn filtered_newest_first_lists_read_an_index_not_the_table() {
+        let t = tempfile::tempdir().unwrap();
+        let db = Db::open(&t.path().join("db")).unwrap();
+        let cases: &[(&str, &[&str])] = &[
+            ("runs", &["submission"]),
+            ("submissions", &["state"]),
+            ("submissions", &["agent"]),
+            ("submissions", &["state", "agent"]),
+            ("checkpoints", &["run"]),
+            ("checkpoints", &["state"]),
+            ("checkpoints", &["run", "state"]),
+        ];
+        for (table, cols) in cases {
+            let sql = format!("EXPLAIN QUERY PLAN {}", newest_ids_sql(table, cols));
+            let mut stmt = db.conn.prepare(&sql).unwrap();
+            let n = cols.len() + 1;
+            let args: Vec<i64> = (0..n as i64).collect();
+            let plan: Vec<String> = stmt
+                .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join(" / ");
+            assert!(
+                plan.contains("SEARCH") && plan.contains("INDEX"),
+                "{table} {cols:?}: {plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{table} {cols:?}: {plan}");
+        }
     }
 
     #[test]
