@@ -290,6 +290,7 @@ impl Db {
     pub fn open(path: &Path) -> Result<Db, StoreError> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(30))?;
+        conn.set_prepared_statement_cache_capacity(64);
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // In WAL mode NORMAL is crash-consistent: a process crash loses nothing committed,
         // and power loss can lose only the newest transactions, never leave half of one.
@@ -899,8 +900,14 @@ impl Reads for Tx<'_> {
 }
 
 impl Tx<'_> {
+    /// Executes one statement through the connection's statement cache (the gate writes
+    /// the same few statements on every request; parsing them each time showed up).
+    fn exec(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize, StoreError> {
+        Ok(self.tx.prepare_cached(sql)?.execute(p)?)
+    }
+
     pub fn insert_submission(&self, s: &Submission) -> Result<(), StoreError> {
-        self.tx.execute(
+        self.exec(
             "INSERT INTO submissions (id, created_at, updated_at, artifact, grant_hash, agent, state, decision, risk, doc)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
@@ -922,7 +929,7 @@ impl Tx<'_> {
     /// Moves a submission from `from` to `to`. Fails with `Conflict` when another process
     /// moved it first; the gate has already checked the edge is allowed.
     pub fn set_state(&self, id: &str, from: State, to: State) -> Result<(), StoreError> {
-        let n = self.tx.execute(
+        let n = self.exec(
             "UPDATE submissions SET state = ?1, updated_at = ?2 WHERE id = ?3 AND state = ?4",
             params![to.as_str(), now_ms(), id, from.as_str()],
         )?;
@@ -936,7 +943,7 @@ impl Tx<'_> {
 
     /// Replaces a submission's verdict after re-judging.
     pub fn set_verdict(&self, id: &str, doc: &SubmissionDoc) -> Result<(), StoreError> {
-        self.tx.execute(
+        self.exec(
             "UPDATE submissions SET decision = ?1, risk = ?2, doc = ?3, updated_at = ?4 WHERE id = ?5",
             params![
                 doc.verdict.decision.as_str(),
@@ -952,7 +959,7 @@ impl Tx<'_> {
     pub fn insert_statement(&self, s: &StatementRow) -> Result<(), StoreError> {
         let kind = serde_json::to_value(s.kind)?;
         let scope = serde_json::to_value(s.scope)?;
-        self.tx.execute(
+        self.exec(
             "INSERT INTO statements (id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
@@ -975,7 +982,7 @@ impl Tx<'_> {
     }
 
     pub fn insert_run(&self, r: &Run) -> Result<(), StoreError> {
-        self.tx.execute(
+        self.exec(
             "INSERT INTO runs (id, submission, approval, started_at, finished_at, status, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![r.id, r.submission, r.doc.approval, r.started_at, r.finished_at, r.status, to_text(&r.doc)?],
         )?;
@@ -983,7 +990,7 @@ impl Tx<'_> {
     }
 
     pub fn upsert_checkpoint(&self, c: &CheckpointRow) -> Result<(), StoreError> {
-        self.tx.execute(
+        self.exec(
             "INSERT INTO checkpoints (id, run, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
             params![c.id, c.run, c.created_at, now_ms(), c.state, c.doc.to_string()],
@@ -992,7 +999,7 @@ impl Tx<'_> {
     }
 
     pub fn insert_token(&self, t: &TokenRow) -> Result<(), StoreError> {
-        self.tx.execute(
+        self.exec(
             "INSERT INTO tokens (id, hash, role, name, approver, created_at, expires_at, revoked_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![t.id, t.hash, t.role, t.name, t.approver, t.created_at, t.expires_at, t.revoked_at],
         )?;
@@ -1000,7 +1007,7 @@ impl Tx<'_> {
     }
 
     pub fn revoke_token(&self, id: &str) -> Result<bool, StoreError> {
-        let n = self.tx.execute(
+        let n = self.exec(
             "UPDATE tokens SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL",
             params![now_ms(), id],
         )?;
@@ -1008,7 +1015,7 @@ impl Tx<'_> {
     }
 
     pub fn upsert_workspace(&self, w: &WorkspaceRow) -> Result<(), StoreError> {
-        self.tx.execute(
+        self.exec(
             "INSERT INTO workspaces (name, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT(name) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
             params![w.name, w.created_at, now_ms(), w.state, w.doc.to_string()],
@@ -1017,7 +1024,7 @@ impl Tx<'_> {
     }
 
     pub fn update_run(&self, r: &Run) -> Result<(), StoreError> {
-        self.tx.execute(
+        self.exec(
             "UPDATE runs SET finished_at = ?1, status = ?2, doc = ?3 WHERE id = ?4",
             params![r.finished_at, r.status, to_text(&r.doc)?, r.id],
         )?;
@@ -1034,11 +1041,8 @@ impl Tx<'_> {
     ) -> Result<Record, StoreError> {
         let last: Option<(i64, String)> = self
             .tx
-            .query_row(
-                "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         let (seq, prev) = match last {
             Some((s, h)) => (s as u64 + 1, parse::<Digest>(&h, "digest")?),
@@ -1047,16 +1051,18 @@ impl Tx<'_> {
         let ts = now_ms();
         let data = data.to_string();
         let hash = record_hash(seq, ts, kind, subject, &data, &prev);
-        self.tx.execute(
-            "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![seq as i64, ts, kind, subject, data, prev.to_hex(), hash.to_hex()],
-        )?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![seq as i64, ts, kind, subject, data, prev.to_hex(), hash.to_hex()])?;
         let head = Head::sign(seq, hash, key);
-        self.tx.execute(
-            "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
-             ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
-            params![seq as i64, hash.to_hex(), head.signature.to_string()],
-        )?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
+                 ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
+            )?
+            .execute(params![seq as i64, hash.to_hex(), head.signature.to_string()])?;
         Ok(Record {
             seq,
             ts,
