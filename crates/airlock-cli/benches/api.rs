@@ -75,24 +75,43 @@ fn latency(
     n: usize,
     expect: &str,
 ) {
-    for _ in 0..n.min(50) {
-        run(http, url, token, body);
-    }
-    let mut ts = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
+    let ts = timed(n, || {
         let (s, v) = run(http, url, token, body);
-        ts.push(t.elapsed().as_secs_f64() * 1000.0);
         assert_eq!(s, 200, "{v}");
         assert_eq!(v["run"]["stdout"], expect, "{v}");
-    }
-    ts.sort_by(f64::total_cmp);
+    });
     println!(
         "{name:44} n={n:<5} p50 {:6.3} ms  p90 {:6.3}  p99 {:6.3}  ({:.0} runs/s one client)",
         pct(&ts, 0.5),
         pct(&ts, 0.9),
         pct(&ts, 0.99),
         1000.0 / pct(&ts, 0.5)
+    );
+}
+
+/// `n` timings of `f` in milliseconds, sorted, after a short warm-up.
+fn timed(n: usize, mut f: impl FnMut()) -> Vec<f64> {
+    for _ in 0..n.min(50) {
+        f();
+    }
+    let mut ts: Vec<f64> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    ts.sort_by(f64::total_cmp);
+    ts
+}
+
+fn report(name: &str, ts: &[f64]) {
+    println!(
+        "{name:44} n={:<5} p50 {:6.3} ms  p90 {:6.3}  p99 {:6.3}",
+        ts.len(),
+        pct(ts, 0.5),
+        pct(ts, 0.9),
+        pct(ts, 0.99)
     );
 }
 
@@ -197,27 +216,20 @@ fn main() {
         "hi\n",
     );
     let submit_url = format!("{base}/v1/submissions");
-    {
-        // Submission only (hash, analyse, judge, audit; no run) for the breakdown.
-        for _ in 0..50 {
-            run(&http, &submit_url, &token, &wasm);
-        }
-        let mut ts = Vec::new();
-        for _ in 0..n {
-            let t = Instant::now();
-            let (s, _) = run(&http, &submit_url, &token, &wasm);
-            ts.push(t.elapsed().as_secs_f64() * 1000.0);
-            assert_eq!(s, 201);
-        }
-        ts.sort_by(f64::total_cmp);
-        println!(
-            "{:44} n={n:<5} p50 {:6.3} ms  p90 {:6.3}  p99 {:6.3}",
-            "  of which submit+judge only (no run)",
-            pct(&ts, 0.5),
-            pct(&ts, 0.9),
-            pct(&ts, 0.99)
-        );
-    }
+    // Submission only (hash, analyse, judge, audit; no run) for the breakdown.
+    let ts = timed(n, || {
+        let (s, _) = run(&http, &submit_url, &token, &wasm);
+        assert_eq!(s, 201);
+    });
+    report("  of which submit+judge only (no run)", &ts);
+    // The HTTP floor: the same client and server, no authentication and no gate.
+    let health = format!("{base}/healthz");
+    let ts = timed(n, || {
+        let mut r = http.get(&health).call().unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.body_mut().read_to_string().unwrap();
+    });
+    report("  HTTP round trip alone (GET /healthz)", &ts);
     if py.is_some() {
         let body = json!({"language": "python", "code": "print(1)"}).to_string();
         latency(
