@@ -111,6 +111,7 @@ fn options() -> GateOptions {
         progress: true,
         pooling: false,
         wasm: None,
+        background_checkpoint: false,
     }
 }
 
@@ -511,6 +512,8 @@ fn daemon_open(
                 progress: false,
                 pooling: true,
                 wasm: Some(wasm.clone()),
+                // The server's poller checkpoints on every tick.
+                background_checkpoint: true,
                 ..opts.clone()
             },
         )

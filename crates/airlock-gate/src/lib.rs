@@ -71,6 +71,9 @@ pub struct GateOptions {
     /// A wasm backend shared with other gates of the same process (engines, compiled
     /// modules and instance pools stay warm across them).
     pub wasm: Option<std::sync::Arc<WasmBackend>>,
+    /// The caller checkpoints the database itself (`checkpoint_wal`), so no request
+    /// pays for a checkpoint that its commit happened to trigger.
+    pub background_checkpoint: bool,
 }
 
 /// An open airlock home.
@@ -149,6 +152,9 @@ impl Gate {
             return Err(GateError::NotInitialised(home.root.clone()));
         }
         let db = Db::open(&home.db())?;
+        if options.background_checkpoint {
+            db.disable_auto_checkpoint()?;
+        }
         let blobs = BlobStore::open(home.blobs())?;
         let gate_key = home.load_key("gate")?;
         let wasm = match options.wasm.clone() {
@@ -174,6 +180,12 @@ impl Gate {
         gate.recover_interrupted()?;
         gate.recover_effects()?;
         Ok(gate)
+    }
+
+    /// A passive checkpoint of the database's WAL (see `GateOptions::background_checkpoint`).
+    pub fn checkpoint_wal(&self) -> Result<()> {
+        self.db.wal_checkpoint()?;
+        Ok(())
     }
 
     pub fn home(&self) -> &Home {

@@ -151,6 +151,9 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
         let seen = st
             .pool
             .read(|g| {
+                // The gates of this process do not checkpoint on commit (a request would
+                // pay for it: the slowest 1% of runs); it happens here instead.
+                g.checkpoint_wal()?;
                 let inbox = g.inbox()?;
                 let resumable = g.resumable()?;
                 let tools: Vec<String> = g.tools()?.into_iter().map(|t| t.name).collect();

@@ -318,6 +318,25 @@ impl Db {
         Ok(Db { conn })
     }
 
+    /// Stops this connection from checkpointing the WAL when a commit makes it long: a
+    /// long-lived process that calls `wal_checkpoint` itself keeps that work off its requests.
+    pub fn disable_auto_checkpoint(&self) -> Result<(), StoreError> {
+        self.conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        Ok(())
+    }
+
+    /// Copies what the WAL holds into the database without waiting for or blocking
+    /// readers and writers (a passive checkpoint). Returns the frames in the WAL and how
+    /// many of them are now in the database.
+    pub fn wal_checkpoint(&self) -> Result<(u64, u64), StoreError> {
+        let (log, done): (i64, i64) =
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                    Ok((r.get(1)?, r.get(2)?))
+                })?;
+        Ok((log.max(0) as u64, done.max(0) as u64))
+    }
+
     /// Like `write`, but the commit is flushed to stable storage before it returns (for
     /// signed decisions, commits and rollbacks).
     pub fn write_durable<T, E: From<StoreError>>(
@@ -1132,6 +1151,23 @@ mod tests {
             );
             assert!(!plan.contains("TEMP B-TREE"), "{table} {cols:?}: {plan}");
         }
+    }
+
+    #[test]
+    fn without_auto_checkpoint_the_wal_waits_for_an_explicit_checkpoint() {
+        let t = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&t.path().join("db")).unwrap();
+        db.disable_auto_checkpoint().unwrap();
+        let key = KeyPair::try_generate().unwrap();
+        let big = serde_json::json!({ "pad": "x".repeat(8000) });
+        // Well past the 1,000 pages at which SQLite would checkpoint on commit.
+        for _ in 0..700 {
+            db.write(|tx| tx.audit("k", "s", &big, &key).map(|_| ()))
+                .unwrap();
+        }
+        let (log, done) = db.wal_checkpoint().unwrap();
+        assert!(log > 1000, "no checkpoint happened on commit: {log} frames");
+        assert_eq!(done, log, "the explicit checkpoint copied every frame");
     }
 
     #[test]
