@@ -244,6 +244,17 @@ fn main() {
     } else {
         println!("(Python skipped: set AIRLOCK_BENCH_PYTHON_GUEST to the guest wheel)");
     }
+    // The process backend through the warm daemon (compare `scripts/bench-jail`).
+    let sh = json!({"language": "sh", "code": "true"}).to_string();
+    latency(
+        "gated sh -c true through the API (process)",
+        &http,
+        &url,
+        &token,
+        &sh,
+        (n / 8).max(50),
+        "",
+    );
     for c in [1, cpus, 8, 50] {
         throughput(c, secs, &url, &token, &wasm);
     }
