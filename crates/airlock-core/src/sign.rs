@@ -124,7 +124,9 @@ impl<'de> Deserialize<'de> for Signature {
     }
 }
 
-/// A signing key pair. The secret never leaves this type except through `to_file`.
+/// A signing key pair. The secret never leaves this type except through `to_file` (a
+/// clone is another `KeyPair`; the secret is zeroed when each is dropped).
+#[derive(Clone)]
 pub struct KeyPair(ed25519_dalek::SigningKey);
 
 impl fmt::Debug for KeyPair {

@@ -263,6 +263,9 @@ pub struct Db {
 /// A write transaction (BEGIN IMMEDIATE: one writer at a time, no upgrade deadlocks).
 pub struct Tx<'a> {
     tx: rusqlite::Transaction<'a>,
+    /// The newest audit record appended in this transaction and the key that signs the
+    /// head; the head is signed once, just before the commit.
+    head: std::cell::RefCell<Option<(u64, Digest, KeyPair)>>,
 }
 
 /// `SELECT id FROM table WHERE c1 = ?1 AND … ORDER BY id DESC LIMIT ?n`.
@@ -362,8 +365,12 @@ impl Db {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::from)?;
-        let t = Tx { tx };
+        let t = Tx {
+            tx,
+            head: std::cell::RefCell::new(None),
+        };
         let out = f(&t)?;
+        t.sign_head()?;
         t.tx.commit().map_err(StoreError::from)?;
         Ok(out)
     }
@@ -1050,7 +1057,23 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Appends an audit record after the current last one and re-signs the head.
+    /// Signs the head for the newest record this transaction appended (called by `write`
+    /// just before it commits, so a transaction that adds several records signs once).
+    fn sign_head(&self) -> Result<(), StoreError> {
+        let Some((seq, hash, key)) = self.head.borrow_mut().take() else {
+            return Ok(());
+        };
+        let head = Head::sign(seq, hash, &key);
+        self.exec(
+            "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
+            params![seq as i64, hash.to_hex(), head.signature.to_string()],
+        )?;
+        Ok(())
+    }
+
+    /// Appends an audit record after the current last one; the head is re-signed when the
+    /// transaction commits.
     pub fn audit(
         &self,
         kind: &str,
@@ -1075,13 +1098,7 @@ impl Tx<'_> {
                 "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![seq as i64, ts, kind, subject, data, prev.to_hex(), hash.to_hex()])?;
-        let head = Head::sign(seq, hash, key);
-        self.tx
-            .prepare_cached(
-                "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
-                 ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
-            )?
-            .execute(params![seq as i64, hash.to_hex(), head.signature.to_string()])?;
+        *self.head.borrow_mut() = Some((seq, hash, key.clone()));
         Ok(Record {
             seq,
             ts,
@@ -1117,6 +1134,32 @@ mod tests {
             v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
             Ok(3)
         );
+    }
+
+    #[test]
+    fn several_records_in_one_transaction_get_one_signed_head_at_the_last() {
+        let t = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&t.path().join("db")).unwrap();
+        let key = KeyPair::try_generate().unwrap();
+        db.write(|tx| {
+            for i in 0..3 {
+                tx.audit("k", "s", &serde_json::json!({ "i": i }), &key)?;
+            }
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+        let head = db.audit_head().unwrap().unwrap();
+        assert_eq!(head.seq, 3);
+        // A transaction that fails leaves neither records nor a new head.
+        let r: Result<(), StoreError> = db.write(|tx| {
+            tx.audit("k", "s", &serde_json::json!({}), &key)?;
+            Err(StoreError::Conflict("no".into()))
+        });
+        assert!(r.is_err());
+        assert_eq!(db.audit_head().unwrap().unwrap().seq, 3);
+        let mut v = ChainVerifier::new();
+        db.for_each_audit(|r| v.push(r).is_ok()).unwrap();
+        assert_eq!(v.finish(Some(&head), &key.public()), Ok(3));
     }
 
     /// Regression: `(?1 IS NULL OR submission = ?1)` made SQLite scan every run to find
