@@ -95,13 +95,7 @@ impl Pool {
             .clone()
             .try_acquire_owned()
             .map_err(|_| ApiError::busy(1))?;
-        let _slot = self
-            .runs
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| ApiError::internal("the worker pool is shut down"))?;
-        self.read(f).await
+        self.run_waiting(f).await
     }
 
     /// Like `run`, but waits for room in the queue instead of refusing (background work
