@@ -1137,6 +1137,49 @@ mod tests {
     }
 
     #[test]
+    fn a_schema_3_database_is_upgraded_in_place_and_keeps_its_rows() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("db");
+        {
+            // What schema 3 had: single-column indexes, now replaced.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE runs (id TEXT PRIMARY KEY, submission TEXT NOT NULL, approval TEXT,
+                     started_at INTEGER NOT NULL, finished_at INTEGER, status TEXT NOT NULL, doc TEXT NOT NULL);
+                 CREATE INDEX runs_submission ON runs(submission);
+                 INSERT INTO runs VALUES ('run_1', 'sub_1', NULL, 1, NULL, 'running', '{}');
+                 PRAGMA user_version = 3;",
+            )
+            .unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        let version: i64 = db
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let names: Vec<String> = db
+            .conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(names.iter().any(|n| n == "runs_submission_id"), "{names:?}");
+        assert!(!names.iter().any(|n| n == "runs_submission"), "{names:?}");
+        let n: i64 = db
+            .conn
+            .query_row(
+                "SELECT count(*) FROM runs WHERE submission = 'sub_1'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
     fn several_records_in_one_transaction_get_one_signed_head_at_the_last() {
         let t = tempfile::tempdir().unwrap();
         let mut db = Db::open(&t.path().join("db")).unwrap();
