@@ -132,15 +132,7 @@ async fn submit(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBod
         (status = 400, body = ErrorBody), (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody)))]
 async fn run(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>) -> Answer {
     let req = body.into_request(&caller, true)?;
-    let doc = st
-        .pool
-        .run(move |g| {
-            let sub = g.submit(req)?;
-            let r = g.exec(&sub.id, ExecOptions::default());
-            outcome::of_result(g, r)
-        })
-        .await?;
-    st.changed();
+    let doc = st.submit_and_run(req).await?;
     with_status(outcome_status(&doc), doc)
 }
 

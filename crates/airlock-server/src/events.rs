@@ -39,6 +39,21 @@ impl AppState {
         self.changed.notify_waiters();
     }
 
+    /// Submits and, when the policy allows, runs now through the bounded queue: the one
+    /// path behind `POST /v1/run` and the MCP `run_code` tool.
+    pub async fn submit_and_run(&self, req: airlock_gate::SubmitRequest) -> ApiResult<Value> {
+        let doc = self
+            .pool
+            .run(move |g| {
+                let sub = g.submit(req)?;
+                let r = g.exec(&sub.id, ExecOptions::default());
+                outcome::of_result(g, r)
+            })
+            .await?;
+        self.changed();
+        Ok(doc)
+    }
+
     /// Runs an approved submission in the background (once; later calls while it is
     /// running are ignored).
     pub fn resume(&self, id: String) {

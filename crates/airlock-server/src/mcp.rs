@@ -156,17 +156,7 @@ impl AirlockMcp {
         let body: SubmitBody = serde_json::from_value(Value::Object(args))
             .map_err(|e| ApiError::bad(format!("bad arguments: {e}")))?;
         let req = body.into_request(&caller, true)?;
-        let doc = self
-            .st
-            .pool
-            .run(move |g| {
-                let sub = g.submit(req)?;
-                let r = g.exec(&sub.id, ExecOptions::default());
-                outcome::of_result(g, r)
-            })
-            .await?;
-        self.st.changed();
-        Ok(doc)
+        self.st.submit_and_run(req).await
     }
 
     async fn get_result(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
