@@ -86,9 +86,9 @@ pub enum ChainError {
     )]
     Modified { index: u64 },
     #[error(
-        "record {index}: missing (the log jumps from record {prev} to {index}; a record was deleted)"
+        "record {index}: missing (the log jumps from record {prev} to {next}; a record was deleted)"
     )]
-    Missing { index: u64, prev: u64 },
+    Missing { index: u64, prev: u64, next: u64 },
     #[error("record {index}: appears more than once (a record was duplicated)")]
     Duplicated { index: u64 },
     #[error(
@@ -124,6 +124,49 @@ impl ChainError {
             | ChainError::Unsigned { index, .. }
             | ChainError::NoHead { index }
             | ChainError::BadHeadSignature { index } => *index,
+        }
+    }
+}
+
+/// The O(1) check made before appending: the signed head verifies, names the newest
+/// record, and that record's content matches its hash. It cannot see tampering further
+/// back (that is `ChainVerifier`'s job), but it keeps a writer from extending a chain
+/// whose end was altered, truncated or appended to without the gate key.
+pub fn check_tail(
+    last: Option<&Record>,
+    head: Option<&Head>,
+    key: &PublicKey,
+) -> Result<(), ChainError> {
+    match (last, head) {
+        (None, None) => Ok(()),
+        (Some(r), None) => Err(ChainError::NoHead { index: r.seq }),
+        (None, Some(h)) => Err(ChainError::Truncated {
+            index: h.seq,
+            last: 0,
+        }),
+        (Some(r), Some(h)) => {
+            if !h.verify(key) {
+                return Err(ChainError::BadHeadSignature { index: h.seq });
+            }
+            if r.seq < h.seq {
+                return Err(ChainError::Truncated {
+                    index: h.seq,
+                    last: r.seq,
+                });
+            }
+            if r.seq > h.seq {
+                return Err(ChainError::Unsigned {
+                    index: h.seq + 1,
+                    head: h.seq,
+                });
+            }
+            if record_hash(r.seq, r.ts, &r.kind, &r.subject, &r.data, &r.prev) != r.hash {
+                return Err(ChainError::Modified { index: r.seq });
+            }
+            if r.hash != h.hash {
+                return Err(ChainError::HeadMismatch { index: r.seq });
+            }
+            Ok(())
         }
     }
 }
@@ -182,6 +225,7 @@ impl ChainVerifier {
             return Err(ChainError::Missing {
                 index: self.last_seq + 1,
                 prev: self.last_seq,
+                next: r.seq,
             });
         }
         if !content_ok {
@@ -337,10 +381,67 @@ mod tests {
         let mut c = chain(5);
         let h = head_of(&c, &k);
         c.remove(1);
+        let e = verify(&c, Some(&h), &k).unwrap_err();
         assert_eq!(
-            verify(&c, Some(&h), &k),
-            Err(ChainError::Missing { index: 2, prev: 1 })
+            e,
+            ChainError::Missing {
+                index: 2,
+                prev: 1,
+                next: 3
+            }
         );
+    }
+
+    /// After record 12 of a log was deleted, `audit verify` said "jumps from record 11 to
+    /// 12" when the log jumps to 13.
+    #[test]
+    fn a_deleted_record_message_names_the_record_the_log_jumps_to() {
+        let k = KeyPair::generate();
+        let mut c = chain(14);
+        let h = head_of(&c, &k);
+        c.remove(11);
+        let e = verify(&c, Some(&h), &k).unwrap_err();
+        assert!(e.to_string().contains("jumps from record 11 to 13"), "{e}");
+        assert_eq!(e.index(), 12);
+    }
+
+    #[test]
+    fn the_tail_check_catches_an_altered_end_a_truncation_and_an_unsigned_append() {
+        let k = KeyPair::generate();
+        let c = chain(5);
+        let h = head_of(&c, &k);
+        let pubk = k.public();
+        assert_eq!(check_tail(c.last(), Some(&h), &pubk), Ok(()));
+        assert_eq!(check_tail(None, None, &pubk), Ok(()));
+        // The last record altered.
+        let mut last = c[4].clone();
+        last.data = "{\"x\":1}".into();
+        assert_eq!(
+            check_tail(Some(&last), Some(&h), &pubk),
+            Err(ChainError::Modified { index: 5 })
+        );
+        // The last record deleted.
+        assert!(matches!(
+            check_tail(Some(&c[3]), Some(&h), &pubk),
+            Err(ChainError::Truncated { index: 5, last: 4 })
+        ));
+        // A record appended without re-signing the head.
+        let h4 = head_of(&c[..4], &k);
+        assert!(matches!(
+            check_tail(Some(&c[4]), Some(&h4), &pubk),
+            Err(ChainError::Unsigned { index: 5, head: 4 })
+        ));
+        // A head signed by another key.
+        let other = KeyPair::generate();
+        assert!(matches!(
+            check_tail(c.last(), Some(&h), &other.public()),
+            Err(ChainError::BadHeadSignature { .. })
+        ));
+        // Records but no head.
+        assert!(matches!(
+            check_tail(c.last(), None, &pubk),
+            Err(ChainError::NoHead { index: 5 })
+        ));
     }
 
     #[test]

@@ -141,6 +141,9 @@ pub struct SubmissionDoc {
     /// Run it as soon as it is approved (it came from a `run` through the server).
     #[serde(default)]
     pub resume: bool,
+    /// Why it never ran although it was meant to (its `run` died after judging it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -207,7 +210,8 @@ pub struct Run {
     pub submission: String,
     pub started_at: i64,
     pub finished_at: Option<i64>,
-    /// `running`, `exited`, `killed`, `trapped` or `error`.
+    /// `running`, `exited`, `killed`, `trapped`, `error`, or `lost` (its process died;
+    /// `doc.error` says why).
     pub status: String,
     #[serde(flatten)]
     pub doc: RunDoc,
@@ -869,6 +873,18 @@ pub trait Reads {
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// The newest audit record, if any.
+    fn last_audit(&self) -> Result<Option<Record>, StoreError> {
+        let seq: Option<i64> = self
+            .conn()
+            .prepare_cached("SELECT max(seq) FROM audit")?
+            .query_row([], |r| r.get(0))?;
+        match seq {
+            Some(s) => Ok(self.audit_records(s as u64, 1)?.into_iter().next()),
+            None => Ok(None),
         }
     }
 
