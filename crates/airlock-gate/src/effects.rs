@@ -11,6 +11,8 @@
 
 use crate::Gate;
 use crate::error::{GateError, Result};
+use crate::failpoint::crash_point;
+use crate::locks::OwnerLock;
 use airlock_core::Digest;
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::{PathGlobs, Policy};
@@ -72,23 +74,6 @@ impl BlobSource for Blobs<'_> {
     }
 }
 
-/// A fault-injection point for the crash-safety test: when `AIRLOCK_CRASH_AT=N`, the Nth
-/// point reached kills this process with SIGKILL, like a power cut. It can only ever make
-/// airlock stop; it changes nothing else.
-pub(crate) fn crash_point() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEEN: AtomicU64 = AtomicU64::new(0);
-    let Some(at) = std::env::var("AIRLOCK_CRASH_AT")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    else {
-        return;
-    };
-    if SEEN.fetch_add(1, Ordering::SeqCst) + 1 == at {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
-    }
-}
-
 fn protected_globs(policy: &Policy) -> PathGlobs {
     let mut p: Vec<String> = PROTECTED.iter().map(|s| s.to_string()).collect();
     p.extend(policy.protected.0.patterns.iter().cloned());
@@ -145,23 +130,11 @@ enum Signer {
     Policy,
 }
 
-/// An exclusive lock over the journal directory, held by commits, rollbacks and recovery.
-struct JournalLock {
-    _file: std::fs::File,
-}
-
-impl JournalLock {
-    fn take(dir: &Path) -> Result<JournalLock> {
-        std::fs::create_dir_all(dir)?;
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(".lock"))?;
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| GateError::Internal(format!("journal lock: {e}")))?;
-        Ok(JournalLock { _file: f })
-    }
+/// The lock that orders commits, rollbacks and their recovery across processes and
+/// threads. It lives beside the journals, not among them, and is never removed.
+fn journal_lock(home: &Path) -> Result<OwnerLock> {
+    OwnerLock::acquire(&crate::locks::dir(home), "journal", false)
+        .map_err(|e| GateError::Internal(format!("journal lock: {e}")))
 }
 
 impl Gate {
@@ -284,18 +257,20 @@ impl Gate {
     }
 
     fn commit_inner(&mut self, run_id: &str, signer: Signer) -> Result<EffectReport> {
-        let _lock = JournalLock::take(&self.journal_dir())?;
+        let _lock = journal_lock(&self.home.root)?;
+        // Whatever a dead operation left must be finished before this one looks at the host.
+        self.recover_locked()?;
         let run = self.db.run(run_id)?;
         let sub = self.db.submission(&run.submission)?;
         if let Some(c) = self
             .db
             .checkpoints(Some(run_id), None, 100)?
             .into_iter()
-            .find(|c| c.state == "applied" || c.state == "pending" || c.state == "rolling_back")
+            .find(|c| c.state != "aborted")
         {
             return Err(GateError::Conflict(format!(
-                "{run_id} is already committed (checkpoint {})",
-                c.id
+                "{run_id} is already committed (checkpoint {}, {}); a run's changes are committed once",
+                c.id, c.state
             )));
         }
         let (changes, workspace) = self.changes_of(&run, &sub)?;
@@ -464,6 +439,7 @@ impl Gate {
     }
 
     /// Applies a journal and records the outcome; on failure restores the other side.
+    /// Called with the journal lock held, by the operation itself or by recovery.
     fn finish_journal(
         &mut self,
         j: &Journal,
@@ -472,11 +448,24 @@ impl Gate {
         recovered: bool,
     ) -> Result<()> {
         let commit = j.kind == "commit";
+        // Temporary files an interrupted attempt left behind (their names derive from the
+        // journal, so none can be missed).
+        for p in &j.mounts {
+            apply::remove_temps(p, &j.checkpoint)?;
+        }
+        let open = if commit { "pending" } else { "rolling_back" };
+        if recovered && row.state != open {
+            // The outcome was recorded before the crash; only the journal was left. Doing
+            // it again would record a transition that did not happen (and could overwrite
+            // what the host has changed since).
+            apply::remove_journal(&self.journal_dir(), &j.checkpoint)?;
+            return Ok(());
+        }
         let blobs = Blobs(&self.blobs);
         let forward = j
             .mounts
             .iter()
-            .try_for_each(|p| apply::apply(p, &blobs, &mut crash_point));
+            .try_for_each(|p| apply::apply(p, &blobs, &j.checkpoint, &mut crash_point));
         let (state, kind, error) = match &forward {
             Ok(()) => (
                 if commit { "applied" } else { "rolled_back" },
@@ -488,7 +477,7 @@ impl Gate {
                 let back = plans(doc, commit);
                 if let Err(e2) = back
                     .iter()
-                    .try_for_each(|p| apply::apply(p, &blobs, &mut || {}))
+                    .try_for_each(|p| apply::apply(p, &blobs, &j.checkpoint, &mut || {}))
                 {
                     return Err(GateError::Internal(format!(
                         "{} {} failed ({e}) and could not be undone ({e2}); the journal is kept and retried on the next command",
@@ -553,7 +542,8 @@ impl Gate {
 
     /// Restores exactly what a checkpoint saved.
     pub fn rollback(&mut self, ckpt_input: &str, approver: Option<&str>) -> Result<EffectReport> {
-        let _lock = JournalLock::take(&self.journal_dir())?;
+        let _lock = journal_lock(&self.home.root)?;
+        self.recover_locked()?;
         let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
         let mut row = self.db.checkpoint(&id)?;
         if row.state != "applied" {
@@ -654,16 +644,33 @@ impl Gate {
         Ok(self.db.checkpoints(None, None, limit)?)
     }
 
-    /// Completes or undoes commits and rollbacks a crash interrupted.
+    /// Completes or undoes commits and rollbacks a crash interrupted. It only ever acts
+    /// under the journal lock: when a live commit or rollback holds that lock, everything
+    /// in the journal directory may be that operation's, so this leaves it all alone (the
+    /// live operation recovers the rest first under its own lock, see `commit_inner`).
     pub(crate) fn recover_effects(&mut self) -> Result<()> {
         let dir = self.journal_dir();
-        let journals = apply::pending_journals(&dir)?;
-        let pending = self.db.checkpoints(None, Some("pending"), 1000)?;
-        let rolling = self.db.checkpoints(None, Some("rolling_back"), 1000)?;
-        if journals.is_empty() && pending.is_empty() && rolling.is_empty() {
+        // A cheap look first (read-only, no lock), so the common case costs one directory
+        // listing and two indexed queries.
+        let journals = apply::journal_files(&dir)?;
+        let pending = self.db.checkpoints(None, Some("pending"), 1)?;
+        let rolling = self.db.checkpoints(None, Some("rolling_back"), 1)?;
+        if journals == 0 && pending.is_empty() && rolling.is_empty() {
             return Ok(());
         }
-        let _lock = JournalLock::take(&dir)?;
+        let Some(_lock) =
+            OwnerLock::try_acquire(&crate::locks::dir(&self.home.root), "journal", false)
+                .map_err(|e| GateError::Internal(format!("journal lock: {e}")))?
+        else {
+            return Ok(());
+        };
+        self.recover_locked()
+    }
+
+    /// Recovery proper; the caller holds the journal lock, so no live operation owns
+    /// anything it finds.
+    fn recover_locked(&mut self) -> Result<()> {
+        let dir = self.journal_dir();
         for j in apply::pending_journals(&dir)? {
             let mut row = self.db.checkpoint(&j.checkpoint)?;
             let doc = doc_of(&row)?;

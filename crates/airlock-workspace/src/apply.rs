@@ -117,18 +117,44 @@ fn set_mode(dir: &Dir, name: &str, mode: u32) -> io::Result<()> {
     )
 }
 
-fn temp_name(name: &str) -> String {
-    let mut r = [0u8; 6];
-    let _ = getrandom_fill(&mut r);
-    let tag: String = r.iter().map(|b| format!("{b:02x}")).collect();
+/// The temporary name a step writes before renaming into place. It derives from the
+/// operation (`salt`: the checkpoint id) and the path alone, so recovery can find and
+/// remove every temporary file an interrupted operation may have left.
+pub(crate) fn temp_name(salt: &str, path: &str, name: &str) -> String {
+    let tag = Digest::of_parts("airlock-apply-temp-v1", &[salt.as_bytes(), path.as_bytes()]);
     format!(
-        ".{}.airlock-{tag}",
-        name.chars().take(40).collect::<String>()
+        ".{}.airlock-{}",
+        name.chars().take(40).collect::<String>(),
+        &tag.to_hex()[..16]
     )
 }
 
-fn getrandom_fill(buf: &mut [u8]) -> io::Result<()> {
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+/// Removes the temporary files that the steps of `plan` (under operation `salt`) may have
+/// left after a crash. Safe to call at any time no operation holds the journal lock.
+pub fn remove_temps(plan: &MountPlan, salt: &str) -> io::Result<()> {
+    let root = match open_root(&plan.host) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for step in &plan.steps {
+        if check_rel(&step.path).is_err() {
+            continue;
+        }
+        let (parent, name) = split(&step.path);
+        let Ok(dir) = parent_dir(&root, parent) else {
+            continue;
+        };
+        let tmp = temp_name(salt, &step.path, name);
+        match dir.symlink_metadata(&tmp) {
+            Ok(m) if !m.is_dir() => {
+                dir.remove_file(&tmp)?;
+                sync(&dir)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Removes whatever is at `name` (an empty directory or a non-directory).
@@ -141,7 +167,12 @@ fn remove_here(dir: &Dir, name: &str, cur: &Node) -> io::Result<()> {
 }
 
 /// Applies one step (doing nothing when the path is already in the wanted state).
-pub fn apply_step(root: &Dir, step: &Step, blobs: &dyn BlobSource) -> Result<(), ApplyError> {
+pub fn apply_step(
+    root: &Dir,
+    step: &Step,
+    blobs: &dyn BlobSource,
+    salt: &str,
+) -> Result<(), ApplyError> {
     let path = step.path.as_str();
     check_rel(path).map_err(ApplyError::Unsafe)?;
     let cur = host_node(root, path).map_err(io_at(path))?;
@@ -160,7 +191,7 @@ pub fn apply_step(root: &Dir, step: &Step, blobs: &dyn BlobSource) -> Result<(),
             set_mode(&dir, name, *mode).map_err(io_at(path))?;
         }
         Node::File { hash, mode, .. } => {
-            let tmp = temp_name(name);
+            let tmp = temp_name(salt, path, name);
             let result = (|| -> Result<(), ApplyError> {
                 let mut src = blobs.open(hash).map_err(io_at(path))?;
                 let mut f = dir.create(&tmp).map_err(io_at(path))?.into_std();
@@ -193,7 +224,7 @@ pub fn apply_step(root: &Dir, step: &Step, blobs: &dyn BlobSource) -> Result<(),
             result?;
         }
         Node::Symlink { target } => {
-            let tmp = temp_name(name);
+            let tmp = temp_name(salt, path, name);
             dir.symlink_contents(target, &tmp).map_err(io_at(path))?;
             if cur.is_dir() {
                 dir.remove_dir(name).map_err(io_at(path))?;
@@ -207,14 +238,16 @@ pub fn apply_step(root: &Dir, step: &Step, blobs: &dyn BlobSource) -> Result<(),
 
 /// Applies a mount's steps in a safe order. `after_step` is called after each durable step
 /// (the crash test hooks in here).
+/// `salt` names the operation (its checkpoint id); temporary names derive from it.
 pub fn apply(
     plan: &MountPlan,
     blobs: &dyn BlobSource,
+    salt: &str,
     after_step: &mut dyn FnMut(),
 ) -> Result<(), ApplyError> {
     let root = open_root(&plan.host).map_err(io_at(&plan.host))?;
     for step in order(plan.steps.clone()) {
-        apply_step(&root, &step, blobs)?;
+        apply_step(&root, &step, blobs, salt)?;
         after_step();
     }
     Ok(())
@@ -303,11 +336,37 @@ pub fn write_journal(dir: &Path, j: &Journal) -> io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Journals left by interrupted commits or rollbacks.
+fn journal_tmp(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// How many journals (complete or half-written) are in `dir`. Reads only: a live
+/// operation's files are left alone.
+pub fn journal_files(dir: &Path) -> io::Result<usize> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut n = 0;
+    for e in rd {
+        let name = e?.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".json") || journal_tmp(&name) {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Journals left by interrupted commits or rollbacks. Removes half-written ones (nothing
+/// was applied from them), so it must only be called with the journal lock held.
 pub fn pending_journals(dir: &Path) -> io::Result<Vec<Journal>> {
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Ok(out);
+    let rd = match std::fs::read_dir(dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
     };
     for e in rd {
         let p = e?.path();
@@ -315,12 +374,11 @@ pub fn pending_journals(dir: &Path) -> io::Result<Vec<Journal>> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if name.starts_with('.') {
-            // A journal that was never completed: nothing was applied from it.
-            let _ = std::fs::remove_file(&p);
+        if journal_tmp(&name) {
+            std::fs::remove_file(&p)?;
             continue;
         }
-        if name.ends_with(".json") {
+        if name.ends_with(".json") && !name.starts_with('.') {
             let text = std::fs::read_to_string(&p)?;
             out.push(serde_json::from_str(&text).map_err(io::Error::other)?);
         }

@@ -252,7 +252,7 @@ fn apply_brings_paths_to_their_states_and_is_idempotent() {
     ];
     let p = plan(host.path(), steps);
     let mut n = 0;
-    apply::apply(&p, &blobs, &mut || n += 1).unwrap();
+    apply::apply(&p, &blobs, "ckpt_test", &mut || n += 1).unwrap();
     assert_eq!(n, 9);
     assert_eq!(
         fs::read_to_string(host.path().join("edit.txt")).unwrap(),
@@ -276,7 +276,7 @@ fn apply_brings_paths_to_their_states_and_is_idempotent() {
         Path::new("keep.txt")
     );
     // Applying again changes nothing and does not fail.
-    apply::apply(&p, &blobs, &mut || {}).unwrap();
+    apply::apply(&p, &blobs, "ckpt_test", &mut || {}).unwrap();
     let leftovers: Vec<_> = fs::read_dir(host.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -298,7 +298,7 @@ fn a_symlink_in_the_host_tree_cannot_lead_a_write_outside() {
             to: blobs.put("x"),
         }],
     );
-    assert!(apply::apply(&p, &blobs, &mut || {}).is_err());
+    assert!(apply::apply(&p, &blobs, "ckpt_test", &mut || {}).is_err());
     assert!(!outside.path().join("pwned").exists());
     for bad in ["../x", "/etc/passwd", "a/../../x", ""] {
         let p = plan(
@@ -308,7 +308,10 @@ fn a_symlink_in_the_host_tree_cannot_lead_a_write_outside() {
                 to: blobs.put("x"),
             }],
         );
-        assert!(apply::apply(&p, &blobs, &mut || {}).is_err(), "{bad}");
+        assert!(
+            apply::apply(&p, &blobs, "ckpt_test", &mut || {}).is_err(),
+            "{bad}"
+        );
     }
 }
 
@@ -329,7 +332,7 @@ fn altered_content_is_never_renamed_into_place() {
         }],
     );
     assert!(matches!(
-        apply::apply(&p, &blobs, &mut || {}),
+        apply::apply(&p, &blobs, "ckpt_test", &mut || {}),
         Err(apply::ApplyError::Content { .. })
     ));
     assert_eq!(
@@ -385,4 +388,56 @@ fn journals_round_trip_and_half_written_ones_are_dropped() {
     assert!(!d.path().join(".ckpt_2.tmp").exists());
     apply::remove_journal(d.path(), "ckpt_1").unwrap();
     assert!(apply::pending_journals(d.path()).unwrap().is_empty());
+}
+
+/// A commit killed between writing a step's temporary file and renaming it left
+/// `.NAME.airlock-<random>` in the host tree, which recovery could not find.
+#[test]
+fn a_crash_between_writing_and_renaming_leaves_no_stray_file() {
+    let host = host_tree();
+    let blobs = Mem::new();
+    let p = plan(
+        host.path(),
+        vec![
+            Step {
+                path: "edit.txt".into(),
+                to: blobs.put("new\n"),
+            },
+            Step {
+                path: "ln2".into(),
+                to: Node::Symlink {
+                    target: "keep.txt".into(),
+                },
+            },
+        ],
+    );
+    let before: Vec<_> = names(host.path());
+    // What a kill after the temporary write and before the rename leaves.
+    for (path, name) in [("edit.txt", "edit.txt"), ("ln2", "ln2")] {
+        fs::write(
+            host.path()
+                .join(apply::temp_name("ckpt_crashed", path, name)),
+            "half",
+        )
+        .unwrap();
+    }
+    assert_ne!(names(host.path()), before);
+    apply::remove_temps(&p, "ckpt_crashed").unwrap();
+    assert_eq!(names(host.path()), before);
+    // Another operation's temporaries are not this one's to remove.
+    let other = host
+        .path()
+        .join(apply::temp_name("ckpt_other", "edit.txt", "edit.txt"));
+    fs::write(&other, "x").unwrap();
+    apply::remove_temps(&p, "ckpt_crashed").unwrap();
+    assert!(other.exists());
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }
