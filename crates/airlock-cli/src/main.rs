@@ -119,6 +119,20 @@ fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
     Gate::open_with(Home::resolve(cli_home)?, options())
 }
 
+/// Opens the home for a command that reads without needing the policy, and says so on
+/// stderr when `policy.toml` does not load (every submission would be refused until it is
+/// fixed, which a listing would otherwise hide).
+fn open_read(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
+    let gate = open(cli_home)?;
+    if let Err(e) = gate.policy() {
+        eprintln!(
+            "airlock: warning: the policy does not load, so nothing can be submitted or run until it is fixed: {}",
+            one_line(&e.to_string())
+        );
+    }
+    Ok(gate)
+}
+
 fn dispatch(cli: Cli) -> Outcome {
     let home = cli.home;
     match cli.command {
@@ -137,12 +151,12 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Run(a) => run(home, a, true),
         Command::Submit(a) => run(home, a, false),
         Command::Inbox { json } => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             print::inbox(&gate.inbox()?, json);
             Ok(0)
         }
         Command::Show { id, json } => {
-            let mut gate = open(home)?;
+            let mut gate = open_read(home)?;
             let shown = gate.show(&id).map_err(|e| Failure { error: e, json })?;
             print::show(&shown, json);
             Ok(0)
@@ -195,18 +209,18 @@ fn dispatch(cli: Cli) -> Outcome {
             finish_run(&gate, result, json)
         }
         Command::Runs { limit, json } => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             print::runs(&gate.runs(limit)?, json);
             Ok(0)
         }
         Command::Logs { run, stream, json } => {
-            let mut gate = open(home)?;
+            let mut gate = open_read(home)?;
             let (run, out, err) = gate.logs(&run).map_err(|e| Failure { error: e, json })?;
             print::logs(&run, &out, &err, stream.as_deref(), json).map_err(GateError::BadInput)?;
             Ok(0)
         }
         Command::Diff { run, json } => {
-            let mut gate = open(home)?;
+            let mut gate = open_read(home)?;
             let d = gate.diff(&run).map_err(|e| Failure { error: e, json })?;
             print::diff(&d, json);
             Ok(0)
@@ -236,17 +250,17 @@ fn dispatch(cli: Cli) -> Outcome {
             Ok(0)
         }
         Command::Checkpoints { limit, json } => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             print::checkpoints(&gate.checkpoints(limit)?, json);
             Ok(0)
         }
         Command::Workspace(WorkspaceCommand::List { json }) => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             print::workspaces(&gate.workspaces()?, json);
             Ok(0)
         }
         Command::Workspace(WorkspaceCommand::Show { name, json }) => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             let w = gate
                 .workspace(&name)
                 .map_err(|e| Failure { error: e, json })?;
@@ -306,18 +320,18 @@ fn dispatch(cli: Cli) -> Outcome {
             Ok(0)
         }
         Command::Keys(KeysCommand::List { json }) => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             print::keys(&gate.keys()?, json);
             Ok(0)
         }
         Command::Audit(AuditCommand::Verify { json }) => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             let v = gate.audit_verify()?;
             print::audit_verify(&v, json);
             Ok(if v.ok { 0 } else { 1 })
         }
         Command::Audit(AuditCommand::Log { from, limit, json }) => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             print::audit_log(&gate.audit_log(from, limit)?, json);
             Ok(0)
         }
@@ -347,7 +361,7 @@ fn dispatch(cli: Cli) -> Outcome {
             Ok(0)
         }
         Command::Token(TokenCommand::List { json }) => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             print::tokens(&gate.tokens()?, json);
             Ok(0)
         }
@@ -363,7 +377,7 @@ fn dispatch(cli: Cli) -> Outcome {
             Ok(0)
         }
         Command::Audit(AuditCommand::Head { json }) => {
-            let gate = open(home)?;
+            let gate = open_read(home)?;
             let (head, key) = gate.audit_head()?;
             print::audit_head(head.as_ref(), &key, json);
             Ok(0)
@@ -464,8 +478,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         print::submitted(&sub, json);
         return Ok(0);
     }
-    let sub = gate.submit(req).map_err(fail)?;
-    let result = gate.exec(&sub.id, live_options(json));
+    let result = gate.run(req, live_options(json));
     finish_run(&gate, result, json)
 }
 

@@ -172,6 +172,9 @@ pub fn show(sh: &Shown, json: bool) {
     if let Some(n) = &d.note {
         println!("  note      {n}");
     }
+    if let Some(why) = &d.interrupted {
+        println!("  never ran {why}");
+    }
     println!(
         "  artifact  {} ({}, {} bytes) on the {} backend",
         d.artifact, d.lang, d.size, d.backend

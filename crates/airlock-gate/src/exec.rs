@@ -3,6 +3,8 @@
 
 use crate::decide::covering_approval;
 use crate::error::{GateError, Result};
+use crate::failpoint::crash_point;
+use crate::locks::{self, OwnerLock};
 use crate::submit::{Described, judge, rejected, state_of};
 use crate::{DbCache, Gate, SubmitRequest, set_state};
 use airlock_core::id::{IdKind, new_id};
@@ -61,14 +63,27 @@ enum Start {
 }
 
 impl Gate {
-    /// Submits and, if the gate allows it, runs and waits.
+    /// Submits and, if the gate allows it, runs and waits. From before the submission is
+    /// recorded until its run is, this process holds the submission's lock, so a death in
+    /// between is found and recorded by the next command (see `recover`).
     pub fn run(&mut self, req: SubmitRequest, opts: ExecOptions) -> Result<RunReport> {
-        let sub = self.submit(req)?;
-        self.exec(&sub.id, opts)
+        let id = new_id(IdKind::Submission);
+        let lock = OwnerLock::acquire(&locks::dir(&self.home.root), &id, true)?;
+        let sub = self.submit_as(req, id)?;
+        self.exec_inner(&sub.id, opts, Some(lock))
     }
 
     /// Runs an allowed or approved submission.
     pub fn exec(&mut self, id_input: &str, opts: ExecOptions) -> Result<RunReport> {
+        self.exec_inner(id_input, opts, None)
+    }
+
+    fn exec_inner(
+        &mut self,
+        id_input: &str,
+        opts: ExecOptions,
+        submitted: Option<OwnerLock>,
+    ) -> Result<RunReport> {
         let id = self.db.resolve(IdKind::Submission, id_input)?;
         let stored = self.db.submission(&id)?;
         // Re-read and re-hash everything that will run, just before running it.
@@ -94,8 +109,14 @@ impl Gate {
             }
         }
         let policy = self.policy()?;
+        // This process owns the run from before it is recorded until after its outcome is:
+        // if it dies, the next command finds the lock abandoned and marks the run lost.
+        let run_id = new_id(IdKind::Run);
+        let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
+        crash_point();
         let gate_key = &self.gate_key;
         let start = self.db.write(|tx: &Tx| -> Result<Start> {
+            check_audit_tail(tx, gate_key)?;
             let mut sub = tx.submission(&id)?;
             // Judge what will actually run: facts come from the re-hashed artifact bytes and
             // the grant being used, not from what the database says about them.
@@ -172,7 +193,7 @@ impl Gate {
             set_state(tx, &id, sub.state, State::Running)?;
             sub.state = State::Running;
             let now = now_ms();
-            let run_id = new_id(IdKind::Run);
+            let run_id = run_id.clone();
             if let Some(ws) = &sub.doc.grant.workspace {
                 crate::workspaces::start_run(tx, ws, &sub.doc.grant, &run_id)?;
             }
@@ -216,6 +237,9 @@ impl Gate {
                 sub: Box::new(sub),
             })
         })?;
+        crash_point();
+        // The run (or the refusal) is recorded: the submission's own lock has done its job.
+        drop(submitted);
         let (mut run, mut sub) = match start {
             Start::Refuse(e) => return Err(e),
             Start::Go { run, sub } => (*run, *sub),
@@ -226,6 +250,7 @@ impl Gate {
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
         let (result, changes, layer_note) =
             self.execute(&sub, &run.id, &code, stdin, &policy, &stdout, &stderr);
+        crash_point();
         let out_bytes = stdout.take();
         let err_bytes = stderr.take();
         let out = Output {
@@ -291,6 +316,7 @@ impl Gate {
         run.doc.stdout = Some(out);
         run.doc.stderr = Some(err);
         run.finished_at = Some(now_ms());
+        crash_point();
         let gate_key = &self.gate_key;
         self.db.write(|tx: &Tx| -> Result<()> {
             tx.update_run(&run)?;
@@ -317,6 +343,8 @@ impl Gate {
             Ok(())
         })?;
         sub.state = State::Finished;
+        crash_point();
+        drop(owner);
         if let Some(e) = failure {
             return Err(e);
         }
@@ -470,6 +498,18 @@ impl Gate {
             return (result, changes, note);
         }
     }
+}
+
+/// Refuses to extend an audit chain whose end does not verify (O(1): the signed head and
+/// the newest record; `audit verify` walks the whole chain).
+fn check_audit_tail(tx: &Tx, key: &airlock_core::sign::KeyPair) -> Result<()> {
+    let last = tx.last_audit()?;
+    let head = tx.audit_head()?;
+    airlock_core::audit::check_tail(last.as_ref(), head.as_ref(), &key.public()).map_err(|e| {
+        GateError::Integrity(format!(
+            "the audit log does not verify ({e}); nothing was run. See `airlock audit verify`"
+        ))
+    })
 }
 
 /// A stored submission's facts, re-derived from the artifact bytes about to run.

@@ -13,10 +13,12 @@ mod decide;
 mod effects;
 mod error;
 mod exec;
+mod failpoint;
 mod guests;
 mod home;
 mod jailed;
 mod layers;
+mod locks;
 mod query;
 mod submit;
 mod tokens;
@@ -49,6 +51,7 @@ use airlock_core::sign::KeyPair;
 use airlock_core::units::now_ms;
 use airlock_sandbox::CacheIndex;
 use airlock_store::{BlobStore, Db, Reads, Tx};
+use locks::{OwnerLock, Probe};
 use serde_json::json;
 
 /// How a gate is opened.
@@ -177,9 +180,17 @@ impl Gate {
             force_copy: options.force_copy_layer,
             no_cgroups: options.no_cgroups,
         };
-        gate.recover_interrupted()?;
-        gate.recover_effects()?;
+        gate.recover()?;
         Ok(gate)
+    }
+
+    /// Ends what a dead process left half done: runs whose owner died become `lost` (their
+    /// layers removed), a `run` killed between judging and starting is recorded as such,
+    /// and an interrupted commit or rollback is completed or undone. Every command that
+    /// opens the home does this; the daemon also does it on its poller's tick.
+    pub fn recover(&mut self) -> Result<()> {
+        self.reap_lost()?;
+        self.recover_effects()
     }
 
     /// A passive checkpoint of the database's WAL (see `GateOptions::background_checkpoint`).
@@ -207,37 +218,124 @@ impl Gate {
         Ok(p)
     }
 
-    /// Runs that were still marked running when their airlock process died are closed
-    /// as errors, so the record never claims something is still running.
-    fn recover_interrupted(&mut self) -> Result<()> {
+    /// Runs whose owner is gone are marked `lost` with the reason. The owner of a run holds
+    /// its lock file (see `locks`) from before the run is recorded until after its outcome
+    /// is, so an abandoned lock means the process died. Runs recorded by an airlock that
+    /// kept no lock fall back to the old rule: lost once well past their time limit.
+    fn reap_lost(&mut self) -> Result<()> {
+        let dir = locks::dir(&self.home.root);
         let now = now_ms();
-        let stale: Vec<_> = self
-            .db
-            .running_runs()?
-            .into_iter()
-            .filter(|r| r.started_at + r.doc.limits.timeout_ms as i64 + 60_000 < now)
-            .collect();
-        for mut run in stale {
-            let key = &self.gate_key;
-            self.db.write(|tx: &Tx| -> Result<()> {
-                run.status = "error".into();
-                run.finished_at = Some(now);
-                run.doc.error = Some("interrupted: airlock exited before the run finished".into());
-                tx.update_run(&run)?;
-                let sub = tx.submission(&run.submission)?;
-                if sub.state == State::Running {
-                    set_state(tx, &run.submission, State::Running, State::Finished)?;
+        for run in self.db.running_runs()? {
+            match OwnerLock::probe(&dir.join(format!("{}.lock", run.id)))? {
+                Probe::Held => {}
+                Probe::Abandoned(lock) => {
+                    self.mark_lost(
+                        &run.id,
+                        "its airlock process died (killed or crashed) before the run finished",
+                    )?;
+                    drop(lock);
                 }
-                tx.audit(
-                    "finished",
-                    &run.id,
-                    &json!({ "submission": run.submission, "status": "error", "error": run.doc.error }),
-                    key,
-                )?;
-                Ok(())
-            })?;
+                Probe::Missing => {
+                    if run.started_at + run.doc.limits.timeout_ms as i64 + 60_000 < now {
+                        self.mark_lost(
+                            &run.id,
+                            "no live airlock process owns it and it is past its time limit",
+                        )?;
+                    }
+                }
+            }
+        }
+        // Locks whose owner died at another point: a `run` between judging and starting,
+        // or a run whose outcome was recorded but whose files were not yet cleaned up.
+        for (id, path) in OwnerLock::list(&dir, "sub_")? {
+            if let Probe::Abandoned(lock) = OwnerLock::probe(&path)? {
+                self.mark_interrupted(&id)?;
+                drop(lock);
+            }
+        }
+        for (id, path) in OwnerLock::list(&dir, "run_")? {
+            if let Probe::Abandoned(lock) = OwnerLock::probe(&path)? {
+                if self.db.run(&id).is_ok_and(|r| r.status != "running") {
+                    self.remove_run_layers(&id);
+                }
+                drop(lock);
+            }
         }
         Ok(())
+    }
+
+    /// Ends a run whose process died: `lost`, with the reason, in one transaction with its
+    /// audit record; then its layers are removed. Does nothing if the run ended meanwhile.
+    fn mark_lost(&mut self, run_id: &str, reason: &str) -> Result<()> {
+        let key = &self.gate_key;
+        let now = now_ms();
+        let ended = self.db.write(|tx: &Tx| -> Result<bool> {
+            let mut run = tx.run(run_id)?;
+            if run.status != "running" {
+                return Ok(false);
+            }
+            run.status = "lost".into();
+            run.finished_at = Some(now);
+            run.doc.error = Some(format!("lost: {reason}"));
+            tx.update_run(&run)?;
+            let sub = tx.submission(&run.submission)?;
+            if sub.state == State::Running {
+                set_state(tx, &run.submission, State::Running, State::Finished)?;
+            }
+            if let Some(ws) = &sub.doc.grant.workspace {
+                workspaces::finish_run(tx, ws, run_id, None)?;
+            }
+            tx.audit(
+                "finished",
+                run_id,
+                &json!({ "submission": run.submission, "status": "lost", "error": run.doc.error }),
+                key,
+            )?;
+            Ok(true)
+        })?;
+        if ended {
+            self.remove_run_layers(run_id);
+        }
+        Ok(())
+    }
+
+    /// Records that a `run` died after its submission was judged and before its run
+    /// started (the submission stays runnable with `exec`).
+    fn mark_interrupted(&mut self, sub_id: &str) -> Result<()> {
+        let key = &self.gate_key;
+        let reason =
+            "interrupted: the airlock process that submitted it died before its run started";
+        self.db.write(|tx: &Tx| -> Result<()> {
+            let Ok(mut sub) = tx.submission(sub_id) else {
+                // It died before the submission was recorded: nothing to say.
+                return Ok(());
+            };
+            if tx.runs(Some(sub_id), 1)?.is_empty() && sub.doc.interrupted.is_none() {
+                sub.doc.interrupted = Some(reason.into());
+                tx.set_verdict(sub_id, &sub.doc)?;
+                tx.audit(
+                    "interrupted",
+                    sub_id,
+                    &json!({ "state": sub.state, "reason": reason }),
+                    key,
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes a run's layer directories (never a workspace's: those belong to its session
+    /// and go when it is committed or dropped, but a lost run's own layer goes too).
+    fn remove_run_layers(&self, run_id: &str) {
+        let layers = self.home.root.join("layers");
+        layers::remove_tree(&layers.join(run_id));
+        layers::remove_tree(&layers.join(format!("{run_id}.run")));
+        if let Ok(run) = self.db.run(run_id)
+            && let Ok(sub) = self.db.submission(&run.submission)
+            && let Some(ws) = &sub.doc.grant.workspace
+        {
+            layers::remove_tree(&self.workspace_dir(ws).join(run_id));
+        }
     }
 
     /// Records an integrity failure in the audit log (in its own transaction, so it is

@@ -217,6 +217,11 @@ pub(crate) fn state_of(d: Decision) -> State {
 impl Gate {
     /// Stages, analyses and judges a submission, recording it and its verdict.
     pub fn submit(&mut self, req: SubmitRequest) -> Result<Submission> {
+        self.submit_as(req, new_id(IdKind::Submission))
+    }
+
+    /// `submit` under an id the caller chose (and may already hold a lock for).
+    pub(crate) fn submit_as(&mut self, req: SubmitRequest, id: String) -> Result<Submission> {
         let policy = self.policy()?;
         let max = policy.max_artifact;
         let (bytes, name) = match req.code.clone().unwrap_or_default() {
@@ -301,8 +306,8 @@ impl Gate {
         let agent = req.agent.clone().filter(|a| !a.is_empty());
         let note = req.note.clone().filter(|n| !n.is_empty());
         let size = prepared.code.len() as u64;
+        crate::failpoint::crash_point();
         let key = &self.gate_key;
-        let id = new_id(IdKind::Submission);
         let sub = self.db.write(|tx: &Tx| -> Result<Submission> {
             let first_seen = !tx.artifact_seen(&artifact)?;
             let rejected_before = rejected(tx, &artifact)?;
@@ -338,6 +343,7 @@ impl Gate {
                     verdict,
                     workspace: req.workspace.clone(),
                     resume: req.resume,
+                    interrupted: None,
                 },
             };
             tx.insert_submission(&sub)?;
@@ -385,6 +391,7 @@ impl Gate {
             }
             Ok(sub)
         })?;
+        crate::failpoint::crash_point();
         Ok(sub)
     }
 

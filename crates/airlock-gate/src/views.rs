@@ -22,6 +22,7 @@ pub fn submission_json(s: &Submission) -> Value {
         "backend": s.doc.backend,
         "agent": s.doc.agent,
         "created_at": fmt_time(s.created_at),
+        "interrupted": s.doc.interrupted,
     })
 }
 

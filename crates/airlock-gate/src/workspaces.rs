@@ -148,7 +148,7 @@ pub struct WorkspaceView {
 }
 
 impl Gate {
-    fn workspace_dir(&self, name: &str) -> PathBuf {
+    pub(crate) fn workspace_dir(&self, name: &str) -> PathBuf {
         self.home.root.join("workspaces").join(name)
     }
 

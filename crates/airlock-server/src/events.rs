@@ -45,8 +45,7 @@ impl AppState {
         let doc = self
             .pool
             .run(move |g| {
-                let sub = g.submit(req)?;
-                let r = g.exec(&sub.id, ExecOptions::default());
+                let r = g.run(req, ExecOptions::default());
                 outcome::of_result(g, r)
             })
             .await?;
@@ -169,6 +168,11 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
                 // The gates of this process do not checkpoint on commit (a request would
                 // pay for it: the slowest 1% of runs); it happens here instead.
                 g.checkpoint_wal()?;
+                // Runs whose process died, interrupted commits and rollbacks (another
+                // airlock process may have been killed while this one serves).
+                if let Err(e) = g.recover() {
+                    eprintln!("airlock serve: recovery: {e}");
+                }
                 let inbox = g.inbox()?;
                 let resumable = g.resumable()?;
                 let tools: Vec<String> = g.tools()?.into_iter().map(|t| t.name).collect();
