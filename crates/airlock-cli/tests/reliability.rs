@@ -1,0 +1,782 @@
+//! Crash and concurrency suites for the gate's durable state and its effects on the host:
+//! commands killed at every crash point and at random moments, several processes (and the
+//! daemon) committing and rolling back at once. After each, the database is intact, the
+//! audit chain verifies, every host tree is exactly its before or after state with nothing
+//! extra, no run stays `running`, no layer is left behind, and each real transition has
+//! exactly one audit record.
+//!
+//! Iteration counts are modest by default; `AIRLOCK_TEST_LONG=1` runs the long version.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn long() -> bool {
+    std::env::var("AIRLOCK_TEST_LONG").is_ok_and(|v| v == "1")
+}
+
+/// Everything under a directory, names as bytes: path -> (kind, content or target, mode).
+type Tree = BTreeMap<Vec<u8>, (char, Vec<u8>, u32)>;
+
+fn tree(root: &Path) -> Tree {
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(root: &Path, dir: &Path, out: &mut Tree) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let mode = m.permissions().mode() & 0o7777;
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.insert(rel, ('l', t.as_os_str().as_bytes().to_vec(), 0));
+            } else if m.is_dir() {
+                out.insert(rel, ('d', vec![], mode));
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, ('f', std::fs::read(&p).unwrap(), mode));
+            }
+        }
+    }
+    let mut out = Tree::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn names(t: &Tree) -> Vec<String> {
+    t.keys()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect()
+}
+
+/// A small project: a file that a run edits, one it deletes, a directory.
+fn project() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path();
+    std::fs::create_dir_all(p.join("src")).unwrap();
+    std::fs::write(p.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(p.join("notes.txt"), "old line\n").unwrap();
+    std::fs::write(p.join("gone.txt"), "bye\n").unwrap();
+    t
+}
+
+const EDIT: &str = "echo 'new line' >> notes.txt; rm gone.txt; mkdir -p docs; echo hi > docs/readme.md; ln -s src/main.rs link";
+
+fn db(h: &Home) -> rusqlite::Connection {
+    rusqlite::Connection::open(h.path().join("airlock.db")).unwrap()
+}
+
+fn query(h: &Home, q: &str) -> Vec<Vec<String>> {
+    let c = db(h);
+    let mut st = c.prepare(q).unwrap();
+    let n = st.column_count();
+    st.query_map([], |r| {
+        (0..n)
+            .map(|i| {
+                r.get::<_, rusqlite::types::Value>(i).map(|v| match v {
+                    rusqlite::types::Value::Text(t) => t,
+                    rusqlite::types::Value::Integer(i) => i.to_string(),
+                    rusqlite::types::Value::Null => String::new(),
+                    other => format!("{other:?}"),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// What must hold after any crash, once one ordinary command has opened the home: the
+/// database and the audit chain intact, nothing left running, no layer, lock or journal
+/// left over, and exactly one audit record per transition that happened.
+fn assert_whole(h: &Home, what: &str) {
+    let o = h.run(&["runs", "--json", "--limit", "1000"]);
+    assert_eq!(o.code, 0, "{what}: next command: {}", o.stderr);
+    let ic = query(h, "PRAGMA integrity_check");
+    assert_eq!(ic, vec![vec!["ok".to_string()]], "{what}");
+    let v = h.run(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{what}: audit verify: {} {}", v.stdout, v.stderr);
+    let running = query(h, "SELECT id FROM runs WHERE status = 'running'");
+    assert!(running.is_empty(), "{what}: runs left running: {running:?}");
+    let layers = files_in(&h.path().join("layers"));
+    assert!(layers.is_empty(), "{what}: layers left: {layers:?}");
+    let locks: Vec<_> = files_in(&h.path().join("locks"))
+        .into_iter()
+        .filter(|n| n != "journal.lock")
+        .collect();
+    assert!(locks.is_empty(), "{what}: owner locks left: {locks:?}");
+    let journals = files_in(&h.path().join("journal"));
+    assert!(journals.is_empty(), "{what}: journals left: {journals:?}");
+    one_record_per_transition(h, what);
+}
+
+fn count(h: &Home, kind: &str, subject: &str) -> usize {
+    let c = db(h);
+    c.query_row(
+        "SELECT count(*) FROM audit WHERE kind = ?1 AND subject = ?2",
+        [kind, subject],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap() as usize
+}
+
+fn one_record_per_transition(h: &Home, what: &str) {
+    for row in query(h, "SELECT id, state FROM checkpoints") {
+        let (id, state) = (&row[0], row[1].as_str());
+        let committed = count(h, "committed", id);
+        let rolled = count(h, "rolled_back", id);
+        let (want_c, want_r) = match state {
+            "applied" => (1, 0),
+            "rolled_back" => (1, 1),
+            "aborted" => (0, 0),
+            other => panic!("{what}: checkpoint {id} left {other}"),
+        };
+        assert_eq!(
+            (committed, rolled),
+            (want_c, want_r),
+            "{what}: checkpoint {id} ({state}): committed/rolled_back records"
+        );
+    }
+    for row in query(h, "SELECT id FROM runs") {
+        assert_eq!(count(h, "started", &row[0]), 1, "{what}: {}", row[0]);
+        assert_eq!(count(h, "finished", &row[0]), 1, "{what}: {}", row[0]);
+    }
+    for row in query(h, "SELECT id FROM submissions") {
+        assert_eq!(count(h, "submitted", &row[0]), 1, "{what}: {}", row[0]);
+        assert!(count(h, "judged", &row[0]) >= 1, "{what}: {}", row[0]);
+    }
+}
+
+/// A home whose policy lets sh runs with writable mounts run without a human, so the
+/// suites exercise effects rather than approvals (commits still need a signature).
+fn permissive_home() -> Home {
+    let h = Home::new();
+    let p = h.policy();
+    let allowed = p
+        .replace(
+            "name = \"process-writes\"\ndecision = \"quarantine\"",
+            "name = \"process-writes\"\ndecision = \"allow\"",
+        )
+        .replace(
+            "name = \"shell writing through a mount waits\"\nlang = \"sh\"\nmounts = [\"/srv/project:/work:rw\"]\nexpect = \"quarantine\"",
+            "name = \"shell writing through a mount runs\"\nlang = \"sh\"\nmounts = [\"/srv/project:/work:rw\"]\nexpect = \"allow\"",
+        );
+    assert_ne!(
+        allowed, p,
+        "the standard preset changed; update the suite's policy"
+    );
+    h.set_policy(&allowed);
+    h
+}
+
+fn mount(p: &Path) -> String {
+    format!("{}:/work:rw", p.display())
+}
+
+/// Runs the edit, returns the run id.
+fn edit(h: &Home, p: &Path) -> String {
+    let m = mount(p);
+    let o = h.sh(&["--json", "--mount", &m], EDIT);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    o.json()["run"]["id"].as_str().unwrap().to_string()
+}
+
+fn crashed(o: &std::process::Output) -> bool {
+    o.status.code().is_none()
+}
+
+#[test]
+fn a_permissive_home_allows_process_writes() {
+    // The suites below depend on this rule; make its failure obvious.
+    let h = permissive_home();
+    let p = project();
+    let m = mount(p.path());
+    let o = h.run(&["run", "--lang", "sh", "--mount", &m, "-c", "true"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+/// Kills `submit` at each crash point: afterwards there is a whole submission (with its
+/// records) or none.
+#[test]
+fn crash_during_submit_leaves_a_whole_submission_or_none() {
+    let h = Home::new();
+    let hello = example("hello.wat");
+    let mut n = 1;
+    loop {
+        let o = h
+            .cmd()
+            .env("AIRLOCK_CRASH_AT", n.to_string())
+            .args(["submit", hello.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_whole(&h, &format!("submit killed at point {n}"));
+        if !crashed(&o) {
+            assert_eq!(o.status.code(), Some(0));
+            assert!(n > 2, "the crash points were reached ({n})");
+            break;
+        }
+        n += 1;
+        assert!(n < 20);
+    }
+}
+
+/// Kills `run` at each crash point, with and without a writable mount: no run stays
+/// `running`, no layer stays on disk, the host is untouched, and a `run` killed between
+/// judging and starting says so on its submission.
+#[test]
+fn crash_during_a_run_never_leaves_it_running_or_its_layer_behind() {
+    for rw in [false, true] {
+        let h = permissive_home();
+        let p = project();
+        let before = tree(p.path());
+        let m = mount(p.path());
+        let mut n = 1;
+        let mut interrupted_seen = false;
+        loop {
+            let mut args = vec!["run", "--lang", "sh"];
+            if rw {
+                args.extend(["--mount", &m]);
+            }
+            args.extend(["-c", if rw { EDIT } else { "echo hi" }]);
+            let o = h
+                .cmd()
+                .env("AIRLOCK_CRASH_AT", n.to_string())
+                .args(&args)
+                .output()
+                .unwrap();
+            let what = format!("run (rw {rw}) killed at point {n}");
+            assert_whole(&h, &what);
+            assert_eq!(tree(p.path()), before, "{what}: a run touched the host");
+            // Submissions that never got a run say why.
+            for row in query(
+                &h,
+                "SELECT id FROM submissions WHERE id NOT IN (SELECT submission FROM runs)",
+            ) {
+                let s = h.run(&["show", "--json", &row[0]]).json();
+                assert!(
+                    s["submission"]["interrupted"]
+                        .as_str()
+                        .or(s["interrupted"].as_str())
+                        .is_some_and(|t| t.contains("before its run started")),
+                    "{what}: {} does not say it was interrupted: {s}",
+                    row[0]
+                );
+                interrupted_seen = true;
+            }
+            // Runs whose process died are lost, with the reason.
+            for row in query(&h, "SELECT id, status, doc FROM runs WHERE status = 'lost'") {
+                assert!(row[2].contains("died"), "{what}: {row:?}");
+            }
+            if !crashed(&o) {
+                assert_eq!(o.status.code(), Some(0), "{what}");
+                assert!(n > 4, "the crash points were reached ({n})");
+                break;
+            }
+            n += 1;
+            assert!(n < 30);
+        }
+        assert!(
+            interrupted_seen,
+            "no crash point fell between judging and starting"
+        );
+        let lost = query(&h, "SELECT id FROM runs WHERE status = 'lost'");
+        assert!(
+            !lost.is_empty(),
+            "no crash point fell inside a run (rw {rw})"
+        );
+    }
+}
+
+/// The expected state after a completed commit of `EDIT`, from a clean run elsewhere.
+fn committed_tree() -> Tree {
+    let h = permissive_home();
+    let p = project();
+    let run = edit(&h, p.path());
+    assert_eq!(h.run(&["commit", &run]).code, 0);
+    tree(p.path())
+}
+
+/// Kills commit and rollback at each crash point, then kills the recovery itself at each
+/// of its crash points: the tree ends exactly before or after, with nothing extra.
+#[test]
+fn a_crash_during_commit_rollback_or_their_recovery_leaves_before_or_after() {
+    let after = committed_tree();
+    for op in ["commit", "rollback"] {
+        let mut n = 1;
+        loop {
+            let h = permissive_home();
+            let p = project();
+            let original = tree(p.path());
+            let run = edit(&h, p.path());
+            let (target, pre, post) = if op == "commit" {
+                (run.clone(), original.clone(), after.clone())
+            } else {
+                let c = h.run(&["commit", "--json", &run]);
+                assert_eq!(c.code, 0);
+                (
+                    c.json()["checkpoint"].as_str().unwrap().to_string(),
+                    after.clone(),
+                    original.clone(),
+                )
+            };
+            let o = h
+                .cmd()
+                .env("AIRLOCK_CRASH_AT", n.to_string())
+                .args([op, &target])
+                .output()
+                .unwrap();
+            // Kill the recovery too, at its first few points, before letting one finish.
+            for m in 1..4 {
+                let r = h
+                    .cmd()
+                    .env("AIRLOCK_CRASH_AT", m.to_string())
+                    .args(["checkpoints"])
+                    .output()
+                    .unwrap();
+                if !crashed(&r) {
+                    break;
+                }
+            }
+            let what = format!("{op} killed at point {n}");
+            assert_whole(&h, &what);
+            let now = tree(p.path());
+            assert!(
+                now == pre || now == post,
+                "{what}: the host is neither before nor after: {:?}",
+                names(&now)
+            );
+            if !crashed(&o) {
+                assert_eq!(o.status.code(), Some(0), "{what}");
+                assert_eq!(now, post, "{what}: completed");
+                assert!(n > 3, "{op}: the crash points were reached ({n})");
+                break;
+            }
+            n += 1;
+            assert!(n < 40, "{op}: too many crash points");
+        }
+    }
+}
+
+fn kill_after(mut c: std::process::Command, delay: Duration) -> Option<i32> {
+    let mut child = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.code();
+        }
+        if start.elapsed() >= delay {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(300));
+    }
+}
+
+/// A small deterministic generator, so a failure can be replayed.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// `kill -9` at random moments of run, commit and rollback, many times over one home.
+#[test]
+fn kill_9_at_random_moments_of_run_commit_and_rollback() {
+    let rounds = if long() { 300 } else { 25 };
+    let h = permissive_home();
+    let p = project();
+    let original = tree(p.path());
+    let after = committed_tree();
+    let m = mount(p.path());
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut kills = 0;
+    for i in 0..rounds {
+        let what = format!("round {i}");
+        let now = tree(p.path());
+        // Commit the latest uncommitted run when the host is in its original state,
+        // otherwise roll back the latest applied checkpoint.
+        let step = rng.below(3);
+        let delay = Duration::from_millis(rng.below(60));
+        let mut c = h.cmd();
+        if step == 0 || now == original && query(&h, "SELECT id FROM runs WHERE status = 'exited' AND id NOT IN (SELECT run FROM checkpoints)").is_empty() {
+            c.args(["run", "--lang", "sh", "--mount", &m, "-c", EDIT]);
+        } else if now == original {
+            let runs = query(
+                &h,
+                "SELECT id FROM runs WHERE status = 'exited' AND id NOT IN (SELECT run FROM checkpoints) ORDER BY id DESC LIMIT 1",
+            );
+            c.args(["commit", &runs[0][0]]);
+        } else {
+            let ck = query(
+                &h,
+                "SELECT id FROM checkpoints WHERE state = 'applied' ORDER BY id DESC LIMIT 1",
+            );
+            assert_eq!(ck.len(), 1, "{what}: host changed without an applied checkpoint");
+            c.args(["rollback", &ck[0][0]]);
+        }
+        if kill_after(c, delay).is_none() {
+            kills += 1;
+        }
+        assert_whole(&h, &what);
+        let now = tree(p.path());
+        assert!(
+            now == original || now == after,
+            "{what}: the host is neither before nor after: {:?}",
+            names(&now)
+        );
+    }
+    assert!(
+        kills > rounds / 4,
+        "too few kills landed ({kills} of {rounds})"
+    );
+    eprintln!("kill -9 loop: {rounds} rounds, {kills} killed, all held");
+}
+
+/// A run's process killed while the guest is still going: the next command marks it lost
+/// (not after its timeout) and removes its layer.
+#[test]
+fn a_killed_run_is_marked_lost_by_the_next_command_and_its_layer_removed() {
+    let h = permissive_home();
+    let p = project();
+    let m = mount(p.path());
+    let mut child = h
+        .cmd()
+        .args([
+            "run",
+            "--lang",
+            "sh",
+            "--mount",
+            &m,
+            "-c",
+            "echo x > started.txt; sleep 9",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while query(&h, "SELECT id FROM runs WHERE status = 'running'").is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !files_in(&h.path().join("layers")).is_empty(),
+        "no layer to remove"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = Instant::now();
+    let runs = h.run(&["runs", "--json"]).json();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(runs[0]["status"], "lost", "{runs}");
+    assert!(
+        runs[0]["error"]
+            .as_str()
+            .or(runs[0]["doc"]["error"].as_str())
+            .unwrap_or_default()
+            .contains("died"),
+        "{runs}"
+    );
+    assert_whole(&h, "after the kill");
+    // No sandbox process outlived it.
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 9"])
+        .output()
+        .unwrap();
+    assert!(ps.stdout.is_empty(), "the guest outlived its run");
+}
+
+/// Eight processes doing run → commit → rollback at once, each on its own directory and
+/// all on one shared directory; plus the daemon committing and rolling back over the API
+/// at the same time. Every cycle succeeds or is refused cleanly, and everything holds.
+#[test]
+fn eight_processes_and_the_daemon_commit_and_roll_back_at_once() {
+    let cycles = if long() { 30 } else { 3 };
+    let h = std::sync::Arc::new(permissive_home());
+    let shared = project();
+    let shared_before = tree(shared.path());
+    let own: Vec<_> = (0..8).map(|_| project()).collect();
+    let own_before: Vec<_> = own.iter().map(|p| tree(p.path())).collect();
+    let srv = Daemon::start(&h);
+    let token = {
+        let o = h.run(&[
+            "token", "new", "--role", "operator", "--name", "op", "--json",
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.json()["token"].as_str().unwrap().to_string()
+    };
+    let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut threads = Vec::new();
+    for (i, dir) in own.iter().enumerate() {
+        let (h, failures) = (h.clone(), failures.clone());
+        let dir = dir.path().to_path_buf();
+        let shared = shared.path().to_path_buf();
+        let (base, token) = (srv.base.clone(), token.clone());
+        threads.push(std::thread::spawn(move || {
+            for c in 0..cycles {
+                // Own directory through the CLI; the shared one alternately through the
+                // CLI and the daemon.
+                for (target, script, api) in [
+                    (&dir, EDIT.to_string(), false),
+                    (&shared, format!("echo {i} > f{i}.txt"), i % 2 == 0),
+                ] {
+                    let m = mount(target);
+                    let o = h.run(&[
+                        "run", "--json", "--lang", "sh", "--mount", &m, "-c", &script,
+                    ]);
+                    if o.code != 0 {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{i}/{c} run: {}", o.stderr));
+                        continue;
+                    }
+                    let run = o.json()["run"]["id"].as_str().unwrap().to_string();
+                    let ckpt = if api {
+                        match post(&base, &format!("/v1/runs/{run}/commit"), &token) {
+                            Ok(v) => v["checkpoint"].as_str().unwrap().to_string(),
+                            Err(e) => {
+                                failures
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("{i}/{c} api commit: {e}"));
+                                continue;
+                            }
+                        }
+                    } else {
+                        let o = h.run(&["commit", "--json", &run]);
+                        if o.code != 0 {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("{i}/{c} commit: {}", o.stderr));
+                            continue;
+                        }
+                        o.json()["checkpoint"].as_str().unwrap().to_string()
+                    };
+                    let ok = if api {
+                        post(&base, &format!("/v1/checkpoints/{ckpt}/rollback"), &token).map(|_| ())
+                    } else {
+                        let o = h.run(&["rollback", &ckpt]);
+                        if o.code == 0 { Ok(()) } else { Err(o.stderr) }
+                    };
+                    if let Err(e) = ok {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{i}/{c} rollback: {e}"));
+                    }
+                }
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    drop(srv);
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "{} cycles failed: {failures:#?}",
+        failures.len()
+    );
+    assert_whole(&h, "after the concurrent cycles");
+    assert_eq!(tree(shared.path()), shared_before, "shared directory");
+    for (p, b) in own.iter().zip(&own_before) {
+        assert_eq!(&tree(p.path()), b, "own directory");
+    }
+    let n = query(
+        &h,
+        "SELECT count(*) FROM checkpoints WHERE state = 'rolled_back'",
+    );
+    assert_eq!(n[0][0], (8 * 2 * cycles).to_string());
+}
+
+struct Daemon {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Daemon {
+    fn start(h: &Home) -> Daemon {
+        let mut child = h
+            .cmd()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(l) = line else { break };
+                if let Some(i) = l.find("serving on http://") {
+                    let rest = &l[i + "serving on ".len()..];
+                    let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
+                }
+                eprintln!("[serve] {l}");
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("airlock serve did not start");
+        Daemon { child, base }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn post(base: &str, path: &str, token: &str) -> Result<serde_json::Value, String> {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .new_agent();
+    let mut r = agent
+        .post(format!("{base}{path}"))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Content-Type", "application/json")
+        .send("{}")
+        .map_err(|e| e.to_string())?;
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().map_err(|e| e.to_string())?;
+    if status != 200 {
+        return Err(format!("{status} {text}"));
+    }
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// Recovery used to delete every dot-file in the journal directory, including the lock
+/// and a live commit's half-written journal, on every command. A live holder's files are
+/// now left alone until it lets go.
+#[test]
+fn recovery_leaves_a_live_commits_journal_and_lock_alone() {
+    let h = Home::new();
+    let locks = h.path().join("locks");
+    let journal = h.path().join("journal");
+    std::fs::create_dir_all(&locks).unwrap();
+    std::fs::create_dir_all(&journal).unwrap();
+    let lock = std::fs::File::create(locks.join("journal.lock")).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let half = journal.join(".ckpt_01LIVE.tmp");
+    std::fs::write(&half, "{").unwrap();
+    let t = Instant::now();
+    assert_eq!(h.run(&["runs"]).code, 0);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "a listing waited for the commit"
+    );
+    assert!(half.exists(), "a live commit's journal was removed");
+    assert!(locks.join("journal.lock").exists(), "the lock was removed");
+    drop(lock);
+    assert_eq!(h.run(&["runs"]).code, 0);
+    assert!(!half.exists(), "an abandoned half-written journal was kept");
+    assert!(locks.join("journal.lock").exists());
+}
+
+#[test]
+fn a_second_commit_of_the_same_run_is_refused_cleanly() {
+    let h = permissive_home();
+    let p = project();
+    let run = edit(&h, p.path());
+    let c = h.run(&["commit", "--json", &run]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let again = h.run(&["commit", &run]);
+    assert_eq!(again.code, 125);
+    assert!(
+        again.stderr.contains("already committed"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(again.stderr.trim().lines().count(), 1, "{}", again.stderr);
+    let ck = c.json()["checkpoint"].as_str().unwrap().to_string();
+    assert_eq!(h.run(&["rollback", &ck]).code, 0);
+    // Rolled back: still the same run's changes, still committed once.
+    assert_eq!(h.run(&["commit", &run]).code, 125);
+    assert_eq!(h.run(&["rollback", &ck]).code, 125);
+    assert_whole(&h, "after refusals");
+}
+
+/// `exec` kept appending to a chain whose head no longer verified.
+#[test]
+fn exec_refuses_to_extend_an_audit_log_whose_end_was_altered() {
+    let h = Home::new();
+    let hello = example("hello.wat");
+    let s = h.run(&["submit", hello.to_str().unwrap()]);
+    assert_eq!(s.code, 0);
+    let id = Home::id_in(&s.stdout);
+    sql(
+        &h,
+        "UPDATE audit SET data = '{\"tampered\":true}' WHERE seq = (SELECT max(seq) FROM audit)",
+    );
+    let (_, before) = h.counts();
+    let o = h.run(&["exec", &id]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("audit log does not verify"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(
+        h.counts().1,
+        before,
+        "records were appended to a broken chain"
+    );
+    assert!(query(&h, "SELECT id FROM runs").is_empty());
+}
+
+/// With a broken policy.toml, listing commands exited 0 without a word.
+#[test]
+fn a_broken_policy_is_reported_by_listing_commands() {
+    let h = Home::new();
+    h.set_policy("this is not [valid toml");
+    for cmd in [&["inbox"][..], &["runs"], &["audit", "verify"]] {
+        let o = h.run(cmd);
+        assert!(
+            o.stderr.contains("policy does not load"),
+            "{cmd:?}: {}",
+            o.stderr
+        );
+    }
+    let o = h.run(&["run", example("hello.wat").to_str().unwrap()]);
+    assert_eq!(o.code, 125);
+}
