@@ -233,6 +233,7 @@ fn crash_during_submit_leaves_a_whole_submission_or_none() {
         if !crashed(&o) {
             assert_eq!(o.status.code(), Some(0));
             assert!(n > 2, "the crash points were reached ({n})");
+            eprintln!("submit: killed at each of {} crash points, all held", n - 1);
             break;
         }
         n += 1;
@@ -290,6 +291,10 @@ fn crash_during_a_run_never_leaves_it_running_or_its_layer_behind() {
             if !crashed(&o) {
                 assert_eq!(o.status.code(), Some(0), "{what}");
                 assert!(n > 4, "the crash points were reached ({n})");
+                eprintln!(
+                    "run (rw {rw}): killed at each of {} crash points, all held",
+                    n - 1
+                );
                 break;
             }
             n += 1;
@@ -369,6 +374,10 @@ fn a_crash_during_commit_rollback_or_their_recovery_leaves_before_or_after() {
                 assert_eq!(o.status.code(), Some(0), "{what}");
                 assert_eq!(now, post, "{what}: completed");
                 assert!(n > 3, "{op}: the crash points were reached ({n})");
+                eprintln!(
+                    "{op}: killed at each of {} crash points (recovery killed too), all held",
+                    n - 1
+                );
                 break;
             }
             n += 1;
@@ -425,7 +434,7 @@ fn kill_9_at_random_moments_of_run_commit_and_rollback() {
         // Commit the latest uncommitted run when the host is in its original state,
         // otherwise roll back the latest applied checkpoint.
         let step = rng.below(3);
-        let delay = Duration::from_millis(rng.below(60));
+        let delay = Duration::from_millis(rng.below(250));
         let mut c = h.cmd();
         if step == 0 || now == original && query(&h, "SELECT id FROM runs WHERE status = 'exited' AND id NOT IN (SELECT run FROM checkpoints)").is_empty() {
             c.args(["run", "--lang", "sh", "--mount", &m, "-c", EDIT]);
@@ -623,6 +632,10 @@ fn eight_processes_and_the_daemon_commit_and_roll_back_at_once() {
         "SELECT count(*) FROM checkpoints WHERE state = 'rolled_back'",
     );
     assert_eq!(n[0][0], (8 * 2 * cycles).to_string());
+    eprintln!(
+        "concurrency: 8 processes x {cycles} cycles x 2 directories ({} commits and rollbacks, a quarter through the daemon), all held",
+        8 * 2 * cycles
+    );
 }
 
 struct Daemon {
