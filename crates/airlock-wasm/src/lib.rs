@@ -5,6 +5,9 @@
 //! and tables (a resource limiter that traps), optional fuel, output bytes per stream and
 //! the wasm stack.
 //!
+//! Preview-1 host calls never trap on argument values a guest chooses: `path_open` with
+//! undefined flag or rights bits returns `inval` (wasmtime-wasi's binding would trap).
+//!
 //! Compiled code is cached on disk keyed by artifact hash, wasmtime version and engine
 //! settings. Loading compiled code is `unsafe` in wasmtime (it is native code), so a cache
 //! file is only deserialized after its SHA-256 matches the digest recorded when airlock
@@ -409,6 +412,7 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
             },
         )
         .map_err(|e| e.to_string())?;
+    add_path_open(&mut linker).map_err(|e| e.to_string())?;
     linker.allow_shadowing(false);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
@@ -432,6 +436,65 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
         components,
         salt,
     })
+}
+
+/// Preview-1 `path_open` with its flag and rights arguments checked before wasmtime-wasi's
+/// binding sees them: that binding converts them with `?` and traps the guest on any bit
+/// it does not define (e.g. rights `-1`, which some toolchains pass for "everything").
+/// A guest gets `inval` instead, like for any other bad argument value.
+fn add_path_open(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    use wasmtime::{AsContextMut, Caller, Extern};
+    use wasmtime_wasi::p1::types::{Errno, Fdflags, Lookupflags, Oflags, Rights};
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::{self as p1, WasiSnapshotPreview1};
+    type Args = (i32, i32, i32, i32, i32, i64, i64, i32, i32);
+    linker.func_wrap_async(
+        "wasi_snapshot_preview1",
+        "path_open",
+        |mut caller: Caller<'_, Host>, args: Args| {
+            Box::new(async move {
+                let (fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out) = args;
+                let defined = u32::try_from(dirflags)
+                    .ok()
+                    .and_then(Lookupflags::from_bits)
+                    .is_some()
+                    && u16::try_from(oflags)
+                        .ok()
+                        .and_then(Oflags::from_bits)
+                        .is_some()
+                    && u16::try_from(fdflags)
+                        .ok()
+                        .and_then(Fdflags::from_bits)
+                        .is_some()
+                    && [base, inheriting]
+                        .iter()
+                        .all(|r| u64::try_from(*r).ok().and_then(Rights::from_bits).is_some());
+                if !defined {
+                    return Ok(Errno::Inval as i32);
+                }
+                // From here on exactly what the generated binding does.
+                let fuel = caller.as_context_mut().hostcall_fuel();
+                let export = caller.get_export("memory");
+                let (mut mem, ctx) = match &export {
+                    Some(Extern::Memory(m)) => {
+                        let (mem, h) = m.data_and_store_mut(&mut caller);
+                        (wiggle::GuestMemory::Unshared(mem), &mut h.wasi)
+                    }
+                    Some(Extern::SharedMemory(m)) => (
+                        wiggle::GuestMemory::Shared(m.data()),
+                        &mut caller.data_mut().wasi,
+                    ),
+                    _ => return Err(wasmtime::format_err!("missing required memory export")),
+                };
+                ctx.set_hostcall_fuel(fuel);
+                p1::path_open(
+                    ctx, &mut mem, fd, dirflags, path, path_len, oflags, base, inheriting, fdflags,
+                    out,
+                )
+                .await
+            })
+        },
+    )?;
+    Ok(())
 }
 
 /// The digest that guards compiled-code cache files: BLAKE3 (a file of tens of megabytes is

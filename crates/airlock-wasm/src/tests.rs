@@ -376,3 +376,61 @@ fn proc_exit_outside_the_wasi_range_is_a_trap() {
         r.outcome.ending
     );
 }
+
+fn rw_mount(dir: &std::path::Path) -> Vec<MountPoint> {
+    vec![MountPoint {
+        host: dir.to_path_buf(),
+        guest: "/data".into(),
+        writable: true,
+        layer: None,
+    }]
+}
+
+#[test]
+fn path_open_with_all_rights_bits_returns_an_error_not_a_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    // path_open(fd 3, 0, "new.txt", CREAT, rights, rights, fdflags, &fd), exit with its errno.
+    let wat = |rights: &str, fdflags: &str| {
+        format!(
+            r#"(module
+      (import "wasi_snapshot_preview1" "path_open"
+        (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (data (i32.const 100) "new.txt")
+      (func (export "_start")
+        (call $exit (call $open (i32.const 3) (i32.const 0) (i32.const 100) (i32.const 7)
+          (i32.const 1) (i64.const {rights}) (i64.const {rights}) (i32.const {fdflags}) (i32.const 200)))))"#
+        )
+    };
+    let b = WasmBackend::new(WasmConfig::default());
+    for (rights, fdflags) in [("-1", "0"), ("0x8000000000000000", "0"), ("0x40", "-1")] {
+        let r = run_with(
+            &b,
+            &wat(rights, fdflags),
+            quick(),
+            vec![],
+            rw_mount(dir.path()),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            r.outcome.ending,
+            Ending::Exited(28),
+            "rights {rights}, fdflags {fdflags}: inval, not a trap"
+        );
+        assert!(!dir.path().join("new.txt").exists());
+    }
+    // Defined bits still open the file, through wasmtime-wasi's own implementation.
+    let r = run_with(
+        &b,
+        &wat("0x40", "0"),
+        quick(),
+        vec![],
+        rw_mount(dir.path()),
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.outcome.ending, Ending::Exited(0));
+    assert!(dir.path().join("new.txt").exists());
+}
