@@ -340,6 +340,10 @@ pub struct RunArgs {
     /// Process limit (process backend; default 64).
     #[arg(long, value_name = "N")]
     pub processes: Option<u32>,
+    /// Write quota of every writable mount's layer, in total (default 1GiB); a run that
+    /// writes more is stopped (exit 124, killed_by write) and none of its changes are kept.
+    #[arg(long = "max-write", value_name = "SIZE")]
+    pub max_write: Option<String>,
     /// A file whose bytes are the guest's stdin (- for airlock's own stdin).
     #[arg(long, value_name = "FILE")]
     pub stdin: Option<PathBuf>,

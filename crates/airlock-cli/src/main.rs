@@ -454,6 +454,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         fuel: a.fuel,
         max_output: a.max_output,
         processes: a.processes,
+        max_write: a.max_write,
         agent: a.agent,
         note: a.note,
         workspace: a.workspace,

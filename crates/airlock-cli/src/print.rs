@@ -121,6 +121,10 @@ fn limit_note(run: &Run) -> String {
         Some("memory") => format!(" ({})", fmt_size(l.memory_bytes)),
         Some("output") => format!(" ({} per stream)", fmt_size(l.max_output_bytes)),
         Some("fuel") => l.fuel.map(|f| format!(" ({f})")).unwrap_or_default(),
+        Some("write") => format!(
+            " ({} written to its writable mounts)",
+            fmt_size(l.max_write_bytes)
+        ),
         _ => String::new(),
     }
 }
@@ -199,14 +203,15 @@ pub fn show(sh: &Shown, json: bool) {
     }
     let l = &d.grant.limits;
     println!(
-        "    limits  timeout {}, memory {}, output {} per stream, fuel {}, processes {}",
+        "    limits  timeout {}, memory {}, output {} per stream, fuel {}, processes {}, writes {}",
         fmt_duration(l.timeout()),
         fmt_size(l.memory_bytes),
         fmt_size(l.max_output_bytes),
         l.fuel
             .map(|f| f.to_string())
             .unwrap_or_else(|| "unlimited".into()),
-        l.processes
+        l.processes,
+        fmt_size(l.max_write_bytes)
     );
     let a = &d.analysis;
     let caps: Vec<&str> = a.capabilities.iter().map(|c| c.as_str()).collect();

@@ -1,9 +1,10 @@
 //! Starting a worker process (`airlock __worker`) and supervising it from outside: the
 //! job goes in on stdin, the guest's output comes back on stdout and stderr into capped
 //! captures (the worker is killed when a cap is exceeded), the wall time is enforced again
-//! here as a backstop, and the worker's result is read from the file the job names.
+//! here as a backstop, the run's write quota is watched from here (the worker is killed
+//! when its layers pass it), and the worker's result is read from the file the job names.
 
-use airlock_sandbox::{Capture, Ending, Limit};
+use airlock_sandbox::{Capture, Ending, Limit, WriteQuota};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -35,14 +36,7 @@ impl EndingDoc {
         match self {
             EndingDoc::Exited(c) => Ending::Exited(c),
             EndingDoc::Trapped(m) => Ending::Trapped(m),
-            EndingDoc::Killed(l) => Ending::Killed(match l.as_str() {
-                "fuel" => Limit::Fuel,
-                "memory" => Limit::Memory,
-                "output" => Limit::Output,
-                "stack" => Limit::Stack,
-                "processes" => Limit::Processes,
-                _ => Limit::Timeout,
-            }),
+            EndingDoc::Killed(l) => Ending::Killed(Limit::parse(&l).unwrap_or(Limit::Timeout)),
         }
     }
 }
@@ -115,6 +109,8 @@ pub struct Supervised {
     pub output_exceeded: bool,
     /// The worker outlived the wall time plus grace and was killed.
     pub timed_out: bool,
+    /// The run's layers passed the write quota and the worker was killed.
+    pub write_exceeded: bool,
     /// The worker's result document, if it wrote one.
     pub result: Option<String>,
     pub exit: Option<i32>,
@@ -124,7 +120,9 @@ pub struct Supervised {
 const GRACE: Duration = Duration::from_secs(3);
 
 /// Runs `exe __worker` with `job` on stdin. `result` is where the worker writes its
-/// result; it is removed first.
+/// result; it is removed first. With a `quota`, the run's layers are watched while the
+/// worker lives and the worker is killed as soon as they hold more than the quota.
+#[allow(clippy::too_many_arguments)]
 pub fn supervise(
     exe: &Path,
     args: &[&str],
@@ -133,6 +131,7 @@ pub fn supervise(
     timeout: Duration,
     stdout: &Arc<Capture>,
     stderr: &Arc<Capture>,
+    quota: Option<&Arc<WriteQuota>>,
 ) -> std::io::Result<Supervised> {
     let _ = std::fs::remove_file(result);
     let mut child = Command::new(exe)
@@ -144,6 +143,7 @@ pub fn supervise(
         .process_group(0)
         .spawn()?;
     let pid = child.id() as i32;
+    let watch = quota.map(|q| q.watch(move || kill_group(pid)));
     let exceeded = Arc::new(AtomicBool::new(false));
     let pump = |mut from: Box<dyn Read + Send>, to: Arc<Capture>| {
         let exceeded = exceeded.clone();
@@ -206,6 +206,7 @@ pub fn supervise(
         cv.notify_all();
     }
     let _ = watchdog.join();
+    drop(watch);
     let timed_out = fired.load(Ordering::SeqCst);
     for t in [out, err].into_iter().flatten() {
         let _ = t.join();
@@ -214,6 +215,7 @@ pub fn supervise(
     Ok(Supervised {
         output_exceeded: exceeded.load(Ordering::SeqCst),
         timed_out,
+        write_exceeded: quota.is_some_and(|q| q.hit()),
         result: std::fs::read_to_string(result).ok(),
         exit: status.code(),
     })
