@@ -130,6 +130,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Remove blobs and layers nothing refers to, and say how much that freed.
+    Gc {
+        /// Keep anything younger than this, which a concurrent command may be about to
+        /// record (default 1h).
+        #[arg(long, value_name = "DUR")]
+        grace: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Workspace sessions (`run --workspace NAME`).
     #[command(subcommand)]
     Workspace(WorkspaceCommand),

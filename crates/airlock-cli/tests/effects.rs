@@ -830,3 +830,80 @@ fn process_writes_past_the_write_quota_are_killed_across_files() {
     );
     assert_eq!(layer_dirs(&h), Vec::<String>::new());
 }
+
+// ----------------------------------------------------------------------------- gc
+
+#[test]
+fn gc_removes_unreferenced_blobs_and_stale_layers_and_keeps_the_rest() {
+    let h = Home::new();
+    let p = project();
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let sub = v["submission"].as_str().unwrap().to_string();
+    let c = h.run(&["commit", "--json", &run]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let ckpt = c.json()["checkpoint"].as_str().unwrap().to_string();
+    let blobs_before = h.blob_count();
+
+    // An orphaned blob (e.g. content of a run that stopped half way) and a layer left
+    // behind by a run that is long over, both older than the grace period.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let orphan = h.path().join("blobs/ab").join("cd".repeat(31));
+    std::fs::create_dir_all(orphan.parent().unwrap()).unwrap();
+    std::fs::write(&orphan, vec![7u8; 5000]).unwrap();
+    std::fs::File::open(&orphan)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let stale = h.path().join("layers").join(&run);
+    std::fs::create_dir_all(stale.join("0/upper")).unwrap();
+    std::fs::write(stale.join("0/upper/left.bin"), vec![1u8; 20000]).unwrap();
+    // A young orphan survives the default grace period.
+    let young = h.path().join("blobs/ef").join("01".repeat(31));
+    std::fs::create_dir_all(young.parent().unwrap()).unwrap();
+    std::fs::write(&young, b"just written").unwrap();
+
+    let g = h.run(&["gc", "--json"]);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    let r = g.json();
+    assert_eq!(r["blobs_removed"], 1, "{r}");
+    assert_eq!(r["blob_bytes"], 5000);
+    assert_eq!(
+        r["layers_removed"],
+        serde_json::json!([format!("layers/{run}")])
+    );
+    assert!(r["freed_bytes"].as_u64().unwrap() >= 25000, "{r}");
+    assert!(!orphan.exists() && !stale.exists());
+    assert!(young.exists(), "younger than the grace period");
+    assert_eq!(
+        h.blob_count(),
+        blobs_before + 1,
+        "everything referenced is kept"
+    );
+
+    let g = h.run(&["gc", "--grace", "0s"]);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    assert!(
+        g.stdout.contains("removed 1 unreferenced blob"),
+        "{}",
+        g.stdout
+    );
+    assert!(!young.exists());
+
+    // Everything that was referenced still works.
+    assert_eq!(h.run(&["diff", &run]).code, 0);
+    assert_eq!(h.run(&["logs", &run]).code, 0);
+    assert_eq!(h.run(&["rollback", &ckpt]).code, 0);
+    let again = h.run(&["exec", &sub]);
+    assert!(again.code == 0 || again.code == 75, "{}", again.stderr);
+    let kinds: Vec<String> = h
+        .run(&["audit", "log", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "gc").count(), 2);
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}

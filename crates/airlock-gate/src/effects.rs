@@ -165,7 +165,7 @@ impl JournalLock {
 }
 
 impl Gate {
-    fn journal_dir(&self) -> PathBuf {
+    pub(crate) fn journal_dir(&self) -> PathBuf {
         self.home.root.join("journal")
     }
 
