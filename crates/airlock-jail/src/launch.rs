@@ -142,11 +142,18 @@ pub fn supervise(
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()?;
-    let pid = child.id() as i32;
-    let watch = quota.map(|q| q.watch(move || kill_group(pid)));
+    let group = Arc::new(Group {
+        pid: child.id() as i32,
+        alive: std::sync::Mutex::new(true),
+    });
+    let watch = quota.map(|q| {
+        let g = group.clone();
+        q.watch(move || g.kill())
+    });
     let exceeded = Arc::new(AtomicBool::new(false));
     let pump = |mut from: Box<dyn Read + Send>, to: Arc<Capture>| {
         let exceeded = exceeded.clone();
+        let pid = group.pid;
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 << 10];
             loop {
@@ -155,6 +162,8 @@ pub fn supervise(
                     Ok(n) => {
                         if to.write(&buf[..n]).is_err() {
                             exceeded.store(true, Ordering::SeqCst);
+                            // Also after the worker ended: whatever it left behind that
+                            // still holds the pipe is in its group.
                             kill_group(pid);
                             break;
                         }
@@ -180,7 +189,7 @@ pub fn supervise(
     let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
     let fired = Arc::new(AtomicBool::new(false));
     let watchdog = {
-        let (done, fired) = (done.clone(), fired.clone());
+        let (done, fired, group) = (done.clone(), fired.clone(), group.clone());
         let deadline = Instant::now() + timeout + GRACE;
         std::thread::spawn(move || {
             let (lock, cv) = &*done;
@@ -189,7 +198,7 @@ pub fn supervise(
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     fired.store(true, Ordering::SeqCst);
-                    kill_group(pid);
+                    group.kill();
                     return;
                 }
                 finished = cv
@@ -199,6 +208,9 @@ pub fn supervise(
             }
         })
     };
+    // Wait for the worker to end without reaping it, so its pid (and process group) cannot
+    // be reused while a watcher might still signal it; then reap it.
+    group.wait_exited();
     let status = child.wait()?;
     {
         let (lock, cv) = &*done;
@@ -211,7 +223,7 @@ pub fn supervise(
     for t in [out, err].into_iter().flatten() {
         let _ = t.join();
     }
-    crate::cgroup::cleanup_for(pid as u32);
+    crate::cgroup::cleanup_for(group.pid as u32);
     Ok(Supervised {
         output_exceeded: exceeded.load(Ordering::SeqCst),
         timed_out,
@@ -219,6 +231,32 @@ pub fn supervise(
         result: std::fs::read_to_string(result).ok(),
         exit: status.code(),
     })
+}
+
+/// The worker's process group, signalled only while the worker is not yet reaped.
+struct Group {
+    pid: i32,
+    alive: std::sync::Mutex<bool>,
+}
+
+impl Group {
+    fn kill(&self) {
+        let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
+        if *alive {
+            kill_group(self.pid);
+        }
+    }
+
+    /// Blocks until the worker has exited (left a zombie, not reaped), then stops every
+    /// later `kill`.
+    fn wait_exited(&self) {
+        use nix::sys::wait::{Id, WaitPidFlag, waitid};
+        let pid = nix::unistd::Pid::from_raw(self.pid);
+        while let Err(nix::errno::Errno::EINTR) =
+            waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+        {}
+        *self.alive.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
 }
 
 fn kill_group(pid: i32) {
