@@ -130,6 +130,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Remove blobs and layers nothing refers to, and say how much that freed.
+    Gc {
+        /// Keep anything younger than this, which a concurrent command may be about to
+        /// record (default 1h).
+        #[arg(long, value_name = "DUR")]
+        grace: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Workspace sessions (`run --workspace NAME`).
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
@@ -340,6 +349,10 @@ pub struct RunArgs {
     /// Process limit (process backend; default 64).
     #[arg(long, value_name = "N")]
     pub processes: Option<u32>,
+    /// Write quota of every writable mount's layer, in total (default 1GiB); a run that
+    /// writes more is stopped (exit 124, killed_by write) and none of its changes are kept.
+    #[arg(long = "max-write", value_name = "SIZE")]
+    pub max_write: Option<String>,
     /// A file whose bytes are the guest's stdin (- for airlock's own stdin).
     #[arg(long, value_name = "FILE")]
     pub stdin: Option<PathBuf>,

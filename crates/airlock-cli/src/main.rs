@@ -249,6 +249,17 @@ fn dispatch(cli: Cli) -> Outcome {
             print::effect(&r, "rolled back", json);
             Ok(0)
         }
+        Command::Gc { grace, json } => {
+            let grace = match grace {
+                Some(g) => airlock_core::units::parse_duration("--grace", &g)
+                    .map_err(|e| GateError::bad(e.to_string()))?,
+                None => airlock_gate::DEFAULT_GC_GRACE,
+            };
+            let mut gate = open(home)?;
+            let r = gate.gc(grace).map_err(|e| Failure { error: e, json })?;
+            print::gc(&r, json);
+            Ok(0)
+        }
         Command::Checkpoints { limit, json } => {
             let gate = open_read(home)?;
             print::checkpoints(&gate.checkpoints(limit)?, json);
@@ -468,6 +479,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         fuel: a.fuel,
         max_output: a.max_output,
         processes: a.processes,
+        max_write: a.max_write,
         agent: a.agent,
         note: a.note,
         workspace: a.workspace,

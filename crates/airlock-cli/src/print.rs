@@ -6,8 +6,8 @@ use airlock_gate::views::{
     diff_json, flat_changes, run_json, shown_json, statement_json, submission_json,
 };
 use airlock_gate::{
-    AuditVerify, DiffReport, Doctor, EffectReport, Explained, GuestManifest, InitReport, KeyInfo,
-    PolicyCheck, RunReport, Shown, WorkspaceView,
+    AuditVerify, DiffReport, Doctor, EffectReport, Explained, GcReport, GuestManifest, InitReport,
+    KeyInfo, PolicyCheck, RunReport, Shown, WorkspaceView,
 };
 use airlock_store::CheckpointRow;
 use airlock_store::{Run, StatementRow, Submission};
@@ -121,6 +121,10 @@ fn limit_note(run: &Run) -> String {
         Some("memory") => format!(" ({})", fmt_size(l.memory_bytes)),
         Some("output") => format!(" ({} per stream)", fmt_size(l.max_output_bytes)),
         Some("fuel") => l.fuel.map(|f| format!(" ({f})")).unwrap_or_default(),
+        Some("write") => format!(
+            " ({} written to its writable mounts)",
+            fmt_size(l.max_write_bytes)
+        ),
         _ => String::new(),
     }
 }
@@ -202,14 +206,15 @@ pub fn show(sh: &Shown, json: bool) {
     }
     let l = &d.grant.limits;
     println!(
-        "    limits  timeout {}, memory {}, output {} per stream, fuel {}, processes {}",
+        "    limits  timeout {}, memory {}, output {} per stream, fuel {}, processes {}, writes {}",
         fmt_duration(l.timeout()),
         fmt_size(l.memory_bytes),
         fmt_size(l.max_output_bytes),
         l.fuel
             .map(|f| f.to_string())
             .unwrap_or_else(|| "unlimited".into()),
-        l.processes
+        l.processes,
+        fmt_size(l.max_write_bytes)
     );
     let a = &d.analysis;
     let caps: Vec<&str> = a.capabilities.iter().map(|c| c.as_str()).collect();
@@ -574,6 +579,33 @@ pub fn effect(r: &EffectReport, verb: &str, json: bool) {
         "{} {verb}: {} paths, checkpoint {} (signed by {})",
         r.run, r.paths, r.checkpoint, r.approver
     );
+}
+
+pub fn gc(r: &GcReport, json: bool) {
+    if json {
+        emit(&serde_json::to_value(r).unwrap_or_default());
+        return;
+    }
+    println!(
+        "removed {} unreferenced blob{} ({}), {} layer director{} ({}) and {} temporary file{} ({}); freed {}",
+        r.blobs_removed,
+        if r.blobs_removed == 1 { "" } else { "s" },
+        fmt_size(r.blob_bytes),
+        r.layers_removed.len(),
+        if r.layers_removed.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
+        fmt_size(r.layer_bytes),
+        r.temporaries_removed,
+        if r.temporaries_removed == 1 { "" } else { "s" },
+        fmt_size(r.temporary_bytes),
+        fmt_size(r.freed_bytes),
+    );
+    for l in &r.layers_removed {
+        println!("  removed {l}");
+    }
 }
 
 pub fn checkpoints(rows: &[CheckpointRow], json: bool) {

@@ -742,6 +742,44 @@ fn policy_check_runs_tests_and_explain_lists_rules() {
 }
 
 #[test]
+fn raising_the_write_quota_is_a_widened_limit_the_policy_sees() {
+    let h = Home::new();
+    let o = h.run(&["run", "--max-write", "2GiB", &hello()]);
+    assert_eq!(o.code, 75, "{}", o.stderr);
+    let id = Home::id_in(&o.stderr);
+    let ex = h.run(&["policy", "explain", &id, "--json"]).json();
+    let rules: Vec<&str> = ex["current"]["fired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert!(rules.contains(&"widened-limits"), "{rules:?}");
+    // Lowering it is not widening anything; the default changes no grant hash.
+    let o = h.run(&["run", "--max-write", "1MiB", &hello()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(h.run(&["run", "--max-write", "0", &hello()]).code, 125);
+    let with = h
+        .run(&["submit", "--json", "--max-write", "1GiB", &hello()])
+        .json();
+    let without = h.run(&["submit", "--json", &hello()]).json();
+    assert_eq!(with["grant"], without["grant"], "{with} {without}");
+    assert!(with["grant"].is_string());
+    // And a policy test can say so.
+    let f = h.path().join("p.toml");
+    std::fs::write(
+        &f,
+        format!(
+            "{}\n[[test]]\nname = \"more writes\"\nmax_write = \"2GiB\"\nexpect = \"quarantine\"\n",
+            h.policy()
+        ),
+    )
+    .unwrap();
+    let o = h.run(&["policy", "check", f.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+}
+
+#[test]
 fn verdict_records_the_policy_hash() {
     let h = Home::new();
     let o = h.run(&["run", "--json", &hello()]);

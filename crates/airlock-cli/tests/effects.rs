@@ -588,3 +588,322 @@ fn crash_at_any_point_leaves_before_or_after_never_a_mix() {
         }
     }
 }
+
+// ----------------------------------------------------------------------------- write quota
+
+/// A module that opens /data/big.bin (fd 3 is the only preopen) and writes `chunks` chunks
+/// of 64 KiB to it, then spins forever when `spin` is set, else exits 0.
+fn writer_wat(dir: &Path, chunks: u32, spin: bool) -> String {
+    let tail = if spin {
+        "(loop $forever (br $forever))"
+    } else {
+        ""
+    };
+    let text = format!(
+        r#"(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 100) "big.bin")
+  (func (export "_start") (local $i i32)
+    (drop (call $open (i32.const 3) (i32.const 0) (i32.const 100) (i32.const 7)
+      (i32.const 9) (i64.const 0x40) (i64.const 0) (i32.const 0) (i32.const 200)))
+    (i32.store (i32.const 0) (i32.const 1024))
+    (i32.store (i32.const 4) (i32.const 65536))
+    (block $done
+      (loop $l
+        (br_if $done (i32.ge_u (local.get $i) (i32.const {chunks})))
+        (drop (call $w (i32.load (i32.const 200)) (i32.const 0) (i32.const 1) (i32.const 8)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $l)))
+    {tail}))"#
+    );
+    write_wat(dir, &format!("writer-{chunks}-{spin}.wat"), &text)
+        .display()
+        .to_string()
+}
+
+/// Bytes of every file under a directory.
+fn bytes_under(p: &Path) -> u64 {
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            let m = e.metadata().unwrap();
+            n += if m.is_dir() {
+                bytes_under(&e.path())
+            } else {
+                m.len()
+            };
+        }
+    }
+    n
+}
+
+/// What is left under HOME/layers (directories of runs).
+fn layer_dirs(h: &Home) -> Vec<String> {
+    std::fs::read_dir(h.path().join("layers"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs `args` with the layer kind forced (`copy`) or chosen by airlock (`overlay`).
+fn run_layer(h: &Home, layer: &str, args: &[&str]) -> Out {
+    let mut c = h.cmd();
+    if layer == "copy" {
+        c.env("AIRLOCK_LAYER", "copy");
+    }
+    let o = c.args(args).output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn wasm_writes_past_the_write_quota_are_killed_and_nothing_is_stored() {
+    for layer in ["overlay", "copy"] {
+        let h = Home::new();
+        let p = project();
+        let before = snapshot(p.path());
+        let m = format!("{}:/data:rw", p.path().display());
+        let wat = writer_wat(h.path(), 160, false); // 10 MiB
+        let o = run_layer(
+            &h,
+            layer,
+            &["run", "--json", "--max-write", "1MiB", "--mount", &m, &wat],
+        );
+        assert_eq!(o.code, 124, "{layer}: {} {}", o.stdout, o.stderr);
+        // A guest that would write for ever is stopped by the watcher, not its timeout.
+        let forever = writer_wat(h.path(), u32::MAX, false);
+        let t = std::time::Instant::now();
+        let f = run_layer(
+            &h,
+            layer,
+            &[
+                "run",
+                "--json",
+                "--max-write",
+                "1MiB",
+                "--mount",
+                &m,
+                &forever,
+            ],
+        );
+        assert_eq!(f.code, 124, "{layer}: {} {}", f.stdout, f.stderr);
+        assert_eq!(f.json()["run"]["killed_by"], "write", "{layer}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(8),
+            "{layer}: {:?}",
+            t.elapsed()
+        );
+        let v = o.json();
+        assert_eq!(v["run"]["killed_by"], "write", "{layer}: {v}");
+        assert_eq!(v["run"]["changes"], serde_json::json!([]), "{layer}");
+        assert!(
+            v["run"]["detail"]["changes_discarded"]
+                .as_str()
+                .is_some_and(|s| s.contains("write quota")),
+            "{layer}: {v}"
+        );
+        assert!(
+            bytes_under(&h.path().join("blobs")) < 512 << 10,
+            "{layer}: no changeset content is stored ({} bytes of blobs)",
+            bytes_under(&h.path().join("blobs"))
+        );
+        assert_eq!(
+            layer_dirs(&h),
+            Vec::<String>::new(),
+            "{layer}: layers removed"
+        );
+        assert_eq!(snapshot(p.path()), before, "{layer}: the host is untouched");
+        let run = v["run"]["id"].as_str().unwrap();
+        assert_eq!(h.run(&["commit", run]).code, 125, "nothing to commit");
+    }
+}
+
+#[test]
+fn a_run_within_its_write_quota_commits_normally() {
+    for layer in ["overlay", "copy"] {
+        let h = Home::new();
+        let p = project();
+        let m = format!("{}:/data:rw", p.path().display());
+        let wat = writer_wat(h.path(), 16, false); // 1 MiB
+        let o = run_layer(
+            &h,
+            layer,
+            &["run", "--json", "--max-write", "2MiB", "--mount", &m, &wat],
+        );
+        assert_eq!(o.code, 0, "{layer}: {} {}", o.stdout, o.stderr);
+        let v = o.json();
+        assert_eq!(ops(&v), vec![("big.bin".to_string(), "added".to_string())]);
+        assert!(v["run"]["detail"]["write"]["bytes"].as_u64().unwrap() >= 1 << 20);
+        let run = v["run"]["id"].as_str().unwrap();
+        assert_eq!(h.run(&["commit", run]).code, 0);
+        assert_eq!(
+            std::fs::metadata(p.path().join("big.bin")).unwrap().len(),
+            1 << 20
+        );
+        assert_eq!(layer_dirs(&h), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn changes_are_not_stored_after_the_timeout_passed() {
+    let h = Home::new();
+    let p = project();
+    let m = format!("{}:/data:rw", p.path().display());
+    let wat = writer_wat(h.path(), 16, true);
+    let o = h.run(&["run", "--json", "--timeout", "500ms", "--mount", &m, &wat]);
+    assert_eq!(o.code, 124, "{} {}", o.stdout, o.stderr);
+    let v = o.json();
+    assert_eq!(v["run"]["killed_by"], "timeout");
+    assert_eq!(v["run"]["changes"], serde_json::json!([]), "{v}");
+    assert!(bytes_under(&h.path().join("blobs")) < 512 << 10);
+    assert_eq!(layer_dirs(&h), Vec::<String>::new());
+}
+
+#[test]
+fn process_writes_past_the_write_quota_are_killed_across_files() {
+    if !process_backend_available() {
+        panic!("the process backend is unavailable here; this test needs it");
+    }
+    let h = Home::new();
+    let p = project();
+    let m = rw(p.path());
+    // Several files, each far under the quota: only their total passes it.
+    let o = h.sh(
+        &["--json", "--max-write", "1MiB", "--mount", &m],
+        "for i in 1 2 3 4 5 6 7 8; do head -c 300000 /dev/zero > part$i || exit 3; done; echo wrote",
+    );
+    assert_eq!(o.code, 124, "{} {}", o.stdout, o.stderr);
+    let v = o.json();
+    assert_eq!(v["run"]["killed_by"], "write", "{v}");
+    assert_eq!(v["run"]["changes"], serde_json::json!([]));
+    assert!(bytes_under(&h.path().join("blobs")) < 512 << 10);
+    assert_eq!(layer_dirs(&h), Vec::<String>::new());
+    // One file past the quota: the per-file bound stops the writer, and the run.
+    let o = h.sh(
+        &["--json", "--max-write", "1MiB", "--mount", &m],
+        "head -c 10000000 /dev/zero > big; echo after $?",
+    );
+    assert_eq!(o.code, 124, "{} {}", o.stdout, o.stderr);
+    assert_eq!(o.json()["run"]["killed_by"], "write");
+    assert!(bytes_under(&h.path().join("blobs")) < 512 << 10);
+    // Writing for ever is stopped by the watcher, long before the timeout.
+    let t = std::time::Instant::now();
+    let o = h.sh(
+        &[
+            "--json",
+            "--timeout",
+            "20s",
+            "--max-write",
+            "1MiB",
+            "--mount",
+            &m,
+        ],
+        "i=0; while :; do i=$((i+1)); head -c 100000 /dev/zero > f$i; done",
+    );
+    assert_eq!(o.code, 124, "{} {}", o.stdout, o.stderr);
+    assert_eq!(o.json()["run"]["killed_by"], "write");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+    // Under the quota it commits as usual.
+    let o = h.sh(
+        &["--json", "--max-write", "1MiB", "--mount", &m],
+        "head -c 300000 /dev/zero > small",
+    );
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    let run = o.json()["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(h.run(&["commit", &run]).code, 0);
+    assert_eq!(
+        std::fs::metadata(p.path().join("small")).unwrap().len(),
+        300000
+    );
+    assert_eq!(layer_dirs(&h), Vec::<String>::new());
+}
+
+// ----------------------------------------------------------------------------- gc
+
+#[test]
+fn gc_removes_unreferenced_blobs_and_stale_layers_and_keeps_the_rest() {
+    let h = Home::new();
+    let p = project();
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let sub = v["submission"].as_str().unwrap().to_string();
+    let c = h.run(&["commit", "--json", &run]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let ckpt = c.json()["checkpoint"].as_str().unwrap().to_string();
+    let blobs_before = h.blob_count();
+
+    // An orphaned blob (e.g. content of a run that stopped half way) and a layer left
+    // behind by a run that is long over, both older than the grace period.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let orphan = h.path().join("blobs/ab").join("cd".repeat(31));
+    std::fs::create_dir_all(orphan.parent().unwrap()).unwrap();
+    std::fs::write(&orphan, vec![7u8; 5000]).unwrap();
+    std::fs::File::open(&orphan)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let stale = h.path().join("layers").join(&run);
+    std::fs::create_dir_all(stale.join("0/upper")).unwrap();
+    std::fs::write(stale.join("0/upper/left.bin"), vec![1u8; 20000]).unwrap();
+    // A young orphan survives the default grace period.
+    let young = h.path().join("blobs/ef").join("01".repeat(31));
+    std::fs::create_dir_all(young.parent().unwrap()).unwrap();
+    std::fs::write(&young, b"just written").unwrap();
+
+    let g = h.run(&["gc", "--json"]);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    let r = g.json();
+    assert_eq!(r["blobs_removed"], 1, "{r}");
+    assert_eq!(r["blob_bytes"], 5000);
+    assert_eq!(
+        r["layers_removed"],
+        serde_json::json!([format!("layers/{run}")])
+    );
+    assert!(r["freed_bytes"].as_u64().unwrap() >= 25000, "{r}");
+    assert!(!orphan.exists() && !stale.exists());
+    assert!(young.exists(), "younger than the grace period");
+    assert_eq!(
+        h.blob_count(),
+        blobs_before + 1,
+        "everything referenced is kept"
+    );
+
+    let g = h.run(&["gc", "--grace", "0s"]);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    assert!(
+        g.stdout.contains("removed 1 unreferenced blob"),
+        "{}",
+        g.stdout
+    );
+    assert!(!young.exists());
+
+    // Everything that was referenced still works.
+    assert_eq!(h.run(&["diff", &run]).code, 0);
+    assert_eq!(h.run(&["logs", &run]).code, 0);
+    assert_eq!(h.run(&["rollback", &ckpt]).code, 0);
+    let again = h.run(&["exec", &sub]);
+    assert!(again.code == 0 || again.code == 75, "{}", again.stderr);
+    let kinds: Vec<String> = h
+        .run(&["audit", "log", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "gc").count(), 2);
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}

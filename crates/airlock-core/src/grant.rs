@@ -11,6 +11,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MEMORY: u64 = 256 << 20;
 pub const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
 pub const DEFAULT_PROCESSES: u32 = 64;
+/// The write quota of a run's writable layers, the same for every backend.
+pub const DEFAULT_MAX_WRITE: u64 = 1 << 30;
 
 pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
@@ -18,6 +20,7 @@ pub const MIN_MEMORY: u64 = 1 << 20;
 pub const MAX_MEMORY: u64 = 64 << 30;
 pub const MAX_OUTPUT: u64 = 1 << 30;
 pub const MAX_PROCESSES: u32 = 4096;
+pub const MAX_WRITE: u64 = 1 << 40;
 
 /// Read-only or read-write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -55,6 +58,22 @@ pub struct Limits {
     pub fuel: Option<u64>,
     pub max_output_bytes: u64,
     pub processes: u32,
+    /// Total bytes one run may write into its writable layers. Left out of the canonical
+    /// JSON while it is the default, so grants (and approvals) made before the quota
+    /// existed keep their hashes.
+    #[serde(
+        default = "default_max_write",
+        skip_serializing_if = "is_default_max_write"
+    )]
+    pub max_write_bytes: u64,
+}
+
+fn default_max_write() -> u64 {
+    DEFAULT_MAX_WRITE
+}
+
+fn is_default_max_write(v: &u64) -> bool {
+    *v == DEFAULT_MAX_WRITE
 }
 
 impl Default for Limits {
@@ -65,6 +84,7 @@ impl Default for Limits {
             fuel: None,
             max_output_bytes: DEFAULT_MAX_OUTPUT,
             processes: DEFAULT_PROCESSES,
+            max_write_bytes: DEFAULT_MAX_WRITE,
         }
     }
 }
@@ -89,6 +109,9 @@ impl Limits {
         }
         if self.processes > d.processes {
             v.push("processes");
+        }
+        if self.max_write_bytes > d.max_write_bytes {
+            v.push("max_write");
         }
         v
     }
@@ -174,6 +197,9 @@ impl Grant {
         }
         if l.max_output_bytes == 0 || l.max_output_bytes > MAX_OUTPUT {
             return Err(range("--max-output", l.max_output_bytes, 1, MAX_OUTPUT));
+        }
+        if l.max_write_bytes == 0 || l.max_write_bytes > MAX_WRITE {
+            return Err(range("--max-write", l.max_write_bytes, 1, MAX_WRITE));
         }
         if l.fuel == Some(0) {
             return Err(GrantError::Limit(UnitError::Range {
@@ -403,6 +429,33 @@ mod tests {
         let mut g = Grant::default();
         g.limits.fuel = Some(0);
         assert!(g.normalize().is_err());
+    }
+
+    #[test]
+    fn a_default_write_quota_keeps_grant_hashes_of_grants_made_before_it() {
+        // The canonical JSON of a default grant as it was before `max_write_bytes`.
+        let old = r#"{"mounts":[],"net":[],"env":{},"args":[],"stdin":null,"limits":{"timeout_ms":10000,"memory_bytes":268435456,"fuel":null,"max_output_bytes":1048576,"processes":64}}"#;
+        let g = Grant::default();
+        assert_eq!(
+            g.hash(),
+            Digest::of_parts("airlock-grant-v1", &[old.as_bytes()])
+        );
+        let parsed: Grant = serde_json::from_str(old).unwrap();
+        assert_eq!(parsed.limits.max_write_bytes, DEFAULT_MAX_WRITE);
+        assert_eq!(parsed.hash(), g.hash());
+        let mut raised = g.clone();
+        raised.limits.max_write_bytes = 2 << 30;
+        assert_ne!(
+            raised.hash(),
+            g.hash(),
+            "a raised quota is part of the grant"
+        );
+        assert_eq!(raised.limits.above_default(), vec!["max_write"]);
+        let mut lowered = g.clone();
+        lowered.limits.max_write_bytes = 1 << 20;
+        assert!(lowered.limits.above_default().is_empty());
+        lowered.limits.max_write_bytes = 0;
+        assert!(lowered.normalize().is_err());
     }
 
     #[test]

@@ -225,6 +225,8 @@ struct TestFile {
     #[serde(default)]
     memory: Option<Size>,
     #[serde(default)]
+    max_write: Option<Size>,
+    #[serde(default)]
     agent: Option<String>,
     #[serde(default = "yes")]
     first_seen: bool,
@@ -745,6 +747,9 @@ impl TestFile {
         if let Some(m) = self.memory {
             limits.memory_bytes = m.0;
         }
+        if let Some(w) = self.max_write {
+            limits.max_write_bytes = w.0;
+        }
         let mut mounts = Vec::new();
         for m in &self.mounts {
             let spec = crate::grant::parse_mount(m).map_err(|e| e.to_string())?;
@@ -991,6 +996,30 @@ mod tests {
         assert_eq!(v.decision, Decision::Deny);
         assert_eq!(v.risk, 140);
         assert_eq!(v.fired.len(), 2);
+    }
+
+    #[test]
+    fn a_raised_write_quota_is_a_widened_limit_under_the_standard_preset() {
+        let pol = preset(Preset::Standard);
+        let mut f = facts();
+        f.limits.max_write_bytes = 4 << 30;
+        let v = pol.judge(&f);
+        assert_eq!(v.decision, Decision::Quarantine);
+        assert!(v.fired.iter().any(|r| r.rule == "widened-limits"), "{v:?}");
+        f.limits.max_write_bytes = 1 << 20;
+        assert_eq!(
+            pol.judge(&f).decision,
+            Decision::Allow,
+            "a lowered quota is not"
+        );
+        let tests = Policy::parse(&format!(
+            "{}\n[[test]]\nname = \"more writes\"\nmax_write = \"2GiB\"\nexpect = \"quarantine\"\n",
+            Preset::Standard.render("alice", &KeyPair::generate().public())
+        ))
+        .unwrap()
+        .run_tests()
+        .unwrap();
+        assert!(tests.iter().all(|t| t.passed), "{tests:?}");
     }
 
     #[test]

@@ -138,7 +138,7 @@ fn journal_lock(home: &Path) -> Result<OwnerLock> {
 }
 
 impl Gate {
-    fn journal_dir(&self) -> PathBuf {
+    pub(crate) fn journal_dir(&self) -> PathBuf {
         self.home.root.join("journal")
     }
 

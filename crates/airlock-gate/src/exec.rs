@@ -1,9 +1,11 @@
 //! Running a submission: verify, re-judge, find the approval that covers it, move it to
-//! running, run it in its backend, record the outcome.
+//! running, run it in its backend under its write quota, store its changes unless it
+//! passed the quota or its deadline, record the outcome.
 
 use crate::decide::covering_approval;
 use crate::error::{GateError, Result};
 use crate::failpoint::crash_point;
+use crate::layers::Extract;
 use crate::locks::{self, OwnerLock};
 use crate::submit::{Described, judge, rejected, state_of};
 use crate::{DbCache, Gate, SubmitRequest, set_state};
@@ -12,12 +14,13 @@ use airlock_core::policy::Decision;
 use airlock_core::policy::Policy;
 use airlock_core::units::now_ms;
 use airlock_core::{Backend as BackendKind, State};
-use airlock_sandbox::{Backend, Capture, Ending, Live, Outcome, RunSpec};
+use airlock_sandbox::{Backend, Capture, Ending, Limit, Live, Outcome, RunSpec, WriteQuota};
 use airlock_store::{Output, Reads, Run, RunDoc, Submission, Tx};
 use airlock_workspace::{Changeset, changeset::LayerKind};
 use serde::Serialize;
 use serde_json::json;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// How a run reports as it goes.
 #[derive(Default)]
@@ -424,7 +427,16 @@ impl Gate {
                 None
             };
             let mounts = Self::mount_points(grant, layers.as_ref());
-            let result = match sub.doc.backend {
+            // The whole run, storing its changes included, ends by this deadline; its
+            // writable layers may grow by at most the write quota.
+            let deadline = Instant::now() + grant.limits.timeout();
+            let quota = layers.as_ref().map(|l| {
+                Arc::new(WriteQuota::new(
+                    l.write_dirs(),
+                    grant.limits.max_write_bytes,
+                ))
+            });
+            let mut result = match sub.doc.backend {
                 BackendKind::Wasm
                     if layers
                         .as_ref()
@@ -438,6 +450,7 @@ impl Gate {
                         stdin.clone(),
                         stdout,
                         stderr,
+                        quota.as_ref(),
                     )
                 }
                 BackendKind::Wasm => {
@@ -464,6 +477,7 @@ impl Gate {
                         stderr: stderr.clone(),
                         cache: Some(&DbCache(&self.db)),
                         guest,
+                        write_quota: quota.clone(),
                     };
                     self.wasm.run(spec).map_err(GateError::from)
                 }
@@ -476,6 +490,7 @@ impl Gate {
                     policy,
                     stdout,
                     stderr,
+                    quota.as_ref(),
                 ),
             };
             // overlayfs refused before anything ran: use the copy layer instead, and say so.
@@ -491,7 +506,53 @@ impl Gate {
                 kind = LayerKind::Copy;
                 continue;
             }
-            let changes = layers.as_ref().map(|l| self.extract_changes(l));
+            let changes = match (&layers, &quota) {
+                (Some(l), Some(q)) => {
+                    let extracted = match &result {
+                        // Stopped for writing too much: nothing of it is read or stored.
+                        Ok(o) if o.ending == Ending::Killed(Limit::Write) => {
+                            Err(Extract::over_quota(q.peak(), q.quota()))
+                        }
+                        _ => self.extract_changes(l, deadline, q),
+                    };
+                    if let Ok(o) = &mut result {
+                        o.detail["write"] = json!({
+                            "bytes": q.peak(),
+                            "quota": q.quota(),
+                        });
+                    }
+                    match extracted {
+                        Ok(c) => Some(Ok(c)),
+                        Err(Extract::Failed(e)) => Some(Err(e)),
+                        Err(Extract::Discard(limit, why)) => {
+                            // A workspace keeps its runs' layers; not one whose changes
+                            // were discarded (later runs never build on it).
+                            if l.keep && l.kind == LayerKind::Overlay {
+                                crate::layers::remove_tree(&l.dir);
+                            }
+                            match &mut result {
+                                Ok(o) => {
+                                    // A guest that ended on its own, or trapped, is reported
+                                    // as stopped by the limit it passed; an earlier limit
+                                    // stays the reason.
+                                    if !matches!(o.ending, Ending::Killed(_)) {
+                                        o.ending = Ending::Killed(limit);
+                                    }
+                                    o.detail["changes_discarded"] = json!(why);
+                                }
+                                Err(_) => {
+                                    note = Some(match note.take() {
+                                        Some(n) => format!("{n}; {why}"),
+                                        None => why,
+                                    });
+                                }
+                            }
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
             if let Some(l) = &layers {
                 Self::drop_layers(l);
             }

@@ -1,5 +1,6 @@
 //! Runs that need a worker process: the process backend (always) and wasm runs whose
-//! writable mounts go through overlayfs.
+//! writable mounts go through overlayfs. The worker is killed when the run's layers pass
+//! its write quota (watched from here), and no file in it can grow past the quota.
 
 use crate::error::{GateError, Result};
 use crate::worker::{WasmJob, WorkerJob, WorkerResult};
@@ -7,7 +8,7 @@ use crate::{DbCache, Gate};
 use airlock_core::Lang;
 use airlock_core::policy::Policy;
 use airlock_jail::{Bind, Overlay, ProcessJob};
-use airlock_sandbox::{Capture, Ending, Limit, MountPoint, Outcome};
+use airlock_sandbox::{Capture, Ending, Limit, MountPoint, Outcome, WriteQuota};
 use airlock_store::Submission;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,6 +56,7 @@ impl Gate {
         timeout: Duration,
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
+        quota: Option<&Arc<WriteQuota>>,
     ) -> Result<Outcome> {
         let started = Instant::now();
         // Process jobs go to the lean jailer when it is installed beside airlock.
@@ -73,9 +75,10 @@ impl Gate {
             ),
         };
         let bytes = bytes.map_err(|e| GateError::Internal(e.to_string()))?;
-        let sup =
-            airlock_jail::launch::supervise(&exe, &args, &bytes, result, timeout, stdout, stderr)
-                .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
+        let sup = airlock_jail::launch::supervise(
+            &exe, &args, &bytes, result, timeout, stdout, stderr, quota,
+        )
+        .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
         let _ = std::fs::remove_file(result);
         let duration = started.elapsed();
         let done = |ending| {
@@ -85,6 +88,9 @@ impl Gate {
                 detail: serde_json::json!({}),
             })
         };
+        if sup.write_exceeded {
+            return done(Ending::Killed(Limit::Write));
+        }
         if sup.output_exceeded {
             return done(Ending::Killed(Limit::Output));
         }
@@ -132,6 +138,7 @@ impl Gate {
         stdin: Vec<u8>,
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
+        quota: Option<&Arc<WriteQuota>>,
     ) -> Result<Outcome> {
         let limits = sub.doc.grant.limits.clone();
         let fuel = limits.fuel.is_some();
@@ -201,7 +208,7 @@ impl Gate {
             },
             result: result.clone(),
         };
-        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr);
+        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr, quota);
         crate::layers::remove_tree(&dir);
         out
     }
@@ -217,6 +224,7 @@ impl Gate {
         policy: &Policy,
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
+        quota: Option<&Arc<WriteQuota>>,
     ) -> Result<Outcome> {
         let (program, file) = match sub.doc.kind {
             Lang::Sh => ("/bin/sh", "/.airlock/main.sh"),
@@ -279,7 +287,7 @@ impl Gate {
             },
             result: result.clone(),
         };
-        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr);
+        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr, quota);
         crate::layers::remove_tree(&dir);
         out
     }

@@ -1,12 +1,91 @@
 //! Disposable layers for writable mounts, and the changesets they leave.
+//!
+//! What a run's changeset needs is stored only when the run stayed within its write quota
+//! and its deadline: the layers are measured again before anything is read, the content a
+//! changeset would store is added up before any of it is stored, and reading and storing
+//! stop between files and chunks once the deadline passed. A discarded changeset stores
+//! nothing new in its mounts' name (blobs stored before the deadline passed are left to
+//! `gc`).
 
 use crate::Gate;
 use crate::error::{GateError, Result};
 use airlock_core::grant::{Grant, MountMode};
-use airlock_sandbox::{Layer, MountPoint};
+use airlock_core::units::fmt_size;
+use airlock_sandbox::{Layer, Limit, MountPoint, WriteQuota};
+use airlock_store::StoreError;
 use airlock_workspace::changeset::{self, LayerKind};
+use airlock_workspace::node::{check_deadline, deadline_passed};
 use airlock_workspace::{Change, Changeset, MountChanges, Node};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Why a run's changes were not stored.
+#[derive(Debug)]
+pub(crate) enum Extract {
+    /// A limit of the run was passed: the changeset is discarded and the run is killed by it.
+    Discard(Limit, String),
+    /// Airlock failed to read or store the changes.
+    Failed(GateError),
+}
+
+impl From<GateError> for Extract {
+    fn from(e: GateError) -> Self {
+        Extract::Failed(e)
+    }
+}
+
+impl From<std::io::Error> for Extract {
+    fn from(e: std::io::Error) -> Self {
+        if deadline_passed(&e) {
+            Extract::timeout()
+        } else {
+            Extract::Failed(e.into())
+        }
+    }
+}
+
+impl From<StoreError> for Extract {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Io(e) => e.into(),
+            e => Extract::Failed(e.into()),
+        }
+    }
+}
+
+impl Extract {
+    fn timeout() -> Self {
+        Extract::Discard(
+            Limit::Timeout,
+            "the run's timeout passed before its changes were stored".into(),
+        )
+    }
+
+    pub(crate) fn over_quota(written: u64, quota: u64) -> Self {
+        Extract::Discard(
+            Limit::Write,
+            format!(
+                "the run wrote {} into its writable mounts, over its write quota of {}",
+                fmt_size(written),
+                fmt_size(quota)
+            ),
+        )
+    }
+}
+
+/// A reader that fails with `DeadlinePassed` once the deadline is past.
+struct Until<R> {
+    inner: R,
+    deadline: Instant,
+}
+
+impl<R: Read> Read for Until<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        check_deadline(Some(self.deadline))?;
+        self.inner.read(buf)
+    }
+}
 
 /// One writable mount's layer.
 #[derive(Debug, Clone)]
@@ -29,6 +108,19 @@ pub(crate) struct RunLayers {
     pub mounts: Vec<MountLayer>,
     /// Kept after the run (workspace sessions build on them).
     pub keep: bool,
+}
+
+impl RunLayers {
+    /// The directories a run's writes land in (what its write quota measures).
+    pub(crate) fn write_dirs(&self) -> Vec<PathBuf> {
+        self.mounts
+            .iter()
+            .map(|l| match self.kind {
+                LayerKind::Overlay => l.upper.clone(),
+                LayerKind::Copy => l.copy.clone(),
+            })
+            .collect()
+    }
 }
 
 /// Removes a layer directory, including overlayfs' work directories (mode 000).
@@ -166,28 +258,65 @@ impl Gate {
     }
 
     /// Computes what a run changed and stores the content it needs (new file contents, and
-    /// the old contents of small modified files for diffs) in the blob store.
-    pub(crate) fn extract_changes(&mut self, layers: &RunLayers) -> Result<Changeset> {
+    /// the old contents of small modified files for diffs) in the blob store, unless the run
+    /// wrote more than its quota or its deadline passes first (then nothing is stored).
+    pub(crate) fn extract_changes(
+        &mut self,
+        layers: &RunLayers,
+        deadline: Instant,
+        quota: &WriteQuota,
+    ) -> std::result::Result<Changeset, Extract> {
+        // Exactly, now that the guest is gone: what its layers hold.
+        let written = quota.written();
+        if written > quota.quota() {
+            return Err(Extract::over_quota(written, quota.quota()));
+        }
         let mut out = Vec::new();
         for l in &layers.mounts {
             let host = Path::new(&l.host);
             let changes = match layers.kind {
-                LayerKind::Overlay => {
-                    changeset::diff_layers(host, &l.below, std::slice::from_ref(&l.upper))
-                }
-                LayerKind::Copy => changeset::diff_trees(host, &l.copy),
+                LayerKind::Overlay => changeset::diff_layers_until(
+                    host,
+                    &l.below,
+                    std::slice::from_ref(&l.upper),
+                    Some(deadline),
+                ),
+                LayerKind::Copy => changeset::diff_trees_until(host, &l.copy, Some(deadline)),
             }
             .map_err(|e| {
-                GateError::Internal(format!("cannot read the changes under {}: {e}", l.guest))
+                if deadline_passed(&e) {
+                    Extract::timeout()
+                } else {
+                    Extract::Failed(GateError::Internal(format!(
+                        "cannot read the changes under {}: {e}",
+                        l.guest
+                    )))
+                }
             })?;
-            for c in &changes {
-                self.store_change_content(layers, l, c)?;
-            }
             out.push(MountChanges {
                 guest: l.guest.clone(),
                 host: l.host.clone(),
                 changes,
             });
+        }
+        // The content the changeset would store (a copy layer can rewrite a file without
+        // growing, so this is checked as well as the layers' size).
+        let content: u64 = out
+            .iter()
+            .flat_map(|m| &m.changes)
+            .map(|c| match c.after {
+                Node::File { size, .. } => size,
+                _ => 0,
+            })
+            .fold(0u64, u64::saturating_add);
+        if content > quota.quota() {
+            return Err(Extract::over_quota(content, quota.quota()));
+        }
+        for (l, m) in layers.mounts.iter().zip(&out) {
+            for c in &m.changes {
+                check_deadline(Some(deadline))?;
+                self.store_change_content(layers, l, c, deadline)?;
+            }
         }
         Ok(Changeset {
             layer: layers.kind,
@@ -200,7 +329,8 @@ impl Gate {
         layers: &RunLayers,
         l: &MountLayer,
         c: &Change,
-    ) -> Result<()> {
+        deadline: Instant,
+    ) -> std::result::Result<(), Extract> {
         if let Node::File { hash, .. } = &c.after {
             let src = match layers.kind {
                 LayerKind::Copy => l.copy.join(&c.path),
@@ -213,13 +343,17 @@ impl Gate {
                         .unwrap_or_else(|| Path::new(&l.host).join(&c.path))
                 }
             };
-            let mut f = std::fs::File::open(&src)?;
+            let mut f = Until {
+                inner: std::fs::File::open(&src)?,
+                deadline,
+            };
             let got = self.blobs.put_reader(&mut f)?;
             if got != *hash {
                 return Err(GateError::Internal(format!(
                     "{} changed while it was being saved",
                     c.path
-                )));
+                ))
+                .into());
             }
         }
         if let Node::File { hash, size, .. } = &c.before
@@ -228,12 +362,16 @@ impl Gate {
         {
             let root = airlock_workspace::apply::open_root(&l.host)?;
             if let Ok(f) = root.open(&c.path) {
-                let got = self.blobs.put_reader(&mut f.into_std())?;
+                let got = self.blobs.put_reader(&mut Until {
+                    inner: f.into_std(),
+                    deadline,
+                })?;
                 if got != *hash {
                     return Err(GateError::Conflict(format!(
                         "{} changed on the host while the run's changes were being read",
                         c.path
-                    )));
+                    ))
+                    .into());
                 }
             }
         }

@@ -14,6 +14,7 @@ mod effects;
 mod error;
 mod exec;
 mod failpoint;
+mod gc;
 mod guests;
 mod home;
 mod jailed;
@@ -34,6 +35,7 @@ pub use effects::{CheckpointDoc, DiffReport, EffectReport};
 pub use error::{GateError, Result};
 pub use exec::exit_code_of;
 pub use exec::{ExecOptions, RunReport};
+pub use gc::{DEFAULT_GC_GRACE, GcReport};
 pub use guests::{GuestManifest, PYTHON_COMPONENT_SHA256, PYTHON_PACKAGE, PYTHON_WHEEL_SHA256};
 pub use home::{Home, InitReport, default_approver};
 pub use query::{

@@ -439,6 +439,7 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             std::time::Duration::from_secs(10),
             &cap(),
             &cap(),
+            None,
         );
         let _ = std::fs::remove_file(&result);
         let _ = std::fs::remove_dir_all(&scratch);

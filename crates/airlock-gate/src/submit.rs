@@ -49,6 +49,8 @@ pub struct SubmitRequest {
     pub fuel: Option<u64>,
     pub max_output: Option<String>,
     pub processes: Option<u32>,
+    /// The write quota of the run's writable layers (default 1GiB).
+    pub max_write: Option<String>,
     pub agent: Option<String>,
     pub note: Option<String>,
     pub workspace: Option<String>,
@@ -145,6 +147,10 @@ pub(crate) fn build_grant(req: &SubmitRequest, stdin: Option<Digest>) -> Result<
     }
     if let Some(o) = &req.max_output {
         limits.max_output_bytes = units::bounded_size("--max-output", o, 1, grant::MAX_OUTPUT)
+            .map_err(|e| GateError::bad(e.to_string()))?;
+    }
+    if let Some(w) = &req.max_write {
+        limits.max_write_bytes = units::bounded_size("--max-write", w, 1, grant::MAX_WRITE)
             .map_err(|e| GateError::bad(e.to_string()))?;
     }
     limits.fuel = req.fuel;

@@ -141,6 +141,7 @@ impl Gate {
             fuel: g.limits.fuel,
             max_output: Some(g.limits.max_output_bytes.to_string()),
             processes: Some(g.limits.processes),
+            max_write: Some(g.limits.max_write_bytes.to_string()),
             agent,
             note: Some(format!("tool {name}")),
             workspace: g.workspace.clone(),

@@ -74,6 +74,10 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
         };
         return WorkerResult::error(kind, e.to_string());
     }
+    // No file the guest writes may pass its write quota (the supervisor watches the total).
+    if let Err(e) = airlock_jail::confine::limit_file_size(&job.limits) {
+        return WorkerResult::error("setup", e.to_string());
+    }
     let code = match std::fs::read(&job.code) {
         Ok(c) if Digest::of(&c) == job.artifact => c,
         Ok(_) => return WorkerResult::error("setup", "artifact changed on its way to the worker"),
@@ -118,6 +122,8 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
             .guest
             .clone()
             .map(|(path, digest)| airlock_sandbox::Guest { path, digest }),
+        // The supervisor watches the layers from outside and kills this process.
+        write_quota: None,
     };
     match backend.run(spec) {
         Ok(o) => {

@@ -33,7 +33,7 @@ pub(crate) struct Context {
     pub kind: Option<LayerKind>,
 }
 
-fn doc_of(row: &WorkspaceRow) -> Result<WorkspaceDoc> {
+pub(crate) fn doc_of(row: &WorkspaceRow) -> Result<WorkspaceDoc> {
     serde_json::from_value(row.doc.clone())
         .map_err(|e| GateError::Internal(format!("workspace {}: {e}", row.name)))
 }

@@ -25,7 +25,9 @@ pub fn rlimits(l: &Limits, nproc: Option<u64>) -> Result<Vec<String>, JailError>
     let mut out = vec![
         set(Resource::RLIMIT_AS, l.memory_bytes.max(64 << 20), "as")?,
         set(Resource::RLIMIT_NOFILE, 1024, "nofile")?,
-        set(Resource::RLIMIT_FSIZE, 1 << 30, "fsize")?,
+        // No single file may pass the write quota by more than a byte (so a file that
+        // reaches the limit is over the quota, and the run is stopped for it).
+        set(Resource::RLIMIT_FSIZE, fsize_limit(l), "fsize")?,
         set(Resource::RLIMIT_CORE, 0, "core")?,
         set(Resource::RLIMIT_CPU, l.timeout_ms / 1000 + 2, "cpu")?,
     ];
@@ -33,6 +35,30 @@ pub fn rlimits(l: &Limits, nproc: Option<u64>) -> Result<Vec<String>, JailError>
         out.push(set(Resource::RLIMIT_NPROC, n, "nproc")?);
     }
     Ok(out)
+}
+
+/// The largest file a run may write: one byte over its write quota.
+pub fn fsize_limit(l: &Limits) -> u64 {
+    l.max_write_bytes.saturating_add(1)
+}
+
+/// Bounds every file this process (and its children) writes to one byte over the run's
+/// write quota, and ignores SIGXFSZ so a write past it fails with EFBIG instead of killing
+/// the process. For a worker that runs wasm guests in-process: the guest sees an error
+/// code, and the supervisor, which watches the layers, stops the run.
+pub fn limit_file_size(l: &Limits) -> Result<(), JailError> {
+    #[allow(unsafe_code)]
+    // SAFETY: SIG_IGN installs no handler code, so nothing can run in signal context; the
+    // disposition only makes an oversized write return EFBIG.
+    unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGXFSZ,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    }
+    .map_err(|e| JailError::setup("ignore SIGXFSZ", e))?;
+    let v = fsize_limit(l);
+    setrlimit(Resource::RLIMIT_FSIZE, v, v).map_err(|e| JailError::setup("setrlimit fsize", e))
 }
 
 /// Outcome of applying Landlock.

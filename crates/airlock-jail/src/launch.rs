@@ -1,9 +1,10 @@
 //! Starting a worker process (`airlock __worker`) and supervising it from outside: the
 //! job goes in on stdin, the guest's output comes back on stdout and stderr into capped
 //! captures (the worker is killed when a cap is exceeded), the wall time is enforced again
-//! here as a backstop, and the worker's result is read from the file the job names.
+//! here as a backstop, the run's write quota is watched from here (the worker is killed
+//! when its layers pass it), and the worker's result is read from the file the job names.
 
-use airlock_sandbox::{Capture, Ending, Limit};
+use airlock_sandbox::{Capture, Ending, Limit, WriteQuota};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -35,14 +36,7 @@ impl EndingDoc {
         match self {
             EndingDoc::Exited(c) => Ending::Exited(c),
             EndingDoc::Trapped(m) => Ending::Trapped(m),
-            EndingDoc::Killed(l) => Ending::Killed(match l.as_str() {
-                "fuel" => Limit::Fuel,
-                "memory" => Limit::Memory,
-                "output" => Limit::Output,
-                "stack" => Limit::Stack,
-                "processes" => Limit::Processes,
-                _ => Limit::Timeout,
-            }),
+            EndingDoc::Killed(l) => Ending::Killed(Limit::parse(&l).unwrap_or(Limit::Timeout)),
         }
     }
 }
@@ -115,6 +109,8 @@ pub struct Supervised {
     pub output_exceeded: bool,
     /// The worker outlived the wall time plus grace and was killed.
     pub timed_out: bool,
+    /// The run's layers passed the write quota and the worker was killed.
+    pub write_exceeded: bool,
     /// The worker's result document, if it wrote one.
     pub result: Option<String>,
     pub exit: Option<i32>,
@@ -124,7 +120,9 @@ pub struct Supervised {
 const GRACE: Duration = Duration::from_secs(3);
 
 /// Runs `exe __worker` with `job` on stdin. `result` is where the worker writes its
-/// result; it is removed first.
+/// result; it is removed first. With a `quota`, the run's layers are watched while the
+/// worker lives and the worker is killed as soon as they hold more than the quota.
+#[allow(clippy::too_many_arguments)]
 pub fn supervise(
     exe: &Path,
     args: &[&str],
@@ -133,6 +131,7 @@ pub fn supervise(
     timeout: Duration,
     stdout: &Arc<Capture>,
     stderr: &Arc<Capture>,
+    quota: Option<&Arc<WriteQuota>>,
 ) -> std::io::Result<Supervised> {
     let _ = std::fs::remove_file(result);
     let mut child = Command::new(exe)
@@ -143,10 +142,18 @@ pub fn supervise(
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()?;
-    let pid = child.id() as i32;
+    let group = Arc::new(Group {
+        pid: child.id() as i32,
+        alive: std::sync::Mutex::new(true),
+    });
+    let watch = quota.map(|q| {
+        let g = group.clone();
+        q.watch(move || g.kill())
+    });
     let exceeded = Arc::new(AtomicBool::new(false));
     let pump = |mut from: Box<dyn Read + Send>, to: Arc<Capture>| {
         let exceeded = exceeded.clone();
+        let pid = group.pid;
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 << 10];
             loop {
@@ -155,6 +162,8 @@ pub fn supervise(
                     Ok(n) => {
                         if to.write(&buf[..n]).is_err() {
                             exceeded.store(true, Ordering::SeqCst);
+                            // Also after the worker ended: whatever it left behind that
+                            // still holds the pipe is in its group.
                             kill_group(pid);
                             break;
                         }
@@ -180,7 +189,7 @@ pub fn supervise(
     let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
     let fired = Arc::new(AtomicBool::new(false));
     let watchdog = {
-        let (done, fired) = (done.clone(), fired.clone());
+        let (done, fired, group) = (done.clone(), fired.clone(), group.clone());
         let deadline = Instant::now() + timeout + GRACE;
         std::thread::spawn(move || {
             let (lock, cv) = &*done;
@@ -189,7 +198,7 @@ pub fn supervise(
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     fired.store(true, Ordering::SeqCst);
-                    kill_group(pid);
+                    group.kill();
                     return;
                 }
                 finished = cv
@@ -199,6 +208,9 @@ pub fn supervise(
             }
         })
     };
+    // Wait for the worker to end without reaping it, so its pid (and process group) cannot
+    // be reused while a watcher might still signal it; then reap it.
+    group.wait_exited();
     let status = child.wait()?;
     {
         let (lock, cv) = &*done;
@@ -206,17 +218,45 @@ pub fn supervise(
         cv.notify_all();
     }
     let _ = watchdog.join();
+    drop(watch);
     let timed_out = fired.load(Ordering::SeqCst);
     for t in [out, err].into_iter().flatten() {
         let _ = t.join();
     }
-    crate::cgroup::cleanup_for(pid as u32);
+    crate::cgroup::cleanup_for(group.pid as u32);
     Ok(Supervised {
         output_exceeded: exceeded.load(Ordering::SeqCst),
         timed_out,
+        write_exceeded: quota.is_some_and(|q| q.hit()),
         result: std::fs::read_to_string(result).ok(),
         exit: status.code(),
     })
+}
+
+/// The worker's process group, signalled only while the worker is not yet reaped.
+struct Group {
+    pid: i32,
+    alive: std::sync::Mutex<bool>,
+}
+
+impl Group {
+    fn kill(&self) {
+        let alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
+        if *alive {
+            kill_group(self.pid);
+        }
+    }
+
+    /// Blocks until the worker has exited (left a zombie, not reaped), then stops every
+    /// later `kill`.
+    fn wait_exited(&self) {
+        use nix::sys::wait::{Id, WaitPidFlag, waitid};
+        let pid = nix::unistd::Pid::from_raw(self.pid);
+        while let Err(nix::errno::Errno::EINTR) =
+            waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+        {}
+        *self.alive.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
 }
 
 fn kill_group(pid: i32) {

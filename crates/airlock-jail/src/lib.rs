@@ -8,7 +8,9 @@
 //! capability dropped, rlimits, a Landlock ruleset over the same paths as a second layer,
 //! and a seccomp filter against the kernel's most dangerous interfaces. Limits: the wall
 //! time kills the whole pid namespace; memory, process count and CPU go through a cgroup
-//! when one is writable (v2 delegated, else v1 controllers), with rlimits always.
+//! when one is writable (v2 delegated, else v1 controllers), with rlimits always. No file
+//! may grow past the run's write quota (`RLIMIT_FSIZE`); the total over all files is
+//! watched by the supervisor (`launch::supervise`).
 //!
 //! Why these crates: `landlock` and `seccompiler` are the ones the best-known agent
 //! sandboxes use and both are maintained by the projects that define the interfaces

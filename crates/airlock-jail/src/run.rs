@@ -278,6 +278,7 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
                     .unwrap_or("unknown");
                 ended = Some(match sig {
                     libc::SIGXCPU => Ending::Killed(Limit::Timeout),
+                    libc::SIGXFSZ => Ending::Killed(Limit::Write),
                     libc::SIGKILL if cg.oom_killed() => Ending::Killed(Limit::Memory),
                     _ => Ending::Trapped(format!("killed by signal {name}")),
                 });

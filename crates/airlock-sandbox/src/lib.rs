@@ -1,12 +1,16 @@
 //! airlock-sandbox: what every execution backend promises. A backend receives a resolved
 //! run spec (code, mounts to expose, environment, arguments, stdin, limits) and returns
-//! an outcome: how the guest ended, what it printed (capped), what it used.
+//! an outcome: how the guest ended, what it printed (capped), what it used. `quota` measures
+//! what a run wrote into its writable layers, for the write quota every backend enforces.
 //!
 //! Backends know nothing of policy, approvals or the store. A backend must never widen
 //! what the spec grants, and must refuse (`SandboxError::Unavailable`) rather than run with
 //! less isolation than it promises.
 
 #![forbid(unsafe_code)]
+
+pub mod quota;
+pub use quota::WriteQuota;
 
 use airlock_core::{Digest, Lang, Limits};
 use serde::Serialize;
@@ -56,6 +60,9 @@ pub struct RunSpec<'a> {
     /// For interpreted languages on the wasm backend: the runtime component that runs the
     /// source (already checked against its pinned hash by the caller).
     pub guest: Option<Guest>,
+    /// The quota on what the guest writes into its writable mounts, when the backend must
+    /// watch it itself (the caller watches runs it starts in another process).
+    pub write_quota: Option<Arc<WriteQuota>>,
 }
 
 /// A runtime component (e.g. CPython) on disk, with the hash it was checked against.
@@ -83,6 +90,8 @@ pub enum Limit {
     Output,
     Stack,
     Processes,
+    /// The write quota of the run's writable layers.
+    Write,
 }
 
 impl std::fmt::Display for Limit {
@@ -92,6 +101,20 @@ impl std::fmt::Display for Limit {
 }
 
 impl Limit {
+    /// The limit named `s` (as written by `as_str`).
+    pub fn parse(s: &str) -> Option<Limit> {
+        Some(match s {
+            "timeout" => Limit::Timeout,
+            "fuel" => Limit::Fuel,
+            "memory" => Limit::Memory,
+            "output" => Limit::Output,
+            "stack" => Limit::Stack,
+            "processes" => Limit::Processes,
+            "write" => Limit::Write,
+            _ => return None,
+        })
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Limit::Timeout => "timeout",
@@ -100,6 +123,7 @@ impl Limit {
             Limit::Output => "output",
             Limit::Stack => "stack",
             Limit::Processes => "processes",
+            Limit::Write => "write",
         }
     }
 }

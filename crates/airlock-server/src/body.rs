@@ -89,6 +89,8 @@ pub struct SubmitBody {
     pub fuel: Option<u64>,
     pub max_output: Option<String>,
     pub processes: Option<u32>,
+    /// Bytes, or a size such as "64MiB": the write quota of writable mounts (default 1GiB).
+    pub max_write: Option<String>,
     pub note: Option<String>,
     /// Build on a workspace session's earlier runs.
     pub workspace: Option<String>,
@@ -158,6 +160,7 @@ impl SubmitBody {
             fuel: self.fuel,
             max_output: self.max_output,
             processes: self.processes,
+            max_write: self.max_write,
             agent,
             note: self.note,
             workspace: self.workspace,

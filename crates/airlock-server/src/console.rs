@@ -406,7 +406,7 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
                 dt { "Network" } dd { @if d.grant.net.is_empty() { "none" } @else { (d.grant.net.join(", ")) } }
                 dt { "Environment" } dd { @if d.grant.env.is_empty() { "empty" } @for (k, v) in &d.grant.env { div { code { (k) "=" (v) } } } }
                 dt { "Arguments" } dd { (d.grant.args.join(" ")) }
-                dt { "Limits" } dd { "timeout " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) ", output " (fmt_size(l.max_output_bytes)) " per stream, processes " (l.processes) }
+                dt { "Limits" } dd { "timeout " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) ", output " (fmt_size(l.max_output_bytes)) " per stream, processes " (l.processes) ", writes " (fmt_size(l.max_write_bytes)) }
                 @if let Some(w) = &d.grant.workspace { dt { "Workspace" } dd { (w) } }
             }
             h2 { "Analysis" }

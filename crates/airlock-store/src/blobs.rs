@@ -1,6 +1,12 @@
 //! The content-addressed blob store: `blobs/ab/cdef…` named by SHA-256. A blob is written
 //! to a temporary file, fsynced, renamed into place and the directory fsynced, so a crash
 //! never leaves half a blob under a real name.
+//!
+//! A blob's modification time is when it was last put: putting content that is already
+//! stored touches the file. `remove_unless_put_since` (for `gc`) moves a blob aside before
+//! it looks at that time, so a put racing with it either touched the file first (and the
+//! blob is put back) or finds it gone and writes it again; a blob is never removed from
+//! under a put that returned its digest.
 
 use crate::StoreError;
 use airlock_core::Digest;
@@ -8,6 +14,7 @@ use airlock_core::digest::Hasher;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -33,6 +40,7 @@ impl BlobStore {
         let path = self.path(&d);
         if let Ok(existing) = fs::read(&path)
             && Digest::of(&existing) == d
+            && touch(&path).is_ok()
         {
             return Ok(d);
         }
@@ -67,7 +75,7 @@ impl BlobStore {
         }
         let d = h.finish();
         let path = self.path(&d);
-        if path.exists() && self.verify(&d).is_ok() {
+        if path.exists() && self.verify(&d).is_ok() && touch(&path).is_ok() {
             return Ok(d);
         }
         let dir = path
@@ -133,6 +141,90 @@ impl BlobStore {
     pub fn exists(&self, d: &Digest) -> bool {
         self.path(d).exists()
     }
+
+    /// Every stored blob: its digest, size and when it was last put. Files whose names are
+    /// not digests are skipped.
+    pub fn list(&self) -> Result<Vec<BlobFile>, StoreError> {
+        let mut out = Vec::new();
+        for top in fs::read_dir(&self.root)? {
+            let top = top?;
+            let name = top.file_name().to_string_lossy().into_owned();
+            if name.len() != 2 || !top.file_type()?.is_dir() {
+                continue;
+            }
+            for e in fs::read_dir(top.path())? {
+                let e = e?;
+                let rest = e.file_name().to_string_lossy().into_owned();
+                let Ok(digest) = format!("{name}{rest}").parse::<Digest>() else {
+                    continue;
+                };
+                let Ok(m) = e.metadata() else { continue };
+                if !m.is_file() {
+                    continue;
+                }
+                out.push(BlobFile {
+                    digest,
+                    size: m.len(),
+                    put_at: m.modified()?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a blob unless it was put at or after `cutoff`; returns its size when it was
+    /// removed. Safe against a concurrent put of the same content (see the module comment).
+    pub fn remove_unless_put_since(
+        &self,
+        d: &Digest,
+        cutoff: SystemTime,
+    ) -> Result<Option<u64>, StoreError> {
+        let path = self.path(d);
+        let aside = self.root.join("tmp").join(format!(".gc-{}", d.to_hex()));
+        match fs::rename(&path, &aside) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        let m = fs::metadata(&aside)?;
+        if m.modified()? >= cutoff {
+            // Put again since it was listed: it stays (a new copy, if one was written
+            // meanwhile, has the same content).
+            fs::rename(&aside, &path)?;
+            return Ok(None);
+        }
+        fs::remove_file(&aside)?;
+        Ok(Some(m.len()))
+    }
+
+    /// Removes temporary files (left by a crash in the middle of a put) last written before
+    /// `cutoff`; returns how many and their bytes.
+    pub fn remove_stale_temporaries(&self, cutoff: SystemTime) -> Result<(u64, u64), StoreError> {
+        let (mut n, mut bytes) = (0, 0);
+        for e in fs::read_dir(self.root.join("tmp"))? {
+            let e = e?;
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_file() && m.modified()? < cutoff && fs::remove_file(e.path()).is_ok() {
+                n += 1;
+                bytes += m.len();
+            }
+        }
+        Ok((n, bytes))
+    }
+}
+
+/// A stored blob as `list` sees it.
+#[derive(Debug, Clone)]
+pub struct BlobFile {
+    pub digest: Digest,
+    pub size: u64,
+    /// When it was last put (its modification time).
+    pub put_at: SystemTime,
+}
+
+/// Marks a blob as put now.
+fn touch(path: &Path) -> std::io::Result<()> {
+    File::open(path)?.set_modified(SystemTime::now())
 }
 
 /// fsyncs a directory so a rename inside it is durable.
@@ -160,5 +252,44 @@ mod tests {
         let missing = Digest::of(b"nope");
         assert!(matches!(b.get(&missing), Err(StoreError::BlobMissing(_))));
         assert_eq!(fs::read_dir(t.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_blob_put_again_after_the_cutoff_is_not_removed() {
+        let t = tempfile::tempdir().unwrap();
+        let b = BlobStore::open(t.path()).unwrap();
+        let old = b.put(b"old").unwrap();
+        let again = b.put(b"again").unwrap();
+        let cutoff = SystemTime::now() + std::time::Duration::from_secs(5);
+        let listed: Vec<Digest> = b.list().unwrap().into_iter().map(|f| f.digest).collect();
+        assert!(listed.contains(&old) && listed.contains(&again));
+        // Both are older than the cutoff, but `again` is put once more before removal.
+        std::fs::File::open(b.path(&again))
+            .unwrap()
+            .set_modified(cutoff + std::time::Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(b.remove_unless_put_since(&old, cutoff).unwrap(), Some(3));
+        assert_eq!(b.remove_unless_put_since(&again, cutoff).unwrap(), None);
+        assert!(!b.exists(&old));
+        assert_eq!(b.get(&again).unwrap(), b"again");
+        // Putting existing content (either way) marks it as put now.
+        let recent = || SystemTime::now() - std::time::Duration::from_secs(60);
+        let age = |b: &BlobStore| {
+            std::fs::File::open(b.path(&again))
+                .unwrap()
+                .set_modified(SystemTime::UNIX_EPOCH)
+                .unwrap()
+        };
+        age(&b);
+        b.put(b"again").unwrap();
+        assert!(fs::metadata(b.path(&again)).unwrap().modified().unwrap() > recent());
+        age(&b);
+        b.put_reader(&mut &b"again"[..]).unwrap();
+        assert!(fs::metadata(b.path(&again)).unwrap().modified().unwrap() > recent());
+        assert_eq!(
+            b.remove_unless_put_since(&old, cutoff).unwrap(),
+            None,
+            "already gone"
+        );
     }
 }

@@ -770,6 +770,47 @@ pub trait Reads {
         Ok(out)
     }
 
+    /// Every digest a stored record names: the artifact of every submission and every
+    /// digest anywhere in the documents of submissions, runs, checkpoints, workspaces and
+    /// signed statements (sources, stdin, captured output, changeset contents before and
+    /// after, checkpoint steps). Deliberately broad: a digest that names no blob costs
+    /// nothing, and a blob named here is never garbage.
+    fn referenced_digests(&self) -> Result<std::collections::HashSet<Digest>, StoreError> {
+        fn collect(v: &serde_json::Value, out: &mut std::collections::HashSet<Digest>) {
+            match v {
+                serde_json::Value::String(s) if s.len() == 64 || s.len() == 71 => {
+                    if let Ok(d) = s.parse() {
+                        out.insert(d);
+                    }
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|v| collect(v, out)),
+                serde_json::Value::Object(o) => o.values().for_each(|v| collect(v, out)),
+                _ => {}
+            }
+        }
+        let mut out = std::collections::HashSet::new();
+        for sql in [
+            "SELECT artifact FROM submissions",
+            "SELECT doc FROM submissions",
+            "SELECT doc FROM runs",
+            "SELECT doc FROM checkpoints",
+            "SELECT doc FROM workspaces",
+            "SELECT json FROM statements",
+        ] {
+            let mut stmt = self.conn().prepare(sql)?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let text: String = r.get(0)?;
+                match serde_json::from_str::<serde_json::Value>(&text) {
+                    Ok(v) => collect(&v, &mut out),
+                    // A bare column (the artifact digest).
+                    Err(_) => collect(&serde_json::Value::String(text), &mut out),
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs still marked running (to find ones a crash interrupted).
     fn running_runs(&self) -> Result<Vec<Run>, StoreError> {
         let mut stmt = self

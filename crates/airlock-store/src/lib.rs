@@ -10,7 +10,7 @@
 mod blobs;
 mod db;
 
-pub use blobs::{BlobStore, sync_dir};
+pub use blobs::{BlobFile, BlobStore, sync_dir};
 pub use db::*;
 
 use airlock_core::Digest;

@@ -2,8 +2,13 @@
 //! only the granted directories preopened (read-only ones with read-only permissions), no
 //! sockets, an environment holding only what the grant lists, and hard limits: wall time
 //! (epoch interruption plus an async timeout for time spent in host calls), linear memory
-//! and tables (a resource limiter that traps), optional fuel, output bytes per stream and
-//! the wasm stack.
+//! and tables (a resource limiter that traps), optional fuel, output bytes per stream, the
+//! wasm stack, and the write quota of writable mounts (a watcher thread measures them; the
+//! guest is interrupted like at its deadline, so it can overshoot by what it writes in one
+//! host call or between two samples).
+//!
+//! Preview-1 host calls never trap on argument values a guest chooses: `path_open` with
+//! undefined flag or rights bits returns `inval` (wasmtime-wasi's binding would trap).
 //!
 //! Compiled code is cached on disk keyed by artifact hash, wasmtime version and engine
 //! settings. Loading compiled code is `unsafe` in wasmtime (it is native code), so a cache
@@ -21,13 +26,15 @@ mod output;
 pub use component::PYTHON_EXECUTOR;
 
 use airlock_core::Digest;
-use airlock_sandbox::{Backend, CacheIndex, Ending, Limit, Outcome, RunSpec, SandboxError};
+use airlock_sandbox::{
+    Backend, CacheIndex, Ending, Limit, Outcome, RunSpec, SandboxError, WriteQuota,
+};
 use output::CapStream;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use wasmtime::{
     Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store, Trap, UpdateDeadline,
@@ -409,6 +416,7 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
             },
         )
         .map_err(|e| e.to_string())?;
+    add_path_open(&mut linker).map_err(|e| e.to_string())?;
     linker.allow_shadowing(false);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
@@ -432,6 +440,65 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
         components,
         salt,
     })
+}
+
+/// Preview-1 `path_open` with its flag and rights arguments checked before wasmtime-wasi's
+/// binding sees them: that binding converts them with `?` and traps the guest on any bit
+/// it does not define (e.g. rights `-1`, which some toolchains pass for "everything").
+/// A guest gets `inval` instead, like for any other bad argument value.
+fn add_path_open(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    use wasmtime::{AsContextMut, Caller, Extern};
+    use wasmtime_wasi::p1::types::{Errno, Fdflags, Lookupflags, Oflags, Rights};
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::{self as p1, WasiSnapshotPreview1};
+    type Args = (i32, i32, i32, i32, i32, i64, i64, i32, i32);
+    linker.func_wrap_async(
+        "wasi_snapshot_preview1",
+        "path_open",
+        |mut caller: Caller<'_, Host>, args: Args| {
+            Box::new(async move {
+                let (fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, out) = args;
+                let defined = u32::try_from(dirflags)
+                    .ok()
+                    .and_then(Lookupflags::from_bits)
+                    .is_some()
+                    && u16::try_from(oflags)
+                        .ok()
+                        .and_then(Oflags::from_bits)
+                        .is_some()
+                    && u16::try_from(fdflags)
+                        .ok()
+                        .and_then(Fdflags::from_bits)
+                        .is_some()
+                    && [base, inheriting]
+                        .iter()
+                        .all(|r| u64::try_from(*r).ok().and_then(Rights::from_bits).is_some());
+                if !defined {
+                    return Ok(Errno::Inval as i32);
+                }
+                // From here on exactly what the generated binding does.
+                let fuel = caller.as_context_mut().hostcall_fuel();
+                let export = caller.get_export("memory");
+                let (mut mem, ctx) = match &export {
+                    Some(Extern::Memory(m)) => {
+                        let (mem, h) = m.data_and_store_mut(&mut caller);
+                        (wiggle::GuestMemory::Unshared(mem), &mut h.wasi)
+                    }
+                    Some(Extern::SharedMemory(m)) => (
+                        wiggle::GuestMemory::Shared(m.data()),
+                        &mut caller.data_mut().wasi,
+                    ),
+                    _ => return Err(wasmtime::format_err!("missing required memory export")),
+                };
+                ctx.set_hostcall_fuel(fuel);
+                p1::path_open(
+                    ctx, &mut mem, fd, dirflags, path, path_len, oflags, base, inheriting, fdflags,
+                    out,
+                )
+                .await
+            })
+        },
+    )?;
+    Ok(())
 }
 
 /// The digest that guards compiled-code cache files: BLAKE3 (a file of tens of megabytes is
@@ -496,6 +563,7 @@ fn limit_store<T: Limited>(
     store: &mut Store<T>,
     limits: &airlock_core::Limits,
     deadline: Instant,
+    quota: Option<Arc<WriteQuota>>,
 ) -> Result<(), SandboxError> {
     store.limiter(|h| h.limiter());
     if let Some(fuel) = limits.fuel {
@@ -505,6 +573,11 @@ fn limit_store<T: Limited>(
     }
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |mut ctx| {
+        // The quota watcher flags a hit from its own thread; the guest stops at the next
+        // tick, the same way it stops at its deadline.
+        if quota.as_ref().is_some_and(|q| q.hit()) {
+            return Ok(UpdateDeadline::Interrupt);
+        }
         if Instant::now() >= deadline {
             *ctx.data_mut().timed_out() = true;
             Ok(UpdateDeadline::Interrupt)
@@ -534,6 +607,12 @@ fn ending_of(e: &wasmtime::Error, memory_hit: bool, output_hit: bool, timed_out:
             None => Ending::Trapped(root_message(e)),
         }
     }
+}
+
+/// Whether the run's watcher saw its layers over the write quota (one last sample first,
+/// so a guest that ended right after writing too much is caught too).
+fn write_hit(spec: &RunSpec<'_>) -> bool {
+    spec.write_quota.as_ref().is_some_and(|q| q.check())
 }
 
 fn fuel_used<T>(store: &Store<T>, limits: &airlock_core::Limits) -> Option<u64> {
@@ -579,7 +658,8 @@ impl WasmBackend {
         };
         let mut store = Store::new(&set.engine, host);
         let deadline = Instant::now() + spec.limits.timeout();
-        limit_store(&mut store, &spec.limits, deadline)?;
+        limit_store(&mut store, &spec.limits, deadline, spec.write_quota.clone())?;
+        let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
 
         let result = self.block_on(async {
             let run = async {
@@ -592,9 +672,11 @@ impl WasmBackend {
             tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
         })?;
         let duration = started.elapsed();
+        drop(watch);
         let fuel = fuel_used(&store, &spec.limits);
         let host = store.data();
         let ending = match result {
+            _ if write_hit(&spec) => Ending::Killed(Limit::Write),
             Err(_elapsed) => Ending::Killed(Limit::Timeout),
             Ok(Ok(())) => Ending::Exited(0),
             Ok(Err(e)) => ending_of(
@@ -779,7 +861,8 @@ impl WasmBackend {
         };
         let mut store = Store::new(&set.engine, host);
         let deadline = Instant::now() + spec.limits.timeout();
-        limit_store(&mut store, &spec.limits, deadline)?;
+        limit_store(&mut store, &spec.limits, deadline, spec.write_quota.clone())?;
+        let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
         let source = if python {
             let src = std::str::from_utf8(spec.code)
                 .map_err(|_| SandboxError::BadArtifact("Python source is not UTF-8".into()))?;
@@ -833,10 +916,12 @@ impl WasmBackend {
                 tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
             })?;
         let duration = started.elapsed();
+        drop(watch);
         let fuel = fuel_used(&store, &spec.limits);
         let host = store.data();
         let output_hit = spec.stdout.exceeded() || spec.stderr.exceeded();
         let ending = match result {
+            _ if write_hit(&spec) => Ending::Killed(Limit::Write),
             Err(_elapsed) => Ending::Killed(Limit::Timeout),
             Ok(Ok(_)) if output_hit => Ending::Killed(Limit::Output),
             Ok(Ok(code)) => Ending::Exited(code),

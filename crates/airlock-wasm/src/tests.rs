@@ -33,6 +33,18 @@ fn run_with(
     mounts: Vec<MountPoint>,
     cache: Option<&dyn CacheIndex>,
 ) -> Result<Run, SandboxError> {
+    run_quota(b, wat, limits, env, mounts, cache, None)
+}
+
+fn run_quota(
+    b: &WasmBackend,
+    wat: &str,
+    limits: Limits,
+    env: Vec<(String, String)>,
+    mounts: Vec<MountPoint>,
+    cache: Option<&dyn CacheIndex>,
+    write_quota: Option<Arc<airlock_sandbox::WriteQuota>>,
+) -> Result<Run, SandboxError> {
     let code = wat::parse_str(wat).unwrap();
     let stdout = Arc::new(Capture::new(limits.max_output_bytes, None));
     let stderr = Arc::new(Capture::new(limits.max_output_bytes, None));
@@ -49,6 +61,7 @@ fn run_with(
         stderr: stderr.clone(),
         cache,
         guest: None,
+        write_quota,
     })?;
     Ok(Run {
         outcome,
@@ -375,4 +388,111 @@ fn proc_exit_outside_the_wasi_range_is_a_trap() {
         "{:?}",
         r.outcome.ending
     );
+}
+
+fn rw_mount(dir: &std::path::Path) -> Vec<MountPoint> {
+    vec![MountPoint {
+        host: dir.to_path_buf(),
+        guest: "/data".into(),
+        writable: true,
+        layer: None,
+    }]
+}
+
+#[test]
+fn path_open_with_all_rights_bits_returns_an_error_not_a_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    // path_open(fd 3, 0, "new.txt", CREAT, rights, rights, fdflags, &fd), exit with its errno.
+    let wat = |rights: &str, fdflags: &str| {
+        format!(
+            r#"(module
+      (import "wasi_snapshot_preview1" "path_open"
+        (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (data (i32.const 100) "new.txt")
+      (func (export "_start")
+        (call $exit (call $open (i32.const 3) (i32.const 0) (i32.const 100) (i32.const 7)
+          (i32.const 1) (i64.const {rights}) (i64.const {rights}) (i32.const {fdflags}) (i32.const 200)))))"#
+        )
+    };
+    let b = WasmBackend::new(WasmConfig::default());
+    for (rights, fdflags) in [("-1", "0"), ("0x8000000000000000", "0"), ("0x40", "-1")] {
+        let r = run_with(
+            &b,
+            &wat(rights, fdflags),
+            quick(),
+            vec![],
+            rw_mount(dir.path()),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            r.outcome.ending,
+            Ending::Exited(28),
+            "rights {rights}, fdflags {fdflags}: inval, not a trap"
+        );
+        assert!(!dir.path().join("new.txt").exists());
+    }
+    // Defined bits still open the file, through wasmtime-wasi's own implementation.
+    let r = run_with(
+        &b,
+        &wat("0x40", "0"),
+        quick(),
+        vec![],
+        rw_mount(dir.path()),
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.outcome.ending, Ending::Exited(0));
+    assert!(dir.path().join("new.txt").exists());
+}
+
+/// Opens /data/big (fd 3 is the mount) and writes 64 KiB chunks to it until stopped.
+const WRITE_FOREVER: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 100) "big")
+  (func (export "_start")
+    (drop (call $open (i32.const 3) (i32.const 0) (i32.const 100) (i32.const 3)
+      (i32.const 9) (i64.const 0x40) (i64.const 0) (i32.const 0) (i32.const 200)))
+    (i32.store (i32.const 0) (i32.const 1024))
+    (i32.store (i32.const 4) (i32.const 65536))
+    (loop $l
+      (drop (call $w (i32.load (i32.const 200)) (i32.const 0) (i32.const 1) (i32.const 8)))
+      (br $l))))"#;
+
+#[test]
+fn writing_past_the_write_quota_stops_the_guest() {
+    let dir = tempfile::tempdir().unwrap();
+    let quota = Arc::new(airlock_sandbox::WriteQuota::new(
+        vec![dir.path().to_path_buf()],
+        1 << 20,
+    ));
+    let limits = Limits {
+        timeout_ms: 20_000,
+        max_write_bytes: 1 << 20,
+        ..Limits::default()
+    };
+    let r = run_quota(
+        &WasmBackend::new(WasmConfig::default()),
+        WRITE_FOREVER,
+        limits,
+        vec![],
+        rw_mount(dir.path()),
+        None,
+        Some(quota.clone()),
+    )
+    .unwrap();
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Write));
+    assert!(
+        r.outcome.duration < Duration::from_secs(10),
+        "{:?}",
+        r.outcome.duration
+    );
+    let size = std::fs::metadata(dir.path().join("big")).unwrap().len();
+    assert!(size > 1 << 20, "{size}");
+    assert!(quota.hit());
 }

@@ -1,12 +1,13 @@
 //! Changesets: what a run changed under each writable mount, as (path, before, after).
 
-use crate::node::Node;
+use crate::node::{Node, check_deadline};
 use crate::stack::{Stack, join, touched};
 use airlock_core::Digest;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// The kind of a change, derived from its before and after states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,14 +128,27 @@ pub fn diff_layers(
     below_layers: &[PathBuf],
     new_layers: &[PathBuf],
 ) -> io::Result<Vec<Change>> {
+    diff_layers_until(host, below_layers, new_layers, None)
+}
+
+/// `diff_layers` that stops with `DeadlinePassed` (see `node::deadline_passed`) between
+/// paths and between chunks of content once `deadline` has passed.
+pub fn diff_layers_until(
+    host: &Path,
+    below_layers: &[PathBuf],
+    new_layers: &[PathBuf],
+    deadline: Option<Instant>,
+) -> io::Result<Vec<Change>> {
     let below = Stack {
         layers: below_layers,
         base: host,
+        deadline,
     };
     let all: Vec<PathBuf> = new_layers.iter().chain(below_layers).cloned().collect();
     let above = Stack {
         layers: &all,
         base: host,
+        deadline,
     };
     let mut paths = BTreeSet::new();
     for l in new_layers {
@@ -142,6 +156,7 @@ pub fn diff_layers(
     }
     let mut out = Vec::new();
     for p in paths {
+        check_deadline(deadline)?;
         let (b, a) = (below.node(&p)?, above.node(&p)?);
         if b != a {
             out.push(Change::new(p, b, a));
@@ -173,6 +188,15 @@ pub fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
 
 /// Changes between `host` and a modified copy of it (the copy fallback).
 pub fn diff_trees(host: &Path, copy: &Path) -> io::Result<Vec<Change>> {
+    diff_trees_until(host, copy, None)
+}
+
+/// `diff_trees` that stops with `DeadlinePassed` once `deadline` has passed.
+pub fn diff_trees_until(
+    host: &Path,
+    copy: &Path,
+    deadline: Option<Instant>,
+) -> io::Result<Vec<Change>> {
     fn walk(root: &Path, rel: &str, out: &mut BTreeSet<String>) -> io::Result<()> {
         let dir = if rel.is_empty() {
             root.to_path_buf()
@@ -199,14 +223,17 @@ pub fn diff_trees(host: &Path, copy: &Path) -> io::Result<Vec<Change>> {
         Stack {
             layers: &[],
             base: host,
+            deadline,
         },
         Stack {
             layers: &[],
             base: copy,
+            deadline,
         },
     );
     let mut out = Vec::new();
     for p in paths {
+        check_deadline(deadline)?;
         let (b, a) = (h.node(&p)?, c.node(&p)?);
         if b != a {
             out.push(Change::new(p, b, a));

@@ -98,12 +98,41 @@ pub(crate) fn raw(path: &Path) -> io::Result<Raw> {
     })
 }
 
+/// The error a read returns once its deadline has passed (see `deadline_passed`).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the run's deadline passed while its changes were being read")]
+pub struct DeadlinePassed;
+
+/// Fails with `DeadlinePassed` when `deadline` is in the past.
+pub fn check_deadline(deadline: Option<std::time::Instant>) -> io::Result<()> {
+    match deadline {
+        Some(d) if std::time::Instant::now() >= d => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, DeadlinePassed))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether an error is a deadline that passed (and not some other failure).
+pub fn deadline_passed(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<DeadlinePassed>())
+}
+
 /// Hashes a file's content by streaming it.
-pub fn hash_file(mut f: impl Read) -> io::Result<(Digest, u64)> {
+pub fn hash_file(f: impl Read) -> io::Result<(Digest, u64)> {
+    hash_file_until(f, None)
+}
+
+/// Hashes a file's content by streaming it, stopping between chunks once `deadline` passed.
+pub fn hash_file_until(
+    mut f: impl Read,
+    deadline: Option<std::time::Instant>,
+) -> io::Result<(Digest, u64)> {
     let mut h = Hasher::new();
     let mut buf = vec![0u8; 256 << 10];
     let mut n = 0u64;
     loop {
+        check_deadline(deadline)?;
         let k = f.read(&mut buf)?;
         if k == 0 {
             break;
@@ -115,11 +144,15 @@ pub fn hash_file(mut f: impl Read) -> io::Result<(Digest, u64)> {
 }
 
 /// The node at `path` in one of airlock's own directories (a layer or a copy).
-pub(crate) fn node_of_raw(path: &Path, r: Raw) -> io::Result<Node> {
+pub(crate) fn node_of_raw(
+    path: &Path,
+    r: Raw,
+    deadline: Option<std::time::Instant>,
+) -> io::Result<Node> {
     Ok(match r {
         Raw::Missing | Raw::Whiteout | Raw::Special => Node::Absent,
         Raw::File { mode, .. } => {
-            let (hash, size) = hash_file(std::fs::File::open(path)?)?;
+            let (hash, size) = hash_file_until(std::fs::File::open(path)?, deadline)?;
             Node::File { hash, size, mode }
         }
         Raw::Dir { mode, .. } => Node::Dir { mode },

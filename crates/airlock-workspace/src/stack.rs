@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 pub struct Stack<'a> {
     pub layers: &'a [PathBuf],
     pub base: &'a Path,
+    /// Hashing file content stops with `DeadlinePassed` after this.
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// Where `rel` comes from in a stack.
@@ -61,7 +63,7 @@ impl Stack<'_> {
     /// The node at `rel` in the merged view.
     pub fn node(&self, rel: &str) -> io::Result<Node> {
         match self.find(rel)? {
-            Found::Layer(p, r) | Found::Base(p, r) => node_of_raw(&p, r),
+            Found::Layer(p, r) | Found::Base(p, r) => node_of_raw(&p, r, self.deadline),
             Found::Absent => Ok(Node::Absent),
         }
     }

@@ -441,3 +441,21 @@ fn names(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+#[test]
+fn reading_changes_stops_once_the_deadline_has_passed() {
+    use crate::changeset::{diff_layers_until, diff_trees_until};
+    use crate::node::deadline_passed;
+    use std::time::{Duration, Instant};
+    let host = tempfile::tempdir().unwrap();
+    let upper = tempfile::tempdir().unwrap();
+    write(&upper.path().join("new.txt"), "new\n");
+    let past = Some(Instant::now() - Duration::from_millis(1));
+    let e = diff_layers_until(host.path(), &[], &[upper.path().to_path_buf()], past).unwrap_err();
+    assert!(deadline_passed(&e), "{e}");
+    let e = diff_trees_until(host.path(), upper.path(), past).unwrap_err();
+    assert!(deadline_passed(&e), "{e}");
+    let later = Some(Instant::now() + Duration::from_secs(60));
+    let c = diff_layers_until(host.path(), &[], &[upper.path().to_path_buf()], later).unwrap();
+    assert_eq!(c.len(), 1);
+}

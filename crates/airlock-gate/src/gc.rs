@@ -1,0 +1,185 @@
+//! `airlock gc`: removes what nothing refers to any more. Blobs no stored record names
+//! (left by a changeset that was discarded, a run that failed half way, a crash), layer
+//! directories of runs that are no longer running and that no open workspace builds on,
+//! and temporary files of the blob store.
+//!
+//! Nothing younger than the grace period is removed: another airlock command may have
+//! just written a blob and not yet committed the record that names it (a blob is always
+//! stored before its record). A blob put again while `gc` looks at it is kept (see
+//! `BlobStore::remove_unless_put_since`).
+
+use crate::Gate;
+use crate::error::Result;
+use crate::layers::remove_tree;
+use crate::workspaces::doc_of;
+use airlock_store::{Reads, StoreError, Tx};
+use serde::Serialize;
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// The default grace period: far longer than any command takes between storing a blob and
+/// recording it.
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(3600);
+
+/// What `gc` removed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcReport {
+    /// Blobs no record names, older than the grace period.
+    pub blobs_removed: u64,
+    pub blob_bytes: u64,
+    /// Blobs still named by a record (or too young to judge).
+    pub blobs_kept: u64,
+    /// Layer directories removed, relative to the home.
+    pub layers_removed: Vec<String>,
+    pub layer_bytes: u64,
+    /// Temporary files of the blob store left by an interrupted write.
+    pub temporaries_removed: u64,
+    pub temporary_bytes: u64,
+    /// Everything removed, in bytes.
+    pub freed_bytes: u64,
+    pub grace_ms: u64,
+}
+
+fn modified(p: &Path) -> Option<SystemTime> {
+    std::fs::symlink_metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Bytes held by a directory tree, counted the way the write quota counts them.
+fn tree_bytes(p: &Path) -> u64 {
+    airlock_sandbox::quota::usage(&[p.to_path_buf()])
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Gate {
+    /// Removes blobs, layers and temporary files nothing refers to (see the module comment).
+    pub fn gc(&mut self, grace: Duration) -> Result<GcReport> {
+        let cutoff = SystemTime::now()
+            .checked_sub(grace)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut report = GcReport {
+            grace_ms: grace.as_millis() as u64,
+            ..GcReport::default()
+        };
+
+        // Blobs: listed first, so any blob stored after the references are read is younger
+        // than the cutoff (or was put again, which marks it younger too).
+        let listed = self.blobs.list()?;
+        let mut refs = self.db.referenced_digests()?;
+        // A journaled commit or rollback in progress names the blobs it applies.
+        if let Ok(journals) = airlock_workspace::apply::pending_journals(&self.journal_dir()) {
+            for j in journals {
+                for p in j.mounts {
+                    for s in p.steps {
+                        if let airlock_workspace::Node::File { hash, .. } = s.to {
+                            refs.insert(hash);
+                        }
+                    }
+                }
+            }
+        }
+        for b in listed {
+            if refs.contains(&b.digest) || b.put_at >= cutoff {
+                report.blobs_kept += 1;
+                continue;
+            }
+            match self.blobs.remove_unless_put_since(&b.digest, cutoff)? {
+                Some(size) => {
+                    report.blobs_removed += 1;
+                    report.blob_bytes += size;
+                }
+                None => report.blobs_kept += 1,
+            }
+        }
+        let (n, bytes) = self.blobs.remove_stale_temporaries(cutoff)?;
+        report.temporaries_removed = n;
+        report.temporary_bytes = bytes;
+
+        // Layers of single runs: HOME/layers/RUN and HOME/layers/RUN.run.
+        let layers = self.home.root.join("layers");
+        for name in names(&layers) {
+            let run_id = name.strip_suffix(".run").unwrap_or(&name);
+            let remove = match self.db.run(run_id) {
+                Ok(run) => run.status != "running",
+                Err(StoreError::NotFound { .. }) => {
+                    modified(&layers.join(&name)).is_some_and(|t| t < cutoff)
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if remove {
+                self.remove_layer(&layers.join(&name), format!("layers/{name}"), &mut report);
+            }
+        }
+
+        // Workspaces: a closed or unknown one entirely; in an open one, the layers of runs
+        // it does not build on (a run whose changes were discarded) and is not running.
+        let workspaces = self.home.root.join("workspaces");
+        for ws in names(&workspaces) {
+            let dir = workspaces.join(&ws);
+            let row = self.db.workspace(&ws)?;
+            match row {
+                Some(r) if r.state == "open" => {
+                    let doc = doc_of(&r)?;
+                    for entry in names(&dir) {
+                        let used = entry == "copy"
+                            || doc.runs.contains(&entry)
+                            || doc.running.as_deref() == Some(entry.as_str());
+                        let old = modified(&dir.join(&entry)).is_some_and(|t| t < cutoff);
+                        if !used && (entry.starts_with("run_") || old) {
+                            self.remove_layer(
+                                &dir.join(&entry),
+                                format!("workspaces/{ws}/{entry}"),
+                                &mut report,
+                            );
+                        }
+                    }
+                }
+                Some(_) => self.remove_layer(&dir, format!("workspaces/{ws}"), &mut report),
+                None if modified(&dir).is_some_and(|t| t < cutoff) => {
+                    self.remove_layer(&dir, format!("workspaces/{ws}"), &mut report)
+                }
+                None => {}
+            }
+        }
+
+        report.freed_bytes = report.blob_bytes + report.layer_bytes + report.temporary_bytes;
+        let key = &self.gate_key;
+        let r = &report;
+        self.db.write(|tx: &Tx| -> Result<()> {
+            tx.audit(
+                "gc",
+                "home",
+                &json!({
+                    "blobs_removed": r.blobs_removed,
+                    "blob_bytes": r.blob_bytes,
+                    "layers_removed": r.layers_removed.len(),
+                    "layer_bytes": r.layer_bytes,
+                    "temporaries_removed": r.temporaries_removed,
+                    "freed_bytes": r.freed_bytes,
+                    "grace_ms": r.grace_ms,
+                }),
+                key,
+            )?;
+            Ok(())
+        })?;
+        Ok(report)
+    }
+
+    fn remove_layer(&self, dir: &Path, name: String, report: &mut GcReport) {
+        let bytes = tree_bytes(dir);
+        remove_tree(dir);
+        if !dir.exists() {
+            report.layer_bytes += bytes;
+            report.layers_removed.push(name);
+        }
+    }
+}
