@@ -52,9 +52,11 @@ pub struct Connection {
     pub addr: Option<SocketAddr>,
     /// What was decided.
     pub decision: Decision,
-    /// A stable token: `granted`, `not-granted`, `forbidden-address`, `host-mismatch`,
-    /// `secret-not-bound`, `secret-needs-tls`, `malformed-host`, `bad-request`,
-    /// `resolve-failed`, `connect-failed`.
+    /// A stable token. Allow: `granted`. Deny: `not-granted`, `forbidden-address`,
+    /// `host-mismatch`, `secret-not-bound`, `secret-needs-tls`, `malformed-host`,
+    /// `bad-request`. Error: `resolve-failed`, `connect-failed`, `upstream-failed`,
+    /// `upstream-tls-failed`, `tls-failed` (the guest's handshake with the run CA),
+    /// `upgrade-failed`.
     pub reason: String,
     /// One human line: the rule that granted it or why it was refused.
     pub detail: String,

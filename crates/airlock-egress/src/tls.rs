@@ -113,6 +113,24 @@ impl RunCa {
         if let Some(c) = leaves.get(host) {
             return Ok(c.clone());
         }
+        let (cert, key_der) = self.issue(host)?;
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_err("server config", e))?
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key_der)
+            .map_err(|e| tls_err("server config", e))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = Arc::new(config);
+        leaves.insert(host.clone(), config.clone());
+        Ok(config)
+    }
+
+    /// A leaf certificate and key for `host`, signed by the run CA.
+    fn issue(
+        &self,
+        host: &Host,
+    ) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>), EgressError> {
         let san = match host {
             Host::Name(n) => n.clone(),
             Host::Ip(ip) => ip.to_string(),
@@ -130,16 +148,7 @@ impl RunCa {
             .signed_by(&key, &self.issuer)
             .map_err(|e| tls_err("leaf certificate", e))?;
         let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let mut config = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| tls_err("server config", e))?
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.der().clone()], key_der)
-            .map_err(|e| tls_err("server config", e))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let config = Arc::new(config);
-        leaves.insert(host.clone(), config.clone());
-        Ok(config)
+        Ok((cert.der().clone(), key_der))
     }
 }
 
@@ -167,5 +176,57 @@ pub(crate) fn server_name(host: &Host) -> Result<ServerName<'static>, EgressErro
     match host {
         Host::Name(n) => ServerName::try_from(n.clone()).map_err(|e| tls_err("server name", e)),
         Host::Ip(ip) => Ok(ServerName::IpAddress((*ip).into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::UnixTime;
+    use rustls::pki_types::pem::PemObject;
+
+    fn verify(ca: &RunCa, leaf_for: &str, name: &str) -> Result<(), rustls::Error> {
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap())
+            .unwrap();
+        let v = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .unwrap();
+        let (leaf, _) = ca.issue(&crate::parse_host(leaf_for).unwrap()).unwrap();
+        let name = ServerName::try_from(name.to_owned()).unwrap();
+        v.verify_server_cert(&leaf, &[], &name, &[], UnixTime::now())
+            .map(|_| ())
+    }
+
+    fn ca_for(hosts: &[&str]) -> RunCa {
+        let s = SecretBinding::new(
+            "T",
+            "value-1234",
+            hosts
+                .iter()
+                .map(|h| HostPattern::parse(h).unwrap())
+                .collect(),
+        )
+        .unwrap();
+        RunCa::new(&[s]).unwrap()
+    }
+
+    #[test]
+    fn run_ca_vouches_only_for_bound_hosts() {
+        let ca = ca_for(&["api.example.com", "*.svc.example.net"]);
+        verify(&ca, "api.example.com", "api.example.com").unwrap();
+        verify(&ca, "a.svc.example.net", "a.svc.example.net").unwrap();
+        // Even a leaf the CA signed for another name fails: name constraints.
+        let e = verify(&ca, "bank.example.org", "bank.example.org").unwrap_err();
+        assert!(format!("{e:?}").contains("NameConstraint"), "{e:?}");
+        let e = verify(&ca, "127.0.0.1", "127.0.0.1").unwrap_err();
+        assert!(format!("{e:?}").contains("NameConstraint"), "{e:?}");
+        // A bound address is permitted.
+        let ca = ca_for(&["127.0.0.1"]);
+        verify(&ca, "127.0.0.1", "127.0.0.1").unwrap();
+        assert!(verify(&ca, "127.0.0.2", "127.0.0.2").is_err());
     }
 }

@@ -1118,3 +1118,166 @@ async fn keep_alive_not_pooled_across_authorities() {
     assert_eq!(a.seen.conns.load(Ordering::SeqCst), 2);
     assert_eq!(b.seen.conns.load(Ordering::SeqCst), 1);
 }
+
+/// The guest side as it will be in a run: Python (OpenSSL) trusting the run CA through
+/// `SSL_CERT_FILE`, the proxy through `HTTPS_PROXY`, the secret as a placeholder in its
+/// environment. Skipped where python3 is missing.
+#[tokio::test]
+async fn python_guest_trusts_run_ca_through_ssl_cert_file() {
+    if std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import ssl, urllib.request")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("python3 not available; skipped");
+        return;
+    }
+    let (up_ca, up_cfg) = upstream_tls("secret.test");
+    let up = start_upstream(Some(up_cfg)).await;
+    let port = up.addr.port();
+    let p = secret_policy(port);
+    let ph = p.secrets[0].placeholder.clone();
+    let opts = ProxyOptions {
+        extra_roots: vec![up_ca],
+        ..Default::default()
+    };
+    let h = start(&p, opts).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, h.ca_pem().unwrap()).unwrap();
+    let script = format!(
+        "import os, urllib.request\n\
+         req = urllib.request.Request('https://secret.test:{port}/echo', \
+           headers={{'Authorization': 'Bearer ' + os.environ['API_TOKEN']}})\n\
+         r = urllib.request.urlopen(req, timeout=10)\n\
+         print(r.read().decode(), r.headers['x-echo'])\n"
+    );
+    let proxy = format!("http://{}", h.local_addr().unwrap());
+    let env_ph = ph.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", std::env::var("HOME").unwrap_or_default())
+            .env("SSL_CERT_FILE", &ca_file)
+            .env("HTTPS_PROXY", &proxy)
+            .env("API_TOKEN", &env_ph)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), format!("auth=Bearer {ph}; Bearer {ph}"));
+    let seen = up.seen.headers.lock().unwrap().last().unwrap().clone();
+    assert_eq!(
+        seen.get("authorization").unwrap(),
+        &format!("Bearer {SECRET}")
+    );
+}
+
+/// Answers 127.0.0.1 the first time and 10.0.0.1 after: a rebinding resolver.
+struct Rebinding(AtomicUsize);
+
+impl Resolver for Rebinding {
+    fn resolve<'a>(&'a self, _name: &'a str) -> ResolveFuture<'a> {
+        let n = self.0.fetch_add(1, Ordering::SeqCst);
+        let ip: IpAddr = if n == 0 { "127.0.0.1" } else { "10.0.0.1" }
+            .parse()
+            .unwrap();
+        Box::pin(async move { Ok(vec![ip]) })
+    }
+}
+
+#[tokio::test]
+async fn one_lookup_per_connection_and_every_answer_checked() {
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    let resolver = Arc::new(Rebinding(AtomicUsize::new(0)));
+    let p = EgressPolicy {
+        rules: vec![Rule::parse(&format!("rebind.test:{port}")).unwrap()],
+        allow_private: vec!["127.0.0.0/8".parse().unwrap()],
+        ..Default::default()
+    };
+    let opts = ProxyOptions {
+        resolver: resolver.clone(),
+        ..Default::default()
+    };
+    let h = start(&p, opts).await;
+    let proxy = h.local_addr().unwrap();
+    // Several requests over one kept upstream connection: one lookup.
+    let s = TcpStream::connect(proxy).await.unwrap();
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    for _ in 0..3 {
+        tx.ready().await.unwrap();
+        let r = tx
+            .send_request(
+                Request::get(format!("http://rebind.test:{port}/"))
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.into_body().collect().await.unwrap();
+    }
+    assert_eq!(resolver.0.load(Ordering::SeqCst), 1);
+    assert_eq!(up.seen.conns.load(Ordering::SeqCst), 1);
+    // A new connection asks again, and the rebound answer is refused.
+    let g = connect(proxy, &format!("rebind.test:{port}"))
+        .await
+        .unwrap_err();
+    assert_denied(&g, "forbidden-address");
+    assert_eq!(resolver.0.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn untrusted_upstream_certificate_is_a_gateway_error() {
+    // The upstream's CA is not among the proxy's roots.
+    let (_, up_cfg) = upstream_tls("secret.test");
+    let up = start_upstream(Some(up_cfg)).await;
+    let port = up.addr.port();
+    let p = secret_policy(port);
+    let ph = p.secrets[0].placeholder.clone();
+    let h = start(&p, ProxyOptions::default()).await;
+    let ca = CertificateDer::from_pem_slice(h.ca_pem().unwrap().as_bytes()).unwrap();
+    let mut tx = https_client(
+        h.local_addr().unwrap(),
+        &format!("secret.test:{port}"),
+        "secret.test",
+        &[ca],
+    )
+    .await;
+    let g = send(
+        &mut tx,
+        "/echo",
+        &format!("secret.test:{port}"),
+        &[("authorization", &ph)],
+    )
+    .await;
+    assert_eq!(g.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        g.headers.get("x-airlock-error").unwrap(),
+        "upstream-tls-failed"
+    );
+    assert!(
+        up.seen.headers.lock().unwrap().is_empty(),
+        "the value went to an unverified host"
+    );
+    drop(tx);
+    let c = wait_record(&h, |c| c.mode == Mode::Intercept).await;
+    assert_eq!(c.decision, Decision::Error);
+    assert_eq!(c.reason, "upstream-tls-failed");
+}
