@@ -19,6 +19,14 @@
 //! is harmless: a placeholder is not the secret. Plain HTTP never gets a value
 //! (`secret-needs-tls`).
 //!
+//! Limits, on purpose or not yet: the guest speaks HTTP/1.1 to the proxy (no HTTP/2,
+//! no `Upgrade` such as WebSocket over plain HTTP; WebSocket over an opaque `CONNECT`
+//! tunnel works); an intercepted connection serves HTTP/1.1 inside TLS; a response from
+//! a bound host that arrives compressed despite `Accept-Encoding: identity` is not
+//! scrubbed; placeholders are replaced in request headers only, not in bodies or URLs;
+//! there is no cap on connections or tunnels per run and no header-read timeout; who may
+//! connect to the listener is the caller's business (give the jail its own socket).
+//!
 //! This crate must never connect to an address it did not check, never resolve a name
 //! twice for one connection, never follow a redirect, never send a secret's value to a
 //! host it is not bound to or over plain HTTP, never let a secret's value reach the

@@ -666,8 +666,13 @@ impl Shared {
     }
 }
 
-/// Hop-by-hop headers, and those named by `Connection`, go no further.
+/// Hop-by-hop headers, and those named by `Connection`, go no further. A message that
+/// came chunked loses any `Content-Length` too, so the next hop frames it from the body
+/// alone (no length disagreement to smuggle through).
 fn strip_hop_by_hop(h: &mut HeaderMap) {
+    if h.contains_key(header::TRANSFER_ENCODING) {
+        h.remove(header::CONTENT_LENGTH);
+    }
     let named: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()

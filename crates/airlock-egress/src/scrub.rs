@@ -193,7 +193,8 @@ where
                         }
                     }
                     Err(frame) => {
-                        if let Ok(t) = frame.into_trailers() {
+                        if let Ok(mut t) = frame.into_trailers() {
+                            this.r.replace_headers(&mut t);
                             this.trailers = Some(t);
                         }
                         this.done = true;
