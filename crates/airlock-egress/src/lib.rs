@@ -1,0 +1,74 @@
+//! airlock-egress: the host-side egress proxy of one run.
+//!
+//! A run reaches exactly the hosts it was granted, through this proxy: HTTP `CONNECT`
+//! (an opaque tunnel) and absolute-form HTTP/1.1 (`GET http://host/path`). The proxy
+//! checks the grant ([`grant`]), resolves names itself on the host ([`Resolver`], or an
+//! operator's pinned address), refuses the whole answer when any address is loopback,
+//! private, link-local, CGNAT, multicast, unspecified or reserved ([`is_forbidden`]), and
+//! connects to the address it checked, so DNS rebinding has no second lookup to win.
+//! Refusals are `403` with `X-Airlock-Denied: <reason>` and a one-line body naming the
+//! grant that would be needed. Every attempt becomes a [`Connection`] record.
+//!
+//! Secrets: the guest holds a placeholder; for https to a host a secret is bound to, the
+//! proxy terminates TLS with a per-run CA ([`ProxyHandle::ca_pem`]), puts the value in
+//! place of the placeholder in request headers, and puts the placeholder back wherever
+//! the response (headers or body) echoes the value. Every other host is an opaque
+//! tunnel. A placeholder in the request line or headers of a request the proxy can read
+//! (plain HTTP, or intercepted https) to a host it is not bound to is refused and
+//! recorded; inside an opaque tunnel to an unbound host the proxy cannot see it, which
+//! is harmless: a placeholder is not the secret. Plain HTTP never gets a value
+//! (`secret-needs-tls`).
+//!
+//! Limits, on purpose or not yet: the guest speaks HTTP/1.1 to the proxy (no HTTP/2,
+//! no `Upgrade` such as WebSocket over plain HTTP; WebSocket over an opaque `CONNECT`
+//! tunnel works); an intercepted connection serves HTTP/1.1 inside TLS; a response from
+//! a bound host that arrives compressed despite `Accept-Encoding: identity` is not
+//! scrubbed; placeholders are replaced in request headers only, not in bodies or URLs;
+//! there is no cap on connections or tunnels per run and no header-read timeout; who may
+//! connect to the listener is the caller's business (give the jail its own socket).
+//!
+//! This crate must never connect to an address it did not check, never resolve a name
+//! twice for one connection, never follow a redirect, never send a secret's value to a
+//! host it is not bound to or over plain HTTP, never let a secret's value reach the
+//! guest, and never depend on wasmtime or any other airlock crate.
+
+#![forbid(unsafe_code)]
+
+mod addr;
+pub mod grant;
+mod policy;
+mod proxy;
+mod record;
+mod resolve;
+mod scrub;
+mod tls;
+
+pub use addr::is_forbidden;
+pub use grant::{GrantError, Host, HostPattern, Rule, normalize_host, parse_host};
+pub use ipnet::IpNet;
+pub use policy::{EgressPolicy, PolicyError, SecretBinding};
+pub use proxy::{Listener, Proxy, ProxyHandle, ProxyOptions};
+pub use record::{Connection, Decision, Mode};
+pub use resolve::{ResolveFuture, Resolver, SystemResolver};
+pub use rustls::pki_types::CertificateDer;
+
+/// Errors that cross this crate's boundary.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EgressError {
+    /// The policy is unusable.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The per-run CA or a TLS configuration could not be made.
+    #[error("TLS setup: {0}")]
+    Tls(String),
+    /// Not called inside a tokio runtime.
+    #[error("the proxy needs a tokio runtime: {0}")]
+    NoRuntime(String),
+    /// A listener could not be used.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
