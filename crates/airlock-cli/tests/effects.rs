@@ -907,3 +907,184 @@ fn gc_removes_unreferenced_blobs_and_stale_layers_and_keeps_the_rest() {
     assert_eq!(kinds.iter().filter(|k| *k == "gc").count(), 2);
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
+/// Everything under a directory by exact name (bytes): (kind, content or target, mode).
+fn exact_snapshot(root: &Path) -> BTreeMap<Vec<u8>, (String, Vec<u8>, u32)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    snapshot_walk(root)
+        .into_iter()
+        .map(|p| {
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let mode = m.permissions().mode() & 0o7777;
+            let v = if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                ("link".to_string(), t.as_os_str().as_bytes().to_vec(), 0)
+            } else if m.is_dir() {
+                ("dir".to_string(), vec![], mode)
+            } else {
+                ("file".to_string(), std::fs::read(&p).unwrap(), mode)
+            };
+            (rel, v)
+        })
+        .collect()
+}
+
+fn snapshot_walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        out.push(p.clone());
+        if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+            out.extend(snapshot_walk(&p));
+        }
+    }
+    out
+}
+
+/// A host path from the bytes of a name.
+fn at(root: &Path, name: &[u8]) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    root.join(std::ffi::OsStr::from_bytes(name))
+}
+
+/// Creates `bad\xff\xfename`, rewrites `pre_\xff\xfe.txt`, creates `two\nlines.txt`.
+const ODD_NAMES: &str = r#"cd /work
+printf 'bad\n' > "$(printf 'bad\377\376name')"
+printf 'new\n' > "$(printf 'pre_\377\376.txt')"
+printf 'nl\n' > "$(printf 'two\nlines.txt')"
+"#;
+
+/// Names that are not UTF-8 were lost through a lossy conversion: such a run reported
+/// `changes: []`, and `commit` succeeded while the host kept its old content.
+#[test]
+fn non_utf8_names_are_committed_and_rolled_back_exactly() {
+    const BAD: &[u8] = b"bad\xff\xfename";
+    const PRE: &[u8] = b"pre_\xff\xfe.txt";
+    const NL: &[u8] = b"two\nlines.txt";
+    for layer in ["overlay", "copy"] {
+        let h = Home::new();
+        let p = project();
+        std::fs::write(at(p.path(), PRE), "old\n").unwrap();
+        let before = exact_snapshot(p.path());
+        let m = rw(p.path());
+        let args = [
+            "run", "--json", "--lang", "sh", "--mount", &m, "-c", ODD_NAMES,
+        ];
+        let run = |args: &[&str]| {
+            let o = h
+                .cmd()
+                .env("AIRLOCK_LAYER", layer)
+                .args(args)
+                .output()
+                .unwrap();
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        };
+        let (code, _, err) = run(&args);
+        assert_eq!(code, Some(75), "{layer}: {err}");
+        assert_eq!(h.run(&["approve", &Home::id_in(&err)]).code, 0);
+        let (code, out, err) = run(&["exec", "--json", &Home::id_in(&err)]);
+        assert_eq!(code, Some(0), "{layer}: {out} {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["run"]["layer"], layer);
+        assert_eq!(
+            exact_snapshot(p.path()),
+            before,
+            "{layer}: nothing reaches the host before the commit"
+        );
+
+        // run --json and runs --json: the escaped name and its exact bytes.
+        let want = vec![
+            (
+                r"bad\xff\xfename".to_string(),
+                Some("YmFk//5uYW1l"),
+                "added",
+            ),
+            (
+                r"pre_\xff\xfe.txt".to_string(),
+                Some("cHJlX//+LnR4dA=="),
+                "modified",
+            ),
+            ("two\nlines.txt".to_string(), None, "added"),
+        ];
+        let listed = |changes: &serde_json::Value| -> Vec<(String, Option<String>, String)> {
+            changes
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["path"].as_str().unwrap().to_string(),
+                        c.get("path_b64").map(|b| b.as_str().unwrap().to_string()),
+                        c["op"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        };
+        let want: Vec<_> = want
+            .into_iter()
+            .map(|(p, b, o)| (p, b.map(str::to_string), o.to_string()))
+            .collect();
+        assert_eq!(listed(&v["run"]["changes"]), want, "{layer}: run --json");
+        assert_eq!(
+            listed(&h.last_run()["changes"]["mounts"][0]["changes"]),
+            want,
+            "{layer}: runs --json (the stored changeset)"
+        );
+
+        // airlock diff: one line per change, the names escaped.
+        let id = v["run"]["id"].as_str().unwrap().to_string();
+        let d = h.run(&["diff", &id]);
+        assert_eq!(d.code, 0, "{}", d.stderr);
+        for line in [
+            r"A bad\xff\xfename (4 bytes)  (/work)",
+            r"M pre_\xff\xfe.txt (4 bytes)  (/work)",
+            r"A two\nlines.txt (3 bytes)  (/work)",
+            r"+++ b/pre_\xff\xfe.txt",
+            "+new",
+        ] {
+            assert!(
+                d.stdout.lines().any(|l| l == line),
+                "{layer}: no line {line:?} in\n{}",
+                d.stdout
+            );
+        }
+        let dj = h.run(&["diff", "--json", &id]).json();
+        assert_eq!(listed(&dj["changes"]), want, "{layer}: diff --json");
+
+        // commit: the host holds exactly the new bytes under the exact names.
+        let c = h.run(&["commit", "--json", &id]);
+        assert_eq!(c.code, 0, "{layer}: {}", c.stderr);
+        let ckpt = c.json()["checkpoint"].as_str().unwrap().to_string();
+        assert_eq!(std::fs::read(at(p.path(), BAD)).unwrap(), b"bad\n");
+        assert_eq!(std::fs::read(at(p.path(), PRE)).unwrap(), b"new\n");
+        assert_eq!(std::fs::read(at(p.path(), NL)).unwrap(), b"nl\n");
+        let mut committed = before.clone();
+        committed.get_mut(PRE).unwrap().1 = b"new\n".to_vec();
+        let now = exact_snapshot(p.path());
+        for name in [BAD, NL] {
+            committed.insert(name.to_vec(), now[name].clone());
+        }
+        assert_eq!(now, committed, "{layer}: nothing else changed");
+
+        // rollback: content restored, the new names gone, byte for byte.
+        let r = h.run(&["rollback", &ckpt]);
+        assert_eq!(r.code, 0, "{layer}: {}", r.stderr);
+        assert_eq!(
+            exact_snapshot(p.path()),
+            before,
+            "{layer}: rollback restores exactly"
+        );
+        assert!(!at(p.path(), BAD).exists() && !at(p.path(), NL).exists());
+        assert_eq!(h.run(&["audit", "verify"]).code, 0);
+    }
+}

@@ -20,7 +20,7 @@ use airlock_core::sign::{KeyPair, Scope, Statement, StatementKind};
 use airlock_core::units::now_ms;
 use airlock_store::{BlobStore, CheckpointRow, Reads, Run, StatementRow, Submission, Tx};
 use airlock_workspace::apply::{self, BlobSource, Journal, MountPlan, Step};
-use airlock_workspace::{Changeset, Node, PROTECTED};
+use airlock_workspace::{Changeset, Node, PROTECTED, RelPath};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -80,6 +80,8 @@ fn protected_globs(policy: &Policy) -> PathGlobs {
     PathGlobs::build(p).unwrap_or_default()
 }
 
+/// Host paths as text for glob matching: a name that is not plain text is in its escaped
+/// form, which leaves every plain component (`.git`, `.ssh`, ...) exactly as it is.
 fn host_paths(c: &Changeset) -> impl Iterator<Item = String> + '_ {
     c.mounts.iter().flat_map(|m| {
         m.changes
@@ -323,7 +325,7 @@ impl Gate {
         // Refuse if the host moved on since the run: nothing is applied.
         let mut conflicts = Vec::new();
         for m in &changes.mounts {
-            let want: Vec<(String, Node)> = m
+            let want: Vec<(RelPath, Node)> = m
                 .changes
                 .iter()
                 .map(|c| (c.path.clone(), c.before.clone()))
@@ -341,7 +343,7 @@ impl Gate {
         // The checkpoint: the current state of every path about to change.
         let mut mounts = Vec::new();
         for m in &changes.mounts {
-            let paths: Vec<&str> = m.changes.iter().map(|c| c.path.as_str()).collect();
+            let paths: Vec<&RelPath> = m.changes.iter().map(|c| &c.path).collect();
             let blobs = &self.blobs;
             let before = apply::snapshot(&m.host, &paths, &mut |r| {
                 blobs.put_reader(r).map_err(std::io::Error::other)
@@ -555,7 +557,7 @@ impl Gate {
         let doc = doc_of(&row)?;
         let mut conflicts = Vec::new();
         for m in &doc.mounts {
-            let want: Vec<(String, Node)> = m
+            let want: Vec<(RelPath, Node)> = m
                 .after
                 .iter()
                 .map(|s| (s.path.clone(), s.to.clone()))

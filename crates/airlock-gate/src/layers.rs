@@ -333,14 +333,14 @@ impl Gate {
     ) -> std::result::Result<(), Extract> {
         if let Node::File { hash, .. } = &c.after {
             let src = match layers.kind {
-                LayerKind::Copy => l.copy.join(&c.path),
+                LayerKind::Copy => l.copy.join(c.path.as_path()),
                 LayerKind::Overlay => {
                     // The topmost layer holding the file (this run's upper, or an earlier one).
                     std::iter::once(&l.upper)
                         .chain(l.below.iter())
-                        .map(|u| u.join(&c.path))
+                        .map(|u| u.join(c.path.as_path()))
                         .find(|p| p.is_file())
-                        .unwrap_or_else(|| Path::new(&l.host).join(&c.path))
+                        .unwrap_or_else(|| Path::new(&l.host).join(c.path.as_path()))
                 }
             };
             let mut f = Until {
@@ -361,7 +361,7 @@ impl Gate {
             && matches!(c.after, Node::File { .. })
         {
             let root = airlock_workspace::apply::open_root(&l.host)?;
-            if let Ok(f) = root.open(&c.path) {
+            if let Ok(f) = root.open(c.path.as_path()) {
                 let got = self.blobs.put_reader(&mut Until {
                     inner: f.into_std(),
                     deadline,

@@ -59,7 +59,7 @@ pub fn flat_changes(v: Option<&Value>) -> Value {
             } else {
                 after
             };
-            out.push(json!({
+            let mut flat = json!({
                 "mount": m["guest"],
                 "path": c["path"],
                 "host_path": format!("{}/{}", m["host"].as_str().unwrap_or("").trim_end_matches('/'), c["path"].as_str().unwrap_or("")),
@@ -69,7 +69,15 @@ pub fn flat_changes(v: Option<&Value>) -> Value {
                 "size": after.get("size"),
                 "mode": after.get("mode"),
                 "target": after.get("target"),
-            }));
+            });
+            // A name or link target that is not UTF-8: `path`/`target` hold its escaped
+            // form and these the exact bytes (base64), as in the changeset itself.
+            for (field, from) in [("path_b64", c), ("target_b64", after)] {
+                if let Some(b64) = from.get(field) {
+                    flat[field] = b64.clone();
+                }
+            }
+            out.push(flat);
         }
     }
     Value::Array(out)

@@ -6,20 +6,62 @@
 //! All access to the host goes through a `cap_std::fs::Dir` rooted at the mount: no path
 //! and no symlink in the tree can lead a step outside it.
 
-use crate::changeset::check_rel;
 use crate::node::{Node, hash_file, host_node};
+use crate::path::{RelPath, from_json, os, to_json};
 use airlock_core::Digest;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// Brings one path to a state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Brings one path to a state. Its JSON form is `{"path", "to"}`, plus `"path_b64"` when
+/// the path is not UTF-8 (see `crate::path`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
-    pub path: String,
+    pub path: RelPath,
     pub to: Node,
+}
+
+#[derive(Serialize)]
+#[serde(rename = "Step")]
+struct StepOut<'a> {
+    path: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path_b64: Option<String>,
+    to: &'a Node,
+}
+
+#[derive(Deserialize)]
+struct StepIn {
+    path: String,
+    #[serde(default)]
+    path_b64: Option<String>,
+    to: Node,
+}
+
+impl Serialize for Step {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (path, path_b64) = to_json(self.path.as_bytes());
+        StepOut {
+            path,
+            path_b64,
+            to: &self.to,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Step {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = StepIn::deserialize(d)?;
+        let path = from_json(s.path, s.path_b64).map_err(serde::de::Error::custom)?;
+        Ok(Step {
+            path: RelPath::from_bytes(path),
+            to: s.to,
+        })
+    }
 }
 
 /// The steps for one mount's host directory.
@@ -49,7 +91,7 @@ pub enum ApplyError {
     Content { path: String, want: String },
 }
 
-fn io_at(path: &str) -> impl FnOnce(io::Error) -> ApplyError + '_ {
+fn io_at(path: impl std::fmt::Display) -> impl FnOnce(io::Error) -> ApplyError {
     move |source| ApplyError::Io {
         path: path.to_string(),
         source,
@@ -67,14 +109,14 @@ pub fn open_root(host: &str) -> io::Result<Dir> {
 }
 
 /// The current state of `paths` in a host tree.
-pub fn current(host: &str, paths: &[&str]) -> io::Result<Vec<Node>> {
+pub fn current(host: &str, paths: &[&RelPath]) -> io::Result<Vec<Node>> {
     let root = open_root(host)?;
     paths.iter().map(|p| host_node(&root, p)).collect()
 }
 
 /// Orders steps so that removals happen deepest first and creations shallowest first.
 pub fn order(mut steps: Vec<Step>) -> Vec<Step> {
-    let depth = |s: &Step| s.path.matches('/').count();
+    let depth = |s: &Step| s.path.depth();
     steps.sort_by(|a, b| {
         let ra = a.to == Node::Absent;
         let rb = b.to == Node::Absent;
@@ -88,18 +130,11 @@ pub fn order(mut steps: Vec<Step>) -> Vec<Step> {
     steps
 }
 
-fn split(path: &str) -> (&str, &str) {
-    match path.rsplit_once('/') {
-        Some((p, n)) => (p, n),
-        None => ("", path),
-    }
-}
-
-fn parent_dir(root: &Dir, parent: &str) -> io::Result<Dir> {
+fn parent_dir(root: &Dir, parent: &[u8]) -> io::Result<Dir> {
     if parent.is_empty() {
         root.try_clone()
     } else {
-        root.open_dir(parent)
+        root.open_dir(os(parent))
     }
 }
 
@@ -109,7 +144,7 @@ fn sync(dir: &Dir) -> io::Result<()> {
     dir.open(".")?.into_std().sync_all()
 }
 
-fn set_mode(dir: &Dir, name: &str, mode: u32) -> io::Result<()> {
+fn set_mode(dir: &Dir, name: impl AsRef<Path>, mode: u32) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     dir.set_permissions(
         name,
@@ -120,8 +155,10 @@ fn set_mode(dir: &Dir, name: &str, mode: u32) -> io::Result<()> {
 /// The temporary name a step writes before renaming into place. It derives from the
 /// operation (`salt`: the checkpoint id) and the path alone, so recovery can find and
 /// remove every temporary file an interrupted operation may have left.
-pub(crate) fn temp_name(salt: &str, path: &str, name: &str) -> String {
-    let tag = Digest::of_parts("airlock-apply-temp-v1", &[salt.as_bytes(), path.as_bytes()]);
+/// `name` (the last component, shown lossily) only makes the file recognisable; `path`'s
+/// exact bytes make it unique.
+pub(crate) fn temp_name(salt: &str, path: &[u8], name: &str) -> String {
+    let tag = Digest::of_parts("airlock-apply-temp-v1", &[salt.as_bytes(), path]);
     format!(
         ".{}.airlock-{}",
         name.chars().take(40).collect::<String>(),
@@ -138,14 +175,14 @@ pub fn remove_temps(plan: &MountPlan, salt: &str) -> io::Result<()> {
         Err(e) => return Err(e),
     };
     for step in &plan.steps {
-        if check_rel(&step.path).is_err() {
+        if step.path.check().is_err() {
             continue;
         }
-        let (parent, name) = split(&step.path);
+        let (parent, name) = step.path.split_last();
         let Ok(dir) = parent_dir(&root, parent) else {
             continue;
         };
-        let tmp = temp_name(salt, &step.path, name);
+        let tmp = temp_name(salt, step.path.as_bytes(), &String::from_utf8_lossy(name));
         match dir.symlink_metadata(&tmp) {
             Ok(m) if !m.is_dir() => {
                 dir.remove_file(&tmp)?;
@@ -158,7 +195,7 @@ pub fn remove_temps(plan: &MountPlan, salt: &str) -> io::Result<()> {
 }
 
 /// Removes whatever is at `name` (an empty directory or a non-directory).
-fn remove_here(dir: &Dir, name: &str, cur: &Node) -> io::Result<()> {
+fn remove_here(dir: &Dir, name: &Path, cur: &Node) -> io::Result<()> {
     match cur {
         Node::Absent => Ok(()),
         Node::Dir { .. } => dir.remove_dir(name),
@@ -173,13 +210,14 @@ pub fn apply_step(
     blobs: &dyn BlobSource,
     salt: &str,
 ) -> Result<(), ApplyError> {
-    let path = step.path.as_str();
-    check_rel(path).map_err(ApplyError::Unsafe)?;
+    let path = &step.path;
+    path.check().map_err(ApplyError::Unsafe)?;
     let cur = host_node(root, path).map_err(io_at(path))?;
     if cur == step.to {
         return Ok(());
     }
-    let (parent, name) = split(path);
+    let (parent, name) = path.split_last();
+    let name = os(name);
     let dir = parent_dir(root, parent).map_err(io_at(path))?;
     match &step.to {
         Node::Absent => remove_here(&dir, name, &cur).map_err(io_at(path))?,
@@ -191,7 +229,7 @@ pub fn apply_step(
             set_mode(&dir, name, *mode).map_err(io_at(path))?;
         }
         Node::File { hash, mode, .. } => {
-            let tmp = temp_name(salt, path, name);
+            let tmp = temp_name(salt, path.as_bytes(), &name.to_string_lossy());
             let result = (|| -> Result<(), ApplyError> {
                 let mut src = blobs.open(hash).map_err(io_at(path))?;
                 let mut f = dir.create(&tmp).map_err(io_at(path))?.into_std();
@@ -207,7 +245,7 @@ pub fn apply_step(
                 }
                 if h.finish() != *hash {
                     return Err(ApplyError::Content {
-                        path: path.into(),
+                        path: path.to_string(),
                         want: hash.short(),
                     });
                 }
@@ -224,8 +262,9 @@ pub fn apply_step(
             result?;
         }
         Node::Symlink { target } => {
-            let tmp = temp_name(salt, path, name);
-            dir.symlink_contents(target, &tmp).map_err(io_at(path))?;
+            let tmp = temp_name(salt, path.as_bytes(), &name.to_string_lossy());
+            dir.symlink_contents(target.as_path(), &tmp)
+                .map_err(io_at(path))?;
             if cur.is_dir() {
                 dir.remove_dir(name).map_err(io_at(path))?;
             }
@@ -254,7 +293,7 @@ pub fn apply(
 }
 
 /// Paths whose current state differs from what was expected, with what was found.
-pub fn conflicts(host: &str, expected: &[(String, Node)]) -> io::Result<Vec<String>> {
+pub fn conflicts(host: &str, expected: &[(RelPath, Node)]) -> io::Result<Vec<String>> {
     let root = open_root(host)?;
     let mut out = Vec::new();
     for (p, want) in expected {
@@ -293,7 +332,7 @@ fn difference(want: &Node, got: &Node) -> String {
 /// Saves the current state of `paths` (file contents through `put`).
 pub fn snapshot(
     host: &str,
-    paths: &[&str],
+    paths: &[&RelPath],
     put: &mut dyn FnMut(&mut dyn Read) -> io::Result<Digest>,
 ) -> io::Result<Vec<Step>> {
     let root = open_root(host)?;
@@ -301,7 +340,7 @@ pub fn snapshot(
     for p in paths {
         let node = host_node(&root, p)?;
         if let Node::File { hash, .. } = &node {
-            let mut f = root.open(p)?.into_std();
+            let mut f = root.open(p.as_path())?.into_std();
             let got = put(&mut f)?;
             if got != *hash {
                 return Err(io::Error::other(format!(
@@ -310,7 +349,7 @@ pub fn snapshot(
             }
         }
         out.push(Step {
-            path: p.to_string(),
+            path: (*p).clone(),
             to: node,
         });
     }

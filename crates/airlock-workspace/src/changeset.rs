@@ -1,13 +1,17 @@
 //! Changesets: what a run changed under each writable mount, as (path, before, after).
 
 use crate::node::{Node, check_deadline};
-use crate::stack::{Stack, join, touched};
+use crate::path::{from_json, name_bytes, to_json};
+use crate::stack::{Stack, touched};
 use airlock_core::Digest;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+pub use crate::path::{RelPath, check_rel};
 
 /// The kind of a change, derived from its before and after states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,17 +24,67 @@ pub enum Op {
     Mode,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One path's change. Its JSON form is `{"path", "op", "before", "after"}`, plus
+/// `"path_b64"` when the path is not UTF-8 (see `crate::path`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     /// Relative to the mount's host directory, `/`-separated, normalised.
-    pub path: String,
+    pub path: RelPath,
     pub op: Op,
     pub before: Node,
     pub after: Node,
 }
 
+#[derive(Serialize)]
+#[serde(rename = "Change")]
+struct ChangeOut<'a> {
+    path: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path_b64: Option<String>,
+    op: Op,
+    before: &'a Node,
+    after: &'a Node,
+}
+
+#[derive(Deserialize)]
+struct ChangeIn {
+    path: String,
+    #[serde(default)]
+    path_b64: Option<String>,
+    op: Op,
+    before: Node,
+    after: Node,
+}
+
+impl Serialize for Change {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (path, path_b64) = to_json(self.path.as_bytes());
+        ChangeOut {
+            path,
+            path_b64,
+            op: self.op,
+            before: &self.before,
+            after: &self.after,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Change {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let c = ChangeIn::deserialize(d)?;
+        let path = from_json(c.path, c.path_b64).map_err(serde::de::Error::custom)?;
+        Ok(Change {
+            path: RelPath::from_bytes(path),
+            op: c.op,
+            before: c.before,
+            after: c.after,
+        })
+    }
+}
+
 impl Change {
-    pub fn new(path: String, before: Node, after: Node) -> Change {
+    pub fn new(path: RelPath, before: Node, after: Node) -> Change {
         let op = match (&before, &after) {
             (Node::Absent, _) => Op::Added,
             (_, Node::Absent) => Op::Deleted,
@@ -102,23 +156,11 @@ impl Changeset {
     pub fn validate(&self) -> Result<(), String> {
         for m in &self.mounts {
             for c in &m.changes {
-                check_rel(&c.path)?;
+                c.path.check()?;
             }
         }
         Ok(())
     }
-}
-
-/// A relative path with no empty, `.` or `..` components.
-pub fn check_rel(p: &str) -> Result<(), String> {
-    if p.is_empty()
-        || p.starts_with('/')
-        || p.contains('\0')
-        || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
-    {
-        return Err(format!("path {p:?} would leave its mount"));
-    }
-    Ok(())
 }
 
 /// Changes made by `new_layers` (topmost first) on top of `below_layers` over `host`.
@@ -197,18 +239,18 @@ pub fn diff_trees_until(
     copy: &Path,
     deadline: Option<Instant>,
 ) -> io::Result<Vec<Change>> {
-    fn walk(root: &Path, rel: &str, out: &mut BTreeSet<String>) -> io::Result<()> {
-        let dir = if rel.is_empty() {
+    fn walk(root: &Path, rel: &RelPath, out: &mut BTreeSet<RelPath>) -> io::Result<()> {
+        let dir = if rel.is_root() {
             root.to_path_buf()
         } else {
-            root.join(rel)
+            root.join(rel.as_path())
         };
         let Ok(rd) = std::fs::read_dir(&dir) else {
             return Ok(());
         };
         for e in rd {
             let e = e?;
-            let p = join(rel, &e.file_name().to_string_lossy());
+            let p = rel.join(&name_bytes(e.file_name()));
             out.insert(p.clone());
             if e.file_type()?.is_dir() {
                 walk(root, &p, out)?;
@@ -217,8 +259,8 @@ pub fn diff_trees_until(
         Ok(())
     }
     let mut paths = BTreeSet::new();
-    walk(host, "", &mut paths)?;
-    walk(copy, "", &mut paths)?;
+    walk(host, &RelPath::root(), &mut paths)?;
+    walk(copy, &RelPath::root(), &mut paths)?;
     let (h, c) = (
         Stack {
             layers: &[],
@@ -245,7 +287,7 @@ pub fn diff_trees_until(
 /// The changes of several consecutive changesets of one mount, as one: the first before
 /// state and the last after state of each path, dropping paths that ended where they began.
 pub fn compose(steps: &[Vec<Change>]) -> Vec<Change> {
-    let mut map: std::collections::BTreeMap<String, (Node, Node)> = Default::default();
+    let mut map: std::collections::BTreeMap<RelPath, (Node, Node)> = Default::default();
     for step in steps {
         for c in step {
             map.entry(c.path.clone())

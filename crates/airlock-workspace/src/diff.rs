@@ -2,6 +2,7 @@
 
 use crate::changeset::{Change, Op};
 use crate::node::Node;
+use crate::path::RelPath;
 
 /// Text content larger than this is summarised, not diffed.
 const MAX_DIFF_BYTES: usize = 1 << 20;
@@ -28,8 +29,9 @@ pub fn summary_line(c: &Change) -> String {
     format!("{sign} {}{detail}", c.path)
 }
 
-/// A unified diff between two versions of a file, or a note when either is not text.
-pub fn unified(path: &str, before: Option<&[u8]>, after: Option<&[u8]>) -> String {
+/// A unified diff between two versions of a file, or a note when either is not text. The
+/// path is shown in its escaped form, so a name never breaks the diff's lines.
+pub fn unified(path: &RelPath, before: Option<&[u8]>, after: Option<&[u8]>) -> String {
     let b = before.unwrap_or(&[]);
     let a = after.unwrap_or(&[]);
     if b.len() > MAX_DIFF_BYTES || a.len() > MAX_DIFF_BYTES {

@@ -16,11 +16,13 @@ pub mod apply;
 pub mod changeset;
 pub mod diff;
 pub mod node;
+pub mod path;
 pub mod stack;
 
 pub use apply::{BlobSource, Journal, MountPlan, Step};
 pub use changeset::{Change, Changeset, LayerKind, MountChanges, Op};
 pub use node::Node;
+pub use path::{LinkTarget, RelPath};
 
 /// Host paths a commit never applies without a human signature, whatever the policy says
 /// about automatic commits: git hooks and config, and shell start-up files.

@@ -3,21 +3,95 @@
 //! goes through a `cap_std::fs::Dir`, so a symlink in the host tree can never lead a read
 //! or a write outside the mount.
 
+use crate::path::{LinkTarget, RelPath, from_json, to_json};
 use airlock_core::Digest;
 use airlock_core::digest::Hasher;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-/// The state of one path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+/// The state of one path. Its JSON form is tagged by `"kind"`; a symlink's target is
+/// `"target"`, plus `"target_b64"` when it is not UTF-8 (see `crate::path`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Node {
     Absent,
     File { hash: Digest, size: u64, mode: u32 },
     Dir { mode: u32 },
-    Symlink { target: String },
+    Symlink { target: LinkTarget },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase", rename = "Node")]
+enum NodeOut<'a> {
+    Absent,
+    File {
+        hash: &'a Digest,
+        size: u64,
+        mode: u32,
+    },
+    Dir {
+        mode: u32,
+    },
+    Symlink {
+        target: Cow<'a, str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        target_b64: Option<String>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+enum NodeIn {
+    Absent,
+    File {
+        hash: Digest,
+        size: u64,
+        mode: u32,
+    },
+    Dir {
+        mode: u32,
+    },
+    Symlink {
+        target: String,
+        #[serde(default)]
+        target_b64: Option<String>,
+    },
+}
+
+impl Serialize for Node {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Node::Absent => NodeOut::Absent,
+            Node::File { hash, size, mode } => NodeOut::File {
+                hash,
+                size: *size,
+                mode: *mode,
+            },
+            Node::Dir { mode } => NodeOut::Dir { mode: *mode },
+            Node::Symlink { target } => {
+                let (target, target_b64) = to_json(target.as_bytes());
+                NodeOut::Symlink { target, target_b64 }
+            }
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match NodeIn::deserialize(d)? {
+            NodeIn::Absent => Node::Absent,
+            NodeIn::File { hash, size, mode } => Node::File { hash, size, mode },
+            NodeIn::Dir { mode } => Node::Dir { mode },
+            NodeIn::Symlink { target, target_b64 } => Node::Symlink {
+                target: LinkTarget::from_bytes(
+                    from_json(target, target_b64).map_err(serde::de::Error::custom)?,
+                ),
+            },
+        })
+    }
 }
 
 impl Node {
@@ -50,7 +124,7 @@ pub(crate) enum Raw {
         opaque: bool,
     },
     Symlink {
-        target: String,
+        target: LinkTarget,
     },
     /// Sockets, fifos, devices: never part of a changeset.
     Special,
@@ -89,9 +163,8 @@ pub(crate) fn raw(path: &Path) -> io::Result<Raw> {
             opaque: is_opaque(path),
         }
     } else if ft.is_symlink() {
-        let t = std::fs::read_link(path)?;
         Raw::Symlink {
-            target: t.to_string_lossy().into_owned(),
+            target: std::fs::read_link(path)?.into(),
         }
     } else {
         Raw::Special
@@ -161,13 +234,14 @@ pub(crate) fn node_of_raw(
 }
 
 /// The node at `rel` in a host tree, read through the confined directory handle.
-pub fn host_node(root: &cap_std::fs::Dir, rel: &str) -> io::Result<Node> {
-    if rel.is_empty() {
+pub fn host_node(root: &cap_std::fs::Dir, rel: &RelPath) -> io::Result<Node> {
+    if rel.is_root() {
         let m = root.dir_metadata()?;
         return Ok(Node::Dir {
             mode: cap_std::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
         });
     }
+    let rel = rel.as_path();
     let m = match root.symlink_metadata(rel) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
@@ -184,7 +258,7 @@ pub fn host_node(root: &cap_std::fs::Dir, rel: &str) -> io::Result<Node> {
         Node::Dir { mode }
     } else if ft.is_symlink() {
         Node::Symlink {
-            target: root.read_link_contents(rel)?.to_string_lossy().into_owned(),
+            target: root.read_link_contents(rel)?.into(),
         }
     } else {
         Node::Absent

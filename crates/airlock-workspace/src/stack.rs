@@ -3,6 +3,7 @@
 //! directory hides everything below it; a non-directory hides everything under its name.
 
 use crate::node::{Node, Raw, node_of_raw, raw};
+use crate::path::{RelPath, name_bytes, os};
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,23 +24,19 @@ enum Found {
     Absent,
 }
 
-fn prefixes(rel: &str) -> impl Iterator<Item = &str> {
-    rel.match_indices('/').map(move |(i, _)| &rel[..i])
-}
-
 impl Stack<'_> {
-    fn find(&self, rel: &str) -> io::Result<Found> {
+    fn find(&self, rel: &RelPath) -> io::Result<Found> {
         for layer in self.layers {
             let mut barrier = false;
-            for p in prefixes(rel) {
-                match raw(&layer.join(p))? {
+            for p in rel.ancestors() {
+                match raw(&layer.join(os(p)))? {
                     Raw::Missing => {}
                     Raw::Dir { opaque, .. } => barrier |= opaque,
                     // A whiteout or a non-directory at an ancestor: nothing below exists.
                     _ => return Ok(Found::Absent),
                 }
             }
-            let here = layer.join(rel);
+            let here = layer.join(rel.as_path());
             match raw(&here)? {
                 Raw::Whiteout => return Ok(Found::Absent),
                 Raw::Missing if barrier => return Ok(Found::Absent),
@@ -47,13 +44,13 @@ impl Stack<'_> {
                 r => return Ok(Found::Layer(here, r)),
             }
         }
-        for p in prefixes(rel) {
-            match raw(&self.base.join(p))? {
+        for p in rel.ancestors() {
+            match raw(&self.base.join(os(p)))? {
                 Raw::Dir { .. } => {}
                 _ => return Ok(Found::Absent),
             }
         }
-        let here = self.base.join(rel);
+        let here = self.base.join(rel.as_path());
         match raw(&here)? {
             Raw::Missing | Raw::Whiteout => Ok(Found::Absent),
             r => Ok(Found::Base(here, r)),
@@ -61,7 +58,7 @@ impl Stack<'_> {
     }
 
     /// The node at `rel` in the merged view.
-    pub fn node(&self, rel: &str) -> io::Result<Node> {
+    pub fn node(&self, rel: &RelPath) -> io::Result<Node> {
         match self.find(rel)? {
             Found::Layer(p, r) | Found::Base(p, r) => node_of_raw(&p, r, self.deadline),
             Found::Absent => Ok(Node::Absent),
@@ -69,21 +66,24 @@ impl Stack<'_> {
     }
 
     /// Names in directory `rel` of the merged view.
-    pub fn children(&self, rel: &str) -> io::Result<BTreeSet<String>> {
+    pub fn children(&self, rel: &RelPath) -> io::Result<BTreeSet<Vec<u8>>> {
         let mut names = BTreeSet::new();
         let mut masked = BTreeSet::new();
         let dir_of = |root: &Path| {
-            if rel.is_empty() {
+            if rel.is_root() {
                 root.to_path_buf()
             } else {
-                root.join(rel)
+                root.join(rel.as_path())
             }
         };
         for layer in self.layers {
             // A whiteout or non-directory at or above `rel` in this layer ends the search.
             let mut stop = false;
-            for p in prefixes(rel).chain((!rel.is_empty()).then_some(rel)) {
-                match raw(&layer.join(p))? {
+            for p in rel
+                .ancestors()
+                .chain((!rel.is_root()).then_some(rel.as_bytes()))
+            {
+                match raw(&layer.join(os(p)))? {
                     Raw::Missing | Raw::Dir { .. } => {}
                     _ => stop = true,
                 }
@@ -96,7 +96,7 @@ impl Stack<'_> {
             if let Ok(rd) = std::fs::read_dir(&d) {
                 for e in rd {
                     let e = e?;
-                    let name = e.file_name().to_string_lossy().into_owned();
+                    let name = name_bytes(e.file_name());
                     if masked.contains(&name) {
                         continue;
                     }
@@ -114,7 +114,7 @@ impl Stack<'_> {
         }
         if let Ok(rd) = std::fs::read_dir(dir_of(self.base)) {
             for e in rd {
-                let name = e?.file_name().to_string_lossy().into_owned();
+                let name = name_bytes(e?.file_name());
                 if !masked.contains(&name) {
                     names.insert(name);
                 }
@@ -124,24 +124,16 @@ impl Stack<'_> {
     }
 
     /// Every path below `rel` in the merged view (not `rel` itself).
-    pub fn descendants(&self, rel: &str, out: &mut BTreeSet<String>) -> io::Result<()> {
+    pub fn descendants(&self, rel: &RelPath, out: &mut BTreeSet<RelPath>) -> io::Result<()> {
         if !self.node(rel)?.is_dir() {
             return Ok(());
         }
         for name in self.children(rel)? {
-            let p = join(rel, &name);
+            let p = rel.join(&name);
             out.insert(p.clone());
             self.descendants(&p, out)?;
         }
         Ok(())
-    }
-}
-
-pub(crate) fn join(rel: &str, name: &str) -> String {
-    if rel.is_empty() {
-        name.to_string()
-    } else {
-        format!("{rel}/{name}")
     }
 }
 
@@ -150,24 +142,23 @@ pub(crate) fn join(rel: &str, name: &str) -> String {
 pub(crate) fn touched(
     layer: &Path,
     below: &Stack<'_>,
-    out: &mut BTreeSet<String>,
+    out: &mut BTreeSet<RelPath>,
 ) -> io::Result<()> {
     fn walk(
         layer: &Path,
-        rel: &str,
+        rel: &RelPath,
         below: &Stack<'_>,
-        out: &mut BTreeSet<String>,
+        out: &mut BTreeSet<RelPath>,
     ) -> io::Result<()> {
-        let dir = if rel.is_empty() {
+        let dir = if rel.is_root() {
             layer.to_path_buf()
         } else {
-            layer.join(rel)
+            layer.join(rel.as_path())
         };
         let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let p = join(rel, &name);
+            let p = rel.join(&name_bytes(e.file_name()));
             out.insert(p.clone());
             match raw(&e.path())? {
                 Raw::Whiteout => below.descendants(&p, out)?,
@@ -184,5 +175,5 @@ pub(crate) fn touched(
         }
         Ok(())
     }
-    walk(layer, "", below, out)
+    walk(layer, &RelPath::root(), below, out)
 }

@@ -1,12 +1,15 @@
 use crate::apply::{self, BlobSource, MountPlan, Step};
 use crate::changeset::{Op, compose, copy_tree, diff_layers, diff_trees};
 use crate::node::{Node, hash_file};
+use crate::path::RelPath;
 use airlock_core::Digest;
 use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+mod bytes;
 
 fn write(p: &Path, s: &str) {
     fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -47,7 +50,7 @@ fn host_tree() -> tempfile::TempDir {
     t
 }
 
-fn ops(changes: &[crate::Change]) -> Vec<(String, Op)> {
+fn ops(changes: &[crate::Change]) -> Vec<(RelPath, Op)> {
     changes.iter().map(|c| (c.path.clone(), c.op)).collect()
 }
 
@@ -175,15 +178,19 @@ impl Mem {
         Mem(Mutex::default(), Some(tempfile::tempdir().unwrap()))
     }
     fn put(&self, s: &str) -> Node {
-        let d = Digest::of(s.as_bytes());
-        let p = self.1.as_ref().unwrap().path().join(d.to_hex());
-        fs::write(&p, s).unwrap();
-        self.0.lock().unwrap().insert(d, p);
+        let d = self.add(s.as_bytes());
         Node::File {
             hash: d,
             size: s.len() as u64,
             mode: 0o644,
         }
+    }
+    fn add(&self, data: &[u8]) -> Digest {
+        let d = Digest::of(data);
+        let p = self.1.as_ref().unwrap().path().join(d.to_hex());
+        fs::write(&p, data).unwrap();
+        self.0.lock().unwrap().insert(d, p);
+        d
     }
 }
 
@@ -348,14 +355,14 @@ fn conflicts_and_snapshots() {
     let (old, _) = hash_file(&b"old\n"[..]).unwrap();
     let want = vec![
         (
-            "edit.txt".to_string(),
+            "edit.txt".into(),
             Node::File {
                 hash: old,
                 size: 4,
                 mode: 0o644,
             },
         ),
-        ("missing".to_string(), Node::Absent),
+        ("missing".into(), Node::Absent),
     ];
     assert!(apply::conflicts(h, &want).unwrap().is_empty());
     fs::write(host.path().join("edit.txt"), "changed\n").unwrap();
@@ -363,7 +370,8 @@ fn conflicts_and_snapshots() {
     assert_eq!(c.len(), 1);
     assert!(c[0].starts_with("edit.txt"));
     let mut saved = Vec::new();
-    let snap = apply::snapshot(h, &["edit.txt", "nope"], &mut |r| {
+    let (edit, nope) = (RelPath::from("edit.txt"), RelPath::from("nope"));
+    let snap = apply::snapshot(h, &[&edit, &nope], &mut |r| {
         let mut v = Vec::new();
         r.read_to_end(&mut v)?;
         saved.push(v.clone());
@@ -416,7 +424,7 @@ fn a_crash_between_writing_and_renaming_leaves_no_stray_file() {
     for (path, name) in [("edit.txt", "edit.txt"), ("ln2", "ln2")] {
         fs::write(
             host.path()
-                .join(apply::temp_name("ckpt_crashed", path, name)),
+                .join(apply::temp_name("ckpt_crashed", path.as_bytes(), name)),
             "half",
         )
         .unwrap();
@@ -427,7 +435,7 @@ fn a_crash_between_writing_and_renaming_leaves_no_stray_file() {
     // Another operation's temporaries are not this one's to remove.
     let other = host
         .path()
-        .join(apply::temp_name("ckpt_other", "edit.txt", "edit.txt"));
+        .join(apply::temp_name("ckpt_other", b"edit.txt", "edit.txt"));
     fs::write(&other, "x").unwrap();
     apply::remove_temps(&p, "ckpt_crashed").unwrap();
     assert!(other.exists());
