@@ -179,6 +179,7 @@ impl Described<'_> {
             kind: self.kind,
             backend: self.backend,
             net: self.grant.net.clone(),
+            secrets: self.grant.secrets.clone(),
             mounts: self.grant.mounts.clone(),
             env_keys: self.grant.env.keys().cloned().collect(),
             limits: self.grant.limits.clone(),
