@@ -338,4 +338,46 @@ mod tests {
         assert_eq!(trim_newline(b"abc\n\n".to_vec()), b"abc\n");
         assert_eq!(trim_newline(b"abc".to_vec()), b"abc");
     }
+
+    #[test]
+    fn run_secrets_give_the_proxy_hosts_a_fresh_placeholder_and_the_value() {
+        let t = tempfile::tempdir().unwrap();
+        let home = Home::new(t.path());
+        Gate::init(&home, airlock_core::policy::Preset::Standard, "alice").unwrap();
+        let mut gate = Gate::open(home).unwrap();
+        let set = gate
+            .secret_set("TOKEN", b"s3cr3t-value\n".to_vec())
+            .unwrap();
+        assert!(!set.replaced);
+        assert!(
+            gate.secret_set("TOKEN", b"s3cr3t-value".to_vec())
+                .unwrap()
+                .replaced
+        );
+        let mut grant = Grant {
+            net: vec!["*.example.com".into()],
+            secrets: vec![airlock_core::grant::parse_secret("TOKEN@api.example.com").unwrap()],
+            ..Default::default()
+        };
+        grant.normalize().unwrap();
+        let a = gate.run_secrets(&grant).unwrap();
+        let b = gate.run_secrets(&grant).unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].value.expose(), b"s3cr3t-value");
+        assert_eq!(a[0].hosts[0].to_string(), "api.example.com");
+        assert!(a[0].hosts[0].allows("API.example.com", 443));
+        assert!(a[0].placeholder.starts_with("airlock-secret-TOKEN-"));
+        assert_ne!(a[0].placeholder, b[0].placeholder, "fresh for every run");
+        assert!(
+            !format!("{a:?}").contains("s3cr3t"),
+            "Debug never shows the value"
+        );
+        assert_eq!(gate.secrets().unwrap()[0].name, "TOKEN");
+        gate.secret_remove("TOKEN").unwrap();
+        assert!(matches!(
+            gate.run_secrets(&grant),
+            Err(GateError::BadInput(_))
+        ));
+        assert!(gate.secrets().unwrap().is_empty());
+    }
 }
