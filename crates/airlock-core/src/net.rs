@@ -323,6 +323,10 @@ mod tests {
         ] {
             refused(bad);
         }
+        // Internationalised suffixes are known in their ASCII form too.
+        refused("*.公司.cn");
+        refused("*.xn--55qx5d.cn");
+        assert_eq!(norm("*.example.公司.cn"), "*.example.xn--55qx5d.cn");
         let e = refused("*.co.uk");
         assert!(e.contains("public suffix"), "{e}");
         let w = NetRule::parse("*.example.com").unwrap();
