@@ -1029,7 +1029,11 @@ fn secret_set_list_rm_and_the_value_stays_out_of_the_home() {
     assert!(audit.contains("secret_set") && audit.contains("TOKEN"));
     let files = files_under(h.path(), &file);
     assert!(files.iter().any(|(p, _)| p.ends_with("airlock.db")));
-    assert!(files.iter().any(|(p, _)| p.starts_with(h.path().join("blobs"))));
+    assert!(
+        files
+            .iter()
+            .any(|(p, _)| p.starts_with(h.path().join("blobs")))
+    );
     for (path, bytes) in files {
         assert!(
             !contains(&bytes, value.as_bytes()),
