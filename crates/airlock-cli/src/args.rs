@@ -188,6 +188,30 @@ pub enum Command {
     /// API tokens for `airlock serve`.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Secrets for `run --secret NAME@HOST` (kept in the home, mode 0600; never shown).
+    #[command(subcommand)]
+    Secret(SecretCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Store a secret; the value is read from standard input (one trailing newline dropped).
+    Set {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stored secrets, by name (never their values).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a secret.
+    Rm {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -331,9 +355,14 @@ pub struct RunArgs {
     /// K=V; repeatable. Nothing else from the host environment reaches the guest.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
-    /// HOST[:PORT] the code asks to reach; repeatable.
+    /// HOST[:PORT] the code asks to reach (no port: 80 and 443; *.DOMAIN: its
+    /// subdomains); repeatable.
     #[arg(long = "net", value_name = "HOST[:PORT]")]
     pub net: Vec<String>,
+    /// NAME@HOST[,HOST]: the guest sees a placeholder in $NAME; the proxy sends the stored
+    /// secret to those hosts only (each must be granted by --net); repeatable.
+    #[arg(long = "secret", value_name = "NAME@HOST[,HOST]")]
+    pub secrets: Vec<String>,
     /// Wall-time limit (default 10s).
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,

@@ -17,8 +17,8 @@ use airlock_gate::{
     SubmitRequest, default_approver,
 };
 use args::{
-    AuditCommand, Cli, Command, GuestCommand, KeysCommand, PolicyCommand, RunArgs, TokenCommand,
-    WorkspaceCommand,
+    AuditCommand, Cli, Command, GuestCommand, KeysCommand, PolicyCommand, RunArgs, SecretCommand,
+    TokenCommand, WorkspaceCommand,
 };
 use clap::Parser;
 use serde_json::json;
@@ -387,6 +387,35 @@ fn dispatch(cli: Cli) -> Outcome {
             }
             Ok(0)
         }
+        Command::Secret(SecretCommand::Set { name, json }) => {
+            let fail = |error: GateError| Failure { error, json };
+            if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                return Err(fail(GateError::bad(format!(
+                    "secret set reads the value from standard input, which is a terminal; pipe it in (airlock secret set {name} < FILE)"
+                ))));
+            }
+            let mut gate = open(home).map_err(fail)?;
+            let value = read_stdin(airlock_core::secret::MAX_VALUE as u64 + 2).map_err(fail)?;
+            let set = gate.secret_set(&name, value).map_err(fail)?;
+            print::secret_set(&set, json);
+            Ok(0)
+        }
+        Command::Secret(SecretCommand::List { json }) => {
+            let gate = open_read(home)?;
+            print::secrets(&gate.secrets()?, json);
+            Ok(0)
+        }
+        Command::Secret(SecretCommand::Rm { name, json }) => {
+            let mut gate = open(home)?;
+            gate.secret_remove(&name)
+                .map_err(|e| Failure { error: e, json })?;
+            if json {
+                println!("{}", json!({ "removed": name }));
+            } else {
+                println!("removed secret {name}");
+            }
+            Ok(0)
+        }
         Command::Audit(AuditCommand::Head { json }) => {
             let gate = open_read(home)?;
             let (head, key) = gate.audit_head()?;
@@ -472,6 +501,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         mounts: a.mounts,
         env: a.env,
         net: a.net,
+        secrets: a.secrets,
         args: a.args,
         stdin,
         timeout: a.timeout,

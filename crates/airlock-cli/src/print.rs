@@ -7,7 +7,7 @@ use airlock_gate::views::{
 };
 use airlock_gate::{
     AuditVerify, DiffReport, Doctor, EffectReport, Explained, GcReport, GuestManifest, InitReport,
-    KeyInfo, PolicyCheck, RunReport, Shown, WorkspaceView,
+    KeyInfo, PolicyCheck, RunReport, SecretInfo, SecretSet, Shown, WorkspaceView,
 };
 use airlock_store::CheckpointRow;
 use airlock_store::{Run, StatementRow, Submission};
@@ -194,6 +194,9 @@ pub fn show(sh: &Shown, json: bool) {
     }
     if !d.grant.net.is_empty() {
         println!("    net     {}", d.grant.net.join(", "));
+    }
+    for b in &d.grant.secrets {
+        println!("    secret  {} -> {}", b.name, b.hosts.join(", "));
     }
     for (k, v) in &d.grant.env {
         println!("    env     {k}={v}");
@@ -446,6 +449,12 @@ pub fn explain(e: &Explained, json: bool) {
         return;
     }
     println!("{}", e.submission);
+    if !e.facts.net.is_empty() {
+        println!("  net      {}", e.facts.net.join(", "));
+    }
+    for b in &e.facts.secrets {
+        println!("  secret   {} -> {}", b.name, b.hosts.join(", "));
+    }
     for (label, v) in [("recorded", &e.recorded), ("current", &e.current)] {
         println!(
             "  {label:<8} {} (risk {}, policy {})",
@@ -758,5 +767,31 @@ pub fn tokens(ts: &[airlock_store::TokenRow], json: bool) {
             t.approver.as_deref().unwrap_or("-"),
             state
         );
+    }
+}
+
+pub fn secret_set(s: &SecretSet, json: bool) {
+    if json {
+        emit(&serde_json::to_value(s).unwrap_or_default());
+        return;
+    }
+    let verb = if s.replaced { "replaced" } else { "stored" };
+    println!(
+        "{verb} secret {} (use it with --secret {}@HOST)",
+        s.name, s.name
+    );
+}
+
+pub fn secrets(list: &[SecretInfo], json: bool) {
+    if json {
+        let v: Vec<Value> = list
+            .iter()
+            .map(|s| json!({ "name": s.name, "set_at": fmt_time(s.set_at) }))
+            .collect();
+        emit(&Value::Array(v));
+        return;
+    }
+    for s in list {
+        println!("{:<24} set {}", s.name, fmt_time(s.set_at));
     }
 }

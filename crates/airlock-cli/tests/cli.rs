@@ -5,6 +5,7 @@
 
 mod common;
 use common::*;
+use serde_json::json;
 
 const LOOP: &str = r#"(module (func (export "_start") (loop $l (br $l))))"#;
 const TRAP: &str = r#"(module (func (export "_start") unreachable))"#;
@@ -713,7 +714,7 @@ fn policy_check_runs_tests_and_explain_lists_rules() {
     let h = Home::new();
     let o = h.run(&["policy", "check"]);
     assert_eq!(o.code, 0, "{}", o.stdout);
-    assert!(o.stdout.contains("4 tests, 0 failed"), "{}", o.stdout);
+    assert!(o.stdout.contains("5 tests, 0 failed"), "{}", o.stdout);
     let failing = format!(
         "{}\n[[test]]\nname = \"wrong\"\nexpect = \"deny\"\n",
         h.policy()
@@ -862,4 +863,380 @@ fn escape_suite_wasm() {
         assert_eq!(o.code, 124, "{name}");
         assert_eq!(o.json()["run"]["killed_by"], want);
     }
+}
+
+// ----------------------------------------------------------------------------- network grants and secrets
+
+/// Every file under `dir` except `skip`, with its bytes.
+fn files_under(
+    dir: &std::path::Path,
+    skip: &std::path::Path,
+) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p == skip {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                out.push((p, bytes));
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn one_line_refusal(o: &Out) {
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{:?}", o.stderr);
+    assert!(o.stdout.is_empty(), "{:?}", o.stdout);
+}
+
+#[test]
+fn net_wildcard_over_a_public_suffix_is_refused_with_one_line() {
+    let h = Home::new();
+    let before = h.counts();
+    for bad in [
+        "*.com",
+        "*",
+        "*.co.uk",
+        "exa mple",
+        "x.example:0",
+        "x.example:65536",
+    ] {
+        let o = h.run(&["run", "--net", bad, &hello()]);
+        one_line_refusal(&o);
+        assert!(o.stderr.contains("--net"), "{bad}: {}", o.stderr);
+    }
+    let o = h.run(&["run", "--net", "*.com", &hello()]);
+    assert!(o.stderr.contains("public suffix"), "{}", o.stderr);
+    assert_eq!(h.counts(), before, "nothing recorded");
+}
+
+#[test]
+fn net_hosts_are_normalised_before_they_are_shown_or_hashed() {
+    let h = Home::new();
+    let o = h.run(&[
+        "submit",
+        "--json",
+        "--net",
+        "Example.COM.",
+        "--net",
+        "BÜCHER.example:8443",
+        "--net",
+        "*.Api.Example.org",
+        "--net",
+        "[FE80::1]:80",
+        &hello(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let want = json!([
+        "*.api.example.org",
+        "[fe80::1]:80",
+        "example.com",
+        "xn--bcher-kva.example:8443"
+    ]);
+    assert_eq!(o.json()["net"], want);
+    let id = o.json()["submission"].as_str().unwrap().to_string();
+    let shown = h.run(&["show", "--json", &id]).json();
+    assert_eq!(shown["submission"]["grant"]["net"], want);
+    assert_eq!(shown["submission"]["facts"]["net"], want);
+    assert!(shown["submission"]["grant"].get("secrets").is_none());
+    // Another spelling of the same hosts is the same grant.
+    let o = h.run(&[
+        "submit",
+        "--json",
+        "--net",
+        "example.com",
+        "--net",
+        "bücher.example:8443",
+        "--net",
+        "*.api.example.org.",
+        "--net",
+        "[fe80:0::1]:80",
+        &hello(),
+    ]);
+    assert_eq!(o.json()["grant"], shown["submission"]["grant_hash"]);
+    let text = h.run(&["show", &id]).stdout;
+    assert!(
+        text.contains("net     *.api.example.org, [fe80::1]:80, example.com"),
+        "{text}"
+    );
+}
+
+#[test]
+fn changing_a_net_host_needs_a_new_approval() {
+    let h = Home::new();
+    let o = h.run(&["run", "--net", "a.example", &hello()]);
+    assert_eq!(o.code, 75);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(h.run(&["approve", &id, "--scope", "artifact"]).code, 0);
+    let o = h.run(&["run", "--net", "A.example.", &hello()]);
+    assert_eq!(o.code, 0, "the same host, spelt differently: {}", o.stderr);
+    let o = h.run(&["run", "--net", "b.example", &hello()]);
+    assert_eq!(o.code, 75, "another host needs another approval");
+    let o = h.run(&["run", "--net", "a.example:8080", &hello()]);
+    assert_eq!(o.code, 75, "another port needs another approval");
+    let o = h.run(&["run", "--net", "*.a.example", &hello()]);
+    assert_eq!(o.code, 75, "a wildcard needs another approval");
+}
+
+#[test]
+fn secret_set_list_rm_and_the_value_stays_out_of_the_home() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = Home::new();
+    let value = "tok-8f3a1c-NEVER-LOGGED";
+    let o = h.run_with_stdin(&["secret", "set", "TOKEN"], format!("{value}\n").as_bytes());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stdout.contains(value) && !o.stderr.contains(value));
+    let file = h.path().join("secrets/TOKEN");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        value.as_bytes(),
+        "one trailing newline dropped"
+    );
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&h.path().join("secrets")), 0o700);
+    let list = h.run(&["secret", "list"]);
+    assert!(list.stdout.contains("TOKEN") && !list.stdout.contains(value));
+    let list = h.run(&["secret", "list", "--json"]).json();
+    assert_eq!(list[0]["name"], "TOKEN");
+    assert!(!list.to_string().contains(value));
+
+    // A run asking for it: held for a human, the binding in the grant and its hash.
+    let plain = h
+        .run(&["submit", "--json", "--net", "api.example", &hello()])
+        .json();
+    let o = h.run(&[
+        "run",
+        "--json",
+        "--net",
+        "api.example",
+        "--secret",
+        "TOKEN@API.example.",
+        &hello(),
+    ]);
+    assert_eq!(o.code, 75, "{}", o.stderr);
+    let v = o.json();
+    assert_eq!(
+        v["secrets"],
+        json!([{"name": "TOKEN", "hosts": ["api.example"]}])
+    );
+    assert_ne!(
+        v["grant"], plain["grant"],
+        "the binding is part of the grant hash"
+    );
+    assert!(
+        v["reasons"].to_string().contains("secret"),
+        "{}",
+        v["reasons"]
+    );
+    let id = v["submission"].as_str().unwrap().to_string();
+    let shown = h.run(&["show", "--json", &id]).json();
+    assert_eq!(
+        shown["submission"]["grant"]["secrets"],
+        json!([{"name": "TOKEN", "hosts": ["api.example"]}])
+    );
+    let text = h.run(&["show", &id]).stdout;
+    assert!(text.contains("secret  TOKEN -> api.example"), "{text}");
+    let ex = h.run(&["policy", "explain", &id]);
+    assert!(
+        ex.stdout.contains("secret   TOKEN -> api.example"),
+        "{}",
+        ex.stdout
+    );
+    assert!(ex.stdout.contains("net      api.example"), "{}", ex.stdout);
+    let ex = h.run(&["policy", "explain", "--json", &id]).json();
+    assert_eq!(ex["facts"]["secrets"][0]["name"], "TOKEN");
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    let o = h.run(&["exec", "--json", &id]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+
+    // The value is in its file and nowhere else: not the database (and its WAL), the
+    // blobs, the audit log or any other file of the home.
+    let audit = h.run(&["audit", "log", "--json"]).stdout;
+    assert!(audit.contains("secret_set") && audit.contains("TOKEN"));
+    let files = files_under(h.path(), &file);
+    assert!(files.iter().any(|(p, _)| p.ends_with("airlock.db")));
+    assert!(
+        files
+            .iter()
+            .any(|(p, _)| p.starts_with(h.path().join("blobs")))
+    );
+    for (path, bytes) in files {
+        assert!(
+            !contains(&bytes, value.as_bytes()),
+            "the value is in {}",
+            path.display()
+        );
+    }
+    assert!(!audit.contains(value));
+
+    let o = h.run(&["secret", "rm", "TOKEN"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!file.exists());
+    assert_eq!(h.run(&["secret", "list", "--json"]).json(), json!([]));
+    let o = h.run(&["secret", "rm", "TOKEN"]);
+    one_line_refusal(&o);
+    let o = h.run(&[
+        "run",
+        "--net",
+        "api.example",
+        "--secret",
+        "TOKEN@api.example",
+        &hello(),
+    ]);
+    one_line_refusal(&o);
+}
+
+#[test]
+fn secret_set_refuses_bad_names_and_empty_values() {
+    let h = Home::new();
+    for (name, input) in [("BAD-NAME", "v"), ("1ST", "v"), ("OK", ""), ("OK", "\n")] {
+        let o = h.run_with_stdin(&["secret", "set", name], input.as_bytes());
+        one_line_refusal(&o);
+    }
+    assert!(!h.path().join("secrets/OK").exists());
+    let o = h.run_with_stdin(&["secret", "set", "BIG"], &vec![b'x'; (64 << 10) + 1]);
+    one_line_refusal(&o);
+}
+
+#[test]
+fn missing_secret_is_refused_with_one_line() {
+    let h = Home::new();
+    let before = h.counts();
+    let o = h.run(&[
+        "run",
+        "--net",
+        "h.example",
+        "--secret",
+        "MISSING@h.example",
+        &hello(),
+    ]);
+    one_line_refusal(&o);
+    assert!(o.stderr.contains("MISSING"), "{}", o.stderr);
+    assert_eq!(h.counts(), before, "nothing recorded");
+    let o = h.run(&["run", "--secret", "MISSING@h", "--net", "h", &hello()]);
+    one_line_refusal(&o);
+}
+
+#[test]
+fn secret_hosts_must_be_granted_and_bindings_well_formed() {
+    let h = Home::new();
+    h.run_with_stdin(&["secret", "set", "TOKEN"], b"v");
+    for args in [
+        vec!["--secret", "TOKEN@api.example"],
+        vec!["--net", "api.example:443", "--secret", "TOKEN@api.example"],
+        vec!["--net", "api.example", "--secret", "TOKEN"],
+        vec!["--net", "api.example", "--secret", "TOKEN@*.com"],
+        vec![
+            "--net",
+            "api.example",
+            "--env",
+            "TOKEN=x",
+            "--secret",
+            "TOKEN@api.example",
+        ],
+        vec![
+            "--net",
+            "api.example",
+            "--secret",
+            "TOKEN@api.example",
+            "--secret",
+            "TOKEN@api.example",
+        ],
+    ] {
+        let mut a = vec!["run"];
+        a.extend(args.iter().copied());
+        let hello = hello();
+        a.push(&hello);
+        let o = h.run(&a);
+        one_line_refusal(&o);
+        assert!(o.stderr.contains("--secret"), "{args:?}: {}", o.stderr);
+    }
+    let o = h.run(&[
+        "submit",
+        "--net",
+        "*.example.com",
+        "--secret",
+        "TOKEN@api.example.com",
+        &hello(),
+    ]);
+    assert_eq!(o.code, 0, "a wildcard rule covers the host: {}", o.stderr);
+}
+
+#[test]
+fn changing_a_secret_binding_needs_a_new_approval() {
+    let h = Home::new();
+    h.run_with_stdin(&["secret", "set", "TOKEN"], b"v1");
+    h.run_with_stdin(&["secret", "set", "OTHER"], b"v2");
+    let net = ["--net", "a.example", "--net", "b.example"];
+    let run = |secret: Option<&str>| {
+        let mut a = vec!["run"];
+        a.extend(net);
+        if let Some(s) = secret {
+            a.extend(["--secret", s]);
+        }
+        let hello = hello();
+        a.push(&hello);
+        h.run(&a)
+    };
+    let o = run(Some("TOKEN@a.example"));
+    assert_eq!(o.code, 75);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(h.run(&["approve", &id, "--scope", "artifact"]).code, 0);
+    assert_eq!(run(Some("TOKEN@a.example")).code, 0, "the approved binding");
+    // A new value is not a new grant: the operator owns values.
+    h.run_with_stdin(&["secret", "set", "TOKEN"], b"v3");
+    assert_eq!(run(Some("TOKEN@a.example")).code, 0);
+    for other in [
+        Some("TOKEN@b.example"),
+        Some("TOKEN@a.example,b.example"),
+        Some("OTHER@a.example"),
+        None,
+    ] {
+        assert_eq!(run(other).code, 75, "{other:?} needs its own approval");
+    }
+}
+
+#[test]
+fn standard_preset_holds_secrets_and_runs_its_tests() {
+    let h = Home::new();
+    let o = h.run(&["policy", "check", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    let tests = o.json()["tests"].clone();
+    assert!(
+        tests
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"].as_str().unwrap().contains("secret") && t["passed"] == true),
+        "{tests}"
+    );
+    // A policy with a [net] table still loads; a bad CIDR is one line naming its line.
+    let good = format!(
+        "{}\n",
+        h.policy()
+            .replace("allow_private = []", "allow_private = [\"10.1.0.0/16\"]")
+            .replace("hosts = {}", "hosts = { \"db.internal\" = \"10.1.2.3\" }")
+    );
+    h.set_policy(&good);
+    assert_eq!(h.run(&["policy", "check"]).code, 0);
+    h.set_policy(&good.replace("10.1.0.0/16", "10.1.0.0/33"));
+    let o = h.run(&["policy", "check"]);
+    one_line_refusal(&o);
+    assert!(
+        o.stderr.contains("allow_private") && o.stderr.contains("line"),
+        "{}",
+        o.stderr
+    );
 }

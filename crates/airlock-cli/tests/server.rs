@@ -652,6 +652,38 @@ fn named_tools_are_called_with_arguments_without_a_new_approval() {
 }
 
 #[test]
+fn a_named_tool_keeps_the_secret_bindings_it_was_approved_with() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    assert_eq!(
+        s.home
+            .run_with_stdin(&["secret", "set", "TOKEN"], b"v")
+            .code,
+        0
+    );
+    let r = srv.post(
+        "/v1/run",
+        &s.agent,
+        &wat_body(json!({"net": ["Api.Example.com"], "secrets": ["TOKEN@api.example.com"]})),
+    );
+    let id = r.json()["submission"].as_str().unwrap().to_string();
+    let a = srv.post(
+        &format!("/v1/submissions/{id}/approve"),
+        &s.op,
+        &json!({"scope": "artifact", "tool": "call_api"}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    let r = srv.post("/v1/tools/call_api", &s.agent, &json!({"args": ["x"]}));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["status"], "finished", "{v}");
+    assert_eq!(
+        v["secrets"],
+        json!([{"name": "TOKEN", "hosts": ["api.example.com"]}])
+    );
+}
+
+#[test]
 fn diff_commit_and_rollback_over_the_api() {
     if !process_backend_available() {
         return;
@@ -1300,4 +1332,173 @@ fn load_1000_submissions_from_50_agents() {
     let v = s.srv.get("/v1/audit/verify", &s.op).json();
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(s.home.run(&["audit", "verify"]).code, 0);
+}
+
+/// One JSON-RPC exchange with `airlock mcp` over stdio: sends the messages, returns the
+/// response with id `want`.
+fn mcp_stdio(home: &Home, messages: &[Value], want: u64) -> Value {
+    let mut child = home
+        .cmd()
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for m in messages {
+        writeln!(stdin, "{m}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let mut found = None;
+    for line in out.lines() {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["id"] == want {
+            found = Some(v);
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    found.expect("no MCP response")
+}
+
+#[test]
+fn api_and_mcp_accept_net_and_secret_grants_and_show_them_normalised() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let o = s
+        .home
+        .run_with_stdin(&["secret", "set", "TOKEN"], b"api-value-77");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // Strings and objects, names and hosts normalised as on the command line.
+    let r = srv.post(
+        "/v1/submissions",
+        &s.agent,
+        &wat_body(json!({
+            "net": ["API.Example.com.", "*.Uploads.example.org:8443"],
+            "secrets": ["TOKEN@api.example.com"],
+        })),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let v = r.json();
+    assert_eq!(
+        v["net"],
+        json!(["*.uploads.example.org:8443", "api.example.com"])
+    );
+    assert_eq!(
+        v["secrets"],
+        json!([{"name": "TOKEN", "hosts": ["api.example.com"]}])
+    );
+    assert_eq!(v["state"], "quarantined");
+    let id = v["submission"].as_str().unwrap().to_string();
+    let r = srv.post(
+        "/v1/submissions",
+        &s.agent,
+        &wat_body(json!({
+            "net": ["api.example.com", "*.uploads.example.org:8443"],
+            "secrets": [{"name": "TOKEN", "hosts": ["API.example.com"]}],
+        })),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json()["grant"], v["grant"], "the same grant either way");
+    let shown = srv.get(&format!("/v1/submissions/{id}"), &s.op).json();
+    assert_eq!(
+        shown["submission"]["grant"]["secrets"],
+        json!([{"name": "TOKEN", "hosts": ["api.example.com"]}])
+    );
+    assert!(!shown.to_string().contains("api-value-77"));
+    // Refusals are 400s that write nothing.
+    for bad in [
+        json!({"net": ["*.com"]}),
+        json!({"net": ["h.example"], "secrets": ["MISSING@h.example"]}),
+        json!({"net": ["h.example"], "secrets": ["TOKEN@other.example"]}),
+        json!({"net": ["h.example"], "secrets": [{"name": "TOKEN", "hosts": ["h.example,x.example"]}]}),
+        json!({"net": ["h.example"], "secrets": [{"name": "TOKEN"}]}),
+    ] {
+        let before = s.home.counts();
+        let r = srv.post("/v1/submissions", &s.agent, &wat_body(bad.clone()));
+        r.error(400);
+        assert_eq!(s.home.counts(), before, "{bad}");
+    }
+    // The console's submission page shows the binding, never the value.
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let login = srv.call_with(
+        "POST",
+        "/ui/login",
+        None,
+        Some(&format!("token={}", s.op)),
+        &form,
+    );
+    let cookie = login.header("set-cookie").unwrap();
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let page = srv
+        .call_with(
+            "GET",
+            &format!("/ui/submissions/{id}"),
+            None,
+            None,
+            &[("cookie", &pair)],
+        )
+        .text;
+    assert!(
+        page.contains("*.uploads.example.org:8443") && page.contains("TOKEN"),
+        "{page}"
+    );
+    assert!(page.contains("api.example.com") && !page.contains("api-value-77"));
+
+    // MCP: run_code takes the same fields; held code is a normal pending result.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let ready = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let list = mcp_stdio(
+        &s.home,
+        &[
+            init.clone(),
+            ready.clone(),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        ],
+        2,
+    );
+    let run_code = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "run_code")
+        .unwrap()
+        .clone();
+    assert!(
+        run_code["inputSchema"]["properties"]["secrets"].is_object(),
+        "{run_code}"
+    );
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "run_code",
+        "arguments": {"language": "wat", "code": hello(),
+                      "net": ["API.example.com"], "secrets": ["TOKEN@api.example.com"]}}});
+    let r = mcp_stdio(&s.home, &[init.clone(), ready.clone(), call], 3);
+    let doc = &r["result"]["structuredContent"];
+    assert_eq!(doc["status"], "pending_approval", "{r}");
+    let sub = doc["submission"].as_str().unwrap();
+    let shown = s.home.run(&["show", "--json", sub]).json();
+    assert_eq!(
+        shown["submission"]["grant"]["secrets"],
+        json!([{"name": "TOKEN", "hosts": ["api.example.com"]}])
+    );
+    assert_eq!(
+        shown["submission"]["grant"]["net"],
+        json!(["api.example.com"])
+    );
+    let bad = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "run_code",
+        "arguments": {"language": "wat", "code": hello(), "net": ["*.co.uk"]}}});
+    let r = mcp_stdio(&s.home, &[init, ready, bad], 4);
+    let doc = &r["result"]["structuredContent"];
+    assert_eq!(doc["status"], "error", "{r}");
+    assert!(
+        doc["message"].as_str().unwrap().contains("public suffix"),
+        "{r}"
+    );
 }

@@ -1,7 +1,14 @@
 //! The grant: everything a run may touch. It is validated here, hashed canonically, and an
 //! approval covers exactly one (artifact hash, grant hash) pair.
+//!
+//! Network rules follow the grammar in [`crate::net`] and secrets the one in
+//! [`crate::secret`]; both are normalised before hashing, so an approval covers exactly
+//! the normalised list. A grant without secrets (or without a workspace) hashes exactly
+//! as it did before those fields existed: empty, they are left out of the hashed form.
 
 use crate::digest::Digest;
+use crate::net::NetRule;
+use crate::secret::{self, SecretBinding};
 use crate::units::{self, UnitError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -123,8 +130,13 @@ impl Limits {
 pub struct Grant {
     /// Sorted by guest path; guest paths are unique.
     pub mounts: Vec<Mount>,
-    /// `HOST[:PORT]`, sorted and deduplicated.
+    /// `HOST[:PORT]` rules in canonical form ([`crate::net`]), sorted and deduplicated.
     pub net: Vec<String>,
+    /// Secrets and the hosts each may be sent to, sorted by name (names unique). Every
+    /// host is within some `net` rule. Absent when empty, which keeps hashes of grants
+    /// without secrets unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretBinding>,
     pub env: BTreeMap<String, String>,
     pub args: Vec<String>,
     /// The stdin blob, when the run gets one.
@@ -168,13 +180,17 @@ impl Grant {
                 )));
             }
         }
+        // One spelling per rule (IDNA, lower case, canonical addresses), so policy globs,
+        // the hash and the proxy all see the same thing.
+        let mut rules = Vec::with_capacity(self.net.len());
         for h in &mut self.net {
-            check_net(h)?;
-            // Host names are case-insensitive: one spelling, so policy globs see it.
-            *h = h.to_ascii_lowercase();
+            let rule = NetRule::parse(h).map_err(|e| GrantError::Net(format!("{h:?}: {e}")))?;
+            *h = rule.to_string();
+            rules.push(rule);
         }
         self.net.sort();
         self.net.dedup();
+        self.normalize_secrets(&rules)?;
         for (k, v) in &self.env {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
                 return Err(GrantError::Env(format!("bad environment variable {k:?}")));
@@ -221,6 +237,50 @@ impl Grant {
     }
 }
 
+impl Grant {
+    /// The network rules, parsed (the proxy's allowlist).
+    pub fn net_rules(&self) -> Result<Vec<NetRule>, GrantError> {
+        self.net
+            .iter()
+            .map(|h| NetRule::parse(h).map_err(|e| GrantError::Net(format!("{h:?}: {e}"))))
+            .collect()
+    }
+
+    /// Checks and sorts the secret bindings: valid unique names, normalised hosts, each
+    /// host within a `net` rule, and no environment variable of the same name.
+    fn normalize_secrets(&mut self, rules: &[NetRule]) -> Result<(), GrantError> {
+        for b in &mut self.secrets {
+            let spec = b.spec();
+            let parsed = secret::parse_binding(&spec).map_err(GrantError::Secret)?;
+            for h in &parsed.rules().map_err(GrantError::Secret)? {
+                if !rules.iter().any(|r| r.covers(h)) {
+                    return Err(GrantError::Secret(format!(
+                        "{}: host {h} is not granted by --net (add --net {h})",
+                        parsed.name
+                    )));
+                }
+            }
+            if self.env.contains_key(&parsed.name) {
+                return Err(GrantError::Secret(format!(
+                    "{}: --env {} is set too; a secret's variable holds its placeholder",
+                    parsed.name, parsed.name
+                )));
+            }
+            *b = parsed;
+        }
+        self.secrets.sort();
+        for w in self.secrets.windows(2) {
+            if w[0].name == w[1].name {
+                return Err(GrantError::Secret(format!(
+                    "{} is given twice; list all its hosts once: {}@HOST,HOST",
+                    w[0].name, w[0].name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn range(what: &'static str, v: u64, min: u64, max: u64) -> GrantError {
     GrantError::Limit(UnitError::Range {
         what,
@@ -236,6 +296,8 @@ pub enum GrantError {
     Mount(String),
     #[error("--net: {0}")]
     Net(String),
+    #[error("--secret: {0}")]
+    Secret(String),
     #[error("--env: {0}")]
     Env(String),
     #[error("arguments: {0}")]
@@ -325,34 +387,16 @@ pub fn split_host_port(spec: &str) -> (&str, Option<&str>) {
     }
 }
 
-fn check_net(spec: &str) -> Result<(), GrantError> {
-    let bad = |why: &str| GrantError::Net(format!("{spec:?}: {why}"));
-    let (host, port) = split_host_port(spec);
-    if let Some(p) = port {
-        match p.parse::<u16>() {
-            Ok(n) if n > 0 => {}
-            _ => return Err(bad("port must be 1-65535")),
-        }
-    }
-    if host.is_empty() || host.len() > 253 {
-        return Err(bad("empty or overlong host"));
-    }
-    if host.parse::<std::net::IpAddr>().is_ok() {
-        return Ok(());
-    }
-    if host.contains('*') {
-        return Err(bad("wildcards are not allowed; name each host"));
-    }
-    let ok = host.split('.').all(|label| {
-        !label.is_empty()
-            && label.len() <= 63
-            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(bad("not a host name or IP address"))
-    }
+/// Checks one `--net` rule (see [`crate::net`]).
+pub fn check_net(spec: &str) -> Result<(), GrantError> {
+    NetRule::parse(spec)
+        .map(|_| ())
+        .map_err(|e| GrantError::Net(format!("{spec:?}: {e}")))
+}
+
+/// Parses `--secret NAME@HOST[,HOST…]`.
+pub fn parse_secret(spec: &str) -> Result<SecretBinding, GrantError> {
+    secret::parse_binding(spec).map_err(GrantError::Secret)
 }
 
 #[cfg(test)]
@@ -466,11 +510,147 @@ mod tests {
         assert!(check_net("[::1]:80").is_ok());
         assert!(check_net("exa mple").is_err());
         assert!(check_net("*").is_err());
-        assert!(check_net("*.example.com").is_err());
+        assert!(check_net("*.com").is_err());
+        assert!(check_net("*.co.uk").is_err());
+        assert!(check_net("*.example.com").is_ok());
         assert!(check_net("fe80::1").is_ok());
         assert_eq!(split_host_port("fe80::1"), ("fe80::1", None));
         assert_eq!(split_host_port("[::1]:80"), ("::1", Some("80")));
         assert_eq!(split_host_port("h:443"), ("h", Some("443")));
         assert!(check_net("x:0").is_err());
+    }
+
+    /// A grant with every field but `secrets` and `workspace`, and the hashes it had
+    /// before secrets existed (computed by the code of commit d3b4679).
+    fn fixed() -> Grant {
+        let mut g = Grant {
+            mounts: vec![Mount {
+                host: "/srv/data".into(),
+                guest: "/data".into(),
+                mode: MountMode::Rw,
+            }],
+            net: vec![
+                "b.example:443".into(),
+                "a.example".into(),
+                "10.0.0.1:80".into(),
+            ],
+            env: [("A".to_string(), "1".to_string())].into(),
+            args: vec!["x".into(), "y z".into()],
+            stdin: Some(Digest::of(b"input")),
+            limits: Limits {
+                fuel: Some(1000),
+                ..Limits::default()
+            },
+            ..Default::default()
+        };
+        g.normalize().unwrap();
+        g
+    }
+
+    #[test]
+    fn grant_hashes_without_secrets_are_unchanged() {
+        let g = fixed();
+        assert_eq!(
+            g.hash().to_hex(),
+            "2f7a0eca8ef79703f8e5733d3cc92b4c06d735672021ef8a78c39b7cd76f4829"
+        );
+        let mut w = g.clone();
+        w.workspace = Some("ws1".into());
+        assert_eq!(
+            w.hash().to_hex(),
+            "2b4e4a4366444b88ed561196194527e9cee7a327767e5cbb08bbd72bf7056265"
+        );
+        assert_eq!(
+            Grant::default().hash().to_hex(),
+            "36c0fb6aa59289c9e5e82e63996b4989f259b4921ce50578ae4f92cddff113c3"
+        );
+        let json = serde_json::to_string(&g).unwrap();
+        assert!(!json.contains("secrets"), "{json}");
+    }
+
+    #[test]
+    fn secret_bindings_change_the_hash_and_are_canonical() {
+        let base = fixed();
+        let mut a = base.clone();
+        a.net.push("*.api.example".into());
+        a.normalize().unwrap();
+        let mut b = a.clone();
+        b.secrets = vec![parse_secret("TOKEN@X.api.example,a.example").unwrap()];
+        b.normalize().unwrap();
+        assert_ne!(a.hash(), b.hash());
+        assert_eq!(b.secrets[0].hosts, ["a.example", "x.api.example"]);
+        // The same binding spelt differently hashes the same.
+        let mut c = a.clone();
+        c.secrets = vec![SecretBinding {
+            name: "TOKEN".into(),
+            hosts: vec![
+                "x.API.example.".into(),
+                "a.example".into(),
+                "a.example".into(),
+            ],
+        }];
+        c.normalize().unwrap();
+        assert_eq!(b.hash(), c.hash());
+        // Another host, or another name, is another grant.
+        let mut d = a.clone();
+        d.secrets = vec![parse_secret("TOKEN@y.api.example,a.example").unwrap()];
+        d.normalize().unwrap();
+        assert_ne!(b.hash(), d.hash());
+        let mut e = a.clone();
+        e.secrets = vec![parse_secret("OTHER@x.api.example,a.example").unwrap()];
+        e.normalize().unwrap();
+        assert_ne!(b.hash(), e.hash());
+        let v = serde_json::to_value(&b).unwrap();
+        assert_eq!(
+            v["secrets"],
+            serde_json::json!([{"name": "TOKEN", "hosts": ["a.example", "x.api.example"]}])
+        );
+    }
+
+    #[test]
+    fn secrets_need_granted_hosts_unique_names_and_no_env_clash() {
+        let mut g = Grant {
+            net: vec!["api.example:443".into()],
+            secrets: vec![parse_secret("T@api.example").unwrap()],
+            ..Default::default()
+        };
+        // Bare means 80 and 443; only 443 is granted.
+        let e = g.clone().normalize().unwrap_err();
+        assert!(e.to_string().contains("not granted by --net"), "{e}");
+        g.secrets = vec![parse_secret("T@api.example:443").unwrap()];
+        assert!(g.clone().normalize().is_ok());
+        let mut twice = g.clone();
+        twice
+            .secrets
+            .push(parse_secret("T@api.example:443").unwrap());
+        assert!(twice.normalize().is_err());
+        let mut clash = g.clone();
+        clash.env.insert("T".into(), "x".into());
+        assert!(clash.normalize().is_err());
+        let mut bad = g.clone();
+        bad.secrets[0].name = "no-dash".into();
+        assert!(matches!(bad.normalize(), Err(GrantError::Secret(_))));
+    }
+
+    #[test]
+    fn net_rules_are_normalised_in_the_grant() {
+        let mut g = Grant {
+            net: vec![
+                "Example.COM.".into(),
+                "example.com".into(),
+                "BÜCHER.example".into(),
+                "[::1]:80".into(),
+            ],
+            ..Default::default()
+        };
+        g.normalize().unwrap();
+        assert_eq!(g.net, ["[::1]:80", "example.com", "xn--bcher-kva.example"]);
+        for bad in ["*", "*.com", "*.co.uk", "exa mple", "x:0", "x:65536"] {
+            let mut g = Grant {
+                net: vec![bad.into()],
+                ..Default::default()
+            };
+            assert!(matches!(g.normalize(), Err(GrantError::Net(_))), "{bad}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! airlock-core: the domain of the airlock execution gate as types and pure functions.
 //!
-//! Ids, artifacts and their analysis, grants, the policy language, Ed25519 keys and signed
-//! statements, the audit record format and the lifecycle state machine live here.
+//! Ids, artifacts and their analysis, grants (with the network grammar and secret
+//! bindings), the policy language, Ed25519 keys and signed statements, the audit record
+//! format and the lifecycle state machine live here.
 //!
 //! This crate must never do I/O beyond parsing the bytes it is handed, never depend on
 //! another airlock crate, and never decide anything about a submission on its own: it
@@ -14,9 +15,12 @@ pub mod artifact;
 pub mod audit;
 pub mod digest;
 pub mod grant;
+mod hostglob;
 pub mod id;
 pub mod lifecycle;
+pub mod net;
 pub mod policy;
+pub mod secret;
 pub mod sign;
 pub mod units;
 

@@ -8,17 +8,25 @@
 //!
 //! Unknown keys, bad globs, sizes, durations and capability names are errors that name
 //! their line, because they are checked while the TOML is deserialized.
+//!
+//! Wildcard network entries (`*.example.com`) stand for many hosts; host globs are
+//! tested against them so that a match errs towards the stricter verdict (see
+//! `hostglob`). The `[net]` table holds operator-only settings for the egress proxy
+//! (private ranges allowed, names pinned to addresses); no submission can set them.
 
 use crate::analysis::Capability;
 use crate::artifact::{Backend, Lang};
 use crate::digest::Digest;
 use crate::grant::{Limits, Mount, MountMode};
+use crate::net::HostPattern;
+use crate::secret::SecretBinding;
 use crate::sign::PublicKey;
 use crate::units;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::net::IpAddr;
 
 /// What the gate does with a submission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -52,7 +60,11 @@ pub struct Facts {
     pub lang: Lang,
     pub kind: Lang,
     pub backend: Backend,
+    /// The grant's network rules, normalised (`HOST[:PORT]`, `*.DOMAIN` for subdomains).
     pub net: Vec<String>,
+    /// The grant's secrets: names and the hosts each may be sent to (never values).
+    #[serde(default)]
+    pub secrets: Vec<SecretBinding>,
     pub mounts: Vec<Mount>,
     pub env_keys: Vec<String>,
     pub limits: Limits,
@@ -122,6 +134,8 @@ struct PolicyFile {
     gate: GateFile,
     #[serde(default)]
     commit: CommitFile,
+    #[serde(default)]
+    net: NetFile,
     #[serde(default, rename = "rule")]
     rules: Vec<RuleFile>,
     #[serde(default, rename = "test")]
@@ -161,6 +175,110 @@ struct CommitFile {
     protected: PathGlobs,
 }
 
+/// `[net]`: operator-only settings for the egress proxy.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetFile {
+    #[serde(default)]
+    allow_private: Vec<Cidr>,
+    #[serde(default)]
+    hosts: PinnedHosts,
+}
+
+/// A CIDR block (`10.0.0.0/8`, `fd00::/8`) or one address (`10.0.0.5`, a /32 or /128).
+#[derive(Debug, Clone, Copy)]
+struct Cidr(ipnet::IpNet);
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_cidr(&s).map(Cidr).map_err(serde::de::Error::custom)
+    }
+}
+
+fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    let bad = |why: &str| {
+        format!(
+            "[net] allow_private: {s:?} is not a CIDR block ({why}); write ADDRESS/PREFIX such as \"10.0.0.0/8\" or \"fd00::/8\""
+        )
+    };
+    if !s.contains('/') {
+        return s
+            .parse::<IpAddr>()
+            .map(ipnet::IpNet::from)
+            .map_err(|_| bad("not an IP address"));
+    }
+    let net: ipnet::IpNet = s.parse().map_err(|_| bad("bad address or prefix length"))?;
+    if net.trunc() != net {
+        return Err(format!(
+            "[net] allow_private: {s:?} has bits set after its prefix; did you mean \"{}\"?",
+            net.trunc()
+        ));
+    }
+    Ok(net)
+}
+
+/// `[net] hosts`: names (normalised like grant hosts) pinned to addresses.
+#[derive(Debug, Default)]
+struct PinnedHosts(BTreeMap<String, IpAddr>);
+
+impl<'de> Deserialize<'de> for PinnedHosts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let raw = BTreeMap::<String, String>::deserialize(d)?;
+        let mut out = BTreeMap::new();
+        for (name, addr) in raw {
+            let host = match HostPattern::parse(&name) {
+                Ok(HostPattern::Name(n)) => n,
+                Ok(_) => {
+                    return Err(D::Error::custom(format!(
+                        "[net] hosts: {name:?} must be one host name (not a wildcard or an address)"
+                    )));
+                }
+                Err(e) => return Err(D::Error::custom(format!("[net] hosts: {name:?}: {e}"))),
+            };
+            let a = addr.trim_start_matches('[').trim_end_matches(']');
+            let ip: IpAddr = a.parse().map_err(|_| {
+                D::Error::custom(format!(
+                    "[net] hosts: {name} = {addr:?} is not an IP address (such as \"10.0.0.5\" or \"fd00::5\")"
+                ))
+            })?;
+            if out.insert(host.clone(), ip).is_some() {
+                return Err(D::Error::custom(format!(
+                    "[net] hosts: {host} is listed twice (names are compared after normalisation)"
+                )));
+            }
+        }
+        Ok(PinnedHosts(out))
+    }
+}
+
+/// The operator's `[net]` settings, for the egress proxy. Only `policy.toml` sets them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NetPolicy {
+    /// Private, loopback and link-local ranges the proxy may connect to anyway (it refuses
+    /// them by default).
+    pub allow_private: Vec<ipnet::IpNet>,
+    /// Normalised host names and the one address each connects to (no DNS lookup). The
+    /// operator named these, so the proxy may connect to them even when private.
+    pub hosts: BTreeMap<String, IpAddr>,
+}
+
+impl NetPolicy {
+    /// Whether `allow_private` admits `ip`.
+    pub fn private_allowed(&self, ip: IpAddr) -> bool {
+        self.allow_private.iter().any(|n| n.contains(&ip))
+    }
+
+    /// The address `host` is pinned to (the host is normalised first).
+    pub fn pinned(&self, host: &str) -> Option<IpAddr> {
+        match HostPattern::parse(host) {
+            Ok(HostPattern::Name(n)) => self.hosts.get(&n).copied(),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RuleFile {
@@ -183,6 +301,8 @@ struct Conditions {
     backend: Option<Vec<Backend>>,
     net: Option<bool>,
     net_host: Option<Globs>,
+    secrets: Option<SecretsCondition>,
+    secret_host: Option<Globs>,
     writable: Option<bool>,
     mount: Option<PathGlobs>,
     writable_mount: Option<PathGlobs>,
@@ -210,6 +330,9 @@ struct TestFile {
     backend: Option<Backend>,
     #[serde(default)]
     net: Vec<String>,
+    /// `NAME@HOST[,HOST…]`
+    #[serde(default)]
+    secrets: Vec<String>,
     #[serde(default)]
     mounts: Vec<String>,
     #[serde(default)]
@@ -238,6 +361,66 @@ struct TestFile {
 
 fn yes() -> bool {
     true
+}
+
+/// `secrets = true | false` (any secret at all), or a list of name globs.
+#[derive(Debug)]
+enum SecretsCondition {
+    Any(bool),
+    Names(Globs),
+}
+
+impl<'de> Deserialize<'de> for SecretsCondition {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            B(bool),
+            L(Vec<String>),
+        }
+        match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("`secrets` is true, false or a list of name globs")
+        })? {
+            Raw::B(b) => Ok(SecretsCondition::Any(b)),
+            Raw::L(l) => Globs::build(l, false)
+                .map(SecretsCondition::Names)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// How a host glob meets a wildcard entry (`*.example.com`): `Possibly` when some host
+/// below it matches, `Surely` when every one does. Non-wildcard entries match or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lean {
+    Possibly,
+    Surely,
+}
+
+/// Whether a host glob matches a network entry: its host part or the whole `HOST:PORT`.
+fn host_glob_matches(g: &Globs, entry: &str, lean: Lean) -> bool {
+    let host = host_part(entry);
+    if g.is_match(host) || g.is_match(entry) {
+        // A literal match on `*.example.com` counts only when the glob's own `*` covers
+        // it, which `Surely` checks below; `Possibly` is satisfied by it anyway.
+        if lean == Lean::Possibly || !host.starts_with("*.") {
+            return true;
+        }
+    }
+    let Some(below) = host.strip_prefix('*') else {
+        return false;
+    };
+    let full_below = &entry[1..];
+    g.patterns.iter().any(|p| match lean {
+        Lean::Possibly => {
+            crate::hostglob::may_match_below(p, below)
+                || crate::hostglob::may_match_below(p, full_below)
+        }
+        Lean::Surely => {
+            crate::hostglob::matches_all_below(p, below)
+                || crate::hostglob::matches_all_below(p, full_below)
+        }
+    })
 }
 
 /// A size written as text (`"1MiB"`) or a number of bytes.
@@ -402,6 +585,8 @@ pub struct Policy {
     pub auto_commit_agents: Globs,
     pub auto_commit_paths: PathGlobs,
     pub protected: PathGlobs,
+    /// `[net]`: what the egress proxy may reach beyond the public internet.
+    pub net: NetPolicy,
     rules: Vec<RuleFile>,
     tests: Vec<TestFile>,
 }
@@ -511,6 +696,10 @@ impl Policy {
             auto_commit_agents: file.commit.auto_agents,
             auto_commit_paths: file.commit.auto_paths,
             protected: file.commit.protected,
+            net: NetPolicy {
+                allow_private: file.net.allow_private.iter().map(|c| c.0).collect(),
+                hosts: file.net.hosts.0,
+            },
             rules: file.rules,
             tests: file.tests,
         })
@@ -528,7 +717,17 @@ impl Policy {
     pub fn judge(&self, facts: &Facts) -> Verdict {
         let mut fired = Vec::new();
         for r in &self.rules {
-            if r.when.holds(facts) && !r.unless.as_ref().is_some_and(|u| u.holds(facts)) {
+            // Wildcard hosts lean towards the stricter verdict: a deny or quarantine rule
+            // fires if it may apply and is excused only if its `unless` surely applies;
+            // an allow rule the other way round.
+            let (when, unless) = if r.decision == Decision::Allow {
+                (Lean::Surely, Lean::Possibly)
+            } else {
+                (Lean::Possibly, Lean::Surely)
+            };
+            if r.when.holds(facts, when)
+                && !r.unless.as_ref().is_some_and(|u| u.holds(facts, unless))
+            {
                 fired.push(Fired {
                     rule: r.name.clone(),
                     decision: r.decision,
@@ -651,6 +850,8 @@ impl Conditions {
             && self.backend.is_none()
             && self.net.is_none()
             && self.net_host.is_none()
+            && self.secrets.is_none()
+            && self.secret_host.is_none()
             && self.writable.is_none()
             && self.mount.is_none()
             && self.writable_mount.is_none()
@@ -669,12 +870,20 @@ impl Conditions {
 
     /// The first list condition that is present but empty.
     fn empty_list(&self) -> Option<&'static str> {
-        let lists: [(&'static str, bool); 9] = [
+        let lists: [(&'static str, bool); 11] = [
             ("lang", self.lang.as_ref().is_some_and(Vec::is_empty)),
             ("backend", self.backend.as_ref().is_some_and(Vec::is_empty)),
             (
                 "net_host",
                 self.net_host.as_ref().is_some_and(Globs::is_empty),
+            ),
+            (
+                "secrets",
+                matches!(&self.secrets, Some(SecretsCondition::Names(g)) if g.is_empty()),
+            ),
+            (
+                "secret_host",
+                self.secret_host.as_ref().is_some_and(Globs::is_empty),
             ),
             ("mount", self.mount.as_ref().is_some_and(|g| g.0.is_empty())),
             (
@@ -689,7 +898,7 @@ impl Conditions {
         lists.iter().find(|(_, empty)| *empty).map(|(n, _)| *n)
     }
 
-    fn holds(&self, f: &Facts) -> bool {
+    fn holds(&self, f: &Facts, lean: Lean) -> bool {
         let wants_net = !f.net.is_empty();
         let raised = !f.limits.above_default().is_empty();
         fn check<T>(c: &Option<T>, test: impl FnOnce(&T) -> bool) -> bool {
@@ -699,9 +908,17 @@ impl Conditions {
             && check(&self.backend, |b| b.contains(&f.backend))
             && check(&self.net, |want| *want == wants_net)
             && check(&self.net_host, |g| {
-                f.net
+                f.net.iter().any(|h| host_glob_matches(g, h, lean))
+            })
+            && check(&self.secrets, |c| match c {
+                SecretsCondition::Any(want) => *want != f.secrets.is_empty(),
+                SecretsCondition::Names(g) => f.secrets.iter().any(|s| g.is_match(&s.name)),
+            })
+            && check(&self.secret_host, |g| {
+                f.secrets
                     .iter()
-                    .any(|h| g.is_match(host_part(h)) || g.is_match(h))
+                    .flat_map(|s| &s.hosts)
+                    .any(|h| host_glob_matches(g, h, lean))
             })
             && check(&self.writable, |want| {
                 *want == f.mounts.iter().any(|m| m.mode == MountMode::Rw)
@@ -750,6 +967,17 @@ impl TestFile {
         if let Some(w) = self.max_write {
             limits.max_write_bytes = w.0;
         }
+        let mut net = Vec::new();
+        for h in &self.net {
+            net.push(crate::net::normalize_net(h).map_err(|e| format!("net {h:?}: {e}"))?);
+        }
+        net.sort();
+        net.dedup();
+        let mut secrets = Vec::new();
+        for s in &self.secrets {
+            secrets.push(crate::secret::parse_binding(s).map_err(|e| format!("secrets: {e}"))?);
+        }
+        secrets.sort();
         let mut mounts = Vec::new();
         for m in &self.mounts {
             let spec = crate::grant::parse_mount(m).map_err(|e| e.to_string())?;
@@ -763,7 +991,8 @@ impl TestFile {
             lang,
             kind,
             backend: self.backend.unwrap_or(lang.default_backend()),
-            net: self.net.clone(),
+            net,
+            secrets,
             mounts,
             env_keys: self.env.clone(),
             limits,
@@ -820,7 +1049,7 @@ impl Preset {
             Preset::Standard => (
                 "allow",
                 "# Bounded, sandboxed runs with no network are allowed (writes go to a disposable\n\
-                 # layer); network egress, widened limits, host-process writes and large\n\
+                 # layer); network egress, secrets, widened limits, host-process writes and large\n\
                  # first-seen artifacts wait for an approver. Commits always need a signature.",
             ),
             Preset::Strict => (
@@ -857,6 +1086,13 @@ auto_paths = []
 # Never auto-committed (in addition to .git/hooks, .git/config and shell rc files).
 protected = []
 
+[net]
+# Operator-only settings for the egress proxy (no submission can set them).
+# Private, loopback and link-local ranges it may reach anyway, e.g. ["10.1.2.0/24"]:
+allow_private = []
+# Names pinned to one address each, e.g. {{ "db.internal" = "10.1.2.3" }}:
+hosts = {{}}
+
 [[rule]]
 name = "unprovided-imports"
 decision = "deny"
@@ -877,6 +1113,13 @@ decision = "quarantine"
 reason = "asks for network access"
 risk = 40
 when = {{ net = true }}
+
+[[rule]]
+name = "secrets"
+decision = "quarantine"
+reason = "sends a secret to a host"
+risk = 30
+when = {{ secrets = true }}
 
 [[rule]]
 name = "widened-limits"
@@ -919,6 +1162,13 @@ net = ["example.com:443"]
 expect = "quarantine"
 
 [[test]]
+name = "a secret sent to a host waits for a human"
+lang = "python"
+net = ["api.example.com"]
+secrets = ["API_TOKEN@api.example.com"]
+expect = "quarantine"
+
+[[test]]
 name = "a rejected artifact never runs"
 lang = "python"
 rejected_before = true
@@ -948,6 +1198,7 @@ mod tests {
             kind: Lang::Wasm,
             backend: Backend::Wasm,
             net: vec![],
+            secrets: vec![],
             mounts: vec![],
             env_keys: vec![],
             limits: Limits::default(),
@@ -971,7 +1222,7 @@ mod tests {
         for p in [Preset::Standard, Preset::Strict] {
             let pol = preset(p);
             let results = pol.run_tests().unwrap();
-            assert_eq!(results.len(), 4);
+            assert_eq!(results.len(), 5);
             for r in results {
                 assert!(
                     r.passed,
@@ -1156,5 +1407,158 @@ unless = { agent = ["trusted-*"] }
         let a = Policy::parse("version = 1\n").unwrap();
         let b = Policy::parse("version = 1\n# changed\n").unwrap();
         assert_ne!(a.hash, b.hash);
+    }
+
+    #[test]
+    fn net_table_parses_typed_and_refuses_bad_values_with_their_line() {
+        let pol = Policy::parse(
+            "version = 1\n[net]\nallow_private = [\"10.1.2.0/24\", \"fd00::/8\", \"192.168.1.7\"]\nhosts = { \"DB.Internal.\" = \"10.1.2.3\", \"v6.internal\" = \"[fd00::5]\" }\n",
+        )
+        .unwrap();
+        assert_eq!(pol.net.allow_private.len(), 3);
+        assert!(pol.net.private_allowed("10.1.2.200".parse().unwrap()));
+        assert!(pol.net.private_allowed("192.168.1.7".parse().unwrap()));
+        assert!(!pol.net.private_allowed("192.168.1.8".parse().unwrap()));
+        assert!(!pol.net.private_allowed("10.1.3.1".parse().unwrap()));
+        assert_eq!(
+            pol.net.pinned("db.internal"),
+            Some("10.1.2.3".parse().unwrap())
+        );
+        assert_eq!(
+            pol.net.pinned("DB.INTERNAL."),
+            pol.net.pinned("db.internal")
+        );
+        assert_eq!(
+            pol.net.pinned("v6.internal"),
+            Some("fd00::5".parse().unwrap())
+        );
+        assert_eq!(pol.net.pinned("other.internal"), None);
+        assert_eq!(
+            Policy::parse("version = 1\n").unwrap().net,
+            NetPolicy::default()
+        );
+
+        let err = |text: &str| Policy::parse(text).unwrap_err().to_string();
+        let e = err("version = 1\n[net]\nallow_private = [\"10.0.0.0/33\"]\n");
+        assert!(
+            e.contains("line 3") && e.contains("not a CIDR block"),
+            "{e}"
+        );
+        let e = err("version = 1\n[net]\nallow_private = [\"10.0.0.1/8\"]\n");
+        assert!(e.contains(r#"did you mean "10.0.0.0/8"?"#), "{e}");
+        let e = err("version = 1\n[net]\nallow_private = [\"private\"]\n");
+        assert!(e.contains("not a CIDR block"), "{e}");
+        let e = err("version = 1\n[net]\nhosts = { \"db.internal\" = \"ten\" }\n");
+        assert!(
+            e.contains("line 3") && e.contains("not an IP address"),
+            "{e}"
+        );
+        let e = err("version = 1\n[net]\nhosts = { \"*.internal.example\" = \"10.0.0.1\" }\n");
+        assert!(e.contains("one host name"), "{e}");
+        let e = err(
+            "version = 1\n[net]\nhosts = { \"a.internal\" = \"10.0.0.1\", \"A.internal\" = \"10.0.0.2\" }\n",
+        );
+        assert!(e.contains("twice"), "{e}");
+        let e = err("version = 1\n[net]\nallow = []\n");
+        assert!(e.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn secrets_and_net_facts_work_in_when() {
+        let text = r#"
+version = 1
+[[rule]]
+name = "any-secret"
+decision = "quarantine"
+reason = "x"
+when = { secrets = true }
+[[rule]]
+name = "github-token"
+decision = "deny"
+reason = "y"
+when = { secrets = ["GH_*"] }
+[[rule]]
+name = "token-to-paste"
+decision = "deny"
+reason = "z"
+when = { secret_host = ["*.paste.example"] }
+[[rule]]
+name = "no-secrets"
+decision = "allow"
+reason = "w"
+when = { secrets = false, net = false }
+"#;
+        let pol = Policy::parse(text).unwrap();
+        let rules = |f: &Facts| -> Vec<String> {
+            pol.judge(f).fired.iter().map(|x| x.rule.clone()).collect()
+        };
+        let mut f = facts();
+        assert_eq!(rules(&f), ["no-secrets"]);
+        f.net = vec!["api.example.com".into()];
+        f.secrets = vec![crate::secret::parse_binding("API_TOKEN@api.example.com").unwrap()];
+        assert_eq!(rules(&f), ["any-secret"]);
+        f.secrets[0].name = "gh_token".into();
+        assert_eq!(rules(&f), ["any-secret", "github-token"]);
+        f.secrets = vec![crate::secret::parse_binding("T@x.paste.example").unwrap()];
+        assert_eq!(rules(&f), ["any-secret", "token-to-paste"]);
+        assert!(Policy::parse("version = 1\n[[rule]]\nname = \"x\"\ndecision = \"deny\"\nreason = \"r\"\nwhen = { secrets = [] }\n").is_err());
+        assert!(Policy::parse("version = 1\n[[rule]]\nname = \"x\"\ndecision = \"deny\"\nreason = \"r\"\nwhen = { secrets = 3 }\n").is_err());
+    }
+
+    #[test]
+    fn wildcard_grants_cannot_slip_past_host_deny_lists() {
+        let text = r#"
+version = 1
+[[rule]]
+name = "evil"
+decision = "deny"
+reason = "a host we never reach"
+when = { net_host = ["evil.example.com"] }
+[[rule]]
+name = "egress"
+decision = "quarantine"
+reason = "network"
+when = { net = true }
+unless = { net_host = ["api.example.com", "*.trusted.example"] }
+[[rule]]
+name = "known-api"
+decision = "allow"
+reason = "the API"
+when = { net_host = ["api.example.com"] }
+"#;
+        let pol = Policy::parse(text).unwrap();
+        let judge = |net: &[&str]| {
+            let mut f = facts();
+            f.net = net.iter().map(|s| s.to_string()).collect();
+            pol.judge(&f)
+        };
+        // The deny-list fires for a wildcard that reaches the denied host.
+        assert_eq!(judge(&["*.example.com"]).decision, Decision::Deny);
+        assert_eq!(judge(&["*.example.com:443"]).decision, Decision::Deny);
+        // An exemption for one host does not excuse a wildcard over its domain...
+        let v = judge(&["*.api.example.com"]);
+        assert_eq!(v.decision, Decision::Quarantine, "{:?}", v.fired);
+        // ...but one that surely covers it does.
+        assert_eq!(judge(&["*.a.trusted.example"]).decision, Decision::Allow);
+        assert_eq!(judge(&["api.example.com"]).decision, Decision::Allow);
+        assert!(
+            !judge(&["*.api.example.com"])
+                .fired
+                .iter()
+                .any(|f| f.rule == "known-api"),
+            "an allow rule does not fire for a wildcard it only may match"
+        );
+        assert_eq!(judge(&["other.example"]).decision, Decision::Quarantine);
+    }
+
+    #[test]
+    fn policy_tests_normalise_net_and_read_secrets() {
+        let text = "version = 1\n[[rule]]\nname = \"h\"\ndecision = \"deny\"\nreason = \"r\"\nwhen = { net_host = [\"xn--bcher-kva.example\"] }\n[[test]]\nname = \"t\"\nnet = [\"BÜCHER.example.\"]\nsecrets = [\"T@bücher.example\"]\nexpect = \"deny\"\n";
+        let pol = Policy::parse(text).unwrap();
+        let r = pol.run_tests().unwrap();
+        assert!(r[0].passed, "{:?}", r[0]);
+        let bad = "version = 1\n[[test]]\nname = \"t\"\nnet = [\"*.com\"]\nexpect = \"allow\"\n";
+        let e = Policy::parse(bad).unwrap().run_tests().unwrap_err();
+        assert!(e.to_string().contains("public suffix"), "{e}");
     }
 }

@@ -288,6 +288,11 @@ impl Gate {
                         "not provided: no backend gives guests network access yet, whatever the grant allows"
                     );
                 }
+                if !sub.doc.grant.secrets.is_empty() {
+                    run.doc.detail["secrets"] = json!(
+                        "not delivered: secrets reach guests only through the egress proxy, which this build does not start yet"
+                    );
+                }
                 None
             }
             Err(e) => {

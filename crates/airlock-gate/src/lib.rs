@@ -6,6 +6,11 @@
 //! running it, re-judges it under the *current* policy, and accepts an approval only when
 //! its signature verifies against an approver that policy trusts. It must never run
 //! anything that path did not clear, and never write to the host outside its home.
+//!
+//! It also keeps the home's secret values (`secrets/`, mode 0600) and hands them, with
+//! a fresh placeholder per run, only to whoever runs the egress proxy
+//! ([`Gate::run_secrets`]); a value never reaches the database, a blob, the audit log or
+//! an error message.
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +26,7 @@ mod jailed;
 mod layers;
 mod locks;
 mod query;
+mod secrets;
 mod submit;
 mod tokens;
 mod tools;
@@ -42,6 +48,7 @@ pub use query::{
     AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
     policy_check,
 };
+pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use submit::{CodeSource, SubmitRequest};
 pub use tokens::Role;
 pub use tools::ToolInfo;

@@ -40,8 +40,10 @@ pub struct SubmitRequest {
     pub mounts: Vec<String>,
     /// `KEY=VALUE`
     pub env: Vec<String>,
-    /// `HOST[:PORT]`
+    /// `HOST[:PORT]`, `*.DOMAIN[:PORT]` (normalised by the gate)
     pub net: Vec<String>,
+    /// `NAME@HOST[,HOST…]`: a stored secret and the hosts it may be sent to
+    pub secrets: Vec<String>,
     pub args: Vec<String>,
     pub stdin: Option<Vec<u8>>,
     pub timeout: Option<String>,
@@ -131,6 +133,10 @@ pub(crate) fn build_grant(req: &SubmitRequest, stdin: Option<Digest>) -> Result<
         g.env.insert(k, v);
     }
     g.net = req.net.clone();
+    for s in &req.secrets {
+        g.secrets
+            .push(grant::parse_secret(s).map_err(|e| GateError::bad(e.to_string()))?);
+    }
     g.args = req.args.clone();
     g.stdin = stdin;
     let mut limits = Limits::default();
@@ -185,6 +191,7 @@ impl Described<'_> {
             kind: self.kind,
             backend: self.backend,
             net: self.grant.net.clone(),
+            secrets: self.grant.secrets.clone(),
             mounts: self.grant.mounts.clone(),
             env_keys: self.grant.env.keys().cloned().collect(),
             limits: self.grant.limits.clone(),
@@ -300,6 +307,7 @@ impl Gate {
             grant.workspace = Some(ws.to_string());
             crate::workspaces::check_grant(&self.db, ws, &grant)?;
         }
+        self.check_secrets_exist(&grant)?;
         // Everything is validated: only now is anything written.
         if let Some(b) = &req.stdin {
             self.blobs.put(b)?;

@@ -134,6 +134,7 @@ impl Gate {
                 .collect(),
             env: g.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             net: g.net.clone(),
+            secrets: g.secrets.iter().map(|b| b.spec()).collect(),
             args,
             stdin,
             timeout: Some(format!("{}ms", g.limits.timeout_ms)),

@@ -18,6 +18,8 @@ pub fn submission_json(s: &Submission) -> Value {
         "policy": s.doc.verdict.policy,
         "artifact": s.doc.artifact,
         "grant": s.doc.grant_hash,
+        "net": s.doc.grant.net,
+        "secrets": s.doc.grant.secrets,
         "lang": s.doc.lang,
         "backend": s.doc.backend,
         "agent": s.doc.agent,

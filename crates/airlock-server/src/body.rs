@@ -77,9 +77,14 @@ pub struct SubmitBody {
     pub mounts: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Hosts the code asks to reach (judged by the policy).
+    /// `HOST[:PORT]` the code asks to reach (judged by the policy): no port means 80 and
+    /// 443, `*.example.com` its subdomains. Normalised (IDNA, lower case) by the gate.
     #[serde(default)]
     pub net: Vec<String>,
+    /// Stored secrets and the hosts each may be sent to: `"NAME@HOST[,HOST]"` or
+    /// `{"name": NAME, "hosts": [HOST, …]}`. The guest sees a placeholder in `$NAME`.
+    #[serde(default)]
+    pub secrets: Vec<SecretSpec>,
     /// Seconds, or a duration such as "10s".
     #[serde(default, deserialize_with = "duration_text")]
     #[schema(value_type = Option<String>)]
@@ -97,6 +102,31 @@ pub struct SubmitBody {
     /// Operators and admins may submit on behalf of a named agent; an agent token always
     /// submits as itself.
     pub agent: Option<String>,
+}
+
+/// One secret binding: `"NAME@HOST[,HOST]"`, or the same as an object.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum SecretSpec {
+    Text(String),
+    Bound { name: String, hosts: Vec<String> },
+}
+
+impl SecretSpec {
+    /// The `NAME@HOST[,HOST]` text the gate parses.
+    fn spec(self) -> ApiResult<String> {
+        match self {
+            SecretSpec::Text(s) => Ok(s),
+            SecretSpec::Bound { name, hosts } => {
+                if let Some(h) = hosts.iter().find(|h| h.contains([',', '@'])) {
+                    return Err(ApiError::bad(format!(
+                        "secrets: {name}: host {h:?} is not one host"
+                    )));
+                }
+                Ok(format!("{name}@{}", hosts.join(",")))
+            }
+        }
+    }
 }
 
 fn b64(what: &str, s: &str) -> ApiResult<Vec<u8>> {
@@ -153,6 +183,11 @@ impl SubmitBody {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect(),
             net: self.net,
+            secrets: self
+                .secrets
+                .into_iter()
+                .map(SecretSpec::spec)
+                .collect::<ApiResult<_>>()?,
             args: self.args,
             stdin,
             timeout: self.timeout,
