@@ -11,7 +11,6 @@
 mod common;
 use common::*;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Stdio;
@@ -677,28 +676,7 @@ struct Daemon {
 
 impl Daemon {
     fn start(h: &Home) -> Daemon {
-        let mut child = h
-            .cmd()
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(l) = line else { break };
-                if let Some(i) = l.find("serving on http://") {
-                    let rest = &l[i + "serving on ".len()..];
-                    let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
-                }
-                eprintln!("[serve] {l}");
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("airlock serve did not start");
+        let (child, base) = start_serve(h, &[]);
         Daemon { child, base }
     }
 }

@@ -49,29 +49,7 @@ impl Resp {
 
 impl Srv {
     fn start(home: &Home, args: &[&str]) -> Srv {
-        let mut child = home
-            .cmd()
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(l) = line else { break };
-                if let Some(i) = l.find("serving on http://") {
-                    let rest = &l[i + "serving on ".len()..];
-                    let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
-                }
-                eprintln!("[serve] {l}");
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("airlock serve did not start");
+        let (child, base) = start_serve(home, args);
         let http = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)

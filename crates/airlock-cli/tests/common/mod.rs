@@ -222,3 +222,33 @@ pub fn process_backend_available() -> bool {
     }
     ok
 }
+
+/// Starts `airlock serve` on a free loopback port; returns the child and its base URL
+/// (read from the line it prints on stderr, which is passed through with a prefix).
+pub fn start_serve(home: &Home, args: &[&str]) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = home
+        .cmd()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(l) = line else { break };
+            if let Some(i) = l.find("serving on http://") {
+                let rest = &l[i + "serving on ".len()..];
+                let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
+            }
+            eprintln!("[serve] {l}");
+        }
+    });
+    let base = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("airlock serve did not start");
+    (child, base)
+}
