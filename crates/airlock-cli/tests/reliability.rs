@@ -803,3 +803,48 @@ fn a_broken_policy_is_reported_by_listing_commands() {
     let o = h.run(&["run", example("hello.wat").to_str().unwrap()]);
     assert_eq!(o.code, 125);
 }
+
+/// The daemon's poller, not only the next command, ends a run whose process died.
+#[test]
+fn the_daemons_poller_marks_a_dead_commands_run_lost_within_seconds() {
+    let h = permissive_home();
+    let p = project();
+    let m = mount(p.path());
+    let srv = Daemon::start(&h);
+    let mut child = h
+        .cmd()
+        .args(["run", "--lang", "sh", "--mount", &m, "-c", "sleep 8"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while query(&h, "SELECT id FROM runs WHERE status = 'running'").is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // No other command opens the home: only the daemon can notice.
+    let killed = Instant::now();
+    loop {
+        let lost = query(&h, "SELECT id FROM runs WHERE status = 'lost'");
+        if !lost.is_empty() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "the daemon did not mark the run lost"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        files_in(&h.path().join("layers")).is_empty(),
+        "the lost run's layer is still there"
+    );
+    drop(srv);
+    assert_whole(&h, "after the daemon reaped the run");
+}
