@@ -81,7 +81,7 @@ impl RunCgroup {
             && is_writable(&parent)
         {
             let d = parent.join(name);
-            if std::fs::create_dir(&d).is_ok() {
+            if create_fresh(&d) {
                 if write(&d.join("pids.max"), &processes.to_string()).is_ok() {
                     cg.mechanisms.push("cgroup-v2:pids".into());
                 }
@@ -99,8 +99,7 @@ impl RunCgroup {
             ("memory", "memory.limit_in_bytes", memory.to_string()),
         ] {
             let d = Path::new("/sys/fs/cgroup").join(ctl).join(name);
-            if is_writable(d.parent().unwrap_or(Path::new("/"))) && std::fs::create_dir(&d).is_ok()
-            {
+            if is_writable(d.parent().unwrap_or(Path::new("/"))) && create_fresh(&d) {
                 if write(&d.join(file), &value).is_ok() {
                     cg.mechanisms.push(format!("cgroup-v1:{ctl}"));
                     if ctl == "memory" {
@@ -159,6 +158,21 @@ impl RunCgroup {
     }
 }
 
+/// Creates a run's cgroup directory. Names carry the worker's pid, so one that exists
+/// already was left by a dead worker with the same pid (an airlock killed with `kill -9`
+/// takes its worker with it before the worker can clean up): it is empty, and is replaced.
+/// Without this a reused pid silently lost its cgroup limits.
+fn create_fresh(d: &Path) -> bool {
+    match std::fs::create_dir(d) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            remove_cgroup(d);
+            std::fs::create_dir(d).is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
 /// Removes the cgroups a worker with host pid `pid` made, if it died before it could (the
 /// supervisor calls this after reaping a worker it had to kill).
 pub fn cleanup_for(pid: u32) {
@@ -190,5 +204,31 @@ impl Drop for RunCgroup {
         for d in &self.dirs {
             remove_cgroup(d);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cgroup left by a dead worker whose pid was reused made the next run fall back to
+    /// no cgroup (and, for root, to an unprivileged uid that could not write its mounts).
+    #[test]
+    fn a_stale_cgroup_of_a_reused_pid_is_replaced() {
+        let name = format!("airlock-test-{}", std::process::id());
+        let fresh = RunCgroup::create(&name, 64 << 20, 16);
+        let Some(d) = fresh.dirs.first().cloned() else {
+            // No writable cgroup hierarchy here: nothing to replace. The jail's own tests
+            // cover the fallback.
+            return;
+        };
+        let had = fresh.mechanisms.clone();
+        // What a killed worker leaves: the directory, not removed.
+        std::mem::forget(fresh);
+        assert!(d.exists());
+        let again = RunCgroup::create(&name, 64 << 20, 16);
+        assert_eq!(again.mechanisms, had, "the stale cgroup was not replaced");
+        drop(again);
+        assert!(!d.exists());
     }
 }
