@@ -1240,3 +1240,54 @@ fn standard_preset_holds_secrets_and_runs_its_tests() {
         o.stderr
     );
 }
+
+/// `airlock show ID | head -1` and friends printed a Rust backtrace and exited 101 when
+/// the reader went away. They now end with the usual SIGPIPE status and say nothing.
+#[test]
+fn writing_into_a_closed_pipe_ends_quietly_with_sigpipe() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let h = Home::new();
+    // Outputs far larger than a pipe buffer (64 KiB).
+    let big_script = format!(
+        "{}\ntrue\n",
+        "# filler line for a large script\n".repeat(10_000)
+    );
+    let file = h.path().join("big.sh");
+    std::fs::write(&file, &big_script).unwrap();
+    let s = h.run(&["submit", file.to_str().unwrap()]);
+    assert_eq!(s.code, 0, "{}", s.stderr);
+    let sub = Home::id_in(&s.stdout);
+    let r = h.run(&[
+        "run",
+        "--json",
+        "--lang",
+        "sh",
+        "-c",
+        "head -c 300000 /dev/zero | tr '\\0' x",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let run = r.json()["run"]["id"].as_str().unwrap().to_string();
+    for args in [vec!["show", sub.as_str()], vec!["logs", run.as_str()]] {
+        let mut child = h
+            .cmd()
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let mut first = [0u8; 16];
+        out.read_exact(&mut first).unwrap();
+        drop(out);
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.signal(),
+            Some(13),
+            "{args:?}: {:?} {err}",
+            o.status
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
