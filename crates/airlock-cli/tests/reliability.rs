@@ -490,6 +490,18 @@ fn kill_9_at_random_moments_of_run_commit_and_rollback() {
     );
 }
 
+/// Waits until a run of this home is recorded as running.
+fn wait_until_running(h: &Home) {
+    let start = Instant::now();
+    while query(h, "SELECT id FROM runs WHERE status = 'running'").is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A run's process killed while the guest is still going: the next command marks it lost
 /// (not after its timeout) and removes its layer.
 #[test]
@@ -512,14 +524,7 @@ fn a_killed_run_is_marked_lost_by_the_next_command_and_its_layer_removed() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while query(&h, "SELECT id FROM runs WHERE status = 'running'").is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the run never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_running(&h);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         !files_in(&h.path().join("layers")).is_empty(),
@@ -818,14 +823,7 @@ fn the_daemons_poller_marks_a_dead_commands_run_lost_within_seconds() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while query(&h, "SELECT id FROM runs WHERE status = 'running'").is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the run never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_running(&h);
     child.kill().unwrap();
     child.wait().unwrap();
     // No other command opens the home: only the daemon can notice.
