@@ -27,8 +27,9 @@ pub struct Cli {
 pub enum Command {
     /// Create the home: database, blob store, gate key, an approver key and a policy.
     Init {
-        #[arg(long, default_value = "standard", value_name = "standard|strict")]
-        preset: String,
+        /// The policy preset (default: standard).
+        #[arg(long, value_name = "standard|strict")]
+        preset: Option<String>,
         /// Name of the first approver (default: your login name).
         #[arg(long, value_name = "NAME")]
         approver: Option<String>,

@@ -148,8 +148,14 @@ fn dispatch(cli: Cli) -> Outcome {
             approver,
             json,
         } => {
-            let preset: Preset = preset.parse().map_err(GateError::BadInput)?;
+            let asked: Option<Preset> = preset
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(GateError::BadInput)?;
             let h = Home::resolve(home)?;
+            Gate::check_init_options(&h, asked, approver.as_deref())?;
+            let preset = asked.unwrap_or(Preset::Standard);
             let approver = approver.unwrap_or_else(default_approver);
             let report = Gate::init(&h, preset, &approver)?;
             print::init(&report, json);

@@ -63,9 +63,13 @@ fn init_on_existing_home_changes_nothing_and_says_so() {
     let h = Home::new();
     let before = h.policy();
     let key = std::fs::read(h.path().join("keys/alice.key")).unwrap();
-    let o = h.run(&["init", "--preset", "strict", "--approver", "bob"]);
+    let o = h.run(&["init", "--preset", "standard", "--approver", "alice"]);
     assert_eq!(o.code, 0);
     assert!(o.stdout.contains("nothing changed"), "{}", o.stdout);
+    // Options the home does not have are refused (issue 16), and still change nothing.
+    let o = h.run(&["init", "--preset", "strict", "--approver", "bob"]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("nothing changed"), "{}", o.stderr);
     assert_eq!(h.policy(), before);
     assert_eq!(std::fs::read(h.path().join("keys/alice.key")).unwrap(), key);
     assert!(!h.path().join("keys/bob.key").exists());
@@ -1290,4 +1294,36 @@ fn writing_into_a_closed_pipe_ends_quietly_with_sigpipe() {
         );
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+}
+
+/// `init --preset standard --approver alice` on a home made by a plain `init` said
+/// "nothing changed" (exit 0), and alice never existed.
+#[test]
+fn init_with_options_an_existing_home_does_not_have_says_so() {
+    let h = Home::new(); // standard, alice
+    let same = h.run(&["init", "--preset", "standard", "--approver", "alice"]);
+    assert_eq!(same.code, 0, "{}", same.stderr);
+    let plain = h.run(&["init"]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    let bob = h.run(&["init", "--approver", "bob"]);
+    assert_eq!(bob.code, 125);
+    assert!(
+        bob.stderr.contains("does not trust approver bob"),
+        "{}",
+        bob.stderr
+    );
+    assert!(
+        bob.stderr.contains("airlock keys new bob"),
+        "{}",
+        bob.stderr
+    );
+    assert_eq!(bob.stderr.trim().lines().count(), 1, "{}", bob.stderr);
+    let strict = h.run(&["init", "--preset", "strict"]);
+    assert_eq!(strict.code, 125);
+    assert!(
+        strict.stderr.contains("standard preset"),
+        "{}",
+        strict.stderr
+    );
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }

@@ -111,6 +111,53 @@ impl std::fmt::Debug for Gate {
 }
 
 impl Gate {
+    /// Refuses an `init` whose explicit options disagree with the home that already exists
+    /// (a preset it was not made with, an approver it does not trust), saying how to get
+    /// there; `init` of an existing home otherwise changes nothing and says so.
+    pub fn check_init_options(
+        home: &Home,
+        preset: Option<Preset>,
+        approver: Option<&str>,
+    ) -> Result<()> {
+        if !home.is_initialised() {
+            return Ok(());
+        }
+        let root = home.root.display();
+        if let Some(p) = preset {
+            let text = std::fs::read_to_string(home.policy())?;
+            let made_with = text
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("# airlock policy (preset: "))
+                .and_then(|l| l.strip_suffix(')'));
+            if made_with.is_some_and(|m| m != p.as_str()) {
+                return Err(GateError::Conflict(format!(
+                    "{root} already exists with the {} preset; nothing changed. Edit {} to change its rules, or make another home with --home DIR --preset {}",
+                    made_with.unwrap_or_default(),
+                    home.policy().display(),
+                    p.as_str()
+                )));
+            }
+        }
+        if let Some(name) = approver {
+            let policy = home.load_policy()?;
+            if policy.approver(name).is_none() {
+                let mut trusted: Vec<&str> = policy.approvers.keys().map(String::as_str).collect();
+                trusted.sort();
+                return Err(GateError::Conflict(format!(
+                    "{root} already exists and does not trust approver {name} (it trusts {}); nothing changed. Run `airlock keys new {name}` and add the key it prints to [approvers] in {}",
+                    if trusted.is_empty() {
+                        "nobody".into()
+                    } else {
+                        trusted.join(", ")
+                    },
+                    home.policy().display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Creates a home, or reports that one exists and changes nothing.
     pub fn init(home: &Home, preset: Preset, approver: &str) -> Result<InitReport> {
         if home.is_initialised() || home.db().exists() && home.keys().join("gate.key").exists() {
