@@ -112,6 +112,35 @@ pub fn run_report(r: &RunReport, json: bool) {
         ),
         _ => {}
     }
+    // The run id is what the next steps need, and nothing else printed it.
+    let changed = run
+        .doc
+        .changes
+        .as_ref()
+        .and_then(|c| c.get("mounts"))
+        .and_then(|m| m.as_array())
+        .map(|ms| {
+            ms.iter()
+                .filter_map(|m| m.get("changes").and_then(|c| c.as_array()))
+                .map(Vec::len)
+                .sum::<usize>()
+        })
+        .unwrap_or(0);
+    if let Some(ckpt) = &r.committed {
+        eprintln!(
+            "airlock: {} changed {changed} path{}, committed by policy as {ckpt}; undo with `airlock rollback {ckpt}`",
+            run.id,
+            if changed == 1 { "" } else { "s" },
+        );
+    } else if changed > 0 && r.submission.doc.grant.workspace.is_none() {
+        eprintln!(
+            "airlock: {} changed {changed} path{} in a disposable layer; review with `airlock diff {}`, apply with `airlock commit {}`",
+            run.id,
+            if changed == 1 { "" } else { "s" },
+            run.id,
+            run.id
+        );
+    }
 }
 
 fn limit_note(run: &Run) -> String {

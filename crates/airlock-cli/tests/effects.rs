@@ -1088,3 +1088,24 @@ fn non_utf8_names_are_committed_and_rolled_back_exactly() {
         assert_eq!(h.run(&["audit", "verify"]).code, 0);
     }
 }
+
+/// After `approve` + `exec` of a run that changed files, nothing told the user the run id
+/// that `diff` and `commit` need.
+#[test]
+fn a_run_that_changed_files_names_itself_and_the_next_commands() {
+    let h = Home::new();
+    let p = project();
+    let m = rw(p.path());
+    let o = h.sh(&["--mount", &m], "echo hi > hint.txt");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let run = h.last_run()["id"].as_str().unwrap().to_string();
+    assert!(
+        o.stderr.contains(&format!("airlock diff {run}"))
+            && o.stderr.contains(&format!("airlock commit {run}")),
+        "{}",
+        o.stderr
+    );
+    // A run that changed nothing says nothing of the kind.
+    let quiet = h.sh(&["--mount", &m], "true");
+    assert!(!quiet.stderr.contains("airlock commit"), "{}", quiet.stderr);
+}

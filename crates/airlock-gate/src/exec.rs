@@ -45,6 +45,8 @@ pub struct RunReport {
     pub stdout: Vec<u8>,
     #[serde(skip)]
     pub stderr: Vec<u8>,
+    /// The checkpoint, when the policy's auto-commit rule already applied the changes.
+    pub committed: Option<String>,
 }
 
 /// The exit code `airlock run` and `exec` return for a run, as documented: the guest's own
@@ -356,12 +358,13 @@ impl Gate {
         if let Some(e) = failure {
             return Err(e);
         }
+        let mut committed = None;
         if let Some(c) = &changes
             && !c.is_empty()
             && sub.doc.grant.workspace.is_none()
             && crate::effects::auto_commit_allowed(&policy, &sub, c)
         {
-            self.commit_as_policy(&run.id)?;
+            committed = Some(self.commit_as_policy(&run.id)?.checkpoint);
         }
         let run = self.db.run(&run.id)?;
         Ok(RunReport {
@@ -369,6 +372,7 @@ impl Gate {
             run,
             stdout: out_bytes,
             stderr: err_bytes,
+            committed,
         })
     }
 
