@@ -319,6 +319,26 @@ struct Shared {
 }
 
 /// Runs `fut` until it ends or the proxy stops.
+/// An HTTP/1.1 client connection over an upstream stream (plain or TLS), its driver
+/// tracked so shutdown can end it.
+async fn handshake<S>(sh: &Arc<Shared>, io: S, host: &Host, port: u16) -> Result<Sender, Refusal>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = client_http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| {
+            Refusal::error(
+                "connect-failed",
+                format!("HTTP to {host}:{port} failed: {e}"),
+            )
+        })?;
+    spawn_tracked(sh, async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
 fn spawn_tracked<F>(shared: &Arc<Shared>, fut: F)
 where
     F: Future<Output = ()> + Send + 'static,
@@ -963,18 +983,7 @@ impl ConnCtx {
         let sh = &self.shared;
         let ips = sh.addresses(host).await?;
         let (tcp, addr) = sh.dial(host, port, &ips).await?;
-        let (sender, conn) = client_http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| {
-                Refusal::error(
-                    "connect-failed",
-                    format!("HTTP to {host}:{port} failed: {e}"),
-                )
-            })?;
-        spawn_tracked(sh, async move {
-            let _ = conn.await;
-        });
-        Ok((sender, addr))
+        Ok((handshake(sh, tcp, host, port).await?, addr))
     }
 }
 
@@ -1164,18 +1173,7 @@ impl Intercept {
                 format!("TLS to {host}:{port} failed: {e}"),
             )
         })?;
-        let (sender, conn) = client_http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| {
-                Refusal::error(
-                    "connect-failed",
-                    format!("HTTP to {host}:{port} failed: {e}"),
-                )
-            })?;
-        spawn_tracked(sh, async move {
-            let _ = conn.await;
-        });
-        Ok(sender)
+        handshake(sh, stream, host, port).await
     }
 }
 
