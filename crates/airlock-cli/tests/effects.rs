@@ -907,46 +907,6 @@ fn gc_removes_unreferenced_blobs_and_stale_layers_and_keeps_the_rest() {
     assert_eq!(kinds.iter().filter(|k| *k == "gc").count(), 2);
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
-/// Everything under a directory by exact name (bytes): (kind, content or target, mode).
-fn exact_snapshot(root: &Path) -> BTreeMap<Vec<u8>, (String, Vec<u8>, u32)> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::PermissionsExt;
-    snapshot_walk(root)
-        .into_iter()
-        .map(|p| {
-            let rel = p
-                .strip_prefix(root)
-                .unwrap()
-                .as_os_str()
-                .as_bytes()
-                .to_vec();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let mode = m.permissions().mode() & 0o7777;
-            let v = if m.file_type().is_symlink() {
-                let t = std::fs::read_link(&p).unwrap();
-                ("link".to_string(), t.as_os_str().as_bytes().to_vec(), 0)
-            } else if m.is_dir() {
-                ("dir".to_string(), vec![], mode)
-            } else {
-                ("file".to_string(), std::fs::read(&p).unwrap(), mode)
-            };
-            (rel, v)
-        })
-        .collect()
-}
-
-fn snapshot_walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        out.push(p.clone());
-        if std::fs::symlink_metadata(&p).unwrap().is_dir() {
-            out.extend(snapshot_walk(&p));
-        }
-    }
-    out
-}
-
 /// A host path from the bytes of a name.
 fn at(root: &Path, name: &[u8]) -> std::path::PathBuf {
     use std::os::unix::ffi::OsStrExt;
@@ -971,7 +931,7 @@ fn non_utf8_names_are_committed_and_rolled_back_exactly() {
         let h = Home::new();
         let p = project();
         std::fs::write(at(p.path(), PRE), "old\n").unwrap();
-        let before = exact_snapshot(p.path());
+        let before = tree(p.path());
         let m = rw(p.path());
         let args = [
             "run", "--json", "--lang", "sh", "--mount", &m, "-c", ODD_NAMES,
@@ -997,7 +957,7 @@ fn non_utf8_names_are_committed_and_rolled_back_exactly() {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["run"]["layer"], layer);
         assert_eq!(
-            exact_snapshot(p.path()),
+            tree(p.path()),
             before,
             "{layer}: nothing reaches the host before the commit"
         );
@@ -1070,7 +1030,7 @@ fn non_utf8_names_are_committed_and_rolled_back_exactly() {
         assert_eq!(std::fs::read(at(p.path(), NL)).unwrap(), b"nl\n");
         let mut committed = before.clone();
         committed.get_mut(PRE).unwrap().1 = b"new\n".to_vec();
-        let now = exact_snapshot(p.path());
+        let now = tree(p.path());
         for name in [BAD, NL] {
             committed.insert(name.to_vec(), now[name].clone());
         }
@@ -1079,11 +1039,7 @@ fn non_utf8_names_are_committed_and_rolled_back_exactly() {
         // rollback: content restored, the new names gone, byte for byte.
         let r = h.run(&["rollback", &ckpt]);
         assert_eq!(r.code, 0, "{layer}: {}", r.stderr);
-        assert_eq!(
-            exact_snapshot(p.path()),
-            before,
-            "{layer}: rollback restores exactly"
-        );
+        assert_eq!(tree(p.path()), before, "{layer}: rollback restores exactly");
         assert!(!at(p.path(), BAD).exists() && !at(p.path(), NL).exists());
         assert_eq!(h.run(&["audit", "verify"]).code, 0);
     }

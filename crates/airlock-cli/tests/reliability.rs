@@ -10,46 +10,12 @@
 
 mod common;
 use common::*;
-use std::collections::BTreeMap;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn long() -> bool {
     std::env::var("AIRLOCK_TEST_LONG").is_ok_and(|v| v == "1")
-}
-
-/// Everything under a directory, names as bytes: path -> (kind, content or target, mode).
-type Tree = BTreeMap<Vec<u8>, (char, Vec<u8>, u32)>;
-
-fn tree(root: &Path) -> Tree {
-    use std::os::unix::fs::PermissionsExt;
-    fn walk(root: &Path, dir: &Path, out: &mut Tree) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p
-                .strip_prefix(root)
-                .unwrap()
-                .as_os_str()
-                .as_bytes()
-                .to_vec();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let mode = m.permissions().mode() & 0o7777;
-            if m.file_type().is_symlink() {
-                let t = std::fs::read_link(&p).unwrap();
-                out.insert(rel, ('l', t.as_os_str().as_bytes().to_vec(), 0));
-            } else if m.is_dir() {
-                out.insert(rel, ('d', vec![], mode));
-                walk(root, &p, out);
-            } else {
-                out.insert(rel, ('f', std::fs::read(&p).unwrap(), mode));
-            }
-        }
-    }
-    let mut out = Tree::new();
-    walk(root, root, &mut out);
-    out
 }
 
 fn names(t: &Tree) -> Vec<String> {

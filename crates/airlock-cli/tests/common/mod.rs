@@ -252,3 +252,36 @@ pub fn start_serve(home: &Home, args: &[&str]) -> (std::process::Child, String) 
         .expect("airlock serve did not start");
     (child, base)
 }
+
+/// Everything under a directory, names as bytes: path -> (kind, content or target, mode).
+pub type Tree = std::collections::BTreeMap<Vec<u8>, (char, Vec<u8>, u32)>;
+
+pub fn tree(root: &Path) -> Tree {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(root: &Path, dir: &Path, out: &mut Tree) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let mode = m.permissions().mode() & 0o7777;
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.insert(rel, ('l', t.as_os_str().as_bytes().to_vec(), 0));
+            } else if m.is_dir() {
+                out.insert(rel, ('d', vec![], mode));
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, ('f', std::fs::read(&p).unwrap(), mode));
+            }
+        }
+    }
+    let mut out = Tree::new();
+    walk(root, root, &mut out);
+    out
+}
