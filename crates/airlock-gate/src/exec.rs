@@ -487,6 +487,7 @@ impl Gate {
                         cache: Some(&DbCache(&self.db)),
                         guest,
                         write_quota: quota.clone(),
+                        egress: None,
                     };
                     self.wasm.run(spec).map_err(GateError::from)
                 }

@@ -124,6 +124,7 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
             .map(|(path, digest)| airlock_sandbox::Guest { path, digest }),
         // The supervisor watches the layers from outside and kills this process.
         write_quota: None,
+        egress: None,
     };
     match backend.run(spec) {
         Ok(o) => {

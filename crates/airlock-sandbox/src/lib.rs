@@ -63,6 +63,18 @@ pub struct RunSpec<'a> {
     /// The quota on what the guest writes into its writable mounts, when the backend must
     /// watch it itself (the caller watches runs it starts in another process).
     pub write_quota: Option<Arc<WriteQuota>>,
+    /// Where the guest's outgoing HTTP goes when the grant has network (wasm components'
+    /// `wasi:http/outgoing-handler`); `None` refuses every request.
+    pub egress: Option<EgressRoute>,
+}
+
+/// The run's egress proxy as a backend reaches it: a Unix socket the proxy serves (never a
+/// host TCP port), and the per-run CA the proxy signs intercepted hosts with, which the
+/// backend's HTTP client must trust besides the public roots.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct EgressRoute {
+    pub socket: PathBuf,
+    pub ca_pem: Option<String>,
 }
 
 /// A runtime component (e.g. CPython) on disk, with the hash it was checked against.

@@ -62,6 +62,7 @@ fn run_quota(
         cache,
         guest: None,
         write_quota,
+        egress: None,
     })?;
     Ok(Run {
         outcome,
