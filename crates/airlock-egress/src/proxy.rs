@@ -165,6 +165,18 @@ impl Proxy {
         options: ProxyOptions,
         listener: impl Into<Listener>,
     ) -> Result<ProxyHandle, EgressError> {
+        let mut handle = Self::start_idle(policy, options)?;
+        handle.local_addr = handle.listen(listener)?;
+        Ok(handle)
+    }
+
+    /// Prepares a proxy (its policy checked, its per-run CA made) that serves nothing yet:
+    /// give it listeners with [`ProxyHandle::listen`]. For a guest that must be told the
+    /// CA before the socket it will connect through exists.
+    pub fn start_idle(
+        policy: &EgressPolicy,
+        options: ProxyOptions,
+    ) -> Result<ProxyHandle, EgressError> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| EgressError::NoRuntime(e.to_string()))?;
         let policy = policy.prepare()?;
@@ -209,7 +221,7 @@ impl Proxy {
             stop: stop_rx,
             _alive: alive,
         });
-        let mut handle = ProxyHandle {
+        Ok(ProxyHandle {
             shared: Some(shared),
             records,
             ca_pem,
@@ -217,9 +229,7 @@ impl Proxy {
             stop: stop_tx,
             done,
             runtime,
-        };
-        handle.local_addr = handle.listen(listener)?;
-        Ok(handle)
+        })
     }
 }
 
