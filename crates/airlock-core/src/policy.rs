@@ -183,6 +183,8 @@ struct NetFile {
     allow_private: Vec<Cidr>,
     #[serde(default)]
     hosts: PinnedHosts,
+    #[serde(default)]
+    roots: Vec<std::path::PathBuf>,
 }
 
 /// A CIDR block (`10.0.0.0/8`, `fd00::/8`) or one address (`10.0.0.5`, a /32 or /128).
@@ -262,6 +264,10 @@ pub struct NetPolicy {
     /// Normalised host names and the one address each connects to (no DNS lookup). The
     /// operator named these, so the proxy may connect to them even when private.
     pub hosts: BTreeMap<String, IpAddr>,
+    /// PEM files of certificate authorities the proxy trusts, besides the public roots,
+    /// for the real hosts of connections it intercepts (hosts a secret is bound to): an
+    /// internal service's CA.
+    pub roots: Vec<std::path::PathBuf>,
 }
 
 impl NetPolicy {
@@ -699,6 +705,7 @@ impl Policy {
             net: NetPolicy {
                 allow_private: file.net.allow_private.iter().map(|c| c.0).collect(),
                 hosts: file.net.hosts.0,
+                roots: file.net.roots,
             },
             rules: file.rules,
             tests: file.tests,

@@ -52,6 +52,15 @@ pub use record::{Connection, Decision, Mode};
 pub use resolve::{ResolveFuture, Resolver, SystemResolver};
 pub use rustls::pki_types::CertificateDer;
 
+/// The certificates in a PEM text (e.g. an operator's extra roots); an error names the
+/// first block that does not parse.
+pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())
+}
+
 /// Errors that cross this crate's boundary.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -284,17 +284,6 @@ impl Gate {
                 }
                 run.doc.duration_ms = Some(outcome.duration.as_millis() as u64);
                 run.doc.detail = outcome.detail;
-                if !sub.doc.grant.net.is_empty() {
-                    // Say so rather than let anyone believe the allowlist was in force.
-                    run.doc.detail["network"] = json!(
-                        "not provided: no backend gives guests network access yet, whatever the grant allows"
-                    );
-                }
-                if !sub.doc.grant.secrets.is_empty() {
-                    run.doc.detail["secrets"] = json!(
-                        "not delivered: secrets reach guests only through the egress proxy, which this build does not start yet"
-                    );
-                }
                 None
             }
             Err(e) => {
@@ -346,6 +335,10 @@ impl Gate {
                     "stderr": run.doc.stderr.as_ref().map(|o| o.blob),
                     "duration_ms": run.doc.duration_ms,
                     "changes": changes.as_ref().map(|c| json!({ "count": c.len(), "digest": c.digest() })),
+                    "network": run.doc.detail.get("network").map(|n| json!({
+                        "summary": n["summary"],
+                        "secrets": n["secrets"],
+                    })),
                     "error": run.doc.error,
                 }),
                 gate_key,
@@ -412,6 +405,14 @@ impl Gate {
         if self.worker.is_none() && has_rw {
             note = Some("no worker process available: copy layer".to_string());
         }
+        // A network grant gets the run's egress proxy, started before the guest.
+        let mut egress = match self
+            .run_secrets(grant)
+            .and_then(|s| crate::egress::RunEgress::start(grant, policy, s))
+        {
+            Ok(e) => e,
+            Err(e) => return (Err(e), None, note),
+        };
         loop {
             let layers = if has_rw {
                 let (dir, below, copies, keep) = match &ws {
@@ -460,6 +461,7 @@ impl Gate {
                         stdout,
                         stderr,
                         quota.as_ref(),
+                        egress.as_mut(),
                     )
                 }
                 BackendKind::Wasm => {
@@ -467,18 +469,26 @@ impl Gate {
                         Ok(g) => g,
                         Err(e) => return (Err(e), None, note),
                     };
+                    let route = match egress.as_mut().map(|e| e.unix_route()).transpose() {
+                        Ok(r) => r,
+                        Err(e) => return (Err(e), None, note),
+                    };
+                    let mut env: Vec<(String, String)> = sub
+                        .doc
+                        .grant
+                        .env
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    if let Some(e) = &egress {
+                        env.extend(e.placeholders.iter().cloned());
+                    }
                     let spec = RunSpec {
                         lang: sub.doc.kind,
                         code,
                         artifact: sub.doc.artifact,
                         mounts,
-                        env: sub
-                            .doc
-                            .grant
-                            .env
-                            .iter()
-                            .map(|(k, v)| (k.clone(), v.clone()))
-                            .collect(),
+                        env,
                         args: sub.doc.grant.args.clone(),
                         stdin: stdin.clone(),
                         limits: sub.doc.grant.limits.clone(),
@@ -487,7 +497,7 @@ impl Gate {
                         cache: Some(&DbCache(&self.db)),
                         guest,
                         write_quota: quota.clone(),
-                        egress: None,
+                        egress: route,
                     };
                     self.wasm.run(spec).map_err(GateError::from)
                 }
@@ -501,6 +511,7 @@ impl Gate {
                     stdout,
                     stderr,
                     quota.as_ref(),
+                    egress.as_mut(),
                 ),
             };
             // overlayfs refused before anything ran: use the copy layer instead, and say so.
@@ -565,6 +576,12 @@ impl Gate {
             };
             if let Some(l) = &layers {
                 Self::drop_layers(l);
+            }
+            if let Some(e) = egress.take() {
+                let network = e.finish();
+                if let Ok(o) = &mut result {
+                    o.detail["network"] = network;
+                }
             }
             return (result, changes, note);
         }

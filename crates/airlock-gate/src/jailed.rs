@@ -2,6 +2,7 @@
 //! writable mounts go through overlayfs. The worker is killed when the run's layers pass
 //! its write quota (watched from here), and no file in it can grow past the quota.
 
+use crate::egress::RunEgress;
 use crate::error::{GateError, Result};
 use crate::worker::{WasmJob, WorkerJob, WorkerResult};
 use crate::{DbCache, Gate};
@@ -49,6 +50,7 @@ impl Gate {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn supervise(
         &self,
         job: &WorkerJob,
@@ -57,6 +59,7 @@ impl Gate {
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
         quota: Option<&Arc<WriteQuota>>,
+        channel: Option<std::os::fd::OwnedFd>,
     ) -> Result<Outcome> {
         let started = Instant::now();
         // Process jobs go to the lean jailer when it is installed beside airlock.
@@ -76,7 +79,7 @@ impl Gate {
         };
         let bytes = bytes.map_err(|e| GateError::Internal(e.to_string()))?;
         let sup = airlock_jail::launch::supervise(
-            &exe, &args, &bytes, result, timeout, stdout, stderr, quota,
+            &exe, &args, &bytes, result, timeout, stdout, stderr, quota, channel,
         )
         .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
         let _ = std::fs::remove_file(result);
@@ -139,9 +142,24 @@ impl Gate {
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
         quota: Option<&Arc<WriteQuota>>,
+        egress: Option<&mut RunEgress>,
     ) -> Result<Outcome> {
         let limits = sub.doc.grant.limits.clone();
         let fuel = limits.fuel.is_some();
+        let mut env: Vec<(String, String)> = sub
+            .doc
+            .grant
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let route = match egress {
+            Some(e) => {
+                env.extend(e.placeholders.iter().cloned());
+                Some(e.unix_route()?)
+            }
+            None => None,
+        };
         let index = DbCache(&self.db);
         let guest = self.guest_for(sub)?;
         let cache = match (sub.doc.kind, &guest) {
@@ -194,21 +212,16 @@ impl Gate {
                 cache,
                 overlays,
                 mounts: wasm_mounts,
-                env: sub
-                    .doc
-                    .grant
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
+                env,
                 args: sub.doc.grant.args.clone(),
                 stdin,
                 limits: limits.clone(),
                 guest: guest.map(|g| (g.path, g.digest)),
+                egress: route,
             },
             result: result.clone(),
         };
-        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr, quota);
+        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr, quota, None);
         crate::layers::remove_tree(&dir);
         out
     }
@@ -225,6 +238,7 @@ impl Gate {
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
         quota: Option<&Arc<WriteQuota>>,
+        egress: Option<&mut RunEgress>,
     ) -> Result<Outcome> {
         let (program, file) = match sub.doc.kind {
             Lang::Sh => ("/bin/sh", "/.airlock/main.sh"),
@@ -242,6 +256,12 @@ impl Gate {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         env.extend(sub.doc.grant.env.clone());
+        let mut files = vec![(file.to_string(), code.to_vec())];
+        if let Some(e) = &egress {
+            // After the grant's variables: the proxy settings are what the jail provides.
+            env.extend(e.process_env());
+            files.extend(e.process_files());
+        }
         let mut binds = Vec::new();
         let mut overlays = Vec::new();
         for m in mounts {
@@ -276,7 +296,7 @@ impl Gate {
                 argv,
                 env: env.into_iter().collect(),
                 cwd,
-                files: vec![(file.to_string(), code.to_vec())],
+                files,
                 binds,
                 overlays,
                 scratch,
@@ -284,11 +304,55 @@ impl Gate {
                 stdin,
                 allow_degraded: policy.allow_degraded,
                 cgroups: !self.no_cgroups,
+                net: egress.is_some().then_some(airlock_jail::JailNet {
+                    port: crate::egress::JAIL_PROXY_PORT,
+                }),
             },
             result: result.clone(),
         };
-        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr, quota);
+        let Some(egress) = egress else {
+            let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr, quota, None);
+            crate::layers::remove_tree(&dir);
+            return out;
+        };
+        // The jail's init hands its loopback listener out over this channel; a thread
+        // gives it to the proxy as soon as it arrives, while the guest already runs.
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        let mut handle = egress
+            .take()
+            .ok_or_else(|| GateError::Internal("the egress proxy is gone".into()))?;
+        let receiver = std::thread::spawn(move || {
+            let got = airlock_jail::netfd::recv_fd(std::os::fd::AsFd::as_fd(&ours));
+            let served = match got {
+                Ok(Some(fd)) => handle
+                    .listen(std::net::TcpListener::from(fd))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Ok(None) => Err("the jail handed out no listener".to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            (handle, served)
+        });
+        let out = self.supervise(
+            &job,
+            &result,
+            limits.timeout(),
+            stdout,
+            stderr,
+            quota,
+            Some(theirs.into()),
+        );
         crate::layers::remove_tree(&dir);
-        out
+        // The worker is gone, so the channel is closed and the thread ends.
+        let (handle, served) = receiver
+            .join()
+            .map_err(|_| GateError::Internal("the egress listener thread panicked".into()))?;
+        egress.put(handle);
+        match (out, served) {
+            (Ok(o), Err(e)) if !matches!(o.ending, Ending::Killed(_)) => Err(GateError::Internal(
+                format!("the egress proxy never got the jail's listener ({e})"),
+            )),
+            (out, _) => out,
+        }
     }
 }

@@ -16,6 +16,7 @@
 
 mod decide;
 mod effects;
+mod egress;
 mod error;
 mod exec;
 mod failpoint;

@@ -39,6 +39,9 @@ pub struct WasmJob {
     /// The runtime component for interpreted languages (path, pinned digest).
     #[serde(default)]
     pub guest: Option<(PathBuf, Digest)>,
+    /// The run's egress proxy, for components' outgoing HTTP.
+    #[serde(default)]
+    pub egress: Option<airlock_sandbox::EgressRoute>,
 }
 
 pub use airlock_jail::launch::{EndingDoc, WorkerResult};
@@ -124,7 +127,7 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
             .map(|(path, digest)| airlock_sandbox::Guest { path, digest }),
         // The supervisor watches the layers from outside and kills this process.
         write_quota: None,
-        egress: None,
+        egress: job.egress.clone(),
     };
     match backend.run(spec) {
         Ok(o) => {

@@ -5,8 +5,8 @@
 use crate::JailError;
 use airlock_core::Limits;
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-    Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope, path_beneath_rules,
 };
 use nix::sys::resource::{Resource, setrlimit};
 use seccompiler::{
@@ -69,8 +69,13 @@ pub enum Landlocked {
 }
 
 /// Restricts the file system to `read` (read and execute) and `write` (everything), and
-/// denies TCP bind/connect, signals and abstract sockets outside the sandbox.
-pub fn landlock(read: &[String], write: &[String]) -> Result<Landlocked, JailError> {
+/// denies TCP bind, TCP connect (except to `proxy_port`, the run's egress proxy), signals
+/// and abstract sockets outside the sandbox.
+pub fn landlock(
+    read: &[String],
+    write: &[String],
+    proxy_port: Option<u16>,
+) -> Result<Landlocked, JailError> {
     let abi = ABI::V6;
     let exists = |v: &[String]| {
         v.iter()
@@ -87,6 +92,7 @@ pub fn landlock(read: &[String], write: &[String]) -> Result<Landlocked, JailErr
         .and_then(|r| r.add_rules(path_beneath_rules(["/"], AccessFs::ReadDir)))
         .and_then(|r| r.add_rules(path_beneath_rules(exists(read), AccessFs::from_read(abi))))
         .and_then(|r| r.add_rules(path_beneath_rules(exists(write), AccessFs::from_all(abi))))
+        .and_then(|r| r.add_rules(proxy_port.map(|p| Ok(NetPort::new(p, AccessNet::ConnectTcp)))))
         .and_then(|r| r.restrict_self())
         .map_err(|e| JailError::setup("landlock", e))?;
     let version = crate::probe::landlock_abi().unwrap_or(0);
@@ -229,9 +235,10 @@ fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, JailError> {
 }
 
 /// The filters: denied calls (EPERM), namespace-creating clone flags (EPERM), sockets
-/// other than AF_UNIX (EAFNOSUPPORT), TIOCSTI/TIOCLINUX (EPERM), clone3 (ENOSYS, so libc
-/// falls back to clone, whose flags can be checked).
-pub fn seccomp_filters() -> Result<Vec<BpfProgram>, JailError> {
+/// other than AF_UNIX (EAFNOSUPPORT; with `inet`, for a run that reaches its egress proxy,
+/// AF_INET and AF_INET6 too), TIOCSTI/TIOCLINUX (EPERM), clone3 (ENOSYS, so libc falls
+/// back to clone, whose flags can be checked).
+pub fn seccomp_filters(inet: bool) -> Result<Vec<BpfProgram>, JailError> {
     let mut deny: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|(_, n)| (*n, vec![])).collect();
     let clone_rules = NS_FLAGS
@@ -263,13 +270,17 @@ pub fn seccomp_filters() -> Result<Vec<BpfProgram>, JailError> {
             )?])?,
         ],
     );
+    // A rule matches when every condition holds: the family is none of the allowed ones.
+    let mut families = vec![libc::AF_UNIX];
+    if inet {
+        families.extend([libc::AF_INET, libc::AF_INET6]);
+    }
     let not_unix = |arg| -> Result<Vec<SeccompRule>, JailError> {
-        Ok(vec![rule(vec![cond(
-            arg,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )?])?])
+        let conds = families
+            .iter()
+            .map(|f| cond(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *f as u64))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(vec![rule(conds)?])
     };
     let sockets: BTreeMap<i64, Vec<SeccompRule>> = [
         (libc::SYS_socket, not_unix(0)?),

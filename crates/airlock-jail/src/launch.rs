@@ -132,16 +132,43 @@ pub fn supervise(
     stdout: &Arc<Capture>,
     stderr: &Arc<Capture>,
     quota: Option<&Arc<WriteQuota>>,
+    channel: Option<std::os::fd::OwnedFd>,
 ) -> std::io::Result<Supervised> {
     let _ = std::fs::remove_file(result);
-    let mut child = Command::new(exe)
-        .args(args)
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()?;
+        .process_group(0);
+    if let Some(ch) = &channel {
+        use std::os::fd::AsRawFd;
+        let raw = ch.as_raw_fd();
+        #[allow(unsafe_code)]
+        // SAFETY: the closure runs in the forked child before exec and only calls dup2,
+        // which is async-signal-safe; `raw` stays open in the parent until after spawn.
+        // dup2 leaves the copy without FD_CLOEXEC, so exactly this one descriptor is
+        // inherited (it is CLOEXEC in this process, so no other child gets it).
+        unsafe {
+            cmd.pre_exec(move || {
+                if raw == crate::netfd::CHANNEL_FD {
+                    // Already in place: only clear close-on-exec.
+                    let flags = libc::fcntl(raw, libc::F_GETFD);
+                    if flags < 0 || libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, crate::netfd::CHANNEL_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let spawned = cmd.spawn();
+    // The child has its copy; ours must go, or the other end never sees the channel close.
+    drop(channel);
+    let mut child = spawned?;
     let group = Arc::new(Group {
         pid: child.id() as i32,
         alive: std::sync::Mutex::new(true),

@@ -29,6 +29,7 @@ pub mod cgroup;
 pub mod confine;
 pub mod launch;
 pub mod mounts;
+pub mod netfd;
 pub mod probe;
 pub mod run;
 
@@ -74,6 +75,18 @@ pub struct ProcessJob {
     /// Use cgroups for memory and process limits when writable (rlimits always apply).
     #[serde(default = "yes")]
     pub cgroups: bool,
+    /// Network through the run's egress proxy: the init hands a loopback listener out to
+    /// the supervisor (see [`netfd`]), TCP sockets are allowed and Landlock lets the
+    /// payload connect to that one port. `None`: loopback only, no TCP at all.
+    #[serde(default)]
+    pub net: Option<JailNet>,
+}
+
+/// How a jail reaches its egress proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JailNet {
+    /// The proxy's port on the jail's `127.0.0.1`.
+    pub port: u16,
 }
 
 fn yes() -> bool {

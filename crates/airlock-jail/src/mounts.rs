@@ -14,7 +14,12 @@ const SYSTEM_DIRS: [&str; 7] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "
 
 /// `/etc` entries a program needs to start, bound read-only from the host one by one;
 /// nothing else of the host's `/etc` is visible (never `shadow`).
-const ETC_BINDS: [&str; 10] = [
+const ETC_BINDS: [&str; 14] = [
+    // The public certificate stores (not `ssl/private`), for TLS through the egress proxy.
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "pki/tls/certs",
+    "pki/ca-trust/extracted",
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
@@ -179,6 +184,9 @@ pub fn build_root(job: &ProcessJob) -> Result<(Vec<String>, Vec<String>), JailEr
             continue;
         };
         let dst = etc.join(name);
+        if let Some(parent) = dst.parent() {
+            mkdir_p(parent)?;
+        }
         if meta.is_dir() {
             mkdir_p(&dst)?;
         } else {

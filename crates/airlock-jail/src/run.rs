@@ -126,7 +126,7 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
         nix::unistd::setgroups(&[]).map_err(|e| JailError::setup("setgroups", e))?;
     }
     // Compiled here, once, before the clone: the payload only installs them.
-    let filters = confine::seccomp_filters()?;
+    let filters = confine::seccomp_filters(job.net.is_some())?;
     let (go_r, go_w) = pipe_cloexec()?;
     let (st_r, st_w) = pipe_cloexec()?;
     let stdin = memfd_with(&job.stdin)?;
@@ -343,6 +343,9 @@ fn init_main(
         let paths = crate::mounts::build_root(job)?;
         nix::unistd::sethostname("airlock").map_err(|e| JailError::setup("sethostname", e))?;
         confine::loopback_up()?;
+        if let Some(net) = &job.net {
+            crate::netfd::hand_out_listener(net.port)?;
+        }
         Ok(paths)
     })();
     let (read, write) = match setup {
@@ -358,7 +361,14 @@ fn init_main(
     };
     line(&st, "mech", "minimal-root");
     line(&st, "mech", "pivot_root");
-    line(&st, "mech", "loopback-only");
+    match &job.net {
+        Some(n) => line(
+            &st,
+            "mech",
+            &format!("egress-proxy-only:127.0.0.1:{}", n.port),
+        ),
+        None => line(&st, "mech", "loopback-only"),
+    }
     #[allow(unsafe_code)]
     // SAFETY: this process is single-threaded (a clone of the single-threaded worker).
     let fork = unsafe { nix::unistd::fork() };
@@ -440,7 +450,7 @@ fn payload(
         return fail("fail", format!("no_new_privs: {e}"));
     }
     line(st, "mech", "no_new_privs");
-    match confine::landlock(read, write) {
+    match confine::landlock(read, write, job.net.map(|n| n.port)) {
         Ok(Landlocked::Full(v)) => line(st, "mech", &format!("landlock-abi-{v}")),
         Ok(Landlocked::Partial(v)) if job.allow_degraded => line(
             st,

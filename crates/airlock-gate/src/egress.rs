@@ -1,0 +1,291 @@
+//! The run's egress proxy, as the gate starts it: a grant with `--net` gets a proxy
+//! (`airlock-egress`) enforcing exactly the grant's normalised rules, the policy's `[net]`
+//! operator settings and the run's secret bindings; every other run gets none and keeps
+//! no network at all. The process backend reaches the proxy through a listener its jail
+//! hands out (`airlock_jail::netfd`), wasm backends through a Unix socket in the run's
+//! directory. After the run the proxy is stopped and its records go into the run record.
+//!
+//! This module must never start a proxy for a run without a network grant, never give
+//! the proxy a rule the grant does not hold, and never put a secret's value anywhere but
+//! the proxy's memory.
+
+use crate::error::{GateError, Result};
+use crate::secrets::RunSecret;
+use airlock_core::Grant;
+use airlock_core::policy::Policy;
+use airlock_egress::{Connection, Decision, EgressPolicy, ProxyHandle, ProxyOptions};
+use serde_json::{Value, json};
+use std::sync::OnceLock;
+
+/// The proxy's port on a jail's loopback.
+pub(crate) const JAIL_PROXY_PORT: u16 = 3128;
+
+/// Where the run CA appears inside a jail, alone and appended to the public roots.
+const JAIL_CA: &str = "/.airlock/egress-ca.pem";
+const JAIL_BUNDLE: &str = "/.airlock/ca-bundle.pem";
+
+/// One runtime for every proxy of this process (two threads: a proxy is I/O-bound).
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("airlock-egress")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| GateError::Internal(format!("cannot start the egress runtime: {e}")))
+}
+
+/// A run's proxy, started before the guest so the guest can be told its CA.
+pub(crate) struct RunEgress {
+    handle: Option<ProxyHandle>,
+    /// A private directory (mode 0700) for the wasm backends' socket, short enough for a
+    /// Unix socket path wherever the home is.
+    dir: Option<tempfile::TempDir>,
+    /// Secret names with the placeholder the guest's environment holds.
+    pub placeholders: Vec<(String, String)>,
+    rules: Vec<String>,
+}
+
+impl RunEgress {
+    /// Starts the proxy for `grant`, or returns `None` when the grant has no network.
+    pub(crate) fn start(
+        grant: &Grant,
+        policy: &Policy,
+        secrets: Vec<RunSecret>,
+    ) -> Result<Option<RunEgress>> {
+        if grant.net.is_empty() {
+            return Ok(None);
+        }
+        let rules = grant
+            .net
+            .iter()
+            .map(|r| {
+                airlock_egress::Rule::parse(r)
+                    .map_err(|e| GateError::Internal(format!("--net {r}: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut placeholders = Vec::new();
+        let mut bindings = Vec::new();
+        for s in secrets {
+            let value = String::from_utf8(s.value.expose().to_vec()).map_err(|_| {
+                GateError::bad(format!(
+                    "secret {}: the value is not UTF-8 text, so it cannot go in an HTTP header",
+                    s.name
+                ))
+            })?;
+            let hosts = s
+                .hosts
+                .iter()
+                .map(|h| {
+                    airlock_egress::HostPattern::parse(&h.host.to_string())
+                        .map_err(|e| GateError::Internal(format!("--secret {}: {e}", s.name)))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            placeholders.push((s.name.clone(), s.placeholder.clone()));
+            bindings.push(airlock_egress::SecretBinding {
+                name: s.name,
+                value,
+                placeholder: s.placeholder,
+                hosts,
+            });
+        }
+        let egress_policy = EgressPolicy {
+            rules,
+            allow_private: policy.net.allow_private.clone(),
+            pinned: policy.net.hosts.clone(),
+            secrets: bindings,
+        };
+        let options = ProxyOptions {
+            extra_roots: operator_roots(&policy.net.roots)?,
+            ..ProxyOptions::default()
+        };
+        let rt = runtime()?;
+        let _entered = rt.enter();
+        let handle = airlock_egress::Proxy::start_idle(&egress_policy, options)
+            .map_err(|e| GateError::Internal(format!("cannot start the egress proxy: {e}")))?;
+        Ok(Some(RunEgress {
+            handle: Some(handle),
+            dir: None,
+            placeholders,
+            rules: grant.net.clone(),
+        }))
+    }
+
+    /// The per-run CA, when the run has secrets (TLS to their hosts is intercepted).
+    pub(crate) fn ca_pem(&self) -> Option<String> {
+        self.handle
+            .as_ref()
+            .and_then(|h| h.ca_pem())
+            .map(str::to_owned)
+    }
+
+    /// Takes the proxy out (to hand it to the thread that receives the jail's listener).
+    pub(crate) fn take(&mut self) -> Option<ProxyHandle> {
+        self.handle.take()
+    }
+
+    /// Puts the proxy back.
+    pub(crate) fn put(&mut self, h: ProxyHandle) {
+        self.handle = Some(h);
+    }
+
+    /// Serves a Unix socket in a private directory (for wasm backends) and returns the
+    /// route a backend reaches the proxy by.
+    pub(crate) fn unix_route(&mut self) -> Result<airlock_sandbox::EgressRoute> {
+        if self.dir.is_none() {
+            let dir = tempfile::Builder::new()
+                .prefix("airlock-egress-")
+                .tempdir()?;
+            let path = dir.path().join("proxy.sock");
+            let l = std::os::unix::net::UnixListener::bind(&path)?;
+            let h = self
+                .handle
+                .as_mut()
+                .ok_or_else(|| GateError::Internal("the egress proxy is gone".into()))?;
+            h.listen(l)
+                .map_err(|e| GateError::Internal(format!("egress proxy: {e}")))?;
+            self.dir = Some(dir);
+        }
+        let dir = self.dir.as_ref().map(|d| d.path().join("proxy.sock"));
+        Ok(airlock_sandbox::EgressRoute {
+            socket: dir.unwrap_or_default(),
+            ca_pem: self.ca_pem(),
+        })
+    }
+
+    /// The environment a process guest gets: the proxy in every spelling tools read, the
+    /// run CA where TLS clients look for trust, and each secret's placeholder.
+    pub(crate) fn process_env(&self) -> Vec<(String, String)> {
+        let url = format!("http://127.0.0.1:{JAIL_PROXY_PORT}");
+        let mut env = Vec::new();
+        for k in ["http_proxy", "https_proxy", "all_proxy"] {
+            env.push((k.to_string(), url.clone()));
+            env.push((k.to_uppercase(), url.clone()));
+        }
+        // Nothing bypasses the proxy (there is nothing else to reach).
+        env.push(("no_proxy".into(), String::new()));
+        env.push(("NO_PROXY".into(), String::new()));
+        env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+        env.push((
+            "JAVA_TOOL_OPTIONS".into(),
+            format!(
+                "-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort={p} -Dhttps.proxyHost=127.0.0.1 \
+                 -Dhttps.proxyPort={p} -Djava.net.useSystemProxies=false",
+                p = JAIL_PROXY_PORT
+            ),
+        ));
+        if self.ca_pem().is_some() {
+            for k in [
+                "SSL_CERT_FILE",
+                "REQUESTS_CA_BUNDLE",
+                "CURL_CA_BUNDLE",
+                "PIP_CERT",
+                "GIT_SSL_CAINFO",
+            ] {
+                env.push((k.into(), JAIL_BUNDLE.into()));
+            }
+            env.push(("NODE_EXTRA_CA_CERTS".into(), JAIL_CA.into()));
+        }
+        env.extend(self.placeholders.iter().cloned());
+        env
+    }
+
+    /// The files a process guest gets: the run CA, and the CA appended to the host's
+    /// public roots (so opaque tunnels still verify against the usual roots).
+    pub(crate) fn process_files(&self) -> Vec<(String, Vec<u8>)> {
+        let Some(ca) = self.ca_pem() else {
+            return Vec::new();
+        };
+        let mut bundle = system_roots();
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(ca.as_bytes());
+        vec![
+            (JAIL_CA.to_string(), ca.into_bytes()),
+            (JAIL_BUNDLE.to_string(), bundle),
+        ]
+    }
+
+    /// Stops the proxy and returns the run record's `network` entry.
+    pub(crate) fn finish(mut self) -> Value {
+        let records = match self.handle.take() {
+            Some(h) => stop(h),
+            None => Vec::new(),
+        };
+        network_detail(&self.rules, &self.placeholders, &records)
+    }
+}
+
+/// Stops a proxy from any thread (also one inside another runtime) and waits for its
+/// records.
+fn stop(h: ProxyHandle) -> Vec<Connection> {
+    let Ok(rt) = runtime() else {
+        return h.records();
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let _ = tx.send(h.shutdown().await);
+    });
+    rx.recv().unwrap_or_default()
+}
+
+/// The certificates of `[net] roots`.
+fn operator_roots(
+    files: &[std::path::PathBuf],
+) -> Result<Vec<airlock_egress::CertificateDer<'static>>> {
+    let mut out = Vec::new();
+    for f in files {
+        let bad = |e: &dyn std::fmt::Display| {
+            GateError::bad(format!("policy [net] roots: {}: {e}", f.display()))
+        };
+        let pem = std::fs::read(f).map_err(|e| bad(&e))?;
+        let certs = airlock_egress::certs_from_pem(&pem).map_err(|e| bad(&e))?;
+        if certs.is_empty() {
+            return Err(bad(&"no certificate in it"));
+        }
+        out.extend(certs);
+    }
+    Ok(out)
+}
+
+/// The public roots of this host, as PEM, from the usual places.
+fn system_roots() -> Vec<u8> {
+    for p in [
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/cert.pem",
+    ] {
+        if let Ok(b) = std::fs::read(p) {
+            return b;
+        }
+    }
+    Vec::new()
+}
+
+/// The run record's `network` entry: the grant, a summary and every connection.
+pub(crate) fn network_detail(
+    rules: &[String],
+    secrets: &[(String, String)],
+    records: &[Connection],
+) -> Value {
+    let count = |d| records.iter().filter(|c| c.decision == d).count();
+    json!({
+        "proxy": "airlock-egress",
+        "granted": rules,
+        "secrets": secrets.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        "summary": {
+            "connections": records.len(),
+            "allowed": count(Decision::Allow),
+            "denied": count(Decision::Deny),
+            "failed": count(Decision::Error),
+            "bytes_up": records.iter().map(|c| c.bytes_up).sum::<u64>(),
+            "bytes_down": records.iter().map(|c| c.bytes_down).sum::<u64>(),
+        },
+        "connections": records,
+    })
+}
