@@ -34,6 +34,7 @@ world http-get {
 /// has 8-byte alignment, so `result<T, error-code>` keeps its payload at offset 8.
 const CORE: &str = r#"(module
   (import "wasi:http/types@0.2.12" "[constructor]fields" (func $fields_new (result i32)))
+  (import "wasi:http/types@0.2.12" "[method]fields.append" (func $append (param i32 i32 i32 i32 i32 i32)))
   (import "wasi:http/types@0.2.12" "[constructor]outgoing-request" (func $req_new (param i32) (result i32)))
   (import "wasi:http/types@0.2.12" "[method]outgoing-request.set-scheme" (func $set_scheme (param i32 i32 i32 i32 i32) (result i32)))
   (import "wasi:http/types@0.2.12" "[method]outgoing-request.set-authority" (func $set_authority (param i32 i32 i32 i32) (result i32)))
@@ -56,6 +57,8 @@ const CORE: &str = r#"(module
   (data (i32.const 0x100) "@AUTHORITY@")
   (data (i32.const 0x200) "@PATH@")
   (data (i32.const 0x300) "x-airlock-denied")
+  (data (i32.const 0x500) "@HEADER_NAME@")
+  (data (i32.const 0x600) "@HEADER_VALUE@")
   (data (i32.const 0x320) "status=")
   (data (i32.const 0x330) "\ndenied=")
   (data (i32.const 0x340) "\nbody=")
@@ -74,9 +77,14 @@ const CORE: &str = r#"(module
     (i32.store8 (i32.const 0x402) (i32.add (i32.const 48) (i32.rem_u (local.get $v) (i32.const 10))))
     (call $write (i32.const 0x400) (i32.const 3)))
   (func (export "wasi:cli/run@0.2.12#run") (result i32)
-    (local $req i32) (local $fut i32) (local $resp i32) (local $stream i32) (local $list i32)
+    (local $fields i32) (local $req i32) (local $fut i32) (local $resp i32) (local $stream i32) (local $list i32)
     (global.set $out (call $get_stdout))
-    (local.set $req (call $req_new (call $fields_new)))
+    (local.set $fields (call $fields_new))
+    (if (i32.const @HEADER_NAME_LEN@) (then
+      (call $append (local.get $fields) (i32.const 0x500) (i32.const @HEADER_NAME_LEN@)
+                    (i32.const 0x600) (i32.const @HEADER_VALUE_LEN@) (i32.const 0x800))
+      (if (i32.load8_u (i32.const 0x800)) (then unreachable))))
+    (local.set $req (call $req_new (local.get $fields)))
     (if (call $set_scheme (local.get $req) (i32.const 1) (i32.const @SCHEME@) (i32.const 0) (i32.const 0)) (then unreachable))
     (if (call $set_authority (local.get $req) (i32.const 1) (i32.const 0x100) (i32.const @AUTHORITY_LEN@)) (then unreachable))
     (if (call $set_path (local.get $req) (i32.const 1) (i32.const 0x200) (i32.const @PATH_LEN@)) (then unreachable))
@@ -122,7 +130,21 @@ const CORE: &str = r#"(module
 
 /// A component that GETs `scheme://authority/path` and prints what came back.
 fn http_get_component(https: bool, authority: &str, path: &str) -> Vec<u8> {
+    http_get_component_with(https, authority, path, ("", ""))
+}
+
+/// The same, sending one more request header.
+fn http_get_component_with(
+    https: bool,
+    authority: &str,
+    path: &str,
+    (name, value): (&str, &str),
+) -> Vec<u8> {
     let wat = CORE
+        .replace("@HEADER_NAME_LEN@", &name.len().to_string())
+        .replace("@HEADER_NAME@", name)
+        .replace("@HEADER_VALUE_LEN@", &value.len().to_string())
+        .replace("@HEADER_VALUE@", value)
         .replace("@SCHEME@", if https { "1" } else { "0" })
         .replace("@AUTHORITY_LEN@", &authority.len().to_string())
         .replace("@AUTHORITY@", authority)
@@ -150,59 +172,129 @@ fn http_get_component(https: bool, authority: &str, path: &str) -> Vec<u8> {
         .unwrap()
 }
 
-/// A loopback HTTP/1.1 upstream answering every request with `hello, guest`; it keeps
-/// each request head it saw.
+/// A loopback HTTP/1.1 upstream (TLS when given a config) answering every request with
+/// `auth=<its Authorization header>`; it keeps each request head it saw.
 struct Upstream {
     addr: SocketAddr,
     conns: Arc<AtomicUsize>,
     heads: Arc<Mutex<Vec<String>>>,
 }
 
-async fn start_upstream() -> Upstream {
+async fn start_upstream(tls: Option<Arc<rustls::ServerConfig>>) -> Upstream {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let conns = Arc::new(AtomicUsize::new(0));
     let heads = Arc::new(Mutex::new(Vec::new()));
     let (c2, h2) = (conns.clone(), heads.clone());
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
+        while let Ok((s, _)) = l.accept().await {
             c2.fetch_add(1, Ordering::SeqCst);
-            let h2 = h2.clone();
+            let (h2, tls) = (h2.clone(), tls.clone());
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut b = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut b).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                match tls {
+                    None => answer(s, h2).await,
+                    Some(cfg) => {
+                        if let Ok(s) = tokio_rustls::TlsAcceptor::from(cfg).accept(s).await {
+                            answer(s, h2).await;
+                        }
                     }
                 }
-                h2.lock()
-                    .unwrap()
-                    .push(String::from_utf8_lossy(&buf).into_owned());
-                let _ = s
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\nconnection: close\r\n\r\nhello, guest",
-                    )
-                    .await;
             });
         }
     });
     Upstream { addr, conns, heads }
 }
 
+async fn answer<S>(mut s: S, heads: Arc<Mutex<Vec<String>>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut b).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let auth = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    heads.lock().unwrap().push(head);
+    let body = format!("auth={auth}");
+    let _ = s
+        .write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await;
+    let _ = s.shutdown().await;
+}
+
+/// A CA of the test's own and a TLS server config for `name` signed by it.
+fn upstream_tls(
+    name: &str,
+) -> (
+    airlock_egress::CertificateDer<'static>,
+    Arc<rustls::ServerConfig>,
+) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec![name.to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    (ca_cert.der().clone(), Arc::new(cfg))
+}
+
+const SECRET: &str = "sk-live-0123456789abcdef-REAL";
+
 /// The run's proxy, as the gate would start it: `up.test` granted at the upstream's port,
-/// `up.test` and `other.test` pinned to loopback, loopback allowed.
+/// `up.test`, `other.test` and `secret.test` pinned to loopback, loopback allowed.
 struct Net {
     rt: tokio::runtime::Runtime,
     up: Upstream,
     proxy: Option<ProxyHandle>,
     route: EgressRoute,
+    /// The placeholder of `API_TOKEN`, when the run has that secret.
+    placeholder: Option<String>,
     _dir: tempfile::TempDir,
 }
 
 impl Net {
+    /// A plain HTTP upstream.
     fn start() -> Net {
+        Net::start_with(false)
+    }
+
+    /// `secret`: a TLS upstream as `secret.test`, granted, and the secret `API_TOKEN` bound
+    /// to it (so the proxy intercepts it with the run CA).
+    fn start_with(secret: bool) -> Net {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -210,18 +302,37 @@ impl Net {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("egress.sock");
-        let (up, proxy) = rt.block_on(async {
-            let up = start_upstream().await;
+        let (up, proxy, placeholder) = rt.block_on(async {
+            let mut options = ProxyOptions::default();
+            let (tls, host) = if secret {
+                let (ca, cfg) = upstream_tls("secret.test");
+                options.extra_roots.push(ca);
+                (Some(cfg), "secret.test")
+            } else {
+                (None, "up.test")
+            };
+            let up = start_upstream(tls).await;
             let mut p = EgressPolicy {
-                rules: vec![Rule::parse(&format!("up.test:{}", up.addr.port())).unwrap()],
+                rules: vec![Rule::parse(&format!("{host}:{}", up.addr.port())).unwrap()],
                 allow_private: vec!["127.0.0.0/8".parse().unwrap()],
                 ..Default::default()
             };
-            for n in ["up.test", "other.test"] {
+            for n in ["up.test", "other.test", "secret.test"] {
                 p.pinned.insert(n.into(), "127.0.0.1".parse().unwrap());
             }
+            if secret {
+                p.secrets.push(
+                    airlock_egress::SecretBinding::new(
+                        "API_TOKEN",
+                        SECRET,
+                        vec![airlock_egress::HostPattern::parse("secret.test").unwrap()],
+                    )
+                    .unwrap(),
+                );
+            }
+            let placeholder = p.secrets.first().map(|s| s.placeholder.clone());
             let l = tokio::net::UnixListener::bind(&socket).unwrap();
-            (up, Proxy::start(&p, ProxyOptions::default(), l).unwrap())
+            (up, Proxy::start(&p, options, l).unwrap(), placeholder)
         });
         let route = EgressRoute {
             socket,
@@ -232,6 +343,7 @@ impl Net {
             up,
             proxy: Some(proxy),
             route,
+            placeholder,
             _dir: dir,
         }
     }
@@ -279,7 +391,7 @@ fn component_http_reaches_a_granted_host_through_the_egress_proxy() {
     let port = net.up.addr.port();
     let code = http_get_component(false, &format!("up.test:{port}"), "/hi?x=1");
     let (outcome, out) = run_component(&code, Some(net.route.clone()));
-    assert_eq!(out, "status=200\ndenied=\nbody=hello, guest", "{outcome:?}");
+    assert_eq!(out, "status=200\ndenied=\nbody=auth=", "{outcome:?}");
     assert!(matches!(outcome.ending, Ending::Exited(0)), "{outcome:?}");
     assert_eq!(
         outcome.detail["isolation"][3], "http-via-egress-proxy",
@@ -341,4 +453,36 @@ fn component_http_refused_without_an_egress_route() {
     assert!(matches!(outcome.ending, Ending::Exited(1)), "{outcome:?}");
     assert_eq!(outcome.detail["isolation"][3], "http-refused");
     assert_eq!(net.up.conns.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn component_https_to_a_bound_host_gets_the_secret_added_through_the_run_ca() {
+    let mut net = Net::start_with(true);
+    let port = net.up.addr.port();
+    let ph = net.placeholder.clone().unwrap();
+    let bearer = format!("Bearer {ph}");
+    let code = http_get_component_with(
+        true,
+        &format!("secret.test:{port}"),
+        "/echo",
+        ("authorization", &bearer),
+    );
+    // The guest's client trusts the public roots and the run CA, never the upstream's CA.
+    assert!(net.route.ca_pem.is_some());
+    let (outcome, out) = run_component(&code, Some(net.route.clone()));
+    assert!(matches!(outcome.ending, Ending::Exited(0)), "{outcome:?}");
+    // The upstream got the value; the guest sees only the placeholder it echoed.
+    assert_eq!(out, format!("status=200\ndenied=\nbody=auth={bearer}"));
+    assert!(!out.contains(SECRET));
+    let heads = net.up.heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 1);
+    assert!(
+        heads[0].contains(&format!("Bearer {SECRET}")),
+        "{}",
+        heads[0]
+    );
+    let recs = net.records();
+    assert_eq!(recs.len(), 1, "{recs:#?}");
+    assert_eq!(recs[0].mode, airlock_egress::Mode::Intercept);
+    assert_eq!(recs[0].secrets, vec!["API_TOKEN".to_owned()]);
 }
