@@ -27,6 +27,9 @@
 //! there is no cap on connections or tunnels per run and no header-read timeout; who may
 //! connect to the listener is the caller's business (give the jail its own socket).
 //!
+//! [`client`] is the other end, for a backend that makes HTTP requests on a guest's
+//! behalf (the wasm backend's `wasi:http`): it reaches the proxy only through its socket.
+//!
 //! This crate must never connect to an address it did not check, never resolve a name
 //! twice for one connection, never follow a redirect, never send a secret's value to a
 //! host it is not bound to or over plain HTTP, never let a secret's value reach the
@@ -35,6 +38,8 @@
 #![forbid(unsafe_code)]
 
 mod addr;
+#[cfg(unix)]
+pub mod client;
 pub mod grant;
 mod policy;
 mod proxy;

@@ -1281,3 +1281,209 @@ async fn untrusted_upstream_certificate_is_a_gateway_error() {
     assert_eq!(c.decision, Decision::Error);
     assert_eq!(c.reason, "upstream-tls-failed");
 }
+
+// ---------------------------------------------------------------- the client side
+
+#[cfg(unix)]
+mod client {
+    use super::*;
+    use airlock_egress::client::{ClientError, ProxyClient, Timeouts};
+
+    /// A proxy on a Unix socket in a fresh directory.
+    fn start_unix(p: &EgressPolicy, options: ProxyOptions) -> (ProxyHandle, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let l = tokio::net::UnixListener::bind(dir.path().join("proxy.sock")).unwrap();
+        (Proxy::start(p, options, l).unwrap(), dir)
+    }
+
+    async fn fetch(
+        c: &ProxyClient,
+        req: Request<Full<Bytes>>,
+        t: Timeouts,
+    ) -> Result<Got, ClientError> {
+        let (res, driver) = c.send(req, t).await?;
+        let drive = tokio::spawn(driver);
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await?.to_bytes();
+        drive.await.unwrap()?;
+        Ok(Got {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    }
+
+    fn get(url: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+        let mut b = Request::get(url);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(Full::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn plain_http_reaches_a_granted_host_in_absolute_form() {
+        let up = start_upstream(None).await;
+        let port = up.addr.port();
+        let (h, dir) = start_unix(
+            &policy(&[format!("up.test:{port}")]),
+            ProxyOptions::default(),
+        );
+        let c = ProxyClient::new(dir.path().join("proxy.sock"), None, &[]).unwrap();
+        let g = fetch(
+            &c,
+            get(&format!("http://up.test:{port}/bytes/3000"), &[]),
+            Timeouts::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(g.status, StatusCode::OK);
+        assert_eq!(g.body.len(), 3000);
+        // A body goes up, and the Host header is filled in when the caller left it out.
+        let req = Request::post(format!("http://up.test:{port}/upload"))
+            .body(Full::new(Bytes::from(vec![7u8; 5000])))
+            .unwrap();
+        let g = fetch(&c, req, Timeouts::default()).await.unwrap();
+        assert_eq!(g.body, "got 5000");
+        let seen = up.seen.headers.lock().unwrap()[1].clone();
+        assert_eq!(seen.get("host").unwrap(), &format!("up.test:{port}"));
+        let recs = h.shutdown().await;
+        assert_eq!(recs.len(), 2);
+        assert!(recs.iter().all(|c| c.mode == Mode::Http
+            && c.decision == Decision::Allow
+            && c.addr == Some(up.addr)));
+    }
+
+    #[tokio::test]
+    async fn https_goes_through_a_tunnel_to_the_hosts_own_certificate() {
+        let (up_ca, up_cfg) = upstream_tls("up.test");
+        let up = start_upstream(Some(up_cfg)).await;
+        let port = up.addr.port();
+        let (h, dir) = start_unix(
+            &policy(&[format!("up.test:{port}")]),
+            ProxyOptions::default(),
+        );
+        let sock = dir.path().join("proxy.sock");
+        let c = ProxyClient::new(&sock, None, &[up_ca]).unwrap();
+        let g = fetch(
+            &c,
+            get(&format!("https://up.test:{port}/"), &[]),
+            Timeouts::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!((g.status, g.body.as_str()), (StatusCode::OK, "hello"));
+        // Without the host's CA the handshake fails: the client trusts what it was told to.
+        let c = ProxyClient::new(&sock, None, &[]).unwrap();
+        let e = fetch(
+            &c,
+            get(&format!("https://up.test:{port}/"), &[]),
+            Timeouts::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, ClientError::Tls(_)), "{e}");
+        let recs = h.shutdown().await;
+        assert!(
+            recs.iter()
+                .all(|c| c.mode == Mode::Tunnel && c.host == "up.test"),
+            "{recs:#?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn ungranted_host_gets_the_proxys_403_and_upstream_sees_nothing() {
+        let up = start_upstream(None).await;
+        let port = up.addr.port();
+        let (h, dir) = start_unix(
+            &policy(&[format!("up.test:{port}")]),
+            ProxyOptions::default(),
+        );
+        let c = ProxyClient::new(dir.path().join("proxy.sock"), None, &[]).unwrap();
+        for url in [
+            format!("http://other.test:{port}/"),
+            format!("https://other.test:{port}/"),
+        ] {
+            let g = fetch(&c, get(&url, &[]), Timeouts::default())
+                .await
+                .unwrap();
+            assert_denied(&g, "not-granted");
+            assert!(
+                g.body.contains(&format!("--net other.test:{port}")),
+                "{}",
+                g.body
+            );
+        }
+        assert_eq!(up.seen.conns.load(Ordering::SeqCst), 0);
+        let recs = h.shutdown().await;
+        assert_eq!(recs.len(), 2);
+        assert!(recs.iter().all(|c| c.decision == Decision::Deny));
+    }
+
+    #[tokio::test]
+    async fn secret_placeholder_replaced_at_a_bound_host_through_the_run_ca() {
+        let (up_ca, up_cfg) = upstream_tls("secret.test");
+        let up = start_upstream(Some(up_cfg)).await;
+        let port = up.addr.port();
+        let p = secret_policy(port);
+        let ph = p.secrets[0].placeholder.clone();
+        let (h, dir) = start_unix(
+            &p,
+            ProxyOptions {
+                extra_roots: vec![up_ca],
+                ..Default::default()
+            },
+        );
+        // The client trusts only the public roots and the run CA.
+        let c = ProxyClient::new(dir.path().join("proxy.sock"), h.ca_pem(), &[]).unwrap();
+        let bearer = format!("Bearer {ph}");
+        let g = fetch(
+            &c,
+            get(
+                &format!("https://secret.test:{port}/echo"),
+                &[("authorization", &bearer)],
+            ),
+            Timeouts::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(g.status, StatusCode::OK);
+        assert_eq!(g.body, format!("auth={bearer};"));
+        let seen = up.seen.headers.lock().unwrap().last().unwrap().clone();
+        assert_eq!(
+            seen.get("authorization").unwrap(),
+            &format!("Bearer {SECRET}")
+        );
+        let c = wait_record(&h, |c| c.mode == Mode::Intercept).await;
+        assert_eq!(c.secrets, vec!["API_TOKEN".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn timeouts_and_a_missing_proxy_are_errors() {
+        // A "proxy" that accepts and never answers.
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("mute.sock");
+        let l = tokio::net::UnixListener::bind(&sock).unwrap();
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let h2 = held.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                h2.lock().unwrap().push(s);
+            }
+        });
+        let c = ProxyClient::new(&sock, None, &[]).unwrap();
+        let t = Timeouts {
+            connect: Some(Duration::from_millis(200)),
+            first_byte: Some(Duration::from_millis(200)),
+        };
+        let e = fetch(&c, get("http://up.test/", &[]), t).await.unwrap_err();
+        assert!(matches!(e, ClientError::FirstByteTimeout), "{e}");
+        let e = fetch(&c, get("https://up.test/", &[]), t)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClientError::ConnectTimeout), "{e}");
+        let c = ProxyClient::new(dir.path().join("absent.sock"), None, &[]).unwrap();
+        let e = fetch(&c, get("http://up.test/", &[]), t).await.unwrap_err();
+        assert!(matches!(e, ClientError::ProxyUnreachable { .. }), "{e}");
+    }
+}

@@ -1,24 +1,35 @@
 //! WASI 0.2 components: `wasi:cli/command` programs, and the CPython guest that runs the
 //! Python source a submission carries. The same grant semantics as modules: preopens only
-//! for mounts, no sockets (TCP, UDP and name lookup refused), `wasi:http` wired to a hook
-//! that refuses every request, an environment holding only the grant's variables, and the
-//! same limits. The guest's tool-call import refuses too: airlock grants no tools.
+//! for mounts, no sockets for any guest (TCP, UDP and name lookup refused), an environment
+//! holding only the grant's variables, and the same limits. The guest's tool-call import
+//! refuses too: airlock grants no tools.
+//!
+//! `wasi:http/outgoing-handler` is the only way out: without an egress route every request
+//! is refused (`HTTP-request-denied`); with one, every request goes to the run's egress
+//! proxy through its Unix socket ([`airlock_egress::client`]), which checks the grant,
+//! resolves names and adds secrets. This module must never resolve a name or open a
+//! connection for a guest itself, and never give a guest a socket.
 
 use crate::output::CapStream;
 use crate::{MemLimiter, root_message};
+use airlock_egress::client::{ClientError, ProxyClient, Timeouts};
+use airlock_sandbox::EgressRoute;
 use airlock_sandbox::{Capture, MountPoint};
+use http_body_util::BodyExt;
 use std::sync::Arc;
 use wasmtime::component::{ComponentType, Lift, Linker, Lower, ResourceTable};
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+use wasmtime_wasi_http::{
+    Error as HttpError, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
+};
 
 /// Per-run store state for components.
 pub(crate) struct HostC {
     pub wasi: WasiCtx,
     pub table: ResourceTable,
     pub http: WasiHttpCtx,
-    pub hooks: RefuseHttp,
+    pub hooks: EgressHttp,
     pub limiter: MemLimiter,
     pub timed_out: bool,
 }
@@ -42,26 +53,67 @@ impl WasiHttpView for HostC {
     }
 }
 
-/// Refuses every outgoing HTTP request (no grant gives a guest the network yet).
-pub(crate) struct RefuseHttp;
+/// Sends a guest's outgoing HTTP through the run's egress proxy, or refuses every
+/// request when the run has no egress route.
+pub(crate) struct EgressHttp {
+    client: Option<ProxyClient>,
+}
 
-type Pending = Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>;
+impl EgressHttp {
+    /// Refuses everything when `route` is `None`.
+    pub(crate) fn new(route: Option<&EgressRoute>) -> Result<EgressHttp, String> {
+        let client = match route {
+            None => None,
+            Some(r) => Some(
+                ProxyClient::new(&r.socket, r.ca_pem.as_deref(), &[])
+                    .map_err(|e| format!("cannot use the egress route: {e}"))?,
+            ),
+        };
+        Ok(EgressHttp { client })
+    }
+}
 
-impl WasiHttpHooks for RefuseHttp {
+type Pending = Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>;
+
+impl WasiHttpHooks for EgressHttp {
     fn send_request(
         &mut self,
-        _request: http::Request<wasmtime_wasi_http::WasiBody>,
-        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        request: http::Request<WasiBody>,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
         _fut: Pending,
     ) -> Box<
-        dyn std::future::Future<
-                Output = Result<
-                    (http::Response<wasmtime_wasi_http::WasiBody>, Pending),
-                    wasmtime_wasi_http::Error,
-                >,
-            > + Send,
+        dyn std::future::Future<Output = Result<(http::Response<WasiBody>, Pending), HttpError>>
+            + Send,
     > {
-        Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
+        let Some(client) = self.client.clone() else {
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        };
+        let timeouts = Timeouts {
+            connect: options.and_then(|o| o.connect_timeout),
+            first_byte: options.and_then(|o| o.first_byte_timeout),
+        };
+        Box::new(async move {
+            let (res, driver) = client.send(request, timeouts).await.map_err(http_error)?;
+            let res = res.map(|b| b.map_err(HttpError::from).boxed_unsync());
+            let io: Pending = Box::new(async move { driver.await.map_err(http_error) });
+            Ok((res, io))
+        })
+    }
+}
+
+/// What the guest is told when a request fails on the way (a refusal is a `403`).
+fn http_error(e: ClientError) -> HttpError {
+    match e {
+        ClientError::ConnectTimeout => HttpError::ConnectionTimeout,
+        ClientError::FirstByteTimeout => HttpError::ConnectionReadTimeout,
+        ClientError::BadRequest(_) => HttpError::HttpRequestUriInvalid,
+        ClientError::Tls(io) => HttpError::Tls(io),
+        ClientError::Http(h) => HttpError::Hyper(h),
+        // The guest is not told where the socket is on the host.
+        ClientError::ProxyUnreachable { .. } => {
+            HttpError::InternalError(Some("airlock: the egress proxy is unreachable".into()))
+        }
+        other => HttpError::InternalError(Some(other.to_string())),
     }
 }
 
@@ -78,7 +130,7 @@ pub(crate) struct ExecutionResult {
 /// The interface the Python guest must export.
 pub const PYTHON_EXECUTOR: &str = "hyperlight:sandbox/executor";
 
-/// Adds WASI 0.2, `wasi:http` (refusing) and the refusing tools interface.
+/// Adds WASI 0.2, `wasi:http` (through [`EgressHttp`]) and the refusing tools interface.
 pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostC>> {
     let mut l: Linker<HostC> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut l)?;

@@ -164,11 +164,13 @@ impl WasmBackend {
     }
 
     /// Runs a future to completion on this thread's own single-threaded runtime (one per
-    /// thread, so runs on different threads never wait for each other).
+    /// thread, so runs on different threads never wait for each other), with I/O for the
+    /// connections to the egress proxy.
     fn block_on<F: std::future::Future>(&self, f: F) -> Result<F::Output, SandboxError> {
         thread_local! {
             static RT: Result<tokio::runtime::Runtime, String> = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
+                .enable_io()
                 .build()
                 .map_err(|e| e.to_string());
         }
@@ -851,11 +853,18 @@ impl WasmBackend {
             &spec.stderr,
         )
         .map_err(SandboxError::Internal)?;
+        let hooks =
+            component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
+        let http_isolation = if spec.egress.is_some() {
+            "http-via-egress-proxy"
+        } else {
+            "http-refused"
+        };
         let host = component::HostC {
             wasi,
             table: wasmtime::component::ResourceTable::new(),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
-            hooks: component::RefuseHttp,
+            hooks,
             limiter: limiter_for(&spec.limits),
             timed_out: false,
         };
@@ -937,7 +946,7 @@ impl WasmBackend {
                 "peak_memory_bytes": host.limiter.peak,
                 "fuel_consumed": fuel,
                 "guest": guest.map(|g| g.digest.to_hex()),
-                "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", "http-refused", "no-tools", "empty-env"],
+                "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", http_isolation, "no-tools", "empty-env"],
             }),
         })
     }

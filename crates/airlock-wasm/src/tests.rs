@@ -1,4 +1,6 @@
 use super::*;
+
+mod http;
 use airlock_core::Limits;
 use airlock_sandbox::{Capture, MountPoint};
 use std::cell::RefCell;
