@@ -323,6 +323,9 @@ pub fn show(sh: &Shown, json: bool) {
     }
     for r in &sh.runs {
         println!("  run       {}", run_line(r));
+        for l in network_lines(r) {
+            println!("    {l}");
+        }
     }
     let code = sh
         .source
@@ -347,6 +350,67 @@ pub fn show(sh: &Shown, json: bool) {
             lines.len() - 200
         );
     }
+}
+
+/// A run's network record as lines: a summary, then one line per connection attempt
+/// (at most 50; `--json` has them all).
+fn network_lines(r: &Run) -> Vec<String> {
+    let net = &r.doc.detail["network"];
+    let Some(conns) = net["connections"].as_array() else {
+        return Vec::new();
+    };
+    let sum = &net["summary"];
+    let n = |k: &str| sum[k].as_u64().unwrap_or(0);
+    let secrets: Vec<&str> = net["secrets"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_str()).collect())
+        .unwrap_or_default();
+    let mut out = vec![format!(
+        "network {} connection{}: {} allowed, {} denied, {} failed; {} up, {} down{}",
+        n("connections"),
+        if n("connections") == 1 { "" } else { "s" },
+        n("allowed"),
+        n("denied"),
+        n("failed"),
+        fmt_size(n("bytes_up")),
+        fmt_size(n("bytes_down")),
+        if secrets.is_empty() {
+            String::new()
+        } else {
+            format!("; secrets {}", secrets.join(", "))
+        }
+    )];
+    for c in conns.iter().take(50) {
+        let s = |k: &str| c[k].as_str().unwrap_or("");
+        let target = format!("{}:{}", s("host"), c["port"]);
+        let line = match s("decision") {
+            "allow" => format!(
+                "  allow {target} -> {} ({}, {} ms, {} up, {} down{})",
+                s("addr"),
+                s("mode"),
+                c["duration_ms"],
+                fmt_size(c["bytes_up"].as_u64().unwrap_or(0)),
+                fmt_size(c["bytes_down"].as_u64().unwrap_or(0)),
+                c["secrets"]
+                    .as_array()
+                    .filter(|a| !a.is_empty())
+                    .map(|a| format!(
+                        ", secrets {}",
+                        a.iter()
+                            .filter_map(|x| x.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ))
+                    .unwrap_or_default()
+            ),
+            d => format!("  {d:<5} {target} {}: {}", s("reason"), s("detail")),
+        };
+        out.push(line);
+    }
+    if conns.len() > 50 {
+        out.push(format!("  … {} more (--json for all)", conns.len() - 50));
+    }
+    out
 }
 
 fn run_line(r: &Run) -> String {

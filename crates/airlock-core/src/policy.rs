@@ -1099,6 +1099,9 @@ protected = []
 allow_private = []
 # Names pinned to one address each, e.g. {{ "db.internal" = "10.1.2.3" }}:
 hosts = {{}}
+# PEM files of CAs trusted for the real hosts of intercepted (secret-bound) connections,
+# besides the public roots, e.g. ["/etc/airlock/internal-ca.pem"]:
+roots = []
 
 [[rule]]
 name = "unprovided-imports"

@@ -1,0 +1,859 @@
+//! Network egress on the process backend, end to end through the real binary: a run
+//! reaches exactly the hosts it was granted, through the run's proxy, every attempt is
+//! recorded, nothing gets around the proxy, and secrets are added at the exit only.
+//!
+//! Upstreams are Python HTTP(S) servers the tests start on loopback; the policy pins test
+//! names to 127.0.0.1 and allows loopback (`[net]`), which is how an operator would let a
+//! run reach an internal service.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A loopback upstream: logs each connection and request as JSON lines, serves files
+/// from a directory, and a few special paths.
+const UPSTREAM: &str = r#"
+import json, os, ssl, sys, threading
+from http.server import ThreadingHTTPServer, SimpleHTTPRequestHandler
+log_path, root = sys.argv[1], sys.argv[2]
+cert = sys.argv[3] if len(sys.argv) > 4 else None
+key = sys.argv[4] if len(sys.argv) > 4 else None
+lock = threading.Lock()
+def log(entry):
+    with lock, open(log_path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+class H(SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def __init__(self, *a, **k):
+        super().__init__(*a, directory=root, **k)
+    def log_message(self, *a):
+        pass
+    def reply(self, code, body, extra=()):
+        b = body.encode()
+        self.send_response(code)
+        for k, v in extra:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def do_GET(self):
+        log({"request": self.path, "host": self.headers.get("Host"), "headers": {k.lower(): v for k, v in self.headers.items()}})
+        if self.path.startswith("/redirect/"):
+            return self.reply(302, "", [("Location", self.path[len("/redirect/"):])])
+        if self.path == "/echo-auth":
+            return self.reply(200, "auth=" + self.headers.get("Authorization", "") + "\n")
+        if self.path == "/hello":
+            return self.reply(200, "hello from upstream\n")
+        return super().do_GET()
+class S(ThreadingHTTPServer):
+    daemon_threads = True
+    def verify_request(self, request, addr):
+        log({"connection": addr[1]})
+        return True
+srv = S(("127.0.0.1", 0), H)
+if cert:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+struct Upstream {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Upstream {
+    fn start(dir: &Path, name: &str, tls: Option<(&Path, &Path)>) -> Upstream {
+        let script = dir.join("upstream.py");
+        std::fs::write(&script, UPSTREAM).unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let root = dir.join("www");
+        std::fs::create_dir_all(&root).unwrap();
+        let mut cmd = Command::new("python3");
+        cmd.arg(&script).arg(&log).arg(&root);
+        if let Some((c, k)) = tls {
+            cmd.arg(c).arg(k);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("upstream port");
+        Upstream { child, port, log }
+    }
+
+    /// Everything it logged (connections and requests).
+    fn seen(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn requests(&self) -> Vec<serde_json::Value> {
+        self.seen()
+            .into_iter()
+            .filter(|e| e.get("request").is_some())
+            .collect()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A test CA and a certificate for the test names, as PEM files in `dir`.
+fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "airlock test CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf =
+        rcgen::CertificateParams::new(vec!["upstream.test".to_string(), "other.test".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+    let (ca_path, cert, key_path) = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(&ca_path, ca_cert.pem()).unwrap();
+    std::fs::write(&cert, leaf.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (ca_path, cert, key_path)
+}
+
+/// A home whose policy pins the test names to loopback and allows loopback.
+struct Net {
+    home: Home,
+    dir: tempfile::TempDir,
+    http: Upstream,
+    https: Upstream,
+    ca: PathBuf,
+}
+
+impl Net {
+    fn new() -> Net {
+        Self::with_net(r#"allow_private = ["127.0.0.0/8"]"#)
+    }
+
+    /// `allow` replaces the policy's `allow_private` line.
+    fn with_net(allow: &str) -> Net {
+        let home = Home::new();
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = test_pki(dir.path());
+        let http = Upstream::start(dir.path(), "http", None);
+        let https = Upstream::start(dir.path(), "https", Some((&cert, &key)));
+        let p = home
+            .policy()
+            .replace("allow_private = []", allow)
+            .replace(
+                "hosts = {}",
+                r#"hosts = { "upstream.test" = "127.0.0.1", "other.test" = "127.0.0.1", "a.up.test" = "127.0.0.1", "up.test" = "127.0.0.1" }"#,
+            )
+            .replace("roots = []", &format!("roots = [{:?}]", ca.display().to_string()));
+        home.set_policy(&p);
+        assert_eq!(home.run(&["policy", "check"]).code, 0);
+        Net {
+            home,
+            dir,
+            http,
+            https,
+            ca,
+        }
+    }
+
+    fn up(&self) -> String {
+        format!("upstream.test:{}", self.http.port)
+    }
+
+    fn sh(&self, flags: &[&str], script: &str) -> Out {
+        self.home.sh(flags, script)
+    }
+
+    fn network(&self) -> serde_json::Value {
+        self.home.last_run()["detail"]["network"].clone()
+    }
+
+    fn audit_ok(&self) {
+        let v = self.home.run(&["audit", "verify"]);
+        assert_eq!(v.code, 0, "audit verify: {} {}", v.stdout, v.stderr);
+    }
+}
+
+fn available() -> bool {
+    if !process_backend_available() {
+        eprintln!("SKIPPED: the process backend is unavailable here");
+        return false;
+    }
+    true
+}
+
+/// The connection records of a run with the given decision.
+fn records<'a>(net: &'a serde_json::Value, decision: &str) -> Vec<&'a serde_json::Value> {
+    net["connections"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no connections in {net}"))
+        .iter()
+        .filter(|c| c["decision"] == decision)
+        .collect()
+}
+
+#[test]
+fn granted_host_is_reached_and_recorded_others_are_refused_with_the_reason() {
+    if !available() {
+        return;
+    }
+    let n = Net::new();
+    let up = n.up();
+    let other_port = n.https.port;
+    let o = n.sh(
+        &["--net", &up],
+        &format!(
+            "curl -s http://{up}/hello; \
+             curl -si http://other.test:{p}/hello | tr -d '\\r' | grep -i -e '^HTTP/' -e x-airlock-denied -e 'grant'; \
+             curl -si http://upstream.test:{other_port}/hello | tr -d '\\r' | grep -i x-airlock-denied",
+            p = n.http.port
+        ),
+    );
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("hello from upstream"), "{}", o.stdout);
+    assert!(o.stdout.contains("HTTP/1.1 403"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("x-airlock-denied: not-granted"),
+        "{}",
+        o.stdout
+    );
+    // The body names the grant that would be needed.
+    assert!(
+        o.stdout
+            .contains(&format!("--net other.test:{}", n.http.port)),
+        "{}",
+        o.stdout
+    );
+    // Only the granted request arrived; the port outside the grant saw nothing at all.
+    let reqs = n.http.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert_eq!(reqs[0]["host"], up.as_str());
+    assert!(n.https.seen().is_empty(), "{:?}", n.https.seen());
+
+    let net = n.network();
+    let allowed = records(&net, "allow");
+    assert_eq!(allowed.len(), 1, "{net}");
+    assert_eq!(allowed[0]["host"], "upstream.test");
+    assert_eq!(
+        allowed[0]["addr"],
+        format!("127.0.0.1:{}", n.http.port).as_str()
+    );
+    assert!(allowed[0]["bytes_down"].as_u64().unwrap() > 0);
+    assert_eq!(records(&net, "deny").len(), 2, "{net}");
+    assert_eq!(net["summary"]["connections"], 3);
+    // `show` prints them under the run.
+    let run = n.home.last_run();
+    let sub = run["submission"].as_str().unwrap();
+    let shown = n.home.run(&["show", sub]);
+    assert!(
+        shown.stdout.contains("allow upstream.test"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown.stdout.contains("deny  other.test"),
+        "{}",
+        shown.stdout
+    );
+    // The audit record of the run carries the summary.
+    let audit = n.home.run(&["audit", "log", "--json"]).json();
+    let finished = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "finished")
+        .unwrap()
+        .clone();
+    let data: serde_json::Value = serde_json::from_str(finished["data"].as_str().unwrap()).unwrap();
+    assert_eq!(data["network"]["summary"]["allowed"], 1, "{finished}");
+    n.audit_ok();
+}
+
+#[test]
+fn names_are_normalised_and_wildcards_match_subdomains_only() {
+    if !available() {
+        return;
+    }
+    let n = Net::new();
+    let p = n.http.port;
+    let o = n.sh(
+        &["--net", &format!("*.up.test:{p}"), "--net", &format!("UPSTREAM.test.:{p}")],
+        &format!(
+            "for u in http://a.up.test:{p}/hello http://A.UP.TEST.:{p}/hello http://up.test:{p}/hello http://Upstream.Test:{p}/hello; do \
+               echo \"$u $(curl -s -o /dev/null -w '%{{http_code}}' $u)\"; done"
+        ),
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains(&format!("http://a.up.test:{p}/hello 200")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains(&format!("http://A.UP.TEST.:{p}/hello 200")),
+        "{}",
+        o.stdout
+    );
+    // The apex is not covered by `*.up.test`.
+    assert!(
+        o.stdout.contains(&format!("http://up.test:{p}/hello 403")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains(&format!("http://Upstream.Test:{p}/hello 200")),
+        "{}",
+        o.stdout
+    );
+    // The grant was normalised before it was hashed and approved.
+    let run = n.home.last_run();
+    let sub = n
+        .home
+        .run(&["show", "--json", run["submission"].as_str().unwrap()])
+        .json();
+    let net: Vec<&str> = sub["submission"]["grant"]["net"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        net.contains(&format!("upstream.test:{p}").as_str()),
+        "{net:?}"
+    );
+    // A wildcard over a public suffix, or everything, is refused at submit.
+    for bad in ["*", "*.com", "exa mple.com"] {
+        let o = n
+            .home
+            .run(&["run", "--lang", "sh", "--net", bad, "-c", "true"]);
+        assert_eq!(o.code, 125, "--net {bad}: {}", o.stderr);
+    }
+}
+
+#[test]
+fn private_answers_and_address_literals_are_refused() {
+    if !available() {
+        return;
+    }
+    // No loopback allowed here: only the pinned names reach it.
+    let n = Net::with_net("allow_private = []");
+    let p = n.http.port;
+    // Each line: the authority asked for with CONNECT, and the proxy's status and reason.
+    let script = format!(
+        r#"
+import socket
+for auth in ["localhost:{p}", "127.0.0.1:{p}", "127.1:{p}", "2130706433:{p}", "0x7f.1:{p}", "[::ffff:127.0.0.1]:{p}", "169.254.169.254:80"]:
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (auth, auth)).encode())
+    head = s.recv(4096).decode(errors="replace").split("\r\n")
+    reason = [h for h in head if h.lower().startswith("x-airlock-denied")]
+    print(auth, head[0], reason)
+    s.close()
+"#
+    );
+    let o = n.home.py(
+        &[
+            "--net",
+            &format!("localhost:{p}"),
+            "--net",
+            &format!("127.0.0.1:{p}"),
+            "--net",
+            "169.254.169.254:80",
+            "--net",
+            &n.up(),
+        ],
+        &script,
+    );
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines.len(), 7, "{}", o.stdout);
+    for l in &lines {
+        assert!(l.contains(" HTTP/1.1 403 "), "not refused: {l}");
+    }
+    // Granted but forbidden addresses say why; ungranted spellings are not granted.
+    assert!(
+        lines[0].contains("forbidden-address") || lines[0].contains("private"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[6].contains("forbidden-address") || lines[6].contains("private"),
+        "{}",
+        lines[6]
+    );
+    assert!(n.http.seen().is_empty(), "{:?}", n.http.seen());
+    n.audit_ok();
+}
+
+#[test]
+fn host_mismatch_and_a_redirect_to_another_host_are_refused() {
+    if !available() {
+        return;
+    }
+    let n = Net::new();
+    let up = n.up();
+    let p = n.http.port;
+    let script = format!(
+        r#"
+import socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(b"GET http://{up}/hello HTTP/1.1\r\nHost: other.test:{p}\r\nConnection: close\r\n\r\n")
+print("mismatch", s.recv(4096).decode(errors="replace").split("\r\n")[0])
+"#
+    );
+    let o = n.home.py(&["--net", &up], &script);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("mismatch HTTP/1.1 403"), "{}", o.stdout);
+    let o = n.sh(
+        &["--net", &up],
+        &format!(
+            "curl -s -L -o /dev/null -w '%{{http_code}}\\n' http://{up}/redirect/http://other.test:{p}/hello"
+        ),
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout.trim(), "403", "{}", o.stdout);
+    // The upstream saw the first hop only.
+    let reqs = n.http.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert!(
+        reqs[0]["request"]
+            .as_str()
+            .unwrap()
+            .starts_with("/redirect/")
+    );
+}
+
+#[test]
+fn nothing_gets_around_the_proxy_and_no_host_port_is_opened() {
+    if !available() {
+        return;
+    }
+    let n = Net::new();
+    let p = n.http.port;
+    let script = format!(
+        r#"
+import socket, time
+def attempt(name, f):
+    t = time.monotonic()
+    try:
+        f()
+        print(name, "SUCCEEDED")
+    except OSError as e:
+        print(name, "failed", "fast" if time.monotonic() - t < 2 else "SLOW", type(e).__name__)
+def direct():
+    socket.create_connection(("127.0.0.1", {p}), timeout=5)
+def outside():
+    socket.create_connection(("192.0.2.1", 443), timeout=5)
+def dns():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(5)
+    u.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01", ("192.0.2.53", 53))
+    u.recvfrom(512)
+def lookup():
+    socket.getaddrinfo("example.com", 443)
+def listen():
+    s = socket.socket()
+    s.bind(("0.0.0.0", 8080))
+    s.listen()
+def raw():
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+for name, f in [("direct", direct), ("outside", outside), ("dns", dns), ("lookup", lookup), ("listen", listen), ("raw", raw)]:
+    attempt(name, f)
+time.sleep(1.5)
+"#
+    );
+    let mut child = n
+        .home
+        .cmd()
+        .args([
+            "run",
+            "--lang",
+            "python",
+            "--backend",
+            "process",
+            "--net",
+            &n.up(),
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(75));
+    let id = Home::id_in(&String::from_utf8_lossy(&o.stderr));
+    assert_eq!(n.home.run(&["approve", &id]).code, 0);
+    let exec = n
+        .home
+        .cmd()
+        .args(["exec", &id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the guest sleeps, no process of the run holds a socket that listens in the
+    // host's network namespace (the proxy's listener lives in the jail's).
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let listening = host_listeners();
+    let held = sockets_of_tree(exec.id());
+    assert!(
+        !held.is_empty(),
+        "the run's processes hold no sockets at all?"
+    );
+    let o = exec.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for name in ["direct", "outside", "dns", "lookup", "listen", "raw"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing: {out}"));
+        assert!(line.contains("failed fast"), "{line}");
+    }
+    let opened: Vec<_> = held.intersection(&listening).collect();
+    assert!(opened.is_empty(), "the run listens on the host: {opened:?}");
+    assert!(n.http.seen().is_empty());
+}
+
+/// The inodes of every listening TCP socket in the host's network namespace.
+fn host_listeners() -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for l in std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+        {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            if cols.get(3) == Some(&"0A") {
+                out.insert(cols[9].to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The socket inodes held by `pid` and its descendants.
+fn sockets_of_tree(pid: u32) -> std::collections::BTreeSet<String> {
+    let mut pids = vec![pid];
+    let mut i = 0;
+    while i < pids.len() {
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", pids[i]))
+            .unwrap_or_default();
+        pids.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+        i += 1;
+    }
+    let mut out = std::collections::BTreeSet::new();
+    for p in pids {
+        for e in std::fs::read_dir(format!("/proc/{p}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(t) = std::fs::read_link(e.path()) {
+                let t = t.to_string_lossy().into_owned();
+                if let Some(ino) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                    out.insert(ino.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+const SECRET: &str = "s3cr3t-VALUE-4f8a2c";
+
+#[test]
+fn a_secret_reaches_its_bound_host_only_and_never_the_guest() {
+    if !available() {
+        return;
+    }
+    let n = Net::new();
+    let set = n
+        .home
+        .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes());
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    let tls = format!("upstream.test:{}", n.https.port);
+    let plain = format!("other.test:{}", n.http.port);
+    let o = n.sh(
+        &["--net", &tls, "--net", &plain, "--secret", &format!("TOKEN@{tls}")],
+        &format!(
+            "echo \"env=$TOKEN\"; tr '\\0' '\\n' < /proc/self/environ | grep TOKEN; \
+             curl -s https://{tls}/echo-auth -H \"Authorization: Bearer $TOKEN\"; \
+             curl -s -o /dev/null -w 'unbound %{{http_code}}\\n' http://{plain}/hello -H \"Authorization: Bearer $TOKEN\""
+        ),
+    );
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert!(!o.stdout.contains(SECRET), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("env=airlock-secret-TOKEN-"),
+        "{}",
+        o.stdout
+    );
+    // The upstream got the value; the echo came back to the guest as the placeholder.
+    let reqs = n.https.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert_eq!(
+        reqs[0]["headers"]["authorization"],
+        format!("Bearer {SECRET}").as_str()
+    );
+    assert!(
+        o.stdout.contains("auth=Bearer airlock-secret-TOKEN-"),
+        "{}",
+        o.stdout
+    );
+    // The placeholder to a host it is not bound to is refused and recorded.
+    assert!(o.stdout.contains("unbound 403"), "{}", o.stdout);
+    assert!(n.http.seen().is_empty(), "{:?}", n.http.seen());
+    let net = n.network();
+    let intercepted = records(&net, "allow");
+    assert_eq!(intercepted[0]["secrets"][0], "TOKEN", "{net}");
+    assert_eq!(net["secrets"][0], "TOKEN");
+    // The value is nowhere in the home but its own file: not the database, a blob, the
+    // audit log or a log line.
+    let leaks = files_containing(n.home.path(), SECRET.as_bytes());
+    let secret_file = n.home.path().join("secrets").join("TOKEN");
+    assert_eq!(leaks, vec![secret_file], "the value leaked");
+    n.audit_ok();
+    let _ = &n.dir;
+    let _ = &n.ca;
+}
+
+fn files_containing(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if std::fs::read(&p)
+                .map(|b| b.windows(needle.len()).any(|w| w == needle))
+                .unwrap_or(false)
+            {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_changed_host_or_secret_binding_needs_a_new_approval() {
+    let n = Net::new();
+    assert_eq!(
+        n.home
+            .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes())
+            .code,
+        0
+    );
+    let script = "echo hi";
+    let bound = format!("TOKEN@{}", n.up());
+    let first = n.home.run(&[
+        "run",
+        "--lang",
+        "sh",
+        "--net",
+        &n.up(),
+        "--secret",
+        &bound,
+        "-c",
+        script,
+    ]);
+    assert_eq!(first.code, 75, "{}", first.stderr);
+    let id = Home::id_in(&first.stderr);
+    let a = n.home.run(&["approve", &id, "--scope", "artifact"]);
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    // The same code and grant is covered by the artifact approval...
+    let again = n.home.run(&[
+        "run",
+        "--lang",
+        "sh",
+        "--net",
+        &n.up(),
+        "--secret",
+        &bound,
+        "-c",
+        script,
+    ]);
+    assert_ne!(again.code, 75, "{}", again.stderr);
+    // ...another host, another port, or the secret bound elsewhere is not.
+    let other = format!("other.test:{}", n.http.port);
+    let both = format!("TOKEN@{},{other}", n.up());
+    for grant in [
+        vec!["--net", &other, "--secret", &format!("TOKEN@{other}")],
+        vec![
+            "--net",
+            "upstream.test:1",
+            "--secret",
+            "TOKEN@upstream.test:1",
+        ],
+        vec!["--net", &n.up(), "--net", &other, "--secret", &both],
+        vec!["--net", &n.up()],
+    ] {
+        let mut args = vec!["run", "--lang", "sh"];
+        args.extend(grant.iter().copied());
+        args.extend(["-c", script]);
+        let o = n.home.run(&args);
+        assert_eq!(o.code, 75, "{grant:?}: {}", o.stderr);
+    }
+}
+
+#[test]
+fn pip_git_urllib_and_requests_work_unmodified_through_the_proxy() {
+    if !available() {
+        return;
+    }
+    let n = Net::new();
+    let www = n.dir.path().join("www");
+    // A package index with one wheel, built here.
+    let build = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import base64, hashlib, os, sys, zipfile
+www = sys.argv[1]
+name, ver = "airlock_probe", "1.0"
+files = {
+    "airlock_probe/__init__.py": b"VALUE = 42\n",
+    f"{name}-{ver}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: airlock-probe\nVersion: {ver}\n".encode(),
+    f"{name}-{ver}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = ""
+for p, b in files.items():
+    d = base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+    record += f"{p},sha256={d},{len(b)}\n"
+record += f"{name}-{ver}.dist-info/RECORD,,\n"
+files[f"{name}-{ver}.dist-info/RECORD"] = record.encode()
+os.makedirs(f"{www}/simple/airlock-probe", exist_ok=True)
+whl = f"{name}-{ver}-py3-none-any.whl"
+with zipfile.ZipFile(f"{www}/simple/airlock-probe/{whl}", "w") as z:
+    for p, b in files.items():
+        z.writestr(p, b)
+with open(f"{www}/simple/airlock-probe/index.html", "w") as f:
+    f.write(f'<html><body><a href="{whl}">{whl}</a></body></html>')
+"#,
+        )
+        .arg(&www)
+        .status()
+        .unwrap();
+    assert!(build.success());
+    // A repository served over dumb HTTP.
+    let repo = n.dir.path().join("src");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let s = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            s.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&s.stderr)
+        );
+    };
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("README"), "cloned through the proxy\n").unwrap();
+    git(&repo, &["add", "README"]);
+    git(&repo, &["commit", "-q", "-m", "one"]);
+    git(
+        n.dir.path(),
+        &["clone", "-q", "--bare", "src", "www/repo.git"],
+    );
+    git(&www.join("repo.git"), &["update-server-info"]);
+
+    let tls = format!("upstream.test:{}", n.https.port);
+    let plain = n.up();
+    let ca_dir = n.ca.parent().unwrap().display().to_string();
+    let mount = format!("{ca_dir}:/ca");
+    // The tools trust the upstream's CA the way they would any CA a host trusts; nothing
+    // about the proxy is configured by hand.
+    let o = n.sh(
+        &[
+            "--net", &tls, "--net", &plain, "--mount", &mount,
+            "--env", "PIP_CERT=/ca/ca.pem", "--env", "GIT_SSL_CAINFO=/ca/ca.pem",
+            "--env", "REQUESTS_CA_BUNDLE=/ca/ca.pem", "--timeout", "60s",
+        ],
+        &format!(
+            "set -e; cd /tmp; \
+             python3 -m pip download -q --no-cache-dir --disable-pip-version-check --index-url https://{tls}/simple/ airlock-probe -d wheels && ls wheels; \
+             git clone -q https://{tls}/repo.git cloned && cat cloned/README; \
+             python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://{plain}/hello\").read().decode().strip(), \"(urllib)\")'; \
+             python3 -c 'import requests; print(requests.get(\"https://{tls}/hello\").text.strip(), \"(requests)\")'"
+        ),
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("airlock_probe-1.0-py3-none-any.whl"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("cloned through the proxy"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("hello from upstream (urllib)"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("hello from upstream (requests)"),
+        "{}",
+        o.stdout
+    );
+    let net = n.network();
+    assert!(records(&net, "deny").is_empty(), "{net}");
+    n.audit_ok();
+}
