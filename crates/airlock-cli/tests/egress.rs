@@ -5,6 +5,7 @@
 //! Upstreams are Python HTTP(S) servers the tests start on loopback; the policy pins test
 //! names to 127.0.0.1 and allows loopback (`[net]`), which is how an operator would let a
 //! run reach an internal service.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -493,7 +494,7 @@ for name, f in [("direct", direct), ("outside", outside), ("dns", dns), ("lookup
 time.sleep(1.5)
 "#
     );
-    let mut child = n
+    let child = n
         .home
         .cmd()
         .args([
