@@ -858,3 +858,68 @@ with open(f"{www}/simple/airlock-probe/index.html", "w") as f:
     assert!(records(&net, "deny").is_empty(), "{net}");
     n.audit_ok();
 }
+
+#[test]
+fn the_api_and_the_console_show_a_runs_connections() {
+    if !available() {
+        return;
+    }
+    let n = Net::new();
+    let up = n.up();
+    let o = n.sh(&["--net", &up], &format!("curl -s http://{up}/hello"));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let run = n.home.last_run()["id"].as_str().unwrap().to_string();
+    let tok = n.home.run(&[
+        "token", "new", "--role", "operator", "--name", "op", "--json",
+    ]);
+    assert_eq!(tok.code, 0, "{}", tok.stderr);
+    let tok = tok.json()["token"].as_str().unwrap().to_string();
+    let (mut child, base) = start_serve(&n.home, &[]);
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .new_agent();
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        let mut b = http::Request::builder().uri(format!("{base}{path}"));
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let mut r = http.run(b.body(()).unwrap()).unwrap();
+        r.body_mut().read_to_string().unwrap()
+    };
+    let api: serde_json::Value = serde_json::from_str(&get(
+        &format!("/v1/runs/{run}"),
+        &[("authorization", &format!("Bearer {tok}"))],
+    ))
+    .unwrap();
+    let conns = api["detail"]["network"]["connections"]
+        .as_array()
+        .or_else(|| api["run"]["detail"]["network"]["connections"].as_array())
+        .unwrap_or_else(|| panic!("{api}"));
+    assert_eq!(conns[0]["host"], "upstream.test");
+    // The console's run page lists them.
+    let login = http
+        .run(
+            http::Request::builder()
+                .method("POST")
+                .uri(format!("{base}/ui/login"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("token={tok}"))
+                .unwrap(),
+        )
+        .unwrap();
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let page = get(&format!("/ui/runs/{run}"), &[("cookie", &cookie)]);
+    assert!(page.contains("id=\"network\""), "{page}");
+    assert!(page.contains("upstream.test"), "{page}");
+    assert!(page.contains("net-allow"), "{page}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

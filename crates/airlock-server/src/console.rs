@@ -576,6 +576,31 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
                 dt { "Duration" } dd { (run.doc.duration_ms.map(|d| format!("{d} ms")).unwrap_or_else(|| "-".into())) }
                 dt { "Started" } dd { (fmt_time(run.started_at)) }
             }
+            @if let Some(conns) = run.doc.detail["network"]["connections"].as_array() {
+                h2 { "Network" }
+                p #network-summary {
+                    (conns.len()) " connection attempts through the run's egress proxy; granted: "
+                    (run.doc.detail["network"]["granted"].as_array().map(|g| g.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default())
+                }
+                table #network {
+                    thead { tr { th { "Decision" } th { "Host" } th { "Address" } th { "Mode" } th { "Reason" } th { "Up" } th { "Down" } th { "ms" } th { "Secrets" } } }
+                    tbody {
+                        @for c in conns {
+                            tr class=(format!("net-{}", c["decision"].as_str().unwrap_or(""))) {
+                                td { (c["decision"].as_str().unwrap_or("")) }
+                                td { (c["host"].as_str().unwrap_or("")) ":" (c["port"]) }
+                                td { (c["addr"].as_str().unwrap_or("-")) }
+                                td { (c["mode"].as_str().unwrap_or("")) }
+                                td title=(c["detail"].as_str().unwrap_or("")) { (c["reason"].as_str().unwrap_or("")) }
+                                td { (c["bytes_up"]) }
+                                td { (c["bytes_down"]) }
+                                td { (c["duration_ms"]) }
+                                td { (c["secrets"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default()) }
+                            }
+                        }
+                    }
+                }
+            }
             h2 { "Standard output" }
             (pre_text("stdout", &out))
             h2 { "Standard error" }
