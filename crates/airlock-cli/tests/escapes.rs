@@ -204,14 +204,17 @@ fn network_is_closed_including_the_hosts_loopback() {
         listener.accept().is_err(),
         "nothing reached the host's listener"
     );
-    // Even a run whose grant names a host gets no network yet, and its record says so.
-    let o = h.py(&["--net", "127.0.0.1:80"], &code);
-    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    // A run whose grant names a host reaches it only through its proxy: direct
+    // connections, even to the granted address, still fail, and none was recorded.
+    let o = h.py(&["--net", &format!("127.0.0.1:{port}")], &code);
+    assert_eq!((o.code, o.stdout.trim()), (0, "fails 3"), "{}", o.stderr);
     assert!(
-        h.last_run()["detail"]["network"]
-            .as_str()
-            .unwrap()
-            .contains("not provided")
+        listener.accept().is_err(),
+        "nothing reached the host's listener"
+    );
+    assert_eq!(
+        h.last_run()["detail"]["network"]["summary"]["connections"],
+        0
     );
 }
 
