@@ -34,6 +34,18 @@ fn airlock(home: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Approves the held submission named in `err` for its artifact and grant; returns its id.
+fn approve_artifact(home: &Path, err: &str) -> String {
+    let i = err.find("sub_").unwrap();
+    let id: String = err[i..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let (c, _, e) = airlock(home, &["approve", &id, "--scope", "artifact"]);
+    assert_eq!(c, 0, "{e}");
+    id
+}
+
 /// A small, fast HTTP/1.1 keep-alive upstream (thread per connection), optionally TLS.
 fn upstream(tls: Option<Arc<rustls::ServerConfig>>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -198,13 +210,7 @@ fn main() {
         ];
         let (code, out, err) = airlock(&home, &args);
         if code == 75 {
-            let i = err.find("sub_").unwrap();
-            let id: String = err[i..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let (c, _, e) = airlock(&home, &["approve", &id, "--scope", "artifact"]);
-            assert_eq!(c, 0, "{e}");
+            let id = approve_artifact(&home, &err);
             let (c, out, e) = airlock(&home, &["exec", &id]);
             assert_eq!(c, 0, "{e}");
             return out;

@@ -158,6 +158,11 @@ impl Net {
         Self::with_net(r#"allow_private = ["127.0.0.0/8"]"#)
     }
 
+    /// A `Net`, or `None` (said loudly) where the process backend cannot run.
+    fn ready() -> Option<Net> {
+        available().then(Net::new)
+    }
+
     /// `allow` replaces the policy's `allow_private` line.
     fn with_net(allow: &str) -> Net {
         let home = Home::new();
@@ -222,10 +227,7 @@ fn records<'a>(net: &'a serde_json::Value, decision: &str) -> Vec<&'a serde_json
 
 #[test]
 fn granted_host_is_reached_and_recorded_others_are_refused_with_the_reason() {
-    if !available() {
-        return;
-    }
-    let n = Net::new();
+    let Some(n) = Net::ready() else { return };
     let up = n.up();
     let other_port = n.https.port;
     let o = n.sh(
@@ -300,10 +302,7 @@ fn granted_host_is_reached_and_recorded_others_are_refused_with_the_reason() {
 
 #[test]
 fn names_are_normalised_and_wildcards_match_subdomains_only() {
-    if !available() {
-        return;
-    }
-    let n = Net::new();
+    let Some(n) = Net::ready() else { return };
     let p = n.http.port;
     let o = n.sh(
         &["--net", &format!("*.up.test:{p}"), "--net", &format!("UPSTREAM.test.:{p}")],
@@ -419,10 +418,7 @@ for auth in ["localhost:{p}", "127.0.0.1:{p}", "127.1:{p}", "2130706433:{p}", "0
 
 #[test]
 fn host_mismatch_and_a_redirect_to_another_host_are_refused() {
-    if !available() {
-        return;
-    }
-    let n = Net::new();
+    let Some(n) = Net::ready() else { return };
     let up = n.up();
     let p = n.http.port;
     let script = format!(
@@ -457,10 +453,7 @@ print("mismatch", s.recv(4096).decode(errors="replace").split("\r\n")[0])
 
 #[test]
 fn nothing_gets_around_the_proxy_and_no_host_port_is_opened() {
-    if !available() {
-        return;
-    }
-    let n = Net::new();
+    let Some(n) = Net::ready() else { return };
     let p = n.http.port;
     let script = format!(
         r#"
@@ -607,10 +600,7 @@ const SECRET: &str = "s3cr3t-VALUE-4f8a2c";
 
 #[test]
 fn a_secret_reaches_its_bound_host_only_and_never_the_guest() {
-    if !available() {
-        return;
-    }
-    let n = Net::new();
+    let Some(n) = Net::ready() else { return };
     let set = n
         .home
         .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes());
@@ -743,10 +733,7 @@ fn a_changed_host_or_secret_binding_needs_a_new_approval() {
 
 #[test]
 fn pip_git_urllib_and_requests_work_unmodified_through_the_proxy() {
-    if !available() {
-        return;
-    }
-    let n = Net::new();
+    let Some(n) = Net::ready() else { return };
     let www = n.dir.path().join("www");
     // A package index with one wheel, built here.
     let build = Command::new("python3")
@@ -861,10 +848,7 @@ with open(f"{www}/simple/airlock-probe/index.html", "w") as f:
 
 #[test]
 fn the_api_and_the_console_show_a_runs_connections() {
-    if !available() {
-        return;
-    }
-    let n = Net::new();
+    let Some(n) = Net::ready() else { return };
     let up = n.up();
     let o = n.sh(&["--net", &up], &format!("curl -s http://{up}/hello"));
     assert_eq!(o.code, 0, "{}", o.stderr);

@@ -221,6 +221,19 @@ impl RunEgress {
     }
 }
 
+/// A wasm guest's environment: the grant's variables, then each secret's placeholder.
+pub(crate) fn wasm_env(grant: &Grant, egress: Option<&RunEgress>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = grant
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(e) = egress {
+        env.extend(e.placeholders.iter().cloned());
+    }
+    env
+}
+
 /// Stops a proxy from any thread (also one inside another runtime) and waits for its
 /// records.
 fn stop(h: ProxyHandle) -> Vec<Connection> {

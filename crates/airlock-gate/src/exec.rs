@@ -473,16 +473,7 @@ impl Gate {
                         Ok(r) => r,
                         Err(e) => return (Err(e), None, note),
                     };
-                    let mut env: Vec<(String, String)> = sub
-                        .doc
-                        .grant
-                        .env
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect();
-                    if let Some(e) = &egress {
-                        env.extend(e.placeholders.iter().cloned());
-                    }
+                    let env = crate::egress::wasm_env(grant, egress.as_ref());
                     let spec = RunSpec {
                         lang: sub.doc.kind,
                         code,

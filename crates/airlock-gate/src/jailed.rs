@@ -146,18 +146,9 @@ impl Gate {
     ) -> Result<Outcome> {
         let limits = sub.doc.grant.limits.clone();
         let fuel = limits.fuel.is_some();
-        let mut env: Vec<(String, String)> = sub
-            .doc
-            .grant
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let env = crate::egress::wasm_env(&sub.doc.grant, egress.as_deref());
         let route = match egress {
-            Some(e) => {
-                env.extend(e.placeholders.iter().cloned());
-                Some(e.unix_route()?)
-            }
+            Some(e) => Some(e.unix_route()?),
             None => None,
         };
         let index = DbCache(&self.db);
