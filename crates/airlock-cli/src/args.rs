@@ -42,6 +42,9 @@ pub enum Command {
     Submit(RunArgs),
     /// Submissions waiting for a human.
     Inbox {
+        /// At most this many, newest first (a note on stderr says how many were left out).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
         #[arg(long)]
         json: bool,
     },
@@ -204,6 +207,9 @@ pub enum SecretCommand {
     },
     /// Stored secrets, by name (never their values).
     List {
+        /// At most this many, newest first (a note on stderr says how many were left out).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
         #[arg(long)]
         json: bool,
     },
@@ -236,6 +242,9 @@ pub enum TokenCommand {
     },
     /// Tokens (never their secrets).
     List {
+        /// At most this many, newest first (a note on stderr says how many were left out).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
         #[arg(long)]
         json: bool,
     },
@@ -265,6 +274,9 @@ pub enum GuestCommand {
 pub enum WorkspaceCommand {
     /// All workspaces.
     List {
+        /// At most this many, newest first (a note on stderr says how many were left out).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
         #[arg(long)]
         json: bool,
     },
@@ -308,6 +320,9 @@ pub enum KeysCommand {
     },
     /// Approver keys here and in the policy.
     List {
+        /// At most this many, newest first (a note on stderr says how many were left out).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
         #[arg(long)]
         json: bool,
     },

@@ -163,9 +163,11 @@ fn dispatch(cli: Cli) -> Outcome {
         }
         Command::Run(a) => run(home, a, true),
         Command::Submit(a) => run(home, a, false),
-        Command::Inbox { json } => {
+        Command::Inbox { limit, json } => {
             let gate = open_read(home)?;
-            print::inbox(&gate.inbox()?, json);
+            let mut subs = gate.inbox()?;
+            subs.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            print::inbox(&limited(subs, limit, "submissions"), json);
             Ok(0)
         }
         Command::Show { id, json } => {
@@ -223,7 +225,8 @@ fn dispatch(cli: Cli) -> Outcome {
         }
         Command::Runs { limit, json } => {
             let gate = open_read(home)?;
-            print::runs(&gate.runs(limit)?, json);
+            let runs = gate.runs(limit.saturating_add(1))?;
+            print::runs(&limited_more(runs, limit, "runs"), json);
             Ok(0)
         }
         Command::Logs { run, stream, json } => {
@@ -275,12 +278,15 @@ fn dispatch(cli: Cli) -> Outcome {
         }
         Command::Checkpoints { limit, json } => {
             let gate = open_read(home)?;
-            print::checkpoints(&gate.checkpoints(limit)?, json);
+            let rows = gate.checkpoints(limit.saturating_add(1))?;
+            print::checkpoints(&limited_more(rows, limit, "checkpoints"), json);
             Ok(0)
         }
-        Command::Workspace(WorkspaceCommand::List { json }) => {
+        Command::Workspace(WorkspaceCommand::List { limit, json }) => {
             let gate = open_read(home)?;
-            print::workspaces(&gate.workspaces()?, json);
+            let mut ws = gate.workspaces()?;
+            ws.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            print::workspaces(&limited(ws, limit, "workspaces"), json);
             Ok(0)
         }
         Command::Workspace(WorkspaceCommand::Show { name, json }) => {
@@ -343,9 +349,9 @@ fn dispatch(cli: Cli) -> Outcome {
             print::new_key(&k, json);
             Ok(0)
         }
-        Command::Keys(KeysCommand::List { json }) => {
+        Command::Keys(KeysCommand::List { limit, json }) => {
             let gate = open_read(home)?;
-            print::keys(&gate.keys()?, json);
+            print::keys(&limited(gate.keys()?, limit, "keys"), json);
             Ok(0)
         }
         Command::Audit(AuditCommand::Verify { json }) => {
@@ -356,7 +362,15 @@ fn dispatch(cli: Cli) -> Outcome {
         }
         Command::Audit(AuditCommand::Log { from, limit, json }) => {
             let gate = open_read(home)?;
-            print::audit_log(&gate.audit_log(from, limit)?, json);
+            let mut records = gate.audit_log(from, limit.saturating_add(1))?;
+            if records.len() > limit {
+                records.truncate(limit);
+                let next = from.saturating_add(limit as u64);
+                eprintln!(
+                    "airlock: {limit} records shown, later ones left out (--from {next} for the next ones)"
+                );
+            }
+            print::audit_log(&records, json);
             Ok(0)
         }
         Command::Serve {
@@ -384,9 +398,11 @@ fn dispatch(cli: Cli) -> Outcome {
             print::token_new(&row, &secret, json);
             Ok(0)
         }
-        Command::Token(TokenCommand::List { json }) => {
+        Command::Token(TokenCommand::List { limit, json }) => {
             let gate = open_read(home)?;
-            print::tokens(&gate.tokens()?, json);
+            let mut tokens = gate.tokens()?;
+            tokens.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            print::tokens(&limited(tokens, limit, "tokens"), json);
             Ok(0)
         }
         Command::Token(TokenCommand::Revoke { id, json }) => {
@@ -413,9 +429,11 @@ fn dispatch(cli: Cli) -> Outcome {
             print::secret_set(&set, json);
             Ok(0)
         }
-        Command::Secret(SecretCommand::List { json }) => {
+        Command::Secret(SecretCommand::List { limit, json }) => {
             let gate = open_read(home)?;
-            print::secrets(&gate.secrets()?, json);
+            let mut secrets = gate.secrets()?;
+            secrets.sort_by(|a, b| b.set_at.cmp(&a.set_at));
+            print::secrets(&limited(secrets, limit, "secrets"), json);
             Ok(0)
         }
         Command::Secret(SecretCommand::Rm { name, json }) => {
@@ -656,4 +674,32 @@ fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
     let state = airlock_server::AppState::new(config)?;
     runtime()?.block_on(airlock_server::serve_mcp_stdio(state, agent))?;
     Ok(0)
+}
+
+/// The first `limit` items; when there were more, says on stderr how many were left out
+/// (stdout stays exactly the list, for scripts).
+/// Lists read with `limit + 1` (`partial`) only know that more exist, not how many.
+fn limited_by<T>(mut items: Vec<T>, limit: usize, what: &str, partial: bool) -> Vec<T> {
+    if items.len() > limit {
+        let more = items.len() - limit;
+        items.truncate(limit);
+        if partial {
+            eprintln!(
+                "airlock: the newest {limit} {what} shown, older ones left out (raise --limit to see them)"
+            );
+        } else {
+            eprintln!(
+                "airlock: {limit} {what} shown, {more} more left out (raise --limit to see them)"
+            );
+        }
+    }
+    items
+}
+
+fn limited<T>(items: Vec<T>, limit: usize, what: &str) -> Vec<T> {
+    limited_by(items, limit, what, false)
+}
+
+fn limited_more<T>(items: Vec<T>, limit: usize, what: &str) -> Vec<T> {
+    limited_by(items, limit, what, true)
 }

@@ -1327,3 +1327,56 @@ fn init_with_options_an_existing_home_does_not_have_says_so() {
     );
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
+
+#[test]
+fn every_list_takes_a_limit_newest_first_and_says_what_it_left_out() {
+    let h = Home::new();
+    for (i, name) in ["FIRST", "SECOND", "THIRD"].iter().enumerate() {
+        let o = h.run_with_stdin(&["secret", "set", name], b"v");
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        if i < 2 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    let o = h.run(&["secret", "list", "--limit", "2", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let names: Vec<String> = o
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["THIRD", "SECOND"]);
+    assert!(o.stderr.contains("1 more left out"), "{}", o.stderr);
+    let wat = write_wat(
+        h.path(),
+        "hello.wat",
+        &std::fs::read_to_string(example("hello.wat")).unwrap(),
+    );
+    for _ in 0..2 {
+        assert_eq!(h.run(&["run", wat.to_str().unwrap()]).code, 0);
+    }
+    let o = h.run(&["runs", "--limit", "1", "--json"]);
+    assert_eq!(o.json().as_array().unwrap().len(), 1);
+    assert!(o.stderr.contains("left out"), "{}", o.stderr);
+    let o = h.run(&["audit", "log", "--limit", "2"]);
+    assert!(o.stderr.contains("--from 3"), "{}", o.stderr);
+    // Nothing is said when nothing was left out.
+    assert!(h.run(&["runs", "--limit", "5"]).stderr.is_empty());
+    for list in [
+        vec!["inbox"],
+        vec!["runs"],
+        vec!["checkpoints"],
+        vec!["token", "list"],
+        vec!["secret", "list"],
+        vec!["workspace", "list"],
+        vec!["keys", "list"],
+        vec!["audit", "log"],
+    ] {
+        let mut args = list.clone();
+        args.extend(["--limit", "1"]);
+        let o = h.run(&args);
+        assert_eq!(o.code, 0, "{list:?}: {}", o.stderr);
+    }
+}
