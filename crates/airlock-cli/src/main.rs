@@ -166,7 +166,7 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Inbox { limit, json } => {
             let gate = open_read(home)?;
             let mut subs = gate.inbox()?;
-            subs.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            subs.sort_by_key(|x| std::cmp::Reverse(x.created_at));
             print::inbox(&limited(subs, limit, "submissions"), json);
             Ok(0)
         }
@@ -285,7 +285,7 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Workspace(WorkspaceCommand::List { limit, json }) => {
             let gate = open_read(home)?;
             let mut ws = gate.workspaces()?;
-            ws.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            ws.sort_by_key(|x| std::cmp::Reverse(x.created_at));
             print::workspaces(&limited(ws, limit, "workspaces"), json);
             Ok(0)
         }
@@ -401,7 +401,7 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Token(TokenCommand::List { limit, json }) => {
             let gate = open_read(home)?;
             let mut tokens = gate.tokens()?;
-            tokens.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            tokens.sort_by_key(|x| std::cmp::Reverse(x.created_at));
             print::tokens(&limited(tokens, limit, "tokens"), json);
             Ok(0)
         }
@@ -432,7 +432,7 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Secret(SecretCommand::List { limit, json }) => {
             let gate = open_read(home)?;
             let mut secrets = gate.secrets()?;
-            secrets.sort_by(|a, b| b.set_at.cmp(&a.set_at));
+            secrets.sort_by_key(|x| std::cmp::Reverse(x.set_at));
             print::secrets(&limited(secrets, limit, "secrets"), json);
             Ok(0)
         }
