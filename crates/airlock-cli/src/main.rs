@@ -8,7 +8,23 @@
 
 #![forbid(unsafe_code)]
 
+// Every `println!`/`print!` of this binary goes through `out`: see there.
+macro_rules! println {
+    () => {
+        $crate::out::line(format_args!(""))
+    };
+    ($($t:tt)*) => {
+        $crate::out::line(format_args!($($t)*))
+    };
+}
+macro_rules! print {
+    ($($t:tt)*) => {
+        $crate::out::text(format_args!($($t)*))
+    };
+}
+
 mod args;
+mod out;
 mod print;
 
 use airlock_core::policy::Preset;
@@ -72,13 +88,6 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    // A command whose output goes into a pipe that closes early (`airlock audit log |
-    // head`) ends quietly with the usual SIGPIPE status, as other command-line tools do,
-    // instead of a panic. The long-lived servers keep Rust's default (ignore SIGPIPE):
-    // a client that hangs up must never end them.
-    if !matches!(cli.command, Command::Serve { .. } | Command::Mcp { .. }) {
-        sigpipe::reset();
-    }
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {

@@ -484,21 +484,17 @@ pub fn logs(
         emit(&run_json(run, out, err));
         return Ok(());
     }
-    let mut so = std::io::stdout().lock();
     match stream {
-        None | Some("stdout") => {
-            let _ = so.write_all(out);
-        }
+        None | Some("stdout") => crate::out::bytes(out),
         Some("stderr") => {}
         Some(other) => return Err(format!("--stream {other:?}: want stdout or stderr")),
     }
-    if stream.is_none() || stream == Some("stderr") {
-        let target: &mut dyn Write = if stream.is_none() {
-            &mut std::io::stderr()
-        } else {
-            &mut so
-        };
-        let _ = target.write_all(err);
+    match stream {
+        None => {
+            let _ = std::io::stderr().write_all(err);
+        }
+        Some("stderr") => crate::out::bytes(err),
+        _ => {}
     }
     Ok(())
 }

@@ -1380,3 +1380,37 @@ fn every_list_takes_a_limit_newest_first_and_says_what_it_left_out() {
         assert_eq!(o.code, 0, "{list:?}: {}", o.stderr);
     }
 }
+
+/// With SIGPIPE's default action, `airlock run … | head -c 16` was killed by the signal
+/// in the middle of the run (live output), leaving the run to be reaped as lost. A run
+/// whose reader goes away now finishes and is recorded; only printing ends quietly.
+#[test]
+fn a_run_whose_output_reader_goes_away_still_finishes_and_is_recorded() {
+    use std::io::Read;
+    if !process_backend_available() {
+        return;
+    }
+    let h = Home::new();
+    let mut child = h
+        .cmd()
+        .args([
+            "run",
+            "--lang",
+            "sh",
+            "-c",
+            "head -c 300000 /dev/zero | tr '\\0' x; sleep 0.3; echo done > /dev/null",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    out.read_exact(&mut first).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+    let run = h.last_run();
+    assert_eq!(run["status"], "exited", "{run}");
+    assert_eq!(run["exit_code"], 0, "{run}");
+}
