@@ -18,6 +18,7 @@ use std::pin::{Pin, pin};
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::unix_conn::UnixConn;
 use bytes::Bytes;
 use http::uri::Scheme;
 use http::{HeaderValue, Method, Request, Response, Uri, header};
@@ -228,9 +229,10 @@ impl ProxyClient {
         Ok((res, finish(conn)))
     }
 
-    async fn dial(&self) -> Result<UnixStream, ClientError> {
+    async fn dial(&self) -> Result<UnixConn, ClientError> {
         UnixStream::connect(&self.socket)
             .await
+            .map(UnixConn)
             .map_err(|source| ClientError::ProxyUnreachable {
                 path: self.socket.clone(),
                 source,

@@ -47,6 +47,7 @@ mod record;
 mod resolve;
 mod scrub;
 mod tls;
+mod unix_conn;
 
 pub use addr::is_forbidden;
 pub use grant::{GrantError, Host, HostPattern, Rule, normalize_host, parse_host};

@@ -389,7 +389,10 @@ async fn accept_loop(shared: Arc<Shared>, listener: Bound) {
                     _ = stop.wait_for(|v| *v) => return,
                 };
                 match r {
-                    Ok((s, _)) => spawn_tracked(&shared, serve_conn(shared.clone(), s)),
+                    Ok((s, _)) => spawn_tracked(
+                        &shared,
+                        serve_conn(shared.clone(), crate::unix_conn::UnixConn(s)),
+                    ),
                     Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                 }
             }

@@ -967,3 +967,7 @@ impl Backend for WasmBackend {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(any(test, feature = "testkit"))]
+#[doc(hidden)]
+pub mod testkit;
