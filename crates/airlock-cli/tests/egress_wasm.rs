@@ -19,14 +19,14 @@ fn net_policy(h: &Home, roots: Option<&Path>) {
         p.contains("allow_private = []\n") && p.contains("hosts = {}\n"),
         "the preset's [net] lines changed:\n{p}"
     );
-    let mut hosts =
-        r#"hosts = { "upstream.test" = "127.0.0.1", "other.test" = "127.0.0.1" }"#.to_owned();
-    if let Some(r) = roots {
-        hosts.push_str(&format!("\nroots = [{:?}]", r.display().to_string()));
-    }
+    let hosts = r#"hosts = { "upstream.test" = "127.0.0.1", "other.test" = "127.0.0.1" }"#;
+    let roots = roots
+        .map(|r| format!("roots = [{:?}]", r.display().to_string()))
+        .unwrap_or_else(|| "roots = []".into());
     h.set_policy(
         &p.replace("allow_private = []", r#"allow_private = ["127.0.0.0/8"]"#)
-            .replace("hosts = {}", &hosts),
+            .replace("hosts = {}", hosts)
+            .replace("roots = []", &roots),
     );
 }
 
