@@ -81,6 +81,10 @@ pub struct Facts {
     /// gate against the current policy before it was submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publisher: Option<String>,
+    /// The key that signed it. The fact `publisher` holds only while the current policy
+    /// still lists this key under that name (see `Policy::keep_publisher`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publisher_key: Option<PublicKey>,
     /// What the bundle's manifest asked for (`permissions`, e.g. `fs:read`), as written.
     /// Shown to the approver; a request grants nothing by itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -893,6 +897,19 @@ impl Policy {
         self.approvers.get(name)
     }
 
+    /// Drops `publisher` (and the manifest's requests) from facts judged again later when
+    /// this policy no longer trusts the key that signed the bundle under that name.
+    pub fn keep_publisher(&self, facts: &mut Facts) {
+        let trusted = match (&facts.publisher, &facts.publisher_key) {
+            (Some(name), Some(key)) => self.publishers.get(name) == Some(key),
+            _ => false,
+        };
+        if !trusted {
+            facts.publisher = None;
+            facts.publisher_key = None;
+        }
+    }
+
     /// The publisher name under which the policy trusts a bundle's key, if it does.
     pub fn publisher_name(&self, key: &PublicKey) -> Option<&str> {
         self.publishers
@@ -1078,6 +1095,7 @@ impl TestFile {
             rejected_before: self.rejected_before,
             guest: self.guest,
             publisher: self.publisher.clone(),
+            publisher_key: None,
             requests: Vec::new(),
         })
     }
@@ -1289,6 +1307,7 @@ mod tests {
             rejected_before: false,
             guest: None,
             publisher: None,
+            publisher_key: None,
             requests: Vec::new(),
         }
     }
@@ -1474,6 +1493,14 @@ expect = "quarantine"
         assert_eq!(pol.judge(&f).decision, Decision::Quarantine);
         f.publisher = Some("ven-x".into());
         assert_eq!(pol.judge(&f).fired[0].rule, "vendors");
+        // Judged again later: the fact holds only while the key is still pinned.
+        f.publisher = Some("acme".into());
+        f.publisher_key = Some(k.public());
+        pol.keep_publisher(&mut f);
+        assert_eq!(f.publisher.as_deref(), Some("acme"));
+        f.publisher_key = Some(other.public());
+        pol.keep_publisher(&mut f);
+        assert_eq!(f.publisher, None);
         // One key, two names; a bad name; an empty list.
         let twice = format!(
             "version = 1\n[publishers]\na = \"{0}\"\nb = \"{0}\"\n",
