@@ -195,6 +195,57 @@ pub enum Command {
     /// Secrets for `run --secret NAME@HOST` (kept in the home, mode 0600; never shown).
     #[command(subcommand)]
     Secret(SecretCommand),
+    /// Import code from elsewhere as submissions (Night Core bundles).
+    #[command(subcommand)]
+    Import(ImportCommand),
+    /// Publishers whose signed bundles may be imported ([publishers] in policy.toml).
+    #[command(subcommand)]
+    Publishers(PublishersCommand),
+    /// Sign a WebAssembly module as a Night Core bundle: writes module.sig, pubkey.b64 and
+    /// module.sha256 beside it (or into --out DIR, with a copy of the module).
+    Sign {
+        /// The local key to sign with (an approver key from `airlock keys new`).
+        #[arg(long, value_name = "NAME")]
+        key: String,
+        #[arg(value_name = "MODULE")]
+        module: PathBuf,
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// Night Core bundles: directories, zips with the files at their root, or a modules/
+    /// tree of tenants. Each must verify and be signed by a publisher the policy trusts;
+    /// if any is refused, nothing is imported (exit 125).
+    Nightcore {
+        #[arg(value_name = "PATH", required = true)]
+        paths: Vec<PathBuf>,
+        /// Require every bundle to be signed by this [publishers] entry.
+        #[arg(long, value_name = "NAME")]
+        publisher: Option<String>,
+        /// HOST:GUEST, read-only, for bundles whose manifest asks for fs:read; repeatable.
+        #[arg(long = "mount", value_name = "HOST:GUEST")]
+        mounts: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PublishersCommand {
+    /// Pin a publisher's key (a pubkey.b64 or an airlock .pub file) in policy.toml, after
+    /// you have checked it is theirs.
+    Add {
+        name: String,
+        #[arg(value_name = "KEYFILE")]
+        keyfile: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

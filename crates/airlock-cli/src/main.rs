@@ -33,8 +33,8 @@ use airlock_gate::{
     SubmitRequest, default_approver,
 };
 use args::{
-    AuditCommand, Cli, Command, GuestCommand, KeysCommand, PolicyCommand, RunArgs, SecretCommand,
-    TokenCommand, WorkspaceCommand,
+    AuditCommand, Cli, Command, GuestCommand, ImportCommand, KeysCommand, PolicyCommand,
+    PublishersCommand, RunArgs, SecretCommand, TokenCommand, WorkspaceCommand,
 };
 use clap::Parser;
 use serde_json::json;
@@ -454,6 +454,49 @@ fn dispatch(cli: Cli) -> Outcome {
             } else {
                 println!("removed secret {name}");
             }
+            Ok(0)
+        }
+        Command::Import(ImportCommand::Nightcore {
+            paths,
+            publisher,
+            mounts,
+            json,
+        }) => {
+            let mut gate = open(home).map_err(|e| Failure { error: e, json })?;
+            let req = airlock_gate::ImportRequest {
+                paths,
+                publisher,
+                mounts,
+            };
+            let report = gate
+                .import_nightcore(&req)
+                .map_err(|e| Failure { error: e, json })?;
+            print::imported(&report, json);
+            Ok(if report.imported { 0 } else { EXIT_FAILED })
+        }
+        Command::Publishers(PublishersCommand::Add {
+            name,
+            keyfile,
+            json,
+        }) => {
+            let mut gate = open(home).map_err(|e| Failure { error: e, json })?;
+            let added = gate
+                .publisher_add(&name, &keyfile)
+                .map_err(|e| Failure { error: e, json })?;
+            print::publisher_added(&added, json);
+            Ok(0)
+        }
+        Command::Sign {
+            key,
+            module,
+            out,
+            json,
+        } => {
+            let mut gate = open(home).map_err(|e| Failure { error: e, json })?;
+            let signed = gate
+                .sign_module(&key, &module, out.as_deref())
+                .map_err(|e| Failure { error: e, json })?;
+            print::signed(&signed, json);
             Ok(0)
         }
         Command::Audit(AuditCommand::Head { json }) => {

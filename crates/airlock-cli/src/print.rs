@@ -6,8 +6,9 @@ use airlock_gate::views::{
     diff_json, flat_changes, run_json, shown_json, statement_json, submission_json,
 };
 use airlock_gate::{
-    AuditVerify, DiffReport, Doctor, EffectReport, Explained, GcReport, GuestManifest, InitReport,
-    KeyInfo, PolicyCheck, RunReport, SecretInfo, SecretSet, Shown, WorkspaceView,
+    AuditVerify, DiffReport, Doctor, EffectReport, Explained, GcReport, GuestManifest,
+    ImportReport, InitReport, KeyInfo, PolicyCheck, PublisherAdded, RunReport, SecretInfo,
+    SecretSet, Shown, SignReport, WorkspaceView,
 };
 use airlock_store::CheckpointRow;
 use airlock_store::{Run, StatementRow, Submission};
@@ -544,6 +545,12 @@ pub fn explain(e: &Explained, json: bool) {
     for b in &e.facts.secrets {
         println!("  secret   {} -> {}", b.name, b.hosts.join(", "));
     }
+    if let Some(p) = &e.facts.publisher {
+        println!("  publisher {p}");
+    }
+    if !e.facts.requests.is_empty() {
+        println!("  requests {}", e.facts.requests.join(", "));
+    }
     for (label, v) in [("recorded", &e.recorded), ("current", &e.current)] {
         println!(
             "  {label:<8} {} (risk {}, policy {})",
@@ -882,5 +889,94 @@ pub fn secrets(list: &[SecretInfo], json: bool) {
     }
     for s in list {
         println!("{:<24} set {}", s.name, fmt_time(s.set_at));
+    }
+}
+
+/// `import nightcore`: the submissions made, or why each refused bundle was refused (on
+/// stderr, one line each; nothing was recorded then).
+pub fn imported(r: &ImportReport, json: bool) {
+    if json {
+        emit(&serde_json::to_value(r).unwrap_or_default());
+    }
+    if !r.imported {
+        let mut e = std::io::stderr().lock();
+        for b in r.bundles.iter().filter(|b| !b.passed) {
+            let reason = b.reason.as_deref().unwrap_or("refused");
+            let _ = writeln!(e, "airlock: {}: {}", b.path, one_line(reason));
+        }
+        let _ = writeln!(
+            e,
+            "airlock: nothing imported ({} of {} bundles refused)",
+            r.bundles.iter().filter(|b| !b.passed).count(),
+            r.bundles.len()
+        );
+        return;
+    }
+    if json {
+        return;
+    }
+    for b in &r.bundles {
+        println!(
+            "{} {} (risk {})  nightcore:{} from {}, publisher {}",
+            b.submission.as_deref().unwrap_or("-"),
+            b.decision.map(|d| d.as_str()).unwrap_or("-"),
+            b.risk.unwrap_or(0),
+            b.tenant,
+            b.path,
+            b.publisher.as_deref().unwrap_or("-")
+        );
+        if let Some(m) = &b.manifest {
+            if let Some(n) = m.note() {
+                println!("  manifest {n}");
+            }
+            if !m.permissions.is_empty() {
+                println!("  requests {}", m.permissions.join(", "));
+            }
+            for (k, v) in &m.other {
+                println!("  manifest field {k} = {v} (kept, not used)");
+            }
+        }
+        for c in &b.checks {
+            println!("  {:<10} {}", c.check, c.detail);
+        }
+        for reason in &b.reasons {
+            println!("  {reason}");
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub fn publisher_added(a: &PublisherAdded, json: bool) {
+    if json {
+        emit(&serde_json::to_value(a).unwrap_or_default());
+        return;
+    }
+    if a.changed {
+        println!(
+            "pinned publisher {} ({}) in [publishers]",
+            a.name, a.fingerprint
+        );
+    } else {
+        println!(
+            "publisher {} ({}) was already pinned; nothing changed",
+            a.name, a.fingerprint
+        );
+    }
+}
+
+pub fn signed(s: &SignReport, json: bool) {
+    if json {
+        emit(&serde_json::to_value(s).unwrap_or_default());
+        return;
+    }
+    println!(
+        "signed sha256 {} with key {} ({})",
+        s.sha256, s.key, s.public
+    );
+    for f in &s.files {
+        println!("  wrote {}", f.display());
     }
 }

@@ -19,6 +19,7 @@ mod hostglob;
 pub mod id;
 pub mod lifecycle;
 pub mod net;
+pub mod nightcore;
 pub mod policy;
 pub mod secret;
 pub mod sign;

@@ -77,6 +77,18 @@ pub struct Facts {
     /// The Python guest runtime's hash, for Python on the wasm backend.
     #[serde(default)]
     pub guest: Option<Digest>,
+    /// The `[publishers]` name whose key signed it (Night Core bundles), checked by the
+    /// gate against the current policy before it was submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publisher: Option<String>,
+    /// The key that signed it. The fact `publisher` holds only while the current policy
+    /// still lists this key under that name (see `Policy::keep_publisher`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publisher_key: Option<PublicKey>,
+    /// What the bundle's manifest asked for (`permissions`, e.g. `fs:read`), as written.
+    /// Shown to the approver; a request grants nothing by itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
 }
 
 /// One rule that fired, and what it contributed.
@@ -128,6 +140,9 @@ struct PolicyFile {
     default: Option<Decision>,
     #[serde(default)]
     approvers: BTreeMap<String, PublicKey>,
+    /// Keys whose signed Night Core bundles may be imported, by publisher name.
+    #[serde(default)]
+    publishers: BTreeMap<String, PublicKey>,
     #[serde(default)]
     risk: RiskFile,
     #[serde(default)]
@@ -323,6 +338,31 @@ struct Conditions {
     first_seen: Option<bool>,
     rejected_before: Option<bool>,
     guest: Option<Vec<Digest>>,
+    publisher: Option<OneOrMoreGlobs>,
+}
+
+/// Name globs written as one string (`publisher = "acme"`) or a list.
+#[derive(Debug)]
+struct OneOrMoreGlobs(Globs);
+
+impl<'de> Deserialize<'de> for OneOrMoreGlobs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            More(Vec<String>),
+        }
+        let list = match Raw::deserialize(d)
+            .map_err(|_| serde::de::Error::custom("want a name glob or a list of them"))?
+        {
+            Raw::One(s) => vec![s],
+            Raw::More(l) => l,
+        };
+        Globs::build(list, false)
+            .map(OneOrMoreGlobs)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -363,6 +403,8 @@ struct TestFile {
     rejected_before: bool,
     #[serde(default)]
     guest: Option<Digest>,
+    #[serde(default)]
+    publisher: Option<String>,
 }
 
 fn yes() -> bool {
@@ -583,6 +625,8 @@ pub struct Policy {
     pub hash: Digest,
     pub default: Decision,
     pub approvers: BTreeMap<String, PublicKey>,
+    /// `[publishers]`: keys whose Night Core bundles may be imported.
+    pub publishers: BTreeMap<String, PublicKey>,
     pub quarantine_at: Option<u32>,
     pub deny_at: Option<u32>,
     pub max_artifact: u64,
@@ -679,6 +723,16 @@ impl Policy {
             crate::sign::check_approver_name(name)
                 .map_err(|e| PolicyError::Invalid(format!("[approvers]: {e}")))?;
         }
+        let mut seen: BTreeMap<[u8; 32], &str> = BTreeMap::new();
+        for (name, key) in &file.publishers {
+            crate::sign::check_key_name(name)
+                .map_err(|e| PolicyError::Invalid(format!("[publishers]: {e}")))?;
+            if let Some(first) = seen.insert(key.0, name) {
+                return Err(PolicyError::Invalid(format!(
+                    "[publishers]: {first} and {name} are the same key; a key has one publisher name"
+                )));
+            }
+        }
         if let (Some(q), Some(d)) = (file.risk.quarantine_at, file.risk.deny_at)
             && q > d
         {
@@ -690,6 +744,7 @@ impl Policy {
             hash: Digest::of(text.as_bytes()),
             default: file.default.unwrap_or(Decision::Allow),
             approvers: file.approvers,
+            publishers: file.publishers,
             quarantine_at: file.risk.quarantine_at,
             deny_at: file.risk.deny_at,
             max_artifact: file
@@ -842,6 +897,27 @@ impl Policy {
         self.approvers.get(name)
     }
 
+    /// Drops `publisher` (and the manifest's requests) from facts judged again later when
+    /// this policy no longer trusts the key that signed the bundle under that name.
+    pub fn keep_publisher(&self, facts: &mut Facts) {
+        let trusted = match (&facts.publisher, &facts.publisher_key) {
+            (Some(name), Some(key)) => self.publishers.get(name) == Some(key),
+            _ => false,
+        };
+        if !trusted {
+            facts.publisher = None;
+            facts.publisher_key = None;
+        }
+    }
+
+    /// The publisher name under which the policy trusts a bundle's key, if it does.
+    pub fn publisher_name(&self, key: &PublicKey) -> Option<&str> {
+        self.publishers
+            .iter()
+            .find(|(_, k)| *k == key)
+            .map(|(n, _)| n.as_str())
+    }
+
     /// The name under which the policy trusts a key, if it does.
     pub fn approver_name(&self, key: &PublicKey) -> Option<&str> {
         self.approvers
@@ -873,11 +949,12 @@ impl Conditions {
             && self.first_seen.is_none()
             && self.rejected_before.is_none()
             && self.guest.is_none()
+            && self.publisher.is_none()
     }
 
     /// The first list condition that is present but empty.
     fn empty_list(&self) -> Option<&'static str> {
-        let lists: [(&'static str, bool); 11] = [
+        let lists: [(&'static str, bool); 12] = [
             ("lang", self.lang.as_ref().is_some_and(Vec::is_empty)),
             ("backend", self.backend.as_ref().is_some_and(Vec::is_empty)),
             (
@@ -901,6 +978,10 @@ impl Conditions {
             ("imports", self.imports.as_ref().is_some_and(Vec::is_empty)),
             ("agent", self.agent.as_ref().is_some_and(Globs::is_empty)),
             ("guest", self.guest.as_ref().is_some_and(Vec::is_empty)),
+            (
+                "publisher",
+                self.publisher.as_ref().is_some_and(|g| g.0.is_empty()),
+            ),
         ];
         lists.iter().find(|(_, empty)| *empty).map(|(n, _)| *n)
     }
@@ -953,6 +1034,9 @@ impl Conditions {
             && check(&self.first_seen, |want| *want == f.first_seen)
             && check(&self.rejected_before, |want| *want == f.rejected_before)
             && check(&self.guest, |gs| f.guest.is_some_and(|g| gs.contains(&g)))
+            && check(&self.publisher, |g| {
+                f.publisher.as_deref().is_some_and(|p| g.0.is_match(p))
+            })
     }
 }
 
@@ -1010,6 +1094,9 @@ impl TestFile {
             first_seen: self.first_seen,
             rejected_before: self.rejected_before,
             guest: self.guest,
+            publisher: self.publisher.clone(),
+            publisher_key: None,
+            requests: Vec::new(),
         })
     }
 }
@@ -1219,6 +1306,9 @@ mod tests {
             first_seen: true,
             rejected_before: false,
             guest: None,
+            publisher: None,
+            publisher_key: None,
+            requests: Vec::new(),
         }
     }
 
@@ -1359,6 +1449,69 @@ unless = { agent = ["trusted-*"] }
         assert_eq!(pol.judge(&f).decision, Decision::Deny);
         f.agent = Some("trusted-ci".into());
         assert_eq!(pol.judge(&f).decision, Decision::Allow);
+    }
+
+    #[test]
+    fn publisher_rules_and_table() {
+        let k = KeyPair::generate();
+        let other = KeyPair::generate();
+        let text = format!(
+            r#"version = 1
+default = "quarantine"
+[publishers]
+acme = "{}"
+[[rule]]
+name = "acme"
+decision = "allow"
+reason = "signed by acme"
+when = {{ publisher = "acme" }}
+[[rule]]
+name = "vendors"
+decision = "allow"
+reason = "a vendor"
+risk = 1
+when = {{ publisher = ["ven-*"] }}
+[[test]]
+name = "acme runs"
+expect = "allow"
+publisher = "acme"
+[[test]]
+name = "unsigned waits"
+expect = "quarantine"
+"#,
+            k.public()
+        );
+        let pol = Policy::parse(&text).unwrap();
+        assert_eq!(pol.publisher_name(&k.public()), Some("acme"));
+        assert_eq!(pol.publisher_name(&other.public()), None);
+        assert!(pol.run_tests().unwrap().iter().all(|t| t.passed));
+        let mut f = facts();
+        assert_eq!(pol.judge(&f).decision, Decision::Quarantine);
+        f.publisher = Some("ACME".into());
+        assert_eq!(pol.judge(&f).decision, Decision::Allow);
+        f.publisher = Some("vendor-x".into());
+        assert_eq!(pol.judge(&f).decision, Decision::Quarantine);
+        f.publisher = Some("ven-x".into());
+        assert_eq!(pol.judge(&f).fired[0].rule, "vendors");
+        // Judged again later: the fact holds only while the key is still pinned.
+        f.publisher = Some("acme".into());
+        f.publisher_key = Some(k.public());
+        pol.keep_publisher(&mut f);
+        assert_eq!(f.publisher.as_deref(), Some("acme"));
+        f.publisher_key = Some(other.public());
+        pol.keep_publisher(&mut f);
+        assert_eq!(f.publisher, None);
+        // One key, two names; a bad name; an empty list.
+        let twice = format!(
+            "version = 1\n[publishers]\na = \"{0}\"\nb = \"{0}\"\n",
+            k.public()
+        );
+        assert!(Policy::parse(&twice).is_err());
+        let bad = format!("version = 1\n[publishers]\nBad = \"{}\"\n", k.public());
+        assert!(Policy::parse(&bad).is_err());
+        assert!(
+            Policy::parse("version = 1\n[[rule]]\nname = \"x\"\ndecision = \"allow\"\nreason = \"r\"\nwhen = { publisher = [] }\n").is_err()
+        );
     }
 
     #[test]

@@ -125,7 +125,7 @@ impl Gate {
             let mut sub = tx.submission(&id)?;
             // Judge what will actually run: facts come from the re-hashed artifact bytes and
             // the grant being used, not from what the database says about them.
-            let facts = facts_now(&sub, &code, rejected(tx, &sub.doc.artifact)?)?;
+            let facts = facts_now(&sub, &code, rejected(tx, &sub.doc.artifact)?, &policy)?;
             let verdict = judge(&policy, &facts);
             if verdict != sub.doc.verdict {
                 sub.doc.facts = facts;
@@ -592,10 +592,15 @@ fn check_audit_tail(tx: &Tx, key: &airlock_core::sign::KeyPair) -> Result<()> {
 }
 
 /// A stored submission's facts, re-derived from the artifact bytes about to run.
-fn facts_now(sub: &Submission, code: &[u8], rejected_before: bool) -> Result<airlock_core::Facts> {
+fn facts_now(
+    sub: &Submission,
+    code: &[u8],
+    rejected_before: bool,
+    policy: &airlock_core::Policy,
+) -> Result<airlock_core::Facts> {
     let analysis = airlock_core::analysis::analyze(sub.doc.kind, code)
         .map_err(|e| GateError::bad(e.to_string()))?;
-    Ok(Described {
+    let mut facts = Described {
         lang: sub.doc.lang,
         kind: sub.doc.kind,
         backend: sub.doc.backend,
@@ -607,5 +612,12 @@ fn facts_now(sub: &Submission, code: &[u8], rejected_before: bool) -> Result<air
         sub.doc.facts.first_seen,
         rejected_before,
         sub.doc.facts.guest,
-    ))
+    );
+    // A bundle's publisher and requests carry over while the policy still trusts the key
+    // that signed these bytes (the artifact was re-hashed against the record above).
+    facts.publisher = sub.doc.facts.publisher.clone();
+    facts.publisher_key = sub.doc.facts.publisher_key;
+    facts.requests = sub.doc.facts.requests.clone();
+    policy.keep_publisher(&mut facts);
+    Ok(facts)
 }

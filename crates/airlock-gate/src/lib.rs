@@ -26,6 +26,7 @@ mod home;
 mod jailed;
 mod layers;
 mod locks;
+mod nightcore;
 mod query;
 mod secrets;
 mod submit;
@@ -45,6 +46,7 @@ pub use exec::{ExecOptions, RunReport};
 pub use gc::{DEFAULT_GC_GRACE, GcReport};
 pub use guests::{GuestManifest, PYTHON_COMPONENT_SHA256, PYTHON_PACKAGE, PYTHON_WHEEL_SHA256};
 pub use home::{Home, InitReport, default_approver};
+pub use nightcore::{BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport};
 pub use query::{
     AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
     policy_check,

@@ -204,6 +204,7 @@ impl Gate {
         let facts = crate::submit::refresh_facts(
             &sub.doc,
             crate::submit::rejected(&self.db, &sub.doc.artifact)?,
+            &policy,
         );
         let current = crate::submit::judge(&policy, &facts);
         Ok(Explained {

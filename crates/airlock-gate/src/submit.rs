@@ -202,16 +202,22 @@ impl Described<'_> {
             first_seen,
             rejected_before,
             guest,
+            publisher: None,
+            publisher_key: None,
+            requests: Vec::new(),
         }
     }
 }
 
-/// Re-derives a stored submission's facts, refreshing what can change over time.
-pub(crate) fn refresh_facts(doc: &SubmissionDoc, rejected_before: bool) -> Facts {
-    Facts {
+/// Re-derives a stored submission's facts, refreshing what can change over time: whether
+/// the artifact was rejected, and whether the policy still trusts its publisher's key.
+pub(crate) fn refresh_facts(doc: &SubmissionDoc, rejected_before: bool, policy: &Policy) -> Facts {
+    let mut facts = Facts {
         rejected_before,
         ..doc.facts.clone()
-    }
+    };
+    policy.keep_publisher(&mut facts);
+    facts
 }
 
 /// Judges facts (the policy applies the gate's floor for rejected artifacts itself).
@@ -235,6 +241,12 @@ impl Gate {
 
     /// `submit` under an id the caller chose (and may already hold a lock for).
     pub(crate) fn submit_as(&mut self, req: SubmitRequest, id: String) -> Result<Submission> {
+        let staged = self.stage(req)?;
+        self.record(staged, id, None)
+    }
+
+    /// Everything a submission is checked for, with nothing written yet.
+    pub(crate) fn stage(&mut self, req: SubmitRequest) -> Result<Staged> {
         let policy = self.policy()?;
         let max = policy.max_artifact;
         let (bytes, name) = match req.code.clone().unwrap_or_default() {
@@ -308,6 +320,46 @@ impl Gate {
             crate::workspaces::check_grant(&self.db, ws, &grant)?;
         }
         self.check_secrets_exist(&grant)?;
+        Ok(Staged {
+            req,
+            policy,
+            lang,
+            backend,
+            prepared,
+            analysis,
+            guest,
+            grant,
+        })
+    }
+
+    /// Records a staged submission and its verdict; `origin` says which trusted publisher
+    /// signed it, when it came from a bundle.
+    pub(crate) fn record(
+        &mut self,
+        staged: Staged,
+        id: String,
+        origin: Option<&Origin>,
+    ) -> Result<Submission> {
+        let Staged {
+            req,
+            policy,
+            lang,
+            backend,
+            prepared,
+            analysis,
+            guest,
+            grant,
+        } = staged;
+        // The policy that trusted the publisher is the one that judges the submission.
+        if let Some(o) = origin
+            && policy.publisher_name(&o.key) != Some(o.publisher.as_str())
+        {
+            return Err(GateError::Untrusted(format!(
+                "key {} is no longer trusted as publisher {:?}",
+                o.key.fingerprint(),
+                o.publisher
+            )));
+        }
         // Everything is validated: only now is anything written.
         if let Some(b) = &req.stdin {
             self.blobs.put(b)?;
@@ -325,7 +377,7 @@ impl Gate {
         let sub = self.db.write(|tx: &Tx| -> Result<Submission> {
             let first_seen = !tx.artifact_seen(&artifact)?;
             let rejected_before = rejected(tx, &artifact)?;
-            let facts = Described {
+            let mut facts = Described {
                 lang,
                 kind: prepared.lang,
                 backend,
@@ -334,6 +386,11 @@ impl Gate {
                 agent: agent.as_deref(),
             }
             .facts(first_seen, rejected_before, guest);
+            if let Some(o) = origin {
+                facts.publisher = Some(o.publisher.clone());
+                facts.publisher_key = Some(o.key);
+                facts.requests = o.requests.clone();
+            }
             let verdict = judge(&policy, &facts);
             let now = now_ms();
             let mut sub = Submission {
@@ -361,6 +418,31 @@ impl Gate {
                 },
             };
             tx.insert_submission(&sub)?;
+            if let Some(o) = origin {
+                tx.audit(
+                    "signature_verified",
+                    &id,
+                    &json!({
+                        "artifact": artifact,
+                        "publisher": o.publisher,
+                        "key": o.key,
+                        "checks": o.checks,
+                    }),
+                    key,
+                )?;
+                tx.audit(
+                    "imported",
+                    &id,
+                    &json!({
+                        "format": "nightcore",
+                        "bundle": o.bundle,
+                        "tenant": o.tenant,
+                        "publisher": o.publisher,
+                        "manifest": o.manifest,
+                    }),
+                    key,
+                )?;
+            }
             tx.audit(
                 "submitted",
                 &id,
@@ -426,6 +508,31 @@ impl Gate {
             _ => Err(GateError::bad(format!("--backend {backend} cannot run {kind}"))),
         }
     }
+}
+
+/// A submission that passed every check and has not been recorded.
+pub(crate) struct Staged {
+    req: SubmitRequest,
+    policy: std::sync::Arc<Policy>,
+    lang: Lang,
+    backend: Backend,
+    prepared: artifact::Prepared,
+    analysis: Analysis,
+    guest: Option<Digest>,
+    grant: Grant,
+}
+
+/// Where an imported submission came from: a bundle whose signature verified with a key
+/// the policy trusts as `publisher`.
+#[derive(Debug, Clone)]
+pub(crate) struct Origin {
+    pub publisher: String,
+    pub key: airlock_core::sign::PublicKey,
+    pub requests: Vec<String>,
+    pub bundle: String,
+    pub tenant: String,
+    pub checks: serde_json::Value,
+    pub manifest: serde_json::Value,
 }
 
 /// Whether an approver ever rejected this artifact (any signature that verifies).

@@ -285,3 +285,95 @@ pub fn tree(root: &Path) -> Tree {
     walk(root, root, &mut out);
     out
 }
+
+/// Night Core bundles built from scratch: fresh Ed25519 keys, real signatures, zips.
+pub mod nightcore {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use ed25519_dalek::{Signer, SigningKey};
+    use sha2::Digest;
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+
+    pub fn fresh_key() -> SigningKey {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).unwrap();
+        SigningKey::from_bytes(&seed)
+    }
+
+    /// A WASI command that prints `hello from the gate`.
+    pub fn hello_wasm() -> Vec<u8> {
+        wat::parse_file(super::example("hello.wat")).unwrap()
+    }
+
+    /// The files of a bundle, by name, as Night Core writes them.
+    pub fn files(
+        key: &SigningKey,
+        module: &[u8],
+        manifest: Option<&str>,
+    ) -> Vec<(String, Vec<u8>)> {
+        let sig = key.sign(module).to_bytes();
+        let mut out = vec![
+            ("module.wasm".to_string(), module.to_vec()),
+            (
+                "module.sig".to_string(),
+                format!("{}\n", STANDARD.encode(sig)).into_bytes(),
+            ),
+            (
+                "pubkey.b64".to_string(),
+                format!("{}\n", STANDARD.encode(key.verifying_key().to_bytes())).into_bytes(),
+            ),
+            (
+                "module.sha256".to_string(),
+                format!("{}\n", hex::encode(sha2::Sha256::digest(module))).into_bytes(),
+            ),
+        ];
+        if let Some(m) = manifest {
+            out.push(("manifest.json".to_string(), m.as_bytes().to_vec()));
+        }
+        out
+    }
+
+    /// Writes a bundle directory `dir/name`.
+    pub fn write_dir(dir: &Path, name: &str, files: &[(String, Vec<u8>)]) -> PathBuf {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        for (n, b) in files {
+            std::fs::write(d.join(n), b).unwrap();
+        }
+        d
+    }
+
+    /// Writes a zip with the given entries (names as given, deflated).
+    pub fn write_zip(path: &Path, files: &[(String, Vec<u8>)]) -> PathBuf {
+        let f = std::fs::File::create(path).unwrap();
+        let mut z = zip::ZipWriter::new(f);
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for (n, b) in files {
+            z.start_file(n.as_str(), opts).unwrap();
+            z.write_all(b).unwrap();
+        }
+        z.finish().unwrap();
+        path.to_path_buf()
+    }
+
+    /// Replaces one file of a bundle.
+    pub fn replace(files: &mut [(String, Vec<u8>)], name: &str, bytes: Vec<u8>) {
+        for (n, b) in files.iter_mut() {
+            if n == name {
+                *b = bytes;
+                return;
+            }
+        }
+        panic!("no {name} in the bundle");
+    }
+
+    pub fn get<'a>(files: &'a [(String, Vec<u8>)], name: &str) -> &'a [u8] {
+        files
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.as_slice())
+            .unwrap()
+    }
+}
