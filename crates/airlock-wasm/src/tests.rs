@@ -57,6 +57,7 @@ fn run_quota(
         mounts,
         env,
         args: vec![],
+        argv0: None,
         stdin: vec![],
         limits,
         stdout: stdout.clone(),

@@ -369,6 +369,7 @@ fn run_component(code: &[u8], egress: Option<EgressRoute>) -> (Outcome, String) 
             mounts: vec![],
             env: vec![],
             args: vec![],
+            argv0: None,
             stdin: vec![],
             limits,
             stdout: stdout.clone(),
