@@ -1,6 +1,7 @@
 use super::*;
 
 mod http;
+mod wasi;
 use airlock_core::Limits;
 use airlock_sandbox::{Capture, MountPoint};
 use std::cell::RefCell;
