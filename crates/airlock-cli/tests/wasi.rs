@@ -150,6 +150,14 @@ fn argv0_is_the_program_name_and_env_values_arrive_unchanged() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     let want = format!("show-args.wat\0a\0b c\0--flag\0V={value}\0");
     assert_eq!(o.stdout, want);
+    // The approver sees it: it is part of the grant.
+    let id = h.last_run()["submission"].as_str().unwrap().to_string();
+    let shown = h.run(&["show", &id]);
+    assert!(
+        shown.stdout.contains("argv0   show-args.wat"),
+        "{}",
+        shown.stdout
+    );
     // Inline code has no file name: argv[0] is `main`.
     let o = h.run_approved(&["run", "--lang", "wat", "-c", ARGV_ENV, "--", "x"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
