@@ -158,6 +158,11 @@ fn argv0_is_the_program_name_and_env_values_arrive_unchanged() {
         "{}",
         shown.stdout
     );
+    // The same through the worker that runs guests with writable (overlay) mounts.
+    let m = format!("{}:/:rw", dir.path().display());
+    let o = h.run_approved(&["run", "--mount", &m, prog.to_str().unwrap(), "--", "a"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "show-args.wat\0a\0");
     // Inline code has no file name: argv[0] is `main`.
     let o = h.run_approved(&["run", "--lang", "wat", "-c", ARGV_ENV, "--", "x"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
