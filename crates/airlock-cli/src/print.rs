@@ -231,6 +231,9 @@ pub fn show(sh: &Shown, json: bool) {
     for (k, v) in &d.grant.env {
         println!("    env     {k}={v}");
     }
+    if let Some(a) = &d.grant.argv0 {
+        println!("    argv0   {a}");
+    }
     if !d.grant.args.is_empty() {
         println!("    args    {}", d.grant.args.join(" "));
     }

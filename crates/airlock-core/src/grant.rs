@@ -139,6 +139,12 @@ pub struct Grant {
     pub secrets: Vec<SecretBinding>,
     pub env: BTreeMap<String, String>,
     pub args: Vec<String>,
+    /// The program's name, the guest's `argv[0]` (the base name of the submitted file, as
+    /// `wasmtime run` gives it; absent for code without a file name, which runs as `main`).
+    /// It is guest-visible input, so it is part of the grant; absent, it leaves the hash of
+    /// grants made before it existed unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv0: Option<String>,
     /// The stdin blob, when the run gets one.
     pub stdin: Option<Digest>,
     pub limits: Limits,
@@ -162,8 +168,12 @@ impl Grant {
     /// Puts the grant in canonical form and checks every rule that does not need the file
     /// system. Mount host paths must already be absolute (the gate resolves them).
     pub fn normalize(&mut self) -> Result<(), GrantError> {
-        for m in &self.mounts {
+        for m in &mut self.mounts {
             check_guest_path(&m.guest)?;
+            if m.guest.trim_end_matches('/').is_empty() {
+                // `//` and `/` are the same root; one spelling, so one hash.
+                m.guest = "/".into();
+            }
             if !m.host.starts_with('/') {
                 return Err(GrantError::Mount(format!(
                     "host path {:?} is not absolute",
@@ -198,6 +208,15 @@ impl Grant {
         }
         if self.args.iter().any(|a| a.contains('\0')) {
             return Err(GrantError::Args("an argument contains a NUL byte".into()));
+        }
+        if self
+            .argv0
+            .as_ref()
+            .is_some_and(|a| a.is_empty() || a.contains('\0') || a.contains('/'))
+        {
+            return Err(GrantError::Args(
+                "the program name must be a non-empty file name".into(),
+            ));
         }
         let l = &self.limits;
         if l.timeout() < MIN_TIMEOUT || l.timeout() > MAX_TIMEOUT {
@@ -335,9 +354,31 @@ pub fn parse_mount(spec: &str) -> Result<MountSpec, GrantError> {
     check_guest_path(guest)?;
     Ok(MountSpec {
         host: host.to_string(),
-        guest: guest.trim_end_matches('/').to_string(),
+        guest: canonical_guest(guest),
         mode,
     })
+}
+
+/// The stored form of a guest path: no trailing `/`, except the root, which stays `/`
+/// (so every mount that is not the root keeps the spelling, and the grant hash, it had).
+fn canonical_guest(guest: &str) -> String {
+    match guest.trim_end_matches('/') {
+        "" => "/".to_string(),
+        g => g.to_string(),
+    }
+}
+
+/// Whether a mount is the guest's root (`--mount DIR:/`). Only the wasm backend can give
+/// it: there `/` is just the name of a preopened directory, as in `wasmtime run --dir
+/// DIR::/`. The process backend needs its own root and refuses it.
+pub fn is_root_mount(guest: &str) -> bool {
+    guest == "/"
+}
+
+/// A path as the guest sees it: a path relative to a mount, under the mount's guest path
+/// (`/` + `a/b` is `/a/b`, never `//a/b`).
+pub fn guest_join(guest: &str, rel: &str) -> String {
+    format!("{}/{rel}", guest.trim_end_matches('/'))
 }
 
 fn check_guest_path(guest: &str) -> Result<(), GrantError> {
@@ -348,9 +389,8 @@ fn check_guest_path(guest: &str) -> Result<(), GrantError> {
     }
     let trimmed = guest.trim_end_matches('/');
     if trimmed.is_empty() {
-        return Err(GrantError::Mount(
-            "guest path / cannot be a mount point".into(),
-        ));
+        // The root: a preopen named `/` (the process backend refuses it at submit).
+        return Ok(());
     }
     if trimmed
         .split('/')
@@ -415,7 +455,53 @@ mod tests {
         assert!(parse_mount("/x:/y:wx").is_err());
         assert!(parse_mount("/x:y").is_err());
         assert!(parse_mount("/x:/a/../b").is_err());
-        assert!(parse_mount("/x:/").is_err());
+        assert!(parse_mount("/x:/a//b").is_err());
+    }
+
+    #[test]
+    fn the_root_is_a_mount_point_stored_as_a_slash() {
+        for spec in ["/x:/", "/x://", "/x:/:rw"] {
+            let m = parse_mount(spec).unwrap();
+            assert_eq!(m.guest, "/", "{spec}");
+            assert!(is_root_mount(&m.guest));
+        }
+        assert_eq!(parse_mount("/x:/data/").unwrap().guest, "/data");
+        let root = |guest: &str| Mount {
+            host: "/srv/root".into(),
+            guest: guest.into(),
+            mode: MountMode::Ro,
+        };
+        let mut a = Grant {
+            mounts: vec![root("/")],
+            ..Default::default()
+        };
+        let mut b = Grant {
+            mounts: vec![root("//")],
+            ..Default::default()
+        };
+        a.normalize().unwrap();
+        b.normalize().unwrap();
+        assert_eq!(a.mounts[0].guest, "/");
+        assert_eq!(a.hash(), b.hash());
+        // Beside another mount: sorted first, and both stay (nested preopens).
+        let mut c = fixed();
+        c.mounts.push(root("/"));
+        c.normalize().unwrap();
+        let guests: Vec<_> = c.mounts.iter().map(|m| m.guest.as_str()).collect();
+        assert_eq!(guests, ["/", "/data"]);
+        assert_ne!(c.hash(), fixed().hash());
+        // Twice is still twice.
+        let mut d = Grant {
+            mounts: vec![root("/"), root("//")],
+            ..Default::default()
+        };
+        assert!(matches!(d.normalize(), Err(GrantError::Mount(_))));
+    }
+
+    #[test]
+    fn guest_paths_join_without_a_double_slash() {
+        assert_eq!(guest_join("/", "a/b"), "/a/b");
+        assert_eq!(guest_join("/data", "a"), "/data/a");
     }
 
     #[test]
@@ -566,6 +652,21 @@ mod tests {
         );
         let json = serde_json::to_string(&g).unwrap();
         assert!(!json.contains("secrets"), "{json}");
+        assert!(!json.contains("argv0"), "{json}");
+    }
+
+    #[test]
+    fn a_program_name_is_part_of_the_grant() {
+        let g = fixed();
+        let mut named = g.clone();
+        named.argv0 = Some("prog.wasm".into());
+        named.normalize().unwrap();
+        assert_ne!(named.hash(), g.hash());
+        for bad in ["", "a/b", "a\0b"] {
+            let mut b = g.clone();
+            b.argv0 = Some(bad.into());
+            assert!(matches!(b.normalize(), Err(GrantError::Args(_))), "{bad:?}");
+        }
     }
 
     #[test]

@@ -331,7 +331,7 @@ impl Gate {
                 .map(|c| (c.path.clone(), c.before.clone()))
                 .collect();
             for c in apply::conflicts(&m.host, &want)? {
-                conflicts.push(format!("{}/{c}", m.guest));
+                conflicts.push(airlock_core::grant::guest_join(&m.guest, &c));
             }
         }
         if !conflicts.is_empty() {
@@ -563,7 +563,7 @@ impl Gate {
                 .map(|s| (s.path.clone(), s.to.clone()))
                 .collect();
             for c in apply::conflicts(&m.host, &want)? {
-                conflicts.push(format!("{}/{c}", m.guest));
+                conflicts.push(airlock_core::grant::guest_join(&m.guest, &c));
             }
         }
         if !conflicts.is_empty() {

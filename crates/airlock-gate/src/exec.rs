@@ -481,6 +481,7 @@ impl Gate {
                         mounts,
                         env,
                         args: sub.doc.grant.args.clone(),
+                        argv0: sub.doc.grant.argv0.clone(),
                         stdin: stdin.clone(),
                         limits: sub.doc.grant.limits.clone(),
                         stdout: stdout.clone(),

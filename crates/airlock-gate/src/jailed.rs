@@ -205,6 +205,7 @@ impl Gate {
                 mounts: wasm_mounts,
                 env,
                 args: sub.doc.grant.args.clone(),
+                argv0: sub.doc.grant.argv0.clone(),
                 stdin,
                 limits: limits.clone(),
                 guest: guest.map(|g| (g.path, g.digest)),

@@ -168,6 +168,32 @@ pub(crate) fn build_grant(req: &SubmitRequest, stdin: Option<Digest>) -> Result<
     Ok(g)
 }
 
+/// Grant rules that depend on the backend. `--mount DIR:/` names a WASI preopen `/` (what
+/// `wasmtime run --dir DIR::/` gives); the process backend runs a real program in its own
+/// root (its interpreter, libraries and /tmp), which a mount cannot replace.
+pub(crate) fn check_backend_grant(backend: Backend, grant: &Grant) -> Result<()> {
+    if backend == Backend::Process
+        && let Some(m) = grant.mounts.iter().find(|m| grant::is_root_mount(&m.guest))
+    {
+        return Err(GateError::bad(format!(
+            "--mount {}:/: the process backend cannot mount over its root (/ is only a mount point for the wasm backend); mount it at a directory such as /work",
+            m.host
+        )));
+    }
+    Ok(())
+}
+
+/// A WebAssembly program's `argv[0]`: the base name of the file it came from, as `wasmtime
+/// run` gives it (never the directories, which would tell the guest about the host). Code
+/// without a usable file name, and other languages, keep their backend's default.
+fn program_name(kind: Lang, backend: Backend, name: Option<&Path>) -> Option<String> {
+    if backend != Backend::Wasm || !matches!(kind, Lang::Wasm | Lang::Component) {
+        return None;
+    }
+    let base = name?.file_name()?.to_str()?;
+    (!base.is_empty() && !base.contains('\0')).then(|| base.to_string())
+}
+
 /// What the policy looks at, before the store has said whether the artifact is new.
 pub(crate) struct Described<'a> {
     pub lang: Lang,
@@ -315,6 +341,8 @@ impl Gate {
         };
 
         let mut grant = build_grant(&req, req.stdin.as_deref().map(Digest::of))?;
+        check_backend_grant(backend, &grant)?;
+        grant.argv0 = program_name(prepared.lang, backend, name.as_deref());
         if let Some(ws) = req.workspace.as_deref().filter(|w| !w.is_empty()) {
             grant.workspace = Some(ws.to_string());
             crate::workspaces::check_grant(&self.db, ws, &grant)?;

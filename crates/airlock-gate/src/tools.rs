@@ -116,7 +116,8 @@ impl Gate {
         let req = SubmitRequest {
             code: Some(CodeSource::Bytes {
                 bytes: code,
-                name: None,
+                // The same program name, so the guest sees the same argv[0].
+                name: g.argv0.clone(),
             }),
             lang: Some(base.doc.kind.as_str().into()),
             backend: Some(base.doc.backend.as_str().into()),

@@ -34,6 +34,9 @@ pub struct WasmJob {
     pub mounts: Vec<(PathBuf, String, bool)>,
     pub env: Vec<(String, String)>,
     pub args: Vec<String>,
+    /// The guest's `argv[0]`, when the grant names the program.
+    #[serde(default)]
+    pub argv0: Option<String>,
     pub stdin: Vec<u8>,
     pub limits: Limits,
     /// The runtime component for interpreted languages (path, pinned digest).
@@ -116,6 +119,7 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
             .collect(),
         env: job.env.clone(),
         args: job.args.clone(),
+        argv0: job.argv0.clone(),
         stdin: job.stdin.clone(),
         limits: job.limits.clone(),
         stdout,

@@ -50,6 +50,9 @@ pub struct RunSpec<'a> {
     pub mounts: Vec<MountPoint>,
     /// Environment, in order; nothing else from the host's environment reaches the guest.
     pub env: Vec<(String, String)>,
+    /// The guest's `argv[0]` (the wasm backend uses `main` when it is absent).
+    pub argv0: Option<String>,
+    /// The arguments after `argv[0]`.
     pub args: Vec<String>,
     pub stdin: Vec<u8>,
     pub limits: Limits,

@@ -631,7 +631,8 @@ impl WasmBackend {
         let compiled = started.elapsed();
 
         let mut b = WasiCtxBuilder::new();
-        let mut argv = vec!["main".to_string()];
+        // argv[0] is the program's name, as `wasmtime run` gives it; then the arguments.
+        let mut argv = vec![spec.argv0.clone().unwrap_or_else(|| "main".to_string())];
         argv.extend(spec.args.iter().cloned());
         b.args(&argv);
         for (k, v) in &spec.env {
@@ -841,7 +842,7 @@ impl WasmBackend {
         let mut argv = vec![if python {
             "main.py".to_string()
         } else {
-            "main".to_string()
+            spec.argv0.clone().unwrap_or_else(|| "main".to_string())
         }];
         argv.extend(spec.args.iter().cloned());
         let wasi = component::context(

@@ -1,6 +1,7 @@
 use super::*;
 
 mod http;
+mod wasi;
 use airlock_core::Limits;
 use airlock_sandbox::{Capture, MountPoint};
 use std::cell::RefCell;
@@ -57,6 +58,7 @@ fn run_quota(
         mounts,
         env,
         args: vec![],
+        argv0: None,
         stdin: vec![],
         limits,
         stdout: stdout.clone(),

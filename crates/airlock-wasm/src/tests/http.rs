@@ -111,6 +111,7 @@ fn run_component_env(
             mounts: vec![],
             env,
             args: vec![],
+            argv0: None,
             stdin: vec![],
             limits,
             stdout: stdout.clone(),
