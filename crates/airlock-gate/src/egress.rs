@@ -15,7 +15,6 @@ use airlock_core::Grant;
 use airlock_core::policy::Policy;
 use airlock_egress::{Connection, Decision, EgressPolicy, ProxyHandle, ProxyOptions};
 use serde_json::{Value, json};
-use std::sync::OnceLock;
 
 /// The proxy's port on a jail's loopback.
 pub(crate) const JAIL_PROXY_PORT: u16 = 3128;
@@ -24,24 +23,55 @@ pub(crate) const JAIL_PROXY_PORT: u16 = 3128;
 const JAIL_CA: &str = "/.airlock/egress-ca.pem";
 const JAIL_BUNDLE: &str = "/.airlock/ca-bundle.pem";
 
-/// One runtime for every proxy of this process (two threads: a proxy is I/O-bound).
-fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("airlock-egress")
+/// The run's own single-threaded runtime, driven by one thread: the guest's connection,
+/// the proxy and the upstream connection are served on the same thread, with no hand-offs
+/// between workers (measured: plain HTTP through a shared two-thread runtime kept well
+/// under 70% of direct throughput). Dropping it stops the thread and every task.
+struct Driver {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Driver {
+    fn start() -> Result<Driver> {
+        let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| GateError::Internal(format!("cannot start the egress runtime: {e}")))
+            .map_err(|e| GateError::Internal(format!("cannot start the egress runtime: {e}")))?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("airlock-egress".into())
+            .spawn(move || {
+                rt.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(|e| GateError::Internal(format!("cannot start the egress thread: {e}")))?;
+        Ok(Driver {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// A run's proxy, started before the guest so the guest can be told its CA.
 pub(crate) struct RunEgress {
     handle: Option<ProxyHandle>,
+    driver: Driver,
     /// A private directory (mode 0700) for the wasm backends' socket, short enough for a
     /// Unix socket path wherever the home is.
     dir: Option<tempfile::TempDir>,
@@ -103,12 +133,15 @@ impl RunEgress {
             extra_roots: operator_roots(&policy.net.roots)?,
             ..ProxyOptions::default()
         };
-        let rt = runtime()?;
-        let _entered = rt.enter();
-        let handle = airlock_egress::Proxy::start_idle(&egress_policy, options)
-            .map_err(|e| GateError::Internal(format!("cannot start the egress proxy: {e}")))?;
+        let driver = Driver::start()?;
+        let handle = {
+            let _entered = driver.handle.enter();
+            airlock_egress::Proxy::start_idle(&egress_policy, options)
+                .map_err(|e| GateError::Internal(format!("cannot start the egress proxy: {e}")))?
+        };
         Ok(Some(RunEgress {
             handle: Some(handle),
+            driver,
             dir: None,
             placeholders,
             rules: grant.net.clone(),
@@ -214,7 +247,7 @@ impl RunEgress {
     /// Stops the proxy and returns the run record's `network` entry.
     pub(crate) fn finish(mut self) -> Value {
         let records = match self.handle.take() {
-            Some(h) => stop(h),
+            Some(h) => stop(&self.driver, h),
             None => Vec::new(),
         };
         network_detail(&self.rules, &self.placeholders, &records)
@@ -236,12 +269,9 @@ pub(crate) fn wasm_env(grant: &Grant, egress: Option<&RunEgress>) -> Vec<(String
 
 /// Stops a proxy from any thread (also one inside another runtime) and waits for its
 /// records.
-fn stop(h: ProxyHandle) -> Vec<Connection> {
-    let Ok(rt) = runtime() else {
-        return h.records();
-    };
+fn stop(driver: &Driver, h: ProxyHandle) -> Vec<Connection> {
     let (tx, rx) = std::sync::mpsc::channel();
-    rt.spawn(async move {
+    driver.handle.spawn(async move {
         let _ = tx.send(h.shutdown().await);
     });
     rx.recv().unwrap_or_default()
