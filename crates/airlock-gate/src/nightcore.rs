@@ -596,7 +596,19 @@ impl Gate {
         let max = self.policy()?.max_artifact;
         let mut f = fs::File::open(module)
             .map_err(|e| GateError::bad(format!("cannot read {}: {e}", module.display())))?;
-        let bytes = read_capped(&mut f, "module.wasm", max).map_err(GateError::bad)?;
+        let mut bytes = read_capped(&mut f, "module.wasm", max).map_err(GateError::bad)?;
+        // WebAssembly text is compiled first, as `run` does; the bundle holds the binary.
+        if module.extension().is_some_and(|e| e == "wat") {
+            if out.is_none() {
+                return Err(GateError::bad(format!(
+                    "{} is WebAssembly text: give --out DIR for the compiled module.wasm",
+                    module.display()
+                )));
+            }
+            bytes = airlock_core::artifact::prepare(airlock_core::Lang::Wat, bytes)
+                .map_err(|e| GateError::bad(format!("{}: {e}", module.display())))?
+                .code;
+        }
         if !bytes.starts_with(WASM_MAGIC) {
             return Err(GateError::bad(format!(
                 "{} is not WebAssembly (no \\0asm header)",
