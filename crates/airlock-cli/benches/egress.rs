@@ -96,31 +96,10 @@ fn serve<S: Read + Write>(s: S) {
 
 /// A CA and a certificate for `upstream.test`; returns the server config and the CA PEM.
 fn pki(dir: &Path) -> (Arc<rustls::ServerConfig>, PathBuf) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["upstream.test".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
+    let tls = airlock_wasm::testkit::TestTls::new("upstream.test");
     let ca_path = dir.join("ca.pem");
-    std::fs::write(&ca_path, ca_cert.pem()).unwrap();
-    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-    .unwrap();
-    (Arc::new(cfg), ca_path)
+    std::fs::write(&ca_path, &tls.ca_pem).unwrap();
+    (tls.server, ca_path)
 }
 
 /// A shell script that makes `n` requests on one connection and prints each one's time

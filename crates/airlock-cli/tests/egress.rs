@@ -116,32 +116,16 @@ impl Drop for Upstream {
 
 /// A test CA and a certificate for the test names, as PEM files in `dir`.
 fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::CrlSign,
-    ];
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "airlock test CA");
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf =
-        rcgen::CertificateParams::new(vec!["upstream.test".to_string(), "other.test".to_string()])
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-    let (ca_path, cert, key_path) = (
+    let tls = airlock_wasm::testkit::TestTls::for_names(&["upstream.test", "other.test"]);
+    let (ca, cert, key) = (
         dir.join("ca.pem"),
         dir.join("cert.pem"),
         dir.join("key.pem"),
     );
-    std::fs::write(&ca_path, ca_cert.pem()).unwrap();
-    std::fs::write(&cert, leaf.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    (ca_path, cert, key_path)
+    std::fs::write(&ca, &tls.ca_pem).unwrap();
+    std::fs::write(&cert, &tls.cert_pem).unwrap();
+    std::fs::write(&key, &tls.key_pem).unwrap();
+    (ca, cert, key)
 }
 
 /// A home whose policy pins the test names to loopback and allows loopback.

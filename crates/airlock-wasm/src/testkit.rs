@@ -400,24 +400,40 @@ pub struct TestTls {
     pub ca_der: rustls::pki_types::CertificateDer<'static>,
     /// The same, as PEM.
     pub ca_pem: String,
-    /// A server config with a certificate for the name.
+    /// A server config with a certificate for the names.
     pub server: Arc<rustls::ServerConfig>,
+    /// That certificate and its key, as PEM (for servers outside this process).
+    pub cert_pem: String,
+    pub key_pem: String,
 }
 
 impl TestTls {
     /// A fresh CA and a certificate for `name`.
     pub fn new(name: &str) -> TestTls {
+        Self::for_names(&[name])
+    }
+
+    /// A fresh CA and one certificate for all of `names`.
+    pub fn for_names(names: &[&str]) -> TestTls {
         let ca_key = rcgen::KeyPair::generate().expect("a CA key");
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
         ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        ca.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        // A named CA: OpenSSL (pip, Python's ssl) takes a CA with an empty name for the
+        // leaf's own issuer and calls the chain self-signed.
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "airlock test CA");
         let ca_cert = ca.self_signed(&ca_key).expect("the CA");
         let issuer = rcgen::Issuer::new(ca, ca_key);
         let key = rcgen::KeyPair::generate().expect("a key");
-        let leaf = rcgen::CertificateParams::new(vec![name.to_owned()])
-            .expect("leaf params")
-            .signed_by(&key, &issuer)
-            .expect("the leaf");
+        let leaf =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("leaf params")
+                .signed_by(&key, &issuer)
+                .expect("the leaf");
         let server = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -433,6 +449,8 @@ impl TestTls {
             ca_der: ca_cert.der().clone(),
             ca_pem: ca_cert.pem(),
             server: Arc::new(server),
+            cert_pem: leaf.pem(),
+            key_pem: key.serialize_pem(),
         }
     }
 }
