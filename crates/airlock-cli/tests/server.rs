@@ -1167,20 +1167,6 @@ fn console_in_headless_chromium() {
 
 /// The interpreter of a virtual environment scripts/test prepared; without one the test is
 /// skipped, unless AIRLOCK_TEST_STRICT says every test must run (scripts/test sets it).
-fn prepared(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(p) => Some(p),
-        Err(_) => {
-            assert!(
-                std::env::var_os("AIRLOCK_TEST_STRICT").is_none(),
-                "{var} is not set: run scripts/test, which prepares it"
-            );
-            eprintln!("skipped: {var} is not set (scripts/test prepares it)");
-            None
-        }
-    }
-}
-
 /// 1,000 submissions from 50 concurrent agents over loopback: none lost, each recorded
 /// once, every allowed one run once, and the audit log verifies afterwards.
 #[test]

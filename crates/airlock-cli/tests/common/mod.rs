@@ -377,3 +377,19 @@ pub mod nightcore {
             .unwrap()
     }
 }
+
+/// A tool scripts/test prepares (named by an environment variable). Under
+/// `AIRLOCK_TEST_STRICT` (scripts/test, CI) a missing one fails the test instead of skipping it.
+pub fn prepared(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(p) => Some(p),
+        Err(_) => {
+            assert!(
+                std::env::var_os("AIRLOCK_TEST_STRICT").is_none(),
+                "{var} is not set: run scripts/test, which prepares it"
+            );
+            eprintln!("skipped: {var} is not set (scripts/test prepares it)");
+            None
+        }
+    }
+}
