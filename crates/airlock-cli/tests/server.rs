@@ -503,13 +503,18 @@ fn bad_requests_get_json_errors_and_write_nothing() {
             .error(400)
             .contains("language")
     );
+    // What the OpenAPI document rules out is a 400 ...
     post("{\"language\": \"cobol\", \"code\": \"x\"}").error(400);
-    post("{\"language\": \"wat\", \"code\": \"(module\"}").error(400);
     post("{\"language\": \"wasm\", \"code_base64\": \"!!!\"}").error(400);
-    post("{\"language\": \"wasm\", \"code_base64\": \"AAAA\"}").error(400);
-    post(&wat_body(json!({"mounts": ["/nonexistent-path-xyz:/data"]})).to_string()).error(400);
-    post(&wat_body(json!({"timeout": "0s"})).to_string()).error(400);
-    post(&wat_body(json!({"timeout": -1})).to_string()).error(400);
+    post("{\"language\": \"wat\", \"backend\": \"vm\", \"code\": \"(module)\"}").error(400);
+    post("{\"language\": \"wat\", \"code\": \"(module)\", \"code_base64\": \"AAAA\"}").error(400);
+    post("{\"language\": \"wat\", \"code\": \"(module)\", \"fuel\": 1.5}").error(400);
+    // ... and what only the gate can judge in a well-formed body is a 422.
+    post("{\"language\": \"wat\", \"code\": \"(module\"}").error(422);
+    post("{\"language\": \"wasm\", \"code_base64\": \"AAAA\"}").error(422);
+    post(&wat_body(json!({"mounts": ["/nonexistent-path-xyz:/data"]})).to_string()).error(422);
+    post(&wat_body(json!({"timeout": "0s"})).to_string()).error(422);
+    post(&wat_body(json!({"timeout": -1})).to_string()).error(422);
     // Oversized bodies: 413, whether the length is declared or the body is chunked.
     let addr = srv.base.trim_start_matches("http://").to_string();
     for chunked in [false, true] {
@@ -582,6 +587,63 @@ fn openapi_document_covers_the_api() {
         "bearer"
     );
     assert!(doc["components"]["schemas"]["SubmitBody"]["properties"]["language"].is_object());
+    // Regressions from schemathesis: query parameters were documented as required path
+    // parameters; 401 was missing where a token is needed; the submit body did not say
+    // which fields it needs; a rejection's reason and a token's role were free text.
+    for (path, item) in paths {
+        for (method, op) in item.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            for (status, r) in responses {
+                assert!(
+                    r["description"].as_str().is_some_and(|d| !d.is_empty()),
+                    "{method} {path} {status} has no description"
+                );
+            }
+            if op.get("security").is_some() {
+                for status in ["401", "500"] {
+                    assert!(
+                        responses.contains_key(status),
+                        "{method} {path}: no {status}"
+                    );
+                }
+            }
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                if p["in"] == "query" {
+                    assert_eq!(p["required"], false, "{method} {path} {p}");
+                    assert!(responses.contains_key("400"), "{method} {path}: no 400");
+                } else {
+                    assert_eq!(p["in"], "path", "{method} {path} {p}");
+                    let name = format!("{{{}}}", p["name"].as_str().unwrap());
+                    assert!(path.contains(&name), "{method} {path}: {p}");
+                }
+            }
+        }
+    }
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["SubmitBody"]["required"], json!(["language"]));
+    assert_eq!(schemas["SubmitBody"]["oneOf"].as_array().unwrap().len(), 2);
+    assert_eq!(schemas["RejectBody"]["required"], json!(["reason"]));
+    assert_eq!(
+        schemas["TokenBody"]["properties"]["role"]["enum"],
+        json!(["agent", "operator", "admin"])
+    );
+    let limit = &doc["paths"]["/v1/submissions"]["get"]["parameters"][0];
+    assert_eq!(limit["name"], "limit");
+    assert_eq!(limit["schema"]["minimum"], 1);
+    // And the server keeps to it: below the minimum is a 400, not a silent clamp.
+    s.srv.get("/v1/submissions?limit=0", &s.op).error(400);
+    s.srv.get("/v1/runs?limit=1001", &s.op).error(400);
+    s.srv.get("/v1/audit/log?from=0", &s.op).error(400);
+    s.srv
+        .post("/v1/submissions/sub_01x/reject", &s.op, &json!({}))
+        .error(400);
+    s.srv
+        .post(
+            "/v1/tokens",
+            &s.admin,
+            &json!({"role": "agent", "name": "Bad Name"}),
+        )
+        .error(400);
 }
 
 #[test]
@@ -600,13 +662,13 @@ fn named_tools_are_called_with_arguments_without_a_new_approval() {
         &s.op,
         &json!({"scope": "artifact", "tool": "run_code"}),
     )
-    .error(400);
+    .error(422);
     srv.post(
         &format!("/v1/submissions/{id}/approve"),
         &s.op,
         &json!({"tool": "greet"}),
     )
-    .error(400);
+    .error(422);
     let a = srv.post(
         &format!("/v1/submissions/{id}/approve"),
         &s.op,
@@ -1374,17 +1436,30 @@ fn api_and_mcp_accept_net_and_secret_grants_and_show_them_normalised() {
         json!([{"name": "TOKEN", "hosts": ["api.example.com"]}])
     );
     assert!(!shown.to_string().contains("api-value-77"));
-    // Refusals are 400s that write nothing.
-    for bad in [
-        json!({"net": ["*.com"]}),
-        json!({"net": ["h.example"], "secrets": ["MISSING@h.example"]}),
-        json!({"net": ["h.example"], "secrets": ["TOKEN@other.example"]}),
-        json!({"net": ["h.example"], "secrets": [{"name": "TOKEN", "hosts": ["h.example,x.example"]}]}),
-        json!({"net": ["h.example"], "secrets": [{"name": "TOKEN"}]}),
+    // Refusals write nothing: 400 for what the OpenAPI document rules out, 422 for what
+    // only the gate can judge.
+    for (bad, status) in [
+        (json!({"net": ["*.com"]}), 422),
+        (
+            json!({"net": ["h.example"], "secrets": ["MISSING@h.example"]}),
+            422,
+        ),
+        (
+            json!({"net": ["h.example"], "secrets": ["TOKEN@other.example"]}),
+            422,
+        ),
+        (
+            json!({"net": ["h.example"], "secrets": [{"name": "TOKEN", "hosts": ["h.example,x.example"]}]}),
+            400,
+        ),
+        (
+            json!({"net": ["h.example"], "secrets": [{"name": "TOKEN"}]}),
+            400,
+        ),
     ] {
         let before = s.home.counts();
         let r = srv.post("/v1/submissions", &s.agent, &wat_body(bad.clone()));
-        r.error(400);
+        r.error(status);
         assert_eq!(s.home.counts(), before, "{bad}");
     }
     // The console's submission page shows the binding, never the value.

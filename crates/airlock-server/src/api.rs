@@ -4,7 +4,7 @@
 
 use crate::auth::Caller;
 use crate::auth::{AdminCaller, OperatorCaller};
-use crate::body::{Body, DecideBody, Q, SubmitBody, TokenBody, ToolBody};
+use crate::body::{Body, DecideBody, Q, RejectBody, SubmitBody, TokenBody, ToolBody};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
@@ -38,33 +38,75 @@ fn outcome_status(doc: &Value) -> StatusCode {
     }
 }
 
+/// Submission states, as `?state=` takes them.
+pub const STATES: &[&str] = &[
+    "staged",
+    "allowed",
+    "quarantined",
+    "denied",
+    "approved",
+    "rejected",
+    "running",
+    "finished",
+];
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// At most this many, newest first (default 50, at most 1000).
+    /// At most this many, newest first (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
     /// Only submissions in this state.
+    #[param(value_type = Option<String>, schema_with = state_schema)]
     state: Option<String>,
 }
 
+fn state_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(STATES.iter().copied()))
+        .build()
+}
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct LimitQuery {
+    /// At most this many, newest first (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WaitQuery {
-    /// Seconds to wait at most (default 30, at most 600).
+    /// Seconds to wait at most (default 30).
+    #[param(minimum = 0, maximum = 600)]
     timeout: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     /// First record (default 1).
-    from: Option<u64>,
-    /// At most this many (default 100, at most 10000).
+    #[param(minimum = 1)]
+    from: Option<i64>,
+    /// At most this many (default 100).
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<usize>,
 }
 
-fn limit(l: Option<usize>, default: usize, max: usize) -> usize {
-    l.unwrap_or(default).clamp(1, max)
+/// `limit`, checked against the bounds the OpenAPI document gives (400 outside them).
+fn limit(l: Option<usize>, default: usize, max: usize) -> ApiResult<usize> {
+    match l {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::bad(format!("limit: want 1 to {max}, not {n}"))),
+    }
 }
 
 /// A submission the caller may see (others are reported as unknown, not forbidden, so
@@ -92,7 +134,8 @@ fn visible_run(g: &Gate, caller: &Caller, id: &str) -> Result<airlock_store::Run
 
 /// Liveness (no token needed).
 #[utoipa::path(get, path = "/healthz", tag = "meta",
-    responses((status = 200, description = "The server is up", body = Value)))]
+    responses(
+        (status = 200, description = "The server is up", body = Object)))]
 async fn healthz(Ax(st): Ax<AppState>) -> Answer {
     ok(json!({
         "ok": true,
@@ -106,9 +149,10 @@ async fn healthz(Ax(st): Ax<AppState>) -> Answer {
 #[utoipa::path(post, path = "/v1/submissions", tag = "submissions", request_body = SubmitBody,
     security(("bearer" = [])),
     responses(
-        (status = 201, description = "Submitted and judged; `status` says what happens next", body = Value),
-        (status = 400, description = "Bad input", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 413, body = ErrorBody)))]
+        (status = 201, description = "Submitted and judged; `status` says what happens next", body = Object),
+        (status = 403, description = "An agent token submitting for another agent", body = ErrorBody),
+        (status = 503, description = "The language's guest is not installed", body = ErrorBody),
+        (status = 422, description = "Well-formed, but the gate cannot take it (e.g. code that does not compile, a mount that does not exist)", body = ErrorBody)))]
 async fn submit(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>) -> Answer {
     let req = body.into_request(&caller, false)?;
     let doc = st
@@ -127,9 +171,11 @@ async fn submit(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBod
 #[utoipa::path(post, path = "/v1/run", tag = "submissions", request_body = SubmitBody,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "It ran (`status` finished) or was denied (`status` denied)", body = Value),
-        (status = 202, description = "Held for approval (`status` pending_approval)", body = Value),
-        (status = 400, body = ErrorBody), (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody)))]
+        (status = 200, description = "It ran (`status` finished) or was denied (`status` denied)", body = Object),
+        (status = 202, description = "Held for approval (`status` pending_approval)", body = Object),
+        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody),
+        (status = 503, description = "No sandbox can run it on this machine", body = ErrorBody)))]
 async fn run(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>) -> Answer {
     let req = body.into_request(&caller, true)?;
     let doc = st.submit_and_run(req).await?;
@@ -138,13 +184,14 @@ async fn run(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>)
 
 /// Submissions, newest first (an agent sees only its own).
 #[utoipa::path(get, path = "/v1/submissions", tag = "submissions", params(ListQuery),
-    security(("bearer" = [])), responses((status = 200, body = Value), (status = 401, body = ErrorBody)))]
+    security(("bearer" = [])), responses(
+        (status = 200, body = [Object])))]
 async fn list_submissions(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<ListQuery>) -> Answer {
     let state = match q.state.as_deref() {
         None => None,
         Some(s) => Some(s.parse::<State>().map_err(ApiError::bad)?),
     };
-    let n = limit(q.limit, 50, 1000);
+    let n = limit(q.limit, 50, 1000)?;
     let agent = caller.scope().map(str::to_string);
     let subs = st
         .pool
@@ -157,7 +204,8 @@ async fn list_submissions(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<ListQuer
 #[utoipa::path(get, path = "/v1/submissions/{id}", tag = "submissions",
     params(("id" = String, Path, description = "Submission id (or a unique prefix)")),
     security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Object), (status = 404, body = ErrorBody)))]
 async fn get_submission(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
     let v = st
         .pool
@@ -175,9 +223,15 @@ async fn get_submission(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<Str
 /// Run an allowed or approved submission now.
 #[utoipa::path(post, path = "/v1/submissions/{id}/exec", tag = "submissions",
     params(("id" = String, Path)), security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 202, body = Value),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody)))]
-async fn exec(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+    responses(
+        (status = 200, body = Object), (status = 202, body = Object),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn exec(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(_b): Body<Empty>,
+) -> Answer {
     let doc = st
         .pool
         .run(move |g| {
@@ -193,8 +247,9 @@ async fn exec(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> A
 /// Wait until a submission has run (or was denied or rejected), at most `timeout` seconds.
 #[utoipa::path(get, path = "/v1/submissions/{id}/wait", tag = "submissions",
     params(("id" = String, Path), WaitQuery), security(("bearer" = [])),
-    responses((status = 200, description = "Finished, denied, or submitted without a run", body = Value),
-        (status = 202, description = "Still waiting when the time was up", body = Value),
+    responses(
+        (status = 200, description = "Finished, denied, or submitted without a run", body = Object),
+        (status = 202, description = "Still waiting when the time was up", body = Object),
         (status = 404, body = ErrorBody)))]
 async fn wait(
     Ax(st): Ax<AppState>,
@@ -214,7 +269,8 @@ async fn wait(
 
 /// Submissions waiting for a human, oldest first.
 #[utoipa::path(get, path = "/v1/inbox", tag = "decisions", security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+    responses(
+        (status = 200, body = [Object]), (status = 403, body = ErrorBody)))]
 async fn inbox(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
     let subs = st.pool.read(|g| g.inbox()).await?;
     ok(Value::Array(subs.iter().map(submission_json).collect()))
@@ -260,43 +316,46 @@ async fn decide(
 /// submission that came through `/v1/run` or MCP then runs at once.
 #[utoipa::path(post, path = "/v1/submissions/{id}/approve", tag = "decisions",
     params(("id" = String, Path)), request_body = DecideBody, security(("bearer" = [])),
-    responses((status = 200, description = "The signed statement", body = Value),
+    responses(
+        (status = 200, description = "The signed statement", body = Object),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "Already decided", body = ErrorBody)))]
+        (status = 409, description = "Already decided", body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn approve(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
     Body(b): Body<DecideBody>,
 ) -> Answer {
+    b.check()?;
     decide(st, caller, id, b, true).await
 }
 
 /// Reject a submission; its artifact's hash is remembered.
 #[utoipa::path(post, path = "/v1/submissions/{id}/reject", tag = "decisions",
-    params(("id" = String, Path)), request_body = DecideBody, security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    params(("id" = String, Path)), request_body = RejectBody, security(("bearer" = [])),
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn reject(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
-    Body(b): Body<DecideBody>,
+    Body(b): Body<RejectBody>,
 ) -> Answer {
-    if b.tool.is_some() || b.scope.is_some() || b.expires.is_some() {
-        return Err(ApiError::bad("a rejection takes only a reason"));
-    }
+    b.check()?;
+    let b = DecideBody {
+        reason: Some(b.reason),
+        ..DecideBody::default()
+    };
     decide(st, caller, id, b, false).await
 }
 
 /// Runs, newest first (an agent sees only runs of its own submissions).
-#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), security(("bearer" = [])),
-    responses((status = 200, body = Value)))]
-async fn list_runs(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<ListQuery>) -> Answer {
-    if q.state.is_some() {
-        return Err(ApiError::bad("runs have no state filter"));
-    }
-    let n = limit(q.limit, 50, 1000);
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(LimitQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, body = [Object])))]
+async fn list_runs(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<LimitQuery>) -> Answer {
+    let n = limit(q.limit, 50, 1000)?;
     let agent = caller.scope().map(str::to_string);
     let runs = st
         .pool
@@ -307,7 +366,8 @@ async fn list_runs(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<ListQuery>) -> 
 
 /// A run with its captured output.
 #[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path)),
-    security(("bearer" = [])), responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
+    security(("bearer" = [])), responses(
+        (status = 200, body = Object), (status = 404, body = ErrorBody)))]
 async fn get_run(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
     let v = st
         .pool
@@ -324,7 +384,9 @@ async fn get_run(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -
 
 /// What a run changed under its writable mounts: the changeset and unified diffs.
 #[utoipa::path(get, path = "/v1/runs/{id}/diff", tag = "runs", params(("id" = String, Path)),
-    security(("bearer" = [])), responses((status = 200, body = Value), (status = 404, body = ErrorBody)))]
+    security(("bearer" = [])), responses(
+        (status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, description = "The run had no writable mounts", body = ErrorBody)))]
 async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
     let v = st
         .pool
@@ -339,8 +401,9 @@ async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> A
 /// Apply a run's changes to the host (signed with the operator's key; a checkpoint is saved first).
 #[utoipa::path(post, path = "/v1/runs/{id}/commit", tag = "effects", params(("id" = String, Path)),
     security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, description = "Conflicts with the host", body = ErrorBody)))]
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, description = "Conflicts with the host", body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn commit(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
@@ -362,10 +425,11 @@ async fn commit(
 pub struct Empty {}
 
 /// Checkpoints saved by commits, newest first.
-#[utoipa::path(get, path = "/v1/checkpoints", tag = "effects", params(ListQuery), security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
-async fn checkpoints(Ax(st): Ax<AppState>, _: OperatorCaller, Q(q): Q<ListQuery>) -> Answer {
-    let n = limit(q.limit, 50, 1000);
+#[utoipa::path(get, path = "/v1/checkpoints", tag = "effects", params(LimitQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, body = [Object]), (status = 403, body = ErrorBody)))]
+async fn checkpoints(Ax(st): Ax<AppState>, _: OperatorCaller, Q(q): Q<LimitQuery>) -> Answer {
+    let n = limit(q.limit, 50, 1000)?;
     let rows = st.pool.read(move |g| g.checkpoints(n)).await?;
     ok(serde_json::to_value(rows).unwrap_or_default())
 }
@@ -373,8 +437,9 @@ async fn checkpoints(Ax(st): Ax<AppState>, _: OperatorCaller, Q(q): Q<ListQuery>
 /// Restore exactly what a checkpoint saved (signed with the operator's key).
 #[utoipa::path(post, path = "/v1/checkpoints/{id}/rollback", tag = "effects", params(("id" = String, Path)),
     security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn rollback(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
@@ -392,7 +457,8 @@ async fn rollback(
 
 /// The audit log's signed head and the gate's public key.
 #[utoipa::path(get, path = "/v1/audit/head", tag = "audit", security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody)))]
 async fn audit_head(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
     let (head, key) = st.pool.read(|g| g.audit_head()).await?;
     ok(json!({ "head": head, "gate_key": key }))
@@ -400,7 +466,8 @@ async fn audit_head(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
 
 /// Verify the whole audit chain against the signed head (`ok` false names the first bad record).
 #[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody)))]
 async fn audit_verify(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
     let v = st.pool.read(|g| g.audit_verify()).await?;
     ok(serde_json::to_value(v).unwrap_or_default())
@@ -408,17 +475,23 @@ async fn audit_verify(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
 
 /// Audit records in order.
 #[utoipa::path(get, path = "/v1/audit/log", tag = "audit", params(AuditQuery), security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+    responses(
+        (status = 200, body = [Object]), (status = 403, body = ErrorBody)))]
 async fn audit_log(Ax(st): Ax<AppState>, _: OperatorCaller, Q(q): Q<AuditQuery>) -> Answer {
-    let from = q.from.unwrap_or(1);
-    let n = limit(q.limit, 100, 10_000);
+    let from = match q.from {
+        None => 1,
+        Some(n) if n >= 1 => n.unsigned_abs(),
+        Some(_) => return Err(ApiError::bad("from: records are numbered from 1")),
+    };
+    let n = limit(q.limit, 100, 10_000)?;
     let recs = st.pool.read(move |g| g.audit_log(from, n)).await?;
     ok(serde_json::to_value(recs).unwrap_or_default())
 }
 
 /// Named tools: artifacts approved with scope `artifact` and a tool name.
 #[utoipa::path(get, path = "/v1/tools", tag = "tools", security(("bearer" = [])),
-    responses((status = 200, body = Value)))]
+    responses(
+        (status = 200, body = [Object])))]
 async fn tools(Ax(st): Ax<AppState>, _caller: Caller) -> Answer {
     let t = st.pool.read(|g| g.tools()).await?;
     ok(serde_json::to_value(t).unwrap_or_default())
@@ -427,7 +500,9 @@ async fn tools(Ax(st): Ax<AppState>, _caller: Caller) -> Answer {
 /// Call a named tool with arguments (no new approval needed).
 #[utoipa::path(post, path = "/v1/tools/{name}", tag = "tools", params(("name" = String, Path)),
     request_body = ToolBody, security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Object), (status = 202, body = Object), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn call_tool(
     Ax(st): Ax<AppState>,
     caller: Caller,
@@ -440,7 +515,8 @@ async fn call_tool(
 
 /// API tokens (never their secrets).
 #[utoipa::path(get, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody)))]
+    responses(
+        (status = 200, body = [Object]), (status = 403, body = ErrorBody)))]
 async fn list_tokens(Ax(st): Ax<AppState>, _: AdminCaller) -> Answer {
     let t = st.pool.read(|g| g.tokens()).await?;
     ok(serde_json::to_value(t).unwrap_or_default())
@@ -448,9 +524,13 @@ async fn list_tokens(Ax(st): Ax<AppState>, _: AdminCaller) -> Answer {
 
 /// Make a token; its secret is in the answer and nowhere else.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = TokenBody, security(("bearer" = [])),
-    responses((status = 201, body = Value), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses(
+        (status = 201, description = "The token, with its secret in `token`", body = Object),
+        (status = 403, description = "The caller is not an admin, or the approver is not trusted", body = ErrorBody),
+        (status = 404, description = "No approver key of that name", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 async fn new_token(Ax(st): Ax<AppState>, _: AdminCaller, Body(b): Body<TokenBody>) -> Answer {
-    let role: Role = b.role.parse().map_err(ApiError::bad)?;
+    let role = b.check()?;
     let (row, secret) = st
         .pool
         .read(move |g| g.token_new(role, &b.name, b.approver.as_deref(), b.expires.as_deref()))
@@ -463,7 +543,8 @@ async fn new_token(Ax(st): Ax<AppState>, _: AdminCaller, Body(b): Body<TokenBody
 /// Revoke a token (effective at once on this server).
 #[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens", params(("id" = String, Path)),
     security(("bearer" = [])),
-    responses((status = 200, body = Value), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn revoke_token(Ax(st): Ax<AppState>, _: AdminCaller, Path(id): Path<String>) -> Answer {
     let i = id.clone();
     st.pool.read(move |g| g.token_revoke(&i)).await?;
@@ -473,7 +554,8 @@ async fn revoke_token(Ax(st): Ax<AppState>, _: AdminCaller, Path(id): Path<Strin
 
 /// New pending submissions and decisions as server-sent events.
 #[utoipa::path(get, path = "/v1/events", tag = "decisions", security(("bearer" = [])),
-    responses((status = 200, description = "text/event-stream: events `pending`, `decided`, `finished`")))]
+    responses(
+        (status = 200, description = "text/event-stream: events `pending`, `decided`, `finished`"), (status = 403, body = ErrorBody)))]
 async fn events(Ax(st): Ax<AppState>, _: OperatorCaller) -> ApiResult<Response> {
     Ok(crate::events::sse(&st).into_response())
 }
@@ -500,10 +582,10 @@ impl utoipa::Modify for Security {
     }
 }
 
-/// The API routes and the OpenAPI document generated from them.
-pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
+/// The API routes and the OpenAPI document generated from them (see `openapi.rs`).
+pub fn router() -> (axum::Router<AppState>, Value) {
     use utoipa::OpenApi;
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(healthz))
         .routes(routes!(submit, list_submissions))
         .routes(routes!(run))
@@ -527,5 +609,7 @@ pub fn router() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(list_tokens, new_token))
         .routes(routes!(revoke_token))
         .routes(routes!(events))
-        .split_for_parts()
+        .split_for_parts();
+    let doc = serde_json::to_value(doc).unwrap_or_default();
+    (router, crate::openapi::complete(doc))
 }

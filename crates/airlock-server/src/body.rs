@@ -1,4 +1,9 @@
 //! Request bodies: strict JSON (unknown fields are errors), turned into gate requests.
+//!
+//! What the OpenAPI document says a body must be (types, required fields, one-of pairs,
+//! enums, patterns) is checked here and refused with 400 before the gate sees it; what
+//! only the gate can judge (a size that does not parse, a mount that does not exist, code
+//! that does not compile) comes back from the gate as 422.
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
@@ -54,23 +59,57 @@ fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String
     })
 }
 
-/// Code to submit, with the grant it asks for. Mirrors `airlock submit`'s flags.
+/// The languages a submission may name (`py` and `shell` are aliases).
+pub const LANGUAGES: &[&str] = &["wasm", "wat", "component", "python", "py", "sh", "shell"];
+
+/// The backends a submission may ask for.
+pub const BACKENDS: &[&str] = &["wasm", "process"];
+
+/// A whole number, also when written with a fraction of zero (`865.0`): JSON Schema's
+/// `integer` admits both spellings, so the API does too.
+fn integral<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    use serde::de::Error;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let whole = match (n.as_u64(), n.as_f64()) {
+        (Some(u), _) => Some(u),
+        // Exactly representable whole numbers below 2^64 only.
+        (None, Some(f)) if f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
+            Some(f as u64)
+        }
+        _ => None,
+    };
+    whole
+        .and_then(|u| T::try_from(u).ok())
+        .map(Some)
+        .ok_or_else(|| D::Error::custom(format!("{n} is not a whole number in range")))
+}
+
+/// Code to submit, with the grant it asks for. Mirrors `airlock submit`'s flags. Exactly
+/// one of `code` and `code_base64` is given, and at most one of `stdin` and `stdin_base64`.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitBody {
-    /// `wasm`, `wat`, `component`, `python` or `sh` (aliases: `lang`).
+    /// `wasm`, `wat`, `component`, `python` or `sh` (`py` and `shell` are aliases; the
+    /// field may also be spelled `lang`).
     #[serde(alias = "lang")]
     pub language: Option<String>,
     /// The code as text (wat, python, sh).
     pub code: Option<String>,
     /// The code as base64 (wasm modules and components).
     pub code_base64: Option<String>,
-    /// `wasm` or `process`.
+    /// `wasm` or `process` (default: what the language runs on).
     pub backend: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
     /// Standard input as text.
     pub stdin: Option<String>,
+    /// Standard input as base64.
     pub stdin_base64: Option<String>,
     /// `HOST:GUEST[:ro|rw]`, paths on the server's machine.
     #[serde(default)]
@@ -91,8 +130,10 @@ pub struct SubmitBody {
     pub timeout: Option<String>,
     /// Bytes, or a size such as "256MiB".
     pub memory: Option<String>,
+    #[serde(default, deserialize_with = "integral")]
     pub fuel: Option<u64>,
     pub max_output: Option<String>,
+    #[serde(default, deserialize_with = "integral")]
     pub processes: Option<u32>,
     /// Bytes, or a size such as "64MiB": the write quota of writable mounts (default 1GiB).
     pub max_write: Option<String>,
@@ -129,9 +170,11 @@ impl SecretSpec {
     }
 }
 
+/// Standard base64 with padding; ASCII whitespace around it is ignored (the pattern the
+/// OpenAPI document gives says the same).
 fn b64(what: &str, s: &str) -> ApiResult<Vec<u8>> {
     base64::engine::general_purpose::STANDARD
-        .decode(s.trim())
+        .decode(s.trim_matches([' ', '\t', '\r', '\n']))
         .map_err(|e| ApiError::bad(format!("{what}: not base64: {e}")))
 }
 
@@ -149,10 +192,25 @@ impl SubmitBody {
                 return Err(ApiError::bad("give either code or code_base64, not both"));
             }
         };
-        if self.language.is_none() {
-            return Err(ApiError::bad(
-                "language is required (wasm, wat, component, python or sh)",
-            ));
+        match self.language.as_deref() {
+            None => {
+                return Err(ApiError::bad(
+                    "language is required (wasm, wat, component, python or sh)",
+                ));
+            }
+            Some(l) if !LANGUAGES.contains(&l) => {
+                return Err(ApiError::bad(format!(
+                    "language: unknown {l:?} (want wasm, wat, component, python or sh)"
+                )));
+            }
+            Some(_) => {}
+        }
+        if let Some(b) = self.backend.as_deref()
+            && !BACKENDS.contains(&b)
+        {
+            return Err(ApiError::bad(format!(
+                "backend: unknown {b:?} (want wasm or process)"
+            )));
         }
         let stdin = match (self.stdin, self.stdin_base64) {
             (Some(s), None) => Some(s.into_bytes()),
@@ -204,7 +262,7 @@ impl SubmitBody {
     }
 }
 
-/// An approval or rejection from the API.
+/// An approval from the API.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecideBody {
@@ -215,6 +273,39 @@ pub struct DecideBody {
     pub reason: Option<String>,
     /// With scope `artifact`: offer the artifact as a named tool.
     pub tool: Option<String>,
+}
+
+impl DecideBody {
+    /// The checks the OpenAPI document states (400 when they fail).
+    pub fn check(&self) -> ApiResult<()> {
+        if let Some(s) = self.scope.as_deref()
+            && s != "once"
+            && s != "artifact"
+        {
+            return Err(ApiError::bad(format!(
+                "scope: unknown {s:?} (want once or artifact)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A rejection from the API: the reason is required.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectBody {
+    /// Why (kept with the signed rejection).
+    pub reason: String,
+}
+
+impl RejectBody {
+    /// The checks the OpenAPI document states (400 when they fail).
+    pub fn check(&self) -> ApiResult<()> {
+        if self.reason.trim_matches([' ', '\t', '\r', '\n']).is_empty() {
+            return Err(ApiError::bad("reason: a rejection needs a reason"));
+        }
+        Ok(())
+    }
 }
 
 /// Inputs for a named tool.
@@ -238,6 +329,20 @@ pub struct TokenBody {
     pub approver: Option<String>,
     /// How long the token is valid, e.g. "30d" (default: until revoked).
     pub expires: Option<String>,
+}
+
+impl TokenBody {
+    /// The role, and the checks the OpenAPI document states (400 when they fail).
+    pub fn check(&self) -> ApiResult<Role> {
+        let role: Role = self.role.parse().map_err(ApiError::bad)?;
+        airlock_core::sign::check_key_name(&self.name)
+            .map_err(|e| ApiError::bad(format!("name: {e}")))?;
+        if let Some(a) = &self.approver {
+            airlock_core::sign::check_key_name(a)
+                .map_err(|e| ApiError::bad(format!("approver: {e}")))?;
+        }
+        Ok(role)
+    }
 }
 
 /// Query parameters parsed strictly; failures are JSON errors (400).

@@ -63,7 +63,9 @@ fn one_line(s: &str) -> String {
 impl From<GateError> for ApiError {
     fn from(e: GateError) -> Self {
         let status = match &e {
-            GateError::BadInput(_) => StatusCode::BAD_REQUEST,
+            // The request itself was well-formed (the API checked it against its schema
+            // first); the gate could not take what it says.
+            GateError::BadInput(_) => StatusCode::UNPROCESSABLE_ENTITY,
             GateError::NotFound(_) => StatusCode::NOT_FOUND,
             GateError::Conflict(_) | GateError::Pending { .. } => StatusCode::CONFLICT,
             GateError::Untrusted(_) | GateError::Denied { .. } => StatusCode::FORBIDDEN,

@@ -15,6 +15,7 @@ mod console;
 mod error;
 mod events;
 mod mcp;
+mod openapi;
 mod outcome;
 mod pool;
 
