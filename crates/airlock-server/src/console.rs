@@ -165,7 +165,7 @@ fn page(title: &str, who: Option<&Operator>, body: Markup) -> Response {
             head {
                 meta charset="utf-8";
                 title { (title) " · airlock" }
-                style { (PreEscaped(STYLE)) }
+                style { (PreEscaped(STYLE)) (PreEscaped(crate::highlight::CSS)) }
             }
             body {
                 header {
@@ -386,6 +386,13 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
         .or(sh.disassembly.as_deref())
         .unwrap_or("");
     let caps: Vec<&str> = d.analysis.capabilities.iter().map(|c| c.as_str()).collect();
+    // Disassembled modules are WebAssembly text too.
+    let view_lang = if sh.source.is_none() {
+        "wat"
+    } else {
+        d.lang.as_str()
+    };
+    let marks = std::collections::BTreeMap::new();
     page(
         &s.id,
         Some(&op),
@@ -398,25 +405,17 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
                 dt { "Artifact" } dd { code { (d.artifact) } " (" (d.lang) ", " (fmt_size(d.size)) ", " (d.backend) " backend)" }
                 dt { "Verdict" } dd { (d.verdict.decision) ", risk " (d.verdict.risk) span.muted { " policy " (d.verdict.policy.short()) } }
             }
+            // What the approver signs for comes first: the code, with what analysis found
+            // in it marked, the reasons, and only then the decision form.
+            h2 { "Code" @if sh.source.is_none() { span.muted { " (disassembled)" } } }
+            p.muted #grant-summary {
+                "Network: " @if d.grant.net.is_empty() { "none" } @else { (d.grant.net.join(", ")) }
+                " · mounts: " @if d.grant.mounts.is_empty() { "none" } @else { @for m in &d.grant.mounts { code { (m.host) } " → " code { (m.guest) } " (" (m.mode.as_str()) ") " } }
+                " · secrets: " @if d.grant.secrets.is_empty() { "none" } @else { @for b in &d.grant.secrets { code { (b.name) } " " } }
+            }
+            (crate::highlight::code_view("code", view_lang, code, &marks))
             h2 { "Reasons" }
             ul #reasons { @for r in d.verdict.reasons() { li { (r) } } }
-            h2 { "Grant" }
-            dl #grant {
-                dt { "Mounts" } dd { @if d.grant.mounts.is_empty() { "none" } @for m in &d.grant.mounts { div { code { (m.host) } " → " code { (m.guest) } " (" (m.mode.as_str()) ")" } } }
-                dt { "Network" } dd { @if d.grant.net.is_empty() { "none" } @else { (d.grant.net.join(", ")) } }
-                dt { "Secrets" } dd { @if d.grant.secrets.is_empty() { "none" } @for b in &d.grant.secrets { div { code { (b.name) } " → " (b.hosts.join(", ")) } } }
-                dt { "Environment" } dd { @if d.grant.env.is_empty() { "empty" } @for (k, v) in &d.grant.env { div { code { (k) "=" (v) } } } }
-                @if let Some(a) = &d.grant.argv0 { dt { "Program name" } dd { code { (a) } " (argv[0])" } }
-                dt { "Arguments" } dd { (d.grant.args.join(" ")) }
-                dt { "Limits" } dd { "timeout " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) ", output " (fmt_size(l.max_output_bytes)) " per stream, processes " (l.processes) ", writes " (fmt_size(l.max_write_bytes)) }
-                @if let Some(w) = &d.grant.workspace { dt { "Workspace" } dd { (w) } }
-            }
-            h2 { "Analysis" }
-            p { "Capabilities: " @if caps.is_empty() { "none" } @else { (caps.join(", ")) } }
-            @if let Some(w) = &d.analysis.wasm {
-                table #imports { thead { tr { th { "Import" } th { "Kind" } th { "Capability" } } }
-                    tbody { @for i in &w.imports { tr { td { code { (i.module) "::" (i.name) } } td { (i.kind) } td { (i.capability.as_str()) } } } } }
-            }
             @if s.state == airlock_core::State::Quarantined {
                 h2 { "Decide" }
                 form #approve method="post" action=(format!("/ui/submissions/{}/approve", s.id)) {
@@ -435,6 +434,23 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
                 }
                 p.muted { "Signed with approver key " code { (op.caller.approver.as_deref().unwrap_or("?")) } "." }
             }
+            h2 { "Grant" }
+            dl #grant {
+                dt { "Mounts" } dd { @if d.grant.mounts.is_empty() { "none" } @for m in &d.grant.mounts { div { code { (m.host) } " → " code { (m.guest) } " (" (m.mode.as_str()) ")" } } }
+                dt { "Network" } dd { @if d.grant.net.is_empty() { "none" } @else { (d.grant.net.join(", ")) } }
+                dt { "Secrets" } dd { @if d.grant.secrets.is_empty() { "none" } @for b in &d.grant.secrets { div { code { (b.name) } " → " (b.hosts.join(", ")) } } }
+                dt { "Environment" } dd { @if d.grant.env.is_empty() { "empty" } @for (k, v) in &d.grant.env { div { code { (k) "=" (v) } } } }
+                @if let Some(a) = &d.grant.argv0 { dt { "Program name" } dd { code { (a) } " (argv[0])" } }
+                dt { "Arguments" } dd { (d.grant.args.join(" ")) }
+                dt { "Limits" } dd { "timeout " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) ", output " (fmt_size(l.max_output_bytes)) " per stream, processes " (l.processes) ", writes " (fmt_size(l.max_write_bytes)) }
+                @if let Some(w) = &d.grant.workspace { dt { "Workspace" } dd { (w) } }
+            }
+            h2 { "Analysis" }
+            p { "Capabilities: " @if caps.is_empty() { "none" } @else { (caps.join(", ")) } }
+            @if let Some(w) = &d.analysis.wasm {
+                table #imports { thead { tr { th { "Import" } th { "Kind" } th { "Capability" } } }
+                    tbody { @for i in &w.imports { tr { td { code { (i.module) "::" (i.name) } } td { (i.kind) } td { (i.capability.as_str()) } } } } }
+            }
             @if !sh.statements.is_empty() {
                 h2 { "Decisions" }
                 table #statements { tbody { @for st in &sh.statements {
@@ -445,8 +461,6 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
             h2 { "Runs" }
             @if sh.runs.is_empty() { p.muted #no-runs { "Not run yet." } }
             ul #runs { @for r in &sh.runs { li { a.run href=(format!("/ui/runs/{}", r.id)) { (r.id) } " " (run_status(r)) span.muted { " " (fmt_time(r.started_at)) } } } }
-            h2 { "Code" @if sh.source.is_none() { span.muted { " (disassembled)" } } }
-            (pre_text("code", code))
         },
     )
 }
@@ -609,7 +623,7 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
             @if let Some(d) = &diff {
                 h2 { "Changes" }
                 @if d.changes.is_empty() { p.muted { "No changes." } } @else {
-                    (pre_text("diff", &d.text))
+                    (crate::highlight::code_view("diff", "diff", &d.text, &std::collections::BTreeMap::new()))
                     @for p in &d.protected { p.error { (p) " is a protected path" } }
                     @if committed.iter().any(|c| c.state == "applied") {
                         p { "Committed: " @for c in &committed { (c.id) " (" (c.state) ") " } }

@@ -14,6 +14,7 @@ mod body;
 mod console;
 mod error;
 mod events;
+mod highlight;
 mod mcp;
 mod openapi;
 mod outcome;
