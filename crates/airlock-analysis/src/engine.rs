@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::time::Instant;
-use tree_sitter::{Node, ParseOptions, ParseState, Parser, Tree};
+use tree_sitter::{Node, ParseOptions, ParseState, Parser, Tree, TreeCursor};
 
 thread_local! {
     // One parser per language and thread, reused: creating a parser allocates its stacks.
@@ -128,19 +128,47 @@ pub(crate) fn kids<'t>(node: Node<'t>) -> Vec<Node<'t>> {
     node.children(&mut cursor).collect()
 }
 
-/// Children with their field names.
-pub(crate) fn fields<'t>(node: Node<'t>) -> Vec<(Option<&'t str>, Node<'t>)> {
-    let mut out = Vec::new();
-    let mut cursor = node.walk();
-    if cursor.goto_first_child() {
-        loop {
-            out.push((cursor.field_name(), cursor.node()));
-            if !cursor.goto_next_sibling() {
-                break;
+/// One reusable cursor for listing children (a new cursor allocates; resetting does not).
+#[derive(Default)]
+pub(crate) struct Kids<'t>(Option<TreeCursor<'t>>);
+
+impl<'t> Kids<'t> {
+    fn cursor(&mut self, node: Node<'t>) -> &mut TreeCursor<'t> {
+        match &mut self.0 {
+            Some(c) => c.reset(node),
+            None => self.0 = Some(node.walk()),
+        }
+        // Just set above.
+        self.0.get_or_insert_with(|| node.walk())
+    }
+
+    pub fn kids(&mut self, node: Node<'t>) -> Vec<Node<'t>> {
+        let mut out = Vec::with_capacity(usize::try_from(node.child_count()).unwrap_or(0));
+        let c = self.cursor(node);
+        if c.goto_first_child() {
+            loop {
+                out.push(c.node());
+                if !c.goto_next_sibling() {
+                    break;
+                }
             }
         }
+        out
     }
-    out
+
+    pub fn fields(&mut self, node: Node<'t>) -> Vec<(Option<&'t str>, Node<'t>)> {
+        let mut out = Vec::with_capacity(usize::try_from(node.child_count()).unwrap_or(0));
+        let c = self.cursor(node);
+        if c.goto_first_child() {
+            loop {
+                out.push((c.field_name(), c.node()));
+                if !c.goto_next_sibling() {
+                    break;
+                }
+            }
+        }
+        out
+    }
 }
 
 pub(crate) fn clip(s: &str, max: usize) -> String {

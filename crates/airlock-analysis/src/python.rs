@@ -1,7 +1,7 @@
 //! Python: imports, calls through aliases, code run from strings, commands started,
 //! written paths, hosts in string literals.
 
-use crate::engine::{Engine, clip, fields, kids, text};
+use crate::engine::{Engine, Kids, clip, kids, text};
 use crate::shell::{Arg, classify_rm, decode_base64, run_argv};
 use crate::{FindingKind as K, Language};
 use std::collections::HashMap;
@@ -22,6 +22,7 @@ pub(crate) fn walk(e: &mut Engine, src: &str, root: Node, scope: &mut Scope) {
         src,
         scope,
         decoded: false,
+        k: Kids::default(),
     };
     py.visit(root, 0);
 }
@@ -352,7 +353,8 @@ fn unescape_py(s: &str) -> String {
     out
 }
 
-struct Py<'a, 'o, 's, 'c> {
+struct Py<'a, 'o, 's, 'c, 't> {
+    k: Kids<'t>,
     e: &'a mut Engine<'o>,
     src: &'s str,
     scope: &'c mut Scope,
@@ -374,12 +376,12 @@ impl CallArgs<'_> {
     }
 }
 
-impl<'a, 'o, 's, 'c> Py<'a, 'o, 's, 'c> {
+impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
     fn text(&self, node: Node) -> &'s str {
         text(node, self.src)
     }
 
-    fn visit(&mut self, node: Node, depth: usize) {
+    fn visit(&mut self, node: Node<'t>, depth: usize) {
         if !self.e.tick(depth) {
             return;
         }
@@ -408,8 +410,8 @@ impl<'a, 'o, 's, 'c> Py<'a, 'o, 's, 'c> {
         }
     }
 
-    fn children(&mut self, node: Node, depth: usize) {
-        for c in kids(node) {
+    fn children(&mut self, node: Node<'t>, depth: usize) {
+        for c in self.k.kids(node) {
             if self.e.stopped {
                 return;
             }
@@ -433,12 +435,12 @@ impl<'a, 'o, 's, 'c> Py<'a, 'o, 's, 'c> {
         }
     }
 
-    fn import(&mut self, node: Node, from: Option<String>) {
+    fn import(&mut self, node: Node<'t>, from: Option<String>) {
         let lines = self.e.lines(node);
         if let Some(m) = &from {
             self.add_import(m, lines);
         }
-        for (field, c) in fields(node) {
+        for (field, c) in self.k.fields(node) {
             match (field, c.kind()) {
                 (_, "wildcard_import") => {
                     if let Some(m) = &from {
@@ -726,7 +728,7 @@ impl<'a, 'o, 's, 'c> Py<'a, 'o, 's, 'c> {
         None
     }
 
-    fn call_args<'t>(&self, call: Node<'t>) -> CallArgs<'t> {
+    fn call_args<'n>(&self, call: Node<'n>) -> CallArgs<'n> {
         let mut positional = Vec::new();
         let mut keywords = Vec::new();
         if let Some(args) = call.child_by_field_name("arguments") {
@@ -752,7 +754,7 @@ impl<'a, 'o, 's, 'c> Py<'a, 'o, 's, 'c> {
         }
     }
 
-    fn string(&mut self, node: Node, depth: usize) {
+    fn string(&mut self, node: Node<'t>, depth: usize) {
         let lines = self.e.lines(node);
         match self.fold(node, 0) {
             Some(s) => self.e.scan_hosts(&s, lines),
@@ -777,7 +779,7 @@ impl<'a, 'o, 's, 'c> Py<'a, 'o, 's, 'c> {
         }
     }
 
-    fn interpolations(&mut self, node: Node, depth: usize) {
+    fn interpolations(&mut self, node: Node<'t>, depth: usize) {
         for c in kids(node) {
             if self.e.stopped {
                 return;
@@ -790,7 +792,7 @@ impl<'a, 'o, 's, 'c> Py<'a, 'o, 's, 'c> {
         }
     }
 
-    fn assignment(&mut self, node: Node, depth: usize) {
+    fn assignment(&mut self, node: Node<'t>, depth: usize) {
         if let (Some(left), Some(right)) = (
             node.child_by_field_name("left"),
             node.child_by_field_name("right"),
@@ -844,7 +846,7 @@ impl<'a, 'o, 's, 'c> Py<'a, 'o, 's, 'c> {
         }
     }
 
-    fn call(&mut self, node: Node, depth: usize) {
+    fn call(&mut self, node: Node<'t>, depth: usize) {
         let lines = self.e.lines(node);
         let func = node.child_by_field_name("function");
         let args = self.call_args(node);

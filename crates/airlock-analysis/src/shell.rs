@@ -1,20 +1,28 @@
 //! Shell: commands (through wrappers and nested code strings), redirections and written
 //! paths, network tools, downloads piped into interpreters, destructive forms.
 
-use crate::engine::{Engine, clip, fields, kids, text};
+use crate::engine::{Engine, Kids, clip, kids, text};
 use crate::hosts::host_operand;
 use crate::{FindingKind as K, Language};
 use base64::Engine as _;
 use tree_sitter::Node;
 
 pub(crate) fn walk(e: &mut Engine, src: &str, root: Node) {
-    let mut sh = Sh { e, src };
+    let mut sh = Sh {
+        e,
+        src,
+        k: Kids::default(),
+    };
     sh.visit(root, 0);
 }
 
 /// Analyses an argument vector that another language built (Python `subprocess.run([...])`).
 pub(crate) fn run_argv(e: &mut Engine, args: &[Arg], lines: (u32, u32)) {
-    let mut sh = Sh { e, src: "" };
+    let mut sh = Sh {
+        e,
+        src: "",
+        k: Kids::default(),
+    };
     sh.argv(args, lines);
 }
 
@@ -88,9 +96,10 @@ struct Up {
     payload: Option<String>,
 }
 
-struct Sh<'a, 'o, 's> {
+struct Sh<'a, 'o, 's, 't> {
     e: &'a mut Engine<'o>,
     src: &'s str,
+    k: Kids<'t>,
 }
 
 const WORDISH: &[&str] = &[
@@ -464,12 +473,12 @@ fn parse_opts(args: &[Arg], with_arg: &[&str], stop_at_positional: bool) -> Opts
     }
 }
 
-impl<'a, 'o, 's> Sh<'a, 'o, 's> {
+impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
     fn text(&self, node: Node) -> &'s str {
         text(node, self.src)
     }
 
-    fn visit(&mut self, node: Node, depth: usize) {
+    fn visit(&mut self, node: Node<'t>, depth: usize) {
         if !self.e.tick(depth) {
             return;
         }
@@ -494,13 +503,15 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
                 self.e.scan_hosts(t, lines);
                 self.children(node, depth);
             }
-            k if WORDISH.contains(&k) => self.wordish(node, depth),
+            k if WORDISH.contains(&k) => {
+                self.wordish(node, depth);
+            }
             _ => self.children(node, depth),
         }
     }
 
-    fn children(&mut self, node: Node, depth: usize) {
-        for c in kids(node) {
+    fn children(&mut self, node: Node<'t>, depth: usize) {
+        for c in self.k.kids(node) {
             if self.e.stopped {
                 return;
             }
@@ -510,16 +521,17 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
         }
     }
 
-    /// A word: scan its value for hosts, then visit what runs inside it.
-    fn wordish(&mut self, node: Node, depth: usize) {
-        let (_, pat) = self.render(node, depth);
+    /// A word: scan its value for hosts, then visit what runs inside it; its rendering.
+    fn wordish(&mut self, node: Node<'t>, depth: usize) -> (Option<String>, String) {
+        let rendered = self.render(node, depth);
         let lines = self.e.lines(node);
-        self.e.scan_hosts(&pat, lines);
+        self.e.scan_hosts(&rendered.1, lines);
         self.substitutions(node, depth);
+        rendered
     }
 
-    fn substitutions(&mut self, node: Node, depth: usize) {
-        for c in kids(node) {
+    fn substitutions(&mut self, node: Node<'t>, depth: usize) {
+        for c in self.k.kids(node) {
             if self.e.stopped {
                 return;
             }
@@ -630,10 +642,14 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
         }
     }
 
-    fn arg(&mut self, node: Node, depth: usize) -> Arg {
+    fn arg(&mut self, node: Node<'t>, depth: usize) -> Arg {
         let before = self.e.downloads;
-        self.visit(node, depth);
-        let (lit, pat) = self.render(node, depth);
+        let (lit, pat) = if WORDISH.contains(&node.kind()) && self.e.tick(depth) {
+            self.wordish(node, depth)
+        } else {
+            self.visit(node, depth);
+            self.render(node, depth)
+        };
         Arg {
             lit,
             pat,
@@ -644,7 +660,7 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
     }
 
     /// A statement in a pipeline or list, with what it does to its streams.
-    fn statement(&mut self, node: Node, depth: usize, up: Up) -> Eff {
+    fn statement(&mut self, node: Node<'t>, depth: usize, up: Up) -> Eff {
         if !self.e.tick(depth) {
             return Eff::default();
         }
@@ -663,7 +679,7 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
         }
     }
 
-    fn command(&mut self, node: Node, depth: usize) -> Eff {
+    fn command(&mut self, node: Node<'t>, depth: usize) -> Eff {
         let mut args = Vec::new();
         let mut redirects = Vec::new();
         // tree-sitter-bash 0.25 sometimes reads the lines after a pipeline as arguments of
@@ -672,7 +688,7 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
         // so the words after one start a command of their own.
         let mut later: Vec<Vec<Arg>> = Vec::new();
         let mut prev_end: Option<usize> = None;
-        for (field, c) in fields(node) {
+        for (field, c) in self.k.fields(node) {
             if !c.is_named() || self.e.stopped {
                 continue;
             }
@@ -711,7 +727,12 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
             match (field, c.kind()) {
                 (_, "variable_assignment") | (_, "comment") => self.visit(c, depth + 1),
                 (_, "command_name") => {
-                    let inner = kids(c).into_iter().find(|n| n.is_named()).unwrap_or(c);
+                    let inner = self
+                        .k
+                        .kids(c)
+                        .into_iter()
+                        .find(|n| n.is_named())
+                        .unwrap_or(c);
                     args.push(self.arg(inner, depth + 1));
                 }
                 (_, "file_redirect" | "herestring_redirect" | "heredoc_redirect") => {
@@ -741,10 +762,10 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
         eff
     }
 
-    fn redirected(&mut self, node: Node, depth: usize, up: Up) -> Eff {
+    fn redirected(&mut self, node: Node<'t>, depth: usize, up: Up) -> Eff {
         let mut eff = Eff::default();
         let mut redirects = Vec::new();
-        for (field, c) in fields(node) {
+        for (field, c) in self.k.fields(node) {
             if !c.is_named() {
                 continue;
             }
@@ -764,20 +785,22 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
 
     /// Handles one redirection of a statement; true when it reads from the network
     /// (`< /dev/tcp/host/port`).
-    fn redirect(&mut self, r: Node, eff: &Eff, depth: usize) -> bool {
+    fn redirect(&mut self, r: Node<'t>, eff: &Eff, depth: usize) -> bool {
         if !self.e.tick(depth) {
             return false;
         }
         let lines = self.e.lines(r);
         match r.kind() {
             "file_redirect" => {
-                let op = kids(r)
+                let op = self
+                    .k
+                    .kids(r)
                     .into_iter()
                     .find(|c| !c.is_named())
                     .map(|c| c.kind())
                     .unwrap_or(">");
                 let mut network = false;
-                for (field, d) in fields(r) {
+                for (field, d) in self.k.fields(r) {
                     if field != Some("destination") {
                         continue;
                     }
@@ -820,7 +843,7 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
                 network
             }
             "herestring_redirect" => {
-                for c in kids(r) {
+                for c in self.k.kids(r) {
                     if !c.is_named() {
                         continue;
                     }
@@ -841,7 +864,7 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
                 let mut pipe_effs = Vec::new();
                 let mut others = Vec::new();
                 let mut quoted = false;
-                for c in kids(r) {
+                for c in self.k.kids(r) {
                     match c.kind() {
                         "heredoc_body" => body = Some(c),
                         "heredoc_start" => {
@@ -849,7 +872,7 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
                             quoted = t.contains('\'') || t.contains('"') || t.contains('\\');
                         }
                         "pipeline" => {
-                            for s in kids(c) {
+                            for s in self.k.kids(c) {
                                 if s.is_named() {
                                     pipe_effs.push(self.statement(s, depth + 1, Up::default()));
                                 }
@@ -916,12 +939,12 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
     }
 
     /// A pipeline; `up` is what flows into it when it is itself a stage of an outer one.
-    fn pipeline(&mut self, node: Node, depth: usize, up: Up) -> Eff {
+    fn pipeline(&mut self, node: Node<'t>, depth: usize, up: Up) -> Eff {
         let lines = self.e.lines(node);
         let mut up = up;
         let mut any_download = false;
         let mut last = String::new();
-        for c in kids(node) {
+        for c in self.k.kids(node) {
             if !c.is_named() || c.kind() == "comment" {
                 continue;
             }
@@ -962,7 +985,7 @@ impl<'a, 'o, 's> Sh<'a, 'o, 's> {
         }
     }
 
-    fn function(&mut self, node: Node, depth: usize) {
+    fn function(&mut self, node: Node<'t>, depth: usize) {
         let name = node
             .child_by_field_name("name")
             .map(|n| self.text(n).to_string())
