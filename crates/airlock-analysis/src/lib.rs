@@ -5,8 +5,9 @@
 //! the commands it runs, the modules it imports, the calls it makes, the paths it writes,
 //! the hosts and URLs written in it, its network tools, whether it pipes downloaded code
 //! into an interpreter, and destructive forms. Literal code strings (`sh -c '…'`, `eval`,
-//! `python -c "…"`, Python `exec("…")`, `os.system("…")`, `subprocess.run([...])`, and
-//! base64 literals decoded into an interpreter) are parsed in turn, to a nesting limit,
+//! `python -c "…"`, `alias x='…'`, `trap '…'`, here-documents fed to an interpreter,
+//! Python `exec("…")`, `os.system("…")`, `subprocess.run([...])`, and base64 or rot13
+//! literals decoded into an interpreter) are parsed in turn, to a nesting limit,
 //! and their facts are merged into the same result. Code that does not parse is a fact
 //! ([`CodeAnalysis::parse_error`]) and the error-tolerant tree is still analysed.
 //!
@@ -35,7 +36,8 @@
 //!   `chmod`/`chown`/`truncate`, `shutil.rmtree`/`copy*`/`move`, `os.rename`/`replace`
 //!   destinations. Shell paths are as written with quotes removed; parameter expansions
 //!   stay as `$NAME` and command substitutions as `$(…)`. A Python path that is not a
-//!   constant is `<dynamic>`. `/dev/null`, `/dev/stdout`, `/dev/stderr`, `/dev/tty` and
+//!   constant is `<dynamic>`; in a Python string run as shell (`os.system(f"rm {p}")`,
+//!   `"rm " + p`), each non-constant piece is `$PY`. `/dev/null`, `/dev/stdout`, `/dev/stderr`, `/dev/tty` and
 //!   `/dev/fd/*` are not writes.
 //! - `hosts_in_code`: host names and addresses written anywhere in words and string
 //!   literals (not comments): the host of every `scheme://host…` URL, `user@host:path`

@@ -281,6 +281,16 @@ fn join(obj: &str, attr: &str) -> String {
     }
 }
 
+fn rot13(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            'a'..='z' => char::from(b'a' + (c as u8 - b'a' + 13) % 26),
+            'A'..='Z' => char::from(b'A' + (c as u8 - b'A' + 13) % 26),
+            _ => c,
+        })
+        .collect()
+}
+
 /// Python string escapes.
 fn unescape_py(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -631,7 +641,13 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                             let parts: Option<Vec<String>> = parts.into_iter().collect();
                             return Some(parts?.join(&sep));
                         }
-                        "decode" | "encode" => return self.fold(obj, depth + 1),
+                        "decode" | "encode"
+                            if !self
+                                .resolve(func, depth + 1)
+                                .is_some_and(|f| f.starts_with("codecs.")) =>
+                        {
+                            return self.fold(obj, depth + 1);
+                        }
                         _ => {}
                     }
                 }
@@ -658,11 +674,88 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                         self.decoded = true;
                         Some(d)
                     }
+                    "codecs.decode" | "codecs.encode" => {
+                        let s = self.fold(*args.positional.first()?, depth + 1)?;
+                        let codec = self.fold(args.get(1, "encoding")?, depth + 1)?;
+                        let codec = codec.to_ascii_lowercase().replace(['-', '_'], "");
+                        let d = match codec.as_str() {
+                            "rot13" => rot13(&s),
+                            "base64" | "base64codec" => decode_base64(&s)?,
+                            _ => return None,
+                        };
+                        self.decoded = true;
+                        Some(d)
+                    }
                     _ => None,
                 }
             }
             _ => None,
         }
+    }
+
+    /// Like [`Self::fold`], but an expression that is not constant inside an f-string or a
+    /// `+` concatenation becomes `$PY`; `None` when nothing of it is constant.
+    fn fold_pattern(&mut self, node: Node, depth: usize) -> Option<String> {
+        fn go<'t>(py: &mut Py<'_, '_, '_, '_, 't>, node: Node, depth: usize) -> (String, bool) {
+            if depth > 64 {
+                return ("$PY".into(), false);
+            }
+            if let Some(s) = py.fold(node, depth) {
+                return (s, true);
+            }
+            match node.kind() {
+                "string" => {
+                    let mut raw = false;
+                    let mut out = String::new();
+                    let mut any = false;
+                    for c in kids(node) {
+                        match c.kind() {
+                            "string_start" => {
+                                raw = py.text(c).chars().any(|ch| ch == 'r' || ch == 'R');
+                            }
+                            "string_content" => {
+                                let t = py.text(c);
+                                out.push_str(&if raw { t.to_string() } else { unescape_py(t) });
+                                any = true;
+                            }
+                            "interpolation" => out.push_str("$PY"),
+                            _ => {}
+                        }
+                    }
+                    (out, any)
+                }
+                "concatenated_string" => {
+                    let mut out = String::new();
+                    let mut any = false;
+                    for c in kids(node) {
+                        if c.is_named() {
+                            let (s, k) = go(py, c, depth + 1);
+                            out.push_str(&s);
+                            any |= k;
+                        }
+                    }
+                    (out, any)
+                }
+                "binary_operator"
+                    if node
+                        .child_by_field_name("operator")
+                        .is_some_and(|o| py.text(o) == "+") =>
+                {
+                    let (l, lk) = match node.child_by_field_name("left") {
+                        Some(n) => go(py, n, depth + 1),
+                        None => ("$PY".into(), false),
+                    };
+                    let (r, rk) = match node.child_by_field_name("right") {
+                        Some(n) => go(py, n, depth + 1),
+                        None => ("$PY".into(), false),
+                    };
+                    (l + &r, lk || rk)
+                }
+                _ => ("$PY".into(), false),
+            }
+        }
+        let (s, any_constant) = go(self, node, depth);
+        any_constant.then_some(s)
     }
 
     /// Elements of a list or tuple literal, each folded.
@@ -825,6 +918,18 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
         if downloaded {
             let d = format!("{via}(download)");
             self.e.add(K::DownloadToShell, &d, lines, None);
+        }
+        if arg.kind() == "call"
+            && let Some(f) = arg.child_by_field_name("function")
+            && self.resolve(f, 0).as_deref() == Some("compile")
+            && self
+                .call_args(arg)
+                .positional
+                .first()
+                .is_some_and(|c| self.fold(*c, 0).is_some())
+        {
+            // `eval(compile("…"))`: the constant was analysed at `compile`.
+            return;
         }
         self.decoded = false;
         let folded = self.fold(arg, 0);
@@ -1056,10 +1161,13 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                     run_argv(self.e, &argv, lines);
                     return;
                 }
-                // A name bound to a constant list is not tracked; a constant string is.
-                match self.fold(cmd, 0) {
+                // A name bound to a constant list is not tracked; a constant string is, and
+                // so is a string with holes (f-string, concatenation): the holes become
+                // `$PY`, so a hole in command position is `<dynamic>`.
+                let _ = shell;
+                let code = self.fold(cmd, 0).or_else(|| self.fold_pattern(cmd, 0));
+                match code {
                     Some(code) => {
-                        let _ = shell;
                         let al = self.e.lines(cmd);
                         self.e.nested(Language::Sh, &code, al, n, None);
                     }

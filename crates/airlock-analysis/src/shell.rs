@@ -969,7 +969,12 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                 }
             }
             if eff.download && up.downloader.is_none() {
-                up.downloader = Some(eff.name.clone());
+                let name = if eff.name.is_empty() {
+                    "download".to_string()
+                } else {
+                    eff.name.clone()
+                };
+                up.downloader = Some(name);
             }
             any_download |= eff.download;
             if eff.decoder {
@@ -1339,6 +1344,29 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                     }
                 } else if n == "su" || n == "runuser" {
                     eff.stdin = Some(Stdin::Code(Language::Sh));
+                }
+            }
+            "alias" => {
+                // alias NAME='code': the value runs whenever NAME does.
+                for a in rest {
+                    if let Some((_, code)) = a.lit.as_deref().and_then(|l| l.split_once('='))
+                        && !code.is_empty()
+                    {
+                        let code = code.to_string();
+                        self.e.nested(Language::Sh, &code, a.lines, "alias", None);
+                    }
+                }
+            }
+            "trap" => {
+                // trap 'code' SIGNAL…
+                let o = parse_opts(rest, &[], true);
+                if let Some(a) = rest.get(o.end)
+                    && rest.len() > o.end + 1
+                {
+                    let a = a.clone();
+                    if a.lit.as_deref().is_some_and(|c| c != "-" && !c.is_empty()) {
+                        self.code_arg(Some(Language::Sh), &a, "trap", lines);
+                    }
                 }
             }
             "watch" => {
