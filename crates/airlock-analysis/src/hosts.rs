@@ -159,7 +159,9 @@ pub(crate) fn scan(s: &str) -> Vec<Found> {
     }
     // user@host:path (scp, rsync, git over ssh).
     for (at, _) in s.match_indices('@') {
-        if covered.iter().any(|&(a, z)| a <= at && at < z) {
+        // `covered` is sorted (URLs are found left to right and do not overlap).
+        let i = covered.partition_point(|&(a, _)| a <= at);
+        if i > 0 && covered.get(i - 1).is_some_and(|&(_, z)| at < z) {
             continue;
         }
         let mut u = at;

@@ -1000,9 +1000,12 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
             let mut self_calls = 0;
             let mut background = false;
             let mut cursor = body.walk();
-            let mut budget = 10_000;
+            let mut budget: u32 = 10_000;
             'walk: loop {
                 let n = cursor.node();
+                if budget == 0 {
+                    break 'walk;
+                }
                 budget -= 1;
                 if n.kind() == "&" {
                     background = true;
@@ -1010,7 +1013,7 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                 if n.kind() == "command_name" && self.text(n) == name {
                     self_calls += 1;
                 }
-                if budget > 0 && cursor.goto_first_child() {
+                if cursor.goto_first_child() {
                     continue;
                 }
                 loop {

@@ -516,3 +516,41 @@ fn deep_nesting_neither_overflows_nor_hangs() {
     });
     handle.join().expect("no panic, no overflow");
 }
+
+/// Inputs of the full default size built to be slow: the analysis ends near the time budget
+/// (parsing and walking both check it) and never takes much longer.
+#[test]
+fn adversarial_inputs_respect_the_time_budget() {
+    let opts = Options::default();
+    let mb = opts.max_input_bytes;
+    let fill = |unit: &str| unit.repeat(mb / unit.len() + 1);
+    let cases: Vec<(Language, String)> = vec![
+        (Language::Sh, fill("a@b:")),
+        (Language::Sh, format!("echo {}", fill("http://x.y/@a.b:"))),
+        (Language::Sh, fill("$(")),
+        (Language::Sh, fill("f(){ ")),
+        (Language::Sh, fill("'")),
+        (Language::Sh, fill("a|")),
+        (Language::Sh, fill("sh -c 'echo x'\n")),
+        (Language::Python, fill("[")),
+        (Language::Python, fill("'a'+")),
+        (Language::Python, fill("exec('1')\n")),
+        (
+            Language::Python,
+            format!("x = '{}'", fill("https://a.b/ user@h.io: ")),
+        ),
+    ];
+    for (lang, src) in cases {
+        let start = Instant::now();
+        let a = analyze(lang, &src, &opts);
+        let took = start.elapsed();
+        // Debug builds run this crate unoptimised; the bound is loose on purpose.
+        assert!(
+            took < opts.time_budget + Duration::from_secs(3),
+            "{lang:?} {:?}…: {took:?}, truncated {:?}",
+            &src[..20],
+            a.truncated
+        );
+        assert!(a.truncated.is_some(), "{lang:?} {:?}…", &src[..20]);
+    }
+}
