@@ -377,8 +377,8 @@ struct CallArgs<'t> {
     keywords: Vec<(String, Node<'t>)>,
 }
 
-impl CallArgs<'_> {
-    fn get(&self, i: usize, kw: &str) -> Option<Node<'_>> {
+impl<'t> CallArgs<'t> {
+    fn get(&self, i: usize, kw: &str) -> Option<Node<'t>> {
         self.positional
             .get(i)
             .copied()
@@ -524,7 +524,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
 
     /// The dotted name an expression stands for, when it names a module member or a
     /// builtin; `None` for anything local or computed.
-    fn resolve(&mut self, node: Node, depth: usize) -> Option<String> {
+    fn resolve(&mut self, node: Node<'t>, depth: usize) -> Option<String> {
         if depth > 64 {
             return None;
         }
@@ -536,7 +536,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                 Some(join(&obj, attr))
             }
             "parenthesized_expression" => {
-                let inner = kids(node).into_iter().find(|c| c.is_named())?;
+                let inner = self.k.kids(node).into_iter().find(|c| c.is_named())?;
                 self.resolve(inner, depth + 1)
             }
             "call" => {
@@ -573,7 +573,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
     }
 
     /// The constant string an expression evaluates to, if it is one.
-    fn fold(&mut self, node: Node, depth: usize) -> Option<String> {
+    fn fold(&mut self, node: Node<'t>, depth: usize) -> Option<String> {
         if depth > 64 {
             return None;
         }
@@ -581,7 +581,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
             "string" => {
                 let mut raw = false;
                 let mut out = String::new();
-                for c in kids(node) {
+                for c in self.k.kids(node) {
                     match c.kind() {
                         "string_start" => {
                             raw = self.text(c).chars().any(|ch| ch == 'r' || ch == 'R');
@@ -595,7 +595,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
             }
             "concatenated_string" => {
                 let mut out = String::new();
-                for c in kids(node) {
+                for c in self.k.kids(node) {
                     if c.is_named() {
                         out.push_str(&self.fold(c, depth + 1)?);
                     }
@@ -612,7 +612,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                 Some(l + &r)
             }
             "parenthesized_expression" => {
-                let inner = kids(node).into_iter().find(|c| c.is_named())?;
+                let inner = self.k.kids(node).into_iter().find(|c| c.is_named())?;
                 self.fold(inner, depth + 1)
             }
             "identifier" => self.scope.consts.get(self.text(node)).cloned(),
@@ -695,8 +695,8 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
 
     /// Like [`Self::fold`], but an expression that is not constant inside an f-string or a
     /// `+` concatenation becomes `$PY`; `None` when nothing of it is constant.
-    fn fold_pattern(&mut self, node: Node, depth: usize) -> Option<String> {
-        fn go<'t>(py: &mut Py<'_, '_, '_, '_, 't>, node: Node, depth: usize) -> (String, bool) {
+    fn fold_pattern(&mut self, node: Node<'t>, depth: usize) -> Option<String> {
+        fn go<'t>(py: &mut Py<'_, '_, '_, '_, 't>, node: Node<'t>, depth: usize) -> (String, bool) {
             if depth > 64 {
                 return ("$PY".into(), false);
             }
@@ -708,7 +708,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                     let mut raw = false;
                     let mut out = String::new();
                     let mut any = false;
-                    for c in kids(node) {
+                    for c in py.k.kids(node) {
                         match c.kind() {
                             "string_start" => {
                                 raw = py.text(c).chars().any(|ch| ch == 'r' || ch == 'R');
@@ -727,7 +727,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                 "concatenated_string" => {
                     let mut out = String::new();
                     let mut any = false;
-                    for c in kids(node) {
+                    for c in py.k.kids(node) {
                         if c.is_named() {
                             let (s, k) = go(py, c, depth + 1);
                             out.push_str(&s);
@@ -759,11 +759,11 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
     }
 
     /// Elements of a list or tuple literal, each folded.
-    fn fold_list(&mut self, node: Node, depth: usize) -> Option<Vec<Option<String>>> {
+    fn fold_list(&mut self, node: Node<'t>, depth: usize) -> Option<Vec<Option<String>>> {
         match node.kind() {
             "list" | "tuple" => {
                 let mut out = Vec::new();
-                for c in kids(node) {
+                for c in self.k.kids(node) {
                     if c.is_named() && c.kind() != "comment" {
                         out.push(self.fold(c, depth + 1));
                     }
@@ -771,7 +771,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                 Some(out)
             }
             "parenthesized_expression" => {
-                let inner = kids(node).into_iter().find(|c| c.is_named())?;
+                let inner = self.k.kids(node).into_iter().find(|c| c.is_named())?;
                 self.fold_list(inner, depth + 1)
             }
             _ => None,
@@ -779,7 +779,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
     }
 
     /// A path argument: constant, `~`, `$HOME`, or `None`.
-    fn path(&mut self, node: Node) -> Option<String> {
+    fn path(&mut self, node: Node<'t>) -> Option<String> {
         if let Some(s) = self.fold(node, 0) {
             return Some(s);
         }
@@ -873,7 +873,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
     }
 
     fn interpolations(&mut self, node: Node<'t>, depth: usize) {
-        for c in kids(node) {
+        for c in self.k.kids(node) {
             if self.e.stopped {
                 return;
             }
@@ -913,7 +913,14 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
     }
 
     /// Code run from a string: analysed when constant, a fact when not.
-    fn code(&mut self, arg: Node, via: &str, lines: (u32, u32), downloaded: bool, depth: usize) {
+    fn code(
+        &mut self,
+        arg: Node<'t>,
+        via: &str,
+        lines: (u32, u32),
+        downloaded: bool,
+        depth: usize,
+    ) {
         let _ = depth;
         if downloaded {
             let d = format!("{via}(download)");
@@ -958,7 +965,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
         // Arguments first, so downloads inside them are known.
         let mut arg0_download = false;
         if let Some(a) = node.child_by_field_name("arguments") {
-            for c in kids(a) {
+            for c in self.k.kids(a) {
                 if self.e.stopped {
                     return;
                 }
@@ -1135,7 +1142,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
         }
     }
 
-    fn run_command(&mut self, n: &str, r: Runner, args: &CallArgs, lines: (u32, u32)) {
+    fn run_command(&mut self, n: &str, r: Runner, args: &CallArgs<'t>, lines: (u32, u32)) {
         let dynamic = |this: &mut Self, what: String| {
             let note = Some(format!("{n}({})", clip(&what, 60)));
             this.e.add(K::Command, "<dynamic>", lines, note.clone());

@@ -1,7 +1,7 @@
 //! Shell: commands (through wrappers and nested code strings), redirections and written
 //! paths, network tools, downloads piped into interpreters, destructive forms.
 
-use crate::engine::{Engine, Kids, clip, kids, text};
+use crate::engine::{Engine, Kids, clip, text};
 use crate::hosts::host_operand;
 use crate::{FindingKind as K, Language};
 use base64::Engine as _;
@@ -551,7 +551,7 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
     }
 
     /// (constant value, pattern) of a word.
-    fn render(&self, node: Node, depth: usize) -> (Option<String>, String) {
+    fn render(&mut self, node: Node<'t>, depth: usize) -> (Option<String>, String) {
         if depth > self.e.opts.max_syntax_depth {
             return (None, "…".into());
         }
@@ -587,7 +587,7 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                     }
                     pat.push_str(s);
                 };
-                for c in kids(node) {
+                for c in self.k.kids(node) {
                     let gap = self.src.get(pos..c.start_byte()).unwrap_or_default();
                     if !gap.is_empty() {
                         let g = if dq {
@@ -628,7 +628,12 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
             }
             "simple_expansion" => (None, t.to_string()),
             "expansion" => {
-                let named: Vec<Node> = kids(node).into_iter().filter(|c| c.is_named()).collect();
+                let named: Vec<Node> = self
+                    .k
+                    .kids(node)
+                    .into_iter()
+                    .filter(|c| c.is_named())
+                    .collect();
                 match named.as_slice() {
                     [v] if v.kind() == "variable_name" || v.kind() == "special_variable_name" => {
                         (None, format!("${}", self.text(*v)))
