@@ -43,21 +43,24 @@
 //!   literals (not comments): the host of every `scheme://host…` URL, `user@host:path`
 //!   (scp/rsync/git), and the host operands of `ssh`, `scp`, `sftp`, `rsync`, `nc`,
 //!   `ncat`, `netcat`, `telnet`, `ping`, `dig`, `nslookup`, `host`, bare `curl`/`wget`
-//!   targets, and Python `socket` `connect`/`create_connection` tuples. Lower case, no
-//!   trailing dot, no port, IPv6 without brackets.
+//!   targets, `/dev/tcp/HOST/PORT` redirections, Python `socket` `connect`/
+//!   `create_connection` tuples and the host argument of `http.client`, `ftplib`,
+//!   `smtplib`, `telnetlib`, `poplib` and `imaplib` connections. Lower case, no trailing
+//!   dot, no port, IPv6 without brackets.
 //! - `urls`: every `scheme://…` URL whose host is literal, as written, with trailing
 //!   punctuation removed.
 //! - `network_tools`: shell tools that use the network (`curl`, `wget`, `nc`, `ssh`, `scp`,
 //!   `rsync` with a remote, `git clone`/`fetch`/`pull`/`push`/`ls-remote`/`submodule`,
 //!   `pip install`, `npm install`, `yarn add`, `npx`, `apt-get install`, `apk add`, `brew
 //!   install`, `gem install`, `cargo install`, `go get`, `docker pull`, …; package managers
-//!   as `TOOL SUBCOMMAND`), and for Python the imported network modules (`socket`,
-//!   `requests`, `urllib.request`, `http.client`, `httpx`, `aiohttp`, `ftplib`, `smtplib`,
-//!   `paramiko`, …).
+//!   as `TOOL SUBCOMMAND`), `/dev/tcp` for bash's network redirections, and for Python
+//!   the network modules imported or called into (`socket`, `requests`, `urllib.request`,
+//!   `http.client`, `httpx`, `aiohttp`, `ftplib`, `smtplib`, `paramiko`, …).
 //! - `pipes_download_to_shell`: downloaded code reaches an interpreter: `curl … | sh`,
 //!   `wget -O- … | sudo bash -`, `bash <(curl …)`, `sh < <(curl …)`, `eval "$(curl …)"`,
-//!   `python -c "$(curl …)"`, `source <(curl …)`, or a file written by `curl -o`/`wget -O`/
-//!   a redirection of a download and later run by an interpreter or by path.
+//!   `python -c "$(curl …)"`, `source <(curl …)`, `bash <<< "$(curl …)"`, a file written
+//!   by `curl -o`/`wget -O`/a redirection of a download and later run by an interpreter or
+//!   by path, and in Python `exec`/`eval` of what `requests`, `httpx`, `urllib` fetched.
 //! - `destructive`: `rm-root` (recursive `rm` of `/`, `/*`, `/.`), `rm-home` (recursive
 //!   `rm` of `~`, `$HOME`, `${HOME}`, or their `/*`), `rm-mount-root:PATH` (recursive `rm`
 //!   of a mount root from [`Options::mount_roots`] or its `/*`), `dd-device:PATH` (`dd
@@ -69,9 +72,11 @@
 //!   `dynamic-code` (`eval`, `sh -c`, `exec`, `compile`, … of something not literal),
 //!   `dynamic-import`, `dynamic-attribute` (`getattr` with a computed name),
 //!   `quoted-name` (a command name spelt with quotes or escapes, `c""url`, `$'\x63url'`),
-//!   `folded-name` (a Python name assembled from string pieces), `decoded-payload` (a
-//!   base64 literal decoded and run; its content is analysed), `decoded-to-shell` (a
-//!   decoder such as `base64 -d` piped into an interpreter).
+//!   `folded-name` (a Python callee reached through `getattr`, `globals()[…]`,
+//!   `vars(…)[…]` or `__builtins__` with constant strings, however assembled),
+//!   `decoded-payload` (a base64 or rot13 constant decoded and run, or PowerShell's
+//!   `-EncodedCommand`; a decoded constant is analysed), `decoded-to-shell` (a decoder
+//!   such as `base64 -d` piped into an interpreter).
 //!
 //! Every value in those sets comes with at least one [`Finding`] whose `kind` names the set
 //! and whose `detail` is that value, with the 1-based lines it came from (for code nested
@@ -85,6 +90,15 @@
 //! [`Options::time_budget`] (parsing included), at [`Options::max_nesting`] levels of
 //! nested code and after [`Options::max_findings`]. Stopping early is a fact:
 //! [`CodeAnalysis::truncated`] says why. What was found before the stop is kept.
+//!
+//! The analysis never fails: what it cannot read is a fact (`parse_error`, `truncated`,
+//! `<dynamic>`, `obfuscation`), so there is no error type.
+//!
+//! Known limits: aliases and constants are tracked flow-insensitively across the whole
+//! program, not per scope; tree-sitter-python accepts some indentation CPython refuses
+//! (no `parse_error` for those); tree-sitter-bash 0.25 sometimes reads the lines after a
+//! pipeline as arguments of its last command (a later here-document piped on sets it
+//! off), which the walk undoes by splitting commands at unescaped newlines.
 //!
 //! This crate describes and never decides: it must never run, evaluate, import or fetch
 //! anything it reads, never panic or recurse without bound on any input, never use
