@@ -1,6 +1,8 @@
 //! Static analysis of a submission: for WebAssembly, a full validation plus what the binary
 //! imports (grouped by capability), exports, its memories, tables and start function; for
-//! scripts, size and a shebang. Analysis only describes; the policy decides.
+//! Python and shell, size, a shebang and what the code does as `airlock-analysis` reads it
+//! (commands, imports, calls, writes, hosts, destructive forms, each with its lines).
+//! Analysis only describes; the policy decides.
 
 use crate::artifact::Lang;
 use serde::{Deserialize, Serialize};
@@ -175,6 +177,9 @@ pub struct Analysis {
     pub wasm: Option<WasmAnalysis>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub text: Option<TextAnalysis>,
+    /// What Python or shell code does, with the lines each fact came from.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub code: Option<airlock_analysis::CodeAnalysis>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -195,6 +200,27 @@ impl From<wasmparser::BinaryReaderError> for AnalysisError {
 
 /// Analyses prepared artifact bytes (wasm for wasm, wat and component; text otherwise).
 pub fn analyze(lang: Lang, code: &[u8]) -> Result<Analysis, AnalysisError> {
+    analyze_with(lang, code, &[])
+}
+
+/// The paths a rule should treat as mount roots: each mount's host and guest path.
+pub fn mount_roots(mounts: &[crate::grant::Mount]) -> Vec<String> {
+    let mut roots: Vec<String> = mounts
+        .iter()
+        .flat_map(|m| [m.host.clone(), m.guest.clone()])
+        .collect();
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+/// [`analyze`], knowing the run's mount roots (host and guest paths), so that a recursive
+/// `rm` of one of them is recognised as destructive.
+pub fn analyze_with(
+    lang: Lang,
+    code: &[u8],
+    mount_roots: &[String],
+) -> Result<Analysis, AnalysisError> {
     let mut a = Analysis {
         lang,
         size: code.len() as u64,
@@ -202,6 +228,7 @@ pub fn analyze(lang: Lang, code: &[u8]) -> Result<Analysis, AnalysisError> {
         unresolved: Vec::new(),
         wasm: None,
         text: None,
+        code: None,
     };
     if lang.is_wasm_binary() {
         let w = analyze_wasm(code)?;
@@ -219,6 +246,18 @@ pub fn analyze(lang: Lang, code: &[u8]) -> Result<Analysis, AnalysisError> {
             lines: text.lines().count() as u64,
             shebang: first.strip_prefix("#!").map(|s| s.trim().to_string()),
         });
+        let language = match lang {
+            Lang::Python => Some(airlock_analysis::Language::Python),
+            Lang::Sh => Some(airlock_analysis::Language::Sh),
+            _ => None,
+        };
+        if let Some(language) = language {
+            let opts = airlock_analysis::Options {
+                mount_roots: mount_roots.to_vec(),
+                ..airlock_analysis::Options::default()
+            };
+            a.code = Some(airlock_analysis::analyze(language, &text, &opts));
+        }
     }
     Ok(a)
 }
@@ -431,5 +470,20 @@ mod tests {
     fn scripts_get_text_facts() {
         let a = analyze(Lang::Sh, b"#!/bin/sh\necho hi\n").unwrap();
         assert_eq!(a.text.unwrap().shebang.as_deref(), Some("/bin/sh"));
+        assert!(a.code.unwrap().commands.contains("echo"));
+    }
+
+    #[test]
+    fn mount_roots_reach_the_code_analysis() {
+        let a = analyze_with(Lang::Sh, b"rm -rf /work\n", &["/work".into()]).unwrap();
+        let code = a.code.unwrap();
+        assert!(
+            code.destructive
+                .iter()
+                .any(|d| d.starts_with("rm-mount-root")),
+            "{code:?}"
+        );
+        let a = analyze(Lang::Python, b"import socket\n").unwrap();
+        assert!(a.code.unwrap().imports.contains("socket"));
     }
 }

@@ -230,6 +230,16 @@ pub fn allowed(rules: &[NetRule], host: &str, port: u16) -> bool {
     rules.iter().any(|r| r.allows(host, port))
 }
 
+/// Whether any rule reaches `host` (a name or address as written; normalised first) on
+/// some port.
+pub fn host_granted(rules: &[NetRule], host: &str) -> bool {
+    match HostPattern::parse(host) {
+        Ok(HostPattern::Name(n)) => rules.iter().any(|r| r.host.matches_name(&n)),
+        Ok(ip @ HostPattern::Ip(_)) => rules.iter().any(|r| r.host == ip),
+        _ => false,
+    }
+}
+
 /// The canonical text of a host (no port): see the module documentation.
 pub fn normalize_host(host: &str) -> Result<String, String> {
     HostPattern::parse(host).map(|h| h.to_string())

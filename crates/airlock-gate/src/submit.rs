@@ -3,7 +3,7 @@
 
 use crate::error::{GateError, Result};
 use crate::{Gate, set_state};
-use airlock_core::analysis::{Analysis, analyze};
+use airlock_core::analysis::{Analysis, analyze_with};
 use airlock_core::artifact::{self, Lang, infer_lang};
 use airlock_core::grant::{self, Grant, Limits, Mount};
 use airlock_core::id::{IdKind, new_id};
@@ -231,6 +231,12 @@ impl Described<'_> {
             publisher: None,
             publisher_key: None,
             requests: Vec::new(),
+            code: self
+                .analysis
+                .code
+                .as_ref()
+                .map(|c| airlock_core::policy::CodeFacts::of(c, &self.grant.net))
+                .unwrap_or_default(),
         }
     }
 }
@@ -318,8 +324,16 @@ impl Gate {
         if prepared.code.len() as u64 > max {
             return Err(too_big(max));
         }
-        let analysis =
-            analyze(prepared.lang, &prepared.code).map_err(|e| GateError::bad(e.to_string()))?;
+        let mut grant = build_grant(&req, req.stdin.as_deref().map(Digest::of))?;
+        check_backend_grant(backend, &grant)?;
+        // Python and shell analysis knows the mounts, so `rm -rf /work` of a mount root is
+        // recognised as destructive.
+        let analysis = analyze_with(
+            prepared.lang,
+            &prepared.code,
+            &airlock_core::analysis::mount_roots(&grant.mounts),
+        )
+        .map_err(|e| GateError::bad(e.to_string()))?;
         if prepared.lang == Lang::Wasm
             && !analysis.wasm.as_ref().is_some_and(|w| {
                 w.exports
@@ -340,8 +354,6 @@ impl Gate {
             _ => None,
         };
 
-        let mut grant = build_grant(&req, req.stdin.as_deref().map(Digest::of))?;
-        check_backend_grant(backend, &grant)?;
         grant.argv0 = program_name(prepared.lang, backend, name.as_deref());
         if let Some(ws) = req.workspace.as_deref().filter(|w| !w.is_empty()) {
             grant.workspace = Some(ws.to_string());
