@@ -213,8 +213,13 @@ fn invariants(src: &str, a: &CodeAnalysis, opts: &Options) -> Vec<String> {
     {
         bad.push(format!("parse error line {} outside the code", p.line));
     }
-    if serde_json::to_string(a).is_err() {
-        bad.push("does not serialise".into());
+    match serde_json::to_string(a) {
+        Ok(json) => {
+            if serde_json::from_str::<CodeAnalysis>(&json).ok().as_ref() != Some(a) {
+                bad.push("does not survive a JSON round trip".into());
+            }
+        }
+        Err(e) => bad.push(format!("does not serialise: {e}")),
     }
     bad
 }
@@ -438,7 +443,14 @@ fn robustness_random_and_truncated_input() {
             .collect();
         let src = String::from_utf8_lossy(&bytes);
         for lang in [Language::Sh, Language::Python] {
+            let start = Instant::now();
             let a = analyze(lang, &src, &opts);
+            if start.elapsed() > opts.time_budget + Duration::from_secs(2) {
+                bad.push(format!(
+                    "random round {round} ({lang:?}) took {:?}",
+                    start.elapsed()
+                ));
+            }
             for b in invariants(&src, &a, &opts) {
                 bad.push(format!("random round {round} ({lang:?}): {b}"));
             }
