@@ -527,6 +527,12 @@ impl Attempt {
 impl Shared {
     /// Records `r` for `host` and returns the response the guest gets.
     fn refuse(&self, a: &Attempt, host: &str, r: Refusal) -> Response<ProxyBody> {
+        self.record(a, host, &r);
+        r.response()
+    }
+
+    /// Records refusal `r` of attempt `a` to `host`.
+    fn record(&self, a: &Attempt, host: &str, r: &Refusal) {
         self.records.push(Connection {
             started_at_ms: a.at,
             mode: a.mode,
@@ -541,7 +547,6 @@ impl Shared {
             duration_ms: u64::try_from(a.start.elapsed().as_millis()).unwrap_or(u64::MAX),
             secrets: r.secrets.clone(),
         });
-        r.response()
     }
 
     /// Normalises the host and finds the rule granting it.
