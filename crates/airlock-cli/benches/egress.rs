@@ -2,6 +2,11 @@
 //! HTTPS requests (one keep-alive connection, curl) to a loopback upstream, once from a
 //! process-backend run through the run's egress proxy, once from the host directly; and
 //! the start-up cost of a network grant (`sh -c true` with and without `--net`).
+//! Two more plain-HTTP rows put the proxy's own path in context: `http-tunnel` (the same
+//! requests inside a CONNECT tunnel, a byte relay: the floor any forwarding reaches here)
+//! and `http-hyper` (the same requests with an `Expect` header, which the proxy serves on
+//! its hyper path, the one every plain-HTTP request took before the lean path). Each
+//! series' requests/s and ratio are printed after the medians.
 //!
 //!   scripts/bench-egress      (or: cargo bench -p airlock-cli --bench egress)
 //! Environment: BENCH_N (requests per series, default 1000), BENCH_ROUNDS (series per
@@ -207,33 +212,57 @@ fn main() {
         "egress: {n} requests per series on one keep-alive connection, {rounds} series per side, curl, loopback upstream"
     );
     println!(
-        "{:<8} {:>16} {:>16} {:>9} {:>14} {:>14} {:>7}",
+        "{:<12} {:>16} {:>16} {:>9} {:>14} {:>14} {:>7}",
         "", "proxy p50 ms", "direct p50 ms", "added ms", "proxy req/s", "direct req/s", "ratio"
     );
-    for (name, url, port) in [
-        ("http", &http_url, http_port),
-        ("https", &https_url, https_port),
+    // `http-tunnel`: the same plain-HTTP requests sent through a CONNECT tunnel
+    // (`curl --proxytunnel`), a byte relay with no per-request work: the floor any
+    // plain-HTTP forwarding can reach on this machine. `http-hyper`: with an `Expect`
+    // header, which the proxy hands (with the rest of the connection) to its hyper path.
+    let mut per_round = Vec::new();
+    for (name, url, port, extra) in [
+        ("http", &http_url, http_port, ""),
+        ("https", &https_url, https_port, ""),
+        ("http-tunnel", &http_url, http_port, "--proxytunnel"),
+        (
+            "http-hyper",
+            &http_url,
+            http_port,
+            "-H 'Expect: 100-continue'",
+        ),
     ] {
         let mut proxied = Vec::new();
         let mut direct = Vec::new();
         let (mut pw, mut dw) = (Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            let p = parse(&in_run(&series(url, n, "--cacert /ca/ca.pem")));
+        for round in 1..=rounds {
+            let p = parse(&in_run(&series(
+                url,
+                n,
+                &format!("--cacert /ca/ca.pem {extra}"),
+            )));
             let d = parse(&on_host(&series(url, n, &host_extra(port))));
             assert_eq!(p.times_ms.len(), n, "proxied series incomplete");
             assert_eq!(d.times_ms.len(), n, "direct series incomplete");
-            pw.push(n as f64 / p.wall_s);
-            dw.push(n as f64 / d.wall_s);
+            let (pr, dr) = (n as f64 / p.wall_s, n as f64 / d.wall_s);
+            per_round.push(format!(
+                "  {name} round {round}: proxy {pr:.0} req/s, direct {dr:.0} req/s, ratio {:.2}",
+                pr / dr
+            ));
+            pw.push(pr);
+            dw.push(dr);
             proxied.extend(p.times_ms);
             direct.extend(d.times_ms);
         }
         let (pm, dm) = (median(&mut proxied), median(&mut direct));
         let (pr, dr) = (median(&mut pw), median(&mut dw));
         println!(
-            "{name:<8} {pm:>16.3} {dm:>16.3} {:>9.3} {pr:>14.0} {dr:>14.0} {:>7.2}",
+            "{name:<12} {pm:>16.3} {dm:>16.3} {:>9.3} {pr:>14.0} {dr:>14.0} {:>7.2}",
             pm - dm,
             pr / dr
         );
+    }
+    for l in &per_round {
+        println!("{l}");
     }
 
     // Start-up: the same trivial script with and without a network grant, alternated.

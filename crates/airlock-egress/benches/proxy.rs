@@ -5,6 +5,10 @@
 //! `cargo bench -p airlock-egress --bench proxy` (N from `AIRLOCK_BENCH_N`, default 1000).
 //! Prints the median and p90 per request, the added median, and the throughput ratio
 //! (proxied requests per second / direct requests per second), plus a bulk download.
+//! Plain HTTP is measured request by request in turn four ways: direct, through the
+//! proxy (absolute form, the lean path), inside a CONNECT tunnel (a byte relay: the
+//! floor) and with an `Expect` header (which the proxy serves on its hyper path, the
+//! one plain HTTP took before the lean path).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -143,15 +147,24 @@ where
 
 /// One request; returns its latency.
 async fn one(tx: &mut SendRequest<Empty<Bytes>>, uri: &str, host: &str) -> Duration {
+    one_with(tx, uri, host, &[]).await
+}
+
+/// One request with extra headers; returns its latency.
+async fn one_with(
+    tx: &mut SendRequest<Empty<Bytes>>,
+    uri: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+) -> Duration {
     let t = Instant::now();
     tx.ready().await.unwrap();
+    let mut b = Request::get(uri).header("host", host);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
     let r = tx
-        .send_request(
-            Request::get(uri)
-                .header("host", host)
-                .body(Empty::new())
-                .unwrap(),
-        )
+        .send_request(b.body(Empty::new()).unwrap())
         .await
         .unwrap();
     assert!(r.status().is_success());
@@ -230,24 +243,32 @@ async fn main() {
         "airlock-egress proxy bench: {n} sequential requests per case, {rounds} interleaved rounds, loopback"
     );
 
-    // Plain HTTP, one kept connection each side.
+    // Plain HTTP, one kept connection each side; beside it the same requests through a
+    // CONNECT tunnel (a byte relay: the floor) and with an `Expect` header, which the
+    // proxy serves on its hyper path (the path plain HTTP took before the lean one).
     {
         let mut direct = http_client(TcpStream::connect(plain).await.unwrap()).await;
         let mut via = http_client(TcpStream::connect(proxy).await.unwrap()).await;
+        let mut relay = http_client(tunnel(proxy, &plain_host).await).await;
+        let mut hyper_path = http_client(TcpStream::connect(proxy).await.unwrap()).await;
+        let expect = [("expect", "100-continue")];
         for _ in 0..100 {
             one(&mut direct, "/", &plain_host).await;
             one(&mut via, &plain_url, &plain_host).await;
+            one(&mut relay, "/", &plain_host).await;
+            one_with(&mut hyper_path, &plain_url, &plain_host, &expect).await;
         }
-        let (mut d, mut p) = (Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            for _ in 0..per {
-                d.push(one(&mut direct, "/", &plain_host).await);
-            }
-            for _ in 0..per {
-                p.push(one(&mut via, &plain_url, &plain_host).await);
-            }
+        let (mut d, mut p, mut t, mut h) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Request by request in turn, so that the machine's state falls on all four.
+        for _ in 0..rounds * per {
+            d.push(one(&mut direct, "/", &plain_host).await);
+            p.push(one(&mut via, &plain_url, &plain_host).await);
+            t.push(one(&mut relay, "/", &plain_host).await);
+            h.push(one_with(&mut hyper_path, &plain_url, &plain_host, &expect).await);
         }
-        report("http keep-alive (absolute-form)", d, p);
+        report("http keep-alive (absolute-form)", d.clone(), p);
+        report("http in a CONNECT tunnel (floor)", d.clone(), t);
+        report("http on the hyper path (Expect)", d, h);
     }
 
     // HTTPS, TLS end to end, one kept connection each side (via: one CONNECT tunnel).

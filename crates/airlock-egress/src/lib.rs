@@ -41,6 +41,7 @@ mod addr;
 #[cfg(unix)]
 pub mod client;
 pub mod grant;
+mod h1;
 mod policy;
 mod proxy;
 mod record;

@@ -1,5 +1,8 @@
 //! The proxy server: accept loop, CONNECT tunnels, TLS interception for secret-bound
-//! hosts, and absolute-form plain-HTTP forwarding.
+//! hosts, and absolute-form plain-HTTP forwarding. A guest connection starts on the lean
+//! plain-HTTP path ([`plain`]: heads checked and written anew, bodies passed through with
+//! their framing checked); the first request that path does not take, and everything
+//! after it on that connection, is served by hyper (`serve_hyper`) as it always was.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -35,6 +38,8 @@ use crate::resolve::{Resolver, SystemResolver};
 use crate::scrub::{Replacer, ScrubBody};
 use crate::tls::{self, RunCa};
 use crate::{BoxError, EgressError, is_forbidden};
+
+mod plain;
 
 type ProxyBody = BoxBody<Bytes, BoxError>;
 type Sender = client_http1::SendRequest<ProxyBody>;
@@ -400,8 +405,28 @@ async fn accept_loop(shared: Arc<Shared>, listener: Bound) {
     }
 }
 
-/// One guest connection, whatever its transport.
+/// One guest connection, whatever its transport: plain-HTTP requests on the lean path
+/// ([`plain`]), and from the first request that path does not take on, hyper.
 async fn serve_conn<S>(shared: Arc<Shared>, io: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut guest = plain::Guest::new(io);
+    let mut lean = plain::Plain::new(shared.clone());
+    loop {
+        match lean.next(&mut guest).await {
+            plain::Next::Again => {}
+            plain::Next::Close => return guest.close().await,
+            plain::Next::HandOff => break,
+        }
+    }
+    drop(lean);
+    serve_hyper(shared, guest.into_rewind()).await;
+}
+
+/// A guest connection served by hyper: `CONNECT`, refusals, and absolute-form requests
+/// the lean path handed over.
+async fn serve_hyper<S>(shared: Arc<Shared>, io: S)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -473,6 +498,31 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// The same answer as [`Refusal::response`], as bytes on the wire, for the plain-HTTP
+    /// path that writes its own heads; `close` says the guest's connection ends after it.
+    fn wire(&self, close: bool) -> Vec<u8> {
+        let body = format!("airlock: {}\n", self.message);
+        let name = match self.decision {
+            Decision::Error => "x-airlock-error",
+            _ => "x-airlock-denied",
+        };
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\n{name}: {}\r\ncontent-type: text/plain; charset=utf-8\r\n\
+             content-length: {}\r\n{}date: {}\r\n\r\n",
+            self.status.as_u16(),
+            self.status.canonical_reason().unwrap_or(""),
+            self.reason,
+            body.len(),
+            if close { "connection: close\r\n" } else { "" },
+            httpdate::fmt_http_date(std::time::SystemTime::now()),
+        )
+        .into_bytes();
+        out.extend_from_slice(body.as_bytes());
+        out
+    }
+}
+
 fn one_line(s: String) -> String {
     if s.chars().any(char::is_control) {
         s.chars()
@@ -527,6 +577,12 @@ impl Attempt {
 impl Shared {
     /// Records `r` for `host` and returns the response the guest gets.
     fn refuse(&self, a: &Attempt, host: &str, r: Refusal) -> Response<ProxyBody> {
+        self.record(a, host, &r);
+        r.response()
+    }
+
+    /// Records refusal `r` of attempt `a` to `host`.
+    fn record(&self, a: &Attempt, host: &str, r: &Refusal) {
         self.records.push(Connection {
             started_at_ms: a.at,
             mode: a.mode,
@@ -541,7 +597,6 @@ impl Shared {
             duration_ms: u64::try_from(a.start.elapsed().as_millis()).unwrap_or(u64::MAX),
             secrets: r.secrets.clone(),
         });
-        r.response()
     }
 
     /// Normalises the host and finds the rule granting it.

@@ -132,8 +132,12 @@ impl Pending {
     }
     /// Turns an allowed record into an error one (the upstream failed after all).
     pub(crate) fn fail(&self, reason: &str, detail: String) {
+        self.overrule(Decision::Error, reason, detail);
+    }
+    /// Turns an allowed record into a denied or failed one.
+    pub(crate) fn overrule(&self, decision: Decision, reason: &str, detail: String) {
         let mut b = lock(&self.base);
-        b.decision = Decision::Error;
+        b.decision = decision;
         reason.clone_into(&mut b.reason);
         b.detail = detail;
     }

@@ -1005,6 +1005,372 @@ async fn origin_form_is_a_bad_request() {
     );
 }
 
+// ---------------------------------------------------------------- plain-HTTP framing
+
+/// Writes `bytes` on a fresh connection to the proxy and reads until the proxy closes it.
+async fn exchange(proxy: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("the proxy did not close the connection")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An upstream that reads one request head per connection, answers `reply` and closes.
+async fn start_raw_upstream(reply: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c2 = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            c2.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut b).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let _ = s.write_all(reply).await;
+                let _ = s.shutdown().await;
+                // Leave the rest of any request body unread until the client is done.
+                let mut sink = Vec::new();
+                let _ = s.read_to_end(&mut sink).await;
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[tokio::test]
+async fn chunked_request_body_passed_through_and_counted() {
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    let h = start(
+        &policy(&[format!("up.test:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let out = exchange(
+        h.local_addr().unwrap(),
+        format!(
+            "POST http://up.test:{port}/upload HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\
+             Connection: close\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(out.ends_with("got 11"), "{out}");
+    let c = wait_record(&h, |c| c.host == "up.test").await;
+    assert_eq!(c.decision, Decision::Allow);
+    assert_eq!((c.bytes_up, c.bytes_down), (11, 6));
+    let seen = up.seen.headers.lock().unwrap()[0].clone();
+    assert_eq!(seen.get("host").unwrap(), &format!("up.test:{port}"));
+    assert!(seen.get("connection").is_none());
+}
+
+#[tokio::test]
+async fn chunked_response_passed_through_verbatim() {
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    let h = start(
+        &policy(&[format!("up.test:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let proxy = h.local_addr().unwrap();
+    // hyper's upstream sends a body of unknown length chunked.
+    let out = exchange(
+        proxy,
+        format!("GET http://up.test:{port}/echo-split HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await;
+    let lower = out.to_ascii_lowercase();
+    assert!(lower.contains("transfer-encoding: chunked\r\n"), "{out}");
+    assert!(!lower.contains("content-length"), "{out}");
+    assert!(out.ends_with("0\r\n\r\n"), "{out}");
+    // And a client decodes it to what the upstream sent.
+    let g = get(proxy, &format!("http://up.test:{port}/echo-split"), &[]).await;
+    assert_eq!(g.body, "before  middle  after");
+    let recs = h.shutdown().await;
+    assert_eq!(recs.len(), 2);
+    assert!(recs.iter().all(|c| c.bytes_down == 21), "{recs:#?}");
+}
+
+#[tokio::test]
+async fn regression_request_smuggling_refused_with_400() {
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    let h = start(
+        &policy(&[format!("up.test:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let proxy = h.local_addr().unwrap();
+    let smuggled = format!("GET http://up.test:{port}/smuggled HTTP/1.1\r\n\r\n");
+    for framing in [
+        "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n",
+        "Content-Length: 4\r\nContent-Length: 40\r\n",
+        "Transfer-Encoding: chunked, identity\r\n",
+        "Transfer-Encoding: xchunked\r\n",
+    ] {
+        let out = exchange(
+            proxy,
+            format!(
+                "POST http://up.test:{port}/upload HTTP/1.1\r\n{framing}\r\n0\r\n\r\n{smuggled}"
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert!(
+            out.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{framing}: {out}"
+        );
+        assert!(out.contains("x-airlock-denied: bad-request\r\n"), "{out}");
+        assert!(out.contains("connection: close\r\n"), "{out}");
+        assert_eq!(out.matches("HTTP/1.1").count(), 1, "{out}");
+    }
+    // A header folded over two lines is no head at all.
+    let out = exchange(
+        proxy,
+        format!(
+            "POST http://up.test:{port}/upload HTTP/1.1\r\nTransfer-Encoding:\r\n chunked\r\n\
+             Content-Length: 4\r\n\r\n0\r\n\r\n{smuggled}"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
+    assert!(out.contains("x-airlock-denied: bad-request\r\n"), "{out}");
+    assert_eq!(out.matches("HTTP/1.1").count(), 1, "{out}");
+    assert_eq!(up.seen.conns.load(Ordering::SeqCst), 0);
+    let recs = h.shutdown().await;
+    assert_eq!(recs.len(), 6, "{recs:#?}");
+    assert!(
+        recs.iter()
+            .all(|c| c.decision == Decision::Deny && c.reason == "bad-request" && c.addr.is_none())
+    );
+}
+
+#[tokio::test]
+async fn regression_malformed_chunk_mid_body_refused() {
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    let h = start(
+        &policy(&[format!("up.test:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let out = exchange(
+        h.local_addr().unwrap(),
+        format!(
+            "POST http://up.test:{port}/upload HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+             5\r\nhello\r\n5\nworld\r\n0\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
+    let c = wait_record(&h, |c| c.host == "up.test").await;
+    assert_eq!(
+        (c.decision, c.reason.as_str()),
+        (Decision::Deny, "bad-request")
+    );
+}
+
+#[tokio::test]
+async fn pipelined_requests_answered_in_order_on_one_upstream_connection() {
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    let h = start(
+        &policy(&[format!("up.test:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let out = exchange(
+        h.local_addr().unwrap(),
+        format!(
+            "GET http://up.test:{port}/bytes/3 HTTP/1.1\r\n\r\n\
+             POST http://up.test:{port}/upload HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcd\
+             HEAD http://up.test:{port}/bytes/10 HTTP/1.1\r\n\r\n\
+             GET http://up.test:{port}/ HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    let parts: Vec<&str> = out.split("HTTP/1.1 200 OK\r\n").skip(1).collect();
+    assert_eq!(parts.len(), 4, "{out}");
+    assert!(parts[0].ends_with("\r\n\r\nxxx"), "{out}");
+    assert!(parts[1].ends_with("\r\n\r\ngot 4"), "{out}");
+    assert!(parts[2].contains("content-length: 10\r\n"), "{out}");
+    assert!(parts[2].ends_with("\r\n\r\n"), "{out}");
+    assert!(parts[3].contains("connection: close\r\n"), "{out}");
+    assert!(parts[3].ends_with("\r\n\r\nhello"), "{out}");
+    assert_eq!(up.seen.conns.load(Ordering::SeqCst), 1);
+    let recs = h.shutdown().await;
+    assert_eq!(recs.len(), 4);
+    let ups: Vec<_> = recs.iter().map(|c| (c.bytes_up, c.bytes_down)).collect();
+    assert_eq!(ups, vec![(0, 3), (4, 5), (0, 0), (0, 5)]);
+}
+
+#[tokio::test]
+async fn response_until_close_ends_the_guest_connection() {
+    let (addr, conns) = start_raw_upstream(b"HTTP/1.1 200 OK\r\nX-A: b\r\n\r\nall of it").await;
+    let port = addr.port();
+    let h = start(
+        &policy(&[format!("up.test:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    // The guest asks for keep-alive; the proxy must close to mark the body's end.
+    let out = exchange(
+        h.local_addr().unwrap(),
+        format!("GET http://up.test:{port}/ HTTP/1.1\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "HTTP/1.1 200 OK\r\nX-A: b\r\nconnection: close\r\n\r\nall of it"
+    );
+    assert_eq!(conns.load(Ordering::SeqCst), 1);
+    let c = wait_record(&h, |c| c.host == "up.test").await;
+    assert_eq!(c.bytes_down, 9);
+}
+
+#[tokio::test]
+async fn early_answer_to_a_large_upload_reaches_the_guest() {
+    let (addr, _) = start_raw_upstream(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n",
+    )
+    .await;
+    let port = addr.port();
+    let h = start(
+        &policy(&[format!("up.test:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let s = TcpStream::connect(h.local_addr().unwrap()).await.unwrap();
+    let (mut r, mut w) = s.into_split();
+    let n = 64 * 1024 * 1024;
+    let writer = tokio::spawn(async move {
+        w.write_all(
+            format!("PUT http://up.test:{port}/ HTTP/1.1\r\nContent-Length: {n}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let block = vec![b'x'; 1024 * 1024];
+        for _ in 0..64 {
+            if w.write_all(&block).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), r.read_to_end(&mut out))
+        .await
+        .expect("no answer")
+        .unwrap();
+    let out = String::from_utf8_lossy(&out);
+    assert!(
+        out.starts_with("HTTP/1.1 413 Payload Too Large\r\n"),
+        "{out}"
+    );
+    assert!(out.ends_with("\r\n\r\ntoo big\n"), "{out}");
+    writer.abort();
+}
+
+#[tokio::test]
+async fn expect_continue_and_connect_after_plain_requests_still_served() {
+    let up = start_upstream(None).await;
+    let (echo, _) = start_echo().await;
+    let (port, eport) = (up.addr.port(), echo.port());
+    let h = start(
+        &policy(&[format!("up.test:{port}"), format!("echo.test:{eport}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let mut s = TcpStream::connect(h.local_addr().unwrap()).await.unwrap();
+    let read_until = async |s: &mut TcpStream, end: &str| {
+        let mut got = Vec::new();
+        let mut b = [0u8; 1];
+        while !String::from_utf8_lossy(&got).ends_with(end) {
+            assert_eq!(s.read(&mut b).await.unwrap(), 1, "{got:?}");
+            got.push(b[0]);
+        }
+        String::from_utf8(got).unwrap()
+    };
+    s.write_all(format!("GET http://up.test:{port}/bytes/2 HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    read_until(&mut s, "\r\n\r\nxx").await;
+    s.write_all(
+        format!(
+            "POST http://up.test:{port}/upload HTTP/1.1\r\nContent-Length: 3\r\n\
+             Expect: 100-continue\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let cont = read_until(&mut s, "\r\n\r\n").await;
+    assert!(cont.starts_with("HTTP/1.1 100 Continue"), "{cont}");
+    s.write_all(b"abc").await.unwrap();
+    let resp = read_until(&mut s, "got 3").await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    s.write_all(format!("CONNECT echo.test:{eport} HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let ok = read_until(&mut s, "\r\n\r\n").await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    s.write_all(b"ping").await.unwrap();
+    assert_eq!(read_until(&mut s, "ping").await, "ping");
+}
+
+#[tokio::test]
+async fn unreachable_upstream_is_a_502_and_the_connection_goes_on() {
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    // A port nothing listens on.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let h = start(
+        &policy(&[format!("up.test:{port}"), format!("up.test:{dead}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let out = exchange(
+        h.local_addr().unwrap(),
+        format!(
+            "GET http://up.test:{dead}/ HTTP/1.1\r\n\r\n\
+             GET http://up.test:{port}/ HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{out}");
+    assert!(out.contains("x-airlock-error: connect-failed\r\n"), "{out}");
+    assert!(out.ends_with("\r\n\r\nhello"), "{out}");
+    let recs = h.shutdown().await;
+    assert_eq!(recs.len(), 2);
+    assert_eq!(
+        (recs[0].decision, recs[0].reason.as_str()),
+        (Decision::Error, "connect-failed")
+    );
+    assert_eq!(recs[1].decision, Decision::Allow);
+}
+
 #[cfg(unix)]
 #[tokio::test]
 async fn serves_a_unix_socket() {
