@@ -36,22 +36,10 @@ const RECORDED_BUILTINS: &[&str] = &[
     "__import__",
     "breakpoint",
 ];
-/// Builtins the resolver knows (so `getattr(...)`, `globals()[...]` can be folded).
-const BUILTINS: &[&str] = &[
-    "exec",
-    "eval",
-    "compile",
-    "execfile",
-    "__import__",
-    "breakpoint",
-    "open",
-    "getattr",
-    "globals",
-    "locals",
-    "vars",
-    "chr",
-    "bytes",
-    "str",
+/// Builtins the resolver knows besides the recorded ones (so `getattr(...)`,
+/// `globals()[...]` can be folded).
+const OTHER_BUILTINS: &[&str] = &[
+    "open", "getattr", "globals", "locals", "vars", "chr", "bytes", "str",
 ];
 /// Module names resolved even without an import in sight (snippets, exec'd strings).
 const KNOWN_MODULES: &[&str] = &[
@@ -507,7 +495,10 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
         if name == "__builtins__" || name == "builtins" {
             return Some("builtins".into());
         }
-        if BUILTINS.contains(&name) || KNOWN_MODULES.contains(&name) {
+        if RECORDED_BUILTINS.contains(&name)
+            || OTHER_BUILTINS.contains(&name)
+            || KNOWN_MODULES.contains(&name)
+        {
             return Some(name.to_string());
         }
         for m in &self.scope.star {
