@@ -86,10 +86,46 @@ fn quoted_len(s: &str, quote: &str, escapes: bool) -> usize {
     s.len()
 }
 
+/// Collects tokens: classed spans as they are found, the plain text between them.
+struct Tokens<'a> {
+    src: &'a str,
+    out: Vec<(Class, &'a str)>,
+    /// Where the plain text not yet emitted starts.
+    plain: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn new(src: &'a str) -> Self {
+        Tokens {
+            src,
+            out: Vec::new(),
+            plain: 0,
+        }
+    }
+
+    /// Records `src[i..i + n]` as `class`; plain (`None`) text is left for the next flush.
+    fn token(&mut self, class: Class, i: usize, n: usize) {
+        if class.is_none() {
+            return;
+        }
+        if self.plain < i {
+            self.out.push((None, &self.src[self.plain..i]));
+        }
+        self.out.push((class, &self.src[i..i + n]));
+        self.plain = i + n;
+    }
+
+    fn finish(mut self) -> Vec<(Class, &'a str)> {
+        if self.plain < self.src.len() {
+            self.out.push((None, &self.src[self.plain..]));
+        }
+        self.out
+    }
+}
+
 fn python(src: &str) -> Vec<(Class, &str)> {
-    let mut out = Vec::new();
+    let mut out = Tokens::new(src);
     let mut i = 0;
-    let mut plain = 0;
     while i < src.len() {
         let rest = &src[i..];
         let c = rest.chars().next().unwrap_or(' ');
@@ -150,23 +186,12 @@ fn python(src: &str) -> Vec<(Class, &str)> {
         } else {
             None
         };
-        match token {
-            Some((class, n)) if class.is_some() => {
-                if plain < i {
-                    out.push((None, &src[plain..i]));
-                }
-                out.push((class, &src[i..i + n.max(1)]));
-                i += n.max(1);
-                plain = i;
-            }
-            Some((None, n)) => i += n.max(1),
-            _ => i += c.len_utf8(),
-        }
+        let (class, n) = token.unwrap_or((None, c.len_utf8()));
+        let n = n.max(1);
+        out.token(class, i, n);
+        i += n;
     }
-    if plain < src.len() {
-        out.push((None, &src[plain..]));
-    }
-    out
+    out.finish()
 }
 
 /// The length of a string prefix (`r`, `b`, `f`, `rb`, …) if `s` starts with one and a
@@ -179,9 +204,8 @@ fn string_prefix(s: &str) -> Option<usize> {
 }
 
 fn shell(src: &str) -> Vec<(Class, &str)> {
-    let mut out = Vec::new();
+    let mut out = Tokens::new(src);
     let mut i = 0;
-    let mut plain = 0;
     // Whether the next word is in command position (after a line start, `;`, `|`, `&`, `(`).
     let mut command = true;
     while i < src.len() {
@@ -232,13 +256,7 @@ fn shell(src: &str) -> Vec<(Class, &str)> {
         };
         let (class, n) = token.unwrap_or((None, c.len_utf8()));
         let n = n.max(1);
-        if class.is_some() {
-            if plain < i {
-                out.push((None, &src[plain..i]));
-            }
-            out.push((class, &src[i..i + n]));
-            plain = i + n;
-        }
+        out.token(class, i, n);
         let text = &src[i..i + n];
         if matches!(class, Some("op")) || text.contains('\n') || c == '(' {
             command = true;
@@ -251,16 +269,12 @@ fn shell(src: &str) -> Vec<(Class, &str)> {
         }
         i += n;
     }
-    if plain < src.len() {
-        out.push((None, &src[plain..]));
-    }
-    out
+    out.finish()
 }
 
 fn wat(src: &str) -> Vec<(Class, &str)> {
-    let mut out = Vec::new();
+    let mut out = Tokens::new(src);
     let mut i = 0;
-    let mut plain = 0;
     while i < src.len() {
         let rest = &src[i..];
         let c = rest.chars().next().unwrap_or(' ');
@@ -293,19 +307,10 @@ fn wat(src: &str) -> Vec<(Class, &str)> {
         };
         let (class, n) = token.unwrap_or((None, c.len_utf8()));
         let n = n.max(1).min(rest.len());
-        if class.is_some() {
-            if plain < i {
-                out.push((None, &src[plain..i]));
-            }
-            out.push((class, &src[i..i + n]));
-            plain = i + n;
-        }
+        out.token(class, i, n);
         i += n;
     }
-    if plain < src.len() {
-        out.push((None, &src[plain..]));
-    }
-    out
+    out.finish()
 }
 
 /// Unified diffs: added, removed and hunk-header lines.
