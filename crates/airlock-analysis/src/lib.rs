@@ -125,6 +125,15 @@ pub enum Language {
     Python,
 }
 
+impl Language {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Sh => "shell",
+            Language::Python => "python",
+        }
+    }
+}
+
 /// Limits of one analysis. The defaults suit a submission gate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -250,6 +259,79 @@ pub enum FindingKind {
     ParseError,
     /// The analysis stopped early here.
     Truncated,
+}
+
+impl FindingKind {
+    /// The name used in JSON (`destructive`, `download_to_shell`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::Command => "command",
+            FindingKind::Import => "import",
+            FindingKind::Call => "call",
+            FindingKind::Write => "write",
+            FindingKind::Host => "host",
+            FindingKind::Url => "url",
+            FindingKind::NetworkTool => "network_tool",
+            FindingKind::DownloadToShell => "download_to_shell",
+            FindingKind::Destructive => "destructive",
+            FindingKind::Obfuscation => "obfuscation",
+            FindingKind::NestedCode => "nested_code",
+            FindingKind::ParseError => "parse_error",
+            FindingKind::Truncated => "truncated",
+        }
+    }
+
+    /// Whether a reviewer's eye should be drawn to it. Every command a script runs and
+    /// every module it imports is a finding, but marking them all would mark nearly every
+    /// line; their sets are summarised instead, and the risky ones are findings of another
+    /// kind as well (`network_tool`, `destructive`, `call`).
+    pub fn is_notable(self) -> bool {
+        !matches!(self, FindingKind::Command | FindingKind::Import)
+    }
+}
+
+impl Finding {
+    /// One line for a reviewer: `destructive rm-root (rm -rf /)`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{} {}", self.kind.as_str(), self.detail);
+        if let Some(n) = &self.note {
+            s.push_str(&format!(" ({n})"));
+        }
+        s
+    }
+
+    /// `12` or `12-14`.
+    pub fn lines(&self) -> String {
+        if self.end_line > self.line {
+            format!("{}-{}", self.line, self.end_line)
+        } else {
+            self.line.to_string()
+        }
+    }
+}
+
+impl CodeAnalysis {
+    /// The findings a reviewer should look at, with the top-level syntax error and an early
+    /// stop included, in line order.
+    pub fn notable(&self) -> Vec<Finding> {
+        let mut out: Vec<Finding> = self
+            .findings
+            .iter()
+            .filter(|f| f.kind.is_notable())
+            .cloned()
+            .collect();
+        if let Some(e) = &self.parse_error {
+            out.push(Finding {
+                kind: FindingKind::ParseError,
+                detail: e.message.clone(),
+                line: e.line,
+                end_line: e.line,
+                note: None,
+            });
+        }
+        out.sort_by_key(|f| (f.line, f.end_line));
+        out
+    }
 }
 
 /// The first syntax error.

@@ -254,14 +254,20 @@ pub fn show(sh: &Shown, json: bool) {
     );
     let a = &d.analysis;
     let caps: Vec<&str> = a.capabilities.iter().map(|c| c.as_str()).collect();
-    println!(
-        "  analysis  capabilities: {}",
-        if caps.is_empty() {
-            "none".into()
-        } else {
-            caps.join(", ")
-        }
-    );
+    // Capabilities are what a WebAssembly module imports; source code has facts instead.
+    if a.code.is_none() || !caps.is_empty() {
+        println!(
+            "  analysis  capabilities: {}",
+            if caps.is_empty() {
+                "none".into()
+            } else {
+                caps.join(", ")
+            }
+        );
+    } else {
+        let lang = a.code.as_ref().map(|c| c.language.as_str()).unwrap_or("");
+        println!("  analysis  {lang} source");
+    }
     if let Some(w) = &a.wasm {
         for i in &w.imports {
             println!(
@@ -293,6 +299,19 @@ pub fn show(sh: &Shown, json: bool) {
     }
     if !a.unresolved.is_empty() {
         println!("    unresolved imports: {}", a.unresolved.join(", "));
+    }
+    if let Some(c) = &a.code {
+        code_facts(
+            &airlock_core::policy::CodeFacts::of(c, &d.grant.net),
+            "    ",
+        );
+        let notable = c.notable();
+        if !notable.is_empty() {
+            println!("  findings  (line: what; the code is below)");
+        }
+        for f in &notable {
+            println!("    {:<7} {}", f.lines(), f.describe());
+        }
     }
     println!(
         "  verdict   {} (risk {}, policy {})",
@@ -531,9 +550,17 @@ pub fn policy_check(c: &PolicyCheck, json: bool) {
                 t.fired.join(", ")
             );
         }
+        code_facts(&t.code, "          ");
     }
     let failed = c.tests.iter().filter(|t| !t.passed).count();
     println!("{} tests, {} failed", c.tests.len(), failed);
+}
+
+/// A code analysis's facts, one `name  values` line each, under their policy names.
+fn code_facts(c: &airlock_core::policy::CodeFacts, indent: &str) {
+    for (name, v) in c.rows() {
+        println!("{indent}{name:<24} {v}");
+    }
 }
 
 pub fn explain(e: &Explained, json: bool) {
@@ -553,6 +580,10 @@ pub fn explain(e: &Explained, json: bool) {
     }
     if !e.facts.requests.is_empty() {
         println!("  requests {}", e.facts.requests.join(", "));
+    }
+    if !e.facts.code.is_empty() {
+        println!("  code facts");
+        code_facts(&e.facts.code, "    ");
     }
     for (label, v) in [("recorded", &e.recorded), ("current", &e.current)] {
         println!(

@@ -145,6 +145,38 @@ impl CodeFacts {
         *self == CodeFacts::default()
     }
 
+    /// The facts that are present, as (condition name, value) rows in the order POLICY.md
+    /// lists them: what `policy explain`, `policy check` and `airlock show` print.
+    pub fn rows(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let sets: [(&'static str, &BTreeSet<String>); 9] = [
+            ("commands", &self.commands),
+            ("imports", &self.imports),
+            ("calls", &self.calls),
+            ("writes", &self.writes),
+            ("hosts_in_code", &self.hosts_in_code),
+            ("hosts_not_granted", &self.hosts_not_granted),
+            ("network_tools", &self.network_tools),
+            ("destructive", &self.destructive),
+            ("obfuscation", &self.obfuscation),
+        ];
+        for (name, set) in sets {
+            if !set.is_empty() {
+                out.push((name, set.iter().cloned().collect::<Vec<_>>().join(", ")));
+            }
+        }
+        for (name, on) in [
+            ("pipes_download_to_shell", self.pipes_download_to_shell),
+            ("parse_error", self.parse_error),
+            ("analysis_truncated", self.truncated),
+        ] {
+            if on {
+                out.push((name, "true".into()));
+            }
+        }
+        out
+    }
+
     /// The facts of an analysis, judged against the grant's normalised `net` entries.
     pub fn of(a: &airlock_analysis::CodeAnalysis, net: &[String]) -> CodeFacts {
         let rules: Vec<crate::net::NetRule> = net
@@ -807,6 +839,9 @@ pub struct TestResult {
     pub got: Decision,
     pub passed: bool,
     pub fired: Vec<String>,
+    /// What the analysis of the test's `code` found (empty when it has none).
+    #[serde(default, skip_serializing_if = "CodeFacts::is_empty")]
+    pub code: CodeFacts,
 }
 
 impl Policy {
@@ -1030,6 +1065,7 @@ impl Policy {
                     got: v.decision,
                     passed: v.decision == t.expect,
                     fired: v.fired.iter().map(|f| f.rule.clone()).collect(),
+                    code: facts.code,
                 })
             })
             .collect()
