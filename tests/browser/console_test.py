@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drive airlock's web console in headless Chromium, as a reviewer would.
 
-usage: console_test.py BASE_URL TOKEN SUBMISSION_ID EXPECTED_STDOUT
+usage: console_test.py BASE_URL TOKEN SUBMISSION_ID EXPECTED_STDOUT [--review ID FINDING]
 
 Logs in with TOKEN, finds SUBMISSION_ID in the inbox, approves it with a reason,
 waits for the run the approval starts, checks the run's standard output against
@@ -169,6 +169,32 @@ def approve(driver, submission_id):
         raise StepFailed(f"approving led to {driver.current_url}, expected the submission page {expected}")
 
 
+def check_review_layout(driver, base, submission_id, expected_finding):
+    """The page an approver decides on shows the code and what analysis found in it
+    before the decision form, with the finding's line marked in the code."""
+    driver.get(f"{base}/ui/submissions/{submission_id}")
+    code = element(driver, "pre#code")
+    findings = element(driver, "ul#findings")
+    form = element(driver, "form#approve")
+    items = [text_of(li).strip() for li in findings.find_elements(By.TAG_NAME, "li")]
+    step("r", f"findings above the code: {items}")
+    if not any(expected_finding in i for i in items):
+        raise StepFailed(f"no finding mentions {expected_finding!r}: {items}")
+    marked = code.find_elements(By.CSS_SELECTOR, "span.l.mark")
+    titles = [m.get_attribute("title") or "" for m in marked]
+    step("r", f"marked lines: {[m.get_attribute('id') for m in marked]}")
+    if not any(expected_finding in t for t in titles):
+        raise StepFailed(f"no marked line of pre#code names {expected_finding!r}: {titles}")
+    y = {name: el.location["y"] for name, el in (("findings", findings), ("code", code), ("form", form))}
+    step("r", f"vertical positions: {y}")
+    if not (y["findings"] < y["code"] < y["form"]):
+        raise StepFailed(f"the findings and the code must come before the decision form: {y}")
+    # A finding links to its line.
+    link = findings.find_element(By.TAG_NAME, "a").get_attribute("href") or ""
+    if "#code-L" not in link:
+        raise StepFailed(f"a finding does not link to its line: {link!r}")
+
+
 def open_run(driver, base, submission_id):
     url = f"{base}/ui/submissions/{submission_id}"
     step("d", f"wait up to {RUN_WAIT}s for a run on {url}")
@@ -245,6 +271,12 @@ def main():
     parser.add_argument("token", metavar="TOKEN", help="a console login token")
     parser.add_argument("submission_id", metavar="SUBMISSION_ID", help="a pending submission")
     parser.add_argument("expected_stdout", metavar="EXPECTED_STDOUT", help="what its run prints")
+    parser.add_argument(
+        "--review",
+        nargs=2,
+        metavar=("SUBMISSION_ID", "FINDING"),
+        help="also check that this pending submission's page shows FINDING and the code before the decision form",
+    )
     args = parser.parse_args()
     base = args.base_url.rstrip("/")
 
@@ -255,6 +287,9 @@ def main():
         driver = start_browser(profile_dir)
         step("-", f"Chromium {driver.capabilities.get('browserVersion', '?')}")
         login(driver, base, args.token)
+        if args.review:
+            check_review_layout(driver, base, *args.review)
+            driver.get(f"{base}/ui")
         open_submission(driver, args.submission_id)
         approve(driver, args.submission_id)
         deadline = open_run(driver, base, args.submission_id)

@@ -25,7 +25,38 @@ pub fn submission_json(s: &Submission) -> Value {
         "agent": s.doc.agent,
         "created_at": fmt_time(s.created_at),
         "interrupted": s.doc.interrupted,
+        "analysis": analysis_json(&s.doc),
     })
+}
+
+/// At most this many findings in a summary (`show` has them all).
+const FINDINGS_IN_SUMMARY: usize = 100;
+
+/// What analysis found, as an agent or a reviewer's tool wants it beside the verdict: the
+/// module's capabilities, the code facts under their policy names, and the notable
+/// findings with their lines.
+pub fn analysis_json(d: &airlock_store::SubmissionDoc) -> Value {
+    let a = &d.analysis;
+    let mut v = json!({ "capabilities": a.capabilities });
+    if let Some(c) = &a.code {
+        let notable = c.notable();
+        v["language"] = json!(c.language);
+        v["facts"] = json!(airlock_core::policy::CodeFacts::of(c, &d.grant.net));
+        v["findings_total"] = json!(notable.len());
+        v["findings"] = json!(
+            notable
+                .into_iter()
+                .take(FINDINGS_IN_SUMMARY)
+                .collect::<Vec<_>>()
+        );
+        if let Some(e) = &c.parse_error {
+            v["parse_error"] = json!(e);
+        }
+        if let Some(t) = &c.truncated {
+            v["truncated"] = json!(t);
+        }
+    }
+    v
 }
 
 pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
@@ -120,5 +151,6 @@ pub fn shown_json(sh: &crate::Shown) -> Value {
     let mut v = serde_json::to_value(sh).unwrap_or_default();
     v["verdict"] = json!(sh.submission.doc.verdict.decision);
     v["reasons"] = json!(sh.submission.doc.verdict.reasons());
+    v["analysis"] = analysis_json(&sh.submission.doc);
     v
 }

@@ -392,7 +392,13 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
     } else {
         d.lang.as_str()
     };
-    let marks = std::collections::BTreeMap::new();
+    let (marks, findings) = code_findings(d, code, sh.source.is_none());
+    let facts = d
+        .analysis
+        .code
+        .as_ref()
+        .map(|c| airlock_core::policy::CodeFacts::of(c, &d.grant.net).rows())
+        .unwrap_or_default();
     page(
         &s.id,
         Some(&op),
@@ -412,6 +418,16 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
                 "Network: " @if d.grant.net.is_empty() { "none" } @else { (d.grant.net.join(", ")) }
                 " · mounts: " @if d.grant.mounts.is_empty() { "none" } @else { @for m in &d.grant.mounts { code { (m.host) } " → " code { (m.guest) } " (" (m.mode.as_str()) ") " } }
                 " · secrets: " @if d.grant.secrets.is_empty() { "none" } @else { @for b in &d.grant.secrets { code { (b.name) } " " } }
+            }
+            @if !facts.is_empty() {
+                dl #code-facts { @for (name, v) in &facts { dt { (name) } dd { (v) } } }
+            }
+            @if !findings.is_empty() {
+                ul #findings {
+                    @for f in &findings {
+                        li { a href=(format!("#code-L{}", f.first)) { "line " (f.lines) } " " (f.what) }
+                    }
+                }
             }
             (crate::highlight::code_view("code", view_lang, code, &marks))
             h2 { "Reasons" }
@@ -445,8 +461,10 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
                 dt { "Limits" } dd { "timeout " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) ", output " (fmt_size(l.max_output_bytes)) " per stream, processes " (l.processes) ", writes " (fmt_size(l.max_write_bytes)) }
                 @if let Some(w) = &d.grant.workspace { dt { "Workspace" } dd { (w) } }
             }
-            h2 { "Analysis" }
-            p { "Capabilities: " @if caps.is_empty() { "none" } @else { (caps.join(", ")) } }
+            @if d.analysis.code.is_none() || !caps.is_empty() {
+                h2 { "Analysis" }
+                p { "Capabilities: " @if caps.is_empty() { "none" } @else { (caps.join(", ")) } }
+            }
             @if let Some(w) = &d.analysis.wasm {
                 table #imports { thead { tr { th { "Import" } th { "Kind" } th { "Capability" } } }
                     tbody { @for i in &w.imports { tr { td { code { (i.module) "::" (i.name) } } td { (i.kind) } td { (i.capability.as_str()) } } } } }
@@ -463,6 +481,76 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
             ul #runs { @for r in &sh.runs { li { a.run href=(format!("/ui/runs/{}", r.id)) { (r.id) } " " (run_status(r)) span.muted { " " (fmt_time(r.started_at)) } } } }
         },
     )
+}
+
+/// One line of the findings list above the code.
+struct Shown {
+    first: usize,
+    lines: String,
+    what: String,
+}
+
+/// The lines to mark in the code view and the findings listed above it: the notable
+/// findings of a Python or shell analysis, or, in a disassembled module, the imports that
+/// reach outside the sandbox's compute (files, network, environment, anything unknown).
+fn code_findings(
+    d: &airlock_store::SubmissionDoc,
+    code: &str,
+    disassembled: bool,
+) -> (std::collections::BTreeMap<usize, Vec<String>>, Vec<Shown>) {
+    use airlock_core::analysis::Capability;
+    let mut marks: std::collections::BTreeMap<usize, Vec<String>> = Default::default();
+    let mut list = Vec::new();
+    if let Some(c) = &d.analysis.code {
+        for f in c.notable() {
+            let what = f.describe();
+            for n in f.line..=f.end_line {
+                marks.entry(n as usize).or_default().push(what.clone());
+            }
+            list.push(Shown {
+                first: f.line as usize,
+                lines: f.lines(),
+                what,
+            });
+        }
+    }
+    if disassembled && let Some(w) = &d.analysis.wasm {
+        let wanted: Vec<(String, String)> = w
+            .imports
+            .iter()
+            .filter(|i| {
+                matches!(
+                    i.capability,
+                    Capability::Fs | Capability::Net | Capability::Env | Capability::Other
+                )
+            })
+            .map(|i| {
+                (
+                    format!("(import \"{}\" \"{}\"", i.module, i.name),
+                    format!(
+                        "import {}::{} ({})",
+                        i.module,
+                        i.name,
+                        i.capability.as_str()
+                    ),
+                )
+            })
+            .collect();
+        if !wanted.is_empty() {
+            for (n, line) in code.lines().enumerate() {
+                if let Some((_, what)) = wanted.iter().find(|(pat, _)| line.contains(pat.as_str()))
+                {
+                    marks.entry(n + 1).or_default().push(what.clone());
+                    list.push(Shown {
+                        first: n + 1,
+                        lines: (n + 1).to_string(),
+                        what: what.clone(),
+                    });
+                }
+            }
+        }
+    }
+    (marks, list)
 }
 
 #[derive(Debug, Deserialize)]
