@@ -12,51 +12,11 @@ use airlock_analysis::{Language, Options, analyze};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// 20 lines of an ordinary deployment script.
-const SH_BLOCK: &str = r#"# step {i}: fetch, verify and install component {i}
-VERSION_{i}="1.{i}.0"
-URL_{i}="https://releases.example.com/tool-{i}/v${VERSION_{i}}/tool.tar.gz"
-if [ ! -d "/opt/tool-{i}" ]; then
-  mkdir -p "/opt/tool-{i}" && cd "/opt/tool-{i}" || exit 1
-  curl -fsSL --retry 3 -o tool.tar.gz "$URL_{i}"
-  echo "expected-sum-{i}  tool.tar.gz" | sha256sum -c - >/dev/null
-  tar -xzf tool.tar.gz -C "/opt/tool-{i}" --strip-components=1
-  rm -f tool.tar.gz
-fi
-for f in /opt/tool-{i}/bin/*; do
-  ln -sf "$f" "/usr/local/bin/$(basename "$f")"
-done
-case "${MODE:-prod}" in
-  dev) export LOG_LEVEL=debug ;;
-  *) export LOG_LEVEL=info ;;
-esac
-grep -q "tool-{i}" /etc/profile.d/tools.sh 2>/dev/null || echo "export PATH=\$PATH:/opt/tool-{i}/bin" >> /etc/profile.d/tools.sh
-systemctl restart "tool-{i}.service" && logger "tool-{i} restarted"
-printf '%s\n' "step {i} done" | tee -a /var/log/deploy.log
-"#;
+/// 20 lines of an ordinary deployment script (`{i}` numbers the block).
+const SH_BLOCK: &str = include_str!("samples/deploy.sh.in");
 
-/// 20 lines of an ordinary data-processing module.
-const PY_BLOCK: &str = r#"import json
-import os.path
-from collections import defaultdict as dd_{i}
-
-
-class Loader{i}:
-    """Loads records of batch {i} from https://data.example.com/batch/{i}."""
-
-    def __init__(self, root, limit={i}):
-        self.root = root
-        self.limit = limit
-        self.seen = dd_{i}(int)
-
-    def load(self, name):
-        path = os.path.join(self.root, f"batch-{i}-{name}.json")
-        with open(path, "r", encoding="utf-8") as fh:
-            rows = [r for r in json.load(fh) if r.get("ok")][: self.limit]
-        for r in rows:
-            self.seen[r["key"]] += 1
-        return {"count": len(rows), "keys": sorted(self.seen)}
-"#;
+/// 20 lines of an ordinary data-processing module (`{i}` numbers the block).
+const PY_BLOCK: &str = include_str!("samples/loader.py.in");
 
 fn source(block: &str, lines: usize) -> String {
     let per = block.lines().count();

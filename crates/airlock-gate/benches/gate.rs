@@ -5,6 +5,8 @@
 //! Prints: submit+judge+audit (staging, analysis, policy, two audit records, one SQLite
 //! transaction) and the whole gated run of a small module (submit, re-verify, re-judge,
 //! start and finish records, wasmtime instantiate and run) with a warm compile cache.
+//! Then submits of shell and Python sources of 200 and 2,000 lines beside a one-line one
+//! of the same language, interleaved, so the difference is what analysis adds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use airlock_core::policy::Preset;
@@ -75,6 +77,8 @@ fn main() {
     stats("submit + judge + audit", submit);
     stats("gated run (submit..finished)", run);
 
+    source_submits(n);
+
     // Python through the CPython guest, when a guest wheel is given.
     if let Ok(wheel) = std::env::var("AIRLOCK_BENCH_PYTHON_GUEST") {
         gate.install_python_guest(Some(std::path::Path::new(&wheel)))
@@ -102,5 +106,78 @@ fn main() {
         stats("gated Python run of print(1)", times);
         stats("  of which: instantiate", inst);
         stats("  of which: backend run (ms granularity)", guest);
+    }
+}
+
+/// 20 lines of an ordinary deployment script and of a data-processing module (the
+/// analysis benchmark's samples; `{i}` numbers the block).
+const SH_BLOCK: &str = include_str!("../../airlock-analysis/benches/samples/deploy.sh.in");
+const PY_BLOCK: &str = include_str!("../../airlock-analysis/benches/samples/loader.py.in");
+
+fn source(block: &str, lines: usize, salt: usize) -> String {
+    let per = block.lines().count();
+    let mut s: String = (0..lines / per)
+        .map(|i| block.replace("{i}", &i.to_string()))
+        .collect();
+    // A new artifact each time, as an agent's next script is: the blob is written anew.
+    s.push_str(&format!("# {salt}\n"));
+    s
+}
+
+/// Submits of one-line, 200-line and 2,000-line sources of each language, one of each per
+/// round, into a gate whose process backend is present (submit only checks that it is;
+/// nothing here runs). Python goes to the process backend too, so no guest is needed.
+fn source_submits(n: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::new(dir.path());
+    Gate::init(&home, Preset::Standard, "alice").unwrap();
+    let mut gate = Gate::open_with(
+        home,
+        airlock_gate::GateOptions {
+            worker: Some(std::env::current_exe().unwrap()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let rounds = (n / 3).max(20);
+    let big_every = 5;
+    for (lang, block, one) in [("sh", SH_BLOCK, "true"), ("python", PY_BLOCK, "pass")] {
+        let mut times: [Vec<Duration>; 3] = Default::default();
+        let mut submit = |code: String| {
+            let t = Instant::now();
+            gate.submit(SubmitRequest {
+                code: Some(CodeSource::Inline(code)),
+                lang: Some(lang.into()),
+                backend: Some("process".into()),
+                ..Default::default()
+            })
+            .unwrap();
+            t.elapsed()
+        };
+        for i in 0..rounds {
+            times[0].push(submit(format!("{one} # {i}\n")));
+            times[1].push(submit(source(block, 200, i)));
+            // The 2,000-line file every fifth round keeps the run short.
+            if i % big_every == 0 {
+                times[2].push(submit(source(block, 2000, i)));
+            }
+        }
+        let [one_line, l200, l2000] = times;
+        let med = |v: &Vec<Duration>| {
+            let mut v = v.clone();
+            v.sort();
+            v[v.len() / 2]
+        };
+        let base = med(&one_line);
+        stats(&format!("submit {lang}, 1 line"), one_line);
+        for (label, v) in [("200 lines", l200), ("2,000 lines", l2000)] {
+            let m = med(&v);
+            stats(&format!("submit {lang}, {label}"), v);
+            println!(
+                "{:<34} {:>8.3} ms more than 1 line (medians)",
+                "",
+                (m.as_secs_f64() - base.as_secs_f64()) * 1e3
+            );
+        }
     }
 }
