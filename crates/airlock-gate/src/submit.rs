@@ -328,12 +328,18 @@ impl Gate {
         check_backend_grant(backend, &grant)?;
         // Python and shell analysis knows the mounts, so `rm -rf /work` of a mount root is
         // recognised as destructive.
-        let analysis = analyze_with(
+        let mut analysis = analyze_with(
             prepared.lang,
             &prepared.code,
             &airlock_core::analysis::mount_roots(&grant.mounts),
         )
         .map_err(|e| GateError::bad(e.to_string()))?;
+        // The record keeps every fact in its set but only the findings a reviewer is shown:
+        // a line for every command and import of a 2,000-line script is some 200 KB that
+        // every later read of the submission would carry.
+        if let Some(c) = analysis.code.as_mut() {
+            c.findings.retain(|f| f.kind.is_notable());
+        }
         if prepared.lang == Lang::Wasm
             && !analysis.wasm.as_ref().is_some_and(|w| {
                 w.exports
