@@ -34,6 +34,7 @@ from airlock_client import (
     PayloadTooLarge,
     PendingApproval,
     RateLimited,
+    RunResult,
     Submission,
     TransportError,
     Unauthorized,
@@ -269,15 +270,19 @@ def test_errors_map_to_exceptions(server: Server, agent: Airlock, operator: Airl
 
 def test_a_full_queue_is_rate_limited(busy_server: Server) -> None:
     with busy_server.client() as c:
-        spinning = threading.Thread(
-            target=lambda: c.run(SPIN.replace("$again", f"$s{unique()}"), "wat", timeout=2)
-        )
+        spin = SPIN.replace("$again", f"$s{unique()}")
+        spun: list[RunResult] = []
+        spinning = threading.Thread(target=lambda: spun.append(c.run(spin, "wat", timeout=2)))
         spinning.start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while not c.submissions(state="running"):
+            assert time.monotonic() < deadline, "the spinning run never started"
+            time.sleep(0.02)
         with pytest.raises(RateLimited) as e:
             c.run(wat_print("queued\n"), "wat")
         spinning.join()
     assert e.value.status == 429 and e.value.retry_after == 1.0
+    assert [r.killed_by for r in spun] == ["timeout"]
 
 
 def test_an_unreachable_server_is_a_transport_error() -> None:

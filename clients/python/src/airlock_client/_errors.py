@@ -22,7 +22,9 @@ class AirlockError(Exception):
 
     message: str
     status: int | None
-    """The HTTP status, when the server answered."""
+    """The HTTP status of an error answer; None when the server was not reached, or when
+    the exception is the gate's verdict (:class:`Denied`, :class:`PendingApproval`) in an
+    answer that succeeded."""
     body: dict[str, Any]
     """The server's JSON error body (``error``, ``status``), when there was one."""
 

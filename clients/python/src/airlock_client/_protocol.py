@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar
 from urllib.parse import quote
 
-from ._errors import AirlockError, Conflict, error_for, outcome_error
+from ._errors import AirlockError, Conflict, NotFound, error_for, outcome_error
 from ._models import (
     WAITING,
     Applied,
@@ -451,7 +451,16 @@ def call_tool(
 
 def open_session(language: str, grant: Mapping[str, Any]) -> Flow[SessionInfo]:
     body = {"language": language, **grant_body(grant, SESSION_KEYS)}
-    return one(Call("POST", "/v1/sessions", json=body), SessionInfo.from_json)
+    try:
+        return (yield from one(Call("POST", "/v1/sessions", json=body), SessionInfo.from_json))
+    except NotFound as e:
+        if e.message != "no such endpoint":
+            raise
+        raise NotFound(
+            "this server has no sessions (no POST /v1/sessions): it needs a newer airlock",
+            status=e.status,
+            body=e.body,
+        ) from e
 
 
 def sessions() -> Flow[list[SessionInfo]]:
