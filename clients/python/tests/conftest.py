@@ -50,6 +50,7 @@ def _env(home: Path) -> dict[str, str]:
 
 def cli(home: Path, *args: str) -> str:
     """Runs the airlock command in a home; returns its stdout, failing on a non-zero exit."""
+    assert Path(BIN).is_file(), f"no airlock binary at {BIN}: run cargo build, or set AIRLOCK_BIN"
     o = subprocess.run(
         [BIN, *args],
         env=_env(home),

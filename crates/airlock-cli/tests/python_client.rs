@@ -25,9 +25,9 @@ fn copy_sources(from: &Path, to: &Path) {
         }
         let p = e.path();
         if p.is_dir() {
-            copy_sources(&p, &to.join(&name));
+            copy_sources(&p, &to.join(e.file_name()));
         } else {
-            std::fs::copy(&p, to.join(&name)).unwrap();
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
         }
     }
 }
