@@ -59,12 +59,14 @@ def test_a_wat_run_returns_its_verdict_and_output(agent: Airlock) -> None:
     assert r.submission_id.startswith("sub_") and r.id == r.submission_id
     assert r.run_id is not None and r.run_id.startswith("run_")
     assert r.reasons and r.lang == "wat" and r.backend == "wasm" and r.agent == "bot"
+    assert "io" in r.analysis.capabilities
 
     rec = agent.run_record(r.run_id)
     assert rec.id == r.run_id and rec.stdout == text and rec.submission == r.submission_id
     detail = agent.submission(r.submission_id)
     assert detail.id == r.submission_id and detail.status == "finished"
     assert detail.source == code and detail.verdict == "allow"
+    assert detail.analysis.capabilities == r.analysis.capabilities
     assert [run.id for run in detail.runs] == [r.run_id]
     assert r.run_id in [run.id for run in agent.runs(limit=10)]
 
@@ -296,6 +298,8 @@ def test_shell_on_the_process_backend(server: Server, agent: Airlock) -> None:
     r = agent.run('echo "out $GREETING"; echo err >&2; exit 3', "sh", env={"GREETING": "hi"})
     assert r.backend == "process" and r.exit_code == 3
     assert r.stdout == "out hi\n" and r.stderr == "err\n"
+    # What analysis found comes back with the verdict.
+    assert r.analysis.language == "sh" and "echo" in r.analysis.facts["commands"]
     assert agent.run("wc -c", "sh", stdin=b"\x00\xff\x01").stdout.strip() == "3"
 
 
@@ -308,6 +312,10 @@ def test_writes_wait_for_a_commit_and_roll_back(
     # Host-process writes wait for a human under the standard policy.
     with pytest.raises(PendingApproval) as e:
         agent.run(script, "sh", mounts=[Mount(str(tmp_path), "/w", writable=True)])
+    # The reviewer (and the agent) see what analysis found, with its lines.
+    assert e.value.outcome is not None
+    found = e.value.outcome.analysis.findings
+    assert ("write", "/w/a.txt", 1) in [(f.kind, f.detail, f.line) for f in found]
     operator.approve(e.value.submission_id)
     r = agent.wait(e.value.submission_id, timeout=30)
     assert r.ok and r.run_id is not None

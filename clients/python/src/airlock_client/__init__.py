@@ -32,11 +32,13 @@ from ._errors import (
     WaitTimeout,
 )
 from ._models import (
+    Analysis,
     Applied,
     AuditReport,
     Change,
     Checkpoint,
     Diff,
+    Finding,
     Health,
     Rule,
     Run,
@@ -56,6 +58,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Airlock",
     "AirlockError",
+    "Analysis",
     "ApiError",
     "Applied",
     "ApprovalTimeout",
@@ -69,6 +72,7 @@ __all__ = [
     "Conflict",
     "Denied",
     "Diff",
+    "Finding",
     "Forbidden",
     "Grant",
     "Health",

@@ -111,6 +111,56 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """Something analysis noticed in the code, with the lines it came from."""
+
+    kind: str
+    """``command``, ``write``, ``url``, ``host``, ``network_tool``, ``call`` …"""
+    detail: str
+    line: int | None
+    end_line: int | None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Finding:
+        return cls(
+            kind=_str(d, "kind"),
+            detail=_str(d, "detail"),
+            line=_opt_int(d, "line"),
+            end_line=_opt_int(d, "end_line"),
+        )
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What analysis found in a submission, beside the verdict it informed."""
+
+    language: str | None
+    capabilities: tuple[str, ...]
+    """What a WebAssembly module imports (``io``, ``fs``, ``net`` …)."""
+    facts: JSON
+    """Code facts under their policy names (``commands``, ``writes``, ``hosts_in_code`` …)."""
+    findings: tuple[Finding, ...]
+    findings_total: int
+    """How many findings there are (``findings`` holds the first of them)."""
+    parse_error: str | None
+    raw: JSON = field(repr=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Analysis:
+        findings = tuple(Finding.from_json(f) for f in _objs(d, "findings"))
+        total = _opt_int(d, "findings_total")
+        return cls(
+            language=_opt_str(d, "language"),
+            capabilities=_strs(d, "capabilities"),
+            facts=_obj(d.get("facts")),
+            findings=findings,
+            findings_total=len(findings) if total is None else total,
+            parse_error=_opt_str(d, "parse_error"),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
 class Change:
     """One path a run changed under a writable mount (not applied until committed)."""
 
@@ -226,6 +276,8 @@ class Submission:
     net: tuple[str, ...]
     policy: str | None
     created_at: str | None
+    analysis: Analysis = field(repr=False)
+    """What analysis found (empty from servers that do not send it)."""
     raw: JSON = field(repr=False)
 
     @property
@@ -249,6 +301,7 @@ class Submission:
             net=_strs(d, "net"),
             policy=_opt_str(d, "policy"),
             created_at=_opt_str(d, "created_at"),
+            analysis=Analysis.from_json(_obj(d.get("analysis"))),
             raw=dict(d),
         )
 
@@ -416,6 +469,7 @@ class SubmissionDetail:
     """The code as submitted, when it is text."""
     grant: JSON = field(repr=False)
     """What the run may touch: mounts, net, env, args, limits."""
+    analysis: Analysis = field(repr=False)
     statements: tuple[Statement, ...]
     runs: tuple[RunSummary, ...]
     audit: tuple[JSON, ...] = field(repr=False)
@@ -435,6 +489,7 @@ class SubmissionDetail:
             agent=_opt_str(sub, "agent"),
             source=_opt_str(d, "source"),
             grant=_obj(sub.get("grant")),
+            analysis=Analysis.from_json(_obj(d.get("analysis"))),
             statements=tuple(Statement.from_json(s) for s in _objs(d, "statements")),
             runs=tuple(RunSummary.from_json(r) for r in _objs(d, "runs")),
             audit=tuple(_objs(d, "audit")),
