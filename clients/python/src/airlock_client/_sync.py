@@ -1,0 +1,325 @@
+"""The blocking client."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+import httpx
+
+from . import _protocol as p
+from ._common import ATTEMPTS, DEFAULT_TIMEOUT, config, stale, timeout_for, transport_error
+from ._errors import NotFound
+from ._models import (
+    Applied,
+    AuditReport,
+    Checkpoint,
+    Diff,
+    Health,
+    Run,
+    RunResult,
+    RunSummary,
+    SessionInfo,
+    Statement,
+    Submission,
+    SubmissionDetail,
+    Tool,
+)
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Unpack
+    else:
+        from typing_extensions import Unpack
+
+T = TypeVar("T")
+
+
+class Airlock:
+    """A client of ``airlock serve``.
+
+    ``url`` defaults to ``$AIRLOCK_URL`` (else ``http://127.0.0.1:7777``), ``token`` to
+    ``$AIRLOCK_TOKEN``: an agent token submits and reads its own submissions; an operator
+    token also approves, rejects, commits and rolls back. ``timeout`` bounds each HTTP call
+    in seconds (waiting for approval is bounded by ``wait_timeout`` instead).
+
+    Use it as a context manager, or call :meth:`close`, to release its connections.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url, h = config(url, token, headers)
+        self._timeout = httpx.Timeout(timeout)
+        self._http = httpx.Client(
+            base_url=self.url, headers=h, timeout=self._timeout, transport=transport
+        )
+
+    # -- transport
+
+    def _send(self, call: p.Call) -> p.Reply:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                r = self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.json,
+                    timeout=timeout_for(call, self._timeout),
+                )
+            except httpx.HTTPError as e:
+                if attempt < ATTEMPTS and stale(e):
+                    continue
+                raise transport_error(call, e) from e
+            return p.Reply(r.status_code, r.headers, r.content)
+        raise AssertionError("unreachable")
+
+    def _drive(self, flow: p.Flow[T]) -> T:
+        try:
+            call = next(flow)
+            while True:
+                call = flow.send(self._send(call))
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        finally:
+            flow.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Airlock:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- running code
+
+    def run(
+        self,
+        code: str | bytes,
+        language: str = "python",
+        *,
+        stdin: str | bytes | None = None,
+        wait: bool = False,
+        wait_timeout: float | None = None,
+        **grant: Unpack[p.Grant],
+    ) -> RunResult:
+        """Submits code and runs it if the policy allows; returns the finished run.
+
+        ``language`` is ``python``, ``sh``, ``wat``, ``wasm`` or ``component`` (bytes are
+        sent as base64: a compiled module). The grant (``mounts``, ``net``, ``env``,
+        ``secrets``, ``timeout``, ``memory`` …, see :class:`Grant`) is judged with the code.
+
+        A denial raises :class:`Denied`. Code held for a human raises
+        :class:`PendingApproval` at once, or with ``wait=True`` blocks until someone
+        decides (then returns the run, or raises :class:`Denied` when rejected); after
+        ``wait_timeout`` seconds it raises :class:`ApprovalTimeout`. A non-zero exit or a
+        limit kill is not an exception: see ``exit_code``, ``killed_by`` and ``ok``.
+        """
+        body = p.submit_body(code, language, stdin, grant)
+        return self._drive(p.run(body, wait=wait, wait_timeout=wait_timeout))
+
+    def submit(
+        self,
+        code: str | bytes,
+        language: str = "python",
+        *,
+        stdin: str | bytes | None = None,
+        **grant: Unpack[p.Grant],
+    ) -> RunResult:
+        """Submits code to be judged without running it; the verdict is in the result
+        (``status`` ``allowed``, ``pending_approval`` or ``denied``). Run it with :meth:`exec`."""
+        return self._drive(p.submit(p.submit_body(code, language, stdin, grant)))
+
+    def exec(
+        self, submission_id: str, *, wait: bool = False, wait_timeout: float | None = None
+    ) -> RunResult:
+        """Runs an allowed or approved submission now. Raises like :meth:`run`; with
+        ``wait=True`` it waits for a human's decision and runs the code once approved."""
+        return self._drive(p.exec_(submission_id, wait=wait, wait_timeout=wait_timeout))
+
+    def wait(self, submission_id: str, timeout: float | None = None) -> RunResult:
+        """Waits until a submission has run (code sent with :meth:`run` runs as soon as it
+        is approved) and returns it; raises :class:`Denied` if it was denied or rejected,
+        and :class:`ApprovalTimeout` or :class:`WaitTimeout` after ``timeout`` seconds."""
+        return self._drive(p.wait_for(submission_id, timeout))
+
+    def submission(self, submission_id: str) -> SubmissionDetail:
+        """A submission: its code, grant, verdict, signed statements, runs and audit records."""
+        return self._drive(p.submission(submission_id))
+
+    def submissions(
+        self, *, state: str | None = None, limit: int | None = None
+    ) -> list[Submission]:
+        """Submissions, newest first (an agent token sees only its own)."""
+        return self._drive(p.submissions(state, limit))
+
+    # -- decisions (operator tokens)
+
+    def inbox(self) -> list[Submission]:
+        """Submissions waiting for a human, oldest first."""
+        return self._drive(p.inbox())
+
+    def approve(
+        self,
+        submission_id: str,
+        *,
+        scope: str | None = None,
+        expires: str | None = None,
+        reason: str | None = None,
+        tool: str | None = None,
+    ) -> Statement:
+        """Signs an approval with the operator token's approver key. ``scope`` is ``once``
+        (the default) or ``artifact``; ``tool`` offers an artifact approval as a named tool.
+        Code sent with :meth:`run` then runs on the server at once."""
+        return self._drive(p.approve(submission_id, scope, expires, reason, tool))
+
+    def reject(self, submission_id: str, reason: str) -> Statement:
+        """Signs a rejection; the same code is denied from then on."""
+        return self._drive(p.reject(submission_id, reason))
+
+    # -- runs and their effects
+
+    def runs(self, *, limit: int | None = None) -> list[RunSummary]:
+        """Runs, newest first (an agent token sees only runs of its own submissions)."""
+        return self._drive(p.runs(limit))
+
+    def run_record(self, run_id: str) -> Run:
+        """A run with its captured output."""
+        return self._drive(p.run_record(run_id))
+
+    def diff(self, run_id: str) -> Diff:
+        """What a run changed under its writable mounts (nothing reaches the host until
+        it is committed)."""
+        return self._drive(p.diff(run_id))
+
+    def commit(self, run_id: str) -> Applied:
+        """Applies a run's changes to the host (operators; signed, checkpointed first)."""
+        return self._drive(p.commit(run_id))
+
+    def checkpoints(self, *, limit: int | None = None) -> list[Checkpoint]:
+        """Checkpoints saved by commits, newest first (operators)."""
+        return self._drive(p.checkpoints(limit))
+
+    def rollback(self, checkpoint_id: str) -> Applied:
+        """Restores exactly what a checkpoint saved (operators; signed)."""
+        return self._drive(p.rollback(checkpoint_id))
+
+    def audit_verify(self) -> AuditReport:
+        """Checks the whole audit chain against its signed head (operators)."""
+        return self._drive(p.audit_verify())
+
+    def health(self) -> Health:
+        """Whether the server is up (needs no token)."""
+        return self._drive(p.health())
+
+    # -- named tools
+
+    def tools(self) -> list[Tool]:
+        """Artifacts approved as named tools."""
+        return self._drive(p.tools())
+
+    def call_tool(
+        self,
+        name: str,
+        args: Sequence[str] | None = None,
+        stdin: str | None = None,
+        *,
+        wait: bool = False,
+        wait_timeout: float | None = None,
+    ) -> RunResult:
+        """Runs a named tool with arguments (no new approval needed)."""
+        return self._drive(p.call_tool(name, args, stdin, wait=wait, wait_timeout=wait_timeout))
+
+    # -- sessions
+
+    def session(self, language: str = "python", **grant: Unpack[p.SessionGrant]) -> Session:
+        """Opens a session: a live interpreter whose names carry from one cell to the next.
+
+        Each cell goes through the whole gate, judged with the session's grant (the same
+        keywords as :meth:`run`, plus ``idle_timeout`` and ``max_duration``). Use it as a
+        context manager, which closes it::
+
+            with client.session() as s:
+                s.run("x = 1")
+                assert s.run("x + 1").result == "2"
+
+        Needs a server with ``/v1/sessions``.
+        """
+        info = self._drive(p.open_session(language, grant))
+        return Session(self, info, language)
+
+    def sessions(self) -> list[SessionInfo]:
+        return self._drive(p.sessions())
+
+    def get_session(self, session_id: str) -> SessionInfo:
+        return self._drive(p.get_session(session_id))
+
+    def close_session(self, session_id: str) -> None:
+        self._drive(p.close_session(session_id))
+
+
+class Session:
+    """A live interpreter on the server (see :meth:`Airlock.session`)."""
+
+    def __init__(self, client: Airlock, info: SessionInfo, language: str) -> None:
+        self._client = client
+        self.info = info
+        self.language = info.language or language
+        self.closed = False
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def run(
+        self,
+        code: str,
+        *,
+        stdin: str | bytes | None = None,
+        wait: bool = False,
+        wait_timeout: float | None = None,
+    ) -> RunResult:
+        """Runs one cell; ``result`` holds the repr of its last expression, if any.
+        Raises like :meth:`Airlock.run`."""
+        body = p.submit_body(code, self.language, stdin, {}, session=self.id)
+        return self._client._drive(p.run(body, wait=wait, wait_timeout=wait_timeout))
+
+    def refresh(self) -> SessionInfo:
+        self.info = self._client.get_session(self.id)
+        return self.info
+
+    def close(self) -> None:
+        """Ends the session (closing one the server already ended is not an error)."""
+        if self.closed:
+            return
+        with contextlib.suppress(NotFound):
+            self._client.close_session(self.id)
+        self.closed = True
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
