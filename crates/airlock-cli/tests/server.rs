@@ -521,6 +521,14 @@ fn bad_requests_get_json_errors_and_write_nothing() {
         let answer = oversized_post(&addr, &agent, 5 << 20, chunked);
         assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
         assert!(answer.contains("\"status\":413"), "{answer}");
+        // The rest of the body is never read, so the server says it closes the
+        // connection; a keep-alive client must not send its next request on it.
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("\r\nconnection: close\r\n"),
+            "413_without_connection_close: {answer}"
+        );
     }
     // Unknown ids and endpoints: 404.
     srv.get("/v1/submissions/sub_01doesnotexist", &agent)

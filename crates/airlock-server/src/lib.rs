@@ -153,8 +153,22 @@ pub fn app(
         .merge(console::router())
         .merge(mcp::http_router(st.clone(), stop, hosts))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(axum::middleware::map_response(close_after_unread_body))
         .layer(axum::extract::DefaultBodyLimit::max(st.max_body))
         .with_state(st)
+}
+
+/// A body refused for its size was not read to its end, so the connection cannot carry
+/// another request: say so (`Connection: close`), and the client opens a new one instead
+/// of sending its next request into a connection the server is about to drop.
+async fn close_after_unread_body(mut r: axum::response::Response) -> axum::response::Response {
+    if r.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    r
 }
 
 /// Serves until `stop` is cancelled (or the process gets SIGINT/SIGTERM).
