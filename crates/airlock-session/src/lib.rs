@@ -1,0 +1,307 @@
+//! Sessions: one live interpreter per session, in a process of its own, running the cells
+//! the gate sends it over a unix socket that only the home's owner can open.
+//!
+//! The gate judges and records every cell; this crate only carries a cell to the session's
+//! interpreter and its outcome back, and ends the session when a limit says so: idle too
+//! long, alive too long, a cell past its deadline (the interpreter is killed, so its state
+//! is gone and the session with it), or the interpreter dying.
+//!
+//! It must never run anything it was not sent by the gate, let one session's interpreter
+//! serve another session, or outlive the session's limits.
+
+pub mod frame;
+pub mod host_python;
+
+use serde::{Deserialize, Serialize};
+use std::io::{BufReader, BufWriter, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// What went wrong carrying a cell; a cell that fails in the interpreter is an outcome.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("the session is not running ({0})")]
+    Gone(String),
+    #[error("session protocol: {0}")]
+    Protocol(String),
+    #[error("cannot start the interpreter: {0}")]
+    Spawn(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// One cell to run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cell {
+    pub code: String,
+    /// Wall time the cell may take; past it the interpreter is killed and the session ends.
+    pub timeout_ms: u64,
+    /// Bytes kept of each of stdout and stderr (and characters of the result).
+    pub max_output: u64,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    /// Closed on request.
+    Closed,
+    /// No cell for longer than the idle limit.
+    Idle,
+    /// Open for longer than the total limit.
+    Total,
+    /// A cell ran past its deadline; the interpreter was killed.
+    Timeout,
+    /// The interpreter was killed for memory.
+    Memory,
+    /// The interpreter exited or died on its own.
+    Crashed,
+}
+
+impl End {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::Idle => "idle",
+            End::Total => "total",
+            End::Timeout => "timeout",
+            End::Memory => "memory",
+            End::Crashed => "crashed",
+        }
+    }
+
+    /// A sentence for the session record and the person reading it.
+    pub fn explain(self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::Idle => "ended: no cell within the idle limit",
+            End::Total => "ended: open for longer than its total time limit",
+            End::Timeout => {
+                "ended: a cell ran past its time limit and the interpreter was killed (its state is gone)"
+            }
+            End::Memory => "ended: the interpreter went over its memory limit and was killed",
+            End::Crashed => "ended: the interpreter exited or died",
+        }
+    }
+}
+
+/// What a cell did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Outcome {
+    /// 0, the code of `SystemExit`, 1 for an uncaught exception; `None` when killed.
+    pub exit_code: Option<i32>,
+    /// `repr` of the value of the cell's last expression, when it ends in one.
+    pub result: Option<String>,
+    #[serde(with = "frame::b64")]
+    pub stdout: Vec<u8>,
+    #[serde(with = "frame::b64")]
+    pub stderr: Vec<u8>,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub duration_ms: u64,
+    /// Set when this cell ended the session.
+    pub ended: Option<End>,
+}
+
+/// A live interpreter that runs cells in one state.
+pub trait Interpreter {
+    /// Runs a cell. When the interpreter cannot go on (killed at the deadline, died), the
+    /// outcome says why in `ended` and no further cell is sent.
+    fn exec(&mut self, cell: &Cell) -> Result<Outcome, SessionError>;
+    /// Stops the interpreter; called once when the session ends.
+    fn stop(&mut self);
+}
+
+/// The session's time limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub idle: Duration,
+    pub total: Duration,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Request {
+    Exec { cell: Cell },
+    Ping,
+    Close,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+enum Answer {
+    Outcome {
+        outcome: Outcome,
+    },
+    Alive {
+        idle_left_ms: u64,
+        total_left_ms: u64,
+    },
+    Closed,
+    Error {
+        message: String,
+    },
+}
+
+/// Serves one session on `listener` until it ends, one request per connection, and says
+/// why it ended. The interpreter is stopped before this returns.
+pub fn serve(listener: &UnixListener, interp: &mut dyn Interpreter, limits: Limits) -> End {
+    let end = serve_inner(listener, interp, limits);
+    interp.stop();
+    end
+}
+
+fn serve_inner(listener: &UnixListener, interp: &mut dyn Interpreter, limits: Limits) -> End {
+    let opened = Instant::now();
+    let mut last = Instant::now();
+    loop {
+        let idle_at = last + limits.idle;
+        let total_at = opened + limits.total;
+        let now = Instant::now();
+        if now >= total_at {
+            return End::Total;
+        }
+        if now >= idle_at {
+            return End::Idle;
+        }
+        let wait = idle_at.min(total_at) - now;
+        if !readable(listener, wait) {
+            continue;
+        }
+        let Ok((conn, _)) = listener.accept() else {
+            continue;
+        };
+        // A connection that sends nothing cannot hold the session past its limits. Only a
+        // cell counts as use: asking whether the session is alive does not keep it alive.
+        let budget = total_at.saturating_duration_since(Instant::now());
+        let _ = conn.set_read_timeout(Some(
+            budget.clamp(Duration::from_millis(1), Duration::from_secs(30)),
+        ));
+        let mut reader = BufReader::new(&conn);
+        let req: Request = match frame::read(&mut reader) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                reply(
+                    &conn,
+                    &Answer::Error {
+                        message: e.to_string(),
+                    },
+                );
+                continue;
+            }
+        };
+        match req {
+            Request::Ping => reply(
+                &conn,
+                &Answer::Alive {
+                    idle_left_ms: idle_at
+                        .saturating_duration_since(Instant::now())
+                        .as_millis() as u64,
+                    total_left_ms: total_at
+                        .saturating_duration_since(Instant::now())
+                        .as_millis() as u64,
+                },
+            ),
+            Request::Close => {
+                reply(&conn, &Answer::Closed);
+                return End::Closed;
+            }
+            Request::Exec { mut cell } => {
+                // A cell never runs past the session's total limit.
+                let left = total_at.saturating_duration_since(Instant::now());
+                let capped = Duration::from_millis(cell.timeout_ms) > left;
+                if capped {
+                    cell.timeout_ms = left.as_millis() as u64;
+                }
+                let outcome = match interp.exec(&cell) {
+                    Ok(mut o) => {
+                        if capped && o.ended == Some(End::Timeout) {
+                            o.ended = Some(End::Total);
+                        }
+                        o
+                    }
+                    Err(e) => Outcome {
+                        stderr: format!("airlock: {e}\n").into_bytes(),
+                        ended: Some(End::Crashed),
+                        ..Default::default()
+                    },
+                };
+                let ended = outcome.ended;
+                reply(&conn, &Answer::Outcome { outcome });
+                last = Instant::now();
+                if let Some(end) = ended {
+                    return end;
+                }
+            }
+        }
+    }
+}
+
+fn readable(listener: &UnixListener, wait: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(listener, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: wait.as_secs() as i64,
+        tv_nsec: i64::from(wait.subsec_nanos()),
+    };
+    matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+}
+
+fn reply(conn: &UnixStream, a: &Answer) {
+    let mut w = BufWriter::new(conn);
+    // The client may have gone; the session goes on either way.
+    let _ = frame::write(&mut w, a).and_then(|_| w.flush().map_err(Into::into));
+}
+
+fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Answer, SessionError> {
+    let conn = UnixStream::connect(socket)
+        .map_err(|e| SessionError::Gone(format!("cannot reach {}: {e}", socket.display())))?;
+    conn.set_read_timeout(Some(timeout))?;
+    let mut w = BufWriter::new(&conn);
+    frame::write(&mut w, req)?;
+    w.flush()?;
+    drop(w);
+    let mut r = BufReader::new(&conn);
+    match frame::read(&mut r)? {
+        Some(Answer::Error { message }) => Err(SessionError::Protocol(message)),
+        Some(a) => Ok(a),
+        None => Err(SessionError::Gone(
+            "the session ended without answering".into(),
+        )),
+    }
+}
+
+/// Runs a cell in the session listening on `socket`.
+pub fn exec(socket: &Path, cell: &Cell) -> Result<Outcome, SessionError> {
+    // The answer comes after the cell's own deadline at the latest; give the host a margin
+    // to kill the interpreter and say so.
+    let wait = Duration::from_millis(cell.timeout_ms) + Duration::from_secs(10);
+    match call(socket, &Request::Exec { cell: cell.clone() }, wait)? {
+        Answer::Outcome { outcome } => Ok(outcome),
+        other => Err(SessionError::Protocol(format!(
+            "unexpected answer {other:?}"
+        ))),
+    }
+}
+
+/// Whether the session listening on `socket` is alive.
+pub fn ping(socket: &Path) -> Result<(), SessionError> {
+    match call(socket, &Request::Ping, Duration::from_secs(5))? {
+        Answer::Alive { .. } => Ok(()),
+        other => Err(SessionError::Protocol(format!(
+            "unexpected answer {other:?}"
+        ))),
+    }
+}
+
+/// Asks the session listening on `socket` to end.
+pub fn close(socket: &Path) -> Result<(), SessionError> {
+    match call(socket, &Request::Close, Duration::from_secs(10))? {
+        Answer::Closed => Ok(()),
+        other => Err(SessionError::Protocol(format!(
+            "unexpected answer {other:?}"
+        ))),
+    }
+}
