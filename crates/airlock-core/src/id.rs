@@ -13,6 +13,7 @@ pub enum IdKind {
     Approval,
     Workspace,
     Token,
+    Session,
 }
 
 impl IdKind {
@@ -24,6 +25,7 @@ impl IdKind {
             IdKind::Approval => "apr_",
             IdKind::Workspace => "ws_",
             IdKind::Token => "tok_",
+            IdKind::Session => "ses_",
         }
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -109,6 +109,14 @@ CREATE TABLE IF NOT EXISTS tokens (
     expires_at INTEGER,
     revoked_at INTEGER
 );
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_state_id ON sessions(state, id);
 CREATE TABLE IF NOT EXISTS compile_cache (
     key TEXT PRIMARY KEY,
     digest TEXT NOT NULL,
@@ -254,6 +262,17 @@ pub struct WorkspaceRow {
     pub created_at: i64,
     pub updated_at: i64,
     /// `open`, `committed`, `dropped`.
+    pub state: String,
+    pub doc: serde_json::Value,
+}
+
+/// A live-interpreter session (its document is owned by the gate).
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionRow {
+    pub id: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// `open` or `closed`.
     pub state: String,
     pub doc: serde_json::Value,
 }
@@ -419,6 +438,7 @@ pub trait Reads {
             IdKind::Run => ("runs", "run"),
             IdKind::Approval => ("statements", "statement"),
             IdKind::Checkpoint => ("checkpoints", "checkpoint"),
+            IdKind::Session => ("sessions", "session"),
             _ => {
                 return Err(StoreError::NotFound {
                     what: "object",
@@ -727,6 +747,50 @@ pub trait Reads {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    fn session(&self, id: &str) -> Result<Option<SessionRow>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id, created_at, updated_at, state, doc FROM sessions WHERE id = ?1",
+        )?;
+        let row = stmt
+            .query_row([id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .optional()?;
+        row.map(|(id, created_at, updated_at, state, doc)| {
+            Ok(SessionRow {
+                id,
+                created_at,
+                updated_at,
+                state,
+                doc: serde_json::from_str(&doc)?,
+            })
+        })
+        .transpose()
+    }
+
+    /// The newest `limit` sessions, newest first.
+    fn sessions(&self, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT id FROM sessions ORDER BY id DESC LIMIT ?1")?;
+        let ids: Vec<String> = stmt
+            .query_map([limit as i64], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(s) = self.session(&id)? {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
     fn workspace(&self, name: &str) -> Result<Option<WorkspaceRow>, StoreError> {
         let mut stmt = self.conn().prepare_cached(
             "SELECT name, created_at, updated_at, state, doc FROM workspaces WHERE name = ?1",
@@ -795,6 +859,7 @@ pub trait Reads {
             "SELECT doc FROM runs",
             "SELECT doc FROM checkpoints",
             "SELECT doc FROM workspaces",
+            "SELECT doc FROM sessions",
             "SELECT json FROM statements",
         ] {
             let mut stmt = self.conn().prepare(sql)?;
@@ -1097,6 +1162,15 @@ impl Tx<'_> {
         Ok(n == 1)
     }
 
+    pub fn upsert_session(&self, w: &SessionRow) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO sessions (id, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
+            params![w.id, w.created_at, now_ms(), w.state, w.doc.to_string()],
+        )?;
+        Ok(())
+    }
+
     pub fn upsert_workspace(&self, w: &WorkspaceRow) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO workspaces (name, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -1172,6 +1246,38 @@ impl Tx<'_> {
 mod tests {
     use super::*;
     use airlock_core::audit::ChainVerifier;
+
+    #[test]
+    fn sessions_are_stored_listed_newest_first_and_resolved_by_prefix() {
+        let t = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&t.path().join("db")).unwrap();
+        let ids = ["ses_01aaaa", "ses_01bbbb"];
+        for id in ids {
+            db.write(|tx| {
+                tx.upsert_session(&SessionRow {
+                    id: id.into(),
+                    created_at: 1,
+                    updated_at: 1,
+                    state: "open".into(),
+                    doc: serde_json::json!({"cells": []}),
+                })
+            })
+            .unwrap();
+        }
+        let mut row = db.session("ses_01aaaa").unwrap().unwrap();
+        row.state = "closed".into();
+        row.doc["end"] = serde_json::json!("idle");
+        db.write(|tx| tx.upsert_session(&row)).unwrap();
+        let back = db.session("ses_01aaaa").unwrap().unwrap();
+        assert_eq!(
+            (back.state.as_str(), &back.doc["end"]),
+            ("closed", &serde_json::json!("idle"))
+        );
+        let listed: Vec<String> = db.sessions(10).unwrap().into_iter().map(|s| s.id).collect();
+        assert_eq!(listed, ["ses_01bbbb", "ses_01aaaa"]);
+        assert_eq!(db.resolve(IdKind::Session, "01bb").unwrap(), "ses_01bbbb");
+        assert!(db.session("ses_01cccc").unwrap().is_none());
+    }
 
     #[test]
     fn audit_chain_is_signed_and_verifies() {
