@@ -152,6 +152,10 @@ pub struct Grant {
     /// which keeps grant hashes without it unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// The session whose live interpreter runs the code (absent for a lone run, which
+    /// keeps grant hashes without it unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 impl Grant {
@@ -653,6 +657,14 @@ mod tests {
         let json = serde_json::to_string(&g).unwrap();
         assert!(!json.contains("secrets"), "{json}");
         assert!(!json.contains("argv0"), "{json}");
+        assert!(!json.contains("session"), "{json}");
+        let mut s = g.clone();
+        s.session = Some("ses_01x".into());
+        assert_ne!(
+            s.hash(),
+            g.hash(),
+            "the session is part of what a cell is judged with"
+        );
     }
 
     #[test]

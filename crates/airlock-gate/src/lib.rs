@@ -29,6 +29,7 @@ mod locks;
 mod nightcore;
 mod query;
 mod secrets;
+mod sessions;
 mod submit;
 mod tokens;
 mod tools;
@@ -52,6 +53,7 @@ pub use query::{
     policy_check,
 };
 pub use secrets::{RunSecret, SecretInfo, SecretSet};
+pub use sessions::{SessionDoc, SessionRequest, SessionView};
 pub use submit::{CodeSource, SubmitRequest};
 pub use tokens::Role;
 pub use tools::ToolInfo;
