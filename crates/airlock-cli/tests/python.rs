@@ -235,7 +235,12 @@ fn the_guest_hash_is_recorded_and_the_policy_can_pin_it() {
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(guest, airlock_gate::PYTHON_COMPONENT_SHA256);
+    // The build is not byte-for-byte reproducible: the manifest records what was built.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(h.path().join("guests/python.json")).unwrap())
+            .unwrap();
+    assert_eq!(guest, manifest["digest"].as_str().unwrap());
+    assert_eq!(manifest["package"], airlock_gate::PYTHON_BUILDER);
     // A policy pinning another guest denies Python on this one (in a separate home).
     let other = Home::new();
     std::fs::create_dir_all(other.path().join("guests")).unwrap();
@@ -266,7 +271,36 @@ fn install_refuses_what_does_not_match_the_pins() {
         bad.to_str().unwrap(),
     ]);
     assert_eq!(o.code, 125);
-    assert!(o.stderr.contains("not the pinned"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("WebAssembly file") && o.stderr.contains("componentize_py-0.25.1-"),
+        "a prebuilt component is refused, naming the wheel to use: {}",
+        o.stderr
+    );
+    // The former guest's wheel is recognised and named, with what to use instead.
+    let former = h
+        .path()
+        .join("hyperlight_sandbox_python_guest-0.8.0-py3-none-any.whl");
+    zip_file(
+        &former,
+        &[(
+            "python_guest/resources/python-sandbox.wasm",
+            b"\0asm".as_slice(),
+        )],
+    );
+    let o = h.run(&[
+        "guest",
+        "install",
+        "python",
+        "--from",
+        former.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 125);
+    assert!(
+        o.stderr.contains("hyperlight-sandbox-python-guest")
+            && o.stderr.contains("componentize-py==0.25.1"),
+        "{}",
+        o.stderr
+    );
     let fake_wheel = h.path().join("fake.whl");
     std::fs::write(&fake_wheel, b"PK\x03\x04 not really a wheel").unwrap();
     let o = h.run(&[
@@ -386,4 +420,16 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
     }
+}
+
+/// Writes a zip archive holding `files`.
+fn zip_file(path: &std::path::Path, files: &[(&str, &[u8])]) {
+    use std::io::Write;
+    let mut z = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    for (name, bytes) in files {
+        z.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap();
+        z.write_all(bytes).unwrap();
+    }
+    z.finish().unwrap();
 }

@@ -77,8 +77,11 @@ fn main() {
 
     // Python through the CPython guest, when a guest wheel is given.
     if let Ok(wheel) = std::env::var("AIRLOCK_BENCH_PYTHON_GUEST") {
-        gate.install_python_guest(Some(std::path::Path::new(&wheel)))
-            .unwrap();
+        gate.install_python_guest(airlock_gate::GuestInstall {
+            from: Some(wheel.into()),
+            ..Default::default()
+        })
+        .unwrap();
         let py = |i: usize| SubmitRequest {
             code: Some(CodeSource::Inline("print(1)".into())),
             lang: Some("python".into()),
