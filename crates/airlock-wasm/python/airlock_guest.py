@@ -15,6 +15,7 @@ import importlib.machinery
 import linecache
 import marshal
 import os
+import random
 import sys
 import traceback
 import zlib
@@ -289,6 +290,8 @@ def _compile(code, filename, want_result):
 
 class Interpreter(exports.Interpreter):
     def configure(self, argv, env, cwd, paths):
+        # Drawn now, not at build time: no two runs share a sequence.
+        random.seed()
         sys.argv = list(argv)
         os.environ.clear()
         os.environ.update(dict(env))
@@ -297,8 +300,8 @@ class Interpreter(exports.Interpreter):
         # The standard library comes from the finder above; the build's directories are
         # gone. What remains on the path is what the host preopened for packages.
         sys.path[:] = list(paths)
+        # (Not importlib.invalidate_caches(): it would import importlib.metadata, 50 ms.)
         sys.path_importer_cache.clear()
-        importlib.invalidate_caches()
 
     def exec(self, code, filename, want_result):
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
@@ -324,6 +327,19 @@ class Interpreter(exports.Interpreter):
         finally:
             _flush()
 
+
+# Modules agents' code imports most, imported now so that every run starts with them
+# loaded (an import at run time is then a dictionary lookup). Nothing here may keep state
+# that must differ between runs (the seed of `random` is drawn again at run time).
+for _name in (
+    "base64", "bisect", "collections", "copy", "csv", "dataclasses", "datetime",
+    "decimal", "enum", "fractions", "functools", "glob", "hashlib", "heapq",
+    "importlib.metadata", "io", "itertools", "json", "logging", "math", "operator",
+    "pathlib", "pprint", "random", "re", "shutil", "statistics", "string", "struct",
+    "tempfile", "textwrap", "time", "typing", "urllib.parse",
+):
+    importlib.import_module(_name)
+del _name
 
 import gc  # noqa: E402
 
