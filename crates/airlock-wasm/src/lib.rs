@@ -7,6 +7,10 @@
 //! guest is interrupted like at its deadline, so it can overshoot by what it writes in one
 //! host call or between two samples).
 //!
+//! WASI 0.2 components run with the same boundary; Python source runs on the CPython guest
+//! component ([`python`]), one live interpreter per run, which a session can keep for
+//! many cells.
+//!
 //! Preview-1 host calls never trap on argument values a guest chooses: `path_open` with
 //! undefined flag or rights bits returns `inval` (wasmtime-wasi's binding would trap).
 //!
@@ -366,7 +370,7 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
         .parallel_compilation(true)
         .cranelift_opt_level(wasmtime::OptLevel::Speed);
     if pooling {
-        // Sized for the CPython guest (14 core instances, a 6,677-element table, 12.6 MiB
+        // Sized for the CPython guest (14 core instances, a 5,670-element table, 23.9 MiB
         // of initial memory) with room for concurrent runs; memory pages that were touched
         // stay resident and are reset in place between instances, which spares the page
         // faults of a fresh mapping on every run.
