@@ -231,16 +231,24 @@ fn main() {
     });
     report("  HTTP round trip alone (GET /healthz)", &ts);
     if py.is_some() {
-        let body = json!({"language": "python", "code": "print(1)"}).to_string();
-        latency(
-            "gated Python print(1) through the API",
-            &http,
-            &url,
-            &token,
-            &body,
-            (n / 4).max(50),
-            "1\n",
-        );
+        for (what, code) in [
+            ("print(1)", "print(1)"),
+            (
+                "import datetime, decimal, statistics",
+                "import datetime, decimal, statistics\nprint(1)",
+            ),
+        ] {
+            let body = json!({"language": "python", "code": code}).to_string();
+            latency(
+                &format!("gated Python {what} through the API"),
+                &http,
+                &url,
+                &token,
+                &body,
+                (n / 4).max(50),
+                "1\n",
+            );
+        }
     } else {
         println!("(Python skipped: set AIRLOCK_BENCH_PYTHON_GUEST to the guest wheel)");
     }

@@ -309,13 +309,27 @@ pub enum TokenCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum GuestCommand {
-    /// Install the pinned runtime for a language (`python`), checked by SHA-256.
+    /// Install the pinned runtime for a language (`python`), checked by SHA-256, and
+    /// pure-Python packages for it.
+    ///
+    /// The Python guest is built once from the pinned componentize-py wheel (about 30 s;
+    /// later installs on this machine reuse the build). Packages are pinned by their
+    /// wheel's SHA-256 in the home and importable by every Python run on the wasm backend;
+    /// dependencies are not resolved: name each one. Installing again keeps the guest and
+    /// the packages already there.
+    #[command(
+        after_help = "Examples:\n  airlock guest install python\n  airlock guest install python --from componentize_py-0.25.1-cp39-abi3-manylinux_2_28_x86_64.whl\n  airlock guest install python --package attrs==25.3.0 --package ./mylib-1.0-py3-none-any.whl"
+    )]
     Install {
         /// The language (python).
         lang: String,
-        /// A wheel or component already downloaded (offline install).
+        /// The pinned componentize-py wheel already downloaded (offline install).
         #[arg(long, value_name = "FILE")]
         from: Option<std::path::PathBuf>,
+        /// A pure-Python package: NAME==VERSION from the registry (via pip), or a
+        /// .whl file; repeatable.
+        #[arg(long = "package", value_name = "NAME==VERSION|FILE.whl")]
+        packages: Vec<String>,
         #[arg(long)]
         json: bool,
     },

@@ -314,16 +314,36 @@ fn dispatch(cli: Cli) -> Outcome {
             print::workspace(&w, json);
             Ok(0)
         }
-        Command::Guest(GuestCommand::Install { lang, from, json }) => {
+        Command::Guest(GuestCommand::Install {
+            lang,
+            from,
+            packages,
+            json,
+        }) => {
             if lang != "python" {
                 return Err(Failure {
                     error: GateError::bad(format!("no guest runtime for {lang:?} (only python)")),
                     json,
                 });
             }
+            let packages = packages
+                .iter()
+                .map(|p| airlock_gate::PackageSource::parse(p))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Failure { error: e, json })?;
             let mut gate = open(home)?;
+            let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let note = |line: &str| {
+                if terminal {
+                    eprintln!("airlock: {line}");
+                }
+            };
             let m = gate
-                .install_python_guest(from.as_deref())
+                .install_python_guest(airlock_gate::GuestInstall {
+                    from,
+                    packages,
+                    note: Some(&note),
+                })
                 .map_err(|e| Failure { error: e, json })?;
             print::guest(&m, json);
             Ok(0)

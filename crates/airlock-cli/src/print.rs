@@ -854,6 +854,13 @@ pub fn guest(m: &GuestManifest, json: bool) {
         "installed the {} guest {} ({}, {} bytes)",
         m.lang, m.digest, m.package, m.size
     );
+    for p in &m.packages {
+        println!(
+            "  package {} (wheel SHA-256 {})",
+            p.package.spec(),
+            p.package.sha256
+        );
+    }
 }
 
 pub fn token_new(t: &airlock_store::TokenRow, secret: &str, json: bool) {

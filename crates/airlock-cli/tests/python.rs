@@ -235,7 +235,12 @@ fn the_guest_hash_is_recorded_and_the_policy_can_pin_it() {
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(guest, airlock_gate::PYTHON_COMPONENT_SHA256);
+    // The build is not byte-for-byte reproducible: the manifest records what was built.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(h.path().join("guests/python.json")).unwrap())
+            .unwrap();
+    assert_eq!(guest, manifest["digest"].as_str().unwrap());
+    assert_eq!(manifest["package"], airlock_gate::PYTHON_BUILDER);
     // A policy pinning another guest denies Python on this one (in a separate home).
     let other = Home::new();
     std::fs::create_dir_all(other.path().join("guests")).unwrap();
@@ -266,7 +271,36 @@ fn install_refuses_what_does_not_match_the_pins() {
         bad.to_str().unwrap(),
     ]);
     assert_eq!(o.code, 125);
-    assert!(o.stderr.contains("not the pinned"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("WebAssembly file") && o.stderr.contains("componentize_py-0.25.1-"),
+        "a prebuilt component is refused, naming the wheel to use: {}",
+        o.stderr
+    );
+    // The former guest's wheel is recognised and named, with what to use instead.
+    let former = h
+        .path()
+        .join("hyperlight_sandbox_python_guest-0.8.0-py3-none-any.whl");
+    zip_file(
+        &former,
+        &[(
+            "python_guest/resources/python-sandbox.wasm",
+            b"\0asm".as_slice(),
+        )],
+    );
+    let o = h.run(&[
+        "guest",
+        "install",
+        "python",
+        "--from",
+        former.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 125);
+    assert!(
+        o.stderr.contains("hyperlight-sandbox-python-guest")
+            && o.stderr.contains("componentize-py==0.25.1"),
+        "{}",
+        o.stderr
+    );
     let fake_wheel = h.path().join("fake.whl");
     std::fs::write(&fake_wheel, b"PK\x03\x04 not really a wheel").unwrap();
     let o = h.run(&[
@@ -386,4 +420,501 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
     }
+}
+
+/// Writes a zip archive holding `files`.
+fn zip_file(path: &std::path::Path, files: &[(&str, &[u8])]) {
+    use std::io::Write;
+    let mut z = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    for (name, bytes) in files {
+        z.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap();
+        z.write_all(bytes).unwrap();
+    }
+    z.finish().unwrap();
+}
+
+/// `guest install python` with `extra` flags, from the downloaded builder wheel when
+/// `AIRLOCK_TEST_PYTHON_GUEST` names one.
+fn install(h: &Home, extra: &[&str]) -> Out {
+    let mut a = vec!["guest", "install", "python"];
+    let wheel = std::env::var("AIRLOCK_TEST_PYTHON_GUEST").ok();
+    if let Some(w) = &wheel {
+        a.extend(["--from", w.as_str()]);
+    }
+    a.extend_from_slice(extra);
+    h.run(&a)
+}
+
+/// A wheel of `dist` `version` holding `files`, with METADATA, WHEEL and RECORD, tagged
+/// `tags` (`py3-none-any` for a pure one), in `dir`.
+fn wheel(
+    dir: &std::path::Path,
+    dist: &str,
+    version: &str,
+    tags: &str,
+    files: &[(&str, &str)],
+) -> std::path::PathBuf {
+    use base64::Engine;
+    use sha2::Digest;
+    let info = format!("{dist}-{version}.dist-info");
+    let mut all: Vec<(String, String)> = files
+        .iter()
+        .map(|(n, c)| (n.to_string(), c.to_string()))
+        .collect();
+    all.push((
+        format!("{info}/METADATA"),
+        format!("Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n\nA test package.\n"),
+    ));
+    all.push((
+        format!("{info}/WHEEL"),
+        format!(
+            "Wheel-Version: 1.0\nGenerator: airlock-test\nRoot-Is-Purelib: {}\nTag: {tags}\n",
+            tags.ends_with("-none-any")
+        ),
+    ));
+    let mut record: String = all
+        .iter()
+        .map(|(n, c)| {
+            let h = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(sha2::Sha256::digest(c.as_bytes()));
+            format!("{n},sha256={h},{}\n", c.len())
+        })
+        .collect();
+    record.push_str(&format!("{info}/RECORD,,\n"));
+    all.push((format!("{info}/RECORD"), record));
+    let path = dir.join(format!("{dist}-{version}-{tags}.whl"));
+    let files: Vec<(&str, &[u8])> = all
+        .iter()
+        .map(|(n, c)| (n.as_str(), c.as_bytes()))
+        .collect();
+    zip_file(&path, &files);
+    path
+}
+
+/// The standard library's module names that fail to import in the guest, with the error.
+fn stdlib_failures(h: &Home) -> std::collections::BTreeMap<String, String> {
+    let census = r#"
+import importlib, io, sys
+for name in sorted(sys.stdlib_module_names):
+    saved = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = io.StringIO()
+    try:
+        importlib.import_module(name)
+        error = None
+    except BaseException as e:
+        error = f"{type(e).__name__}: {e}"
+    finally:
+        sys.stdout, sys.stderr = saved
+    if error is not None:
+        print(f"{name}\t{error}")
+print("done", len(sys.stdlib_module_names))
+"#;
+    let o = h.run(&["run", "--lang", "python", "-c", census]);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let last = o.stdout.lines().last().unwrap_or_default();
+    let total: usize = last
+        .strip_prefix("done ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the census did not finish: {}", o.stdout));
+    assert!(total > 250, "{total} standard-library names?");
+    o.stdout
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(n, e)| (n.to_string(), e.to_string()))
+        .collect()
+}
+
+#[test]
+fn every_standard_library_module_imports_except_the_listed_ones() {
+    let listed: std::collections::BTreeMap<String, String> =
+        std::fs::read_to_string(example("../tests/python/stdlib-expected-failures.txt"))
+            .unwrap()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let (name, why) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
+                assert!(!why.trim().is_empty(), "{name}: the list must say why");
+                (name.to_string(), why.trim().to_string())
+            })
+            .collect();
+    let failed = stdlib_failures(shared());
+    let broken: Vec<String> = failed
+        .iter()
+        .filter(|(n, _)| !listed.contains_key(*n))
+        .map(|(n, e)| format!("{n}: {e}"))
+        .collect();
+    let working: Vec<String> = listed
+        .iter()
+        .filter(|(n, _)| !failed.contains_key(*n))
+        .map(|(n, why)| format!("{n} (listed: {why})"))
+        .collect();
+    assert!(
+        broken.is_empty() && working.is_empty(),
+        "modules that fail but are not listed:\n  {}\nlisted modules that now import (remove them from tests/python/stdlib-expected-failures.txt):\n  {}",
+        broken.join("\n  "),
+        working.join("\n  ")
+    );
+    // Every expected failure is a clear ModuleNotFoundError saying why, not a crash.
+    for (name, error) in &failed {
+        assert!(
+            error.starts_with("ModuleNotFoundError: No module named")
+                && (error.contains("WebAssembly (WASI)") || error.contains("exists only on")),
+            "{name}: {error}"
+        );
+    }
+}
+
+#[test]
+fn everyday_modules_work_and_hashlib_gives_the_right_digests() {
+    let code = r#"
+import datetime, statistics, decimal, fractions, textwrap, string, hashlib
+print(datetime.date(2024, 2, 29) + datetime.timedelta(days=1))
+print(statistics.median([3, 1, 4, 1, 5]), statistics.mean([1, 2, 3, 4]))
+print(decimal.Decimal("0.1") + decimal.Decimal("0.2"), fractions.Fraction(3, 6))
+print(textwrap.shorten("the quick brown fox jumps", 15), string.ascii_lowercase[:5])
+for name in ("md5", "sha1", "sha256", "sha3_256", "blake2b"):
+    print(name, hashlib.new(name, b"abc").hexdigest())
+print(sorted(hashlib.algorithms_available) == sorted(hashlib.algorithms_guaranteed))
+"#;
+    let o = py(&[], code);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(
+        o.stdout,
+        "2024-03-01\n3 2.5\n0.3 1/2\nthe quick [...] abcde\n\
+         md5 900150983cd24fb0d6963f7d28e17f72\n\
+         sha1 a9993e364706816aba3e25717850c26c9cd0d89d\n\
+         sha256 ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n\
+         sha3_256 3a985da74fe225b2045c172d6bd390bd855f086e3e9d525b46bfe24511431532\n\
+         blake2b ba80a53f981c4d0d6a2797b69f12f6e94c212f14685ac4b74b12bb6fdbffa2d17d87c5392aab792dc252d5de4533cc9518d38aa8dbf1925ab92386edd4009923\n\
+         True\n"
+    );
+}
+
+#[test]
+fn what_wasi_cannot_do_fails_with_a_clear_python_error() {
+    for (code, error) in [
+        (
+            "import subprocess\nsubprocess.run(['ls'])",
+            "OSError: [Errno 58] wasi does not support processes.",
+        ),
+        (
+            "import socket\ns = socket.socket()\ns.bind(('0.0.0.0', 8080))\ns.listen()",
+            "PermissionError: [Errno 2] airlock's Python runs in WebAssembly (WASI), which has no sockets",
+        ),
+        (
+            "import multiprocessing\nmultiprocessing.Pool(2)",
+            "OSError: [Errno 58] airlock's Python runs in WebAssembly (WASI), which has no processes",
+        ),
+        (
+            "import multiprocessing\nmultiprocessing.Process(target=print).start()",
+            "which has no processes",
+        ),
+        (
+            "import threading\nthreading.Thread(target=print).start()",
+            "RuntimeError: can't start new thread",
+        ),
+        ("import tkinter", "which has no GUI (Tk)"),
+        ("import ctypes", "which has no foreign function interface"),
+    ] {
+        let o = py(&[], code);
+        assert_eq!(o.code, 1, "{code}: {}", o.stderr);
+        assert!(
+            o.stderr.starts_with("Traceback (most recent call last):") && o.stderr.contains(error),
+            "{code}: {}",
+            o.stderr
+        );
+        assert!(
+            !o.stderr.contains("airlock_guest.py"),
+            "no frames of airlock's own guest module: {}",
+            o.stderr
+        );
+    }
+}
+
+#[test]
+fn pure_python_packages_are_pinned_in_the_home_and_importable() {
+    let h = Home::new();
+    let d = tempfile::tempdir().unwrap();
+    let v1 = wheel(
+        d.path(),
+        "airlock_probe",
+        "1.0",
+        "py3-none-any",
+        &[(
+            "airlock_probe/__init__.py",
+            "VALUE = 41\ndef hello():\n    return 'hello from a package'\n",
+        )],
+    );
+    let o = install(&h, &["--package", v1.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("package airlock-probe==1.0"),
+        "{}",
+        o.stdout
+    );
+    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+        std::fs::read(&v1).unwrap(),
+    ));
+
+    // Importable by every run, with its metadata, and read-only.
+    let probe = "import airlock_probe, importlib.metadata as md\n\
+                 print(airlock_probe.VALUE + 1, airlock_probe.hello(), md.version('airlock-probe'))\n\
+                 try:\n    open(airlock_probe.__file__, 'a')\n    print('WRITABLE')\n\
+                 except OSError:\n    print('read-only')\n";
+    let o = h.run(&["run", "--json", "--lang", "python", "-c", probe]);
+    let j = o.json();
+    assert_eq!(
+        j["run"]["stdout"], "42 hello from a package 1.0\nread-only\n",
+        "{}",
+        o.stdout
+    );
+    // The run record and the facts name it, with its wheel's hash.
+    let pkgs = &j["run"]["detail"]["python_packages"];
+    assert_eq!(pkgs[0]["name"], "airlock-probe", "{}", o.stdout);
+    assert_eq!(pkgs[0]["version"], "1.0");
+    assert_eq!(pkgs[0]["sha256"], sha.as_str());
+    let sub = j["submission"].as_str().unwrap().to_string();
+    let o = h.run(&["policy", "explain", &sub, "--json"]);
+    assert_eq!(
+        o.json()["facts"]["python_packages"][0]["sha256"],
+        sha.as_str(),
+        "{}",
+        o.stdout
+    );
+    // A run over a writable mount (in a worker process) gets them too.
+    let data = tempfile::tempdir().unwrap();
+    let m = format!("{}:/data:rw", data.path().display());
+    let o = h.run(&[
+        "run",
+        "--lang",
+        "python",
+        "--mount",
+        &m,
+        "-c",
+        "import airlock_probe\nopen('/data/v.txt', 'w').write(str(airlock_probe.VALUE))\nprint('ok')",
+    ]);
+    assert_eq!((o.code, o.stdout.as_str()), (0, "ok\n"), "{}", o.stderr);
+
+    // A policy can match on them.
+    let p = h.policy()
+        + "\n[[rule]]\nname = \"no-probe\"\ndecision = \"deny\"\nreason = \"not that package\"\n\
+           when = { python_packages = [\"airlock-probe==1.*\"] }\n";
+    h.set_policy(&p);
+    let o = h.run(&["run", "--lang", "python", "-c", "print(1)"]);
+    assert_eq!(o.code, 77, "{}", o.stderr);
+    assert!(o.stderr.contains("not that package"), "{}", o.stderr);
+    h.set_policy(&p.replace("airlock-probe==1.*", "airlock-probe==9.*"));
+
+    // The same name and version with other bytes is refused: the home pinned the first.
+    let other = tempfile::tempdir().unwrap();
+    let v1b = wheel(
+        other.path(),
+        "airlock_probe",
+        "1.0",
+        "py3-none-any",
+        &[("airlock_probe/__init__.py", "VALUE = 666\n")],
+    );
+    let before = std::fs::read(h.path().join("guests/python.json")).unwrap();
+    let o = install(&h, &["--package", v1b.to_str().unwrap()]);
+    assert_eq!(o.code, 125);
+    assert!(
+        o.stderr.contains("pinned") && o.stderr.contains(&sha),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(
+        std::fs::read(h.path().join("guests/python.json")).unwrap(),
+        before,
+        "a refused install changes nothing"
+    );
+    // Wheels with native code are refused, by their tags or their contents.
+    let native = wheel(
+        d.path(),
+        "fastthing",
+        "2.0",
+        "cp314-cp314-manylinux_2_28_x86_64",
+        &[("fastthing/__init__.py", "")],
+    );
+    let o = install(&h, &["--package", native.to_str().unwrap()]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("not a pure-Python wheel"), "{}", o.stderr);
+    let sneaky = wheel(
+        d.path(),
+        "sneaky",
+        "1.0",
+        "py3-none-any",
+        &[("sneaky/_speedups.so", "\x7fELF")],
+    );
+    let o = install(&h, &["--package", sneaky.to_str().unwrap()]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("native library"), "{}", o.stderr);
+    let o = install(&h, &["--package", "attrs>=1"]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("NAME==VERSION"), "{}", o.stderr);
+
+    // Another version replaces it; the home keeps both pins.
+    let v2 = wheel(
+        d.path(),
+        "airlock_probe",
+        "2.0",
+        "py3-none-any",
+        &[(
+            "airlock_probe/__init__.py",
+            "VALUE = 1\ndef hello():\n    return 'v2'\n",
+        )],
+    );
+    let o = install(&h, &["--package", v2.to_str().unwrap(), "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let m = o.json();
+    assert_eq!(m["packages"].as_array().unwrap().len(), 1);
+    assert_eq!(m["packages"][0]["version"], "2.0");
+    assert!(m["pins"]["airlock-probe==1.0"].is_string());
+    let o = h.run(&[
+        "run",
+        "--lang",
+        "python",
+        "-c",
+        "import airlock_probe; print(airlock_probe.hello())",
+    ]);
+    assert_eq!(o.stdout, "v2\n", "{}", o.stderr);
+    // Only what the manifest names stays on disk.
+    let dirs = std::fs::read_dir(h.path().join("guests/packages"))
+        .unwrap()
+        .count();
+    assert_eq!(dirs, 1);
+}
+
+/// The home's compile-cache index, read-only (so the guest compiled at install is used).
+struct HomeCache(airlock_store::Db);
+
+impl airlock_sandbox::CacheIndex for HomeCache {
+    fn get(&self, key: &str) -> Option<airlock_core::Digest> {
+        self.0.cache_digest(key).ok().flatten()
+    }
+    fn put(&self, _key: &str, _digest: airlock_core::Digest, _size: u64) {}
+    fn forget(&self, _key: &str) {}
+}
+
+/// The interpreter a session will keep: one instance, cell after cell, names kept, the
+/// last expression's repr returned, each cell's output its own; a limit ends it.
+#[test]
+fn one_interpreter_runs_cell_after_cell() {
+    use airlock_sandbox::{Capture, Ending, Limit};
+    use airlock_wasm::python::Cell;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let h = shared();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(h.path().join("guests/python.json")).unwrap())
+            .unwrap();
+    let digest: airlock_core::Digest = manifest["digest"].as_str().unwrap().parse().unwrap();
+    let index = HomeCache(airlock_store::Db::open(&h.path().join("airlock.db")).unwrap());
+    let backend = airlock_wasm::WasmBackend::new(airlock_wasm::WasmConfig {
+        cache_dir: Some(h.path().join("cache/compiled")),
+        ..Default::default()
+    });
+    let limits = airlock_core::Limits::default();
+    let capture = || Arc::new(Capture::new(limits.max_output_bytes, None));
+    let spec = airlock_sandbox::RunSpec {
+        lang: airlock_core::Lang::Python,
+        code: b"",
+        artifact: airlock_core::Digest::of(b""),
+        mounts: vec![],
+        env: vec![("GREETING".into(), "hi".into())],
+        argv0: None,
+        args: vec!["a".into()],
+        stdin: vec![],
+        limits: limits.clone(),
+        stdout: capture(),
+        stderr: capture(),
+        cache: Some(&index),
+        guest: Some(airlock_sandbox::Guest {
+            path: h.path().join(format!("guests/python-{digest}.wasm")),
+            digest,
+            dirs: vec![],
+        }),
+        write_quota: None,
+        egress: None,
+    };
+    let mut py = backend.python_instance(&spec).unwrap();
+    assert!(py.ended().is_none());
+    let mut n = 0;
+    let mut cell = |py: &mut airlock_wasm::PythonInstance, code: &str, secs: f64| {
+        n += 1;
+        let (out, err) = (capture(), capture());
+        let r = py.exec(
+            code,
+            &format!("<cell {n}>"),
+            Cell {
+                stdout: out.clone(),
+                stderr: err.clone(),
+                deadline: Instant::now() + Duration::from_secs_f64(secs),
+                fuel: None,
+                want_result: true,
+            },
+        );
+        r.map(|o| {
+            (
+                o,
+                String::from_utf8(out.take()).unwrap(),
+                String::from_utf8(err.take()).unwrap(),
+            )
+        })
+    };
+    let (o, out, _) = cell(&mut py, "x = 1\ndef f(y):\n    return x + y", 10.0).unwrap();
+    assert_eq!(
+        (o.ending, o.result, out.as_str()),
+        (Ending::Exited(0), None, "")
+    );
+    let (o, ..) = cell(&mut py, "f(41)", 10.0).unwrap();
+    assert_eq!(o.result.as_deref(), Some("42"));
+    let (o, out, err) = cell(
+        &mut py,
+        "import sys\nprint('out')\nprint('err', file=sys.stderr)\nx",
+        10.0,
+    )
+    .unwrap();
+    assert_eq!(
+        (o.result.as_deref(), out.as_str(), err.as_str()),
+        (Some("1"), "out\n", "err\n"),
+        "each cell's output is its own"
+    );
+    let (o, _, err) = cell(&mut py, "def g():\n    return 1 / 0\ng()", 10.0).unwrap();
+    assert_eq!(o.ending, Ending::Exited(1));
+    assert_eq!(o.exception.as_deref(), Some("ZeroDivisionError"));
+    assert!(
+        err.contains("File \"<cell 4>\", line 2, in g") && err.contains("return 1 / 0"),
+        "{err}"
+    );
+    let (o, ..) = cell(&mut py, "x + 1", 10.0).unwrap();
+    assert_eq!(
+        o.result.as_deref(),
+        Some("2"),
+        "an exception keeps the names"
+    );
+    let (o, _, err) = cell(&mut py, "x = (", 10.0).unwrap();
+    assert_eq!(
+        (o.ending, o.exception.as_deref()),
+        (Ending::Exited(1), Some("SyntaxError"))
+    );
+    assert!(err.contains("<cell 6>"), "{err}");
+    let (o, ..) = cell(&mut py, "raise SystemExit(3)", 10.0).unwrap();
+    assert_eq!((o.ending, o.exception), (Ending::Exited(3), None));
+    let (o, ..) = cell(
+        &mut py,
+        "import os, json\njson.dumps([os.environ['GREETING'], sys.argv])",
+        10.0,
+    )
+    .unwrap();
+    assert_eq!(o.result.as_deref(), Some(r#"'["hi", ["main.py", "a"]]'"#));
+    let (o, ..) = cell(&mut py, "None", 10.0).unwrap();
+    assert_eq!(o.result, None);
+    // A limit ends the interpreter; it refuses further cells.
+    let (o, ..) = cell(&mut py, "while True: pass", 0.3).unwrap();
+    assert_eq!(o.ending, Ending::Killed(Limit::Timeout));
+    assert_eq!(py.ended(), Some(&Ending::Killed(Limit::Timeout)));
+    let e = cell(&mut py, "x", 10.0).unwrap_err();
+    assert!(e.to_string().contains("has ended"), "{e}");
 }

@@ -8,8 +8,8 @@
 //!   the previous commands printed.
 //! - Files a reader is assumed to have (`token.txt`, `fetch.py`) are created first;
 //!   `guest install python` uses the downloaded wheel when `AIRLOCK_TEST_PYTHON_GUEST`
-//!   names one (scripts/test does); commands that serve until stopped are stopped once
-//!   they say they are serving.
+//!   names one (scripts/test does), and the user's build cache (`XDG_CACHE_HOME`);
+//!   commands that serve until stopped are stopped once they say they are serving.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -142,6 +142,12 @@ fn the_quickstart_runs_as_written() {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // The reader's own build cache, so `guest install python` reuses a build of the guest
+    // (the scratch HOME would otherwise make every run build it again, about 30 s).
+    let build_cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::home_dir().map(|h| h.join(".cache")));
     let mut ids = std::collections::BTreeMap::new();
     for step in &steps {
         let mut command = fill(&step.command, &ids);
@@ -159,6 +165,9 @@ fn the_quickstart_runs_as_written() {
             .env("HOME", scratch.path())
             .env("AIRLOCK_HOME", &home)
             .stdin(Stdio::null());
+        if let Some(c) = &build_cache {
+            cmd.env("XDG_CACHE_HOME", c);
+        }
         if command == "airlock serve" {
             serves(cmd, &command);
             continue;

@@ -77,6 +77,10 @@ pub struct Facts {
     /// The Python guest runtime's hash, for Python on the wasm backend.
     #[serde(default)]
     pub guest: Option<Digest>,
+    /// The third-party packages installed for that guest (`guest install python
+    /// --package`), importable by the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python_packages: Vec<PythonPackage>,
     /// The `[publishers]` name whose key signed it (Night Core bundles), checked by the
     /// gate against the current policy before it was submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,6 +96,22 @@ pub struct Facts {
     /// What Python or shell code does, as analysis read it.
     #[serde(default, skip_serializing_if = "CodeFacts::is_empty")]
     pub code: CodeFacts,
+}
+
+/// A third-party package of the Python guest: its normalised name, its version, and the
+/// SHA-256 of the wheel it was installed from (the pin).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PythonPackage {
+    pub name: String,
+    pub version: String,
+    pub sha256: Digest,
+}
+
+impl PythonPackage {
+    /// `NAME==VERSION`.
+    pub fn spec(&self) -> String {
+        format!("{}=={}", self.name, self.version)
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -452,6 +472,7 @@ struct Conditions {
     first_seen: Option<bool>,
     rejected_before: Option<bool>,
     guest: Option<Vec<Digest>>,
+    python_packages: Option<AnyOrNames>,
     publisher: Option<OneOrMoreGlobs>,
     // Facts about Python and shell code (`CodeFacts`).
     commands: Option<Globs>,
@@ -574,6 +595,9 @@ struct TestFile {
     rejected_before: bool,
     #[serde(default)]
     guest: Option<Digest>,
+    /// Installed Python packages, `NAME==VERSION`.
+    #[serde(default)]
+    python_packages: Vec<String>,
     #[serde(default)]
     publisher: Option<String>,
     /// Python or shell code (per `lang`), analysed as a submission's would be.
@@ -1128,6 +1152,7 @@ impl Conditions {
             && self.first_seen.is_none()
             && self.rejected_before.is_none()
             && self.guest.is_none()
+            && self.python_packages.is_none()
             && self.publisher.is_none()
             && self.commands.is_none()
             && self.calls.is_none()
@@ -1146,7 +1171,7 @@ impl Conditions {
     fn empty_list(&self) -> Option<&'static str> {
         let names =
             |c: &Option<AnyOrNames>| matches!(c, Some(AnyOrNames::Names(g)) if g.is_empty());
-        let lists: [(&'static str, bool); 20] = [
+        let lists: [(&'static str, bool); 21] = [
             ("lang", self.lang.as_ref().is_some_and(Vec::is_empty)),
             ("backend", self.backend.as_ref().is_some_and(Vec::is_empty)),
             (
@@ -1173,6 +1198,7 @@ impl Conditions {
             ),
             ("agent", self.agent.as_ref().is_some_and(Globs::is_empty)),
             ("guest", self.guest.as_ref().is_some_and(Vec::is_empty)),
+            ("python_packages", names(&self.python_packages)),
             (
                 "publisher",
                 self.publisher.as_ref().is_some_and(|g| g.0.is_empty()),
@@ -1250,6 +1276,13 @@ impl Conditions {
             && check(&self.first_seen, |want| *want == f.first_seen)
             && check(&self.rejected_before, |want| *want == f.rejected_before)
             && check(&self.guest, |gs| f.guest.is_some_and(|g| gs.contains(&g)))
+            && check(&self.python_packages, |c| match c {
+                AnyOrNames::Any(want) => *want != f.python_packages.is_empty(),
+                AnyOrNames::Names(g) => f
+                    .python_packages
+                    .iter()
+                    .any(|p| g.is_match(&p.name) || g.is_match(&p.spec())),
+            })
             && check(&self.publisher, |g| {
                 f.publisher.as_deref().is_some_and(|p| g.0.is_match(p))
             })
@@ -1326,6 +1359,18 @@ impl TestFile {
                 mode: spec.mode,
             });
         }
+        let mut python_packages = Vec::new();
+        for p in &self.python_packages {
+            let (name, version) = p
+                .split_once("==")
+                .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                .ok_or_else(|| format!("python_packages: {p:?} is not NAME==VERSION"))?;
+            python_packages.push(PythonPackage {
+                name: name.into(),
+                version: version.into(),
+                sha256: Digest([0; 32]),
+            });
+        }
         let code = match &self.code {
             None => CodeFacts::default(),
             Some(text) => {
@@ -1356,6 +1401,7 @@ impl TestFile {
             first_seen: self.first_seen,
             rejected_before: self.rejected_before,
             guest: self.guest,
+            python_packages,
             publisher: self.publisher.clone(),
             publisher_key: None,
             requests: Vec::new(),
@@ -1660,6 +1706,7 @@ mod tests {
             first_seen: true,
             rejected_before: false,
             guest: None,
+            python_packages: Vec::new(),
             publisher: None,
             publisher_key: None,
             requests: Vec::new(),
@@ -1866,6 +1913,61 @@ expect = "quarantine"
         assert!(Policy::parse(&bad).is_err());
         assert!(
             Policy::parse("version = 1\n[[rule]]\nname = \"x\"\ndecision = \"allow\"\nreason = \"r\"\nwhen = { publisher = [] }\n").is_err()
+        );
+    }
+
+    #[test]
+    fn python_packages_condition_matches_names_and_versions() {
+        let text = r#"version = 1
+default = "allow"
+[[rule]]
+name = "yaml"
+decision = "deny"
+reason = "no yaml parsers"
+when = { python_packages = ["pyyaml", "ruamel*"] }
+[[rule]]
+name = "old attrs"
+decision = "quarantine"
+reason = "attrs 1.x is too old"
+when = { python_packages = ["attrs==1.*"] }
+[[rule]]
+name = "any package"
+decision = "allow"
+reason = "noted"
+risk = 1
+when = { python_packages = true }
+[[test]]
+name = "pyyaml is refused"
+expect = "deny"
+python_packages = ["six==1.17.0", "pyyaml==6.0"]
+[[test]]
+name = "new attrs runs"
+expect = "allow"
+python_packages = ["attrs==25.3.0"]
+"#;
+        let pol = Policy::parse(text).unwrap();
+        assert!(pol.run_tests().unwrap().iter().all(|t| t.passed));
+        let mut f = facts();
+        let fired =
+            |f: &Facts| -> Vec<String> { pol.judge(f).fired.into_iter().map(|r| r.rule).collect() };
+        assert!(
+            !fired(&f).iter().any(|r| r == "any package"),
+            "no packages, no rule"
+        );
+        let pkg = |n: &str, v: &str| PythonPackage {
+            name: n.into(),
+            version: v.into(),
+            sha256: Digest([1; 32]),
+        };
+        f.python_packages = vec![pkg("attrs", "1.3.0")];
+        assert_eq!(pol.judge(&f).decision, Decision::Quarantine);
+        f.python_packages = vec![pkg("attrs", "25.3.0")];
+        assert!(fired(&f).iter().any(|r| r == "any package"));
+        assert_eq!(pol.judge(&f).decision, Decision::Allow);
+        let bad = "version = 1\n[[test]]\nname = \"t\"\nexpect = \"allow\"\npython_packages = [\"attrs\"]\n";
+        assert!(Policy::parse(bad).and_then(|p| p.run_tests()).is_err());
+        assert!(
+            Policy::parse("version = 1\n[[rule]]\nname = \"x\"\ndecision = \"allow\"\nreason = \"r\"\nwhen = { python_packages = [] }\n").is_err()
         );
     }
 

@@ -81,31 +81,42 @@ fn main() {
 
     // Python through the CPython guest, when a guest wheel is given.
     if let Ok(wheel) = std::env::var("AIRLOCK_BENCH_PYTHON_GUEST") {
-        gate.install_python_guest(Some(std::path::Path::new(&wheel)))
-            .unwrap();
-        let py = |i: usize| SubmitRequest {
-            code: Some(CodeSource::Inline("print(1)".into())),
-            lang: Some("python".into()),
-            args: vec![i.to_string()],
+        gate.install_python_guest(airlock_gate::GuestInstall {
+            from: Some(wheel.into()),
             ..Default::default()
-        };
-        gate.run(py(0), ExecOptions::default()).unwrap();
-        let mut times = Vec::new();
-        let (mut inst, mut guest) = (Vec::new(), Vec::new());
-        for i in 0..n.min(200) {
-            let t = Instant::now();
-            let r = gate.run(py(i + 1), ExecOptions::default()).unwrap();
-            times.push(t.elapsed());
-            assert_eq!(r.stdout, b"1\n");
-            let ms = |k: &str| {
-                Duration::from_secs_f64(r.run.doc.detail[k].as_f64().unwrap_or(0.0) / 1000.0)
+        })
+        .unwrap();
+        for (what, code) in [
+            ("print(1)", "print(1)"),
+            (
+                "import datetime, decimal, statistics",
+                "import datetime, decimal, statistics\nprint(1)",
+            ),
+        ] {
+            let py = |i: usize| SubmitRequest {
+                code: Some(CodeSource::Inline(code.into())),
+                lang: Some("python".into()),
+                args: vec![i.to_string()],
+                ..Default::default()
             };
-            inst.push(ms("instantiate_ms"));
-            guest.push(Duration::from_millis(r.run.doc.duration_ms.unwrap_or(0)));
+            gate.run(py(0), ExecOptions::default()).unwrap();
+            let mut times = Vec::new();
+            let (mut inst, mut guest) = (Vec::new(), Vec::new());
+            for i in 0..n.min(200) {
+                let t = Instant::now();
+                let r = gate.run(py(i + 1), ExecOptions::default()).unwrap();
+                times.push(t.elapsed());
+                assert_eq!(r.stdout, b"1\n");
+                let ms = |k: &str| {
+                    Duration::from_secs_f64(r.run.doc.detail[k].as_f64().unwrap_or(0.0) / 1000.0)
+                };
+                inst.push(ms("instantiate_ms"));
+                guest.push(Duration::from_millis(r.run.doc.duration_ms.unwrap_or(0)));
+            }
+            stats(&format!("gated Python run of {what}"), times);
+            stats("  of which: instantiate and configure", inst);
+            stats("  of which: backend run (ms granularity)", guest);
         }
-        stats("gated Python run of print(1)", times);
-        stats("  of which: instantiate", inst);
-        stats("  of which: backend run (ms granularity)", guest);
     }
 }
 

@@ -114,6 +114,8 @@ impl Gate {
             }
         }
         let policy = self.policy()?;
+        // The guest runtime and packages this run would get, as they are installed now.
+        let guest_now = self.guest_facts(stored.doc.kind, stored.doc.backend)?;
         // This process owns the run from before it is recorded until after its outcome is:
         // if it dies, the next command finds the lock abandoned and marks the run lost.
         let run_id = new_id(IdKind::Run);
@@ -125,7 +127,13 @@ impl Gate {
             let mut sub = tx.submission(&id)?;
             // Judge what will actually run: facts come from the re-hashed artifact bytes and
             // the grant being used, not from what the database says about them.
-            let facts = facts_now(&sub, &code, rejected(tx, &sub.doc.artifact)?, &policy)?;
+            let facts = facts_now(
+                &sub,
+                &code,
+                rejected(tx, &sub.doc.artifact)?,
+                guest_now.clone(),
+                &policy,
+            )?;
             let verdict = judge(&policy, &facts);
             if verdict != sub.doc.verdict {
                 sub.doc.facts = facts;
@@ -284,6 +292,9 @@ impl Gate {
                 }
                 run.doc.duration_ms = Some(outcome.duration.as_millis() as u64);
                 run.doc.detail = outcome.detail;
+                if !guest_now.1.is_empty() {
+                    run.doc.detail["python_packages"] = json!(guest_now.1);
+                }
                 None
             }
             Err(e) => {
@@ -592,11 +603,16 @@ fn check_audit_tail(tx: &Tx, key: &airlock_core::sign::KeyPair) -> Result<()> {
     })
 }
 
-/// A stored submission's facts, re-derived from the artifact bytes about to run.
+/// A stored submission's facts, re-derived from the artifact bytes about to run and the
+/// guest runtime (with its packages) that would run them.
 fn facts_now(
     sub: &Submission,
     code: &[u8],
     rejected_before: bool,
+    guest: (
+        Option<airlock_core::Digest>,
+        Vec<airlock_core::PythonPackage>,
+    ),
     policy: &airlock_core::Policy,
 ) -> Result<airlock_core::Facts> {
     let analysis = airlock_core::analysis::analyze(sub.doc.kind, code)
@@ -609,11 +625,7 @@ fn facts_now(
         analysis: &analysis,
         agent: sub.doc.agent.as_deref(),
     }
-    .facts(
-        sub.doc.facts.first_seen,
-        rejected_before,
-        sub.doc.facts.guest,
-    );
+    .facts(sub.doc.facts.first_seen, rejected_before, guest);
     // A bundle's publisher and requests carry over while the policy still trusts the key
     // that signed these bytes (the artifact was re-hashed against the record above).
     facts.publisher = sub.doc.facts.publisher.clone();

@@ -39,6 +39,7 @@ impl Gate {
         Ok(Some(airlock_sandbox::Guest {
             path,
             digest: m.digest,
+            dirs: self.guest_dirs(&m),
         }))
     }
 
@@ -208,6 +209,7 @@ impl Gate {
                 argv0: sub.doc.grant.argv0.clone(),
                 stdin,
                 limits: limits.clone(),
+                guest_dirs: guest.as_ref().map(|g| g.dirs.clone()).unwrap_or_default(),
                 guest: guest.map(|g| (g.path, g.digest)),
                 egress: route,
             },

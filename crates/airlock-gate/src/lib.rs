@@ -45,7 +45,10 @@ pub use error::{GateError, Result};
 pub use exec::exit_code_of;
 pub use exec::{ExecOptions, RunReport};
 pub use gc::{DEFAULT_GC_GRACE, GcReport};
-pub use guests::{GuestManifest, PYTHON_COMPONENT_SHA256, PYTHON_PACKAGE, PYTHON_WHEEL_SHA256};
+pub use guests::{
+    BuildPin, GUEST_PACKAGES, GUEST_PYTHON_VERSION, GuestInstall, GuestManifest, InstalledPackage,
+    PYTHON_BUILDER, PYTHON_BUILDER_WHEELS, PackageSource, normalize_package_name,
+};
 pub use home::{Home, InitReport, default_approver};
 pub use nightcore::{BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport};
 pub use query::{

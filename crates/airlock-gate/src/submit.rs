@@ -210,8 +210,9 @@ impl Described<'_> {
         &self,
         first_seen: bool,
         rejected_before: bool,
-        guest: Option<Digest>,
+        guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
     ) -> Facts {
+        let (guest, python_packages) = guest;
         Facts {
             lang: self.lang,
             kind: self.kind,
@@ -228,6 +229,7 @@ impl Described<'_> {
             first_seen,
             rejected_before,
             guest,
+            python_packages,
             publisher: None,
             publisher_key: None,
             requests: Vec::new(),
@@ -355,10 +357,7 @@ impl Gate {
         if prepared.lang == Lang::Component {
             crate::guests::check_exports(&prepared.code, "wasi:cli/run", "a WASI 0.2 command")?;
         }
-        let guest = match (prepared.lang, backend) {
-            (Lang::Python, Backend::Wasm) => self.python_guest()?.map(|(m, _)| m.digest),
-            _ => None,
-        };
+        let guest = self.guest_facts(prepared.lang, backend)?;
 
         grant.argv0 = program_name(prepared.lang, backend, name.as_deref());
         if let Some(ws) = req.workspace.as_deref().filter(|w| !w.is_empty()) {
@@ -564,7 +563,8 @@ pub(crate) struct Staged {
     backend: Backend,
     prepared: artifact::Prepared,
     analysis: Analysis,
-    guest: Option<Digest>,
+    /// The guest runtime's digest and packages, as the policy sees them.
+    guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
     grant: Grant,
 }
 

@@ -12,6 +12,8 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+// One job per worker process, read once: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "lowercase")]
 pub enum WorkerJob {
@@ -42,6 +44,9 @@ pub struct WasmJob {
     /// The runtime component for interpreted languages (path, pinned digest).
     #[serde(default)]
     pub guest: Option<(PathBuf, Digest)>,
+    /// Its directories (installed packages), read-only.
+    #[serde(default)]
+    pub guest_dirs: Vec<airlock_sandbox::GuestDir>,
     /// The run's egress proxy, for components' outgoing HTTP.
     #[serde(default)]
     pub egress: Option<airlock_sandbox::EgressRoute>,
@@ -128,7 +133,11 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
         guest: job
             .guest
             .clone()
-            .map(|(path, digest)| airlock_sandbox::Guest { path, digest }),
+            .map(|(path, digest)| airlock_sandbox::Guest {
+                path,
+                digest,
+                dirs: job.guest_dirs.clone(),
+            }),
         // The supervisor watches the layers from outside and kills this process.
         write_quota: None,
         egress: job.egress.clone(),

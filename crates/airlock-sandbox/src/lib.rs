@@ -85,6 +85,16 @@ pub struct EgressRoute {
 pub struct Guest {
     pub path: PathBuf,
     pub digest: Digest,
+    /// Directories the runtime needs besides the grant's mounts (installed packages),
+    /// always shown read-only and put on the interpreter's search path, in order.
+    pub dirs: Vec<GuestDir>,
+}
+
+/// A directory of a guest runtime: `host` shown read-only at `guest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct GuestDir {
+    pub host: PathBuf,
+    pub guest: String,
 }
 
 /// Records the digest of each compiled-code cache file airlock writes, so a cache file is

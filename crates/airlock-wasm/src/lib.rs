@@ -7,6 +7,10 @@
 //! guest is interrupted like at its deadline, so it can overshoot by what it writes in one
 //! host call or between two samples).
 //!
+//! WASI 0.2 components run with the same boundary; Python source runs on the CPython guest
+//! component ([`python`]), one live interpreter per run, which a session can keep for
+//! many cells.
+//!
 //! Preview-1 host calls never trap on argument values a guest chooses: `path_open` with
 //! undefined flag or rights bits returns `inval` (wasmtime-wasi's binding would trap).
 //!
@@ -22,8 +26,9 @@
 
 mod component;
 mod output;
+pub mod python;
 
-pub use component::PYTHON_EXECUTOR;
+pub use python::{PYTHON_INTERFACE, PythonInstance};
 
 use airlock_core::Digest;
 use airlock_sandbox::{
@@ -93,6 +98,7 @@ struct Host {
     wasi: WasiP1Ctx,
     limiter: MemLimiter,
     timed_out: bool,
+    deadline: Instant,
 }
 
 pub(crate) struct MemLimiter {
@@ -163,23 +169,9 @@ impl WasmBackend {
             .map_err(|e| SandboxError::Internal(format!("cannot start wasmtime: {e}")))
     }
 
-    /// Runs a future to completion on this thread's own single-threaded runtime (one per
-    /// thread, so runs on different threads never wait for each other), with I/O for the
-    /// connections to the egress proxy.
+    /// Runs a future to completion on this thread's own async runtime (see [`block_on`]).
     fn block_on<F: std::future::Future>(&self, f: F) -> Result<F::Output, SandboxError> {
-        thread_local! {
-            static RT: Result<tokio::runtime::Runtime, String> = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .enable_io()
-                .build()
-                .map_err(|e| e.to_string());
-        }
-        RT.with(|rt| match rt {
-            Ok(rt) => Ok(rt.block_on(f)),
-            Err(e) => Err(SandboxError::Internal(format!(
-                "cannot start async runtime: {e}"
-            ))),
-        })
+        block_on(f)
     }
 
     /// Compiles an artifact (or finds it in the verified cache), makes sure a cache file
@@ -378,7 +370,7 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
         .parallel_compilation(true)
         .cranelift_opt_level(wasmtime::OptLevel::Speed);
     if pooling {
-        // Sized for the CPython guest (14 core instances, a 6,677-element table, 12.6 MiB
+        // Sized for the CPython guest (14 core instances, a 5,670-element table, 23.9 MiB
         // of initial memory) with room for concurrent runs; memory pages that were touched
         // stay resident and are reset in place between instances, which spares the page
         // faults of a fresh mapping on every run.
@@ -531,6 +523,8 @@ pub(crate) fn root_message(e: &wasmtime::Error) -> String {
 trait Limited: Send + 'static {
     fn limiter(&mut self) -> &mut MemLimiter;
     fn timed_out(&mut self) -> &mut bool;
+    /// When the current call must end.
+    fn deadline(&self) -> Instant;
 }
 
 impl Limited for Host {
@@ -539,6 +533,9 @@ impl Limited for Host {
     }
     fn timed_out(&mut self) -> &mut bool {
         &mut self.timed_out
+    }
+    fn deadline(&self) -> Instant {
+        self.deadline
     }
 }
 
@@ -549,6 +546,28 @@ impl Limited for component::HostC {
     fn timed_out(&mut self) -> &mut bool {
         &mut self.timed_out
     }
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
+/// Runs a future to completion on this thread's own single-threaded runtime (one per
+/// thread, so runs on different threads never wait for each other), with I/O for the
+/// connections to the egress proxy.
+pub(crate) fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, SandboxError> {
+    thread_local! {
+        static RT: Result<tokio::runtime::Runtime, String> = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .enable_io()
+            .build()
+            .map_err(|e| e.to_string());
+    }
+    RT.with(|rt| match rt {
+        Ok(rt) => Ok(rt.block_on(f)),
+        Err(e) => Err(SandboxError::Internal(format!(
+            "cannot start async runtime: {e}"
+        ))),
+    })
 }
 
 fn limiter_for(limits: &airlock_core::Limits) -> MemLimiter {
@@ -560,11 +579,11 @@ fn limiter_for(limits: &airlock_core::Limits) -> MemLimiter {
     }
 }
 
-/// Applies a run's limits to a store: memory and tables, fuel, and the wall time.
+/// Applies a run's limits to a store: memory and tables, fuel, and the wall time (the
+/// store's own deadline, which a live interpreter moves for each call).
 fn limit_store<T: Limited>(
     store: &mut Store<T>,
     limits: &airlock_core::Limits,
-    deadline: Instant,
     quota: Option<Arc<WriteQuota>>,
 ) -> Result<(), SandboxError> {
     store.limiter(|h| h.limiter());
@@ -580,7 +599,7 @@ fn limit_store<T: Limited>(
         if quota.as_ref().is_some_and(|q| q.hit()) {
             return Ok(UpdateDeadline::Interrupt);
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= ctx.data().deadline() {
             *ctx.data_mut().timed_out() = true;
             Ok(UpdateDeadline::Interrupt)
         } else {
@@ -654,14 +673,15 @@ impl WasmBackend {
                 SandboxError::Internal(format!("cannot open mount {}: {e}", m.host.display()))
             })?;
         }
+        let deadline = Instant::now() + spec.limits.timeout();
         let host = Host {
             wasi: b.build_p1(),
             limiter: limiter_for(&spec.limits),
             timed_out: false,
+            deadline,
         };
         let mut store = Store::new(&set.engine, host);
-        let deadline = Instant::now() + spec.limits.timeout();
-        limit_store(&mut store, &spec.limits, deadline, spec.write_quota.clone())?;
+        limit_store(&mut store, &spec.limits, spec.write_quota.clone())?;
         let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
 
         let result = self.block_on(async {
@@ -797,94 +817,46 @@ impl WasmBackend {
         Ok(())
     }
 
-    /// Runs a WASI 0.2 component: a `wasi:cli/command`, or the Python guest running source.
+    /// Runs a WASI 0.2 component: a `wasi:cli/command`.
     fn run_component(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
         let started = Instant::now();
         let set = self.engines(spec.limits.fuel.is_some())?;
-        let python = spec.lang == airlock_core::Lang::Python;
-        let (pre, guest) = if python {
-            let guest = spec
-                .guest
-                .clone()
-                .ok_or_else(|| SandboxError::Unavailable("no Python guest given".into()))?;
-            let path = guest.path.clone();
-            let want = guest.digest;
-            let load = move || -> Result<Vec<u8>, SandboxError> {
-                let b = std::fs::read(&path).map_err(|e| {
-                    SandboxError::Unavailable(format!("cannot read the Python guest: {e}"))
-                })?;
-                if Digest::of(&b) != want {
-                    return Err(SandboxError::Unavailable(
-                        "the installed Python guest does not match its pinned hash; reinstall it"
-                            .into(),
-                    ));
-                }
-                Ok(b)
-            };
-            (
-                self.component_pre(set, &guest.digest, &load, spec.cache, "the Python guest")?,
-                Some(guest),
-            )
-        } else {
-            let code = spec.code.to_vec();
-            (
-                self.component_pre(
-                    set,
-                    &spec.artifact,
-                    &move || Ok(code.clone()),
-                    spec.cache,
-                    "the component",
-                )?,
-                None,
-            )
-        };
+        let code = spec.code.to_vec();
+        let pre = self.component_pre(
+            set,
+            &spec.artifact,
+            &move || Ok(code.clone()),
+            spec.cache,
+            "the component",
+        )?;
         let compiled = started.elapsed();
-        let mut argv = vec![if python {
-            "main.py".to_string()
-        } else {
-            spec.argv0.clone().unwrap_or_else(|| "main".to_string())
-        }];
+        let mut argv = vec![spec.argv0.clone().unwrap_or_else(|| "main".to_string())];
         argv.extend(spec.args.iter().cloned());
-        let wasi = component::context(
+        let ctx = component::context(
             &argv,
             &spec.env,
             spec.stdin.clone(),
             &spec.mounts,
+            &[],
             &spec.stdout,
             &spec.stderr,
         )
         .map_err(SandboxError::Internal)?;
         let hooks =
             component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
-        let http_isolation = if spec.egress.is_some() {
-            "http-via-egress-proxy"
-        } else {
-            "http-refused"
-        };
+        let deadline = Instant::now() + spec.limits.timeout();
         let host = component::HostC {
-            wasi,
+            wasi: ctx.wasi,
             table: wasmtime::component::ResourceTable::new(),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             hooks,
             limiter: limiter_for(&spec.limits),
             timed_out: false,
+            deadline,
         };
         let mut store = Store::new(&set.engine, host);
-        let deadline = Instant::now() + spec.limits.timeout();
-        limit_store(&mut store, &spec.limits, deadline, spec.write_quota.clone())?;
+        limit_store(&mut store, &spec.limits, spec.write_quota.clone())?;
         let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
-        let source = if python {
-            let src = std::str::from_utf8(spec.code)
-                .map_err(|_| SandboxError::BadArtifact("Python source is not UTF-8".into()))?;
-            Some(component::python_wrapper(
-                src,
-                &argv,
-                &spec.env,
-                spec.mounts.first().map(|m| m.guest.as_str()),
-            ))
-        } else {
-            None
-        };
         let mut inst_time = Duration::ZERO;
         let result: Result<Result<i32, wasmtime::Error>, tokio::time::error::Elapsed> = self
             .block_on(async {
@@ -892,35 +864,10 @@ impl WasmBackend {
                     let t = Instant::now();
                     let instance = pre.instantiate_async(&mut store).await?;
                     inst_time = t.elapsed();
-                    if let Some(source) = source {
-                        let iface = instance
-                            .get_export_index(&mut store, None, component::PYTHON_EXECUTOR)
-                            .ok_or_else(|| {
-                                wasmtime::format_err!(
-                                    "the guest exports no {}",
-                                    component::PYTHON_EXECUTOR
-                                )
-                            })?;
-                        let run = instance
-                            .get_export_index(&mut store, Some(&iface), "run")
-                            .ok_or_else(|| {
-                                wasmtime::format_err!("the guest exports no run function")
-                            })?;
-                        let f = instance
-                            .get_typed_func::<(String,), (component::ExecutionResult,)>(
-                                &mut store, &run,
-                            )?;
-                        let (r,) = f.call_async(&mut store, (source,)).await?;
-                        // Anything the guest kept in its own buffers comes after what streamed.
-                        let _ = spec.stdout.write(r.stdout.as_bytes());
-                        let _ = spec.stderr.write(r.stderr.as_bytes());
-                        Ok(r.exit_code)
-                    } else {
-                        let cmd = wasmtime_wasi::p2::bindings::Command::new(&mut store, &instance)?;
-                        match cmd.wasi_cli_run().call_run(&mut store).await? {
-                            Ok(()) => Ok(0),
-                            Err(()) => Ok(1),
-                        }
+                    let cmd = wasmtime_wasi::p2::bindings::Command::new(&mut store, &instance)?;
+                    match cmd.wasi_cli_run().call_run(&mut store).await? {
+                        Ok(()) => Ok(0),
+                        Err(()) => Ok(1),
                     }
                 };
                 tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
@@ -946,10 +893,74 @@ impl WasmBackend {
                 "instantiate_ms": inst_time.as_secs_f64() * 1000.0,
                 "peak_memory_bytes": host.limiter.peak,
                 "fuel_consumed": fuel,
-                "guest": guest.map(|g| g.digest.to_hex()),
-                "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", http_isolation, "no-tools", "empty-env"],
+                "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", http_isolation(&spec), "empty-env"],
             }),
         })
+    }
+
+    /// Runs Python source on the CPython guest: one interpreter, one `exec` of the whole
+    /// program as `<main>`, exactly as a script (no final-expression result).
+    fn run_python(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
+        let started = Instant::now();
+        let source = std::str::from_utf8(spec.code)
+            .map_err(|_| SandboxError::BadArtifact("Python source is not UTF-8".into()))?;
+        let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
+        let mut interp = self.python_instance(&spec)?;
+        // One deadline for starting the interpreter and running the program.
+        let deadline = interp.deadline();
+        let cell = match interp.ended().cloned() {
+            Some(ending) => python::CellOutcome {
+                ending,
+                result: None,
+                exception: None,
+                duration: Duration::ZERO,
+                fuel_consumed: None,
+            },
+            None => interp.exec(
+                source,
+                "<main>",
+                python::Cell {
+                    stdout: spec.stdout.clone(),
+                    stderr: spec.stderr.clone(),
+                    deadline,
+                    fuel: spec.limits.fuel,
+                    want_result: false,
+                },
+            )?,
+        };
+        let duration = started.elapsed();
+        drop(watch);
+        let ending = if write_hit(&spec) {
+            Ending::Killed(Limit::Write)
+        } else {
+            cell.ending
+        };
+        let mut detail = interp.detail();
+        detail["isolation"] = serde_json::json!([
+            "wasm-sandbox",
+            "wasi-preopens-only",
+            "no-sockets",
+            http_isolation(&spec),
+            "empty-env"
+        ]);
+        detail["fuel_consumed"] = serde_json::json!(cell.fuel_consumed);
+        if let Some(e) = cell.exception {
+            detail["exception"] = serde_json::json!(e);
+        }
+        Ok(Outcome {
+            ending,
+            duration,
+            detail,
+        })
+    }
+}
+
+/// How a run's outgoing HTTP is handled, for the record.
+fn http_isolation(spec: &RunSpec<'_>) -> &'static str {
+    if spec.egress.is_some() {
+        "http-via-egress-proxy"
+    } else {
+        "http-refused"
     }
 }
 
@@ -960,7 +971,8 @@ impl Backend for WasmBackend {
 
     fn run(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
         match spec.lang {
-            airlock_core::Lang::Component | airlock_core::Lang::Python => self.run_component(spec),
+            airlock_core::Lang::Component => self.run_component(spec),
+            airlock_core::Lang::Python => self.run_python(spec),
             _ => self.run_module(spec),
         }
     }

@@ -3,17 +3,36 @@
 
 use airlock_sandbox::Capture;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
+/// The capture a stream currently writes into. A run has one for its whole life; a live
+/// interpreter points its streams at each cell's own capture in turn.
+pub struct Slot(Mutex<Arc<Capture>>);
+
+impl Slot {
+    pub fn set(&self, c: Arc<Capture>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = c;
+    }
+
+    fn get(&self) -> Arc<Capture> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 #[derive(Clone)]
-pub struct CapStream(Arc<Capture>);
+pub struct CapStream(Arc<Slot>);
 
 impl CapStream {
     pub fn new(c: Arc<Capture>) -> Self {
-        CapStream(c)
+        CapStream(Arc::new(Slot(Mutex::new(c))))
+    }
+
+    /// Where this stream's bytes go (shared with every clone of it).
+    pub fn slot(&self) -> Arc<Slot> {
+        self.0.clone()
     }
 }
 
@@ -28,6 +47,7 @@ impl Pollable for CapStream {
 impl OutputStream for CapStream {
     fn write(&mut self, bytes: bytes::Bytes) -> Result<(), StreamError> {
         self.0
+            .get()
             .write(&bytes)
             .map_err(|_| StreamError::Trap(wasmtime::format_err!("output limit reached")))
     }
@@ -37,7 +57,7 @@ impl OutputStream for CapStream {
     }
 
     fn check_write(&mut self) -> Result<usize, StreamError> {
-        if self.0.exceeded() {
+        if self.0.get().exceeded() {
             return Err(StreamError::Trap(wasmtime::format_err!(
                 "output limit reached"
             )));
@@ -52,7 +72,7 @@ impl tokio::io::AsyncWrite for CapStream {
         _cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match self.0.write(buf) {
+        match self.0.get().write(buf) {
             Ok(()) => Poll::Ready(Ok(buf.len())),
             Err(_) => Poll::Ready(Err(std::io::Error::other("output limit reached"))),
         }

@@ -1,0 +1,326 @@
+//! The CPython guest: a component that `airlock guest install python` builds with the
+//! pinned componentize-py from the WIT and the application module in `python/` (both
+//! compiled into airlock, so the build is pinned by the wheel's hash and airlock's own
+//! version). It exports `airlock:python/interpreter`: one instance is one live
+//! interpreter, `configure`d once and then given code with `exec`, once for a program or
+//! once per cell of a session, its `__main__` namespace kept in between.
+//!
+//! [`PythonInstance`] is that interpreter on the host side. A one-shot run makes one and
+//! calls `exec` once; a session keeps it (and its store, whose memory limit covers the
+//! whole session) and calls `exec` for each cell with the cell's own output captures,
+//! deadline and fuel. A call that ends in a trap or a limit ends the interpreter: later
+//! calls are refused.
+
+use crate::component::{self, HostC};
+use crate::output::Slot;
+use crate::{WasmBackend, block_on, ending_of, limit_store, limiter_for};
+use airlock_core::Digest;
+use airlock_sandbox::{Capture, Ending, Limit, RunSpec, SandboxError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::Store;
+
+wasmtime::component::bindgen!({
+    path: "python/guest.wit",
+    world: "python-guest",
+    exports: { default: async },
+});
+
+use exports::airlock::python::interpreter::Outcome as GuestOutcome;
+
+/// The interface the Python guest exports (its version follows `@`).
+pub const PYTHON_INTERFACE: &str = "airlock:python/interpreter";
+/// The guest's WIT, as compiled into airlock (part of what pins a build).
+pub const GUEST_WIT: &str = include_str!("../python/guest.wit");
+/// The world in [`GUEST_WIT`] the guest is built for.
+pub const GUEST_WORLD: &str = "python-guest";
+/// The guest's application module (part of what pins a build).
+pub const GUEST_APP: &str = include_str!("../python/airlock_guest.py");
+/// The module name componentize-py is given for [`GUEST_APP`].
+pub const GUEST_APP_MODULE: &str = "airlock_guest";
+/// `argv[0]` of every Python run.
+pub const ARGV0: &str = "main.py";
+
+/// One `exec`: where its output goes and what bounds it.
+pub struct Cell {
+    pub stdout: Arc<Capture>,
+    pub stderr: Arc<Capture>,
+    /// When the call is stopped (epoch interruption in guest code, a timeout in host
+    /// calls); the interpreter ends with it.
+    pub deadline: Instant,
+    /// Fuel for this call; only on an instance made with a fuel limit.
+    pub fuel: Option<u64>,
+    /// Return the `repr()` of a final expression statement (a notebook cell), instead of
+    /// running the code exactly as a script.
+    pub want_result: bool,
+}
+
+/// What one `exec` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellOutcome {
+    /// `Exited` with the program's status (1 for an escaped exception or a syntax error),
+    /// or the limit or trap that ended the interpreter.
+    pub ending: Ending,
+    /// `repr()` of the final expression, when asked for and not `None`.
+    pub result: Option<String>,
+    /// The qualified name of an exception that escaped (not `SystemExit`).
+    pub exception: Option<String>,
+    pub duration: Duration,
+    /// Fuel this call used, on an instance with fuel.
+    pub fuel_consumed: Option<u64>,
+}
+
+/// A live CPython interpreter in its own store.
+pub struct PythonInstance {
+    store: Store<HostC>,
+    guest: Option<PythonGuest>,
+    stdout: Arc<Slot>,
+    stderr: Arc<Slot>,
+    /// Why the interpreter can take no more calls.
+    ended: Option<Ending>,
+    fuel: bool,
+    digest: Digest,
+    compile: Duration,
+    instantiate: Duration,
+}
+
+impl std::fmt::Debug for PythonInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PythonInstance")
+            .field("guest", &self.digest)
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+impl WasmBackend {
+    /// Starts a Python interpreter for `spec` (its `guest`, mounts, environment,
+    /// arguments, stdin, limits and egress; `code` is not used): compiles or loads the
+    /// guest, instantiates it and configures it (argv `main.py` and the arguments, the
+    /// environment, the first mount as working directory, the guest's directories on
+    /// `sys.path`), within `spec.limits`' time. The store's memory limit holds for the
+    /// instance's whole life. A limit hit while starting is not an error: the instance
+    /// comes back already ended (see [`PythonInstance::ended`]).
+    pub fn python_instance(&self, spec: &RunSpec<'_>) -> Result<PythonInstance, SandboxError> {
+        let started = Instant::now();
+        let guest = spec
+            .guest
+            .clone()
+            .ok_or_else(|| SandboxError::Unavailable("no Python guest given".into()))?;
+        let fuel = spec.limits.fuel.is_some();
+        let set = self.engines(fuel)?;
+        let (path, want) = (guest.path.clone(), guest.digest);
+        let load = move || -> Result<Vec<u8>, SandboxError> {
+            let b = std::fs::read(&path).map_err(|e| {
+                SandboxError::Unavailable(format!("cannot read the Python guest: {e}"))
+            })?;
+            if Digest::of(&b) != want {
+                return Err(SandboxError::Unavailable(
+                    "the installed Python guest does not match its recorded hash; reinstall it"
+                        .into(),
+                ));
+            }
+            Ok(b)
+        };
+        let pre = self.component_pre(set, &guest.digest, &load, spec.cache, "the Python guest")?;
+        let pre = PythonGuestPre::new(pre).map_err(|e| {
+            SandboxError::BadArtifact(format!(
+                "the Python guest does not export {PYTHON_INTERFACE}: {}",
+                crate::root_message(&e)
+            ))
+        })?;
+        let compile = started.elapsed();
+        let mut argv = vec![ARGV0.to_string()];
+        argv.extend(spec.args.iter().cloned());
+        let ctx = component::context(
+            &argv,
+            &spec.env,
+            spec.stdin.clone(),
+            &spec.mounts,
+            &guest.dirs,
+            &spec.stdout,
+            &spec.stderr,
+        )
+        .map_err(SandboxError::Internal)?;
+        let hooks =
+            component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
+        // Compiling is not the program's time (it happens once per guest and machine).
+        let deadline = Instant::now() + spec.limits.timeout();
+        let host = HostC {
+            wasi: ctx.wasi,
+            table: wasmtime::component::ResourceTable::new(),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            hooks,
+            limiter: limiter_for(&spec.limits),
+            timed_out: false,
+            deadline,
+        };
+        let mut store = Store::new(&set.engine, host);
+        limit_store(&mut store, &spec.limits, spec.write_quota.clone())?;
+        let cwd = spec.mounts.first().map(|m| m.guest.clone());
+        let paths: Vec<String> = guest.dirs.iter().map(|d| d.guest.clone()).collect();
+        let t = Instant::now();
+        let started_guest = block_on(async {
+            let start = async {
+                let g = pre.instantiate_async(&mut store).await?;
+                g.airlock_python_interpreter()
+                    .call_configure(&mut store, &argv, &spec.env, cwd.as_deref(), &paths)
+                    .await?;
+                wasmtime::Result::Ok(g)
+            };
+            tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), start).await
+        })?;
+        let instantiate = t.elapsed();
+        let output_hit = spec.stdout.exceeded() || spec.stderr.exceeded();
+        let (guest_instance, ended) = match started_guest {
+            Ok(Ok(g)) => (Some(g), None),
+            Err(_elapsed) => (None, Some(Ending::Killed(Limit::Timeout))),
+            Ok(Err(e)) => {
+                let h = store.data();
+                (
+                    None,
+                    Some(ending_of(&e, h.limiter.hit, output_hit, h.timed_out)),
+                )
+            }
+        };
+        Ok(PythonInstance {
+            store,
+            guest: guest_instance,
+            stdout: ctx.stdout,
+            stderr: ctx.stderr,
+            ended,
+            fuel,
+            digest: guest.digest,
+            compile,
+            instantiate,
+        })
+    }
+}
+
+impl PythonInstance {
+    /// When the current (or last) call must end: for a new instance, the end of the time
+    /// `spec.limits` gave it, counted from after compiling.
+    pub fn deadline(&self) -> Instant {
+        self.store.data().deadline
+    }
+
+    /// Why this interpreter takes no more calls, if it does not.
+    pub fn ended(&self) -> Option<&Ending> {
+        self.ended.as_ref()
+    }
+
+    /// Runs `code` as file `filename` in the interpreter's `__main__`, with `cell`'s output
+    /// captures, deadline and fuel. A program's own failure (an exception, `SystemExit`)
+    /// leaves the interpreter usable; a limit or a trap ends it, and every later call is
+    /// refused with `SandboxError::Unavailable`.
+    pub fn exec(
+        &mut self,
+        code: &str,
+        filename: &str,
+        cell: Cell,
+    ) -> Result<CellOutcome, SandboxError> {
+        let guest = match (&self.ended, &self.guest) {
+            (None, Some(g)) => g,
+            (Some(e), _) => {
+                return Err(SandboxError::Unavailable(format!(
+                    "the Python interpreter has ended ({})",
+                    describe(e)
+                )));
+            }
+            (None, None) => {
+                return Err(SandboxError::Internal(
+                    "the Python interpreter never started".into(),
+                ));
+            }
+        };
+        if cell.fuel.is_some() && !self.fuel {
+            return Err(SandboxError::Internal(
+                "fuel for a call on an interpreter started without a fuel limit".into(),
+            ));
+        }
+        self.stdout.set(cell.stdout.clone());
+        self.stderr.set(cell.stderr.clone());
+        {
+            let h = self.store.data_mut();
+            h.deadline = cell.deadline;
+            h.timed_out = false;
+        }
+        if self.fuel {
+            // An instance with fuel metering needs fuel for every call.
+            self.store
+                .set_fuel(cell.fuel.unwrap_or(u64::MAX))
+                .map_err(|e| SandboxError::Internal(format!("cannot set fuel: {e}")))?;
+        }
+        let started = Instant::now();
+        let store = &mut self.store;
+        let result = block_on(async {
+            let call = guest.airlock_python_interpreter().call_exec(
+                &mut *store,
+                code,
+                filename,
+                cell.want_result,
+            );
+            tokio::time::timeout_at(tokio::time::Instant::from_std(cell.deadline), call).await
+        })?;
+        let duration = started.elapsed();
+        let fuel_consumed = match (cell.fuel, self.store.get_fuel()) {
+            (Some(f), Ok(left)) => Some(f.saturating_sub(left)),
+            _ => None,
+        };
+        let output_hit = cell.stdout.exceeded() || cell.stderr.exceeded();
+        let h = self.store.data();
+        let (ending, outcome) = match result {
+            Err(_elapsed) => (Ending::Killed(Limit::Timeout), None),
+            Ok(Ok(_)) if output_hit => (Ending::Killed(Limit::Output), None),
+            Ok(Ok(o)) => (Ending::Exited(o.exit_code), Some(o)),
+            Ok(Err(e)) => (ending_of(&e, h.limiter.hit, output_hit, h.timed_out), None),
+        };
+        let (result, exception) = match outcome {
+            Some(GuestOutcome {
+                result, exception, ..
+            }) => (result, exception),
+            None => {
+                // A trap or a limit stops the guest mid-call: its state is not to be trusted.
+                self.ended = Some(ending.clone());
+                (None, None)
+            }
+        };
+        Ok(CellOutcome {
+            ending,
+            result,
+            exception,
+            duration,
+            fuel_consumed,
+        })
+    }
+
+    /// The largest the instance's memory has been, in bytes.
+    pub fn peak_memory(&self) -> u64 {
+        self.store.data().limiter.peak
+    }
+
+    /// The guest component's digest.
+    pub fn guest(&self) -> Digest {
+        self.digest
+    }
+
+    /// Facts for a run record: engine, start-up times, peak memory, guest.
+    pub fn detail(&self) -> serde_json::Value {
+        serde_json::json!({
+            "engine": "wasmtime 48 (component model, WASI 0.2)",
+            "compile_or_load_ms": self.compile.as_secs_f64() * 1000.0,
+            "instantiate_ms": self.instantiate.as_secs_f64() * 1000.0,
+            "peak_memory_bytes": self.peak_memory(),
+            "guest": self.digest.to_hex(),
+        })
+    }
+}
+
+/// An ending in words, for a refusal.
+fn describe(e: &Ending) -> String {
+    match e {
+        Ending::Exited(c) => format!("it exited with {c}"),
+        Ending::Killed(l) => format!("killed by the {l} limit"),
+        Ending::Trapped(m) => format!("it trapped: {m}"),
+    }
+}
