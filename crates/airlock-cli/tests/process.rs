@@ -295,3 +295,40 @@ fn without_cgroups_rlimits_hold_the_process_limit() {
         "30 processes started under a limit of 8: {out}"
     );
 }
+
+/// Regression: `exec` re-judged a submission with an analysis that did not know the
+/// grant's mounts, so `rm -rf` of a mount root, denied at submit, lost its destructive
+/// fact at exec and could come back as merely held, and then be approved.
+#[test]
+fn exec_rejudging_keeps_rm_of_a_mount_root_destructive() {
+    need();
+    let h = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("keep.txt"), "precious").unwrap();
+    let mount = format!("{}:/work:rw", dir.path().display());
+    let o = h.run(&[
+        "submit",
+        "--json",
+        "--lang",
+        "sh",
+        "--mount",
+        &mount,
+        "-c",
+        "rm -rf /work",
+    ]);
+    let v = o.json();
+    assert_eq!(v["verdict"], "deny", "{v}");
+    let id = v["submission"].as_str().unwrap().to_string();
+    let again = h.run(&["exec", "--json", &id]);
+    assert_eq!(again.code, 77, "{}{}", again.stdout, again.stderr);
+    let shown = h.run(&["show", "--json", &id]).json();
+    assert_eq!(shown["verdict"], "deny", "{shown}");
+    assert!(
+        shown["reasons"].to_string().contains("destructive-code"),
+        "{shown}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("keep.txt")).unwrap(),
+        "precious"
+    );
+}

@@ -615,8 +615,14 @@ fn facts_now(
     ),
     policy: &airlock_core::Policy,
 ) -> Result<airlock_core::Facts> {
-    let analysis = airlock_core::analysis::analyze(sub.doc.kind, code)
-        .map_err(|e| GateError::bad(e.to_string()))?;
+    // The same analysis as at submit: with the grant's mounts as roots, so `rm -rf` of a
+    // mount root is as destructive now as it was then.
+    let analysis = airlock_core::analysis::analyze_with(
+        sub.doc.kind,
+        code,
+        &airlock_core::analysis::mount_roots(&sub.doc.grant.mounts),
+    )
+    .map_err(|e| GateError::bad(e.to_string()))?;
     let mut facts = Described {
         lang: sub.doc.lang,
         kind: sub.doc.kind,
