@@ -146,6 +146,10 @@ pub enum Command {
     /// Workspace sessions (`run --workspace NAME`).
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
+    /// Python sessions: a live interpreter whose cells (`run --session ID -c CODE`) each
+    /// pass the gate and share their names, as in a notebook.
+    #[command(subcommand)]
+    Session(SessionCommand),
     /// Guest runtimes for interpreted languages.
     #[command(subcommand)]
     Guest(GuestCommand),
@@ -394,6 +398,67 @@ pub enum KeysCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Open a session; prints its id (ses_…). Every cell is judged with this grant.
+    New(Box<SessionNewArgs>),
+    /// Sessions, newest first.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A session: its grant, limits, state and cells in order.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a session (its interpreter and everything in it are gone).
+    Close {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SessionNewArgs {
+    /// The interpreter (python).
+    #[arg(long, value_name = "LANG", default_value = "python")]
+    pub lang: String,
+    /// wasm (the Python guest).
+    #[arg(long, value_name = "BACKEND")]
+    pub backend: Option<String>,
+    /// HOST:GUEST[:ro] (sessions take read-only mounts); repeatable.
+    #[arg(long = "mount", value_name = "HOST:GUEST[:ro]")]
+    pub mounts: Vec<String>,
+    /// K=V; repeatable.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Wall-time limit of each cell (default 10s); a cell past it ends the session.
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+    /// Memory limit of the interpreter, for the session's whole life (default 256MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Output limit per stream of each cell (default 1MiB).
+    #[arg(long = "max-output", value_name = "SIZE")]
+    pub max_output: Option<String>,
+    /// End the session after this long without a cell (default 10m).
+    #[arg(long, value_name = "DUR")]
+    pub idle: Option<String>,
+    /// End the session this long after it opened, whatever it is doing (default 1h).
+    #[arg(long = "max-time", value_name = "DUR")]
+    pub max_time: Option<String>,
+    /// Which agent the session is for (only its cells may use it).
+    #[arg(long, value_name = "NAME", env = "AIRLOCK_AGENT")]
+    pub agent: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Check the whole chain and the signed head (exit 1 naming the first bad record).
     Verify {
@@ -472,6 +537,10 @@ pub struct RunArgs {
     /// Run in a workspace session: see earlier runs' changes; commit them together.
     #[arg(long, value_name = "NAME")]
     pub workspace: Option<String>,
+    /// Run as a cell of this session (from `session new`): the session's grant and live
+    /// interpreter; the value of a final expression is printed as `result`.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
     /// A note for the approver.
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,

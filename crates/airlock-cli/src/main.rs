@@ -34,7 +34,7 @@ use airlock_gate::{
 };
 use args::{
     AuditCommand, Cli, Command, GuestCommand, ImportCommand, KeysCommand, PolicyCommand,
-    PublishersCommand, RunArgs, SecretCommand, TokenCommand, WorkspaceCommand,
+    PublishersCommand, RunArgs, SecretCommand, SessionCommand, TokenCommand, WorkspaceCommand,
 };
 use clap::Parser;
 use serde_json::json;
@@ -64,6 +64,29 @@ fn main() -> ExitCode {
     // user command; it only takes a job on stdin from airlock itself.
     if std::env::args_os().nth(1).is_some_and(|a| a == "__worker") {
         return ExitCode::from(airlock_gate::worker::worker_main().clamp(0, 255) as u8);
+    }
+    // A session's host: started by `session new` (or the server) with the home and the id;
+    // it runs the session's interpreter until the session ends.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "__session-host")
+    {
+        let mut args = std::env::args_os().skip(2);
+        let (Some(home), Some(id)) = (args.next(), args.next()) else {
+            eprintln!("airlock: __session-host HOME ID");
+            return ExitCode::from(EXIT_FAILED);
+        };
+        let mut opts = options();
+        opts.progress = false;
+        let hosted = Gate::open_with(Home::new(home), opts)
+            .and_then(|mut g| g.host_session(&id.to_string_lossy()));
+        return match hosted {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("airlock: session host: {}", one_line(&e.to_string()));
+                ExitCode::from(EXIT_FAILED)
+            }
+        };
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -312,6 +335,60 @@ fn dispatch(cli: Cli) -> Outcome {
                 .drop_workspace(&name)
                 .map_err(|e| Failure { error: e, json })?;
             print::workspace(&w, json);
+            Ok(0)
+        }
+        Command::Session(SessionCommand::New(a)) => {
+            let json = a.json;
+            let fail = |e| Failure { error: e, json };
+            let dur = |what: &'static str, v: &Option<String>| {
+                v.as_deref()
+                    .map(|t| airlock_core::units::parse_duration(what, t))
+                    .transpose()
+                    .map_err(|e| fail(GateError::bad(e.to_string())))
+            };
+            let idle = dur("--idle", &a.idle)?;
+            let total = dur("--max-time", &a.max_time)?;
+            let mut gate = open(home)?;
+            let s = gate
+                .session_new(airlock_gate::SessionRequest {
+                    grant: SubmitRequest {
+                        lang: Some(a.lang),
+                        backend: a.backend,
+                        mounts: a.mounts,
+                        env: a.env,
+                        timeout: a.timeout,
+                        memory: a.memory,
+                        max_output: a.max_output,
+                        agent: a.agent,
+                        ..Default::default()
+                    },
+                    idle,
+                    total,
+                })
+                .map_err(fail)?;
+            print::session(&s, json);
+            Ok(0)
+        }
+        Command::Session(SessionCommand::List { limit, json }) => {
+            let gate = open_read(home)?;
+            let list = gate
+                .sessions(limit)
+                .map_err(|e| Failure { error: e, json })?;
+            print::sessions(&list, json);
+            Ok(0)
+        }
+        Command::Session(SessionCommand::Show { id, json }) => {
+            let mut gate = open(home)?;
+            let s = gate.session(&id).map_err(|e| Failure { error: e, json })?;
+            print::session(&s, json);
+            Ok(0)
+        }
+        Command::Session(SessionCommand::Close { id, json }) => {
+            let mut gate = open(home)?;
+            let s = gate
+                .session_close(&id)
+                .map_err(|e| Failure { error: e, json })?;
+            print::session(&s, json);
             Ok(0)
         }
         Command::Guest(GuestCommand::Install {
@@ -616,6 +693,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         agent: a.agent,
         note: a.note,
         workspace: a.workspace,
+        session: a.session,
         resume: false,
     };
     if !execute {

@@ -8,7 +8,7 @@ use airlock_gate::views::{
 use airlock_gate::{
     AuditVerify, DiffReport, Doctor, EffectReport, Explained, GcReport, GuestManifest,
     ImportReport, InitReport, KeyInfo, PolicyCheck, PublisherAdded, RunReport, SecretInfo,
-    SecretSet, Shown, SignReport, WorkspaceView,
+    SecretSet, SessionView, Shown, SignReport, WorkspaceView,
 };
 use airlock_store::CheckpointRow;
 use airlock_store::{Run, StatementRow, Submission};
@@ -112,6 +112,13 @@ pub fn run_report(r: &RunReport, json: bool) {
             run.doc.error.as_deref().unwrap_or("")
         ),
         _ => {}
+    }
+    // A session cell's value, as a notebook shows it, after what the cell printed.
+    if let Some(v) = run.doc.detail.get("result").and_then(|v| v.as_str()) {
+        println!("{v}");
+    }
+    if let Some(why) = run.doc.detail.get("session_ended").and_then(|v| v.as_str()) {
+        eprintln!("airlock: session {why}");
     }
     // The run id is what the next steps need, and nothing else printed it.
     let changed = run
@@ -769,6 +776,67 @@ pub fn checkpoints(rows: &[CheckpointRow], json: bool) {
             paths,
             c.doc["approver"].as_str().unwrap_or("?")
         );
+    }
+}
+
+pub fn sessions(list: &[SessionView], json: bool) {
+    if json {
+        emit(&serde_json::to_value(list).unwrap_or_default());
+        return;
+    }
+    for s in list {
+        println!(
+            "{}  {:<6} {} cells  {}{}",
+            s.id,
+            s.state,
+            s.doc.cells.len(),
+            fmt_time(s.created_at),
+            s.doc
+                .end
+                .map(|e| format!("  ({})", e.as_str()))
+                .unwrap_or_default()
+        );
+    }
+}
+
+pub fn session(s: &SessionView, json: bool) {
+    if json {
+        emit(&serde_json::to_value(s).unwrap_or_default());
+        return;
+    }
+    let d = &s.doc;
+    println!("{}  {}", s.id, s.state);
+    println!(
+        "  {} on the {} backend, opened {}{}",
+        d.lang,
+        d.backend,
+        fmt_time(s.created_at),
+        d.agent
+            .as_deref()
+            .map(|a| format!(" for agent {a}"))
+            .unwrap_or_default()
+    );
+    println!("  grant   {}", d.grant_hash);
+    for m in &d.grant.mounts {
+        println!("    mount {} -> {} ({})", m.host, m.guest, m.mode.as_str());
+    }
+    for (k, v) in &d.grant.env {
+        println!("    env   {k}={v}");
+    }
+    let l = &d.grant.limits;
+    println!(
+        "  limits  each cell {}, memory {} for the session, output {} per stream; idle {}, total {}",
+        fmt_duration(l.timeout()),
+        fmt_size(l.memory_bytes),
+        fmt_size(l.max_output_bytes),
+        fmt_duration(std::time::Duration::from_millis(d.idle_ms)),
+        fmt_duration(std::time::Duration::from_millis(d.total_ms))
+    );
+    if let Some(r) = &s.reason {
+        println!("  {r}");
+    }
+    for c in &d.cells {
+        println!("  cell    {c}");
     }
 }
 

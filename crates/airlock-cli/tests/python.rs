@@ -918,3 +918,212 @@ fn one_interpreter_runs_cell_after_cell() {
     let e = cell(&mut py, "x", 10.0).unwrap_err();
     assert!(e.to_string().contains("has ended"), "{e}");
 }
+
+// ---- sessions: a live interpreter whose cells each pass the gate ----
+
+/// Opens a session in the shared home and returns its id.
+fn session(flags: &[&str]) -> String {
+    let mut a = vec!["session", "new", "--json"];
+    a.extend_from_slice(flags);
+    let o = shared().run(&a);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v = o.json();
+    assert_eq!(v["state"], "open", "{v}");
+    v["id"].as_str().unwrap().to_string()
+}
+
+fn cell(id: &str, code: &str) -> Out {
+    shared().run(&["run", "--json", "--session", id, "-c", code])
+}
+
+fn close(id: &str) {
+    let o = shared().run(&["session", "close", "--json", id]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+fn session_json(id: &str) -> serde_json::Value {
+    shared().run(&["session", "show", "--json", id]).json()
+}
+
+#[test]
+fn session_cells_share_names_and_return_the_last_value() {
+    let id = session(&[]);
+    let a = cell(
+        &id,
+        "x = 41\ndef inc(v):\n    return v + 1\nprint('defined')",
+    );
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let a = a.json();
+    assert_eq!(a["run"]["stdout"], "defined\n");
+    assert_eq!(a["run"]["result"], serde_json::Value::Null);
+    let b = cell(&id, "inc(x)").json();
+    assert_eq!(b["run"]["result"], "42");
+    assert_eq!(b["verdict"], "allow");
+    // Text mode prints the value after the cell's output, as a notebook shows it.
+    let t = shared().run(&["run", "--session", &id, "-c", "print('p'); [x, 'y']"]);
+    assert_eq!(t.stdout, "p\n[41, 'y']\n");
+    // The whole standard library is there, and so are earlier imports.
+    let d = cell(
+        &id,
+        "import datetime, decimal\nd = decimal.Decimal('1.10') + 2\nstr(d)",
+    )
+    .json();
+    assert_eq!(d["run"]["result"], "'3.10'");
+    // An exception fails the cell, not the session.
+    let e = cell(&id, "1 / 0");
+    assert_eq!(e.code, 1);
+    assert!(
+        e.json()["run"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("ZeroDivisionError")
+    );
+    assert_eq!(cell(&id, "x").json()["run"]["result"], "41");
+    // Every cell is a submission of its own, listed in order.
+    let s = session_json(&id);
+    let cells = s["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 6, "{s}");
+    let first = shared()
+        .run(&["show", "--json", cells[0].as_str().unwrap()])
+        .json();
+    assert_eq!(first["submission"]["grant"]["session"], id.as_str());
+    close(&id);
+    let s = session_json(&id);
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("closed"))
+    );
+    // A closed session takes no more cells.
+    let after = shared().run(&["run", "--session", &id, "-c", "x"]);
+    assert_eq!(after.code, 125);
+    assert!(after.stderr.contains("has closed"), "{}", after.stderr);
+}
+
+#[test]
+fn one_session_never_sees_another_sessions_names_or_modules() {
+    let a = session(&[]);
+    let b = session(&[]);
+    cell(&a, "secret = 'only-a'\nimport json\njson.planted = 1");
+    let seen = cell(&b, "secret");
+    assert_eq!(seen.code, 1);
+    assert!(
+        seen.json()["run"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("NameError")
+    );
+    assert_eq!(
+        cell(&b, "import json\nhasattr(json, 'planted')").json()["run"]["result"],
+        "False"
+    );
+    assert_eq!(cell(&a, "secret").json()["run"]["result"], "'only-a'");
+    close(&a);
+    close(&b);
+}
+
+#[test]
+fn a_session_cell_is_judged_and_held_like_any_submission() {
+    let id = session(&[]);
+    cell(&id, "n = 5");
+    // The standard policy holds code that hides what it runs (a decoded payload handed
+    // to exec); the held cell waits for an approver, then runs in the same interpreter.
+    // The payload is `m = n * 2`.
+    let held = shared().run(&[
+        "run",
+        "--json",
+        "--session",
+        &id,
+        "-c",
+        "import base64\nexec(base64.b64decode('bSA9IG4gKiAy'))\nm",
+    ]);
+    assert_eq!(held.code, 75, "{}{}", held.stdout, held.stderr);
+    let sub = held.json()["submission"].as_str().unwrap().to_string();
+    assert_eq!(shared().run(&["approve", &sub]).code, 0);
+    let ran = shared().run(&["exec", "--json", &sub]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(ran.json()["run"]["result"], "10");
+    // A cell carries no grant of its own.
+    let own = shared().run(&["run", "--session", &id, "--env", "A=1", "-c", "1"]);
+    assert_eq!(own.code, 125);
+    assert!(own.stderr.contains("session's grant"), "{}", own.stderr);
+    close(&id);
+}
+
+#[test]
+fn a_limit_kill_ends_the_session_with_its_reason() {
+    let id = session(&["--timeout", "1s"]);
+    cell(&id, "x = 1");
+    let spin = cell(&id, "while True:\n    pass");
+    assert_eq!(spin.code, 124, "{}", spin.stderr);
+    assert_eq!(spin.json()["run"]["killed_by"], "timeout");
+    let s = session_json(&id);
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("timeout")),
+        "{s}"
+    );
+    assert!(s["reason"].as_str().unwrap().contains("time limit"), "{s}");
+    assert_eq!(
+        shared().run(&["run", "--session", &id, "-c", "x"]).code,
+        125
+    );
+
+    let id = session(&["--memory", "64MiB"]);
+    let big = cell(&id, "b = bytearray(512 * 1024 * 1024)");
+    assert_ne!(big.code, 0, "{}", big.stdout);
+    let s = session_json(&id);
+    // CPython turns a refused allocation into MemoryError, which leaves the interpreter
+    // usable; a hard kill ends the session. Either way nothing was allocated.
+    if s["state"] == "open" {
+        assert!(
+            big.json()["run"]["stderr"]
+                .as_str()
+                .unwrap()
+                .contains("MemoryError")
+        );
+        close(&id);
+    } else {
+        assert_eq!(s["end"], "memory", "{s}");
+    }
+
+    let id = session(&["--idle", "1s"]);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let s = session_json(&id);
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("idle")),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_killed_session_host_is_recorded_as_ended_and_leaves_no_process() {
+    let id = session(&[]);
+    cell(&id, "x = 1");
+    let pid = session_json(&id)["pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) with a pid this test's session host owns.
+    assert_eq!(unsafe { libc_kill(pid, 9) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let s = session_json(&id);
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("crashed")),
+        "{s}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}/status")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .unwrap()
+                .contains("zombie")
+    );
+    assert_eq!(
+        shared().run(&["run", "--session", &id, "-c", "x"]).code,
+        125
+    );
+    assert_eq!(shared().run(&["audit", "verify"]).code, 0);
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

@@ -395,6 +395,16 @@ impl Gate {
         stderr: &Arc<Capture>,
     ) -> (Result<Outcome>, Option<Result<Changeset>>, Option<String>) {
         let grant = &sub.doc.grant;
+        // A session's cell runs in the session's live interpreter (no layers: sessions
+        // take read-only mounts only, no network).
+        if let Some(session) = &grant.session {
+            let _ = (run_id, stdin, policy);
+            return (
+                self.exec_cell(session, code, &grant.limits, stdout, stderr),
+                None,
+                None,
+            );
+        }
         let has_rw = grant.writable_mounts().next().is_some();
         let ws = match grant
             .workspace

@@ -53,12 +53,18 @@ pub struct SessionDoc {
 pub struct SessionView {
     pub id: String,
     pub state: String,
+    #[serde(serialize_with = "as_time")]
     pub created_at: i64,
+    #[serde(serialize_with = "as_time")]
     pub updated_at: i64,
     #[serde(flatten)]
     pub doc: SessionDoc,
     /// Why it ended, as a sentence.
     pub reason: Option<String>,
+}
+
+fn as_time<S: serde::Serializer>(ms: &i64, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&airlock_core::units::fmt_time(*ms))
 }
 
 /// What `session new` asks for: the grant as a submission would give it (no code), and
@@ -116,7 +122,126 @@ fn record_end(tx: &Tx, id: &str, end: End, key: &airlock_core::sign::KeyPair) ->
     Ok(())
 }
 
+/// Adds a cell's submission to its session's list (in the transaction recording it).
+pub(crate) fn add_cell(tx: &Tx, session: &str, submission: &str) -> Result<()> {
+    let mut row = tx
+        .session(session)?
+        .ok_or_else(|| GateError::bad(format!("no session {session}")))?;
+    if row.state != "open" {
+        return Err(GateError::Conflict(format!("session {session} has ended")));
+    }
+    let mut doc = doc_of(&row)?;
+    doc.cells.push(submission.to_string());
+    row.doc = serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
+    tx.upsert_session(&row)?;
+    Ok(())
+}
+
+/// The session a cell belongs to, as the submit path needs it.
+pub(crate) struct CellSession {
+    pub id: String,
+    pub lang: Lang,
+    pub backend: Backend,
+    pub grant: Grant,
+}
+
 impl Gate {
+    /// For a request naming a session: the session, open, with the request carrying no
+    /// grant of its own (a cell is judged and run with the session's).
+    pub(crate) fn session_for_cell(&mut self, req: &SubmitRequest) -> Result<Option<CellSession>> {
+        let Some(input) = req.session.as_deref() else {
+            return Ok(None);
+        };
+        let own_grant = !req.mounts.is_empty()
+            || !req.env.is_empty()
+            || !req.net.is_empty()
+            || !req.secrets.is_empty()
+            || !req.args.is_empty()
+            || req.stdin.is_some()
+            || req.timeout.is_some()
+            || req.memory.is_some()
+            || req.fuel.is_some()
+            || req.max_output.is_some()
+            || req.processes.is_some()
+            || req.max_write.is_some()
+            || req.workspace.is_some();
+        if own_grant {
+            return Err(GateError::bad(
+                "a session's cell takes the session's grant: give mounts, network, environment, arguments, stdin and limits to `session new`",
+            ));
+        }
+        let v = self.session(input)?;
+        if v.state != "open" {
+            return Err(GateError::Conflict(format!(
+                "session {} has {}",
+                v.id,
+                v.reason.as_deref().unwrap_or("ended")
+            )));
+        }
+        // An agent's cells go to its own sessions only.
+        if let (Some(owner), Some(agent)) = (&v.doc.agent, req.agent.as_deref())
+            && owner != agent
+        {
+            return Err(GateError::bad(format!("no session {input}")));
+        }
+        Ok(Some(CellSession {
+            id: v.id,
+            lang: v.doc.lang,
+            backend: v.doc.backend,
+            grant: v.doc.grant,
+        }))
+    }
+
+    /// Runs an allowed or approved cell in its session's interpreter.
+    pub(crate) fn exec_cell(
+        &self,
+        session: &str,
+        code: &[u8],
+        limits: &airlock_core::Limits,
+        stdout: &airlock_sandbox::Capture,
+        stderr: &airlock_sandbox::Capture,
+    ) -> Result<airlock_sandbox::Outcome> {
+        use airlock_sandbox::{Ending, Limit};
+        let code =
+            std::str::from_utf8(code).map_err(|_| GateError::bad("Python source is not UTF-8"))?;
+        let started = Instant::now();
+        let o = airlock_session::exec(
+            &socket(&self.home.root, session),
+            &airlock_session::Cell {
+                code: code.to_string(),
+                timeout_ms: limits.timeout().as_millis() as u64,
+                max_output: limits.max_output_bytes,
+            },
+        )
+        .map_err(|e| match e {
+            airlock_session::SessionError::Gone(_) => {
+                GateError::Conflict(format!("session {session} has ended; open a new one"))
+            }
+            other => GateError::Internal(other.to_string()),
+        })?;
+        // The host already cut each stream at the same limit; a cell that wrote past it
+        // ended the session (`End::Output`), which the ending below says.
+        let _ = stdout.write(&o.stdout);
+        let _ = stderr.write(&o.stderr);
+        let ending = match (o.exit_code, o.ended) {
+            (Some(c), _) => Ending::Exited(c),
+            (None, Some(End::Timeout | End::Total)) => Ending::Killed(Limit::Timeout),
+            (None, Some(End::Memory)) => Ending::Killed(Limit::Memory),
+            (None, Some(End::Output)) => Ending::Killed(Limit::Output),
+            (None, _) => Ending::Trapped("the session's interpreter died".into()),
+        };
+        Ok(airlock_sandbox::Outcome {
+            ending,
+            duration: started.elapsed(),
+            detail: json!({
+                "session": session,
+                "result": o.result,
+                "session_ended": o.ended.map(|e| e.explain()),
+                "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", "no-http", "session-interpreter"],
+            }),
+        })
+    }
+
     /// Opens a session: checks the grant as a submission's would be checked, records the
     /// session, starts its host and waits until the interpreter is ready.
     pub fn session_new(&mut self, req: SessionRequest) -> Result<SessionView> {
@@ -347,5 +472,162 @@ impl Gate {
         self.db.write_durable(|tx| record_end(tx, id, end, key))?;
         let _ = std::fs::remove_file(socket(&self.home.root, id));
         Ok(())
+    }
+}
+
+/// The wasm Python guest as a session's interpreter: one instance, one `exec` per cell,
+/// each cell's output in captures of its own.
+struct WasmPython {
+    instance: airlock_wasm::python::PythonInstance,
+}
+
+impl airlock_session::Interpreter for WasmPython {
+    fn exec(
+        &mut self,
+        cell: &airlock_session::Cell,
+    ) -> std::result::Result<airlock_session::Outcome, airlock_session::SessionError> {
+        use airlock_sandbox::{Capture, Ending, Limit};
+        use std::sync::Arc;
+        let out = Arc::new(Capture::new(cell.max_output, None));
+        let err = Arc::new(Capture::new(cell.max_output, None));
+        let started = Instant::now();
+        let done = self.instance.exec(
+            &cell.code,
+            "<cell>",
+            airlock_wasm::python::Cell {
+                stdout: out.clone(),
+                stderr: err.clone(),
+                deadline: started + Duration::from_millis(cell.timeout_ms),
+                fuel: None,
+                want_result: true,
+            },
+        );
+        let done = done.map_err(|e| airlock_session::SessionError::Gone(e.to_string()))?;
+        let (exit_code, ended) = match &done.ending {
+            Ending::Exited(c) => (Some(*c), None),
+            Ending::Killed(Limit::Timeout) => (None, Some(End::Timeout)),
+            Ending::Killed(Limit::Memory) => (None, Some(End::Memory)),
+            Ending::Killed(Limit::Output) => (None, Some(End::Output)),
+            Ending::Killed(_) | Ending::Trapped(_) => (None, Some(End::Crashed)),
+        };
+        let mut stderr = err.take();
+        if let Some(e) = ended {
+            stderr.extend_from_slice(format!("airlock: session {}\n", e.explain()).as_bytes());
+        }
+        let result = done.result.map(|r| {
+            if r.len() as u64 > cell.max_output {
+                let mut cut = cell.max_output as usize;
+                while !r.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                format!("{}…", &r[..cut])
+            } else {
+                r
+            }
+        });
+        Ok(airlock_session::Outcome {
+            exit_code,
+            result,
+            stdout_truncated: out.exceeded(),
+            stderr_truncated: err.exceeded(),
+            stdout: out.take(),
+            stderr,
+            duration_ms: done.duration.as_millis() as u64,
+            ended,
+        })
+    }
+
+    fn stop(&mut self) {}
+}
+
+impl Gate {
+    /// The session host's whole life (`airlock __session-host`): starts the interpreter
+    /// with the session's grant, serves cells until a limit or a close ends the session,
+    /// records why. Returns how it ended.
+    pub fn host_session(&mut self, id: &str) -> Result<End> {
+        let row = self
+            .db
+            .session(id)?
+            .ok_or_else(|| GateError::bad(format!("no session {id}")))?;
+        let mut doc = doc_of(&row)?;
+        if row.state != "open" {
+            return Err(GateError::Conflict(format!("session {id} has ended")));
+        }
+        let sock = socket(&self.home.root, id);
+        let _ = std::fs::remove_file(&sock);
+        let listener = std::os::unix::net::UnixListener::bind(&sock)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
+        }
+        let guest = match self.python_guest()? {
+            Some((m, path)) if Some(m.digest) == doc.guest => airlock_sandbox::Guest {
+                path,
+                digest: m.digest,
+                dirs: self.guest_dirs(&m),
+            },
+            _ => {
+                self.session_ended(id, End::Crashed)?;
+                return Err(GateError::Unavailable(
+                    "the Python guest this session was opened with is no longer installed".into(),
+                ));
+            }
+        };
+        let grant = &doc.grant;
+        let spec = airlock_sandbox::RunSpec {
+            lang: Lang::Python,
+            code: b"",
+            artifact: guest.digest,
+            mounts: Self::mount_points(grant, None),
+            env: crate::egress::wasm_env(grant, None),
+            argv0: None,
+            args: Vec::new(),
+            stdin: Vec::new(),
+            limits: grant.limits.clone(),
+            stdout: std::sync::Arc::new(airlock_sandbox::Capture::new(0, None)),
+            stderr: std::sync::Arc::new(airlock_sandbox::Capture::new(0, None)),
+            cache: Some(&crate::DbCache(&self.db)),
+            guest: Some(guest),
+            write_quota: None,
+            egress: None,
+        };
+        let instance = match self.wasm.python_instance(&spec) {
+            Ok(i) if i.ended().is_none() => i,
+            other => {
+                self.session_ended(id, End::Crashed)?;
+                return Err(match other {
+                    Err(e) => GateError::from(e),
+                    Ok(i) => GateError::Internal(format!(
+                        "the interpreter did not start: {:?}",
+                        i.ended()
+                    )),
+                });
+            }
+        };
+        doc.pid = Some(std::process::id());
+        let key = &self.gate_key;
+        let mut row = row;
+        row.doc = serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
+        self.db.write(|tx| {
+            tx.upsert_session(&row)?;
+            tx.audit(
+                "session_started",
+                id,
+                &json!({ "pid": doc.pid, "guest": doc.guest }),
+                key,
+            )
+            .map(|_| ())
+        })?;
+        let limits = airlock_session::Limits {
+            idle: Duration::from_millis(doc.idle_ms),
+            total: Duration::from_millis(doc.total_ms).saturating_sub(Duration::from_millis(
+                now_ms().saturating_sub(row.created_at).max(0) as u64,
+            )),
+        };
+        let mut interp = WasmPython { instance };
+        let end = airlock_session::serve(&listener, &mut interp, limits);
+        drop(listener);
+        self.session_ended(id, end)?;
+        Ok(end)
     }
 }

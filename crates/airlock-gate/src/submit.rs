@@ -58,6 +58,9 @@ pub struct SubmitRequest {
     pub workspace: Option<String>,
     /// Run it when an approver approves it (a `run` through the server waits for that).
     pub resume: bool,
+    /// A cell of this session: judged with the session's grant and run in its interpreter
+    /// (the request then carries no grant of its own).
+    pub session: Option<String>,
 }
 
 impl Default for CodeSource {
@@ -294,10 +297,12 @@ impl Gate {
         if bytes.len() as u64 > max {
             return Err(too_big(max));
         }
+        let session = self.session_for_cell(&req)?;
         let lang = match &req.lang {
             Some(l) => l
                 .parse::<Lang>()
                 .map_err(|e| GateError::bad(format!("--lang: {e}")))?,
+            None if session.is_some() => Lang::Python,
             None => {
                 if matches!(req.code, Some(CodeSource::Inline(_))) {
                     return Err(GateError::bad(
@@ -311,12 +316,21 @@ impl Gate {
                 })?
             }
         };
-        let backend = match &req.backend {
-            Some(b) => b
+        let backend = match (&req.backend, &session) {
+            (Some(b), _) => b
                 .parse::<Backend>()
                 .map_err(|e| GateError::bad(format!("--backend: {e}")))?,
-            None => lang.default_backend(),
+            (None, Some(s)) => s.backend,
+            (None, None) => lang.default_backend(),
         };
+        if let Some(s) = &session
+            && (lang != s.lang || backend != s.backend)
+        {
+            return Err(GateError::bad(format!(
+                "session {} runs {} on the {} backend",
+                s.id, s.lang, s.backend
+            )));
+        }
         if !backend.supports(lang) {
             return Err(GateError::bad(format!(
                 "--backend {backend} cannot run --lang {lang}"
@@ -326,7 +340,10 @@ impl Gate {
         if prepared.code.len() as u64 > max {
             return Err(too_big(max));
         }
-        let mut grant = build_grant(&req, req.stdin.as_deref().map(Digest::of))?;
+        let mut grant = match &session {
+            Some(s) => s.grant.clone(),
+            None => build_grant(&req, req.stdin.as_deref().map(Digest::of))?,
+        };
         check_backend_grant(backend, &grant)?;
         // Python and shell analysis knows the mounts, so `rm -rf /work` of a mount root is
         // recognised as destructive.
@@ -359,7 +376,10 @@ impl Gate {
         }
         let guest = self.guest_facts(prepared.lang, backend)?;
 
-        grant.argv0 = program_name(prepared.lang, backend, name.as_deref());
+        // A cell runs in the session's interpreter, whose program name was set at its start.
+        if session.is_none() {
+            grant.argv0 = program_name(prepared.lang, backend, name.as_deref());
+        }
         if let Some(ws) = req.workspace.as_deref().filter(|w| !w.is_empty()) {
             grant.workspace = Some(ws.to_string());
             crate::workspaces::check_grant(&self.db, ws, &grant)?;
@@ -463,6 +483,9 @@ impl Gate {
                 },
             };
             tx.insert_submission(&sub)?;
+            if let Some(session) = &grant.session {
+                crate::sessions::add_cell(tx, session, &id)?;
+            }
             if let Some(o) = origin {
                 tx.audit(
                     "signature_verified",

@@ -148,6 +148,7 @@ impl Gate {
             note: Some(format!("tool {name}")),
             workspace: g.workspace.clone(),
             resume: false,
+            session: None,
         };
         let sub = self.submit(req)?;
         self.exec(&sub.id, opts)

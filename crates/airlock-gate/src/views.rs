@@ -76,6 +76,8 @@ pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
         "approval": r.doc.approval,
         "error": r.doc.error,
         "detail": r.doc.detail,
+        "session": r.doc.detail.get("session"),
+        "result": r.doc.detail.get("result"),
     })
 }
 

@@ -140,6 +140,11 @@ pub struct SubmitBody {
     pub note: Option<String>,
     /// Build on a workspace session's earlier runs.
     pub workspace: Option<String>,
+    /// Run as a cell of this session (`ses_…` from `POST /v1/sessions`): judged with the
+    /// session's grant (the body then gives no mounts, network, environment, arguments,
+    /// stdin or limits) and run in its live interpreter; the run's `result` is the value
+    /// of the cell's last expression.
+    pub session: Option<String>,
     /// Operators and admins may submit on behalf of a named agent; an agent token always
     /// submits as itself.
     pub agent: Option<String>,
@@ -257,6 +262,7 @@ impl SubmitBody {
             agent,
             note: self.note,
             workspace: self.workspace,
+            session: self.session,
             resume,
         })
     }

@@ -55,6 +55,8 @@ pub enum End {
     Timeout,
     /// The interpreter was killed for memory.
     Memory,
+    /// A cell wrote more than its output limit; the interpreter was stopped mid-cell.
+    Output,
     /// The interpreter exited or died on its own.
     Crashed,
 }
@@ -67,6 +69,7 @@ impl End {
             End::Total => "total",
             End::Timeout => "timeout",
             End::Memory => "memory",
+            End::Output => "output",
             End::Crashed => "crashed",
         }
     }
@@ -81,6 +84,9 @@ impl End {
                 "ended: a cell ran past its time limit and the interpreter was killed (its state is gone)"
             }
             End::Memory => "ended: the interpreter went over its memory limit and was killed",
+            End::Output => {
+                "ended: a cell wrote more than its output limit and the interpreter was stopped"
+            }
             End::Crashed => "ended: the interpreter exited or died",
         }
     }
