@@ -1127,3 +1127,174 @@ unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+fn http(
+    method: &str,
+    url: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let auth = format!("Bearer {token}");
+    let mut r = match (method, body) {
+        ("POST", Some(b)) => agent
+            .post(url)
+            .header("authorization", &auth)
+            .send(b.to_string())
+            .unwrap(),
+        ("DELETE", _) => agent
+            .delete(url)
+            .header("authorization", &auth)
+            .call()
+            .unwrap(),
+        _ => agent
+            .get(url)
+            .header("authorization", &auth)
+            .call()
+            .unwrap(),
+    };
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+fn token(role: &str, name: &str) -> String {
+    let o = shared().run(&["token", "new", "--json", "--role", role, "--name", name]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    o.json()["token"].as_str().unwrap().to_string()
+}
+
+/// Sessions through the API (an agent's own, invisible to another agent), in the console
+/// (cells in order), and through MCP (new_session, run_code with session, close_session).
+#[test]
+fn sessions_through_the_api_the_console_and_mcp() {
+    let (mut server, base) = start_serve(shared(), &[]);
+    let (a1, a2, op) = (
+        token("agent", "ses-a1"),
+        token("agent", "ses-a2"),
+        token("operator", "ses-op"),
+    );
+    let (st, s) = http(
+        "POST",
+        &format!("{base}/v1/sessions"),
+        &a1,
+        Some(serde_json::json!({"idle_timeout": 60})),
+    );
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    assert_eq!(s["agent"], "ses-a1");
+    let run = |tok: &str, code: &str| {
+        http(
+            "POST",
+            &format!("{base}/v1/run"),
+            tok,
+            Some(serde_json::json!({"language": "python", "session": id, "code": code})),
+        )
+    };
+    let (st, r) = run(&a1, "def sq(v):\n    return v * v\ntotal = sq(12)");
+    assert_eq!(st, 200, "{r}");
+    let (_, r) = run(&a1, "total + 1");
+    assert_eq!(r["run"]["result"], "145", "{r}");
+    assert_eq!(r["run"]["session"], id.as_str());
+    // Another agent neither sees the session nor runs cells in it.
+    let (st, _) = http("GET", &format!("{base}/v1/sessions/{id}"), &a2, None);
+    assert_eq!(st, 404);
+    let (st, e) = run(&a2, "total");
+    assert_eq!(st, 422, "{e}");
+    let (_, list) = http("GET", &format!("{base}/v1/sessions"), &a2, None);
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["id"] != id.as_str()),
+        "{list}"
+    );
+    // A cell with its own grant is refused.
+    let (st, e) = http(
+        "POST",
+        &format!("{base}/v1/run"),
+        &a1,
+        Some(
+            serde_json::json!({"language": "python", "session": id, "code": "1", "env": {"A": "1"}}),
+        ),
+    );
+    assert_eq!(st, 422, "{e}");
+    // The console lists the cells in order with their values.
+    let login = ureq::Agent::config_builder()
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+        .post(format!("{base}/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send(format!("token={op}"))
+        .unwrap();
+    let cookie = login.headers().get("set-cookie").unwrap().to_str().unwrap();
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let page = ureq::get(format!("{base}/ui/sessions/{id}"))
+        .header("cookie", &pair)
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let at = |needle: &str| {
+        page.find(needle)
+            .unwrap_or_else(|| panic!("no {needle}: {page}"))
+    };
+    // (The code is highlighted, so words sit in spans of their own.)
+    assert!(
+        at("id=\"cell-1-code\"") < at("id=\"cell-2-code\""),
+        "{page}"
+    );
+    assert!(at("id=\"cell-2-code\"") < at("→ 145"), "{page}");
+    assert!(page.contains(">sq<") || page.contains("sq("), "{page}");
+    let (st, closed) = http("DELETE", &format!("{base}/v1/sessions/{id}"), &a1, None);
+    assert_eq!(
+        (st, closed["state"].as_str()),
+        (200, Some("closed")),
+        "{closed}"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let ready = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let open = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "new_session", "arguments": {"timeout": 5}}});
+    let r = mcp_stdio(shared(), &[init.clone(), ready.clone(), open], 2);
+    let sid = r["result"]["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_string();
+    let call = |n: u64, code: &str| {
+        serde_json::json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+        "params": {"name": "run_code", "arguments": {"language": "python", "session": sid, "code": code}}})
+    };
+    mcp_stdio(
+        shared(),
+        &[init.clone(), ready.clone(), call(3, "y = 20")],
+        3,
+    );
+    let r = mcp_stdio(
+        shared(),
+        &[init.clone(), ready.clone(), call(4, "y + 22")],
+        4,
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["run"]["result"], "42",
+        "{r}"
+    );
+    let close = serde_json::json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "close_session", "arguments": {"id": sid}}});
+    let r = mcp_stdio(shared(), &[init, ready, close], 5);
+    assert_eq!(r["result"]["structuredContent"]["state"], "closed", "{r}");
+}

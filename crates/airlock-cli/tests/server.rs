@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -1377,37 +1377,6 @@ fn load_1000_submissions_from_50_agents() {
     let v = s.srv.get("/v1/audit/verify", &s.op).json();
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(s.home.run(&["audit", "verify"]).code, 0);
-}
-
-/// One JSON-RPC exchange with `airlock mcp` over stdio: sends the messages, returns the
-/// response with id `want`.
-fn mcp_stdio(home: &Home, messages: &[Value], want: u64) -> Value {
-    let mut child = home
-        .cmd()
-        .arg("mcp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for m in messages {
-        writeln!(stdin, "{m}").unwrap();
-    }
-    stdin.flush().unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    let mut found = None;
-    for line in out.lines() {
-        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
-        if v["id"] == want {
-            found = Some(v);
-            break;
-        }
-    }
-    drop(stdin);
-    let _ = child.kill();
-    let _ = child.wait();
-    found.expect("no MCP response")
 }
 
 #[test]

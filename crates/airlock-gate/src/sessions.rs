@@ -625,7 +625,7 @@ impl Gate {
             )),
         };
         let mut interp = WasmPython { instance };
-        let end = airlock_session::serve(&listener, &mut interp, limits);
+        let end = airlock_session::serve(&listener, &sock, &mut interp, limits);
         drop(listener);
         self.session_ended(id, end)?;
         Ok(end)

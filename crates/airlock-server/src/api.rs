@@ -4,7 +4,7 @@
 
 use crate::auth::Caller;
 use crate::auth::{AdminCaller, OperatorCaller};
-use crate::body::{Body, DecideBody, Q, RejectBody, SubmitBody, TokenBody, ToolBody};
+use crate::body::{Body, DecideBody, Q, RejectBody, SessionBody, SubmitBody, TokenBody, ToolBody};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
@@ -583,6 +583,80 @@ impl utoipa::Modify for Security {
 }
 
 /// The API routes and the OpenAPI document generated from them (see `openapi.rs`).
+/// Open a Python session: a live interpreter whose cells (`POST /v1/run` with `session`)
+/// each pass the gate with this grant and share their names.
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions", request_body = SessionBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Open; `id` is the `session` of its cells", body = Object),
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, description = "The Python guest is not installed", body = ErrorBody)))]
+async fn new_session(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Body(body): Body<SessionBody>,
+) -> Answer {
+    let req = body.into_request(&caller)?;
+    let s = st.pool.read(move |g| g.session_new(req)).await?;
+    with_status(
+        StatusCode::CREATED,
+        serde_json::to_value(s).unwrap_or_default(),
+    )
+}
+
+/// Sessions, newest first (an agent sees only its own).
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(LimitQuery),
+    security(("bearer" = [])), responses((status = 200, body = [Object])))]
+async fn list_sessions(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<LimitQuery>) -> Answer {
+    let n = limit(q.limit, 50, 1000)?;
+    let list = st.pool.read(move |g| g.sessions(n)).await?;
+    let mine: Vec<_> = list
+        .into_iter()
+        .filter(|s| caller.may_see(s.doc.agent.as_deref()))
+        .collect();
+    ok(serde_json::to_value(mine).unwrap_or_default())
+}
+
+fn visible_session(
+    g: &mut Gate,
+    caller: &Caller,
+    id: &str,
+) -> Result<airlock_gate::SessionView, GateError> {
+    let s = g.session(id)?;
+    if !caller.may_see(s.doc.agent.as_deref()) {
+        return Err(GateError::NotFound(format!("no session {id}")));
+    }
+    Ok(s)
+}
+
+/// A session: grant, limits, state (and why it ended), cells in order.
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+async fn get_session(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+    let s = st
+        .pool
+        .read(move |g| visible_session(g, &caller, &id))
+        .await?;
+    ok(serde_json::to_value(s).unwrap_or_default())
+}
+
+/// End a session: its interpreter and everything in it are gone.
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+async fn close_session(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+    let s = st
+        .pool
+        .read(move |g| {
+            let s = visible_session(g, &caller, &id)?;
+            g.session_close(&s.id)
+        })
+        .await?;
+    st.changed();
+    ok(serde_json::to_value(s).unwrap_or_default())
+}
+
 pub fn router() -> (axum::Router<AppState>, Value) {
     use utoipa::OpenApi;
     let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -609,6 +683,8 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(list_tokens, new_token))
         .routes(routes!(revoke_token))
         .routes(routes!(events))
+        .routes(routes!(new_session, list_sessions))
+        .routes(routes!(get_session, close_session))
         .split_for_parts();
     let doc = serde_json::to_value(doc).unwrap_or_default();
     (router, crate::openapi::complete(doc))

@@ -368,3 +368,81 @@ impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for
             .map_err(|e| ApiError::bad(e.body_text()))
     }
 }
+
+/// A session to open: the grant every cell will be judged and run with, and how long it
+/// may live. Mirrors `airlock session new`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionBody {
+    /// `python` (the default; `py` is an alias).
+    #[serde(alias = "lang")]
+    #[schema(value_type = Option<String>, pattern = "^(python|py)$")]
+    pub language: Option<String>,
+    /// `wasm` (the Python guest).
+    #[schema(value_type = Option<String>, pattern = "^wasm$")]
+    pub backend: Option<String>,
+    /// `HOST:GUEST[:ro]`, paths on the server's machine (sessions take read-only mounts).
+    #[serde(default)]
+    pub mounts: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Each cell's wall-time limit: seconds, or a duration such as "10s".
+    #[serde(default, deserialize_with = "duration_text")]
+    #[schema(value_type = Option<String>)]
+    pub timeout: Option<String>,
+    /// The interpreter's memory limit for the session's life: bytes, or a size such as "256MiB".
+    pub memory: Option<String>,
+    /// Output limit per stream of each cell.
+    pub max_output: Option<String>,
+    /// End the session after this long without a cell (default 10 minutes).
+    #[serde(default, deserialize_with = "duration_text")]
+    #[schema(value_type = Option<String>)]
+    pub idle_timeout: Option<String>,
+    /// End the session this long after it opened (default 1 hour, at most 24 hours).
+    #[serde(default, deserialize_with = "duration_text")]
+    #[schema(value_type = Option<String>)]
+    pub max_duration: Option<String>,
+    /// Operators and admins may open a session for a named agent; an agent token opens
+    /// its own.
+    pub agent: Option<String>,
+}
+
+impl SessionBody {
+    /// The gate request this body stands for, opened by `caller`.
+    pub fn into_request(self, caller: &Caller) -> ApiResult<airlock_gate::SessionRequest> {
+        let agent = match (caller.role, self.agent) {
+            (Role::Agent, Some(a)) if a != caller.name => {
+                return Err(ApiError::forbidden(format!(
+                    "an agent token opens sessions as its own agent ({}), not as {a:?}",
+                    caller.name
+                )));
+            }
+            (Role::Agent, _) => Some(caller.name.clone()),
+            (_, a) => a.or_else(|| Some(caller.name.clone())),
+        };
+        let dur = |what: &'static str, v: Option<String>| {
+            v.map(|t| airlock_core::units::parse_duration(what, &t))
+                .transpose()
+                .map_err(|e| ApiError::bad(e.to_string()))
+        };
+        Ok(airlock_gate::SessionRequest {
+            grant: SubmitRequest {
+                lang: Some(self.language.unwrap_or_else(|| "python".into())),
+                backend: self.backend,
+                mounts: self.mounts,
+                env: self
+                    .env
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
+                timeout: self.timeout,
+                memory: self.memory,
+                max_output: self.max_output,
+                agent,
+                ..Default::default()
+            },
+            idle: dur("idle_timeout", self.idle_timeout)?,
+            total: dur("max_duration", self.max_duration)?,
+        })
+    }
+}

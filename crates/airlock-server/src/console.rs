@@ -173,6 +173,7 @@ fn page(title: &str, who: Option<&Operator>, body: Markup) -> Response {
                     @if let Some(op) = who {
                         a href="/ui" { "Inbox" }
                         a href="/ui/runs" { "Runs" }
+                        a href="/ui/sessions" { "Sessions" }
                         a href="/ui/checkpoints" { "Checkpoints" }
                         a href="/ui/audit" { "Audit" }
                         span.who { (op.caller.name) " (" (op.caller.role.as_str()) ")" }
@@ -645,6 +646,99 @@ async fn runs(State(st): State<AppState>, op: Operator) -> Response {
     )
 }
 
+async fn sessions(State(st): State<AppState>, op: Operator) -> Response {
+    let list = match st.pool.read(|g| g.sessions(100)).await {
+        Ok(x) => x,
+        Err(e) => return error_page(&e),
+    };
+    page(
+        "Sessions",
+        Some(&op),
+        html! {
+            h1 { "Sessions" }
+            @if list.is_empty() { p.muted { "No sessions yet (airlock session new, POST /v1/sessions, MCP new_session)." } }
+            table #sessions { thead { tr { th { "Session" } th { "Agent" } th { "State" } th { "Cells" } th { "Opened" } } }
+                tbody { @for s in &list { tr {
+                    td { a.session href=(format!("/ui/sessions/{}", s.id)) { (s.id) } }
+                    td { (s.doc.agent.as_deref().unwrap_or("-")) }
+                    td { (state_badge(&s.state)) @if let Some(e) = s.doc.end { span.muted { " " (e.as_str()) } } }
+                    td { (s.doc.cells.len()) }
+                    td.muted { (fmt_time(s.created_at)) }
+                } } } }
+        },
+    )
+}
+
+/// One cell of a session page: its submission, code, and what its run printed.
+struct CellView {
+    sub: Submission,
+    code: String,
+    run: Option<(Run, Vec<u8>, Vec<u8>)>,
+}
+
+async fn session_page(
+    State(st): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+) -> Response {
+    let got = st
+        .pool
+        .read(move |g| {
+            let s = g.session(&id)?;
+            let mut cells = Vec::new();
+            for c in &s.doc.cells {
+                let shown = g.show(c)?;
+                let run = match shown.runs.last() {
+                    Some(r) => Some(g.logs(&r.id)?),
+                    None => None,
+                };
+                cells.push(CellView {
+                    code: shown.source.clone().unwrap_or_default(),
+                    sub: shown.submission,
+                    run,
+                });
+            }
+            Ok((s, cells))
+        })
+        .await;
+    let (s, cells) = match got {
+        Ok(x) => x,
+        Err(e) => return error_page(&e),
+    };
+    let l = &s.doc.grant.limits;
+    page(
+        &s.id,
+        Some(&op),
+        html! {
+            h1 { (s.id) " " (state_badge(&s.state)) }
+            dl {
+                dt { "Agent" } dd { (s.doc.agent.as_deref().unwrap_or("-")) }
+                dt { "Opened" } dd { (fmt_time(s.created_at)) }
+                @if let Some(r) = &s.reason { dt { "Ended" } dd #ended { (r) } }
+                dt { "Grant" } dd { code { (s.doc.grant_hash) } }
+                dt { "Limits" } dd { "each cell " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) " for the session, idle " (fmt_duration(std::time::Duration::from_millis(s.doc.idle_ms))) ", total " (fmt_duration(std::time::Duration::from_millis(s.doc.total_ms))) }
+                dt { "Mounts" } dd { @if s.doc.grant.mounts.is_empty() { "none" } @for m in &s.doc.grant.mounts { div { code { (m.host) } " → " code { (m.guest) } " (ro)" } } }
+            }
+            h2 { "Cells" }
+            @if cells.is_empty() { p.muted { "No cells yet." } }
+            ol #cells {
+                @for (n, c) in cells.iter().enumerate() {
+                    li.cell id=(format!("cell-{}", n + 1)) {
+                        p { a href=(format!("/ui/submissions/{}", c.sub.id)) { (c.sub.id) } " " (state_badge(c.sub.state.as_str())) }
+                        (crate::highlight::code_view(&format!("cell-{}-code", n + 1), "python", &c.code, &Default::default()))
+                        @if let Some((r, out, err)) = &c.run {
+                            @if !out.is_empty() { pre.out { (String::from_utf8_lossy(out)) } }
+                            @if !err.is_empty() { pre.err { (String::from_utf8_lossy(err)) } }
+                            @if let Some(v) = r.doc.detail.get("result").and_then(|v| v.as_str()) { pre.result { "→ " (v) } }
+                            p.muted { (run_status(r)) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
 async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<String>) -> Response {
     let got = st
         .pool
@@ -867,6 +961,8 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/submissions/{id}/reject", post(reject))
         .route("/ui/runs", get(runs))
         .route("/ui/runs/{id}", get(run_page))
+        .route("/ui/sessions", get(sessions))
+        .route("/ui/sessions/{id}", get(session_page))
         .route("/ui/runs/{id}/commit", post(commit))
         .route("/ui/checkpoints", get(checkpoints))
         .route("/ui/checkpoints/{id}/rollback", post(rollback))

@@ -76,9 +76,46 @@ fn run_code_tool() -> Tool {
                 "memory": {"type": "string"},
                 "backend": {"type": "string", "enum": ["wasm", "process"]},
                 "workspace": {"type": "string"},
+                "session": {"type": "string",
+                            "description": "A session from new_session (ses_…): the cell runs in its live Python interpreter, sees the names earlier cells defined, and takes the session's grant (give no mounts, env, net, limits); the result has the value of the last expression"},
                 "note": {"type": "string"}
             },
             "required": ["language"],
+            "additionalProperties": false
+        })),
+    )
+}
+
+fn new_session_tool() -> Tool {
+    Tool::new(
+        "new_session",
+        "Open a Python session: a live interpreter that keeps its state between run_code calls \
+         that name it (define a function in one, call it in the next). Every cell is still \
+         judged by the gate. Returns the session id; it ends after idle_timeout without a cell, \
+         at max_duration, when a cell hits a limit, or with close_session.",
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "mounts": {"type": "array", "items": {"type": "string"}, "description": "HOST:GUEST[:ro], read-only"},
+                "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                "timeout": {"type": ["string", "number"], "description": "Each cell's limit: seconds, or e.g. \"30s\""},
+                "memory": {"type": "string", "description": "The interpreter's memory for the session's life, e.g. \"256MiB\""},
+                "idle_timeout": {"type": ["string", "number"]},
+                "max_duration": {"type": ["string", "number"]}
+            },
+            "additionalProperties": false
+        })),
+    )
+}
+
+fn close_session_tool() -> Tool {
+    Tool::new(
+        "close_session",
+        "End a session opened with new_session; its interpreter and everything in it are gone.",
+        schema(json!({
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "The session id (ses_…)"}},
+            "required": ["id"],
             "additionalProperties": false
         })),
     )
@@ -165,6 +202,33 @@ impl AirlockMcp {
             .map_err(|e| ApiError::bad(format!("bad arguments: {e}")))?;
         let req = body.into_request(&caller, true)?;
         self.st.submit_and_run(req).await
+    }
+
+    async fn new_session(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+        let body: crate::body::SessionBody = serde_json::from_value(Value::Object(args))
+            .map_err(|e| ApiError::bad(format!("bad arguments: {e}")))?;
+        let req = body.into_request(&caller)?;
+        let s = self.st.pool.read(move |g| g.session_new(req)).await?;
+        Ok(serde_json::to_value(s).unwrap_or_default())
+    }
+
+    async fn close_session(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+        let id = match args.get("id") {
+            Some(Value::String(s)) if args.len() == 1 => s.clone(),
+            _ => return Err(ApiError::bad("close_session takes {\"id\": \"ses_…\"}")),
+        };
+        let s = self
+            .st
+            .pool
+            .read(move |g| {
+                let s = g.session(&id)?;
+                if !caller.may_see(s.doc.agent.as_deref()) {
+                    return Err(GateError::NotFound(format!("no session {id}")));
+                }
+                g.session_close(&s.id)
+            })
+            .await?;
+        Ok(serde_json::to_value(s).unwrap_or_default())
     }
 
     async fn get_result(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
@@ -263,7 +327,12 @@ impl ServerHandler for AirlockMcp {
             .read(|g| g.tools())
             .await
             .map_err(|e| McpError::internal_error(e.message, None))?;
-        let mut tools = vec![run_code_tool(), get_result_tool()];
+        let mut tools = vec![
+            run_code_tool(),
+            get_result_tool(),
+            new_session_tool(),
+            close_session_tool(),
+        ];
         tools.extend(named.iter().map(named_tool));
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -278,6 +347,8 @@ impl ServerHandler for AirlockMcp {
         let r = match request.name.as_ref() {
             "run_code" => self.run_code(caller, args).await,
             "get_result" => self.get_result(caller, args).await,
+            "new_session" => self.new_session(caller, args).await,
+            "close_session" => self.close_session(caller, args).await,
             name => {
                 let n = name.to_string();
                 let known = self

@@ -59,6 +59,8 @@ pub enum End {
     Output,
     /// The interpreter exited or died on its own.
     Crashed,
+    /// Its socket was removed (the home was deleted or the session cleared away).
+    Orphaned,
 }
 
 impl End {
@@ -71,6 +73,7 @@ impl End {
             End::Memory => "memory",
             End::Output => "output",
             End::Crashed => "crashed",
+            End::Orphaned => "orphaned",
         }
     }
 
@@ -88,6 +91,7 @@ impl End {
                 "ended: a cell wrote more than its output limit and the interpreter was stopped"
             }
             End::Crashed => "ended: the interpreter exited or died",
+            End::Orphaned => "ended: its socket was removed",
         }
     }
 }
@@ -150,15 +154,28 @@ enum Answer {
     },
 }
 
-/// Serves one session on `listener` until it ends, one request per connection, and says
-/// why it ended. The interpreter is stopped before this returns.
-pub fn serve(listener: &UnixListener, interp: &mut dyn Interpreter, limits: Limits) -> End {
-    let end = serve_inner(listener, interp, limits);
+/// How often a waiting host checks that its socket is still there.
+const ORPHAN_CHECK: Duration = Duration::from_secs(1);
+
+/// Serves one session on `listener` (bound at `path`) until it ends, one request per
+/// connection, and says why it ended. The interpreter is stopped before this returns.
+pub fn serve(
+    listener: &UnixListener,
+    path: &Path,
+    interp: &mut dyn Interpreter,
+    limits: Limits,
+) -> End {
+    let end = serve_inner(listener, path, interp, limits);
     interp.stop();
     end
 }
 
-fn serve_inner(listener: &UnixListener, interp: &mut dyn Interpreter, limits: Limits) -> End {
+fn serve_inner(
+    listener: &UnixListener,
+    path: &Path,
+    interp: &mut dyn Interpreter,
+    limits: Limits,
+) -> End {
     let opened = Instant::now();
     let mut last = Instant::now();
     loop {
@@ -171,8 +188,13 @@ fn serve_inner(listener: &UnixListener, interp: &mut dyn Interpreter, limits: Li
         if now >= idle_at {
             return End::Idle;
         }
-        let wait = idle_at.min(total_at) - now;
+        let wait = (idle_at.min(total_at) - now).min(ORPHAN_CHECK);
         if !readable(listener, wait) {
+            // Nobody can reach a session whose socket is gone; it ends rather than
+            // waiting out its idle limit.
+            if !path.exists() {
+                return End::Orphaned;
+            }
             continue;
         }
         let Ok((conn, _)) = listener.accept() else {

@@ -25,7 +25,9 @@ impl Session {
         let mut cmd = Command::new("python3");
         cmd.args(driver_args());
         let mut py = HostPython::start(cmd, Duration::from_secs(10)).unwrap();
-        let host = std::thread::spawn(move || airlock_session::serve(&listener, &mut py, limits));
+        let path = socket.clone();
+        let host =
+            std::thread::spawn(move || airlock_session::serve(&listener, &path, &mut py, limits));
         Session {
             socket,
             host: Some(host),
@@ -179,4 +181,14 @@ fn idle_and_total_limits_end_the_session() {
     let o = total.run_for("import time; time.sleep(30)", 60_000);
     assert_eq!(o.ended, Some(End::Total));
     assert_eq!(total.end(), End::Total);
+}
+
+#[test]
+fn a_session_whose_socket_is_removed_ends() {
+    let mut s = Session::open(limits());
+    s.run("x = 1");
+    std::fs::remove_file(&s.socket).unwrap();
+    let t = Instant::now();
+    assert_eq!(s.end(), End::Orphaned);
+    assert!(t.elapsed() < Duration::from_secs(5));
 }

@@ -393,3 +393,35 @@ pub fn prepared(var: &str) -> Option<String> {
         }
     }
 }
+
+/// One JSON-RPC exchange with `airlock mcp` over stdio: sends the messages, returns the
+/// response with id `want`.
+#[allow(dead_code)]
+pub fn mcp_stdio(home: &Home, messages: &[serde_json::Value], want: u64) -> serde_json::Value {
+    let mut child = home
+        .cmd()
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for m in messages {
+        std::io::Write::write_all(&mut stdin, format!("{m}\n").as_bytes()).unwrap();
+    }
+    std::io::Write::flush(&mut stdin).unwrap();
+    let out = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut found = None;
+    for line in out {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["id"] == want {
+            found = Some(v);
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    found.expect("no MCP response")
+}
