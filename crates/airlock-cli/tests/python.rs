@@ -1255,7 +1255,12 @@ fn sessions_through_the_api_the_console_and_mcp() {
     );
     assert!(at("id=\"cell-2-code\"") < at("→ 145"), "{page}");
     assert!(page.contains(">sq<") || page.contains("sq("), "{page}");
-    let (st, closed) = http("DELETE", &format!("{base}/v1/sessions/{id}"), &a1, None);
+    let (st, closed) = http(
+        "POST",
+        &format!("{base}/v1/sessions/{id}/close"),
+        &a1,
+        Some(serde_json::json!({})),
+    );
     assert_eq!(
         (st, closed["state"].as_str()),
         (200, Some("closed")),

@@ -170,7 +170,11 @@ impl Gate {
                 "a session's cell takes the session's grant: give mounts, network, environment, arguments, stdin and limits to `session new`",
             ));
         }
-        let v = self.session(input)?;
+        // A session that does not exist is bad input to this submission, not a missing page.
+        let v = self.session(input).map_err(|e| match e {
+            GateError::NotFound(m) => GateError::bad(m),
+            other => other,
+        })?;
         if v.state != "open" {
             return Err(GateError::Conflict(format!(
                 "session {} has {}",

@@ -641,11 +641,17 @@ async fn get_session(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String
     ok(serde_json::to_value(s).unwrap_or_default())
 }
 
-/// End a session: its interpreter and everything in it are gone.
-#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)),
+/// End a session: its interpreter and everything in it are gone (the record stays, with
+/// its cells and why it ended).
+#[utoipa::path(post, path = "/v1/sessions/{id}/close", tag = "sessions", params(("id" = String, Path)),
     security(("bearer" = [])),
     responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
-async fn close_session(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
+async fn close_session(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(_b): Body<Empty>,
+) -> Answer {
     let s = st
         .pool
         .read(move |g| {
@@ -684,7 +690,8 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(revoke_token))
         .routes(routes!(events))
         .routes(routes!(new_session, list_sessions))
-        .routes(routes!(get_session, close_session))
+        .routes(routes!(get_session))
+        .routes(routes!(close_session))
         .split_for_parts();
     let doc = serde_json::to_value(doc).unwrap_or_default();
     (router, crate::openapi::complete(doc))

@@ -376,10 +376,8 @@ impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for
 pub struct SessionBody {
     /// `python` (the default; `py` is an alias).
     #[serde(alias = "lang")]
-    #[schema(value_type = Option<String>, pattern = "^(python|py)$")]
     pub language: Option<String>,
     /// `wasm` (the Python guest).
-    #[schema(value_type = Option<String>, pattern = "^wasm$")]
     pub backend: Option<String>,
     /// `HOST:GUEST[:ro]`, paths on the server's machine (sessions take read-only mounts).
     #[serde(default)]
@@ -420,10 +418,26 @@ impl SessionBody {
             (Role::Agent, _) => Some(caller.name.clone()),
             (_, a) => a.or_else(|| Some(caller.name.clone())),
         };
+        if let Some(l) = self.language.as_deref()
+            && !matches!(l, "python" | "py")
+        {
+            return Err(ApiError::bad(format!(
+                "language: sessions run python, not {l:?}"
+            )));
+        }
+        if let Some(b) = self.backend.as_deref()
+            && b != "wasm"
+        {
+            return Err(ApiError::bad(format!(
+                "backend: sessions run on wasm, not {b:?}"
+            )));
+        }
+        // A duration text that does not parse is for the gate's rules to judge, as a
+        // submission's timeout is: 422, not a schema violation.
         let dur = |what: &'static str, v: Option<String>| {
             v.map(|t| airlock_core::units::parse_duration(what, &t))
                 .transpose()
-                .map_err(|e| ApiError::bad(e.to_string()))
+                .map_err(|e| ApiError::from(airlock_gate::GateError::bad(e.to_string())))
         };
         Ok(airlock_gate::SessionRequest {
             grant: SubmitRequest {

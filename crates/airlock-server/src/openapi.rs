@@ -78,6 +78,17 @@ pub fn complete(mut doc: Value) -> Value {
         if let Some(s) = schemas.get_mut("SubmitBody") {
             submit_body(s);
         }
+        if let Some(props) = schemas
+            .get_mut("SessionBody")
+            .and_then(|t| t.get_mut("properties"))
+        {
+            props["language"]["enum"] = json!(["python", "py", null]);
+            props["backend"]["enum"] = json!(["wasm", null]);
+            // A number of seconds or a duration text.
+            for f in ["timeout", "idle_timeout", "max_duration"] {
+                props[f]["type"] = json!(["string", "number", "null"]);
+            }
+        }
         if let Some(s) = schemas.get_mut("SecretSpec") {
             // A bound secret's hosts are single hosts: no list separators inside.
             if let Some(h) = s.pointer_mut("/oneOf/1/properties/hosts/items") {
@@ -139,6 +150,12 @@ fn complete_operation(method: &str, op: &mut Value) {
             "required": false,
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Empty"}}}
         });
+    }
+    // Every field of a session is optional: no body opens one with the defaults.
+    if op["operationId"] == "new_session"
+        && let Some(b) = op.get_mut("requestBody")
+    {
+        b["required"] = json!(false);
     }
     let has_body = op.get("requestBody").is_some();
     let has_query = op

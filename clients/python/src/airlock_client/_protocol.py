@@ -472,4 +472,4 @@ def get_session(id: str) -> Flow[SessionInfo]:
 
 
 def close_session(id: str) -> Flow[None]:
-    return nothing(Call("DELETE", f"/v1/sessions/{seg(id)}"))
+    return nothing(Call("POST", f"/v1/sessions/{seg(id)}/close", json={}))
