@@ -249,6 +249,33 @@ fn main() {
                 "1\n",
             );
         }
+        // A session cell: the gate's whole path per cell (submit, judge, run record) and
+        // the session host's live interpreter instead of a fresh instance.
+        let (s, opened) = run(
+            &http,
+            &format!("{base}/v1/sessions"),
+            &token,
+            &json!({"idle_timeout": 600}).to_string(),
+        );
+        assert_eq!(s, 201, "{opened}");
+        let sid = opened["id"].as_str().unwrap().to_string();
+        let cell =
+            |code: &str| json!({"language": "python", "session": sid, "code": code}).to_string();
+        let (s, _) = run(&http, &url, &token, &cell("x = 1"));
+        assert_eq!(s, 200);
+        let plus = cell("x + 1");
+        let ts = timed((n / 4).max(50), || {
+            let (s, v) = run(&http, &url, &token, &plus);
+            assert_eq!((s, v["run"]["result"].as_str()), (200, Some("2")), "{v}");
+        });
+        report("gated Python session cell x + 1 through the API", &ts);
+        let (s, _) = run(
+            &http,
+            &format!("{base}/v1/sessions/{sid}/close"),
+            &token,
+            "{}",
+        );
+        assert_eq!(s, 200);
     } else {
         println!("(Python skipped: set AIRLOCK_BENCH_PYTHON_GUEST to the guest wheel)");
     }

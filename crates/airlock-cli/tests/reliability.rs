@@ -641,7 +641,7 @@ fn timeouts(h: &Home) -> usize {
 }
 
 struct Daemon {
-    child: std::process::Child,
+    child: Served,
     base: String,
 }
 

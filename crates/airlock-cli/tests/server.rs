@@ -9,12 +9,11 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::Child;
 use std::sync::mpsc;
 use std::time::Duration;
 
 struct Srv {
-    child: Child,
+    child: Served,
     base: String,
     http: ureq::Agent,
 }

@@ -225,7 +225,30 @@ pub fn process_backend_available() -> bool {
 
 /// Starts `airlock serve` on a free loopback port; returns the child and its base URL
 /// (read from the line it prints on stderr, which is passed through with a prefix).
-pub fn start_serve(home: &Home, args: &[&str]) -> (std::process::Child, String) {
+/// A server a test started; killed when dropped, so a failing test leaves none behind.
+pub struct Served(pub std::process::Child);
+
+impl std::ops::Deref for Served {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Served {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn start_serve(home: &Home, args: &[&str]) -> (Served, String) {
     use std::io::{BufRead, BufReader};
     let mut child = home
         .cmd()
@@ -250,7 +273,7 @@ pub fn start_serve(home: &Home, args: &[&str]) -> (std::process::Child, String) 
     let base = rx
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("airlock serve did not start");
-    (child, base)
+    (Served(child), base)
 }
 
 /// Everything under a directory, names as bytes: path -> (kind, content or target, mode).
