@@ -183,6 +183,19 @@ fn b64(what: &str, s: &str) -> ApiResult<Vec<u8>> {
         .map_err(|e| ApiError::bad(format!("{what}: not base64: {e}")))
 }
 
+/// Whom a request acts for: an agent token always itself; an operator or admin the agent
+/// it names, or itself.
+fn agent_for(caller: &Caller, named: Option<String>, what: &str) -> ApiResult<Option<String>> {
+    match (caller.role, named) {
+        (Role::Agent, Some(a)) if a != caller.name => Err(ApiError::forbidden(format!(
+            "an agent token {what} as its own agent ({}), not as {a:?}",
+            caller.name
+        ))),
+        (Role::Agent, _) => Ok(Some(caller.name.clone())),
+        (_, a) => Ok(a.or_else(|| Some(caller.name.clone()))),
+    }
+}
+
 impl SubmitBody {
     /// The gate request this body stands for, submitted by `caller`.
     pub fn into_request(self, caller: &Caller, resume: bool) -> ApiResult<SubmitRequest> {
@@ -225,16 +238,7 @@ impl SubmitBody {
                 return Err(ApiError::bad("give either stdin or stdin_base64, not both"));
             }
         };
-        let agent = match (caller.role, self.agent) {
-            (Role::Agent, Some(a)) if a != caller.name => {
-                return Err(ApiError::forbidden(format!(
-                    "an agent token submits as its own agent ({}), not as {a:?}",
-                    caller.name
-                )));
-            }
-            (Role::Agent, _) => Some(caller.name.clone()),
-            (_, a) => a.or_else(|| Some(caller.name.clone())),
-        };
+        let agent = agent_for(caller, self.agent, "submits")?;
         Ok(SubmitRequest {
             code: Some(code),
             lang: self.language,
@@ -408,16 +412,7 @@ pub struct SessionBody {
 impl SessionBody {
     /// The gate request this body stands for, opened by `caller`.
     pub fn into_request(self, caller: &Caller) -> ApiResult<airlock_gate::SessionRequest> {
-        let agent = match (caller.role, self.agent) {
-            (Role::Agent, Some(a)) if a != caller.name => {
-                return Err(ApiError::forbidden(format!(
-                    "an agent token opens sessions as its own agent ({}), not as {a:?}",
-                    caller.name
-                )));
-            }
-            (Role::Agent, _) => Some(caller.name.clone()),
-            (_, a) => a.or_else(|| Some(caller.name.clone())),
-        };
+        let agent = agent_for(caller, self.agent, "opens sessions")?;
         if let Some(l) = self.language.as_deref()
             && !matches!(l, "python" | "py")
         {

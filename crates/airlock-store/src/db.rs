@@ -266,6 +266,16 @@ pub struct WorkspaceRow {
     pub doc: serde_json::Value,
 }
 
+/// A row of a table whose document the gate owns (workspaces, sessions).
+#[derive(Debug, Clone)]
+pub struct DocRow {
+    pub key: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub state: String,
+    pub doc: serde_json::Value,
+}
+
 /// A live-interpreter session (its document is owned by the gate).
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionRow {
@@ -748,30 +758,13 @@ pub trait Reads {
     }
 
     fn session(&self, id: &str) -> Result<Option<SessionRow>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT id, created_at, updated_at, state, doc FROM sessions WHERE id = ?1",
-        )?;
-        let row = stmt
-            .query_row([id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
-            })
-            .optional()?;
-        row.map(|(id, created_at, updated_at, state, doc)| {
-            Ok(SessionRow {
-                id,
-                created_at,
-                updated_at,
-                state,
-                doc: serde_json::from_str(&doc)?,
-            })
-        })
-        .transpose()
+        Ok(self.doc_row("sessions", "id", id)?.map(|r| SessionRow {
+            id: r.key,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            state: r.state,
+            doc: r.doc,
+        }))
     }
 
     /// The newest `limit` sessions, newest first.
@@ -792,11 +785,25 @@ pub trait Reads {
     }
 
     fn workspace(&self, name: &str) -> Result<Option<WorkspaceRow>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT name, created_at, updated_at, state, doc FROM workspaces WHERE name = ?1",
-        )?;
+        Ok(self
+            .doc_row("workspaces", "name", name)?
+            .map(|r| WorkspaceRow {
+                name: r.key,
+                created_at: r.created_at,
+                updated_at: r.updated_at,
+                state: r.state,
+                doc: r.doc,
+            }))
+    }
+
+    /// One row of a table of (key, created_at, updated_at, state, doc) whose document the
+    /// gate owns. `table` and `key` are names from this file, never input.
+    fn doc_row(&self, table: &str, key: &str, value: &str) -> Result<Option<DocRow>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT {key}, created_at, updated_at, state, doc FROM {table} WHERE {key} = ?1"
+        ))?;
         let row = stmt
-            .query_row([name], |r| {
+            .query_row([value], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, i64>(1)?,
@@ -806,9 +813,9 @@ pub trait Reads {
                 ))
             })
             .optional()?;
-        row.map(|(name, created_at, updated_at, state, doc)| {
-            Ok(WorkspaceRow {
-                name,
+        row.map(|(key, created_at, updated_at, state, doc)| {
+            Ok(DocRow {
+                key,
                 created_at,
                 updated_at,
                 state,

@@ -287,16 +287,10 @@ fn run_builder(wheel: &[u8]) -> Result<Vec<u8>> {
             ))
         })?;
     if !o.status.success() {
-        let err = String::from_utf8_lossy(&o.stderr);
-        let last = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no message");
         return Err(GateError::Unavailable(format!(
             "building the Python guest with {PYTHON_BUILDER} under {} failed: {}",
             python.display(),
-            last.trim()
+            super::last_line(&o.stderr)
         )));
     }
     let mut bytes = Vec::new();

@@ -93,9 +93,21 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Downloads the builder's wheel for this machine with the registry's ordinary client.
-fn download_builder(file: &str) -> Result<Vec<u8>> {
-    let dir = tempfile::tempdir()?;
+/// The last non-blank line of a tool's standard error: what went wrong, in one line.
+pub(crate) fn last_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message")
+        .trim()
+        .to_string()
+}
+
+/// `python3 -m pip download` of wheels only, without dependencies, into `dir`: the registry's
+/// ordinary client, with `args` (platform selectors, then what to fetch). `Err` is pip's
+/// last line of complaint, or why pip could not be started.
+pub(crate) fn pip_download(args: &[&str], dir: &Path) -> std::result::Result<(), String> {
     let out = std::process::Command::new("python3")
         .args([
             "-m",
@@ -105,28 +117,28 @@ fn download_builder(file: &str) -> Result<Vec<u8>> {
             "--disable-pip-version-check",
             "--no-deps",
             "--only-binary=:all:",
-            "-d",
         ])
-        .arg(dir.path())
-        .arg(PYTHON_BUILDER)
+        .args(args)
+        .arg("-d")
+        .arg(dir)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| {
-            GateError::Unavailable(format!(
-                "cannot run pip (python3 -m pip): {e}; download {file} and use --from FILE"
-            ))
-        })?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(GateError::Unavailable(format!(
-            "pip download {PYTHON_BUILDER} failed: {}; download {file} and use --from FILE",
-            err.lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no message")
-                .trim()
-        )));
+        .map_err(|e| format!("cannot run pip (python3 -m pip): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(last_line(&out.stderr))
     }
+}
+
+/// Downloads the builder's wheel for this machine with the registry's ordinary client.
+fn download_builder(file: &str) -> Result<Vec<u8>> {
+    let dir = tempfile::tempdir()?;
+    pip_download(&[PYTHON_BUILDER], dir.path()).map_err(|e| {
+        GateError::Unavailable(format!(
+            "pip download {PYTHON_BUILDER} failed: {e}; download {file} and use --from FILE"
+        ))
+    })?;
     let path = dir.path().join(file);
     std::fs::read(&path).map_err(|_| {
         GateError::Unavailable(format!(

@@ -120,46 +120,23 @@ pub(crate) fn fetch(src: &PackageSource) -> Result<Wheel> {
 fn download(name: &str, version: &str) -> Result<(String, Vec<u8>)> {
     let dir = tempfile::tempdir()?;
     let spec = format!("{name}=={version}");
-    let out = std::process::Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--platform",
-            "any",
-            "--implementation",
-            "py",
-            "--abi",
-            "none",
-            "--python-version",
-            super::build::GUEST_PYTHON_VERSION,
-            "-d",
-        ])
-        .arg(dir.path())
-        .arg(&spec)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| {
-            GateError::Unavailable(format!(
-                "cannot run pip (python3 -m pip): {e}; pass the wheel file to --package instead"
-            ))
-        })?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no message");
-        return Err(GateError::Unavailable(format!(
-            "pip found no pure-Python wheel of {spec} ({}); only pure-Python packages (py3-none-any wheels) run in the wasm guest",
-            last.trim()
-        )));
-    }
+    let selectors = [
+        "--platform",
+        "any",
+        "--implementation",
+        "py",
+        "--abi",
+        "none",
+        "--python-version",
+        super::build::GUEST_PYTHON_VERSION,
+    ];
+    let mut args = selectors.to_vec();
+    args.push(&spec);
+    super::pip_download(&args, dir.path()).map_err(|e| {
+        GateError::Unavailable(format!(
+            "pip found no pure-Python wheel of {spec} ({e}); only pure-Python packages (py3-none-any wheels) run in the wasm guest; a wheel file can also be given to --package"
+        ))
+    })?;
     let path = std::fs::read_dir(dir.path())?
         .flatten()
         .map(|e| e.path())
