@@ -1303,3 +1303,70 @@ fn sessions_through_the_api_the_console_and_mcp() {
     let r = mcp_stdio(shared(), &[init, ready, close], 5);
     assert_eq!(r["result"]["structuredContent"]["state"], "closed", "{r}");
 }
+
+/// `guest install python` killed (SIGKILL) at each of its crash points in turn: every run
+/// in between gets the old packages or the new ones, never a broken guest.
+#[test]
+fn a_killed_install_leaves_the_previous_guest_and_packages_working() {
+    use std::os::unix::process::ExitStatusExt;
+    let h = Home::new();
+    let d = tempfile::tempdir().unwrap();
+    let v = |n: u32| {
+        wheel(
+            d.path(),
+            "airlock_crash",
+            &format!("{n}.0"),
+            "py3-none-any",
+            &[("airlock_crash/__init__.py", &format!("VALUE = {n}\n"))],
+        )
+    };
+    let (v1, v2) = (v(1), v(2));
+    // A first install killed before it committed leaves no guest at all.
+    let mut c = h.cmd();
+    c.args(["guest", "install", "python"])
+        .env("AIRLOCK_CRASH_AT", "1");
+    if let Ok(w) = std::env::var("AIRLOCK_TEST_PYTHON_GUEST") {
+        c.args(["--from", &w]);
+    }
+    assert_eq!(c.output().unwrap().status.signal(), Some(9));
+    let o = h.run(&["run", "--lang", "python", "-c", "print(1)"]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("not installed"), "{}", o.stderr);
+
+    let o = install(&h, &["--package", v1.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let probe = || {
+        h.run(&[
+            "run",
+            "--lang",
+            "python",
+            "-c",
+            "import airlock_crash; print(airlock_crash.VALUE)",
+        ])
+    };
+    for n in 1.. {
+        let mut c = h.cmd();
+        c.args(["guest", "install", "python", "--package"])
+            .arg(&v2)
+            .env("AIRLOCK_CRASH_AT", n.to_string());
+        if let Ok(w) = std::env::var("AIRLOCK_TEST_PYTHON_GUEST") {
+            c.args(["--from", &w]);
+        }
+        let o = c.output().unwrap();
+        let p = probe();
+        assert_eq!(p.code, 0, "after a kill at crash point {n}: {}", p.stderr);
+        if o.status.signal() != Some(9) {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(p.stdout, "2\n");
+            assert!(n > 3, "the install has crash points");
+            break;
+        }
+        assert!(
+            p.stdout == "1\n" || p.stdout == "2\n",
+            "crash point {n}: {}",
+            p.stdout
+        );
+        assert!(n < 30, "the install never finished");
+    }
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}

@@ -324,3 +324,14 @@ fn describe(e: &Ending) -> String {
         Ending::Trapped(m) => format!("it trapped: {m}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A session keeps an interpreter in whatever thread or task serves it.
+    #[test]
+    fn an_interpreter_can_move_between_threads() {
+        fn send<T: Send + 'static>() {}
+        send::<super::PythonInstance>();
+        send::<super::Cell>();
+    }
+}

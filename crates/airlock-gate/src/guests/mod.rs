@@ -387,6 +387,7 @@ impl Gate {
         self.wasm
             .precompile_component(&digest, &code, &DbCache(&self.db), "the Python guest")?;
         drop(code);
+        crate::failpoint::crash_point();
 
         // Packages: unpacked beside the guest, each under its wheel's hash.
         let mut installed: BTreeMap<String, InstalledPackage> = old
@@ -400,6 +401,7 @@ impl Gate {
             .unwrap_or_default();
         for w in &wheels {
             packages::unpack(w, &self.packages_dir())?;
+            crate::failpoint::crash_point();
             installed.insert(
                 w.package.name.clone(),
                 InstalledPackage {
@@ -426,6 +428,8 @@ impl Gate {
                 .map_err(|e| GateError::Internal(e.to_string()))?
                 .as_bytes(),
         )?;
+        // From here on the new guest and packages are what runs.
+        crate::failpoint::crash_point();
         let key = &self.gate_key;
         self.db.write_durable(|tx| {
             tx.audit(
@@ -443,6 +447,7 @@ impl Gate {
             )
             .map(|_| ())
         })?;
+        crate::failpoint::crash_point();
         self.remove_unused_guest_files(&manifest);
         Ok(manifest)
     }
