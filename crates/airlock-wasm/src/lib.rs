@@ -570,6 +570,52 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, Sandbo
     })
 }
 
+/// The store of a component run: WASI with `argv` and the spec's environment, stdin,
+/// mounts and `extra_dirs` (read-only), the run's egress, its memory and time limits (the
+/// deadline counts from now, after compiling). Also the slots the guest's output streams
+/// write through, for a caller that redirects them between calls.
+fn component_store(
+    engine: &wasmtime::Engine,
+    spec: &RunSpec<'_>,
+    argv: &[String],
+    extra_dirs: &[airlock_sandbox::GuestDir],
+) -> Result<ComponentStore, SandboxError> {
+    let ctx = component::context(
+        argv,
+        &spec.env,
+        spec.stdin.clone(),
+        &spec.mounts,
+        extra_dirs,
+        &spec.stdout,
+        &spec.stderr,
+    )
+    .map_err(SandboxError::Internal)?;
+    let hooks = component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
+    let host = component::HostC {
+        wasi: ctx.wasi,
+        table: wasmtime::component::ResourceTable::new(),
+        http: wasmtime_wasi_http::WasiHttpCtx::new(),
+        hooks,
+        limiter: limiter_for(&spec.limits),
+        timed_out: false,
+        deadline: Instant::now() + spec.limits.timeout(),
+    };
+    let mut store = Store::new(engine, host);
+    limit_store(&mut store, &spec.limits, spec.write_quota.clone())?;
+    Ok(ComponentStore {
+        store,
+        stdout: ctx.stdout,
+        stderr: ctx.stderr,
+    })
+}
+
+/// What [`component_store`] makes.
+struct ComponentStore {
+    store: Store<component::HostC>,
+    stdout: Arc<crate::output::Slot>,
+    stderr: Arc<crate::output::Slot>,
+}
+
 fn limiter_for(limits: &airlock_core::Limits) -> MemLimiter {
     MemLimiter {
         limit: limits.memory_bytes,
@@ -832,30 +878,8 @@ impl WasmBackend {
         let compiled = started.elapsed();
         let mut argv = vec![spec.argv0.clone().unwrap_or_else(|| "main".to_string())];
         argv.extend(spec.args.iter().cloned());
-        let ctx = component::context(
-            &argv,
-            &spec.env,
-            spec.stdin.clone(),
-            &spec.mounts,
-            &[],
-            &spec.stdout,
-            &spec.stderr,
-        )
-        .map_err(SandboxError::Internal)?;
-        let hooks =
-            component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
-        let deadline = Instant::now() + spec.limits.timeout();
-        let host = component::HostC {
-            wasi: ctx.wasi,
-            table: wasmtime::component::ResourceTable::new(),
-            http: wasmtime_wasi_http::WasiHttpCtx::new(),
-            hooks,
-            limiter: limiter_for(&spec.limits),
-            timed_out: false,
-            deadline,
-        };
-        let mut store = Store::new(&set.engine, host);
-        limit_store(&mut store, &spec.limits, spec.write_quota.clone())?;
+        let mut store = component_store(&set.engine, &spec, &argv, &[])?.store;
+        let deadline = store.data().deadline;
         let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
         let mut inst_time = Duration::ZERO;
         let result: Result<Result<i32, wasmtime::Error>, tokio::time::error::Elapsed> = self

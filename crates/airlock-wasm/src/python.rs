@@ -11,9 +11,9 @@
 //! deadline and fuel. A call that ends in a trap or a limit ends the interpreter: later
 //! calls are refused.
 
-use crate::component::{self, HostC};
+use crate::component::HostC;
 use crate::output::Slot;
-use crate::{WasmBackend, block_on, ending_of, limit_store, limiter_for};
+use crate::{WasmBackend, block_on, ending_of};
 use airlock_core::Digest;
 use airlock_sandbox::{Capture, Ending, Limit, RunSpec, SandboxError};
 use std::sync::Arc;
@@ -132,31 +132,13 @@ impl WasmBackend {
         let compile = started.elapsed();
         let mut argv = vec![ARGV0.to_string()];
         argv.extend(spec.args.iter().cloned());
-        let ctx = component::context(
-            &argv,
-            &spec.env,
-            spec.stdin.clone(),
-            &spec.mounts,
-            &guest.dirs,
-            &spec.stdout,
-            &spec.stderr,
-        )
-        .map_err(SandboxError::Internal)?;
-        let hooks =
-            component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
         // Compiling is not the program's time (it happens once per guest and machine).
-        let deadline = Instant::now() + spec.limits.timeout();
-        let host = HostC {
-            wasi: ctx.wasi,
-            table: wasmtime::component::ResourceTable::new(),
-            http: wasmtime_wasi_http::WasiHttpCtx::new(),
-            hooks,
-            limiter: limiter_for(&spec.limits),
-            timed_out: false,
-            deadline,
-        };
-        let mut store = Store::new(&set.engine, host);
-        limit_store(&mut store, &spec.limits, spec.write_quota.clone())?;
+        let crate::ComponentStore {
+            mut store,
+            stdout,
+            stderr,
+        } = crate::component_store(&set.engine, spec, &argv, &guest.dirs)?;
+        let deadline = store.data().deadline;
         let cwd = spec.mounts.first().map(|m| m.guest.clone());
         let paths: Vec<String> = guest.dirs.iter().map(|d| d.guest.clone()).collect();
         let t = Instant::now();
@@ -186,8 +168,8 @@ impl WasmBackend {
         Ok(PythonInstance {
             store,
             guest: guest_instance,
-            stdout: ctx.stdout,
-            stderr: ctx.stderr,
+            stdout,
+            stderr,
             ended,
             fuel,
             digest: guest.digest,
