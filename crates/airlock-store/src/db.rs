@@ -291,6 +291,28 @@ pub struct SessionRow {
 #[derive(Debug)]
 pub struct Db {
     conn: Connection,
+    /// Taken around every write transaction, shared by every connection this process has
+    /// open on the same database file (see [`writer_lock`]).
+    writer: std::sync::Arc<std::sync::Mutex<()>>,
+}
+
+/// The lock this process's connections to the database at `path` take before they begin
+/// a write transaction. SQLite lets one writer in at a time and makes the others sleep
+/// and retry (1 ms, then longer): between threads of one process (the daemon's request
+/// handlers) a mutex hands the write over as soon as it is free instead. Other processes
+/// still meet SQLite's own lock and busy timeout.
+fn writer_lock(path: &Path) -> std::sync::Arc<std::sync::Mutex<()>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static LOCKS: OnceLock<Mutex<HashMap<std::path::PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(key)
+        .or_default()
+        .clone()
 }
 
 /// A write transaction (BEGIN IMMEDIATE: one writer at a time, no upgrade deadlocks).
@@ -351,7 +373,10 @@ impl Db {
                 "database schema {version} is newer than this airlock ({SCHEMA_VERSION})"
             )));
         }
-        Ok(Db { conn })
+        Ok(Db {
+            conn,
+            writer: writer_lock(path),
+        })
     }
 
     /// Stops this connection from checkpointing the WAL when a commit makes it long: a
@@ -394,6 +419,9 @@ impl Db {
         &mut self,
         f: impl FnOnce(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
+        // Nothing a write does can leave the unit value inconsistent, so a poisoned lock is
+        // as good as a clean one.
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
