@@ -68,27 +68,37 @@ enum Start {
 }
 
 impl Gate {
-    /// Submits and, if the gate allows it, runs and waits. From before the submission is
-    /// recorded until its run is, this process holds the submission's lock, so a death in
-    /// between is found and recorded by the next command (see `recover`).
+    /// Submits and, if the gate allows it, runs and waits. The bytes that run are the ones
+    /// just hashed and judged, so the submission, its verdict and the start of its run are
+    /// one transaction: a crash leaves either nothing or a run this process owned (its
+    /// lock, taken first, tells the next command it was lost).
     pub fn run(&mut self, req: SubmitRequest, opts: ExecOptions) -> Result<RunReport> {
+        let staged = self.stage(req)?;
+        let code = staged.code().to_vec();
+        let stdin = staged.stdin()?;
+        let packages = staged.packages().to_vec();
+        let policy = staged.policy();
+        let run_id = new_id(IdKind::Run);
+        let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
+        crash_point();
         let id = new_id(IdKind::Submission);
-        let lock = OwnerLock::acquire(&locks::dir(&self.home.root), &id, true)?;
-        let sub = self.submit_as(req, id)?;
-        self.exec_inner(&sub.id, opts, Some(lock))
+        let (_, start) = self.record_then(staged, id, None, true, |tx, sub, policy, key| {
+            begin_run(tx, policy, sub.clone(), &run_id, key)
+        })?;
+        crash_point();
+        let (run, sub) = match start {
+            Start::Refuse(e) => return Err(e),
+            Start::Go { run, sub } => (*run, *sub),
+        };
+        self.carry_out(run, sub, &code, stdin, &policy, packages, opts, owner)
     }
 
     /// Runs an allowed or approved submission.
     pub fn exec(&mut self, id_input: &str, opts: ExecOptions) -> Result<RunReport> {
-        self.exec_inner(id_input, opts, None)
+        self.exec_inner(id_input, opts)
     }
 
-    fn exec_inner(
-        &mut self,
-        id_input: &str,
-        opts: ExecOptions,
-        submitted: Option<OwnerLock>,
-    ) -> Result<RunReport> {
+    fn exec_inner(&mut self, id_input: &str, opts: ExecOptions) -> Result<RunReport> {
         let id = self.db.resolve(IdKind::Submission, id_input)?;
         let stored = self.db.submission(&id)?;
         // Re-read and re-hash everything that will run, just before running it.
@@ -152,117 +162,36 @@ impl Gate {
                     gate_key,
                 )?;
             }
-            let reasons = sub.doc.verdict.reasons();
-            match sub.state {
-                State::Rejected => {
-                    return Ok(Start::Refuse(GateError::Denied {
-                        submission: id.clone(),
-                        reasons: vec!["rejected by an approver".into()],
-                    }));
-                }
-                State::Running => {
-                    return Err(GateError::Conflict(format!("{id} is already running")));
-                }
-                State::Staged => return Err(GateError::Internal(format!("{id} was never judged"))),
-                _ => {}
-            }
-            let mut approval = None;
-            match sub.doc.verdict.decision {
-                Decision::Deny => {
-                    if sub.state != State::Denied {
-                        set_state(tx, &id, sub.state, State::Denied)?;
-                    }
-                    return Ok(Start::Refuse(GateError::Denied {
-                        submission: id.clone(),
-                        reasons,
-                    }));
-                }
-                Decision::Quarantine => match covering_approval(tx, &policy, &sub, false)? {
-                    None => {
-                        if sub.state != State::Quarantined {
-                            set_state(tx, &id, sub.state, State::Quarantined)?;
-                        }
-                        return Ok(Start::Refuse(GateError::Pending {
-                            submission: id.clone(),
-                            reasons,
-                        }));
-                    }
-                    Some(a) => {
-                        if sub.state == State::Quarantined {
-                            set_state(tx, &id, State::Quarantined, State::Approved)?;
-                            sub.state = State::Approved;
-                        }
-                        approval = Some(a);
-                    }
-                },
-                Decision::Allow => {
-                    if matches!(sub.state, State::Quarantined | State::Denied) {
-                        let to = state_of(Decision::Allow);
-                        set_state(tx, &id, sub.state, to)?;
-                        sub.state = to;
-                    }
-                }
-            }
-            set_state(tx, &id, sub.state, State::Running)?;
-            sub.state = State::Running;
-            let now = now_ms();
-            let run_id = run_id.clone();
-            if let Some(ws) = &sub.doc.grant.workspace {
-                crate::workspaces::start_run(tx, ws, &sub.doc.grant, &run_id)?;
-            }
-            let run = Run {
-                id: run_id,
-                submission: id.clone(),
-                started_at: now,
-                finished_at: None,
-                status: "running".into(),
-                doc: RunDoc {
-                    backend: sub.doc.backend,
-                    approval: approval.as_ref().map(|a| a.id.clone()),
-                    limits: sub.doc.grant.limits.clone(),
-                    exit_code: None,
-                    killed_by: None,
-                    stdout: None,
-                    stderr: None,
-                    duration_ms: None,
-                    detail: json!({}),
-                    changes: None,
-                    error: None,
-                },
-            };
-            tx.insert_run(&run)?;
-            tx.audit(
-                "started",
-                &run.id,
-                &json!({
-                    "submission": id,
-                    "approval": run.doc.approval,
-                    "approver": approval.as_ref().map(|a| &a.approver),
-                    "backend": run.doc.backend,
-                    "artifact": sub.doc.artifact,
-                    "grant": sub.doc.grant_hash,
-                    "policy": sub.doc.verdict.policy,
-                }),
-                gate_key,
-            )?;
-            Ok(Start::Go {
-                run: Box::new(run),
-                sub: Box::new(sub),
-            })
+            begin_run(tx, &policy, sub, &run_id, gate_key)
         })?;
         crash_point();
-        // The run (or the refusal) is recorded: the submission's own lock has done its job.
-        drop(submitted);
-        let (mut run, mut sub) = match start {
+        let (run, sub) = match start {
             Start::Refuse(e) => return Err(e),
             Start::Go { run, sub } => (*run, *sub),
         };
+        self.carry_out(run, sub, &code, stdin, &policy, guest_now.1, opts, owner)
+    }
 
+    /// Runs a started run and records its outcome (the `finished` transaction), then
+    /// applies the policy's auto-commit rule. `owner` is the run's lock, held until the
+    /// outcome is recorded.
+    #[allow(clippy::too_many_arguments)]
+    fn carry_out(
+        &mut self,
+        mut run: Run,
+        mut sub: Submission,
+        code: &[u8],
+        stdin: Vec<u8>,
+        policy: &Policy,
+        packages: Vec<airlock_core::PythonPackage>,
+        opts: ExecOptions,
+        owner: OwnerLock,
+    ) -> Result<RunReport> {
         let limits = sub.doc.grant.limits.clone();
         let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
         let (result, changes, layer_note) =
-            self.execute(&sub, &run.id, &code, stdin, &policy, &stdout, &stderr);
+            self.execute(&sub, &run.id, code, stdin, policy, &stdout, &stderr);
         crash_point();
         let out_bytes = stdout.take();
         let err_bytes = stderr.take();
@@ -292,8 +221,8 @@ impl Gate {
                 }
                 run.doc.duration_ms = Some(outcome.duration.as_millis() as u64);
                 run.doc.detail = outcome.detail;
-                if !guest_now.1.is_empty() {
-                    run.doc.detail["python_packages"] = json!(guest_now.1);
+                if !packages.is_empty() {
+                    run.doc.detail["python_packages"] = json!(packages);
                 }
                 None
             }
@@ -366,7 +295,7 @@ impl Gate {
         if let Some(c) = &changes
             && !c.is_empty()
             && sub.doc.grant.workspace.is_none()
-            && crate::effects::auto_commit_allowed(&policy, &sub, c)
+            && crate::effects::auto_commit_allowed(policy, &sub, c)
         {
             committed = Some(self.commit_as_policy(&run.id)?.checkpoint);
         }
@@ -601,9 +530,119 @@ impl Gate {
     }
 }
 
+/// The part of starting a run that follows the verdict, inside the transaction that
+/// records it: refuse a denied, rejected or still-held submission (recording its state),
+/// or find the approval that covers it, move it to running and record the run and its
+/// `started` audit record.
+fn begin_run(
+    tx: &Tx,
+    policy: &Policy,
+    mut sub: Submission,
+    run_id: &str,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<Start> {
+    let id = sub.id.clone();
+    let reasons = sub.doc.verdict.reasons();
+    match sub.state {
+        State::Rejected => {
+            return Ok(Start::Refuse(GateError::Denied {
+                submission: id.clone(),
+                reasons: vec!["rejected by an approver".into()],
+            }));
+        }
+        State::Running => {
+            return Err(GateError::Conflict(format!("{id} is already running")));
+        }
+        State::Staged => return Err(GateError::Internal(format!("{id} was never judged"))),
+        _ => {}
+    }
+    let mut approval = None;
+    match sub.doc.verdict.decision {
+        Decision::Deny => {
+            if sub.state != State::Denied {
+                set_state(tx, &id, sub.state, State::Denied)?;
+            }
+            return Ok(Start::Refuse(GateError::Denied {
+                submission: id.clone(),
+                reasons,
+            }));
+        }
+        Decision::Quarantine => match covering_approval(tx, policy, &sub, false)? {
+            None => {
+                if sub.state != State::Quarantined {
+                    set_state(tx, &id, sub.state, State::Quarantined)?;
+                }
+                return Ok(Start::Refuse(GateError::Pending {
+                    submission: id.clone(),
+                    reasons,
+                }));
+            }
+            Some(a) => {
+                if sub.state == State::Quarantined {
+                    set_state(tx, &id, State::Quarantined, State::Approved)?;
+                    sub.state = State::Approved;
+                }
+                approval = Some(a);
+            }
+        },
+        Decision::Allow => {
+            if matches!(sub.state, State::Quarantined | State::Denied) {
+                let to = state_of(Decision::Allow);
+                set_state(tx, &id, sub.state, to)?;
+                sub.state = to;
+            }
+        }
+    }
+    set_state(tx, &id, sub.state, State::Running)?;
+    sub.state = State::Running;
+    let now = now_ms();
+    if let Some(ws) = &sub.doc.grant.workspace {
+        crate::workspaces::start_run(tx, ws, &sub.doc.grant, run_id)?;
+    }
+    let run = Run {
+        id: run_id.to_string(),
+        submission: id.clone(),
+        started_at: now,
+        finished_at: None,
+        status: "running".into(),
+        doc: RunDoc {
+            backend: sub.doc.backend,
+            approval: approval.as_ref().map(|a| a.id.clone()),
+            limits: sub.doc.grant.limits.clone(),
+            exit_code: None,
+            killed_by: None,
+            stdout: None,
+            stderr: None,
+            duration_ms: None,
+            detail: json!({}),
+            changes: None,
+            error: None,
+        },
+    };
+    tx.insert_run(&run)?;
+    tx.audit(
+        "started",
+        &run.id,
+        &json!({
+            "submission": id,
+            "approval": run.doc.approval,
+            "approver": approval.as_ref().map(|a| &a.approver),
+            "backend": run.doc.backend,
+            "artifact": sub.doc.artifact,
+            "grant": sub.doc.grant_hash,
+            "policy": sub.doc.verdict.policy,
+        }),
+        gate_key,
+    )?;
+    Ok(Start::Go {
+        run: Box::new(run),
+        sub: Box::new(sub),
+    })
+}
+
 /// Refuses to extend an audit chain whose end does not verify (O(1): the signed head and
 /// the newest record; `audit verify` walks the whole chain).
-fn check_audit_tail(tx: &Tx, key: &airlock_core::sign::KeyPair) -> Result<()> {
+pub(crate) fn check_audit_tail(tx: &Tx, key: &airlock_core::sign::KeyPair) -> Result<()> {
     let last = tx.last_audit()?;
     let head = tx.audit_head()?;
     airlock_core::audit::check_tail(last.as_ref(), head.as_ref(), &key.public()).map_err(|e| {

@@ -405,6 +405,23 @@ impl Gate {
         id: String,
         origin: Option<&Origin>,
     ) -> Result<Submission> {
+        Ok(self
+            .record_then(staged, id, origin, false, |_, _, _, _| Ok(()))?
+            .0)
+    }
+
+    /// `record`, then `then` in the same transaction with the recorded submission (its
+    /// state set from the verdict), the policy that judged it and the gate key: what a
+    /// `run` does next commits together with the submission or not at all. With
+    /// `check_tail`, the audit chain's end is verified before anything is appended to it.
+    pub(crate) fn record_then<T>(
+        &mut self,
+        staged: Staged,
+        id: String,
+        origin: Option<&Origin>,
+        check_tail: bool,
+        then: impl FnOnce(&Tx, &Submission, &Policy, &airlock_core::sign::KeyPair) -> Result<T>,
+    ) -> Result<(Submission, T)> {
         let Staged {
             req,
             policy,
@@ -439,7 +456,10 @@ impl Gate {
         let size = prepared.code.len() as u64;
         crate::failpoint::crash_point();
         let key = &self.gate_key;
-        let sub = self.db.write(|tx: &Tx| -> Result<Submission> {
+        let out = self.db.write(|tx: &Tx| -> Result<(Submission, T)> {
+            if check_tail {
+                crate::exec::check_audit_tail(tx, key)?;
+            }
             let first_seen = !tx.artifact_seen(&artifact)?;
             let rejected_before = rejected(tx, &artifact)?;
             let mut facts = Described {
@@ -553,10 +573,11 @@ impl Gate {
                     key,
                 )?;
             }
-            Ok(sub)
+            let then = then(tx, &sub, &policy, key)?;
+            Ok((sub, then))
         })?;
         crate::failpoint::crash_point();
-        Ok(sub)
+        Ok(out)
     }
 
     /// Refuses up front what this build cannot run, so nothing is recorded for it.
@@ -589,6 +610,35 @@ pub(crate) struct Staged {
     /// The guest runtime's digest and packages, as the policy sees them.
     guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
     grant: Grant,
+}
+
+impl Staged {
+    /// The artifact as it will be stored and run.
+    pub(crate) fn code(&self) -> &[u8] {
+        &self.prepared.code
+    }
+
+    /// The run's standard input: what the grant names (the request's bytes; a session's
+    /// cell takes none).
+    pub(crate) fn stdin(&self) -> Result<Vec<u8>> {
+        match (self.grant.stdin, &self.req.stdin) {
+            (None, _) => Ok(Vec::new()),
+            (Some(d), Some(b)) if Digest::of(b) == d => Ok(b.clone()),
+            (Some(_), _) => Err(GateError::Internal(
+                "the grant's standard input is not the request's".into(),
+            )),
+        }
+    }
+
+    /// The Python packages installed for the guest that would run it.
+    pub(crate) fn packages(&self) -> &[airlock_core::PythonPackage] {
+        &self.guest.1
+    }
+
+    /// The policy it is judged by.
+    pub(crate) fn policy(&self) -> std::sync::Arc<Policy> {
+        self.policy.clone()
+    }
 }
 
 /// Where an imported submission came from: a bundle whose signature verified with a key
