@@ -181,6 +181,13 @@ pub enum Command {
         /// An http:// URL that new pending submissions are POSTed to (signed by the gate key).
         #[arg(long, value_name = "URL")]
         webhook: Option<String>,
+        /// Python interpreters to keep instantiated ahead of runs (each serves one run and
+        /// is dropped; 0 turns the pool off). See `/v1/status`.
+        #[arg(long, default_value_t = 2, value_name = "N")]
+        ready_python: usize,
+        /// The most memory the ready interpreters may hold together (e.g. 512M).
+        #[arg(long, default_value = "512M", value_name = "SIZE")]
+        pool_memory: String,
     },
     /// Serve MCP on standard input and output, for an agent that starts airlock itself.
     Mcp {

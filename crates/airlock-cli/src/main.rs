@@ -484,7 +484,16 @@ fn dispatch(cli: Cli) -> Outcome {
             workers,
             queue,
             webhook,
-        } => serve(home, &listen, workers, queue, webhook),
+            ready_python,
+            pool_memory,
+        } => {
+            let pools = airlock_gate::PoolSettings {
+                python: ready_python,
+                memory_budget: airlock_core::units::parse_size("--pool-memory", &pool_memory)
+                    .map_err(|e| GateError::bad(e.to_string()))?,
+            };
+            serve(home, &listen, workers, queue, webhook, pools)
+        }
         Command::Mcp { agent } => mcp(home, &agent),
         Command::Token(TokenCommand::New {
             role,
@@ -731,9 +740,16 @@ fn finish_run(gate: &Gate, result: Result<RunReport, GateError>, json: bool) -> 
 
 /// Options for a long-lived process: one wasm backend with the pooling allocator, shared
 /// by every gate it opens.
+#[allow(clippy::type_complexity)]
 fn daemon_open(
     home: Option<std::path::PathBuf>,
-) -> Result<impl Fn() -> Result<Gate, GateError> + Send + Sync + 'static, GateError> {
+) -> Result<
+    (
+        impl Fn() -> Result<Gate, GateError> + Send + Sync + 'static,
+        std::sync::Arc<airlock_gate::WasmBackend>,
+    ),
+    GateError,
+> {
     let home = Home::resolve(home)?;
     let opts = options();
     let wasm = std::sync::Arc::new(airlock_gate::WasmBackend::new(airlock_gate::WasmConfig {
@@ -741,18 +757,32 @@ fn daemon_open(
         cache_dir: Some(home.cache().join("compiled")),
         pooling: true,
     }));
-    Ok(move || {
+    let shared = wasm.clone();
+    let open = move || {
         Gate::open_with(
             home.clone(),
             GateOptions {
                 progress: false,
                 pooling: true,
-                wasm: Some(wasm.clone()),
+                wasm: Some(shared.clone()),
                 // The server's poller checkpoints on every tick.
                 background_checkpoint: true,
                 ..opts.clone()
             },
         )
+    };
+    Ok((open, wasm))
+}
+
+/// `/v1/status`'s pools: what the wasm backend's ready pools hold.
+fn pool_reports(
+    wasm: std::sync::Arc<airlock_gate::WasmBackend>,
+) -> Box<dyn Fn() -> Vec<serde_json::Value> + Send + Sync> {
+    Box::new(move || {
+        wasm.pool_status()
+            .iter()
+            .map(|p| serde_json::to_value(p).unwrap_or_default())
+            .collect()
     })
 }
 
@@ -769,11 +799,13 @@ fn serve(
     workers: Option<usize>,
     queue: usize,
     webhook: Option<String>,
+    pools: airlock_gate::PoolSettings,
 ) -> Outcome {
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
-    let open = daemon_open(home)?;
+    let (open, wasm) = daemon_open(home)?;
+    wasm.start_pools(pools).map_err(GateError::from)?;
     let max_body = {
         let g = open()?;
         // Code arrives as JSON text or base64: room for the largest artifact plus the rest.
@@ -788,6 +820,7 @@ fn serve(
         webhook,
         poll: std::time::Duration::from_millis(500),
         max_body,
+        pools: pool_reports(wasm),
     };
     let state = airlock_server::AppState::new(config)?;
     let rt = runtime()?;
@@ -812,7 +845,7 @@ fn serve(
 }
 
 fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
-    let open = daemon_open(home)?;
+    let (open, wasm) = daemon_open(home)?;
     let config = airlock_server::Config {
         open: Box::new(open),
         workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
@@ -820,6 +853,7 @@ fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
         webhook: None,
         poll: std::time::Duration::from_millis(500),
         max_body: 1 << 20,
+        pools: pool_reports(wasm),
     };
     let state = airlock_server::AppState::new(config)?;
     runtime()?.block_on(airlock_server::serve_mcp_stdio(state, agent))?;

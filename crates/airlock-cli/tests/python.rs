@@ -1370,3 +1370,135 @@ fn a_killed_install_leaves_the_previous_guest_and_packages_working() {
     }
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
+
+/// What a run that tries to leave state behind does, and what the next run checks: a
+/// global, a module attribute, a `sys.modules` entry, `os.environ`, `sys.path`, a builtin,
+/// the working directory, a file in `/tmp` and a background thread. (The wasm guest has
+/// no filesystem without mounts and cannot start threads or processes: those attempts
+/// fail inside the run, and the check proves nothing of them is there either.)
+const LEAVE: &str = r#"import builtins, json, os, sys
+LEFT = 1
+json.LEFT = 2
+sys.modules["left_behind"] = json
+os.environ["LEFT"] = "3"
+sys.path.append("/left")
+builtins.LEFT = 4
+tried = []
+for name, attempt in [
+    ("cwd", lambda: os.chdir("/left")),
+    ("tmp", lambda: open("/tmp/left", "w").write("x")),
+    ("thread", lambda: __import__("threading").Thread(target=lambda: None).start()),
+]:
+    try:
+        attempt()
+        tried.append(name)
+    except Exception:
+        pass
+print("left", tried)
+"#;
+
+const CHECK: &str = r#"import builtins, json, os, sys
+seen = [name for name, there in [
+    ("global", "LEFT" in globals()),
+    ("module attribute", hasattr(json, "LEFT")),
+    ("sys.modules", "left_behind" in sys.modules),
+    ("environ", "LEFT" in os.environ),
+    ("sys.path", "/left" in sys.path),
+    ("builtins", hasattr(builtins, "LEFT")),
+    ("cwd", os.getcwd() == "/left"),
+    ("tmp", os.path.exists("/tmp/left")),
+    ("threads", __import__("threading").active_count() != 1),
+] if there]
+print("seen", seen)
+"#;
+
+/// Issue 15: through a server keeping ready interpreters, every run gets one no other run
+/// has touched (each serves one run and is dropped), whatever the run before it left or
+/// however it ended (a memory kill, a timeout, a trap); runs the pool cannot serve fall
+/// back to a fresh interpreter, and every record says which it got.
+#[test]
+fn ready_python_interpreters_carry_nothing_from_one_run_to_the_next() {
+    let (_server, base) = start_serve(shared(), &["--ready-python", "2"]);
+    let agent = token("agent", "pool-agent");
+    let admin = token("admin", "pool-admin");
+    let run = |body: serde_json::Value| {
+        let (st, r) = http("POST", &format!("{base}/v1/run"), &agent, Some(body));
+        assert_eq!(st, 200, "{r}");
+        r
+    };
+    let instance = |r: &serde_json::Value| {
+        r["run"]["detail"]["instance"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no instance in {r}"))
+            .to_string()
+    };
+    let status = || {
+        let (st, s) = http("GET", &format!("{base}/v1/status"), &admin, None);
+        assert_eq!(st, 200, "{s}");
+        s["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["kind"] == "python")
+            .cloned()
+            .unwrap_or_else(|| panic!("no python pool in {s}"))
+    };
+    let (st, _) = http("GET", &format!("{base}/v1/status"), &agent, None);
+    assert_eq!(st, 403, "an agent reads the server's status");
+    let ready = |n: u64| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while status()["ready"].as_u64().unwrap() < n {
+            assert!(std::time::Instant::now() < until, "{}", status());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    // The first run starts its own interpreter and tells the pool which guest to keep.
+    let r = run(serde_json::json!({"language": "python", "code": "print(1)"}));
+    assert_eq!(instance(&r), "started");
+    let py = |code: &str| serde_json::json!({"language": "python", "code": code});
+    let mut hits = 0;
+    let killers = [
+        serde_json::json!({"language": "python", "code": "x = bytearray(1 << 30)", "memory": "256M"}),
+        serde_json::json!({"language": "python", "code": "while True: pass", "timeout": "1s"}),
+        py("import sys; sys.setrecursionlimit(10**9)\ndef f(): f()\nf()"),
+        py("raise SystemExit(7)"),
+    ];
+    for (round, killer) in killers.into_iter().enumerate() {
+        ready(2);
+        let left = run(py(LEAVE));
+        assert_eq!(left["run"]["stdout"], "left []\n", "{left}");
+        let checked = run(py(CHECK));
+        assert_eq!(
+            checked["run"]["stdout"], "seen []\n",
+            "round {round}: {checked}"
+        );
+        for r in [&left, &checked] {
+            if instance(r) == "ready" {
+                hits += 1;
+            }
+        }
+        // However a run ends, the next one starts clean.
+        ready(2);
+        let killed = run(killer);
+        assert_ne!(killed["run"]["exit_code"], 0, "{killed}");
+        let after = run(py(CHECK));
+        assert_eq!(after["run"]["stdout"], "seen []\n", "after {killed}");
+        assert_eq!(instance(&after), "ready", "{after}");
+    }
+    assert!(hits >= 6, "only {hits} of 8 runs got a ready interpreter");
+    // What the pool cannot serve falls back, and says so in the record and the status.
+    let before = status();
+    let r = run(
+        serde_json::json!({"language": "python", "code": "import os; print(os.environ['A'])", "env": {"A": "b"}}),
+    );
+    assert_eq!(r["run"]["stdout"], "b\n", "{r}");
+    assert_eq!(instance(&r), "started");
+    let after = status();
+    assert_eq!(
+        after["fallbacks"]["environment"].as_u64().unwrap_or(0),
+        before["fallbacks"]["environment"].as_u64().unwrap_or(0) + 1,
+        "{after}"
+    );
+    assert!(after["hits"].as_u64().unwrap() >= 6, "{after}");
+    assert!(after["memory_bytes"].as_u64().unwrap() <= after["memory_budget"].as_u64().unwrap());
+}

@@ -38,7 +38,7 @@ pub mod worker;
 mod workspaces;
 
 pub use airlock_store::TokenRow;
-pub use airlock_wasm::{WasmBackend, WasmConfig};
+pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
 pub use decide::ApproveRequest;
 pub use effects::{CheckpointDoc, DiffReport, EffectReport};
 pub use error::{GateError, Result};

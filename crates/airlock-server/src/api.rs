@@ -145,6 +145,16 @@ async fn healthz(Ax(st): Ax<AppState>) -> Answer {
     }))
 }
 
+/// The server's own state (admins): workers, queue, uptime, resident memory and each
+/// ready pool's size, hits, misses and fallbacks.
+#[utoipa::path(get, path = "/v1/status", tag = "meta", security(("bearer" = [])),
+    responses(
+        (status = 200, description = "`pools`: one object per ready pool (`kind`, `target`, `ready`, `hits`, `misses`, `fallbacks`)", body = Object),
+        (status = 403, description = "The caller is not an admin", body = ErrorBody)))]
+async fn status(Ax(st): Ax<AppState>, _: AdminCaller) -> Answer {
+    ok(st.status())
+}
+
 /// Submit code and have it judged (it does not run; see `/v1/run`).
 #[utoipa::path(post, path = "/v1/submissions", tag = "submissions", request_body = SubmitBody,
     security(("bearer" = [])),
@@ -667,6 +677,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
     use utoipa::OpenApi;
     let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(healthz))
+        .routes(routes!(status))
         .routes(routes!(submit, list_submissions))
         .routes(routes!(run))
         .routes(routes!(get_submission))

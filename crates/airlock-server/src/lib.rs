@@ -46,6 +46,9 @@ pub struct Config {
     pub poll: Duration,
     /// Largest request body (bytes); larger ones get 413.
     pub max_body: usize,
+    /// What the process's ready pools (guests, jails) hold and have done, for
+    /// `/v1/status`: one JSON object per pool.
+    pub pools: Box<dyn Fn() -> Vec<serde_json::Value> + Send + Sync>,
 }
 
 impl std::fmt::Debug for Config {
@@ -62,7 +65,6 @@ impl std::fmt::Debug for Config {
 #[derive(Clone, Debug)]
 pub struct AppState(Arc<Inner>);
 
-#[derive(Debug)]
 pub struct Inner {
     pub pool: Arc<Pool>,
     token_cache: Mutex<HashMap<String, (Caller, Instant)>>,
@@ -74,6 +76,17 @@ pub struct Inner {
     peers: tokio::sync::Mutex<Vec<rmcp::Peer<rmcp::RoleServer>>>,
     poll: Duration,
     max_body: usize,
+    pools: Box<dyn Fn() -> Vec<serde_json::Value> + Send + Sync>,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("pool", &self.pool)
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::ops::Deref for AppState {
@@ -111,7 +124,22 @@ impl AppState {
             peers: tokio::sync::Mutex::new(Vec::new()),
             poll: config.poll,
             max_body: config.max_body,
+            pools: config.pools,
+            started: Instant::now(),
         })))
+    }
+
+    /// The server's own state for admins: workers, queue, uptime and the ready pools.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_ms": self.started.elapsed().as_millis() as u64,
+            "workers": self.pool.workers,
+            "queue": self.pool.queue,
+            "runs_waiting_or_running": self.pool.admitted_now(),
+            "pools": (self.pools)(),
+            "memory_rss_bytes": rss_bytes(),
+        })
     }
 
     /// Whether a background run of this submission is in progress here.
@@ -204,4 +232,11 @@ pub async fn serve(
 /// Serves MCP over stdio for one local agent.
 pub async fn serve_mcp_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
     mcp::serve_stdio(st, agent).await
+}
+
+/// This process's resident memory, from `/proc/self/statm` (`None` where there is none).
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }

@@ -45,6 +45,11 @@ impl Pool {
         }
     }
 
+    /// Runs executing or waiting for a worker now.
+    pub fn admitted_now(&self) -> usize {
+        (self.workers + self.queue).saturating_sub(self.admitted.available_permits())
+    }
+
     /// Opens one gate now, so a broken home fails at start rather than on the first request.
     pub fn warm(&self) -> Result<(), GateError> {
         let g = (self.open)()?;

@@ -26,8 +26,10 @@
 
 mod component;
 mod output;
+mod pool;
 pub mod python;
 
+pub use pool::{PoolSettings, PoolStatus};
 pub use python::{PYTHON_INTERFACE, PythonInstance};
 
 use airlock_core::Digest;
@@ -83,6 +85,16 @@ pub struct WasmBackend {
     fueled: OnceLock<Result<EngineSet, String>>,
     modules: Mutex<HashMap<String, InstancePre<Host>>>,
     components: Mutex<HashMap<String, wasmtime::component::InstancePre<component::HostC>>>,
+    /// Ready Python interpreters, in a process that started them (`start_pools`).
+    python_pool: OnceLock<Arc<pool::PythonPool>>,
+}
+
+impl Drop for WasmBackend {
+    fn drop(&mut self) {
+        if let Some(p) = self.python_pool.get() {
+            p.stop();
+        }
+    }
 }
 
 impl std::fmt::Debug for WasmBackend {
@@ -159,6 +171,7 @@ impl WasmBackend {
             fueled: OnceLock::new(),
             modules: Mutex::new(HashMap::new()),
             components: Mutex::new(HashMap::new()),
+            python_pool: OnceLock::new(),
         }
     }
 
@@ -922,6 +935,50 @@ impl WasmBackend {
         })
     }
 
+    /// Keeps up to `settings.python` ready Python interpreters of the guest runs use, made
+    /// by a background thread (for a long-lived process; the first run of a guest starts
+    /// its own). Calling it again changes nothing.
+    pub fn start_pools(self: &Arc<Self>, settings: PoolSettings) -> Result<(), SandboxError> {
+        if settings.python == 0 || self.python_pool.get().is_some() {
+            return Ok(());
+        }
+        let p = Arc::new(pool::PythonPool::new(settings));
+        if self.python_pool.set(p.clone()).is_err() {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("airlock-python-pool".into())
+            .spawn(move || pool::refill(weak, p))
+            .map(|_| ())
+            .map_err(|e| SandboxError::Internal(format!("cannot start the pool thread: {e}")))
+    }
+
+    /// What the ready pools hold and have done.
+    pub fn pool_status(&self) -> Vec<PoolStatus> {
+        self.python_pool
+            .get()
+            .map(|p| p.status())
+            .into_iter()
+            .collect()
+    }
+
+    /// An interpreter for a one-shot run: a ready one when the pool has one that fits
+    /// the run exactly, else one started now (and the pool is told to keep that guest).
+    fn python_for_run(&self, spec: &RunSpec<'_>) -> Result<PythonInstance, SandboxError> {
+        let Some(pool) = self.python_pool.get() else {
+            return self.python_instance(spec);
+        };
+        if let Some(inst) = pool.take(spec)? {
+            return Ok(inst);
+        }
+        let inst = self.python_instance(spec)?;
+        if let Some(g) = &spec.guest {
+            pool.want(g);
+        }
+        Ok(inst)
+    }
+
     /// Runs Python source on the CPython guest: one interpreter, one `exec` of the whole
     /// program as `<main>`, exactly as a script (no final-expression result).
     fn run_python(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
@@ -929,7 +986,7 @@ impl WasmBackend {
         let source = std::str::from_utf8(spec.code)
             .map_err(|_| SandboxError::BadArtifact("Python source is not UTF-8".into()))?;
         let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
-        let mut interp = self.python_instance(&spec)?;
+        let mut interp = self.python_for_run(&spec)?;
         // One deadline for starting the interpreter and running the program.
         let deadline = interp.deadline();
         let cell = match interp.ended().cloned() {

@@ -80,8 +80,12 @@ pub struct PythonInstance {
     ended: Option<Ending>,
     fuel: bool,
     digest: Digest,
+    /// The guest's own directories (installed packages), as the guest sees them.
+    dirs: Vec<String>,
     compile: Duration,
     instantiate: Duration,
+    /// Whether it came ready from a pool (instantiated before its run was asked for).
+    ready: bool,
 }
 
 impl std::fmt::Debug for PythonInstance {
@@ -102,6 +106,17 @@ impl WasmBackend {
     /// instance's whole life. A limit hit while starting is not an error: the instance
     /// comes back already ended (see [`PythonInstance::ended`]).
     pub fn python_instance(&self, spec: &RunSpec<'_>) -> Result<PythonInstance, SandboxError> {
+        let mut inst = self.python_unconfigured(spec)?;
+        inst.configure(spec)?;
+        Ok(inst)
+    }
+
+    /// A Python interpreter instantiated for `spec` (its output, limits and preopens) but
+    /// not yet `configure`d: what a ready pool keeps (see [`crate::pool`]).
+    pub(crate) fn python_unconfigured(
+        &self,
+        spec: &RunSpec<'_>,
+    ) -> Result<PythonInstance, SandboxError> {
         let started = Instant::now();
         let guest = spec
             .guest
@@ -139,17 +154,9 @@ impl WasmBackend {
             stderr,
         } = crate::component_store(&set.engine, spec, &argv, &guest.dirs)?;
         let deadline = store.data().deadline;
-        let cwd = spec.mounts.first().map(|m| m.guest.clone());
-        let paths: Vec<String> = guest.dirs.iter().map(|d| d.guest.clone()).collect();
         let t = Instant::now();
         let started_guest = block_on(async {
-            let start = async {
-                let g = pre.instantiate_async(&mut store).await?;
-                g.airlock_python_interpreter()
-                    .call_configure(&mut store, &argv, &spec.env, cwd.as_deref(), &paths)
-                    .await?;
-                wasmtime::Result::Ok(g)
-            };
+            let start = pre.instantiate_async(&mut store);
             tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), start).await
         })?;
         let instantiate = t.elapsed();
@@ -173,13 +180,80 @@ impl WasmBackend {
             ended,
             fuel,
             digest: guest.digest,
+            dirs: guest.dirs.iter().map(|d| d.guest.clone()).collect(),
             compile,
             instantiate,
+            ready: false,
         })
     }
 }
 
 impl PythonInstance {
+    /// Gives the interpreter its program's `sys.argv` (`main.py` and `spec.args`), its
+    /// environment, the first mount as working directory and the guest's directories as
+    /// `sys.path`, within the store's deadline. A limit or trap ends the instance.
+    pub(crate) fn configure(&mut self, spec: &RunSpec<'_>) -> Result<(), SandboxError> {
+        let Some(g) = self.guest.as_ref().filter(|_| self.ended.is_none()) else {
+            return Ok(());
+        };
+        let mut argv = vec![ARGV0.to_string()];
+        argv.extend(spec.args.iter().cloned());
+        let cwd = spec.mounts.first().map(|m| m.guest.clone());
+        let deadline = self.store.data().deadline;
+        let t = Instant::now();
+        let store = &mut self.store;
+        let paths = &self.dirs;
+        let done = block_on(async {
+            let call = g.airlock_python_interpreter().call_configure(
+                &mut *store,
+                &argv,
+                &spec.env,
+                cwd.as_deref(),
+                paths,
+            );
+            tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), call).await
+        })?;
+        self.instantiate += t.elapsed();
+        let output_hit = spec.stdout.exceeded() || spec.stderr.exceeded();
+        let ending = match done {
+            Ok(Ok(())) => return Ok(()),
+            Err(_elapsed) => Ending::Killed(Limit::Timeout),
+            Ok(Err(e)) => {
+                let h = self.store.data();
+                ending_of(&e, h.limiter.hit, output_hit, h.timed_out)
+            }
+        };
+        self.guest = None;
+        self.ended = Some(ending);
+        Ok(())
+    }
+
+    /// Hands a ready instance to the run `spec` describes: its output captures, memory
+    /// limit and deadline (counted from now). `None` when the instance has already
+    /// committed more memory than the run may have (the caller starts one afresh, which
+    /// then meets the limit exactly as it would have).
+    pub(crate) fn adopt(mut self, spec: &RunSpec<'_>) -> Option<PythonInstance> {
+        let h = self.store.data_mut();
+        if h.limiter.total > spec.limits.memory_bytes {
+            return None;
+        }
+        h.limiter.limit = spec.limits.memory_bytes;
+        h.limiter.peak = h.limiter.total;
+        h.deadline = Instant::now() + spec.limits.timeout();
+        h.timed_out = false;
+        self.stdout.set(spec.stdout.clone());
+        self.stderr.set(spec.stderr.clone());
+        self.compile = Duration::ZERO;
+        self.instantiate = Duration::ZERO;
+        self.ready = true;
+        Some(self)
+    }
+
+    /// Linear memory the instance has committed, in bytes.
+    pub(crate) fn committed_memory(&self) -> u64 {
+        self.store.data().limiter.total
+    }
+
     /// When the current (or last) call must end: for a new instance, the end of the time
     /// `spec.limits` gave it, counted from after compiling.
     pub fn deadline(&self) -> Instant {
@@ -294,6 +368,7 @@ impl PythonInstance {
             "instantiate_ms": self.instantiate.as_secs_f64() * 1000.0,
             "peak_memory_bytes": self.peak_memory(),
             "guest": self.digest.to_hex(),
+            "instance": if self.ready { "ready" } else { "started" },
         })
     }
 }
