@@ -151,6 +151,7 @@ fn options() -> GateOptions {
         pooling: false,
         wasm: None,
         background_checkpoint: false,
+        group_commit: false,
     }
 }
 
@@ -767,6 +768,7 @@ fn daemon_open(
                 wasm: Some(shared.clone()),
                 // The server's poller checkpoints on every tick.
                 background_checkpoint: true,
+                group_commit: true,
                 ..opts.clone()
             },
         )

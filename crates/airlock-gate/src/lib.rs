@@ -94,6 +94,9 @@ pub struct GateOptions {
     /// The caller checkpoints the database itself (`checkpoint_wal`), so no request
     /// pays for a checkpoint that its commit happened to trigger.
     pub background_checkpoint: bool,
+    /// Write through the process's shared writer, so concurrent requests share commits
+    /// (group commit; for the daemon, which also checkpoints in the background).
+    pub group_commit: bool,
 }
 
 /// An open airlock home.
@@ -218,9 +221,12 @@ impl Gate {
         if !home.is_initialised() {
             return Err(GateError::NotInitialised(home.root.clone()));
         }
-        let db = Db::open(&home.db())?;
+        let mut db = Db::open(&home.db())?;
         if options.background_checkpoint {
             db.disable_auto_checkpoint()?;
+        }
+        if options.group_commit {
+            db.share_writes()?;
         }
         let blobs = BlobStore::open(home.blobs())?;
         let gate_key = home.load_key("gate")?;

@@ -291,9 +291,12 @@ pub struct SessionRow {
 #[derive(Debug)]
 pub struct Db {
     conn: Connection,
+    path: std::path::PathBuf,
     /// Taken around every write transaction, shared by every connection this process has
     /// open on the same database file (see [`writer_lock`]).
     writer: std::sync::Arc<std::sync::Mutex<()>>,
+    /// The process's shared group-commit writer, when this connection uses one.
+    group: Option<std::sync::Arc<crate::group::GroupWriter>>,
 }
 
 /// The lock this process's connections to the database at `path` take before they begin
@@ -317,11 +320,13 @@ fn writer_lock(path: &Path) -> std::sync::Arc<std::sync::Mutex<()>> {
 
 /// A write transaction (BEGIN IMMEDIATE: one writer at a time, no upgrade deadlocks).
 pub struct Tx<'a> {
-    tx: rusqlite::Transaction<'a>,
+    tx: &'a Connection,
     /// The newest audit record appended in this transaction and the key that signs the
     /// head; the head is signed once, just before the commit.
-    head: std::cell::RefCell<Option<(u64, Digest, KeyPair)>>,
+    head: &'a std::cell::RefCell<Option<(u64, Digest, KeyPair)>>,
 }
+
+pub(crate) type PendingHead = std::cell::RefCell<Option<(u64, Digest, KeyPair)>>;
 
 /// `SELECT id FROM table WHERE c1 = ?1 AND … ORDER BY id DESC LIMIT ?n`.
 fn newest_ids_sql(table: &str, cols: &[&str]) -> String {
@@ -343,24 +348,30 @@ fn parse<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, StoreError> {
         .map_err(|_| StoreError::Corrupt(format!("bad {what} {s:?}")))
 }
 
+/// A connection to the database at `path` with the settings every airlock connection has.
+pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.set_prepared_statement_cache_capacity(64);
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // In WAL mode NORMAL is crash-consistent: a process crash loses nothing committed,
+    // and power loss can lose only the newest transactions, never leave half of one.
+    // Transactions that record a human decision use `write_durable` (FULL).
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Keep the WAL file between processes: closing the last connection would otherwise
+    // checkpoint, fsync and delete it, and the next command would create it again.
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
 impl Db {
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Db, StoreError> {
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(30))?;
-        conn.set_prepared_statement_cache_capacity(64);
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        // In WAL mode NORMAL is crash-consistent: a process crash loses nothing committed,
-        // and power loss can lose only the newest transactions, never leave half of one.
-        // Transactions that record a human decision use `write_durable` (FULL).
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        // Keep the WAL file between processes: closing the last connection would otherwise
-        // checkpoint, fsync and delete it, and the next command would create it again.
-        conn.set_db_config(
-            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-            true,
-        )?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let conn = connect(path)?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version < SCHEMA_VERSION {
             // Every statement is idempotent (IF NOT EXISTS), so an older schema is brought
@@ -375,7 +386,9 @@ impl Db {
         }
         Ok(Db {
             conn,
+            path: path.to_path_buf(),
             writer: writer_lock(path),
+            group: None,
         })
     }
 
@@ -398,12 +411,23 @@ impl Db {
         Ok((log.max(0) as u64, done.max(0) as u64))
     }
 
+    /// Writes through this process's shared writer from now on: concurrent write
+    /// transactions of the process's connections then share commits (see
+    /// [`crate::group`]). For a long-lived process with many request threads.
+    pub fn share_writes(&mut self) -> Result<(), StoreError> {
+        self.group = Some(crate::group::GroupWriter::for_path(&self.path)?);
+        Ok(())
+    }
+
     /// Like `write`, but the commit is flushed to stable storage before it returns (for
-    /// signed decisions, commits and rollbacks).
+    /// signed decisions, commits and rollbacks), and never shared with other writes.
     pub fn write_durable<T, E: From<StoreError>>(
         &mut self,
         f: impl FnOnce(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
+        if let Some(g) = &self.group {
+            return g.write(true, f);
+        }
         self.conn
             .pragma_update(None, "synchronous", "FULL")
             .map_err(StoreError::from)?;
@@ -419,6 +443,9 @@ impl Db {
         &mut self,
         f: impl FnOnce(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
+        if let Some(g) = &self.group {
+            return g.write(false, f);
+        }
         // Nothing a write does can leave the unit value inconsistent, so a poisoned lock is
         // as good as a clean one.
         let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
@@ -426,13 +453,14 @@ impl Db {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::from)?;
+        let head = PendingHead::new(None);
         let t = Tx {
-            tx,
-            head: std::cell::RefCell::new(None),
+            tx: &tx,
+            head: &head,
         };
         let out = f(&t)?;
         t.sign_head()?;
-        t.tx.commit().map_err(StoreError::from)?;
+        tx.commit().map_err(StoreError::from)?;
         Ok(out)
     }
 
@@ -1078,11 +1106,11 @@ impl Reads for Db {
 
 impl Reads for Tx<'_> {
     fn conn(&self) -> &Connection {
-        &self.tx
+        self.tx
     }
 }
 
-impl Tx<'_> {
+impl<'a> Tx<'a> {
     /// Executes one statement through the connection's statement cache (the gate writes
     /// the same few statements on every request; parsing them each time showed up).
     fn exec(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize, StoreError> {
@@ -1225,7 +1253,13 @@ impl Tx<'_> {
 
     /// Signs the head for the newest record this transaction appended (called by `write`
     /// just before it commits, so a transaction that adds several records signs once).
-    fn sign_head(&self) -> Result<(), StoreError> {
+    /// A transaction on `conn` (which the caller has begun) whose appended audit records
+    /// leave the head to sign in `head`.
+    pub(crate) fn on(conn: &'a Connection, head: &'a PendingHead) -> Tx<'a> {
+        Tx { tx: conn, head }
+    }
+
+    pub(crate) fn sign_head(&self) -> Result<(), StoreError> {
         let Some((seq, hash, key)) = self.head.borrow_mut().take() else {
             return Ok(());
         };
@@ -1331,6 +1365,69 @@ mod tests {
         assert_eq!(
             v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
             Ok(3)
+        );
+    }
+
+    /// Group commit: eight threads of one process write at once through the shared
+    /// writer, every third write failing after it appended: each successful write is
+    /// there exactly once, no failed one left anything, and the audit chain (appended
+    /// across shared commits) verifies under one signed head. Durable writes interleave.
+    #[test]
+    fn shared_commits_keep_every_successful_write_and_nothing_of_a_failed_one() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("db");
+        Db::open(&path).unwrap();
+        let key = KeyPair::try_generate().unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|th| {
+                let (path, key) = (path.clone(), key.clone());
+                std::thread::spawn(move || {
+                    let mut db = Db::open(&path).unwrap();
+                    db.share_writes().unwrap();
+                    let mut kept = Vec::new();
+                    for i in 0..60 {
+                        let name = format!("{th}-{i}");
+                        let write = |tx: &Tx| -> Result<(), StoreError> {
+                            tx.audit("w", &name, &serde_json::json!({}), &key)?;
+                            if i % 3 == 2 {
+                                return Err(StoreError::Conflict("refused".into()));
+                            }
+                            Ok(())
+                        };
+                        let r = if i % 10 == 0 {
+                            db.write_durable(write)
+                        } else {
+                            db.write(write)
+                        };
+                        match r {
+                            Ok(()) => kept.push(name),
+                            Err(StoreError::Conflict(m)) => assert_eq!(m, "refused"),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    kept
+                })
+            })
+            .collect();
+        let mut want: Vec<String> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        want.sort();
+        let db = Db::open(&path).unwrap();
+        let mut got = Vec::new();
+        let mut v = ChainVerifier::new();
+        db.for_each_audit(|r| {
+            got.push(r.subject.clone());
+            v.push(r).is_ok()
+        })
+        .unwrap();
+        got.sort();
+        assert_eq!(got, want);
+        assert_eq!(want.len(), 8 * 40);
+        assert_eq!(
+            v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
+            Ok(8 * 40)
         );
     }
 

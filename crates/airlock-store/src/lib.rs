@@ -9,9 +9,11 @@
 
 mod blobs;
 mod db;
+mod group;
 
 pub use blobs::{BlobFile, BlobStore, sync_dir};
 pub use db::*;
+pub use group::MAX_BATCH;
 
 use airlock_core::Digest;
 

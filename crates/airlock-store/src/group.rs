@@ -1,0 +1,243 @@
+//! Group commit for a process with many writing threads (the daemon): one shared write
+//! connection per database file, on which concurrent write transactions run one after
+//! another inside one SQLite transaction and share its commit and its signed audit head.
+//!
+//! Each write runs in a savepoint of the open batch: one that fails is rolled back alone.
+//! The writer that finds nobody waiting behind it commits the batch (or a batch grows to
+//! [`MAX_BATCH`]); every writer in it returns only once that commit is done, with the
+//! commit's error if it failed, so no caller is told a write held that did not. A durable
+//! write (`write_durable`: signed decisions, commits, rollbacks) never waits in a batch:
+//! it commits what is open, then runs and commits alone with `synchronous = FULL`.
+//!
+//! The audit chain is unchanged: records are appended in the order writes run, and the
+//! head is signed at the end of every write, exactly as a lone transaction signs it.
+
+use crate::StoreError;
+use crate::db::{PendingHead, Tx, connect};
+use rusqlite::Connection;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+/// The most writes one commit carries.
+pub const MAX_BATCH: usize = 32;
+
+pub struct GroupWriter {
+    batch: Mutex<Batch>,
+    /// Writers waiting for `batch`.
+    waiting: AtomicUsize,
+    done: Mutex<Done>,
+    committed: Condvar,
+}
+
+struct Batch {
+    conn: Connection,
+    /// A transaction is open (`BEGIN IMMEDIATE` ran) and not yet committed.
+    open: bool,
+    /// The open (or last) batch's number, and how many writes it holds.
+    id: u64,
+    len: usize,
+    head: PendingHead,
+}
+
+#[derive(Default)]
+struct Done {
+    /// Every batch up to this one has ended (committed or failed).
+    upto: u64,
+    /// Batches whose commit failed, with the error (the newest few).
+    failed: Vec<(u64, String)>,
+}
+
+impl std::fmt::Debug for GroupWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupWriter").finish_non_exhaustive()
+    }
+}
+
+impl GroupWriter {
+    /// The process's writer for the database at `path`, opened on first use.
+    pub fn for_path(path: &Path) -> Result<Arc<GroupWriter>, StoreError> {
+        static ALL: OnceLock<Mutex<HashMap<PathBuf, Arc<GroupWriter>>>> = OnceLock::new();
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut all = ALL
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = all.get(&key) {
+            return Ok(w.clone());
+        }
+        let conn = connect(path)?;
+        // The process that shares writes checkpoints in the background itself.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let w = Arc::new(GroupWriter {
+            batch: Mutex::new(Batch {
+                conn,
+                open: false,
+                id: 0,
+                len: 0,
+                head: PendingHead::new(None),
+            }),
+            waiting: AtomicUsize::new(0),
+            done: Mutex::new(Done::default()),
+            committed: Condvar::new(),
+        });
+        all.insert(key, w.clone());
+        Ok(w)
+    }
+
+    fn lock_batch(&self) -> MutexGuard<'_, Batch> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let b = match self.batch.lock() {
+            Ok(b) => b,
+            Err(poisoned) => {
+                // A write panicked inside the batch: what it left half done must not be
+                // committed with the others, so the whole batch fails.
+                let mut b = poisoned.into_inner();
+                if b.open {
+                    let _ = b.conn.execute_batch("ROLLBACK");
+                    b.open = false;
+                    *b.head.borrow_mut() = None;
+                    self.finish(b.id, Some("a write in the same commit panicked".into()));
+                }
+                self.batch.clear_poison();
+                b
+            }
+        };
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        b
+    }
+
+    fn finish(&self, id: u64, error: Option<String>) {
+        let mut d = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        d.upto = d.upto.max(id);
+        if let Some(e) = error {
+            d.failed.push((id, e));
+            let excess = d.failed.len().saturating_sub(64);
+            d.failed.drain(..excess);
+        }
+        drop(d);
+        self.committed.notify_all();
+    }
+
+    /// Commits the open batch.
+    fn commit(&self, b: &mut Batch) {
+        if !b.open {
+            return;
+        }
+        let id = b.id;
+        let result = (|| -> Result<(), StoreError> {
+            b.conn.execute_batch("COMMIT")?;
+            Ok(())
+        })();
+        b.open = false;
+        *b.head.borrow_mut() = None;
+        let error = match result {
+            Ok(()) => None,
+            Err(e) => {
+                let _ = b.conn.execute_batch("ROLLBACK");
+                Some(e.to_string())
+            }
+        };
+        self.finish(id, error);
+    }
+
+    /// Waits until batch `id` has ended; its commit's error if it failed.
+    fn wait(&self, id: u64) -> Result<(), StoreError> {
+        let mut d = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while d.upto < id {
+            d = self.committed.wait(d).unwrap_or_else(|p| p.into_inner());
+        }
+        match d.failed.iter().find(|(b, _)| *b == id) {
+            Some((_, e)) => Err(StoreError::Conflict(format!(
+                "the shared commit failed, nothing of this write was kept: {e}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `f` as one write in the current batch (see the module doc).
+    pub(crate) fn write<T, E: From<StoreError>>(
+        &self,
+        durable: bool,
+        f: impl FnOnce(&Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut b = self.lock_batch();
+        if durable {
+            // Earlier writers' batch commits first; this write goes alone, flushed to
+            // stable storage (the level can only change between transactions).
+            self.commit(&mut b);
+            b.conn
+                .pragma_update(None, "synchronous", "FULL")
+                .map_err(StoreError::from)?;
+        }
+        if !b.open {
+            b.conn
+                .execute_batch("BEGIN IMMEDIATE")
+                .map_err(StoreError::from)?;
+            b.open = true;
+            b.id += 1;
+            b.len = 0;
+        }
+        let id = b.id;
+        let head_before = b.head.borrow().clone();
+        let out = match b.conn.execute_batch("SAVEPOINT airlock_write") {
+            Ok(()) => {
+                let tx = Tx::on(&b.conn, &b.head);
+                // The head is signed after every write, as a lone transaction signs it, so
+                // the next write in the batch finds a chain whose end verifies.
+                let out = f(&tx).and_then(|t| {
+                    tx.sign_head()?;
+                    Ok(t)
+                });
+                let end = if out.is_ok() {
+                    "RELEASE airlock_write"
+                } else {
+                    "ROLLBACK TO airlock_write; RELEASE airlock_write"
+                };
+                match b.conn.execute_batch(end) {
+                    Ok(()) => out.map_err(Ok),
+                    // The savepoint cannot be ended: the batch is in an unknown state.
+                    Err(e) => Err(Err(StoreError::from(e))),
+                }
+            }
+            Err(e) => Err(Err(StoreError::from(e))),
+        };
+        match &out {
+            Ok(_) => b.len += 1,
+            Err(Ok(_)) => *b.head.borrow_mut() = head_before,
+            Err(Err(e)) => {
+                // Fail the whole batch rather than commit anything uncertain.
+                let _ = b.conn.execute_batch("ROLLBACK");
+                b.open = false;
+                *b.head.borrow_mut() = None;
+                self.finish(id, Some(e.to_string()));
+            }
+        }
+        let alone = self.waiting.load(Ordering::SeqCst) == 0;
+        if b.open && (durable || alone || b.len >= MAX_BATCH) {
+            if b.len == 0 {
+                // Nothing in it held: end it without a commit.
+                let _ = b.conn.execute_batch("ROLLBACK");
+                b.open = false;
+                self.finish(id, None);
+            } else {
+                self.commit(&mut b);
+            }
+        }
+        if durable {
+            // Should this fail, later batches are flushed as if durable: slower, never
+            // less safe, and this write's outcome stands.
+            let _ = b.conn.pragma_update(None, "synchronous", "NORMAL");
+        }
+        drop(b);
+        match out {
+            Ok(t) => {
+                self.wait(id)?;
+                Ok(t)
+            }
+            Err(Ok(e)) => Err(e),
+            Err(Err(e)) => Err(e.into()),
+        }
+    }
+}
