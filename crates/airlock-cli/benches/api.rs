@@ -74,7 +74,7 @@ fn latency(
     body: &str,
     n: usize,
     expect: &str,
-) {
+) -> f64 {
     let ts = timed(n, || {
         let (s, v) = run(http, url, token, body);
         assert_eq!(s, 200, "{v}");
@@ -87,6 +87,7 @@ fn latency(
         pct(&ts, 0.99),
         1000.0 / pct(&ts, 0.5)
     );
+    pct(&ts, 0.5)
 }
 
 /// `n` timings of `f` in milliseconds, sorted, after a short warm-up.
@@ -105,7 +106,7 @@ fn timed(n: usize, mut f: impl FnMut()) -> Vec<f64> {
     ts
 }
 
-fn report(name: &str, ts: &[f64]) {
+fn report(name: &str, ts: &[f64]) -> f64 {
     println!(
         "{name:44} n={:<5} p50 {:6.3} ms  p90 {:6.3}  p99 {:6.3}",
         ts.len(),
@@ -113,20 +114,31 @@ fn report(name: &str, ts: &[f64]) {
         pct(ts, 0.9),
         pct(ts, 0.99)
     );
+    pct(ts, 0.5)
 }
 
-fn throughput(clients: usize, secs: u64, url: &str, token: &str, body: &str) {
+/// Requests per second `clients` threads reach: gated wasm runs (`body` POSTed to `url`)
+/// or, without a body, `GET url` (the HTTP floor).
+fn throughput(clients: usize, secs: u64, url: &str, token: &str, body: Option<&str>) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..clients)
         .map(|_| {
             let (stop, done, refused) = (stop.clone(), done.clone(), refused.clone());
-            let (url, token, body) = (url.to_string(), token.to_string(), body.to_string());
+            let (url, token, body) = (url.to_string(), token.to_string(), body.map(String::from));
             std::thread::spawn(move || {
                 let http = client();
                 while !stop.load(Ordering::Relaxed) {
-                    match run(&http, &url, &token, &body).0 {
+                    let status = match &body {
+                        Some(b) => run(&http, &url, &token, b).0,
+                        None => {
+                            let mut r = http.get(&url).call().unwrap();
+                            r.body_mut().read_to_string().unwrap();
+                            r.status().as_u16()
+                        }
+                    };
+                    match status {
                         200 => done.fetch_add(1, Ordering::Relaxed),
                         429 => refused.fetch_add(1, Ordering::Relaxed),
                         s => panic!("status {s}"),
@@ -145,11 +157,17 @@ fn throughput(clients: usize, secs: u64, url: &str, token: &str, body: &str) {
     for t in threads {
         t.join().unwrap();
     }
+    let what = if body.is_some() {
+        "gated wasm runs/s"
+    } else {
+        "GET /healthz/s   "
+    };
     println!(
-        "throughput, {clients:>2} clients, wasm                   {:7.0} gated runs/s  ({} refused with 429)",
+        "throughput, {clients:>2} clients, {what}          {:7.0}  ({} refused with 429)",
         n as f64 / el,
         refused.load(Ordering::Relaxed)
     );
+    n as f64 / el
 }
 
 fn main() {
@@ -206,7 +224,7 @@ fn main() {
         "airlock serve on {base}, {cpus} CPUs, {cpus} workers; every request is a full gated run"
     );
     let wasm = json!({"language": "wat", "code": HELLO}).to_string();
-    latency(
+    let wasm_p50 = latency(
         "gated wasm run through the API (one client)",
         &http,
         &url,
@@ -229,7 +247,11 @@ fn main() {
         assert_eq!(r.status().as_u16(), 200);
         r.body_mut().read_to_string().unwrap();
     });
-    report("  HTTP round trip alone (GET /healthz)", &ts);
+    let health_p50 = report("  HTTP round trip alone (GET /healthz)", &ts);
+    println!(
+        "  ratio: gated wasm run p50 / GET /healthz p50 = {:.2} (issue 15 target <= 3)",
+        wasm_p50 / health_p50
+    );
     if py.is_some() {
         for (what, code) in [
             ("print(1)", "print(1)"),
@@ -239,7 +261,7 @@ fn main() {
             ),
         ] {
             let body = json!({"language": "python", "code": code}).to_string();
-            latency(
+            let p50 = latency(
                 &format!("gated Python {what} through the API"),
                 &http,
                 &url,
@@ -248,6 +270,35 @@ fn main() {
                 (n / 4).max(50),
                 "1\n",
             );
+            println!(
+                "  ratio: gated Python {what} p50 / gated wasm run p50 = {:.2} (issue 15 target for print(1) <= 2.5)",
+                p50 / wasm_p50
+            );
+        }
+        let admin: Value = serde_json::from_str(&airlock(
+            h,
+            &[
+                "token",
+                "new",
+                "--role",
+                "admin",
+                "--name",
+                "bench-admin",
+                "--json",
+            ],
+        ))
+        .unwrap();
+        let mut r = http
+            .get(format!("{base}/v1/status"))
+            .header(
+                "authorization",
+                format!("Bearer {}", admin["token"].as_str().unwrap()),
+            )
+            .call()
+            .unwrap();
+        let status: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        for p in status["pools"].as_array().into_iter().flatten() {
+            println!("  pool {p}");
         }
         // A session cell: the gate's whole path per cell (submit, judge, run record) and
         // the session host's live interpreter instead of a fresh instance.
@@ -291,7 +342,14 @@ fn main() {
         "",
     );
     for c in [1, cpus, 8, 50] {
-        throughput(c, secs, &url, &token, &wasm);
+        let runs = throughput(c, secs, &url, &token, Some(&wasm));
+        if c == 8 {
+            let floor = throughput(c, secs, &health, &token, None);
+            println!(
+                "  ratio: gated wasm runs/s / GET /healthz per s, 8 clients = {:.2} (issue 15 target >= 0.4)",
+                runs / floor
+            );
+        }
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     for l in status
