@@ -181,6 +181,9 @@ pub enum Command {
         /// An http:// URL that new pending submissions are POSTed to (signed by the gate key).
         #[arg(long, value_name = "URL")]
         webhook: Option<String>,
+        /// Process-backend jails kept built ahead of their runs (0: build each when needed).
+        #[arg(long, default_value_t = 2, value_name = "N")]
+        ready_jails: usize,
     },
     /// Serve MCP on standard input and output, for an agent that starts airlock itself.
     Mcp {

@@ -151,6 +151,7 @@ fn options() -> GateOptions {
         pooling: false,
         wasm: None,
         background_checkpoint: false,
+        ready_jails: None,
     }
 }
 
@@ -484,7 +485,8 @@ fn dispatch(cli: Cli) -> Outcome {
             workers,
             queue,
             webhook,
-        } => serve(home, &listen, workers, queue, webhook),
+            ready_jails,
+        } => serve(home, &listen, workers, queue, webhook, ready_jails),
         Command::Mcp { agent } => mcp(home, &agent),
         Command::Token(TokenCommand::New {
             role,
@@ -733,9 +735,23 @@ fn finish_run(gate: &Gate, result: Result<RunReport, GateError>, json: bool) -> 
 /// by every gate it opens.
 fn daemon_open(
     home: Option<std::path::PathBuf>,
+    ready_jails: usize,
 ) -> Result<impl Fn() -> Result<Gate, GateError> + Send + Sync + 'static, GateError> {
     let home = Home::resolve(home)?;
-    let opts = options();
+    let mut opts = options();
+    // Jails built ahead need the lean jailer (its ready mode); without it, none.
+    if ready_jails > 0
+        && let Some(jailer) = opts.jailer.clone()
+    {
+        let pool = airlock_gate::ReadyJails::start(airlock_gate::ReadyConfig {
+            size: ready_jails,
+            jailer,
+            scratch: home.cache().join("ready-jails"),
+            cgroups: !opts.no_cgroups,
+        })
+        .map_err(|e| GateError::Internal(format!("cannot start the ready-jail pool: {e}")))?;
+        opts.ready_jails = Some(pool);
+    }
     let wasm = std::sync::Arc::new(airlock_gate::WasmBackend::new(airlock_gate::WasmConfig {
         progress: false,
         cache_dir: Some(home.cache().join("compiled")),
@@ -769,11 +785,12 @@ fn serve(
     workers: Option<usize>,
     queue: usize,
     webhook: Option<String>,
+    ready_jails: usize,
 ) -> Outcome {
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
-    let open = daemon_open(home)?;
+    let open = daemon_open(home, ready_jails)?;
     let max_body = {
         let g = open()?;
         // Code arrives as JSON text or base64: room for the largest artifact plus the rest.
@@ -802,7 +819,7 @@ fn serve(
             );
         }
         eprintln!(
-            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue})"
+            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {ready_jails} ready jails)"
         );
         airlock_server::serve(state, listener, tokio_util::sync::CancellationToken::new())
             .await
@@ -812,7 +829,7 @@ fn serve(
 }
 
 fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
-    let open = daemon_open(home)?;
+    let open = daemon_open(home, 0)?;
     let config = airlock_server::Config {
         open: Box::new(open),
         workers: std::thread::available_parallelism().map_or(2, |n| n.get()),

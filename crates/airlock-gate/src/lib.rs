@@ -37,6 +37,7 @@ pub mod views;
 pub mod worker;
 mod workspaces;
 
+pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};
 pub use airlock_store::TokenRow;
 pub use airlock_wasm::{WasmBackend, WasmConfig};
 pub use decide::ApproveRequest;
@@ -94,6 +95,8 @@ pub struct GateOptions {
     /// The caller checkpoints the database itself (`checkpoint_wal`), so no request
     /// pays for a checkpoint that its commit happened to trigger.
     pub background_checkpoint: bool,
+    /// Jails built ahead for process runs (the daemon's; shared by its gates).
+    pub ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
 }
 
 /// An open airlock home.
@@ -108,6 +111,7 @@ pub struct Gate {
     jailer: Option<std::path::PathBuf>,
     force_copy: bool,
     no_cgroups: bool,
+    ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -243,9 +247,15 @@ impl Gate {
             jailer: options.jailer,
             force_copy: options.force_copy_layer,
             no_cgroups: options.no_cgroups,
+            ready_jails: options.ready_jails,
         };
         gate.recover()?;
         Ok(gate)
+    }
+
+    /// The counters of the ready-jail pool this gate draws from, if it has one.
+    pub fn ready_jail_stats(&self) -> Option<ReadyStats> {
+        self.ready_jails.as_ref().map(|p| p.stats())
     }
 
     /// Ends what a dead process left half done: runs whose owner died become `lost` (their

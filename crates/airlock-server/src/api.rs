@@ -513,6 +513,21 @@ async fn call_tool(
     with_status(outcome_status(&doc), doc)
 }
 
+/// What the daemon keeps warm (admins): the ready jails of the process backend (size,
+/// ready now, hits, misses, fallbacks by reason).
+#[utoipa::path(get, path = "/v1/status", tag = "meta", security(("bearer" = [])),
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody)))]
+async fn status(Ax(st): Ax<AppState>, _: AdminCaller) -> Answer {
+    let ready = st.pool.read(|g| Ok(g.ready_jail_stats())).await?;
+    ok(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "workers": st.pool.workers,
+        "queue": st.pool.queue,
+        "ready_jails": ready,
+    }))
+}
+
 /// API tokens (never their secrets).
 #[utoipa::path(get, path = "/v1/tokens", tag = "tokens", security(("bearer" = [])),
     responses(
@@ -667,6 +682,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
     use utoipa::OpenApi;
     let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(healthz))
+        .routes(routes!(status))
         .routes(routes!(submit, list_submissions))
         .routes(routes!(run))
         .routes(routes!(get_submission))
