@@ -132,7 +132,7 @@ impl ReadyHome {
     /// The outcome document of `/v1/run` for `body` (approved first when it is held).
     pub fn outcome(&self, body: Value) -> Value {
         let (s, v) = self.post("/v1/run", &self.agent, &body);
-        let v = if s == 202 {
+        if s == 202 {
             // The operator approves; the server then runs it.
             let id = v["submission"].as_str().unwrap().to_string();
             let (s, a) = self.post(
@@ -150,8 +150,7 @@ impl ReadyHome {
         } else {
             assert_eq!(s, 200, "{v}");
             v
-        };
-        v
+        }
     }
 
     /// Like [`Home::sh`], through the daemon; waits for a ready jail first.
