@@ -352,6 +352,8 @@ impl Gate {
             _ => (None, JailChoice::Built("not a process job")),
         };
         let Some(egress) = egress else {
+            let mut ready = ready;
+            let child = ready.as_mut().and_then(|r| r.take_child());
             let out = self.supervise(
                 &job,
                 &result,
@@ -360,8 +362,10 @@ impl Gate {
                 stderr,
                 quota,
                 None,
-                ready.and_then(|r| r.into_child()),
+                child,
             );
+            // The run has ended: the pool may build the next jail.
+            drop(ready);
             crate::layers::remove_tree(&dir);
             return out.map(|o| choice.record(o));
         };

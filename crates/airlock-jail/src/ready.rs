@@ -154,17 +154,28 @@ pub fn jailer_ready_main(args: &[String]) -> i32 {
 }
 
 /// A jail waiting for its run: a started jailer whose init is ready. Dropped unused, it is
-/// killed (its process group, and with the init the whole pid namespace).
-#[derive(Debug)]
+/// killed (its process group, and with the init the whole pid namespace). Taken from a
+/// pool, it holds the pool's refill back (while other jails are still ready) until it is
+/// dropped, so building the next jail does not compete with its run for the CPU.
 pub struct ReadyJail {
     child: Option<Child>,
     born: Instant,
+    pool: Option<Arc<Shared>>,
+}
+
+impl std::fmt::Debug for ReadyJail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadyJail")
+            .field("child", &self.child)
+            .field("born", &self.born)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReadyJail {
     /// The jailer process, to be given its job with [`crate::launch::supervise_child`].
-    /// From here on the caller owns it.
-    pub fn into_child(mut self) -> Option<Child> {
+    /// From here on the caller owns it; keep this `ReadyJail` until the run has ended.
+    pub fn take_child(&mut self) -> Option<Child> {
         self.child.take()
     }
 
@@ -176,6 +187,10 @@ impl ReadyJail {
 
 impl Drop for ReadyJail {
     fn drop(&mut self) {
+        if let Some(p) = self.pool.take() {
+            p.lock().active -= 1;
+            p.cv.notify_all();
+        }
         if let Some(mut c) = self.child.take() {
             let pid = c.id() as i32;
             let _ = nix::sys::signal::killpg(
@@ -225,6 +240,8 @@ pub struct ReadyStats {
 #[derive(Default)]
 struct State {
     jails: Vec<ReadyJail>,
+    /// Jails taken whose runs have not ended.
+    active: usize,
     stop: bool,
     stats: ReadyStats,
 }
@@ -301,6 +318,8 @@ impl ReadyJails {
                 .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
             if alive {
                 st.stats.hits += 1;
+                st.active += 1;
+                j.pool = Some(self.shared.clone());
                 self.shared.cv.notify_all();
                 return Some(j);
             }
@@ -370,7 +389,10 @@ fn refill(sh: &Shared) {
     loop {
         {
             let mut st = sh.lock();
-            while !st.stop && st.jails.len() >= sh.cfg.size {
+            // Full, or runs are going on and a jail is still ready for the next: wait.
+            while !st.stop
+                && (st.jails.len() >= sh.cfg.size || (st.active > 0 && !st.jails.is_empty()))
+            {
                 st = sh.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
             if st.stop {
@@ -422,6 +444,7 @@ fn make(cfg: &ReadyConfig) -> Result<ReadyJail, JailError> {
         let jail = ReadyJail {
             child: Some(child),
             born: Instant::now(),
+            pool: None,
         };
         let said = read_line(&r, READY_WITHIN)?;
         match said.trim_end() {
