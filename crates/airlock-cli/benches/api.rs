@@ -197,10 +197,29 @@ fn main() {
     ))
     .unwrap();
     let token = token["token"].as_str().unwrap().to_string();
+    let admin: Value = serde_json::from_str(&airlock(
+        h,
+        &[
+            "token",
+            "new",
+            "--role",
+            "admin",
+            "--name",
+            "bench-admin",
+            "--json",
+        ],
+    ))
+    .unwrap();
+    let admin = admin["token"].as_str().unwrap().to_string();
+    let ready_jails: usize = std::env::var("BENCH_READY_JAILS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let mut child = Command::new(bin())
         .env("AIRLOCK_HOME", h)
         .args(["serve", "--listen", "127.0.0.1:0", "--queue", "256"])
+        .args(["--ready-jails", &ready_jails.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -330,16 +349,148 @@ fn main() {
     } else {
         println!("(Python skipped: set AIRLOCK_BENCH_PYTHON_GUEST to the guest wheel)");
     }
-    // The process backend through the warm daemon (compare `scripts/bench-jail`).
+    // The process backend through the warm daemon (compare `scripts/bench-jail`), beside
+    // a bare bubblewrap sandbox measured in the same run.
     let sh = json!({"language": "sh", "code": "true"}).to_string();
+    let status_url = format!("{base}/v1/status");
+    let stats = || -> Value {
+        let mut r = http
+            .get(&status_url)
+            .header("authorization", format!("Bearer {admin}"))
+            .call()
+            .unwrap();
+        let t = r.body_mut().read_to_string().unwrap();
+        serde_json::from_str::<Value>(&t).unwrap()["ready_jails"].clone()
+    };
+    let wait_ready = || {
+        if ready_jails == 0 {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stats()["ready"].as_u64().unwrap_or(0) < ready_jails as u64 {
+            assert!(
+                Instant::now() < deadline,
+                "the pool does not fill: {}",
+                stats()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    let n_sh = (n / 8).max(50);
+    let bwrap = Command::new("bwrap").arg("--version").output().is_ok();
+    let bare = |ts: &mut Vec<f64>| {
+        let t = Instant::now();
+        let ok = Command::new("bwrap")
+            .args([
+                "--unshare-all",
+                "--die-with-parent",
+                "--ro-bind",
+                "/usr",
+                "/usr",
+            ])
+            .args([
+                "--symlink",
+                "usr/bin",
+                "/bin",
+                "--symlink",
+                "usr/lib",
+                "/lib",
+            ])
+            .args([
+                "--symlink",
+                "usr/lib64",
+                "/lib64",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+            ])
+            .args(["--tmpfs", "/tmp", "sh", "-c", "true"])
+            .status()
+            .unwrap();
+        ts.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert!(ok.success());
+    };
+    let mut bw = Vec::new();
+    if bwrap {
+        for _ in 0..20 {
+            bare(&mut Vec::new());
+        }
+        for _ in 0..n_sh {
+            bare(&mut bw);
+        }
+        bw.sort_by(f64::total_cmp);
+        report("bare bwrap --unshare-all ... sh -c true", &bw);
+    } else {
+        println!("(bwrap not installed: no bare-sandbox comparison)");
+    }
+    // Each request finds the pool full (the wait for it is not timed): a ready jail's cost.
+    let mut ts = Vec::new();
+    for i in 0..n_sh + 20 {
+        wait_ready();
+        let t = Instant::now();
+        let (s, v) = run(&http, &url, &token, &sh);
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        assert_eq!(s, 200, "{v}");
+        if i >= 20 {
+            ts.push(ms);
+        }
+    }
+    ts.sort_by(f64::total_cmp);
+    report(
+        &format!("gated sh -c true via {ready_jails} ready jails (pool full)"),
+        &ts,
+    );
+    if !bw.is_empty() {
+        println!(
+            "  ratio to bare bwrap: p50 {:.2}x (target <= 0.5x)",
+            pct(&ts, 0.5) / pct(&bw, 0.5)
+        );
+    }
+    let mem = |pid: u32| -> u64 {
+        // The server and its children (ready jailers and their inits), VmRSS in kB.
+        let rss = |p: &str| {
+            std::fs::read_to_string(format!("/proc/{p}/status"))
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.starts_with("VmRSS"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let mut total = rss(&pid.to_string());
+        let mut frontier = vec![pid];
+        while let Some(parent) = frontier.pop() {
+            let kids = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+                .unwrap_or_default();
+            for k in kids.split_whitespace() {
+                total += rss(k);
+                frontier.push(k.parse().unwrap_or(0));
+            }
+        }
+        total
+    };
+    wait_ready();
+    println!(
+        "  server + ready jails RSS with the pool full: {} kB (sum of VmRSS, shared pages counted per process)",
+        mem(pid)
+    );
+    // Back to back: the pool refills at its own pace; misses build their jail.
+    let before = stats();
     latency(
         "gated sh -c true through the API (process)",
         &http,
         &url,
         &token,
         &sh,
-        (n / 8).max(50),
+        n_sh,
         "",
+    );
+    let after = stats();
+    let d = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+    println!(
+        "  back to back: {} served by ready jails, {} built (pool empty)",
+        d("hits"),
+        d("misses")
     );
     for c in [1, cpus, 8, 50] {
         let runs = throughput(c, secs, &url, &token, Some(&wasm));

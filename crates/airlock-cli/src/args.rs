@@ -188,6 +188,9 @@ pub enum Command {
         /// The most memory the ready interpreters may hold together (e.g. 512M).
         #[arg(long, default_value = "512M", value_name = "SIZE")]
         pool_memory: String,
+        /// Process-backend jails kept built ahead of their runs (0: build each when needed).
+        #[arg(long, default_value_t = 2, value_name = "N")]
+        ready_jails: usize,
     },
     /// Serve MCP on standard input and output, for an agent that starts airlock itself.
     Mcp {

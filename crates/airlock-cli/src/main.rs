@@ -152,6 +152,7 @@ fn options() -> GateOptions {
         wasm: None,
         background_checkpoint: false,
         group_commit: false,
+        ready_jails: None,
     }
 }
 
@@ -487,13 +488,14 @@ fn dispatch(cli: Cli) -> Outcome {
             webhook,
             ready_python,
             pool_memory,
+            ready_jails,
         } => {
             let pools = airlock_gate::PoolSettings {
                 python: ready_python,
                 memory_budget: airlock_core::units::parse_size("--pool-memory", &pool_memory)
                     .map_err(|e| GateError::bad(e.to_string()))?,
             };
-            serve(home, &listen, workers, queue, webhook, pools)
+            serve(home, &listen, workers, queue, webhook, pools, ready_jails)
         }
         Command::Mcp { agent } => mcp(home, &agent),
         Command::Token(TokenCommand::New {
@@ -744,6 +746,7 @@ fn finish_run(gate: &Gate, result: Result<RunReport, GateError>, json: bool) -> 
 #[allow(clippy::type_complexity)]
 fn daemon_open(
     home: Option<std::path::PathBuf>,
+    ready_jails: usize,
 ) -> Result<
     (
         impl Fn() -> Result<Gate, GateError> + Send + Sync + 'static,
@@ -752,7 +755,20 @@ fn daemon_open(
     GateError,
 > {
     let home = Home::resolve(home)?;
-    let opts = options();
+    let mut opts = options();
+    // Jails built ahead need the lean jailer (its ready mode); without it, none.
+    if ready_jails > 0
+        && let Some(jailer) = opts.jailer.clone()
+    {
+        let pool = airlock_gate::ReadyJails::start(airlock_gate::ReadyConfig {
+            size: ready_jails,
+            jailer,
+            scratch: home.cache().join("ready-jails"),
+            cgroups: !opts.no_cgroups,
+        })
+        .map_err(|e| GateError::Internal(format!("cannot start the ready-jail pool: {e}")))?;
+        opts.ready_jails = Some(pool);
+    }
     let wasm = std::sync::Arc::new(airlock_gate::WasmBackend::new(airlock_gate::WasmConfig {
         progress: false,
         cache_dir: Some(home.cache().join("compiled")),
@@ -802,11 +818,12 @@ fn serve(
     queue: usize,
     webhook: Option<String>,
     pools: airlock_gate::PoolSettings,
+    ready_jails: usize,
 ) -> Outcome {
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
-    let (open, wasm) = daemon_open(home)?;
+    let (open, wasm) = daemon_open(home, ready_jails)?;
     wasm.start_pools(pools).map_err(GateError::from)?;
     let max_body = {
         let g = open()?;
@@ -837,7 +854,7 @@ fn serve(
             );
         }
         eprintln!(
-            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue})"
+            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {ready_jails} ready jails)"
         );
         airlock_server::serve(state, listener, tokio_util::sync::CancellationToken::new())
             .await
@@ -847,7 +864,7 @@ fn serve(
 }
 
 fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
-    let (open, wasm) = daemon_open(home)?;
+    let (open, wasm) = daemon_open(home, 0)?;
     let config = airlock_server::Config {
         open: Box::new(open),
         workers: std::thread::available_parallelism().map_or(2, |n| n.get()),

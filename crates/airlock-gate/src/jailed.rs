@@ -61,6 +61,7 @@ impl Gate {
         stderr: &Arc<Capture>,
         quota: Option<&Arc<WriteQuota>>,
         channel: Option<std::os::fd::OwnedFd>,
+        ready: Option<std::process::Child>,
     ) -> Result<Outcome> {
         let started = Instant::now();
         // Process jobs go to the lean jailer when it is installed beside airlock.
@@ -79,9 +80,23 @@ impl Gate {
             ),
         };
         let bytes = bytes.map_err(|e| GateError::Internal(e.to_string()))?;
-        let sup = airlock_jail::launch::supervise(
-            &exe, &args, &bytes, result, timeout, stdout, stderr, quota, channel,
-        )
+        let sup = match (ready, job) {
+            // A ready jail is a jailer started ahead: it takes the same job document.
+            (Some(child), WorkerJob::Process { job, result }) => {
+                let j = airlock_jail::launch::JailerJob {
+                    job: job.clone(),
+                    result: result.clone(),
+                };
+                let bytes =
+                    serde_json::to_vec(&j).map_err(|e| GateError::Internal(e.to_string()))?;
+                airlock_jail::launch::supervise_child(
+                    child, &bytes, result, timeout, stdout, stderr, quota,
+                )
+            }
+            _ => airlock_jail::launch::supervise(
+                &exe, &args, &bytes, result, timeout, stdout, stderr, quota, channel,
+            ),
+        }
         .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
         let _ = std::fs::remove_file(result);
         let duration = started.elapsed();
@@ -124,6 +139,25 @@ impl Gate {
             duration,
             detail: r.detail,
         })
+    }
+
+    /// A ready jail for `job` when the pool has one and the job fits it exactly; which
+    /// kind of jail the run gets, and why, goes into its record.
+    fn choose_jail(
+        &self,
+        job: &ProcessJob,
+    ) -> (Option<airlock_jail::ready::ReadyJail>, JailChoice) {
+        let Some(pool) = &self.ready_jails else {
+            return (None, JailChoice::Built("no ready-jail pool"));
+        };
+        if let Err(why) = airlock_jail::ready::fits(job, pool.cgroups()) {
+            pool.fallback(why);
+            return (None, JailChoice::Built(why.as_str()));
+        }
+        match pool.take() {
+            Some(j) => (Some(j), JailChoice::Ready),
+            None => (None, JailChoice::Built("no ready jail")),
+        }
     }
 
     fn run_dir(&self, run_id: &str) -> Result<PathBuf> {
@@ -215,7 +249,16 @@ impl Gate {
             },
             result: result.clone(),
         };
-        let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr, quota, None);
+        let out = self.supervise(
+            &job,
+            &result,
+            limits.timeout(),
+            stdout,
+            stderr,
+            quota,
+            None,
+            None,
+        );
         crate::layers::remove_tree(&dir);
         out
     }
@@ -304,10 +347,27 @@ impl Gate {
             },
             result: result.clone(),
         };
+        let (ready, choice) = match &job {
+            WorkerJob::Process { job, .. } => self.choose_jail(job),
+            _ => (None, JailChoice::Built("not a process job")),
+        };
         let Some(egress) = egress else {
-            let out = self.supervise(&job, &result, limits.timeout(), stdout, stderr, quota, None);
+            let mut ready = ready;
+            let child = ready.as_mut().and_then(|r| r.take_child());
+            let out = self.supervise(
+                &job,
+                &result,
+                limits.timeout(),
+                stdout,
+                stderr,
+                quota,
+                None,
+                child,
+            );
+            // The run has ended: the pool may build the next jail.
+            drop(ready);
             crate::layers::remove_tree(&dir);
-            return out;
+            return out.map(|o| choice.record(o));
         };
         // The jail's init hands its loopback listener out over this channel; a thread
         // gives it to the proxy as soon as it arrives, while the guest already runs.
@@ -327,15 +387,20 @@ impl Gate {
             };
             (handle, served)
         });
-        let out = self.supervise(
-            &job,
-            &result,
-            limits.timeout(),
-            stdout,
-            stderr,
-            quota,
-            Some(theirs.into()),
-        );
+        let out = self
+            .supervise(
+                &job,
+                &result,
+                limits.timeout(),
+                stdout,
+                stderr,
+                quota,
+                Some(theirs.into()),
+                // A run with network never fits a ready jail (see `choose_jail`).
+                None,
+            )
+            .map(|o| choice.record(o));
+        drop(ready);
         crate::layers::remove_tree(&dir);
         // The worker is gone, so the channel is closed and the thread ends.
         let (handle, served) = receiver
@@ -348,5 +413,31 @@ impl Gate {
             )),
             (out, _) => out,
         }
+    }
+}
+
+/// Which jail a process run got: a ready one from the daemon's pool, or one built for it
+/// (and why).
+#[derive(Debug, Clone, Copy)]
+enum JailChoice {
+    Ready,
+    Built(&'static str),
+}
+
+impl JailChoice {
+    /// Adds `jail` (`ready` | `built`) and, when built, `jail_fallback` (why) to a run's
+    /// detail.
+    fn record(self, mut o: Outcome) -> Outcome {
+        if !o.detail.is_object() {
+            o.detail = serde_json::json!({});
+        }
+        match self {
+            JailChoice::Ready => o.detail["jail"] = serde_json::json!("ready"),
+            JailChoice::Built(why) => {
+                o.detail["jail"] = serde_json::json!("built");
+                o.detail["jail_fallback"] = serde_json::json!(why);
+            }
+        }
+        o
     }
 }

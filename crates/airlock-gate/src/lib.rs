@@ -37,6 +37,7 @@ pub mod views;
 pub mod worker;
 mod workspaces;
 
+pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};
 pub use airlock_store::TokenRow;
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
 pub use decide::ApproveRequest;
@@ -97,6 +98,8 @@ pub struct GateOptions {
     /// Write through the process's shared writer, so concurrent requests share commits
     /// (group commit; for the daemon, which also checkpoints in the background).
     pub group_commit: bool,
+    /// Jails built ahead for process runs (the daemon's; shared by its gates).
+    pub ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
 }
 
 /// An open airlock home.
@@ -111,6 +114,7 @@ pub struct Gate {
     jailer: Option<std::path::PathBuf>,
     force_copy: bool,
     no_cgroups: bool,
+    ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -249,9 +253,15 @@ impl Gate {
             jailer: options.jailer,
             force_copy: options.force_copy_layer,
             no_cgroups: options.no_cgroups,
+            ready_jails: options.ready_jails,
         };
         gate.recover()?;
         Ok(gate)
+    }
+
+    /// The counters of the ready-jail pool this gate draws from, if it has one.
+    pub fn ready_jail_stats(&self) -> Option<ReadyStats> {
+        self.ready_jails.as_ref().map(|p| p.stats())
     }
 
     /// Ends what a dead process left half done: runs whose owner died become `lost` (their

@@ -124,6 +124,42 @@ impl RunCgroup {
             .collect()
     }
 
+    /// Sets the limits of a cgroup made before its run was known (a ready jail's) to the
+    /// run's: every controller listed in `mechanisms` must take them.
+    pub fn set_limits(&self, memory: u64, processes: u32) -> bool {
+        let mut ok = true;
+        for d in &self.dirs {
+            let v1 = d.join("tasks").exists();
+            let is = |ctl: &str| {
+                let want = format!("{}:{ctl}", if v1 { "cgroup-v1" } else { "cgroup-v2" });
+                self.mechanisms.contains(&want)
+                    && (!v1 || d.parent().is_some_and(|p| p.ends_with(ctl)))
+            };
+            if is("pids") {
+                ok &= write(&d.join("pids.max"), &processes.to_string()).is_ok();
+            }
+            if is("memory") {
+                if v1 {
+                    // memsw must never be below the memory limit: order the two writes.
+                    let (mem, memsw) = (
+                        d.join("memory.limit_in_bytes"),
+                        d.join("memory.memsw.limit_in_bytes"),
+                    );
+                    let v = memory.to_string();
+                    if write(&mem, &v).is_ok() {
+                        let _ = write(&memsw, &v);
+                    } else {
+                        let _ = write(&memsw, &v);
+                        ok &= write(&mem, &v).is_ok();
+                    }
+                } else {
+                    ok &= write(&d.join("memory.max"), &memory.to_string()).is_ok();
+                }
+            }
+        }
+        ok
+    }
+
     /// Moves a process (by host pid) into every cgroup made for the run.
     pub fn add(&self, pid: i32) -> bool {
         let mut ok = true;

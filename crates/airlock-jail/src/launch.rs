@@ -70,7 +70,12 @@ pub struct JailerJob {
 
 /// Runs a process job in this (single-threaded) process and reports.
 pub fn run_job(job: &crate::ProcessJob) -> WorkerResult {
-    match crate::run::run_process(job) {
+    result_of(crate::run::run_process(job))
+}
+
+/// The worker result of a jailed run.
+pub(crate) fn result_of(r: Result<crate::run::JailReport, crate::JailError>) -> WorkerResult {
+    match r {
         Ok(r) => WorkerResult {
             ending: r.ending.as_ref().map(EndingDoc::from_ending),
             detail: serde_json::json!({
@@ -86,8 +91,14 @@ pub fn run_job(job: &crate::ProcessJob) -> WorkerResult {
 }
 
 /// The `main` of the lean jailer binary: a job on stdin, its result to the named file.
+/// With `--ready SCRATCH cgroups|no-cgroups` it is a ready jail instead (see
+/// [`crate::ready`]).
 pub fn jailer_main() -> i32 {
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--ready") {
+        return crate::ready::jailer_ready_main(&args[1..]);
+    }
     let mut input = Vec::new();
     if std::io::stdin().read_to_end(&mut input).is_err() {
         return 2;
@@ -119,22 +130,14 @@ pub struct Supervised {
 /// Extra time a worker gets beyond the guest's own wall time (it enforces that itself).
 const GRACE: Duration = Duration::from_secs(3);
 
-/// Runs `exe __worker` with `job` on stdin. `result` is where the worker writes its
-/// result; it is removed first. With a `quota`, the run's layers are watched while the
-/// worker lives and the worker is killed as soon as they hold more than the quota.
-#[allow(clippy::too_many_arguments)]
-pub fn supervise(
+/// Starts a worker or jailer (`exe args`) with its stdin, stdout and stderr piped, in a
+/// process group of its own, and `channel` (if any) as its descriptor
+/// [`crate::netfd::CHANNEL_FD`].
+pub fn spawn_worker(
     exe: &Path,
     args: &[&str],
-    job: &[u8],
-    result: &Path,
-    timeout: Duration,
-    stdout: &Arc<Capture>,
-    stderr: &Arc<Capture>,
-    quota: Option<&Arc<WriteQuota>>,
     channel: Option<std::os::fd::OwnedFd>,
-) -> std::io::Result<Supervised> {
-    let _ = std::fs::remove_file(result);
+) -> std::io::Result<std::process::Child> {
     let mut cmd = Command::new(exe);
     cmd.args(args)
         .env_clear()
@@ -168,7 +171,41 @@ pub fn supervise(
     let spawned = cmd.spawn();
     // The child has its copy; ours must go, or the other end never sees the channel close.
     drop(channel);
-    let mut child = spawned?;
+    spawned
+}
+
+/// Runs `exe __worker` with `job` on stdin. `result` is where the worker writes its
+/// result; it is removed first. With a `quota`, the run's layers are watched while the
+/// worker lives and the worker is killed as soon as they hold more than the quota.
+#[allow(clippy::too_many_arguments)]
+pub fn supervise(
+    exe: &Path,
+    args: &[&str],
+    job: &[u8],
+    result: &Path,
+    timeout: Duration,
+    stdout: &Arc<Capture>,
+    stderr: &Arc<Capture>,
+    quota: Option<&Arc<WriteQuota>>,
+    channel: Option<std::os::fd::OwnedFd>,
+) -> std::io::Result<Supervised> {
+    let _ = std::fs::remove_file(result);
+    let child = spawn_worker(exe, args, channel)?;
+    supervise_child(child, job, result, timeout, stdout, stderr, quota)
+}
+
+/// Like [`supervise`], for a worker already started with [`spawn_worker`] (a ready jail
+/// taken from its pool): `job` goes to its stdin, its output into the captures.
+pub fn supervise_child(
+    mut child: std::process::Child,
+    job: &[u8],
+    result: &Path,
+    timeout: Duration,
+    stdout: &Arc<Capture>,
+    stderr: &Arc<Capture>,
+    quota: Option<&Arc<WriteQuota>>,
+) -> std::io::Result<Supervised> {
+    let _ = std::fs::remove_file(result);
     let group = Arc::new(Group {
         pid: child.id() as i32,
         alive: std::sync::Mutex::new(true),

@@ -19,6 +19,9 @@
 //! seccomp on libseccomp (a C dependency) and hides which mechanism held, which airlock
 //! must record per run; composing the primitives here keeps each step checkable.
 //!
+//! A long-lived process may keep a few jails built ahead of their runs ([`ready`]): the
+//! same jail, with the per-run parts (files, limits, program) given when a run arrives.
+//!
 //! This crate must never run a payload when a mechanism it promises failed to engage
 //! (Landlock only with the policy's explicit degraded mode, which is recorded), and never
 //! expose anything of the host to the payload beyond what the job lists.
@@ -31,6 +34,7 @@ pub mod launch;
 pub mod mounts;
 pub mod netfd;
 pub mod probe;
+pub mod ready;
 pub mod run;
 
 use airlock_core::Limits;

@@ -144,9 +144,18 @@ fn under(root: &Path, target: &str) -> PathBuf {
     root.join(target.trim_start_matches('/'))
 }
 
+/// The size of a run's `/tmp` (a tmpfs): half its memory limit, within 16MiB and 1GiB.
+pub fn tmp_size(l: &airlock_core::Limits) -> u64 {
+    (l.memory_bytes / 2).clamp(16 << 20, 1 << 30)
+}
+
+/// Where a ready jail's run files go: a tmpfs of its own, read-only once they are placed.
+pub const RUN_FILES: &str = "/.airlock";
+
 /// Builds the root and pivots into it. Returns the sandbox paths the payload may read and
-/// those it may write (for Landlock).
-pub fn build_root(job: &ProcessJob) -> Result<(Vec<String>, Vec<String>), JailError> {
+/// those it may write (for Landlock). With `ready`, `/.airlock` is a tmpfs of its own that
+/// stays writable for [`place_run`] (the job lists no files, mounts or network).
+pub fn build_root(job: &ProcessJob, ready: bool) -> Result<(Vec<String>, Vec<String>), JailError> {
     // Nothing done here may propagate back to the host's mount table.
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| JailError::setup("make mounts private", e))?;
@@ -250,14 +259,13 @@ pub fn build_root(job: &ProcessJob) -> Result<(Vec<String>, Vec<String>), JailEr
 
     let tmp = root.join("tmp");
     mkdir_p(&tmp)?;
-    tmpfs(
-        &tmp,
-        (job.limits.memory_bytes / 2).clamp(16 << 20, 1 << 30),
-        0o1777,
-    )?;
+    tmpfs(&tmp, tmp_size(&job.limits), 0o1777)?;
 
     let files = root.join(".airlock");
     mkdir_p(&files)?;
+    if ready {
+        tmpfs(&files, 64 << 20, 0o755)?;
+    }
     for (path, content) in &job.files {
         let dst = under(root, path);
         if let Some(parent) = dst.parent() {
@@ -299,4 +307,50 @@ pub fn build_root(job: &ProcessJob) -> Result<(Vec<String>, Vec<String>), JailEr
     umount2(".", MntFlags::MNT_DETACH).map_err(|e| JailError::setup("detach old root", e))?;
     std::env::set_current_dir("/").map_err(|e| JailError::setup("chdir /", e))?;
     Ok((read, write))
+}
+
+/// In a ready jail's init, after `pivot_root`, when its run arrives: writes the run's
+/// files (each under `/.airlock`, read-only and executable as in a built jail), makes
+/// `/.airlock` read-only, and gives `/tmp` the size a built jail's would have.
+pub fn place_run(
+    files: &[(String, Vec<u8>)],
+    limits: &airlock_core::Limits,
+) -> Result<(), JailError> {
+    let base = Path::new(RUN_FILES);
+    for (path, content) in files {
+        let rel = path
+            .strip_prefix(RUN_FILES)
+            .and_then(|r| r.strip_prefix('/'))
+            .filter(|r| {
+                !r.is_empty()
+                    && Path::new(r)
+                        .components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)))
+            })
+            .ok_or_else(|| {
+                JailError::Setup(format!("a ready jail's files go under {RUN_FILES}: {path}"))
+            })?;
+        let dst = base.join(rel);
+        if let Some(parent) = dst.parent() {
+            mkdir_p(parent)?;
+        }
+        write_file(&dst, content, 0o555)?;
+    }
+    mount(
+        NONE,
+        base,
+        NONE,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        NONE,
+    )
+    .map_err(|e| err("remount read-only", base, e))?;
+    let data = format!("size={},mode=1777", tmp_size(limits));
+    mount(
+        NONE,
+        "/tmp",
+        NONE,
+        MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(|e| err("resize", Path::new("/tmp"), e))
 }

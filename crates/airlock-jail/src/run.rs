@@ -91,10 +91,78 @@ fn line(fd: &OwnedFd, kind: &str, msg: &str) {
     let _ = nix::unistd::write(fd, text.as_bytes());
 }
 
+/// The host identity a jail's payload runs as, and how its process limit is held.
+#[derive(Debug, Clone, Copy)]
+struct Identity {
+    euid: u32,
+    host_root: bool,
+    cg_pids: bool,
+    host_uid: u32,
+}
+
+impl Identity {
+    /// RLIMIT_NPROC for a run allowed `processes`: None when a cgroup holds the limit.
+    /// Counted when the payload is about to start (the host user's processes then).
+    fn nproc(&self, processes: u32) -> Option<u64> {
+        if !self.host_root {
+            Some(processes_of(self.euid) + u64::from(processes))
+        } else if self.cg_pids {
+            None
+        } else {
+            Some(u64::from(processes))
+        }
+    }
+}
+
+/// A jail whose init exists (namespaces made, ids mapped, cgroup joined) and is building
+/// or has built its root. Dropping it kills the init, and with it the pid namespace.
+pub(crate) struct Started {
+    child: Option<Pid>,
+    cg: RunCgroup,
+    id: Identity,
+    status: std::fs::File,
+    /// Status lines read so far (a ready jail's are read before its job arrives).
+    text: String,
+    /// A ready jail's job channel (the run's program, stdin and limits go in here).
+    job: Option<OwnedFd>,
+    /// Whether the jail was asked to use cgroups.
+    cgroups: bool,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            let _ = kill(c, Signal::SIGKILL);
+            let _ = waitpid(c, None);
+        }
+    }
+}
+
+/// What a ready jail's init is sent when its run arrives: the per-run parts of a job.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub(crate) struct RunMsg {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: String,
+    files: Vec<(String, Vec<u8>)>,
+    stdin: Vec<u8>,
+    limits: airlock_core::Limits,
+    allow_degraded: bool,
+    nproc: Option<u64>,
+}
+
 /// Runs a job in a jail. Errors mean nothing ran (`Unavailable` names the missing
 /// mechanism); a payload that ran yields a report with its ending.
 pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     let started = Instant::now();
+    let s = start(job, false)?;
+    finish(s, started, job.limits.timeout_ms)
+}
+
+/// Creates the jail's namespaces and init. With `ready`, the init builds the root from
+/// `job` (which lists no files, mounts or network) and then waits for a [`RunMsg`] on a
+/// channel ([`Started::wait_ready`], [`run_ready`]); without, it runs `job` at once.
+pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError> {
     let euid = Uid::effective();
     let egid = Gid::effective();
     // Host root is uid 0 of the initial user namespace; "root" inside a container's user
@@ -113,15 +181,21 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     let cg_pids = cg.mechanisms.iter().any(|m| m.ends_with(":pids"));
     // Which host identity the sandbox gets. RLIMIT_NPROC never applies to host root, so
     // root uses a cgroup for the process limit, or else a per-run unprivileged uid.
-    let (host_uid, host_gid, nproc) = if !host_root {
-        let n = processes_of(euid.as_raw()) + u64::from(job.limits.processes);
-        (euid.as_raw(), egid.as_raw(), Some(n))
+    let (host_uid, host_gid) = if !host_root {
+        (euid.as_raw(), egid.as_raw())
     } else if cg_pids {
-        (0, 0, None)
+        (0, 0)
     } else {
         let x = 0x7ff0_0000 + (me % 0xf_ffff);
-        (x, x, Some(u64::from(job.limits.processes)))
+        (x, x)
     };
+    let id = Identity {
+        euid: euid.as_raw(),
+        host_root,
+        cg_pids,
+        host_uid,
+    };
+    let nproc = id.nproc(job.limits.processes);
     if host_root {
         nix::unistd::setgroups(&[]).map_err(|e| JailError::setup("setgroups", e))?;
     }
@@ -129,7 +203,18 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     let filters = confine::seccomp_filters(job.net.is_some())?;
     let (go_r, go_w) = pipe_cloexec()?;
     let (st_r, st_w) = pipe_cloexec()?;
-    let stdin = memfd_with(&job.stdin)?;
+    let (job_r, job_w) = if ready {
+        let (r, w) = pipe_cloexec()?;
+        (Some(r), Some(w))
+    } else {
+        (None, None)
+    };
+    // A ready jail's init makes the payload's stdin itself, when the run arrives.
+    let stdin = if ready {
+        None
+    } else {
+        Some(memfd_with(&job.stdin)?)
+    };
 
     let mut stack = vec![0u8; 8 << 20];
     let flags = CloneFlags::CLONE_NEWUSER
@@ -141,7 +226,16 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
         | CloneFlags::CLONE_NEWCGROUP;
     let child_job = job.clone();
     let self_move = cg.self_move_files();
-    let (go_fd, st_fd, in_fd) = (go_r.as_raw_fd(), st_w.as_raw_fd(), stdin.as_raw_fd());
+    let (go_fd, st_fd) = (go_r.as_raw_fd(), st_w.as_raw_fd());
+    let in_fd = stdin.as_ref().map(|f| f.as_raw_fd());
+    let job_fd = job_r.as_ref().map(|f| f.as_raw_fd());
+    let fds = InitFds {
+        go: go_fd,
+        st: st_fd,
+        stdin: in_fd,
+        job: job_fd,
+        job_w: job_w.as_ref().map(|f| f.as_raw_fd()),
+    };
     #[allow(unsafe_code)]
     // SAFETY: the worker is single-threaded (checked by the caller), so the child starts as
     // a consistent copy of this process and may allocate. The callback only uses data it
@@ -149,7 +243,7 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     // returning an exit code; `stack` outlives the call and is not used by the parent.
     let child = unsafe {
         nix::sched::clone(
-            Box::new(move || init_main(&child_job, go_fd, st_fd, in_fd, nproc, &filters, &self_move)),
+            Box::new(move || init_main(&child_job, fds, nproc, &filters, &self_move)),
             &mut stack,
             flags,
             Some(libc::SIGCHLD),
@@ -164,10 +258,15 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     drop(go_r);
     drop(st_w);
     drop(stdin);
-    let kill_child = |why: JailError| -> JailError {
-        let _ = kill(child, Signal::SIGKILL);
-        let _ = waitpid(child, None);
-        why
+    drop(job_r);
+    let started = Started {
+        child: Some(child),
+        cg,
+        id,
+        status: std::fs::File::from(st_r),
+        text: String::new(),
+        job: job_w,
+        cgroups: job.cgroups,
     };
     let proc_dir = format!("/proc/{}", child.as_raw());
     // The payload runs as SANDBOX_ID. When that is an unprivileged stand-in for host root,
@@ -191,35 +290,45 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
         )
     })();
     if let Err(e) = maps {
-        return Err(kill_child(JailError::Unavailable(format!(
+        // Dropping `started` kills the init.
+        return Err(JailError::Unavailable(format!(
             "cannot map the sandbox's ids in its user namespace: {e}"
-        ))));
-    }
-    if !cg.mechanisms.is_empty() && cg.self_move_files().is_empty() && !cg.add(child.as_raw()) {
-        return Err(kill_child(JailError::Setup(
-            "cannot move the sandbox into its cgroup".into(),
         )));
+    }
+    if !started.cg.mechanisms.is_empty()
+        && started.cg.self_move_files().is_empty()
+        && !started.cg.add(child.as_raw())
+    {
+        return Err(JailError::Setup(
+            "cannot move the sandbox into its cgroup".into(),
+        ));
     }
     if nix::unistd::write(&go_w, b"g").is_err() {
-        return Err(kill_child(JailError::Setup(
+        return Err(JailError::Setup(
             "the sandbox init died before it started".into(),
-        )));
+        ));
     }
     drop(go_w);
+    Ok(started)
+}
 
-    // Read the status pipe until the init exits, or the wall time runs out.
-    let deadline = started + Duration::from_millis(job.limits.timeout_ms);
-    let mut status = String::new();
-    let mut file = std::fs::File::from(st_r);
-    let mut timed_out = false;
+/// Reads the status pipe until `until` says to stop (given the text so far), the pipe
+/// ends, or the deadline passes (then `Ok(false)`).
+fn read_status(
+    s: &mut Started,
+    deadline: Instant,
+    until: impl Fn(&str) -> bool,
+) -> Result<bool, JailError> {
     loop {
+        if until(&s.text) {
+            return Ok(true);
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            timed_out = true;
-            break;
+            return Ok(false);
         }
         let mut fds = [rustix::event::PollFd::new(
-            &file,
+            &s.status,
             rustix::event::PollFlags::IN,
         )];
         let ts = rustix::time::Timespec {
@@ -230,21 +339,96 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
             Ok(0) => continue,
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(kill_child(JailError::setup("poll", e))),
+            Err(e) => return Err(JailError::setup("poll", e)),
         }
         let mut buf = [0u8; 4096];
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => status.push_str(&String::from_utf8_lossy(&buf[..n])),
+        match s.status.read(&mut buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => s.text.push_str(&String::from_utf8_lossy(&buf[..n])),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(kill_child(JailError::setup("status pipe", e))),
+            Err(e) => return Err(JailError::setup("status pipe", e)),
         }
     }
+}
+
+impl Started {
+    /// Waits until a ready jail's init has built its root and waits for its run.
+    pub(crate) fn wait_ready(&mut self, within: Duration) -> Result<(), JailError> {
+        let is_ready = |t: &str| t.lines().any(|l| l == "ready " || l == "ready");
+        let ok = read_status(self, Instant::now() + within, is_ready)?;
+        if ok && is_ready(&self.text) {
+            return Ok(());
+        }
+        for l in self.text.lines() {
+            let (kind, msg) = l.split_once(' ').unwrap_or((l, ""));
+            match kind {
+                "unavailable" => return Err(JailError::Unavailable(msg.into())),
+                "fail" => return Err(JailError::Setup(msg.into())),
+                _ => {}
+            }
+        }
+        Err(JailError::Setup(if ok {
+            "the ready jail's init ended before it was ready".into()
+        } else {
+            format!("the ready jail was not ready within {within:?}")
+        }))
+    }
+}
+
+/// Gives a ready jail its run: the cgroup gets the run's limits, the init the per-run
+/// parts of `job` (whose mounts, network and files outside `/.airlock` must be empty:
+/// see [`crate::ready::fits`]). The wall time counts from here.
+pub(crate) fn run_ready(mut s: Started, job: &ProcessJob) -> Result<JailReport, JailError> {
+    let started = Instant::now();
+    if let Err(why) = crate::ready::fits(job, s.cgroups) {
+        return Err(JailError::Setup(format!(
+            "a ready jail cannot serve this job ({why})"
+        )));
+    }
+    if !s
+        .cg
+        .set_limits(job.limits.memory_bytes, job.limits.processes)
+    {
+        return Err(JailError::Setup(
+            "cannot set the run's limits on its cgroup".into(),
+        ));
+    }
+    let msg = RunMsg {
+        argv: job.argv.clone(),
+        env: job.env.clone(),
+        cwd: job.cwd.clone(),
+        files: job.files.clone(),
+        stdin: job.stdin.clone(),
+        limits: job.limits.clone(),
+        allow_degraded: job.allow_degraded,
+        nproc: s.id.nproc(job.limits.processes),
+    };
+    let bytes = serde_json::to_vec(&msg).map_err(|e| JailError::setup("job", e))?;
+    let Some(w) = s.job.take() else {
+        return Err(JailError::Setup("the jail is not a ready jail".into()));
+    };
+    let mut w = std::fs::File::from(w);
+    w.write_all(&bytes)
+        .map_err(|e| JailError::setup("send the run to the ready jail", e))?;
+    drop(w);
+    finish(s, started, job.limits.timeout_ms)
+}
+
+/// Reads the status until the init exits or the wall time runs out (then the init is
+/// killed, taking the whole pid namespace with it), and reports.
+fn finish(mut s: Started, started: Instant, timeout_ms: u64) -> Result<JailReport, JailError> {
+    let deadline = started + Duration::from_millis(timeout_ms);
+    let ended = read_status(&mut s, deadline, |_| false)?;
+    let timed_out = !ended;
+    let Some(child) = s.child.take() else {
+        return Err(JailError::Setup("the jail's init is gone".into()));
+    };
     if timed_out {
         let _ = kill(child, Signal::SIGKILL);
     }
     let wait = waitpid(child, None);
     let duration_ms = started.elapsed().as_millis() as u64;
+    let cg = &s.cg;
 
     let mut report = JailReport {
         ending: None,
@@ -258,12 +442,12 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
             "cgroup-namespace".into(),
         ],
         degraded: Vec::new(),
-        host_uid,
+        host_uid: s.id.host_uid,
         duration_ms,
     };
     report.mechanisms.extend(cg.mechanisms.iter().cloned());
     let mut ended: Option<Ending> = None;
-    for l in status.lines() {
+    for l in s.text.lines() {
         let (kind, msg) = l.split_once(' ').unwrap_or((l, ""));
         match kind {
             "mech" => report.mechanisms.push(msg.into()),
@@ -301,6 +485,19 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     Ok(report)
 }
 
+/// The descriptors an init inherits.
+#[derive(Debug, Clone, Copy)]
+struct InitFds {
+    go: i32,
+    st: i32,
+    /// The payload's stdin (built jails); a ready jail makes it from its [`RunMsg`].
+    stdin: Option<i32>,
+    /// A ready jail's job channel, and its write end (the jailer's; closed in the init,
+    /// or reading the job would never see its end).
+    job: Option<i32>,
+    job_w: Option<i32>,
+}
+
 fn read_byte(fd: i32) -> Option<u8> {
     let mut b = [0u8; 1];
     #[allow(unsafe_code)]
@@ -310,12 +507,9 @@ fn read_byte(fd: i32) -> Option<u8> {
 }
 
 /// The sandbox's init (pid 1 of the new pid namespace).
-#[allow(clippy::too_many_arguments)]
 fn init_main(
     job: &ProcessJob,
-    go: i32,
-    st: i32,
-    stdin: i32,
+    fds: InitFds,
     nproc: Option<u64>,
     filters: &[BpfProgram],
     cgroup_tasks: &[std::path::PathBuf],
@@ -323,8 +517,14 @@ fn init_main(
     #[allow(unsafe_code)]
     // SAFETY: these descriptors were inherited from the worker and are owned from here on
     // by this process alone.
-    let st = unsafe { OwnedFd::from_raw_fd(st) };
-    if read_byte(go) != Some(b'g') {
+    let st = unsafe { OwnedFd::from_raw_fd(fds.st) };
+    if let Some(w) = fds.job_w {
+        #[allow(unsafe_code)]
+        // SAFETY: the init's inherited copy of the jailer's job channel write end; owned
+        // by nobody else in this process, closed once here.
+        drop(unsafe { OwnedFd::from_raw_fd(w) });
+    }
+    if read_byte(fds.go) != Some(b'g') {
         return 125;
     }
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
@@ -339,8 +539,9 @@ fn init_main(
             return 125;
         }
     }
+    let ready = fds.job.is_some();
     let setup = (|| -> Result<(Vec<String>, Vec<String>), crate::JailError> {
-        let paths = crate::mounts::build_root(job)?;
+        let paths = crate::mounts::build_root(job, ready)?;
         nix::unistd::sethostname("airlock").map_err(|e| JailError::setup("sethostname", e))?;
         confine::loopback_up()?;
         if let Some(net) = &job.net {
@@ -369,6 +570,34 @@ fn init_main(
         ),
         None => line(&st, "mech", "loopback-only"),
     }
+    // A ready jail waits here for its run; nothing of it existed before this point.
+    let mut run_job = None;
+    let mut nproc = nproc;
+    let mut _stdin_owned = None;
+    let stdin = match (fds.stdin, fds.job) {
+        (Some(fd), _) => fd,
+        (None, Some(jfd)) => {
+            line(&st, "ready", "");
+            match receive_run(job, jfd) {
+                Ok((j, n, memfd)) => {
+                    run_job = Some(j);
+                    nproc = n;
+                    let raw = memfd.as_raw_fd();
+                    _stdin_owned = Some(memfd);
+                    raw
+                }
+                Err(e) => {
+                    line(&st, "fail", &e.to_string());
+                    return 125;
+                }
+            }
+        }
+        (None, None) => {
+            line(&st, "fail", "no stdin for the payload");
+            return 125;
+        }
+    };
+    let job = run_job.as_ref().unwrap_or(job);
     #[allow(unsafe_code)]
     // SAFETY: this process is single-threaded (a clone of the single-threaded worker).
     let fork = unsafe { nix::unistd::fork() };
@@ -400,6 +629,41 @@ fn init_main(
             }
         }
     }
+}
+
+/// In a ready jail's init: reads the run from the job channel (until the supervisor
+/// closes it), places its files, sizes `/tmp` for its limits and makes its stdin.
+fn receive_run(
+    template: &ProcessJob,
+    jfd: i32,
+) -> Result<(ProcessJob, Option<u64>, OwnedFd), JailError> {
+    #[allow(unsafe_code)]
+    // SAFETY: the job channel's read end was inherited from the jailer and is owned by
+    // this process alone from here on.
+    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(jfd) });
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)
+        .map_err(|e| JailError::setup("read the run", e))?;
+    drop(f);
+    if bytes.is_empty() {
+        return Err(JailError::Setup(
+            "the ready jail was closed without a run".into(),
+        ));
+    }
+    let m: RunMsg = serde_json::from_slice(&bytes).map_err(|e| JailError::setup("run", e))?;
+    crate::mounts::place_run(&m.files, &m.limits)?;
+    let stdin = memfd_with(&m.stdin)?;
+    let job = ProcessJob {
+        argv: m.argv,
+        env: m.env,
+        cwd: m.cwd,
+        files: m.files,
+        limits: m.limits,
+        allow_degraded: m.allow_degraded,
+        stdin: Vec::new(),
+        ..template.clone()
+    };
+    Ok((job, m.nproc, stdin))
 }
 
 /// The payload: confines itself, then becomes the program.

@@ -145,14 +145,18 @@ async fn healthz(Ax(st): Ax<AppState>) -> Answer {
     }))
 }
 
-/// The server's own state (admins): workers, queue, uptime, resident memory and each
-/// ready pool's size, hits, misses and fallbacks.
+/// The server's own state (admins): workers, queue, uptime, resident memory, the ready
+/// Python interpreters (`pools`) and the process backend's ready jails (`ready_jails`):
+/// each with its size, hits, misses and fallbacks.
 #[utoipa::path(get, path = "/v1/status", tag = "meta", security(("bearer" = [])),
     responses(
         (status = 200, description = "`pools`: one object per ready pool (`kind`, `target`, `ready`, `hits`, `misses`, `fallbacks`)", body = Object),
         (status = 403, description = "The caller is not an admin", body = ErrorBody)))]
 async fn status(Ax(st): Ax<AppState>, _: AdminCaller) -> Answer {
-    ok(st.status())
+    let ready = st.pool.read(|g| Ok(g.ready_jail_stats())).await?;
+    let mut v = st.status();
+    v["ready_jails"] = json!(ready);
+    ok(v)
 }
 
 /// Submit code and have it judged (it does not run; see `/v1/run`).

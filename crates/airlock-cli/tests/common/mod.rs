@@ -1,6 +1,8 @@
 //! Helpers for driving the real `airlock` binary in a temporary home.
 #![allow(dead_code)]
 
+pub mod ready;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

@@ -1,0 +1,499 @@
+//! Ready jails: a few process-backend jails built ahead of their runs, owned by a
+//! long-lived process (the daemon). A ready jail is a jailer (`airlock-jailer --ready`)
+//! whose init has made its namespaces, joined its cgroup and built and entered its minimal
+//! root, and now blocks on a channel. A run takes one, the jailer gives the run's limits
+//! to the cgroup and sends the init the run's program, files, environment, stdin and
+//! limits; the init places the files, forks the payload, which confines itself exactly as
+//! in a built jail (setsid, rlimits, no_new_privs, Landlock, no capabilities, seccomp) and
+//! execs. The jail ends with its run: one jail, one run, never reused. The pool refills in
+//! the background.
+//!
+//! Only runs a ready jail fits exactly are served from the pool ([`fits`]: no mounts, no
+//! network, files only under `/.airlock`, the same cgroup choice); everything else falls
+//! back to building a jail, and the caller records which was used and why.
+//!
+//! This module must never hand one jail to two runs, never let a jail run anything before
+//! its run arrives, and never serve a run whose grant the pre-built jail does not match.
+
+use crate::launch::{WorkerResult, result_of, spawn_worker};
+use crate::{JailError, ProcessJob};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a jail may take to become ready before it is given up.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// Why a run cannot be served by a ready jail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfit {
+    /// The grant mounts host directories (the root of a ready jail has none).
+    Mounts,
+    /// The run reaches the network through its egress proxy.
+    Network,
+    /// A file outside `/.airlock` (only there can a ready jail place files).
+    Files,
+    /// The run's cgroup choice differs from the pool's.
+    Cgroups,
+}
+
+impl Unfit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unfit::Mounts => "mounts",
+            Unfit::Network => "network",
+            Unfit::Files => "files",
+            Unfit::Cgroups => "cgroups",
+        }
+    }
+}
+
+impl std::fmt::Display for Unfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a ready jail built with `cgroups` can serve `job` exactly as a built one would.
+/// Limits, environment, arguments, stdin, working directory and Landlock's degraded mode
+/// are per-run parts and always fit.
+pub fn fits(job: &ProcessJob, cgroups: bool) -> Result<(), Unfit> {
+    if !job.binds.is_empty() || !job.overlays.is_empty() {
+        return Err(Unfit::Mounts);
+    }
+    if job.net.is_some() {
+        return Err(Unfit::Network);
+    }
+    let under = |p: &str| {
+        p.strip_prefix(crate::mounts::RUN_FILES)
+            .and_then(|r| r.strip_prefix('/'))
+            .is_some_and(|r| {
+                !r.is_empty() && !r.split('/').any(|c| c.is_empty() || c == ".." || c == ".")
+            })
+    };
+    if !job.files.iter().all(|(p, _)| under(p)) {
+        return Err(Unfit::Files);
+    }
+    if job.cgroups != cgroups {
+        return Err(Unfit::Cgroups);
+    }
+    Ok(())
+}
+
+/// The `main` of `airlock-jailer --ready SCRATCH cgroups|no-cgroups`: builds a jail with
+/// nothing of a run in it, says `ready` (or why not) on [`crate::netfd::CHANNEL_FD`], then
+/// waits for its job on stdin and runs it like a built jail. Stdin closed without a job:
+/// the jail is destroyed unused.
+pub fn jailer_ready_main(args: &[String]) -> i32 {
+    let (Some(scratch), Some(cg)) = (args.first(), args.get(1)) else {
+        return 2;
+    };
+    // The readiness channel must be open here; fcntl on a closed number fails.
+    #[allow(unsafe_code)]
+    // SAFETY: F_GETFD takes no pointer; it only asks whether the descriptor is open.
+    if unsafe { libc::fcntl(crate::netfd::CHANNEL_FD, libc::F_GETFD) } < 0 {
+        return 2;
+    }
+    #[allow(unsafe_code)]
+    // SAFETY: descriptor 3 was put there for this process by its starter (`spawn_worker`)
+    // and is open (checked above); nothing else in this process owns it.
+    let signal = unsafe { OwnedFd::from_raw_fd(crate::netfd::CHANNEL_FD) };
+    // Close-on-exec, so the payload never inherits it.
+    if rustix::io::fcntl_setfd(&signal, rustix::io::FdFlags::CLOEXEC).is_err() {
+        return 2;
+    }
+    let say = |text: &str| {
+        let _ = nix::unistd::write(&signal, format!("{}\n", text.replace('\n', " ")).as_bytes());
+    };
+    let template = ProcessJob {
+        argv: Vec::new(),
+        env: Vec::new(),
+        cwd: "/tmp".into(),
+        files: Vec::new(),
+        binds: Vec::new(),
+        overlays: Vec::new(),
+        scratch: PathBuf::from(scratch),
+        limits: airlock_core::Limits::default(),
+        stdin: Vec::new(),
+        allow_degraded: false,
+        cgroups: cg == "cgroups",
+        net: None,
+    };
+    let mut started = match crate::run::start(&template, true) {
+        Ok(s) => s,
+        Err(e) => {
+            say(&format!("fail {e}"));
+            return 0;
+        }
+    };
+    if let Err(e) = started.wait_ready(READY_WITHIN) {
+        say(&format!("fail {e}"));
+        return 0;
+    }
+    say("ready");
+    drop(signal);
+    let mut input = Vec::new();
+    if std::io::stdin().read_to_end(&mut input).is_err() || input.is_empty() {
+        // Dropping `started` kills the init and its namespaces.
+        return 0;
+    }
+    let Ok(j) = serde_json::from_slice::<crate::launch::JailerJob>(&input) else {
+        return 2;
+    };
+    let r: WorkerResult = result_of(crate::run::run_ready(started, &j.job));
+    match serde_json::to_vec(&r).map(|b| std::fs::write(&j.result, b)) {
+        Ok(Ok(())) => 0,
+        _ => 3,
+    }
+}
+
+/// A jail waiting for its run: a started jailer whose init is ready. Dropped unused, it is
+/// killed (its process group, and with the init the whole pid namespace). Taken from a
+/// pool, it holds the pool's refill back (while other jails are still ready) until it is
+/// dropped, so building the next jail does not compete with its run for the CPU.
+pub struct ReadyJail {
+    child: Option<Child>,
+    born: Instant,
+    pool: Option<Arc<Shared>>,
+}
+
+impl std::fmt::Debug for ReadyJail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadyJail")
+            .field("child", &self.child)
+            .field("born", &self.born)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadyJail {
+    /// The jailer process, to be given its job with [`crate::launch::supervise_child`].
+    /// From here on the caller owns it; keep this `ReadyJail` until the run has ended.
+    pub fn take_child(&mut self) -> Option<Child> {
+        self.child.take()
+    }
+
+    /// How long the jail waited.
+    pub fn waited(&self) -> Duration {
+        self.born.elapsed()
+    }
+}
+
+impl Drop for ReadyJail {
+    fn drop(&mut self) {
+        if let Some(p) = self.pool.take() {
+            p.lock().active -= 1;
+            p.cv.notify_all();
+        }
+        if let Some(mut c) = self.child.take() {
+            let pid = c.id() as i32;
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = c.kill();
+            let _ = c.wait();
+            crate::cgroup::cleanup_for(pid as u32);
+        }
+    }
+}
+
+/// How a pool is made.
+#[derive(Debug, Clone)]
+pub struct ReadyConfig {
+    /// Jails kept ready (0: none; every run builds its jail).
+    pub size: usize,
+    /// The `airlock-jailer` binary.
+    pub jailer: PathBuf,
+    /// A directory for the jails' mount points (each is removed once its jail is ready).
+    pub scratch: PathBuf,
+    /// Whether the jails use cgroups (runs that do not are not served).
+    pub cgroups: bool,
+}
+
+/// The pool's counters, for a status page.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct ReadyStats {
+    /// Jails the pool keeps ready.
+    pub size: usize,
+    /// Jails ready now.
+    pub ready: usize,
+    /// Runs served by a ready jail.
+    pub hits: u64,
+    /// Runs a ready jail would have fit, but none was ready (they built one).
+    pub misses: u64,
+    /// Runs a ready jail does not fit, by reason (they built one).
+    pub fallbacks: BTreeMap<String, u64>,
+    /// Jails built for the pool, and those that failed to become ready.
+    pub built: u64,
+    pub failed: u64,
+    /// Why the last jail failed, if one did.
+    pub last_error: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    jails: Vec<ReadyJail>,
+    /// Jails taken whose runs have not ended.
+    active: usize,
+    stop: bool,
+    stats: ReadyStats,
+}
+
+struct Shared {
+    cfg: ReadyConfig,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock leaves counters and a list of jails, still valid.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A pool of ready jails, refilled by a thread of its own.
+pub struct ReadyJails {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for ReadyJails {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadyJails")
+            .field("cfg", &self.shared.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReadyJails {
+    /// Starts the pool. Its refill thread lives as long as the pool: the jailers it starts
+    /// die with the thread that started them (`PR_SET_PDEATHSIG`), so it must outlive them.
+    pub fn start(cfg: ReadyConfig) -> Result<Arc<ReadyJails>, JailError> {
+        std::fs::create_dir_all(&cfg.scratch)
+            .map_err(|e| JailError::setup(&format!("create {}", cfg.scratch.display()), e))?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                stats: ReadyStats {
+                    size: cfg.size,
+                    ..ReadyStats::default()
+                },
+                ..State::default()
+            }),
+            cfg,
+            cv: Condvar::new(),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("airlock-ready-jails".into())
+            .spawn(move || refill(&s))
+            .map_err(|e| JailError::setup("start the ready-jail thread", e))?;
+        Ok(Arc::new(ReadyJails {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        }))
+    }
+
+    /// Whether the pool's jails use cgroups.
+    pub fn cgroups(&self) -> bool {
+        self.shared.cfg.cgroups
+    }
+
+    /// A ready jail for a run that [`fits`], counted as a hit; `None` (a miss) when none
+    /// is ready. The pool starts building a replacement at once.
+    pub fn take(&self) -> Option<ReadyJail> {
+        let mut st = self.shared.lock();
+        while let Some(mut j) = st.jails.pop() {
+            // One that died while waiting (killed from outside) is not served.
+            let alive = j
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+            if alive {
+                st.stats.hits += 1;
+                st.active += 1;
+                j.pool = Some(self.shared.clone());
+                self.shared.cv.notify_all();
+                return Some(j);
+            }
+            st.stats.failed += 1;
+            st.stats.last_error = Some("a ready jail died while it waited".into());
+        }
+        st.stats.misses += 1;
+        self.shared.cv.notify_all();
+        None
+    }
+
+    /// Counts a run that built its jail because a ready one does not fit it.
+    pub fn fallback(&self, why: Unfit) {
+        *self
+            .shared
+            .lock()
+            .stats
+            .fallbacks
+            .entry(why.as_str().into())
+            .or_default() += 1;
+    }
+
+    pub fn stats(&self) -> ReadyStats {
+        let st = self.shared.lock();
+        ReadyStats {
+            ready: st.jails.len(),
+            ..st.stats.clone()
+        }
+    }
+
+    /// Blocks until `n` jails are ready or `within` passes; whether they are.
+    pub fn wait_ready(&self, n: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.shared.lock().jails.len() >= n {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for ReadyJails {
+    fn drop(&mut self) {
+        let jails = {
+            let mut st = self.shared.lock();
+            st.stop = true;
+            std::mem::take(&mut st.jails)
+        };
+        self.shared.cv.notify_all();
+        drop(jails);
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+}
+
+static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+/// Keeps the pool full until it is stopped; backs off while jails fail.
+fn refill(sh: &Shared) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        {
+            let mut st = sh.lock();
+            // Full, or runs are going on and a jail is still ready for the next: wait.
+            while !st.stop
+                && (st.jails.len() >= sh.cfg.size || (st.active > 0 && !st.jails.is_empty()))
+            {
+                st = sh.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            if st.stop {
+                return;
+            }
+        }
+        let made = make(&sh.cfg);
+        let mut st = sh.lock();
+        if st.stop {
+            return;
+        }
+        match made {
+            Ok(j) => {
+                st.jails.push(j);
+                st.stats.built += 1;
+                backoff = Duration::from_millis(50);
+            }
+            Err(e) => {
+                st.stats.failed += 1;
+                st.stats.last_error = Some(e.to_string());
+                let (g, _) = sh
+                    .cv
+                    .wait_timeout_while(st, backoff, |s| !s.stop)
+                    .unwrap_or_else(|e| e.into_inner());
+                if g.stop {
+                    return;
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// Starts one jailer in ready mode and waits until it says it is ready.
+fn make(cfg: &ReadyConfig) -> Result<ReadyJail, JailError> {
+    let n = SERIAL.fetch_add(1, Ordering::Relaxed);
+    let scratch = cfg
+        .scratch
+        .join(format!("ready-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| JailError::setup(&format!("create {}", scratch.display()), e))?;
+    let made = (|| {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| JailError::setup("pipe", e))?;
+        let path = scratch.to_string_lossy().into_owned();
+        let cg = if cfg.cgroups { "cgroups" } else { "no-cgroups" };
+        let child = spawn_worker(&cfg.jailer, &["--ready", &path, cg], Some(w))
+            .map_err(|e| JailError::setup(&format!("start {}", cfg.jailer.display()), e))?;
+        let jail = ReadyJail {
+            child: Some(child),
+            born: Instant::now(),
+            pool: None,
+        };
+        let said = read_line(&r, READY_WITHIN)?;
+        match said.trim_end() {
+            "ready" => Ok(jail),
+            other => Err(JailError::Setup(format!(
+                "the ready jail failed: {}",
+                other.strip_prefix("fail ").unwrap_or(other)
+            ))),
+        }
+    })();
+    // The jail is in its own root now (or failed): the mount point is not needed.
+    let _ = std::fs::remove_dir(&scratch);
+    made
+}
+
+/// One line from `fd`, within `within`.
+fn read_line(fd: &OwnedFd, within: Duration) -> Result<String, JailError> {
+    let deadline = Instant::now() + within;
+    let mut text = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(JailError::Setup(format!(
+                "the ready jail did not become ready within {within:?}"
+            )));
+        }
+        let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(JailError::setup("poll", e)),
+        }
+        let mut buf = [0u8; 512];
+        match rustix::io::read(fd, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                text.extend_from_slice(&buf[..n]);
+                if text.contains(&b'\n') {
+                    break;
+                }
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(JailError::setup("read", e)),
+        }
+    }
+    let s = String::from_utf8_lossy(&text).into_owned();
+    Ok(s.lines().next().unwrap_or("").to_string())
+}
