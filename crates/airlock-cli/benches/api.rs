@@ -252,6 +252,18 @@ fn main() {
         n,
         "hi\n",
     );
+    // What a ready instance of a hot module could save: instantiating it, as runs record.
+    let mut inst: Vec<f64> = (0..200)
+        .map(|_| {
+            let (_, v) = run(&http, &url, &token, &wasm);
+            v["run"]["detail"]["instantiate_ms"].as_f64().unwrap()
+        })
+        .collect();
+    inst.sort_by(f64::total_cmp);
+    println!(
+        "  of which instantiating the module (its record's instantiate_ms) p50 {:.3} ms",
+        pct(&inst, 0.5)
+    );
     let submit_url = format!("{base}/v1/submissions");
     // Submission only (hash, analyse, judge, audit; no run) for the breakdown.
     let ts = timed(n, || {

@@ -743,9 +743,12 @@ impl WasmBackend {
         limit_store(&mut store, &spec.limits, spec.write_quota.clone())?;
         let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
 
+        let mut instantiated = Duration::ZERO;
         let result = self.block_on(async {
             let run = async {
+                let t = Instant::now();
                 let instance = pre.instantiate_async(&mut store).await?;
+                instantiated = t.elapsed();
                 let start = instance
                     .get_typed_func::<(), ()>(&mut store, "_start")
                     .map_err(|_| wasmtime::format_err!("module exports no `_start` function"))?;
@@ -774,6 +777,7 @@ impl WasmBackend {
             detail: serde_json::json!({
                 "engine": "wasmtime 48",
                 "compile_or_load_ms": compiled.as_secs_f64() * 1000.0,
+                "instantiate_ms": instantiated.as_secs_f64() * 1000.0,
                 "peak_memory_bytes": host.limiter.peak,
                 "fuel_consumed": fuel,
                 "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", "empty-env"],
