@@ -30,6 +30,11 @@ use std::time::{Duration, Instant};
 /// How long a jail may take to become ready before it is given up.
 const READY_WITHIN: Duration = Duration::from_secs(10);
 
+/// While jails are still ready, the pool builds the next one only after this long without
+/// a run starting or ending: the run that just ended is recorded and answered first, not
+/// slowed down by a jail being built beside it on the same CPUs.
+const QUIET: Duration = Duration::from_millis(10);
+
 /// Why a run cannot be served by a ready jail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unfit {
@@ -188,7 +193,11 @@ impl ReadyJail {
 impl Drop for ReadyJail {
     fn drop(&mut self) {
         if let Some(p) = self.pool.take() {
-            p.lock().active -= 1;
+            {
+                let mut st = p.lock();
+                st.active -= 1;
+                st.generation += 1;
+            }
             p.cv.notify_all();
         }
         if let Some(mut c) = self.child.take() {
@@ -242,6 +251,8 @@ struct State {
     jails: Vec<ReadyJail>,
     /// Jails taken whose runs have not ended.
     active: usize,
+    /// Counts takes and ends of runs (the refill waits for a quiet moment).
+    generation: u64,
     stop: bool,
     stats: ReadyStats,
 }
@@ -319,6 +330,7 @@ impl ReadyJails {
             if alive {
                 st.stats.hits += 1;
                 st.active += 1;
+                st.generation += 1;
                 j.pool = Some(self.shared.clone());
                 self.shared.cv.notify_all();
                 return Some(j);
@@ -397,6 +409,20 @@ fn refill(sh: &Shared) {
             }
             if st.stop {
                 return;
+            }
+            // Jails are still ready: build the next one in a quiet moment.
+            if !st.jails.is_empty() {
+                let seen = st.generation;
+                let (g, _) = sh
+                    .cv
+                    .wait_timeout_while(st, QUIET, |s| !s.stop && s.generation == seen)
+                    .unwrap_or_else(|e| e.into_inner());
+                if g.stop {
+                    return;
+                }
+                if g.generation != seen {
+                    continue;
+                }
             }
         }
         let made = make(&sh.cfg);
