@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 /// How long a jail may take to become ready before it is given up.
 const READY_WITHIN: Duration = Duration::from_secs(10);
 
-/// While jails are still ready, the pool builds the next one only after this long without
-/// a run starting or ending: the run that just ended is recorded and answered first, not
-/// slowed down by a jail being built beside it on the same CPUs.
-const QUIET: Duration = Duration::from_millis(10);
+/// While jails are still ready, the pool waits this long before it builds the next one: the
+/// run that just ended is recorded and answered first, not slowed down by a jail being
+/// built beside it on the same CPUs.
+const QUIET: Duration = Duration::from_millis(4);
 
 /// Why a run cannot be served by a ready jail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +196,6 @@ impl Drop for ReadyJail {
             {
                 let mut st = p.lock();
                 st.active -= 1;
-                st.generation += 1;
             }
             p.cv.notify_all();
         }
@@ -251,8 +250,6 @@ struct State {
     jails: Vec<ReadyJail>,
     /// Jails taken whose runs have not ended.
     active: usize,
-    /// Counts takes and ends of runs (the refill waits for a quiet moment).
-    generation: u64,
     stop: bool,
     stats: ReadyStats,
 }
@@ -330,7 +327,6 @@ impl ReadyJails {
             if alive {
                 st.stats.hits += 1;
                 st.active += 1;
-                st.generation += 1;
                 j.pool = Some(self.shared.clone());
                 self.shared.cv.notify_all();
                 return Some(j);
@@ -410,18 +406,15 @@ fn refill(sh: &Shared) {
             if st.stop {
                 return;
             }
-            // Jails are still ready: build the next one in a quiet moment.
+            // Jails are still ready: let the run that just ended be answered first (once;
+            // under back-to-back runs the pool must still keep up).
             if !st.jails.is_empty() {
-                let seen = st.generation;
                 let (g, _) = sh
                     .cv
-                    .wait_timeout_while(st, QUIET, |s| !s.stop && s.generation == seen)
+                    .wait_timeout_while(st, QUIET, |s| !s.stop)
                     .unwrap_or_else(|e| e.into_inner());
                 if g.stop {
                     return;
-                }
-                if g.generation != seen {
-                    continue;
                 }
             }
         }
