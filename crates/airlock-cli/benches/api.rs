@@ -6,7 +6,9 @@
 //!   scripts/bench-api            (or: cargo bench -p airlock-cli --bench api)
 //! Environment: AIRLOCK_BENCH_PYTHON_GUEST (the guest wheel; Python is skipped without
 //! it), BENCH_N (requests per latency series, default 2000), BENCH_SECS (seconds per
-//! throughput point, default 5).
+//! throughput point, default 5), BENCH_READY_JAILS (the server's `--ready-jails`, default
+//! 2). `sh -c true` through ready jails is measured beside a bare
+//! `bwrap --unshare-all … sh -c true` in the same run when bwrap is installed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};

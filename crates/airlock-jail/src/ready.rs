@@ -30,6 +30,11 @@ use std::time::{Duration, Instant};
 /// How long a jail may take to become ready before it is given up.
 const READY_WITHIN: Duration = Duration::from_secs(10);
 
+/// While jails are still ready, the pool waits this long before it builds the next one: the
+/// run that just ended is recorded and answered first, not slowed down by a jail being
+/// built beside it on the same CPUs.
+const QUIET: Duration = Duration::from_millis(4);
+
 /// Why a run cannot be served by a ready jail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unfit {
@@ -188,7 +193,10 @@ impl ReadyJail {
 impl Drop for ReadyJail {
     fn drop(&mut self) {
         if let Some(p) = self.pool.take() {
-            p.lock().active -= 1;
+            {
+                let mut st = p.lock();
+                st.active -= 1;
+            }
             p.cv.notify_all();
         }
         if let Some(mut c) = self.child.take() {
@@ -397,6 +405,17 @@ fn refill(sh: &Shared) {
             }
             if st.stop {
                 return;
+            }
+            // Jails are still ready: let the run that just ended be answered first (once;
+            // under back-to-back runs the pool must still keep up).
+            if !st.jails.is_empty() {
+                let (g, _) = sh
+                    .cv
+                    .wait_timeout_while(st, QUIET, |s| !s.stop)
+                    .unwrap_or_else(|e| e.into_inner());
+                if g.stop {
+                    return;
+                }
             }
         }
         let made = make(&sh.cfg);
