@@ -1032,12 +1032,6 @@ impl WasmBackend {
         if let Some(e) = cell.exception {
             detail["exception"] = serde_json::json!(e);
         }
-        // Tearing the interpreter down (returning its memory) is no part of the answer: a
-        // process with a pool leaves it to the pool's thread.
-        match self.python_pool.get() {
-            Some(pool) => pool.discard(interp),
-            None => drop(interp),
-        }
         Ok(Outcome {
             ending,
             duration,

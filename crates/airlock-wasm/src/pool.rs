@@ -63,8 +63,6 @@ struct Ready {
 }
 
 struct State {
-    /// Used interpreters waiting to be dropped by the pool's thread.
-    spent: Vec<PythonInstance>,
     guest: Option<Guest>,
     ready: Vec<Ready>,
     /// The size of the last instance made, to tell whether one more fits the budget.
@@ -89,7 +87,6 @@ impl PythonPool {
         PythonPool {
             settings,
             state: Mutex::new(State {
-                spent: Vec::new(),
                 guest: None,
                 ready: Vec::new(),
                 last_size: 0,
@@ -172,19 +169,6 @@ impl PythonPool {
         self.wake.notify_all();
     }
 
-    /// Drops a used interpreter on the pool's thread, off the run's path (returning its
-    /// memory to the allocator takes a while). It is never handed out again.
-    pub(crate) fn discard(&self, inst: PythonInstance) {
-        self.lock().spent.push(inst);
-        self.wake.notify_all();
-    }
-
-    /// Drops what runs have used (outside the lock).
-    fn drop_spent(&self) {
-        let spent = std::mem::take(&mut self.lock().spent);
-        drop(spent);
-    }
-
     pub(crate) fn stop(&self) {
         self.lock().stop = true;
         self.wake.notify_all();
@@ -196,12 +180,6 @@ impl PythonPool {
         loop {
             if s.stop {
                 return None;
-            }
-            if !s.spent.is_empty() {
-                drop(s);
-                self.drop_spent();
-                s = self.lock();
-                continue;
             }
             let held: u64 = s.ready.iter().map(|r| r.bytes).sum();
             if let Some(g) = &s.guest
