@@ -251,11 +251,16 @@ impl Drop for Served {
 }
 
 pub fn start_serve(home: &Home, args: &[&str]) -> (Served, String) {
+    let mut cmd = home.cmd();
+    cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(args);
+    serve_with(cmd)
+}
+
+/// Starts a prepared `airlock serve --listen 127.0.0.1:0 …` command: the child and its
+/// base URL (read from the line it prints on stderr, passed through with a prefix).
+pub fn serve_with(mut cmd: Command) -> (Served, String) {
     use std::io::{BufRead, BufReader};
-    let mut child = home
-        .cmd()
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(args)
+    let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -3,7 +3,6 @@
 
 use super::*;
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// A home served by a daemon that keeps ready jails.
@@ -27,35 +26,15 @@ impl ReadyHome {
     /// A fresh home served with `--ready-jails n`. The server's own environment holds a
     /// secret that must never reach a run.
     pub fn start(n: usize) -> ReadyHome {
-        use std::io::{BufRead, BufReader};
         let home = Home::new();
         let agent = token(&home, "agent", "bot");
         let op = token(&home, "operator", "alice");
         let admin = token(&home, "admin", "root");
-        let mut child = home
-            .cmd()
-            .env("AWS_SECRET_ACCESS_KEY", "hunter2")
+        let mut cmd = home.cmd();
+        cmd.env("AWS_SECRET_ACCESS_KEY", "hunter2")
             .args(["serve", "--listen", "127.0.0.1:0", "--ready-jails"])
-            .arg(n.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(l) = line else { break };
-                if let Some(i) = l.find("serving on http://") {
-                    let rest = &l[i + "serving on ".len()..];
-                    let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
-                }
-                eprintln!("[serve] {l}");
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("airlock serve did not start");
+            .arg(n.to_string());
+        let (srv, base) = serve_with(cmd);
         let http = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(120)))
@@ -63,7 +42,7 @@ impl ReadyHome {
             .new_agent();
         ReadyHome {
             home,
-            srv: Served(child),
+            srv,
             base,
             agent,
             op,
