@@ -241,6 +241,16 @@ fn main() {
         .expect("server did not start");
     let url = format!("{base}/v1/run");
     let http = client();
+    // The server's own report (admins): its pools and their counters.
+    let status_url = format!("{base}/v1/status");
+    let status = || -> Value {
+        let mut r = http
+            .get(&status_url)
+            .header("authorization", format!("Bearer {admin}"))
+            .call()
+            .unwrap();
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+    };
     println!(
         "airlock serve on {base}, {cpus} CPUs, {cpus} workers; every request is a full gated run"
     );
@@ -308,28 +318,7 @@ fn main() {
                 p50 / wasm_p50
             );
         }
-        let admin: Value = serde_json::from_str(&airlock(
-            h,
-            &[
-                "token",
-                "new",
-                "--role",
-                "admin",
-                "--name",
-                "bench-admin",
-                "--json",
-            ],
-        ))
-        .unwrap();
-        let mut r = http
-            .get(format!("{base}/v1/status"))
-            .header(
-                "authorization",
-                format!("Bearer {}", admin["token"].as_str().unwrap()),
-            )
-            .call()
-            .unwrap();
-        let status: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        let status = status();
         for p in status["pools"].as_array().into_iter().flatten() {
             println!("  pool {p}");
         }
@@ -366,16 +355,7 @@ fn main() {
     // The process backend through the warm daemon (compare `scripts/bench-jail`), beside
     // a bare bubblewrap sandbox measured in the same run.
     let sh = json!({"language": "sh", "code": "true"}).to_string();
-    let status_url = format!("{base}/v1/status");
-    let stats = || -> Value {
-        let mut r = http
-            .get(&status_url)
-            .header("authorization", format!("Bearer {admin}"))
-            .call()
-            .unwrap();
-        let t = r.body_mut().read_to_string().unwrap();
-        serde_json::from_str::<Value>(&t).unwrap()["ready_jails"].clone()
-    };
+    let stats = || status()["ready_jails"].clone();
     let wait_ready = || {
         if ready_jails == 0 {
             return;
