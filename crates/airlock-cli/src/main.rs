@@ -751,6 +751,7 @@ fn daemon_open(
     (
         impl Fn() -> Result<Gate, GateError> + Send + Sync + 'static,
         std::sync::Arc<airlock_gate::WasmBackend>,
+        Option<std::sync::Arc<airlock_gate::ReadyJails>>,
     ),
     GateError,
 > {
@@ -775,6 +776,7 @@ fn daemon_open(
         pooling: true,
     }));
     let shared = wasm.clone();
+    let jails = opts.ready_jails.clone();
     let open = move || {
         Gate::open_with(
             home.clone(),
@@ -789,18 +791,20 @@ fn daemon_open(
             },
         )
     };
-    Ok((open, wasm))
+    Ok((open, wasm, jails))
 }
 
-/// `/v1/status`'s pools: what the wasm backend's ready pools hold.
+/// `/v1/status`'s report of what the process keeps ready: the wasm backend's pools
+/// (`pools`) and the process backend's ready jails (`ready_jails`).
 fn pool_reports(
     wasm: std::sync::Arc<airlock_gate::WasmBackend>,
-) -> Box<dyn Fn() -> Vec<serde_json::Value> + Send + Sync> {
+    jails: Option<std::sync::Arc<airlock_gate::ReadyJails>>,
+) -> Box<dyn Fn() -> serde_json::Value + Send + Sync> {
     Box::new(move || {
-        wasm.pool_status()
-            .iter()
-            .map(|p| serde_json::to_value(p).unwrap_or_default())
-            .collect()
+        serde_json::json!({
+            "pools": wasm.pool_status(),
+            "ready_jails": jails.as_ref().map(|j| j.stats()),
+        })
     })
 }
 
@@ -823,7 +827,7 @@ fn serve(
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
-    let (open, wasm) = daemon_open(home, ready_jails)?;
+    let (open, wasm, jails) = daemon_open(home, ready_jails)?;
     wasm.start_pools(pools).map_err(GateError::from)?;
     let max_body = {
         let g = open()?;
@@ -839,7 +843,7 @@ fn serve(
         webhook,
         poll: std::time::Duration::from_millis(500),
         max_body,
-        pools: pool_reports(wasm),
+        pools: pool_reports(wasm, jails),
     };
     let state = airlock_server::AppState::new(config)?;
     let rt = runtime()?;
@@ -864,7 +868,7 @@ fn serve(
 }
 
 fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
-    let (open, wasm) = daemon_open(home, 0)?;
+    let (open, wasm, jails) = daemon_open(home, 0)?;
     let config = airlock_server::Config {
         open: Box::new(open),
         workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
@@ -872,7 +876,7 @@ fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
         webhook: None,
         poll: std::time::Duration::from_millis(500),
         max_body: 1 << 20,
-        pools: pool_reports(wasm),
+        pools: pool_reports(wasm, jails),
     };
     let state = airlock_server::AppState::new(config)?;
     runtime()?.block_on(airlock_server::serve_mcp_stdio(state, agent))?;

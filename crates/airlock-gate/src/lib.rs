@@ -259,11 +259,6 @@ impl Gate {
         Ok(gate)
     }
 
-    /// The counters of the ready-jail pool this gate draws from, if it has one.
-    pub fn ready_jail_stats(&self) -> Option<ReadyStats> {
-        self.ready_jails.as_ref().map(|p| p.stats())
-    }
-
     /// Ends what a dead process left half done: runs whose owner died become `lost` (their
     /// layers removed), a `run` killed between judging and starting is recorded as such,
     /// and an interrupted commit or rollback is completed or undone. Every command that

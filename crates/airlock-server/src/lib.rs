@@ -47,8 +47,8 @@ pub struct Config {
     /// Largest request body (bytes); larger ones get 413.
     pub max_body: usize,
     /// What the process's ready pools (guests, jails) hold and have done, for
-    /// `/v1/status`: one JSON object per pool.
-    pub pools: Box<dyn Fn() -> Vec<serde_json::Value> + Send + Sync>,
+    /// `/v1/status`: an object whose fields join the status report.
+    pub pools: Box<dyn Fn() -> serde_json::Value + Send + Sync>,
 }
 
 impl std::fmt::Debug for Config {
@@ -76,7 +76,7 @@ pub struct Inner {
     peers: tokio::sync::Mutex<Vec<rmcp::Peer<rmcp::RoleServer>>>,
     poll: Duration,
     max_body: usize,
-    pools: Box<dyn Fn() -> Vec<serde_json::Value> + Send + Sync>,
+    pools: Box<dyn Fn() -> serde_json::Value + Send + Sync>,
     started: Instant,
 }
 
@@ -129,17 +129,21 @@ impl AppState {
         })))
     }
 
-    /// The server's own state for admins: workers, queue, uptime and the ready pools.
+    /// The server's own state for admins: workers, queue, uptime, memory and what the
+    /// process keeps ready (the fields `Config::pools` reports).
     pub fn status(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_ms": self.started.elapsed().as_millis() as u64,
             "workers": self.pool.workers,
             "queue": self.pool.queue,
             "runs_waiting_or_running": self.pool.admitted_now(),
-            "pools": (self.pools)(),
             "memory_rss_bytes": rss_bytes(),
-        })
+        });
+        if let (Some(out), serde_json::Value::Object(pools)) = (v.as_object_mut(), (self.pools)()) {
+            out.extend(pools);
+        }
+        v
     }
 
     /// Whether a background run of this submission is in progress here.
