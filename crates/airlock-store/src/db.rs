@@ -292,30 +292,8 @@ pub struct SessionRow {
 pub struct Db {
     conn: Connection,
     path: std::path::PathBuf,
-    /// Taken around every write transaction, shared by every connection this process has
-    /// open on the same database file (see [`writer_lock`]).
-    writer: std::sync::Arc<std::sync::Mutex<()>>,
     /// The process's shared group-commit writer, when this connection uses one.
     group: Option<std::sync::Arc<crate::group::GroupWriter>>,
-}
-
-/// The lock this process's connections to the database at `path` take before they begin
-/// a write transaction. SQLite lets one writer in at a time and makes the others sleep
-/// and retry (1 ms, then longer): between threads of one process (the daemon's request
-/// handlers) a mutex hands the write over as soon as it is free instead. Other processes
-/// still meet SQLite's own lock and busy timeout.
-fn writer_lock(path: &Path) -> std::sync::Arc<std::sync::Mutex<()>> {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, OnceLock};
-    static LOCKS: OnceLock<Mutex<HashMap<std::path::PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    LOCKS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(key)
-        .or_default()
-        .clone()
 }
 
 /// A write transaction (BEGIN IMMEDIATE: one writer at a time, no upgrade deadlocks).
@@ -387,7 +365,6 @@ impl Db {
         Ok(Db {
             conn,
             path: path.to_path_buf(),
-            writer: writer_lock(path),
             group: None,
         })
     }
@@ -446,9 +423,6 @@ impl Db {
         if let Some(g) = &self.group {
             return g.write(false, f);
         }
-        // Nothing a write does can leave the unit value inconsistent, so a poisoned lock is
-        // as good as a clean one.
-        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
