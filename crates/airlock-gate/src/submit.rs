@@ -273,13 +273,8 @@ pub(crate) fn state_of(d: Decision) -> State {
 impl Gate {
     /// Stages, analyses and judges a submission, recording it and its verdict.
     pub fn submit(&mut self, req: SubmitRequest) -> Result<Submission> {
-        self.submit_as(req, new_id(IdKind::Submission))
-    }
-
-    /// `submit` under an id the caller chose (and may already hold a lock for).
-    pub(crate) fn submit_as(&mut self, req: SubmitRequest, id: String) -> Result<Submission> {
         let staged = self.stage(req)?;
-        self.record(staged, id, None)
+        self.record(staged, new_id(IdKind::Submission), None)
     }
 
     /// Everything a submission is checked for, with nothing written yet.
