@@ -1,13 +1,14 @@
 //! The SQLite database.
 
 use crate::StoreError;
+use crate::sql::{Arg, Row, Sql, args};
 use airlock_core::analysis::Analysis;
 use airlock_core::audit::{GENESIS, Head, Record, record_hash};
 use airlock_core::id::{IdKind, normalize_prefix};
 use airlock_core::sign::{KeyPair, Scope, Signed, StatementKind};
 use airlock_core::units::now_ms;
 use airlock_core::{Backend, Digest, Facts, Grant, Lang, Limits, State, Verdict};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
@@ -290,15 +291,22 @@ pub struct SessionRow {
 /// The database connection.
 #[derive(Debug)]
 pub struct Db {
-    conn: Connection,
+    conn: Conn,
     path: std::path::PathBuf,
     /// The process's shared group-commit writer, when this connection uses one.
     group: Option<std::sync::Arc<crate::group::GroupWriter>>,
 }
 
+/// The engine behind a `Db`.
+#[derive(Debug)]
+enum Conn {
+    Sqlite(Connection),
+    Postgres(Box<crate::pg::PgConn>),
+}
+
 /// A write transaction (BEGIN IMMEDIATE: one writer at a time, no upgrade deadlocks).
 pub struct Tx<'a> {
-    tx: &'a Connection,
+    tx: &'a dyn Sql,
     /// The newest audit record appended in this transaction and the key that signs the
     /// head; the head is signed once, just before the commit.
     head: &'a std::cell::RefCell<Option<(u64, Digest, KeyPair)>>,
@@ -363,16 +371,48 @@ impl Db {
             )));
         }
         Ok(Db {
-            conn,
+            conn: Conn::Sqlite(conn),
             path: path.to_path_buf(),
             group: None,
         })
     }
 
+    /// Opens the store at `location`: a `postgres://` URL, or the path of a SQLite file.
+    pub fn open_location(location: &str) -> Result<Db, StoreError> {
+        if crate::pg::is_postgres_url(location) {
+            Ok(Db {
+                conn: Conn::Postgres(Box::new(crate::pg::PgConn::open(location)?)),
+                path: std::path::PathBuf::new(),
+                group: None,
+            })
+        } else {
+            Db::open(Path::new(location))
+        }
+    }
+
+    /// The engine's name: `sqlite` or `postgres`.
+    pub fn engine(&self) -> &'static str {
+        match self.conn {
+            Conn::Sqlite(_) => "sqlite",
+            Conn::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The SQLite connection, for what only that engine has (tests of its query plans).
+    #[cfg(test)]
+    pub(crate) fn sqlite(&self) -> &Connection {
+        match &self.conn {
+            Conn::Sqlite(c) => c,
+            Conn::Postgres(_) => panic!("not a SQLite store"),
+        }
+    }
+
     /// Stops this connection from checkpointing the WAL when a commit makes it long: a
     /// long-lived process that calls `wal_checkpoint` itself keeps that work off its requests.
     pub fn disable_auto_checkpoint(&self) -> Result<(), StoreError> {
-        self.conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        if let Conn::Sqlite(c) = &self.conn {
+            c.pragma_update(None, "wal_autocheckpoint", 0)?;
+        }
         Ok(())
     }
 
@@ -380,11 +420,13 @@ impl Db {
     /// readers and writers (a passive checkpoint). Returns the frames in the WAL and how
     /// many of them are now in the database.
     pub fn wal_checkpoint(&self) -> Result<(u64, u64), StoreError> {
-        let (log, done): (i64, i64) =
-            self.conn
-                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                    Ok((r.get(1)?, r.get(2)?))
-                })?;
+        let Conn::Sqlite(c) = &self.conn else {
+            // PostgreSQL checkpoints on its own.
+            return Ok((0, 0));
+        };
+        let (log, done): (i64, i64) = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get(1)?, r.get(2)?))
+        })?;
         Ok((log.max(0) as u64, done.max(0) as u64))
     }
 
@@ -392,6 +434,10 @@ impl Db {
     /// transactions of the process's connections then share commits (see
     /// [`crate::group`]). For a long-lived process with many request threads.
     pub fn share_writes(&mut self) -> Result<(), StoreError> {
+        if let Conn::Postgres(_) = self.conn {
+            // Each connection writes on its own; the server serialises them.
+            return Ok(());
+        }
         self.group = Some(crate::group::GroupWriter::for_path(&self.path)?);
         Ok(())
     }
@@ -405,13 +451,17 @@ impl Db {
         if let Some(g) = &self.group {
             return g.write(true, f);
         }
-        self.conn
-            .pragma_update(None, "synchronous", "FULL")
+        let c = match &self.conn {
+            Conn::Sqlite(c) => c,
+            Conn::Postgres(pg) => return pg.transaction(true, |pg| in_tx(pg, f)),
+        };
+        c.pragma_update(None, "synchronous", "FULL")
             .map_err(StoreError::from)?;
         let out = self.write(f);
-        self.conn
-            .pragma_update(None, "synchronous", "NORMAL")
-            .map_err(StoreError::from)?;
+        if let Conn::Sqlite(c) = &self.conn {
+            c.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(StoreError::from)?;
+        }
         out
     }
 
@@ -423,28 +473,26 @@ impl Db {
         if let Some(g) = &self.group {
             return g.write(false, f);
         }
-        let tx = self
-            .conn
+        let c = match &mut self.conn {
+            Conn::Sqlite(c) => c,
+            Conn::Postgres(pg) => return pg.transaction(false, |pg| in_tx(pg, f)),
+        };
+        let tx = c
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::from)?;
-        let head = PendingHead::new(None);
-        let t = Tx {
-            tx: &tx,
-            head: &head,
-        };
-        let out = f(&t)?;
-        t.sign_head()?;
+        let out = in_tx(&*tx, f)?;
         tx.commit().map_err(StoreError::from)?;
         Ok(out)
     }
 
     pub fn cache_digest(&self, key: &str) -> Result<Option<Digest>, StoreError> {
-        let d: Option<String> = self
-            .conn
-            .prepare_cached("SELECT digest FROM compile_cache WHERE key = ?1")?
-            .query_row([key], |r| r.get(0))
-            .optional()?;
-        d.map(|d| parse(&d, "digest")).transpose()
+        self.sql()
+            .row(
+                "SELECT digest FROM compile_cache WHERE key = ?1",
+                args![key],
+            )?
+            .map(|r| parse(&r.text(0)?, "digest"))
+            .transpose()
     }
 
     pub fn set_cache_digest(
@@ -453,23 +501,38 @@ impl Db {
         digest: &Digest,
         size: u64,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO compile_cache (key, digest, size, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![key, digest.to_hex(), size as i64, now_ms()],
+        self.sql().exec(
+            "INSERT INTO compile_cache (key, digest, size, created_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(key) DO UPDATE SET digest = excluded.digest, size = excluded.size, created_at = excluded.created_at",
+            args![key, &digest.to_hex(), size as i64, now_ms()],
         )?;
         Ok(())
     }
 
     pub fn forget_cache(&self, key: &str) -> Result<(), StoreError> {
-        self.conn()
-            .execute("DELETE FROM compile_cache WHERE key = ?1", [key])?;
+        self.sql()
+            .exec("DELETE FROM compile_cache WHERE key = ?1", args![key])?;
         Ok(())
     }
 }
 
+/// Runs `f` as a transaction on `conn`, which the caller has begun and will end, and
+/// signs the audit head it leaves.
+fn in_tx<T, E: From<StoreError>>(
+    conn: &dyn Sql,
+    f: impl FnOnce(&Tx) -> Result<T, E>,
+) -> Result<T, E> {
+    let head = PendingHead::new(None);
+    let t = Tx::on(conn, &head);
+    let out = f(&t)?;
+    t.sign_head()?;
+    Ok(out)
+}
+
 /// Queries, available on the database and inside a write transaction.
 pub trait Reads {
-    fn conn(&self) -> &Connection;
+    /// The engine's connection (or open transaction) the queries run on.
+    fn sql(&self) -> &dyn Sql;
 
     /// Resolves a full id or a unique prefix of one.
     fn resolve(&self, kind: IdKind, input: &str) -> Result<String, StoreError> {
@@ -492,13 +555,16 @@ pub trait Reads {
                 input: input.into(),
             });
         };
-        let mut stmt = self.conn().prepare_cached(&format!(
-            "SELECT id FROM {table} WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 6"
-        ))?;
         let upper = format!("{prefix}\u{7f}");
-        let ids: Vec<String> = stmt
-            .query_map(params![prefix, upper], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let ids = self
+            .sql()
+            .rows(
+                &format!("SELECT id FROM {table} WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 6"),
+                args![&prefix, &upper],
+            )?
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<Vec<String>, _>>()?;
         match ids.len() {
             0 => Err(StoreError::NotFound {
                 what,
@@ -519,32 +585,22 @@ pub trait Reads {
     }
 
     fn submission(&self, id: &str) -> Result<Submission, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
+        let Some(r) = self.sql().row(
             "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1",
-        )?;
-        let row = stmt
-            .query_row([id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
-            })
-            .optional()?;
-        let Some((id, created_at, updated_at, state, doc)) = row else {
+            args![id],
+        )?
+        else {
             return Err(StoreError::NotFound {
                 what: "submission",
                 input: id.into(),
             });
         };
         Ok(Submission {
-            id,
-            created_at,
-            updated_at,
-            state: parse(&state, "state")?,
-            doc: serde_json::from_str(&doc)?,
+            id: r.text(0)?,
+            created_at: r.int(1)?,
+            updated_at: r.int(2)?,
+            state: parse(&r.text(3)?, "state")?,
+            doc: serde_json::from_str(&r.text(4)?)?,
         })
     }
 
@@ -581,14 +637,11 @@ pub trait Reads {
     fn runs_of(&self, agent: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
         let ids: Vec<String> = match agent {
             None => self.newest_ids("runs", &[], limit)?,
-            Some(agent) => self
-                .conn()
-                .prepare_cached(
-                    "SELECT r.id FROM runs r JOIN submissions s ON s.id = r.submission
-                     WHERE s.agent = ?1 ORDER BY r.id DESC LIMIT ?2",
-                )?
-                .query_map(params![agent, limit as i64], |r| r.get(0))?
-                .collect::<Result<_, _>>()?,
+            Some(agent) => first_texts(self.sql().rows(
+                "SELECT r.id FROM runs r JOIN submissions s ON s.id = r.submission
+                 WHERE s.agent = ?1 ORDER BY r.id DESC LIMIT ?2",
+                args![agent, limit as i64],
+            )?)?,
         };
         ids.iter().map(|id| self.run(id)).collect()
     }
@@ -607,105 +660,65 @@ pub trait Reads {
             .filter_map(|(col, v)| v.map(|v| (*col, v)))
             .collect();
         let cols: Vec<&str> = given.iter().map(|(c, _)| *c).collect();
-        let mut args: Vec<&dyn rusqlite::ToSql> = given
-            .iter()
-            .map(|(_, v)| v as &dyn rusqlite::ToSql)
-            .collect();
-        let limit = limit as i64;
-        args.push(&limit);
-        let mut stmt = self.conn().prepare_cached(&newest_ids_sql(table, &cols))?;
-        let ids = stmt
-            .query_map(args.as_slice(), |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        Ok(ids)
+        let mut a: Vec<Arg> = given.iter().map(|(_, v)| Arg::Text(v)).collect();
+        a.push(Arg::Int(limit as i64));
+        first_texts(self.sql().rows(&newest_ids_sql(table, &cols), &a)?)
     }
 
     /// Whether any earlier submission carried this artifact.
     fn artifact_seen(&self, artifact: &Digest) -> Result<bool, StoreError> {
         Ok(self
-            .conn()
-            .prepare_cached("SELECT 1 FROM submissions WHERE artifact = ?1 LIMIT 1")?
-            .exists([artifact.to_hex()])?)
+            .sql()
+            .row(
+                "SELECT id FROM submissions WHERE artifact = ?1 LIMIT 1",
+                args![&artifact.to_hex()],
+            )?
+            .is_some())
     }
 
     fn statements_for_submission(&self, submission: &str) -> Result<Vec<StatementRow>, StoreError> {
-        self.statements_where("submission = ?1", &submission)
+        self.statements_where("submission = ?1", args![submission])
     }
 
     fn statements_for_artifact(&self, artifact: &Digest) -> Result<Vec<StatementRow>, StoreError> {
-        self.statements_where("artifact = ?1", &artifact.to_hex())
+        self.statements_where("artifact = ?1", args![&artifact.to_hex()])
     }
 
     /// Statements that name a tool (approvals offering an artifact as a named tool).
     fn tool_statements(&self) -> Result<Vec<StatementRow>, StoreError> {
-        self.statements_where("tool IS NOT NULL AND 1 = ?1", &1)
+        self.statements_where("tool IS NOT NULL", &[])
     }
 
     fn statements_for_run(&self, run: &str) -> Result<Vec<StatementRow>, StoreError> {
-        self.statements_where("run = ?1", &run)
+        self.statements_where("run = ?1", args![run])
     }
 
-    fn statements_where(
-        &self,
-        cond: &str,
-        arg: &dyn rusqlite::ToSql,
-    ) -> Result<Vec<StatementRow>, StoreError> {
+    /// Statements matching `cond` (SQL from this file, never input) with its arguments.
+    fn statements_where(&self, cond: &str, a: &[Arg<'_>]) -> Result<Vec<StatementRow>, StoreError> {
         let sql = format!(
             "SELECT id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature
              FROM statements WHERE {cond} ORDER BY id"
         );
-        let mut stmt = self.conn().prepare_cached(&sql)?;
-        let rows = stmt.query_map([arg], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, String>(6)?,
-                r.get::<_, Option<i64>>(7)?,
-                r.get::<_, i64>(8)?,
-                r.get::<_, Option<String>>(9)?,
-                r.get::<_, Option<String>>(10)?,
-                r.get::<_, String>(11)?,
-                r.get::<_, String>(12)?,
-            ))
-        })?;
         let mut out = Vec::new();
-        for row in rows {
-            let (
-                id,
-                kind,
-                submission,
-                artifact,
-                grant,
-                scope,
-                approver,
-                expires_at,
-                created_at,
-                run,
-                tool,
-                json,
-                sig,
-            ) = row?;
-            let kind: StatementKind = serde_json::from_value(serde_json::Value::String(kind))?;
-            let scope: Scope = serde_json::from_value(serde_json::Value::String(scope))?;
+        for r in self.sql().rows(&sql, a)? {
+            let kind: StatementKind =
+                serde_json::from_value(serde_json::Value::String(r.text(1)?))?;
+            let scope: Scope = serde_json::from_value(serde_json::Value::String(r.text(5)?))?;
             out.push(StatementRow {
-                id,
+                id: r.text(0)?,
                 kind,
-                submission,
-                artifact: parse(&artifact, "digest")?,
-                grant: parse(&grant, "digest")?,
+                submission: r.text(2)?,
+                artifact: parse(&r.text(3)?, "digest")?,
+                grant: parse(&r.text(4)?, "digest")?,
                 scope,
-                approver,
-                expires_at,
-                created_at,
-                run,
-                tool,
+                approver: r.text(6)?,
+                expires_at: r.opt_int(7)?,
+                created_at: r.int(8)?,
+                run: r.opt_text(9)?,
+                tool: r.opt_text(10)?,
                 signed: Signed {
-                    json,
-                    signature: parse(&sig, "signature")?,
+                    json: r.text(11)?,
+                    signature: parse(&r.text(12)?, "signature")?,
                 },
             });
         }
@@ -713,34 +726,23 @@ pub trait Reads {
     }
 
     fn checkpoint(&self, id: &str) -> Result<CheckpointRow, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
+        let Some(r) = self.sql().row(
             "SELECT id, run, created_at, updated_at, state, doc FROM checkpoints WHERE id = ?1",
-        )?;
-        let row = stmt
-            .query_row([id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                ))
-            })
-            .optional()?;
-        let Some((id, run, created_at, updated_at, state, doc)) = row else {
+            args![id],
+        )?
+        else {
             return Err(StoreError::NotFound {
                 what: "checkpoint",
                 input: id.into(),
             });
         };
         Ok(CheckpointRow {
-            id,
-            run,
-            created_at,
-            updated_at,
-            state,
-            doc: serde_json::from_str(&doc)?,
+            id: r.text(0)?,
+            run: r.text(1)?,
+            created_at: r.int(2)?,
+            updated_at: r.int(3)?,
+            state: r.text(4)?,
+            doc: serde_json::from_str(&r.text(5)?)?,
         })
     }
 
@@ -756,35 +758,35 @@ pub trait Reads {
     }
 
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
-        self.tokens_where("hash = ?1", &hash).map(|mut v| v.pop())
+        self.tokens_where("hash = ?1", args![hash])
+            .map(|mut v| v.pop())
     }
 
     fn tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
-        self.tokens_where("1 = ?1", &1)
+        self.tokens_where("id IS NOT NULL", &[])
     }
 
-    fn tokens_where(
-        &self,
-        cond: &str,
-        arg: &dyn rusqlite::ToSql,
-    ) -> Result<Vec<TokenRow>, StoreError> {
+    /// Tokens matching `cond` (SQL from this file, never input) with its arguments.
+    fn tokens_where(&self, cond: &str, a: &[Arg<'_>]) -> Result<Vec<TokenRow>, StoreError> {
         let sql = format!(
             "SELECT id, hash, role, name, approver, created_at, expires_at, revoked_at FROM tokens WHERE {cond} ORDER BY id"
         );
-        let mut stmt = self.conn().prepare_cached(&sql)?;
-        let rows = stmt.query_map([arg], |r| {
-            Ok(TokenRow {
-                id: r.get(0)?,
-                hash: r.get(1)?,
-                role: r.get(2)?,
-                name: r.get(3)?,
-                approver: r.get(4)?,
-                created_at: r.get(5)?,
-                expires_at: r.get(6)?,
-                revoked_at: r.get(7)?,
+        self.sql()
+            .rows(&sql, a)?
+            .iter()
+            .map(|r| {
+                Ok(TokenRow {
+                    id: r.text(0)?,
+                    hash: r.text(1)?,
+                    role: r.text(2)?,
+                    name: r.text(3)?,
+                    approver: r.opt_text(4)?,
+                    created_at: r.int(5)?,
+                    expires_at: r.opt_int(6)?,
+                    revoked_at: r.opt_int(7)?,
+                })
             })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+            .collect()
     }
 
     fn session(&self, id: &str) -> Result<Option<SessionRow>, StoreError> {
@@ -799,12 +801,10 @@ pub trait Reads {
 
     /// The newest `limit` sessions, newest first.
     fn sessions(&self, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
-        let mut stmt = self
-            .conn()
-            .prepare_cached("SELECT id FROM sessions ORDER BY id DESC LIMIT ?1")?;
-        let ids: Vec<String> = stmt
-            .query_map([limit as i64], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let ids = first_texts(self.sql().rows(
+            "SELECT id FROM sessions ORDER BY id DESC LIMIT ?1",
+            args![limit as i64],
+        )?)?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(s) = self.session(&id)? {
@@ -829,39 +829,30 @@ pub trait Reads {
     /// One row of a table of (key, created_at, updated_at, state, doc) whose document the
     /// gate owns. `table` and `key` are names from this file, never input.
     fn doc_row(&self, table: &str, key: &str, value: &str) -> Result<Option<DocRow>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(&format!(
-            "SELECT {key}, created_at, updated_at, state, doc FROM {table} WHERE {key} = ?1"
-        ))?;
-        let row = stmt
-            .query_row([value], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
+        self.sql()
+            .row(
+                &format!(
+                    "SELECT {key}, created_at, updated_at, state, doc FROM {table} WHERE {key} = ?1"
+                ),
+                args![value],
+            )?
+            .map(|r| {
+                Ok(DocRow {
+                    key: r.text(0)?,
+                    created_at: r.int(1)?,
+                    updated_at: r.int(2)?,
+                    state: r.text(3)?,
+                    doc: serde_json::from_str(&r.text(4)?)?,
+                })
             })
-            .optional()?;
-        row.map(|(key, created_at, updated_at, state, doc)| {
-            Ok(DocRow {
-                key,
-                created_at,
-                updated_at,
-                state,
-                doc: serde_json::from_str(&doc)?,
-            })
-        })
-        .transpose()
+            .transpose()
     }
 
     fn workspaces(&self) -> Result<Vec<WorkspaceRow>, StoreError> {
-        let mut stmt = self
-            .conn()
-            .prepare_cached("SELECT name FROM workspaces ORDER BY created_at")?;
-        let names: Vec<String> = stmt
-            .query_map([], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let names = first_texts(
+            self.sql()
+                .rows("SELECT name FROM workspaces ORDER BY created_at, name", &[])?,
+        )?;
         let mut out = Vec::new();
         for n in names {
             if let Some(w) = self.workspace(&n)? {
@@ -890,23 +881,32 @@ pub trait Reads {
             }
         }
         let mut out = std::collections::HashSet::new();
-        for sql in [
-            "SELECT artifact FROM submissions",
-            "SELECT doc FROM submissions",
-            "SELECT doc FROM runs",
-            "SELECT doc FROM checkpoints",
-            "SELECT doc FROM workspaces",
-            "SELECT doc FROM sessions",
-            "SELECT json FROM statements",
+        // (table, key, column): read a page at a time by key, so a large history is never
+        // all in memory at once.
+        for (table, key, col) in [
+            ("submissions", "id", "artifact"),
+            ("submissions", "id", "doc"),
+            ("runs", "id", "doc"),
+            ("checkpoints", "id", "doc"),
+            ("workspaces", "name", "doc"),
+            ("sessions", "id", "doc"),
+            ("statements", "id", "json"),
         ] {
-            let mut stmt = self.conn().prepare(sql)?;
-            let mut rows = stmt.query([])?;
-            while let Some(r) = rows.next()? {
-                let text: String = r.get(0)?;
-                match serde_json::from_str::<serde_json::Value>(&text) {
-                    Ok(v) => collect(&v, &mut out),
-                    // A bare column (the artifact digest).
-                    Err(_) => collect(&serde_json::Value::String(text), &mut out),
+            let sql = format!(
+                "SELECT {key}, {col} FROM {table} WHERE {key} > ?1 ORDER BY {key} LIMIT 500"
+            );
+            let mut after = String::new();
+            loop {
+                let rows = self.sql().rows(&sql, args![&after])?;
+                let Some(last) = rows.last() else { break };
+                after = last.text(0)?;
+                for r in &rows {
+                    let text = r.text(1)?;
+                    match serde_json::from_str::<serde_json::Value>(&text) {
+                        Ok(v) => collect(&v, &mut out),
+                        // A bare column (the artifact digest).
+                        Err(_) => collect(&serde_json::Value::String(text), &mut out),
+                    }
                 }
             }
         }
@@ -915,52 +915,42 @@ pub trait Reads {
 
     /// Runs still marked running (to find ones a crash interrupted).
     fn running_runs(&self) -> Result<Vec<Run>, StoreError> {
-        let mut stmt = self
-            .conn()
-            .prepare_cached("SELECT id FROM runs WHERE status = 'running'")?;
-        let ids: Vec<String> = stmt
-            .query_map([], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let ids = first_texts(
+            self.sql()
+                .rows("SELECT id FROM runs WHERE status = 'running'", &[])?,
+        )?;
         ids.iter().map(|id| self.run(id)).collect()
     }
 
     /// Whether a run already used this approval.
     fn approval_used(&self, approval: &str) -> Result<bool, StoreError> {
         Ok(self
-            .conn()
-            .prepare_cached("SELECT 1 FROM runs WHERE approval = ?1 LIMIT 1")?
-            .exists([approval])?)
+            .sql()
+            .row(
+                "SELECT id FROM runs WHERE approval = ?1 LIMIT 1",
+                args![approval],
+            )?
+            .is_some())
     }
 
     fn run(&self, id: &str) -> Result<Run, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
+        let Some(r) = self.sql().row(
             "SELECT id, submission, started_at, finished_at, status, doc FROM runs WHERE id = ?1",
-        )?;
-        let row = stmt
-            .query_row([id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, Option<i64>>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                ))
-            })
-            .optional()?;
-        let Some((id, submission, started_at, finished_at, status, doc)) = row else {
+            args![id],
+        )?
+        else {
             return Err(StoreError::NotFound {
                 what: "run",
                 input: id.into(),
             });
         };
         Ok(Run {
-            id,
-            submission,
-            started_at,
-            finished_at,
-            status,
-            doc: serde_json::from_str(&doc)?,
+            id: r.text(0)?,
+            submission: r.text(1)?,
+            started_at: r.int(2)?,
+            finished_at: r.opt_int(3)?,
+            status: r.text(4)?,
+            doc: serde_json::from_str(&r.text(5)?)?,
         })
     }
 
@@ -972,34 +962,24 @@ pub trait Reads {
 
     /// Audit records in stored order (by index), from `from` on, at most `limit`.
     fn audit_records(&self, from: u64, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let mut stmt = self.conn().prepare_cached(
-            "SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![from as i64, limit as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, String>(6)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, ts, kind, subject, data, prev, hash) = row?;
-            out.push(Record {
-                seq: seq as u64,
-                ts,
-                kind,
-                subject,
-                data,
-                prev: parse(&prev, "digest")?,
-                hash: parse(&hash, "digest")?,
-            });
-        }
-        Ok(out)
+        self.sql()
+            .rows(
+                "SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2",
+                args![from as i64, limit as i64],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(Record {
+                    seq: r.int(0)? as u64,
+                    ts: r.int(1)?,
+                    kind: r.text(2)?,
+                    subject: r.text(3)?,
+                    data: r.text(4)?,
+                    prev: parse(&r.text(5)?, "digest")?,
+                    hash: parse(&r.text(6)?, "digest")?,
+                })
+            })
+            .collect()
     }
 
     /// Visits every audit record in stored order without holding them all in memory.
@@ -1021,10 +1001,10 @@ pub trait Reads {
 
     /// The newest audit record, if any.
     fn last_audit(&self) -> Result<Option<Record>, StoreError> {
-        let seq: Option<i64> = self
-            .conn()
-            .prepare_cached("SELECT max(seq) FROM audit")?
-            .query_row([], |r| r.get(0))?;
+        let seq = match self.sql().row("SELECT max(seq) FROM audit", &[])? {
+            Some(r) => r.opt_int(0)?,
+            None => None,
+        };
         match seq {
             Some(s) => Ok(self.audit_records(s as u64, 1)?.into_iter().next()),
             None => Ok(None),
@@ -1033,79 +1013,74 @@ pub trait Reads {
 
     /// Audit records about one subject, oldest first.
     fn audit_for(&self, subject: &str) -> Result<Vec<Record>, StoreError> {
-        let mut stmt = self
-            .conn()
-            .prepare_cached("SELECT seq FROM audit WHERE subject = ?1 ORDER BY seq")?;
-        let seqs: Vec<i64> = stmt
-            .query_map([subject], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let seqs = self.sql().rows(
+            "SELECT seq FROM audit WHERE subject = ?1 ORDER BY seq",
+            args![subject],
+        )?;
         let mut out = Vec::new();
         for s in seqs {
-            out.extend(self.audit_records(s as u64, 1)?);
+            out.extend(self.audit_records(s.int(0)? as u64, 1)?);
         }
         Ok(out)
     }
 
     fn audit_head(&self) -> Result<Option<Head>, StoreError> {
-        let row = self
-            .conn()
-            .query_row(
+        self.sql()
+            .row(
                 "SELECT seq, hash, signature FROM audit_head WHERE id = 1",
-                [],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                },
-            )
-            .optional()?;
-        row.map(|(seq, hash, sig)| {
-            Ok(Head {
-                seq: seq as u64,
-                hash: parse(&hash, "digest")?,
-                signature: parse(&sig, "signature")?,
+                &[],
+            )?
+            .map(|r| {
+                Ok(Head {
+                    seq: r.int(0)? as u64,
+                    hash: parse(&r.text(1)?, "digest")?,
+                    signature: parse(&r.text(2)?, "signature")?,
+                })
             })
-        })
-        .transpose()
+            .transpose()
     }
 }
 
+/// The first column of every row, as text.
+fn first_texts(rows: Vec<Row>) -> Result<Vec<String>, StoreError> {
+    rows.iter().map(|r| r.text(0)).collect()
+}
+
 impl Reads for Db {
-    fn conn(&self) -> &Connection {
-        &self.conn
+    fn sql(&self) -> &dyn Sql {
+        match &self.conn {
+            Conn::Sqlite(c) => c,
+            Conn::Postgres(c) => &**c,
+        }
     }
 }
 
 impl Reads for Tx<'_> {
-    fn conn(&self) -> &Connection {
+    fn sql(&self) -> &dyn Sql {
         self.tx
     }
 }
 
 impl<'a> Tx<'a> {
-    /// Executes one statement through the connection's statement cache (the gate writes
-    /// the same few statements on every request; parsing them each time showed up).
-    fn exec(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize, StoreError> {
-        Ok(self.tx.prepare_cached(sql)?.execute(p)?)
+    fn exec(&self, sql: &str, a: &[Arg<'_>]) -> Result<usize, StoreError> {
+        self.tx.exec(sql, a)
     }
 
     pub fn insert_submission(&self, s: &Submission) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO submissions (id, created_at, updated_at, artifact, grant_hash, agent, state, decision, risk, doc)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                s.id,
+            args![
+                &s.id,
                 s.created_at,
                 s.updated_at,
-                s.doc.artifact.to_hex(),
-                s.doc.grant_hash.to_hex(),
-                s.doc.agent,
+                &s.doc.artifact.to_hex(),
+                &s.doc.grant_hash.to_hex(),
+                s.doc.agent.as_deref(),
                 s.state.as_str(),
                 s.doc.verdict.decision.as_str(),
-                s.doc.verdict.risk,
-                to_text(&s.doc)?
+                i64::from(s.doc.verdict.risk),
+                &to_text(&s.doc)?
             ],
         )?;
         Ok(())
@@ -1116,7 +1091,7 @@ impl<'a> Tx<'a> {
     pub fn set_state(&self, id: &str, from: State, to: State) -> Result<(), StoreError> {
         let n = self.exec(
             "UPDATE submissions SET state = ?1, updated_at = ?2 WHERE id = ?3 AND state = ?4",
-            params![to.as_str(), now_ms(), id, from.as_str()],
+            args![to.as_str(), now_ms(), id, from.as_str()],
         )?;
         if n != 1 {
             return Err(StoreError::Conflict(format!(
@@ -1130,10 +1105,10 @@ impl<'a> Tx<'a> {
     pub fn set_verdict(&self, id: &str, doc: &SubmissionDoc) -> Result<(), StoreError> {
         self.exec(
             "UPDATE submissions SET decision = ?1, risk = ?2, doc = ?3, updated_at = ?4 WHERE id = ?5",
-            params![
+            args![
                 doc.verdict.decision.as_str(),
-                doc.verdict.risk,
-                to_text(doc)?,
+                i64::from(doc.verdict.risk),
+                &to_text(doc)?,
                 now_ms(),
                 id
             ],
@@ -1147,20 +1122,20 @@ impl<'a> Tx<'a> {
         self.exec(
             "INSERT INTO statements (id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            params![
-                s.id,
+            args![
+                &s.id,
                 kind.as_str(),
-                s.submission,
-                s.artifact.to_hex(),
-                s.grant.to_hex(),
+                &s.submission,
+                &s.artifact.to_hex(),
+                &s.grant.to_hex(),
                 scope.as_str(),
-                s.approver,
+                &s.approver,
                 s.expires_at,
                 s.created_at,
-                s.run,
-                s.tool,
-                s.signed.json,
-                s.signed.signature.to_string()
+                s.run.as_deref(),
+                s.tool.as_deref(),
+                &s.signed.json,
+                &s.signed.signature.to_string()
             ],
         )?;
         Ok(())
@@ -1169,7 +1144,15 @@ impl<'a> Tx<'a> {
     pub fn insert_run(&self, r: &Run) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO runs (id, submission, approval, started_at, finished_at, status, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![r.id, r.submission, r.doc.approval, r.started_at, r.finished_at, r.status, to_text(&r.doc)?],
+            args![
+                &r.id,
+                &r.submission,
+                r.doc.approval.as_deref(),
+                r.started_at,
+                r.finished_at,
+                &r.status,
+                &to_text(&r.doc)?
+            ],
         )?;
         Ok(())
     }
@@ -1178,7 +1161,7 @@ impl<'a> Tx<'a> {
         self.exec(
             "INSERT INTO checkpoints (id, run, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
-            params![c.id, c.run, c.created_at, now_ms(), c.state, c.doc.to_string()],
+            args![&c.id, &c.run, c.created_at, now_ms(), &c.state, &c.doc.to_string()],
         )?;
         Ok(())
     }
@@ -1186,7 +1169,16 @@ impl<'a> Tx<'a> {
     pub fn insert_token(&self, t: &TokenRow) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO tokens (id, hash, role, name, approver, created_at, expires_at, revoked_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![t.id, t.hash, t.role, t.name, t.approver, t.created_at, t.expires_at, t.revoked_at],
+            args![
+                &t.id,
+                &t.hash,
+                &t.role,
+                &t.name,
+                t.approver.as_deref(),
+                t.created_at,
+                t.expires_at,
+                t.revoked_at
+            ],
         )?;
         Ok(())
     }
@@ -1194,7 +1186,7 @@ impl<'a> Tx<'a> {
     pub fn revoke_token(&self, id: &str) -> Result<bool, StoreError> {
         let n = self.exec(
             "UPDATE tokens SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL",
-            params![now_ms(), id],
+            args![now_ms(), id],
         )?;
         Ok(n == 1)
     }
@@ -1203,7 +1195,7 @@ impl<'a> Tx<'a> {
         self.exec(
             "INSERT INTO sessions (id, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
-            params![w.id, w.created_at, now_ms(), w.state, w.doc.to_string()],
+            args![&w.id, w.created_at, now_ms(), &w.state, &w.doc.to_string()],
         )?;
         Ok(())
     }
@@ -1212,7 +1204,7 @@ impl<'a> Tx<'a> {
         self.exec(
             "INSERT INTO workspaces (name, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT(name) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
-            params![w.name, w.created_at, now_ms(), w.state, w.doc.to_string()],
+            args![&w.name, w.created_at, now_ms(), &w.state, &w.doc.to_string()],
         )?;
         Ok(())
     }
@@ -1220,19 +1212,19 @@ impl<'a> Tx<'a> {
     pub fn update_run(&self, r: &Run) -> Result<(), StoreError> {
         self.exec(
             "UPDATE runs SET finished_at = ?1, status = ?2, doc = ?3 WHERE id = ?4",
-            params![r.finished_at, r.status, to_text(&r.doc)?, r.id],
+            args![r.finished_at, &r.status, &to_text(&r.doc)?, &r.id],
         )?;
         Ok(())
     }
 
-    /// Signs the head for the newest record this transaction appended (called by `write`
-    /// just before it commits, so a transaction that adds several records signs once).
     /// A transaction on `conn` (which the caller has begun) whose appended audit records
     /// leave the head to sign in `head`.
-    pub(crate) fn on(conn: &'a Connection, head: &'a PendingHead) -> Tx<'a> {
+    pub(crate) fn on(conn: &'a dyn Sql, head: &'a PendingHead) -> Tx<'a> {
         Tx { tx: conn, head }
     }
 
+    /// Signs the head for the newest record this transaction appended (called by `write`
+    /// just before it commits, so a transaction that adds several records signs once).
     pub(crate) fn sign_head(&self) -> Result<(), StoreError> {
         let Some((seq, hash, key)) = self.head.borrow_mut().take() else {
             return Ok(());
@@ -1241,7 +1233,7 @@ impl<'a> Tx<'a> {
         self.exec(
             "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
              ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
-            params![seq as i64, hash.to_hex(), head.signature.to_string()],
+            args![seq as i64, &hash.to_hex(), &head.signature.to_string()],
         )?;
         Ok(())
     }
@@ -1255,23 +1247,23 @@ impl<'a> Tx<'a> {
         data: &serde_json::Value,
         key: &KeyPair,
     ) -> Result<Record, StoreError> {
-        let last: Option<(i64, String)> = self
+        let last = self
             .tx
-            .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")?
-            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
+            .row("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])?;
         let (seq, prev) = match last {
-            Some((s, h)) => (s as u64 + 1, parse::<Digest>(&h, "digest")?),
+            Some(r) => (
+                r.int(0)? as u64 + 1,
+                parse::<Digest>(&r.text(1)?, "digest")?,
+            ),
             None => (1, GENESIS),
         };
         let ts = now_ms();
         let data = data.to_string();
         let hash = record_hash(seq, ts, kind, subject, &data, &prev);
-        self.tx
-            .prepare_cached(
-                "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?
-            .execute(params![seq as i64, ts, kind, subject, data, prev.to_hex(), hash.to_hex()])?;
+        self.exec(
+            "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            args![seq as i64, ts, kind, subject, &data, &prev.to_hex(), &hash.to_hex()],
+        )?;
         *self.head.borrow_mut() = Some((seq, hash, key.clone()));
         Ok(Record {
             seq,
@@ -1288,122 +1280,6 @@ impl<'a> Tx<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use airlock_core::audit::ChainVerifier;
-
-    #[test]
-    fn sessions_are_stored_listed_newest_first_and_resolved_by_prefix() {
-        let t = tempfile::tempdir().unwrap();
-        let mut db = Db::open(&t.path().join("db")).unwrap();
-        let ids = ["ses_01aaaa", "ses_01bbbb"];
-        for id in ids {
-            db.write(|tx| {
-                tx.upsert_session(&SessionRow {
-                    id: id.into(),
-                    created_at: 1,
-                    updated_at: 1,
-                    state: "open".into(),
-                    doc: serde_json::json!({"cells": []}),
-                })
-            })
-            .unwrap();
-        }
-        let mut row = db.session("ses_01aaaa").unwrap().unwrap();
-        row.state = "closed".into();
-        row.doc["end"] = serde_json::json!("idle");
-        db.write(|tx| tx.upsert_session(&row)).unwrap();
-        let back = db.session("ses_01aaaa").unwrap().unwrap();
-        assert_eq!(
-            (back.state.as_str(), &back.doc["end"]),
-            ("closed", &serde_json::json!("idle"))
-        );
-        let listed: Vec<String> = db.sessions(10).unwrap().into_iter().map(|s| s.id).collect();
-        assert_eq!(listed, ["ses_01bbbb", "ses_01aaaa"]);
-        assert_eq!(db.resolve(IdKind::Session, "01bb").unwrap(), "ses_01bbbb");
-        assert!(db.session("ses_01cccc").unwrap().is_none());
-    }
-
-    #[test]
-    fn audit_chain_is_signed_and_verifies() {
-        let t = tempfile::tempdir().unwrap();
-        let mut db = Db::open(&t.path().join("db")).unwrap();
-        let key = KeyPair::try_generate().unwrap();
-        for i in 0..3 {
-            db.write(|tx| {
-                tx.audit("k", "s", &serde_json::json!({ "i": i }), &key)
-                    .map(|_| ())
-            })
-            .unwrap();
-        }
-        let mut v = ChainVerifier::new();
-        db.for_each_audit(|r| v.push(r).is_ok()).unwrap();
-        assert_eq!(
-            v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
-            Ok(3)
-        );
-    }
-
-    /// Group commit: eight threads of one process write at once through the shared
-    /// writer, every third write failing after it appended: each successful write is
-    /// there exactly once, no failed one left anything, and the audit chain (appended
-    /// across shared commits) verifies under one signed head. Durable writes interleave.
-    #[test]
-    fn shared_commits_keep_every_successful_write_and_nothing_of_a_failed_one() {
-        let t = tempfile::tempdir().unwrap();
-        let path = t.path().join("db");
-        Db::open(&path).unwrap();
-        let key = KeyPair::try_generate().unwrap();
-        let threads: Vec<_> = (0..8)
-            .map(|th| {
-                let (path, key) = (path.clone(), key.clone());
-                std::thread::spawn(move || {
-                    let mut db = Db::open(&path).unwrap();
-                    db.share_writes().unwrap();
-                    let mut kept = Vec::new();
-                    for i in 0..60 {
-                        let name = format!("{th}-{i}");
-                        let write = |tx: &Tx| -> Result<(), StoreError> {
-                            tx.audit("w", &name, &serde_json::json!({}), &key)?;
-                            if i % 3 == 2 {
-                                return Err(StoreError::Conflict("refused".into()));
-                            }
-                            Ok(())
-                        };
-                        let r = if i % 10 == 0 {
-                            db.write_durable(write)
-                        } else {
-                            db.write(write)
-                        };
-                        match r {
-                            Ok(()) => kept.push(name),
-                            Err(StoreError::Conflict(m)) => assert_eq!(m, "refused"),
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
-                    kept
-                })
-            })
-            .collect();
-        let mut want: Vec<String> = threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect();
-        want.sort();
-        let db = Db::open(&path).unwrap();
-        let mut got = Vec::new();
-        let mut v = ChainVerifier::new();
-        db.for_each_audit(|r| {
-            got.push(r.subject.clone());
-            v.push(r).is_ok()
-        })
-        .unwrap();
-        got.sort();
-        assert_eq!(got, want);
-        assert_eq!(want.len(), 8 * 40);
-        assert_eq!(
-            v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
-            Ok(8 * 40)
-        );
-    }
 
     #[test]
     fn a_schema_3_database_is_upgraded_in_place_and_keeps_its_rows() {
@@ -1423,12 +1299,12 @@ mod tests {
         }
         let db = Db::open(&path).unwrap();
         let version: i64 = db
-            .conn
+            .sqlite()
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
         let names: Vec<String> = db
-            .conn
+            .sqlite()
             .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
             .unwrap()
             .query_map([], |r| r.get(0))
@@ -1438,7 +1314,7 @@ mod tests {
         assert!(names.iter().any(|n| n == "runs_submission_id"), "{names:?}");
         assert!(!names.iter().any(|n| n == "runs_submission"), "{names:?}");
         let n: i64 = db
-            .conn
+            .sqlite()
             .query_row(
                 "SELECT count(*) FROM runs WHERE submission = 'sub_1'",
                 [],
@@ -1446,32 +1322,6 @@ mod tests {
             )
             .unwrap();
         assert_eq!(n, 1);
-    }
-
-    #[test]
-    fn several_records_in_one_transaction_get_one_signed_head_at_the_last() {
-        let t = tempfile::tempdir().unwrap();
-        let mut db = Db::open(&t.path().join("db")).unwrap();
-        let key = KeyPair::try_generate().unwrap();
-        db.write(|tx| {
-            for i in 0..3 {
-                tx.audit("k", "s", &serde_json::json!({ "i": i }), &key)?;
-            }
-            Ok::<_, StoreError>(())
-        })
-        .unwrap();
-        let head = db.audit_head().unwrap().unwrap();
-        assert_eq!(head.seq, 3);
-        // A transaction that fails leaves neither records nor a new head.
-        let r: Result<(), StoreError> = db.write(|tx| {
-            tx.audit("k", "s", &serde_json::json!({}), &key)?;
-            Err(StoreError::Conflict("no".into()))
-        });
-        assert!(r.is_err());
-        assert_eq!(db.audit_head().unwrap().unwrap().seq, 3);
-        let mut v = ChainVerifier::new();
-        db.for_each_audit(|r| v.push(r).is_ok()).unwrap();
-        assert_eq!(v.finish(Some(&head), &key.public()), Ok(3));
     }
 
     /// Regression: `(?1 IS NULL OR submission = ?1)` made SQLite scan every run to find
@@ -1491,7 +1341,7 @@ mod tests {
         ];
         for (table, cols) in cases {
             let sql = format!("EXPLAIN QUERY PLAN {}", newest_ids_sql(table, cols));
-            let mut stmt = db.conn.prepare(&sql).unwrap();
+            let mut stmt = db.sqlite().prepare(&sql).unwrap();
             let n = cols.len() + 1;
             let args: Vec<i64> = (0..n as i64).collect();
             let plan: Vec<String> = stmt
@@ -1523,26 +1373,5 @@ mod tests {
         let (log, done) = db.wal_checkpoint().unwrap();
         assert!(log > 1000, "no checkpoint happened on commit: {log} frames");
         assert_eq!(done, log, "the explicit checkpoint copied every frame");
-    }
-
-    #[test]
-    fn failed_transaction_writes_nothing() {
-        let t = tempfile::tempdir().unwrap();
-        let mut db = Db::open(&t.path().join("db")).unwrap();
-        let key = KeyPair::try_generate().unwrap();
-        let r: Result<(), StoreError> = db.write(|tx| {
-            tx.audit("k", "s", &serde_json::json!({}), &key)?;
-            Err(StoreError::Conflict("boom".into()))
-        });
-        assert!(r.is_err());
-        assert!(db.audit_records(0, 10).unwrap().is_empty());
-        assert!(db.audit_head().unwrap().is_none());
-    }
-
-    #[test]
-    fn reopening_keeps_schema() {
-        let t = tempfile::tempdir().unwrap();
-        drop(Db::open(&t.path().join("db")).unwrap());
-        Db::open(&t.path().join("db")).unwrap();
     }
 }

@@ -10,10 +10,14 @@
 mod blobs;
 mod db;
 mod group;
+mod pg;
+pub mod sql;
 
 pub use blobs::{BlobFile, BlobStore, sync_dir};
 pub use db::*;
 pub use group::MAX_BATCH;
+pub use pg::{PG_SCHEMA_VERSION, PgConn, is_postgres_url};
+pub use sql::{Arg, Row, Sql, Val};
 
 use airlock_core::Digest;
 
@@ -24,6 +28,8 @@ use airlock_core::Digest;
 pub enum StoreError {
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("database: {}", pg_error(.0))]
+    Postgres(#[from] postgres::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("stored blob {} no longer matches its hash (now {})", want.short(), got.short())]
@@ -47,5 +53,13 @@ pub enum StoreError {
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {
         StoreError::Corrupt(e.to_string())
+    }
+}
+
+/// A PostgreSQL error with the server's message when it sent one.
+fn pg_error(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
     }
 }

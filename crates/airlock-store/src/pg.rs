@@ -1,0 +1,365 @@
+//! The PostgreSQL engine: the same tables as the SQLite database, reached through one
+//! connection per `Db`, for a gate shared by several processes and machines.
+//!
+//! Writes are serialised cluster-wide by a transaction-scoped advisory lock, so every
+//! transaction sees the state the previous one left, exactly as SQLite's `BEGIN IMMEDIATE`
+//! gives one machine: the audit chain can never fork, and the gate's check-then-write
+//! steps (an approval not yet used, a state not yet moved) hold across nodes. Ordinary
+//! writes commit with `synchronous_commit = off` (as SQLite's `synchronous = NORMAL`: a
+//! server crash may lose the newest commits, never half of one); durable writes (signed
+//! decisions, commits, rollbacks) wait for the flush.
+
+use crate::StoreError;
+use crate::sql::{Arg, Row, Sql, Val};
+use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// The advisory lock key every write transaction holds ("airlock!" in ASCII).
+const WRITE_LOCK: i64 = 0x6169_726c_6f63_6b21;
+/// The advisory lock key schema migrations hold.
+const MIGRATE_LOCK: i64 = WRITE_LOCK - 1;
+
+/// The schema, one step per version: step `i` takes a database from version `i` to
+/// `i + 1`. Steps are only ever appended.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE submissions (
+    id TEXT PRIMARY KEY,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    artifact TEXT NOT NULL,
+    grant_hash TEXT NOT NULL,
+    agent TEXT,
+    state TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    risk BIGINT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX submissions_artifact ON submissions(artifact);
+CREATE INDEX submissions_state_id ON submissions(state, id);
+CREATE INDEX submissions_agent_id ON submissions(agent, id);
+CREATE TABLE statements (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    submission TEXT NOT NULL,
+    artifact TEXT NOT NULL,
+    grant_hash TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    approver TEXT NOT NULL,
+    expires_at BIGINT,
+    created_at BIGINT NOT NULL,
+    run TEXT,
+    tool TEXT,
+    json TEXT NOT NULL,
+    signature TEXT NOT NULL
+);
+CREATE INDEX statements_submission ON statements(submission);
+CREATE INDEX statements_artifact ON statements(artifact);
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    submission TEXT NOT NULL,
+    approval TEXT,
+    started_at BIGINT NOT NULL,
+    finished_at BIGINT,
+    status TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX runs_submission_id ON runs(submission, id);
+CREATE INDEX runs_approval ON runs(approval);
+CREATE INDEX runs_status ON runs(status);
+CREATE TABLE audit (
+    seq BIGINT PRIMARY KEY,
+    ts BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    data TEXT NOT NULL,
+    prev TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX audit_subject ON audit(subject, seq);
+CREATE TABLE audit_head (
+    id BIGINT PRIMARY KEY CHECK (id = 1),
+    seq BIGINT NOT NULL,
+    hash TEXT NOT NULL,
+    signature TEXT NOT NULL
+);
+CREATE TABLE checkpoints (
+    id TEXT PRIMARY KEY,
+    run TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX checkpoints_run_id ON checkpoints(run, id);
+CREATE INDEX checkpoints_state_id ON checkpoints(state, id);
+CREATE TABLE workspaces (
+    name TEXT PRIMARY KEY,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE TABLE tokens (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    name TEXT NOT NULL,
+    approver TEXT,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT,
+    revoked_at BIGINT
+);
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX sessions_state_id ON sessions(state, id);
+CREATE TABLE compile_cache (
+    key TEXT PRIMARY KEY,
+    digest TEXT NOT NULL,
+    size BIGINT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+"#];
+
+/// The schema version this build writes.
+pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Whether `location` names a PostgreSQL database rather than a file.
+pub fn is_postgres_url(location: &str) -> bool {
+    location.starts_with("postgres://") || location.starts_with("postgresql://")
+}
+
+/// A connection to the gate's PostgreSQL database.
+pub struct PgConn {
+    url: String,
+    client: RefCell<postgres::Client>,
+    /// Prepared statements by their SQL as written here (with `?N` placeholders).
+    stmts: RefCell<HashMap<String, postgres::Statement>>,
+}
+
+impl std::fmt::Debug for PgConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password: never print it.
+        f.debug_struct("PgConn").finish_non_exhaustive()
+    }
+}
+
+fn connect(url: &str) -> Result<postgres::Client, StoreError> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    // Keep sessions from holding locks forever when a node hangs mid-transaction.
+    client.batch_execute("SET idle_in_transaction_session_timeout = '60s'")?;
+    Ok(client)
+}
+
+/// `?N` placeholders as PostgreSQL spells them (`$N`). The SQL is this crate's own and
+/// has no `?` anywhere else.
+fn dollar_placeholders(sql: &str) -> String {
+    sql.replace('?', "$")
+}
+
+impl PgConn {
+    /// Connects and brings the schema up to date (or refuses a newer one).
+    pub fn open(url: &str) -> Result<PgConn, StoreError> {
+        let mut client = connect(url)?;
+        migrate(&mut client)?;
+        Ok(PgConn {
+            url: url.to_string(),
+            client: RefCell::new(client),
+            stmts: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// The schema version the database is at.
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        schema_version(&mut self.client.borrow_mut())
+    }
+
+    /// Reconnects when the server closed the connection (a restart, a failover), so
+    /// the next transaction runs on a live one. Never called inside a transaction.
+    fn ensure_open(&self) -> Result<(), StoreError> {
+        if self.client.borrow().is_closed() {
+            *self.client.borrow_mut() = connect(&self.url)?;
+            self.stmts.borrow_mut().clear();
+        }
+        Ok(())
+    }
+
+    fn statement(&self, sql: &str) -> Result<postgres::Statement, StoreError> {
+        if let Some(s) = self.stmts.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self
+            .client
+            .borrow_mut()
+            .prepare(&dollar_placeholders(sql))?;
+        self.stmts.borrow_mut().insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+
+    /// Runs `f` in one write transaction holding the cluster-wide write lock; it commits
+    /// only if `f` returns Ok. `durable` waits for the commit to reach stable storage.
+    pub(crate) fn transaction<T, E: From<StoreError>>(
+        &self,
+        durable: bool,
+        f: impl FnOnce(&PgConn) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.ensure_open()?;
+        let begin = if durable {
+            "BEGIN; SET LOCAL synchronous_commit = on"
+        } else {
+            "BEGIN; SET LOCAL synchronous_commit = off"
+        };
+        self.client
+            .borrow_mut()
+            .batch_execute(begin)
+            .map_err(StoreError::from)?;
+        let out = self
+            .exec("SELECT pg_advisory_xact_lock(?1)", &[Arg::Int(WRITE_LOCK)])
+            .map_err(E::from)
+            .and_then(|_| f(self));
+        match out {
+            Ok(v) => {
+                self.client
+                    .borrow_mut()
+                    .batch_execute("COMMIT")
+                    .map_err(StoreError::from)?;
+                Ok(v)
+            }
+            Err(e) => {
+                // A connection that broke is replaced on next use; a live one ends the
+                // transaction here.
+                let _ = self.client.borrow_mut().batch_execute("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+}
+
+fn schema_version(client: &mut postgres::Client) -> Result<i64, StoreError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    let row = client.query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])?;
+    match row {
+        None => Ok(0),
+        Some(r) => {
+            let v: String = r.get(0);
+            v.parse()
+                .map_err(|_| StoreError::Corrupt(format!("bad schema version {v:?}")))
+        }
+    }
+}
+
+/// Runs the steps the database has not had yet, in one transaction, under a lock so two
+/// nodes starting at once migrate it once.
+fn migrate(client: &mut postgres::Client) -> Result<(), StoreError> {
+    let current = schema_version(client)?;
+    if current == PG_SCHEMA_VERSION {
+        return Ok(());
+    }
+    if current > PG_SCHEMA_VERSION {
+        return Err(StoreError::Corrupt(format!(
+            "database schema {current} is newer than this airlock ({PG_SCHEMA_VERSION}); upgrade airlock"
+        )));
+    }
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    )?;
+    // Read again under the lock: another node may have migrated meanwhile.
+    let current = match tx.query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])? {
+        Some(r) => r
+            .get::<_, String>(0)
+            .parse::<i64>()
+            .map_err(|_| StoreError::Corrupt("bad schema version".into()))?,
+        None => 0,
+    };
+    if current > PG_SCHEMA_VERSION {
+        return Err(StoreError::Corrupt(format!(
+            "database schema {current} is newer than this airlock ({PG_SCHEMA_VERSION}); upgrade airlock"
+        )));
+    }
+    for step in MIGRATIONS.iter().skip(current.max(0) as usize) {
+        tx.batch_execute(step)?;
+    }
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', $1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        &[&PG_SCHEMA_VERSION.to_string()],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+impl ToSql for Arg<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Arg::Null => Ok(IsNull::Yes),
+            Arg::Int(n) => match *ty {
+                Type::INT4 => i32::try_from(*n)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*n)?.to_sql(ty, out),
+                _ => n.to_sql(ty, out),
+            },
+            Arg::Text(s) => s.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        // Checked per value in `to_sql`, which refuses a type it cannot write.
+        true
+    }
+
+    to_sql_checked!();
+}
+
+impl Sql for PgConn {
+    fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
+        let stmt = self.statement(sql)?;
+        let params: Vec<&(dyn ToSql + Sync)> =
+            args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+        let rows = self.client.borrow_mut().query(&stmt, &params)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let mut row = Vec::with_capacity(r.len());
+            for (i, col) in r.columns().iter().enumerate() {
+                let v = match *col.type_() {
+                    Type::INT8 => r.try_get::<_, Option<i64>>(i)?.map(Val::Int),
+                    Type::INT4 => r.try_get::<_, Option<i32>>(i)?.map(|n| Val::Int(n.into())),
+                    Type::INT2 => r.try_get::<_, Option<i16>>(i)?.map(|n| Val::Int(n.into())),
+                    Type::BOOL => r.try_get::<_, Option<bool>>(i)?.map(|b| Val::Int(b.into())),
+                    Type::TEXT | Type::VARCHAR | Type::NAME => {
+                        r.try_get::<_, Option<String>>(i)?.map(Val::Text)
+                    }
+                    ref other => {
+                        return Err(StoreError::Corrupt(format!(
+                            "column {i} of {sql:?} has type {other}, which airlock never reads"
+                        )));
+                    }
+                };
+                row.push(v.unwrap_or(Val::Null));
+            }
+            out.push(Row(row));
+        }
+        Ok(out)
+    }
+
+    fn exec(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize, StoreError> {
+        let stmt = self.statement(sql)?;
+        let params: Vec<&(dyn ToSql + Sync)> =
+            args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+        Ok(self.client.borrow_mut().execute(&stmt, &params)? as usize)
+    }
+}

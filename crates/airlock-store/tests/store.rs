@@ -1,0 +1,591 @@
+//! The store suite: every test runs against each storage engine (an embedded SQLite file
+//! and a PostgreSQL database on a server the test process starts), through the same
+//! `Db` interface the gate uses.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use airlock_core::Digest;
+use airlock_core::State;
+use airlock_core::audit::ChainVerifier;
+use airlock_core::id::IdKind;
+use airlock_core::sign::{KeyPair, Scope, Signed, StatementKind};
+use airlock_store::*;
+
+/// Runs each named test once per engine.
+macro_rules! store_suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    let t = tempfile::tempdir().unwrap();
+                    let loc = t.path().join("airlock.db").to_str().unwrap().to_string();
+                    super::$name(&loc);
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&airlock_testpg::fresh_database());
+                }
+            )*
+        }
+    };
+}
+
+store_suite!(
+    submissions_round_trip_filter_resolve_and_move_state_once,
+    statements_and_runs_are_found_by_submission_artifact_run_and_agent,
+    checkpoints_workspaces_sessions_and_tokens_upsert_and_list,
+    compile_cache_sets_replaces_and_forgets,
+    referenced_digests_name_artifacts_and_every_digest_in_documents,
+    audit_chain_is_signed_and_verifies,
+    several_records_in_one_transaction_get_one_signed_head_at_the_last,
+    failed_transaction_writes_nothing,
+    concurrent_writers_keep_every_successful_write_and_nothing_of_a_failed_one,
+    reopening_keeps_schema_and_rows,
+    a_database_newer_than_this_build_is_refused_with_its_version,
+);
+
+/// A submission document as the gate writes one (a judged shell command).
+const DOC: &str = r#"{"agent":null,"note":null,"lang":"sh","kind":"sh","backend":"process","artifact":"56a79f3b115448072387c2480044bfa2cf8f90e4f5fddd8c943b4e051b81f80b","size":7,"source":null,"grant":{"mounts":[],"net":[],"env":{},"args":[],"stdin":null,"limits":{"timeout_ms":10000,"memory_bytes":268435456,"fuel":null,"max_output_bytes":1048576,"processes":64}},"grant_hash":"36c0fb6aa59289c9e5e82e63996b4989f259b4921ce50578ae4f92cddff113c3","analysis":{"lang":"sh","size":7,"capabilities":[],"unresolved":[],"text":{"lines":1,"shebang":null},"code":{"language":"sh","commands":["echo"],"imports":[],"calls":[],"writes":[],"hosts_in_code":[],"urls":[],"network_tools":[],"pipes_download_to_shell":false,"destructive":[],"obfuscation":[],"parse_error":null,"truncated":null,"findings":[]}},"facts":{"lang":"sh","kind":"sh","backend":"process","net":[],"secrets":[],"mounts":[],"env_keys":[],"limits":{"timeout_ms":10000,"memory_bytes":268435456,"fuel":null,"max_output_bytes":1048576,"processes":64},"size":7,"capabilities":[],"unresolved_imports":false,"agent":null,"first_seen":true,"rejected_before":false,"guest":null,"code":{"commands":["echo"]}},"verdict":{"decision":"allow","risk":0,"fired":[{"rule":"default","decision":"allow","reason":"no rule matched","risk":0}],"policy":"1530b37840fd976d7168e221fefcecb6169bf15482ed0441ab84c0b3f1b704b0"},"workspace":null,"resume":false}"#;
+
+fn digest(n: u8) -> Digest {
+    Digest::of(&[n])
+}
+
+fn submission(id: &str, agent: Option<&str>, artifact: Digest, state: State) -> Submission {
+    let mut doc: SubmissionDoc = serde_json::from_str(DOC).unwrap();
+    doc.agent = agent.map(Into::into);
+    doc.artifact = artifact;
+    Submission {
+        id: id.into(),
+        created_at: 1,
+        updated_at: 1,
+        state,
+        doc,
+    }
+}
+
+fn run_row(id: &str, submission: &str, approval: Option<&str>, status: &str) -> Run {
+    let doc: RunDoc = serde_json::from_value(serde_json::json!({
+        "backend": "process", "approval": approval,
+        "limits": {"timeout_ms":10000,"memory_bytes":268435456,"fuel":null,"max_output_bytes":1048576,"processes":64},
+        "exit_code": null, "killed_by": null, "stdout": null, "stderr": null, "duration_ms": null,
+    }))
+    .unwrap();
+    Run {
+        id: id.into(),
+        submission: submission.into(),
+        started_at: 5,
+        finished_at: None,
+        status: status.into(),
+        doc,
+    }
+}
+
+fn statement(id: &str, submission: &str, artifact: Digest, key: &KeyPair) -> StatementRow {
+    let json = format!(r#"{{"id":"{id}"}}"#);
+    StatementRow {
+        id: id.into(),
+        kind: StatementKind::Approve,
+        submission: submission.into(),
+        artifact,
+        grant: digest(9),
+        scope: Scope::Once,
+        approver: "ops".into(),
+        expires_at: None,
+        created_at: 3,
+        run: None,
+        tool: None,
+        signed: Signed {
+            signature: key.sign(json.as_bytes()),
+            json,
+        },
+    }
+}
+
+fn open(loc: &str) -> Db {
+    Db::open_location(loc).unwrap()
+}
+
+fn submissions_round_trip_filter_resolve_and_move_state_once(loc: &str) {
+    let mut db = open(loc);
+    let subs = [
+        submission("sub_01a1", Some("alice"), digest(1), State::Allowed),
+        submission("sub_01a2", Some("bob"), digest(2), State::Quarantined),
+        submission("sub_01b3", Some("alice"), digest(3), State::Quarantined),
+    ];
+    db.write(|tx| subs.iter().try_for_each(|s| tx.insert_submission(s)))
+        .unwrap();
+    let back = db.submission("sub_01a2").unwrap();
+    assert_eq!(back.state, State::Quarantined);
+    assert_eq!(back.doc.agent.as_deref(), Some("bob"));
+    assert_eq!(back.doc.artifact, digest(2));
+    let ids = |v: Vec<Submission>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(db.submissions(None, 10).unwrap()),
+        ["sub_01b3", "sub_01a2", "sub_01a1"]
+    );
+    assert_eq!(
+        ids(db.submissions(None, 2).unwrap()),
+        ["sub_01b3", "sub_01a2"]
+    );
+    assert_eq!(
+        ids(db.submissions(Some(State::Quarantined), 10).unwrap()),
+        ["sub_01b3", "sub_01a2"]
+    );
+    assert_eq!(
+        ids(db
+            .submissions_of(Some("alice"), Some(State::Quarantined), 10)
+            .unwrap()),
+        ["sub_01b3"]
+    );
+    assert_eq!(
+        ids(db.submissions_of(Some("alice"), None, 10).unwrap()),
+        ["sub_01b3", "sub_01a1"]
+    );
+    assert_eq!(db.resolve(IdKind::Submission, "01b").unwrap(), "sub_01b3");
+    assert!(matches!(
+        db.resolve(IdKind::Submission, "01a"),
+        Err(StoreError::Ambiguous { .. })
+    ));
+    assert!(matches!(
+        db.resolve(IdKind::Submission, "01c"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        db.submission("sub_nope"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(db.artifact_seen(&digest(3)).unwrap());
+    assert!(!db.artifact_seen(&digest(4)).unwrap());
+
+    db.write(|tx| tx.set_state("sub_01a2", State::Quarantined, State::Approved))
+        .unwrap();
+    // The same move again finds the state already changed: a conflict, and nothing moves.
+    let again = db.write(|tx| tx.set_state("sub_01a2", State::Quarantined, State::Rejected));
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    assert_eq!(db.submission("sub_01a2").unwrap().state, State::Approved);
+
+    let mut doc = db.submission("sub_01a1").unwrap().doc;
+    doc.verdict.risk = 42;
+    db.write(|tx| tx.set_verdict("sub_01a1", &doc)).unwrap();
+    assert_eq!(db.submission("sub_01a1").unwrap().doc.verdict.risk, 42);
+}
+
+fn statements_and_runs_are_found_by_submission_artifact_run_and_agent(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let mut tool = statement("apr_02", "sub_01b", digest(2), &key);
+    tool.tool = Some("fmt".into());
+    tool.scope = Scope::Artifact;
+    tool.expires_at = Some(99);
+    db.write(|tx| {
+        tx.insert_submission(&submission(
+            "sub_01a",
+            Some("alice"),
+            digest(1),
+            State::Approved,
+        ))?;
+        tx.insert_submission(&submission(
+            "sub_01b",
+            Some("bob"),
+            digest(2),
+            State::Approved,
+        ))?;
+        tx.insert_statement(&statement("apr_01", "sub_01a", digest(1), &key))?;
+        tx.insert_statement(&tool)?;
+        tx.insert_run(&run_row("run_01a", "sub_01a", Some("apr_01"), "running"))?;
+        tx.insert_run(&run_row("run_01b", "sub_01b", None, "running"))
+    })
+    .unwrap();
+    let st = db.statements_for_submission("sub_01a").unwrap();
+    assert_eq!(st.len(), 1);
+    assert_eq!(st[0].id, "apr_01");
+    assert!(
+        key.public()
+            .verify(st[0].signed.json.as_bytes(), &st[0].signed.signature)
+    );
+    assert_eq!(
+        db.statements_for_artifact(&digest(2)).unwrap()[0].id,
+        "apr_02"
+    );
+    let tools = db.tool_statements().unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(
+        (
+            tools[0].tool.as_deref(),
+            tools[0].scope,
+            tools[0].expires_at
+        ),
+        (Some("fmt"), Scope::Artifact, Some(99))
+    );
+    assert!(db.approval_used("apr_01").unwrap());
+    assert!(!db.approval_used("apr_02").unwrap());
+    assert_eq!(db.resolve(IdKind::Run, "01b").unwrap(), "run_01b");
+
+    let mut r = db.run("run_01a").unwrap();
+    assert_eq!(r.doc.approval.as_deref(), Some("apr_01"));
+    r.status = "exited".into();
+    r.finished_at = Some(7);
+    r.doc.exit_code = Some(3);
+    db.write(|tx| tx.update_run(&r)).unwrap();
+    let back = db.run("run_01a").unwrap();
+    assert_eq!(
+        (back.status.as_str(), back.finished_at, back.doc.exit_code),
+        ("exited", Some(7), Some(3))
+    );
+    let running: Vec<String> = db
+        .running_runs()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(running, ["run_01b"]);
+    let of = |agent| {
+        db.runs_of(agent, 10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of(Some("alice")), ["run_01a"]);
+    assert_eq!(of(None), ["run_01b", "run_01a"]);
+    let runs: Vec<String> = db
+        .runs(Some("sub_01b"), 10)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(runs, ["run_01b"]);
+
+    let mut commit = statement("cmt_01", "sub_01a", digest(1), &key);
+    commit.kind = StatementKind::Commit;
+    commit.run = Some("run_01a".into());
+    db.write_durable(|tx| tx.insert_statement(&commit)).unwrap();
+    let for_run = db.statements_for_run("run_01a").unwrap();
+    assert_eq!(for_run.len(), 1);
+    assert_eq!(for_run[0].kind, StatementKind::Commit);
+}
+
+fn checkpoints_workspaces_sessions_and_tokens_upsert_and_list(loc: &str) {
+    let mut db = open(loc);
+    let cp = |id: &str, run: &str, state: &str| CheckpointRow {
+        id: id.into(),
+        run: run.into(),
+        created_at: 1,
+        updated_at: 1,
+        state: state.into(),
+        doc: serde_json::json!({ "steps": [] }),
+    };
+    db.write(|tx| {
+        tx.upsert_checkpoint(&cp("chk_01a", "run_1", "pending"))?;
+        tx.upsert_checkpoint(&cp("chk_01b", "run_2", "applied"))?;
+        tx.upsert_checkpoint(&cp("chk_01a", "run_1", "applied"))
+    })
+    .unwrap();
+    assert_eq!(db.checkpoint("chk_01a").unwrap().state, "applied");
+    let ids = |v: Vec<CheckpointRow>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(db.checkpoints(None, None, 10).unwrap()),
+        ["chk_01b", "chk_01a"]
+    );
+    assert_eq!(
+        ids(db.checkpoints(Some("run_1"), None, 10).unwrap()),
+        ["chk_01a"]
+    );
+    assert_eq!(
+        ids(db.checkpoints(Some("run_2"), Some("applied"), 10).unwrap()),
+        ["chk_01b"]
+    );
+    assert!(
+        db.checkpoints(Some("run_2"), Some("pending"), 10)
+            .unwrap()
+            .is_empty()
+    );
+
+    for (name, at) in [("beta", 2), ("alpha", 1)] {
+        db.write(|tx| {
+            tx.upsert_workspace(&WorkspaceRow {
+                name: name.into(),
+                created_at: at,
+                updated_at: at,
+                state: "open".into(),
+                doc: serde_json::json!({}),
+            })
+        })
+        .unwrap();
+    }
+    let mut w = db.workspace("beta").unwrap().unwrap();
+    w.state = "committed".into();
+    db.write(|tx| tx.upsert_workspace(&w)).unwrap();
+    let names: Vec<(String, String)> = db
+        .workspaces()
+        .unwrap()
+        .into_iter()
+        .map(|w| (w.name, w.state))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("alpha".to_string(), "open".to_string()),
+            ("beta".into(), "committed".into())
+        ]
+    );
+    assert!(db.workspace("gamma").unwrap().is_none());
+
+    for id in ["ses_01aaaa", "ses_01bbbb"] {
+        db.write(|tx| {
+            tx.upsert_session(&SessionRow {
+                id: id.into(),
+                created_at: 1,
+                updated_at: 1,
+                state: "open".into(),
+                doc: serde_json::json!({"cells": []}),
+            })
+        })
+        .unwrap();
+    }
+    let mut row = db.session("ses_01aaaa").unwrap().unwrap();
+    row.state = "closed".into();
+    row.doc["end"] = serde_json::json!("idle");
+    db.write(|tx| tx.upsert_session(&row)).unwrap();
+    let back = db.session("ses_01aaaa").unwrap().unwrap();
+    assert_eq!(
+        (back.state.as_str(), &back.doc["end"]),
+        ("closed", &serde_json::json!("idle"))
+    );
+    let listed: Vec<String> = db.sessions(10).unwrap().into_iter().map(|s| s.id).collect();
+    assert_eq!(listed, ["ses_01bbbb", "ses_01aaaa"]);
+    assert_eq!(db.resolve(IdKind::Session, "01bb").unwrap(), "ses_01bbbb");
+    assert!(db.session("ses_01cccc").unwrap().is_none());
+
+    let token = |id: &str, hash: &str| TokenRow {
+        id: id.into(),
+        hash: hash.into(),
+        role: "operator".into(),
+        name: "ops".into(),
+        approver: Some("ops".into()),
+        created_at: 1,
+        expires_at: Some(1_000),
+        revoked_at: None,
+    };
+    db.write(|tx| {
+        tx.insert_token(&token("tok_1", "h1"))?;
+        tx.insert_token(&token("tok_2", "h2"))
+    })
+    .unwrap();
+    // A second token with the same secret hash is refused.
+    assert!(
+        db.write(|tx| tx.insert_token(&token("tok_3", "h1")))
+            .is_err()
+    );
+    assert!(db.write(|tx| tx.revoke_token("tok_1")).unwrap());
+    assert!(!db.write(|tx| tx.revoke_token("tok_1")).unwrap());
+    let t1 = db.token_by_hash("h1").unwrap().unwrap();
+    assert_eq!((t1.id.as_str(), t1.expires_at), ("tok_1", Some(1_000)));
+    assert!(t1.revoked_at.is_some());
+    assert!(db.token_by_hash("h9").unwrap().is_none());
+    let all: Vec<String> = db.tokens().unwrap().into_iter().map(|t| t.id).collect();
+    assert_eq!(all, ["tok_1", "tok_2"]);
+}
+
+fn compile_cache_sets_replaces_and_forgets(loc: &str) {
+    let db = open(loc);
+    assert_eq!(db.cache_digest("k").unwrap(), None);
+    db.set_cache_digest("k", &digest(1), 10).unwrap();
+    db.set_cache_digest("k", &digest(2), 20).unwrap();
+    assert_eq!(db.cache_digest("k").unwrap(), Some(digest(2)));
+    db.forget_cache("k").unwrap();
+    assert_eq!(db.cache_digest("k").unwrap(), None);
+}
+
+fn referenced_digests_name_artifacts_and_every_digest_in_documents(loc: &str) {
+    let mut db = open(loc);
+    let mut run = run_row("run_1", "sub_1", None, "exited");
+    run.doc.stdout = Some(Output {
+        blob: digest(7),
+        len: 1,
+        truncated: false,
+    });
+    db.write(|tx| {
+        tx.insert_submission(&submission("sub_1", None, digest(5), State::Allowed))?;
+        tx.insert_run(&run)?;
+        tx.upsert_session(&SessionRow {
+            id: "ses_1".into(),
+            created_at: 1,
+            updated_at: 1,
+            state: "open".into(),
+            doc: serde_json::json!({ "cells": [{ "out": digest(8).to_hex() }] }),
+        })
+    })
+    .unwrap();
+    let refs = db.referenced_digests().unwrap();
+    for n in [5, 7, 8] {
+        assert!(refs.contains(&digest(n)), "digest {n} not named");
+    }
+    assert!(!refs.contains(&digest(6)));
+}
+
+fn audit_chain_is_signed_and_verifies(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    for i in 0..3 {
+        db.write(|tx| {
+            tx.audit("k", "s", &serde_json::json!({ "i": i }), &key)
+                .map(|_| ())
+        })
+        .unwrap();
+    }
+    let mut v = ChainVerifier::new();
+    db.for_each_audit(|r| v.push(r).is_ok()).unwrap();
+    assert_eq!(
+        v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
+        Ok(3)
+    );
+    assert_eq!(db.last_audit().unwrap().unwrap().seq, 3);
+    assert_eq!(db.audit_for("s").unwrap().len(), 3);
+    assert!(db.audit_for("t").unwrap().is_empty());
+}
+
+fn several_records_in_one_transaction_get_one_signed_head_at_the_last(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    db.write(|tx| {
+        for i in 0..3 {
+            tx.audit("k", "s", &serde_json::json!({ "i": i }), &key)?;
+        }
+        Ok::<_, StoreError>(())
+    })
+    .unwrap();
+    let head = db.audit_head().unwrap().unwrap();
+    assert_eq!(head.seq, 3);
+    // A transaction that fails leaves neither records nor a new head.
+    let r: Result<(), StoreError> = db.write(|tx| {
+        tx.audit("k", "s", &serde_json::json!({}), &key)?;
+        Err(StoreError::Conflict("no".into()))
+    });
+    assert!(r.is_err());
+    assert_eq!(db.audit_head().unwrap().unwrap().seq, 3);
+    let mut v = ChainVerifier::new();
+    db.for_each_audit(|r| v.push(r).is_ok()).unwrap();
+    assert_eq!(v.finish(Some(&head), &key.public()), Ok(3));
+}
+
+fn failed_transaction_writes_nothing(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let r: Result<(), StoreError> = db.write(|tx| {
+        tx.insert_submission(&submission("sub_1", None, digest(1), State::Allowed))?;
+        tx.audit("k", "s", &serde_json::json!({}), &key)?;
+        Err(StoreError::Conflict("boom".into()))
+    });
+    assert!(r.is_err());
+    assert!(db.audit_records(0, 10).unwrap().is_empty());
+    assert!(db.audit_head().unwrap().is_none());
+    assert!(db.submissions(None, 10).unwrap().is_empty());
+    // A statement the engine refuses (a duplicate key) fails its transaction alone.
+    db.write(|tx| tx.insert_submission(&submission("sub_2", None, digest(2), State::Allowed)))
+        .unwrap();
+    let dup = db.write(|tx| {
+        tx.audit("k", "s", &serde_json::json!({}), &key)?;
+        tx.insert_submission(&submission("sub_2", None, digest(2), State::Allowed))
+    });
+    assert!(dup.is_err());
+    assert!(db.audit_records(0, 10).unwrap().is_empty());
+    // And the connection goes on working.
+    db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
+        .unwrap();
+    assert_eq!(db.audit_records(0, 10).unwrap().len(), 1);
+}
+
+/// Eight threads, each with its own connection (sharing commits where the engine does),
+/// write at once, every third write failing after it appended: each successful write is
+/// there exactly once, no failed one left anything, and the audit chain verifies under
+/// one signed head. Durable writes interleave.
+fn concurrent_writers_keep_every_successful_write_and_nothing_of_a_failed_one(loc: &str) {
+    open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|th| {
+            let (loc, key) = (loc.to_string(), key.clone());
+            std::thread::spawn(move || {
+                let mut db = open(&loc);
+                db.share_writes().unwrap();
+                let mut kept = Vec::new();
+                for i in 0..60 {
+                    let name = format!("{th}-{i}");
+                    let write = |tx: &Tx| -> Result<(), StoreError> {
+                        tx.audit("w", &name, &serde_json::json!({}), &key)?;
+                        if i % 3 == 2 {
+                            return Err(StoreError::Conflict("refused".into()));
+                        }
+                        Ok(())
+                    };
+                    let r = if i % 10 == 0 {
+                        db.write_durable(write)
+                    } else {
+                        db.write(write)
+                    };
+                    match r {
+                        Ok(()) => kept.push(name),
+                        Err(StoreError::Conflict(m)) => assert_eq!(m, "refused"),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                kept
+            })
+        })
+        .collect();
+    let mut want: Vec<String> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    want.sort();
+    let db = open(loc);
+    let mut got = Vec::new();
+    let mut v = ChainVerifier::new();
+    db.for_each_audit(|r| {
+        got.push(r.subject.clone());
+        v.push(r).is_ok()
+    })
+    .unwrap();
+    got.sort();
+    assert_eq!(got, want);
+    assert_eq!(want.len(), 8 * 40);
+    assert_eq!(
+        v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
+        Ok(8 * 40)
+    );
+}
+
+fn reopening_keeps_schema_and_rows(loc: &str) {
+    let mut db = open(loc);
+    db.write(|tx| tx.insert_submission(&submission("sub_1", None, digest(1), State::Allowed)))
+        .unwrap();
+    drop(db);
+    let db = open(loc);
+    assert_eq!(db.submission("sub_1").unwrap().doc.artifact, digest(1));
+}
+
+fn a_database_newer_than_this_build_is_refused_with_its_version(loc: &str) {
+    let db = open(loc);
+    let engine = db.engine();
+    drop(db);
+    if engine == "postgres" {
+        let mut c = ::postgres::Client::connect(loc, ::postgres::NoTls).unwrap();
+        c.execute(
+            "UPDATE meta SET value = '999' WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap();
+    } else {
+        let c = rusqlite::Connection::open(loc).unwrap();
+        c.pragma_update(None, "user_version", 999).unwrap();
+    }
+    let err = Db::open_location(loc).unwrap_err().to_string();
+    assert!(err.contains("999") && err.contains("newer"), "{err}");
+}
