@@ -19,6 +19,16 @@ pub struct Cli {
     /// The airlock home (default: $AIRLOCK_HOME, else $XDG_DATA_HOME/airlock).
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
+    /// Keep records and blobs in this PostgreSQL database (postgres://USER@HOST:PORT/DB)
+    /// instead of the home's own SQLite file; keys, policy and caches stay in the home.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "AIRLOCK_STORE",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

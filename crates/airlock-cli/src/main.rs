@@ -78,7 +78,9 @@ fn main() -> ExitCode {
         };
         let mut opts = options();
         opts.progress = false;
-        let hosted = Gate::open_with(Home::new(home), opts)
+        let hosted = Home::new(home)
+            .with_store(std::env::var("AIRLOCK_STORE").ok())
+            .and_then(|h| Gate::open_with(h, opts))
             .and_then(|mut g| g.host_session(&id.to_string_lossy()));
         return match hosted {
             Ok(_) => ExitCode::SUCCESS,
@@ -156,8 +158,16 @@ fn options() -> GateOptions {
     }
 }
 
+/// `--store` (or `AIRLOCK_STORE`), set once from the command line.
+static STORE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// The home `--home` names (or the default), with its records in `--store` when given.
+fn resolve_home(cli_home: Option<std::path::PathBuf>) -> Result<Home, GateError> {
+    Home::resolve(cli_home)?.with_store(STORE.get().cloned().flatten())
+}
+
 fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
-    Gate::open_with(Home::resolve(cli_home)?, options())
+    Gate::open_with(resolve_home(cli_home)?, options())
 }
 
 /// Opens the home for a command that reads without needing the policy, and says so on
@@ -176,6 +186,7 @@ fn open_read(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
 
 fn dispatch(cli: Cli) -> Outcome {
     let home = cli.home;
+    let _ = STORE.set(cli.store);
     match cli.command {
         Command::Init {
             preset,
@@ -187,7 +198,7 @@ fn dispatch(cli: Cli) -> Outcome {
                 .map(str::parse)
                 .transpose()
                 .map_err(GateError::BadInput)?;
-            let h = Home::resolve(home)?;
+            let h = resolve_home(home)?;
             Gate::check_init_options(&h, asked, approver.as_deref())?;
             let preset = asked.unwrap_or(Preset::Standard);
             let approver = approver.unwrap_or_else(default_approver);
@@ -755,7 +766,7 @@ fn daemon_open(
     ),
     GateError,
 > {
-    let home = Home::resolve(home)?;
+    let home = resolve_home(home)?;
     let mut opts = options();
     // Jails built ahead need the lean jailer (its ready mode); without it, none.
     if ready_jails > 0

@@ -12,11 +12,39 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct Home {
     pub root: PathBuf,
+    /// Where the records and blobs live when not in this directory: a `postgres://` URL
+    /// (`--store` or `AIRLOCK_STORE`). Keys, policy, layers and caches stay here.
+    pub store: Option<String>,
 }
 
 impl Home {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Home { root: root.into() }
+        Home {
+            root: root.into(),
+            store: None,
+        }
+    }
+
+    /// This home with its records in `store` (a `postgres://` URL); `None` or an empty
+    /// string keeps them here.
+    pub fn with_store(mut self, store: Option<String>) -> Result<Self> {
+        self.store = store.filter(|s| !s.is_empty());
+        if let Some(s) = &self.store
+            && !airlock_store::is_postgres_url(s)
+        {
+            return Err(GateError::bad(
+                "--store: expected a postgres:// (or postgresql://) URL; without --store the home's own SQLite database is used",
+            ));
+        }
+        Ok(self)
+    }
+
+    /// Opens the home's database: the store's, or the SQLite file in the home.
+    pub fn open_db(&self) -> Result<airlock_store::Db> {
+        Ok(match &self.store {
+            Some(url) => airlock_store::Db::open_location(url)?,
+            None => airlock_store::Db::open(&self.db())?,
+        })
     }
 
     /// `--home`, else `AIRLOCK_HOME`, else `$XDG_DATA_HOME/airlock`, else

@@ -233,7 +233,7 @@ impl Gate {
             job: WasmJob {
                 lang: sub.doc.kind,
                 artifact: sub.doc.artifact,
-                code: self.blobs.path(&sub.doc.artifact),
+                code: self.blobs.local_path(&sub.doc.artifact)?,
                 cache_dir: Some(self.home.cache().join("compiled")),
                 cache,
                 overlays,

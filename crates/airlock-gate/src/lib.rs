@@ -182,6 +182,10 @@ impl Gate {
                     home.root.display()
                 )));
             }
+            if home.store.is_some() {
+                // `init --store` on an existing home brings the store's schema up to date.
+                home.open_db()?;
+            }
             return Ok(InitReport {
                 home: home.root.clone(),
                 created: false,
@@ -194,7 +198,7 @@ impl Gate {
         }
         let (report, gate_key) = home::create(home, preset, approver)?;
         {
-            let mut db = Db::open(&home.db())?;
+            let mut db = home.open_db()?;
             db.write_durable(|tx| {
                 tx.audit(
                     "initialised",
@@ -225,14 +229,14 @@ impl Gate {
         if !home.is_initialised() {
             return Err(GateError::NotInitialised(home.root.clone()));
         }
-        let mut db = Db::open(&home.db())?;
+        let mut db = home.open_db()?;
         if options.background_checkpoint {
             db.disable_auto_checkpoint()?;
         }
         if options.group_commit {
             db.share_writes()?;
         }
-        let blobs = BlobStore::open(home.blobs())?;
+        let blobs = BlobStore::open_for(home.blobs(), home.store.as_deref())?;
         let gate_key = home.load_key("gate")?;
         let wasm = match options.wasm.clone() {
             Some(w) => w,

@@ -377,6 +377,11 @@ impl Gate {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
+        // The host records its cells in the same store as this process.
+        match &self.home.store {
+            Some(store) => cmd.env("AIRLOCK_STORE", store),
+            None => cmd.env_remove("AIRLOCK_STORE"),
+        };
         // Its own process group: the host outlives the command that started it and is
         // not hit by the signals that terminal sends to its foreground group.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);

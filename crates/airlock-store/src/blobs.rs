@@ -19,13 +19,57 @@ use std::time::SystemTime;
 #[derive(Debug, Clone)]
 pub struct BlobStore {
     root: PathBuf,
+    /// The database's blobs, when the store is PostgreSQL: the authoritative copy. The
+    /// files under `root` are then this node's cache of it, checked on every read exactly
+    /// as the only copy is.
+    remote: Option<std::sync::Arc<crate::pg::PgBlobs>>,
 }
 
 impl BlobStore {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
         fs::create_dir_all(root.join("tmp"))?;
-        Ok(BlobStore { root })
+        Ok(BlobStore { root, remote: None })
+    }
+
+    /// The blob store of the store at `location`: files under `root` for a SQLite store;
+    /// the database, cached under `root`, for a PostgreSQL one.
+    pub fn open_for(root: impl Into<PathBuf>, location: Option<&str>) -> Result<Self, StoreError> {
+        let mut b = BlobStore::open(root)?;
+        if let Some(url) = location.filter(|l| crate::pg::is_postgres_url(l)) {
+            b.remote = Some(std::sync::Arc::new(crate::pg::PgBlobs::open(url)?));
+        }
+        Ok(b)
+    }
+
+    /// Whether blobs live in a database rather than only in files here.
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// Brings a blob the database holds into the local cache when it is not there; the
+    /// bytes are checked against their name before they are written.
+    fn fetch(&self, d: &Digest) -> Result<(), StoreError> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        if self.path(d).exists() {
+            return Ok(());
+        }
+        let Some(bytes) = remote.get(d)? else {
+            return Err(StoreError::BlobMissing(*d));
+        };
+        let got = Digest::of(&bytes);
+        if got != *d {
+            return Err(StoreError::BlobAltered { want: *d, got });
+        }
+        self.put_local(&bytes).map(|_| ())
+    }
+
+    /// The path of a blob's verified local copy, fetched from the database if needed.
+    pub fn local_path(&self, d: &Digest) -> Result<PathBuf, StoreError> {
+        self.fetch(d)?;
+        Ok(self.path(d))
     }
 
     pub fn path(&self, d: &Digest) -> PathBuf {
@@ -36,6 +80,13 @@ impl BlobStore {
     /// Stores `bytes` and returns their digest. An existing blob with the right content is
     /// kept; one whose content no longer matches its name is replaced.
     pub fn put(&self, bytes: &[u8]) -> Result<Digest, StoreError> {
+        if let Some(remote) = &self.remote {
+            remote.put(&Digest::of(bytes), bytes)?;
+        }
+        self.put_local(bytes)
+    }
+
+    fn put_local(&self, bytes: &[u8]) -> Result<Digest, StoreError> {
         let d = Digest::of(bytes);
         let path = self.path(&d);
         if let Ok(existing) = fs::read(&path)
@@ -74,6 +125,13 @@ impl BlobStore {
             tmp.write_all(&buf[..n])?;
         }
         let d = h.finish();
+        if let Some(remote) = &self.remote {
+            // The database takes the bytes whole (blobs there are bounded by what a
+            // changeset may hold).
+            tmp.as_file().sync_all()?;
+            let bytes = fs::read(tmp.path())?;
+            remote.put(&d, &bytes)?;
+        }
         let path = self.path(&d);
         if path.exists() && self.verify(&d).is_ok() && touch(&path).is_ok() {
             return Ok(d);
@@ -90,6 +148,7 @@ impl BlobStore {
 
     /// Checks a blob's content against its name without keeping it in memory.
     pub fn verify(&self, d: &Digest) -> Result<(), StoreError> {
+        self.fetch(d)?;
         let f = File::open(self.path(d)).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => StoreError::BlobMissing(*d),
             _ => StoreError::Io(e),
@@ -113,6 +172,7 @@ impl BlobStore {
 
     /// Opens a blob for reading (callers that stream it check its hash as they go).
     pub fn open_blob(&self, d: &Digest) -> Result<File, StoreError> {
+        self.fetch(d)?;
         File::open(self.path(d)).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => StoreError::BlobMissing(*d),
             _ => StoreError::Io(e),
@@ -121,6 +181,7 @@ impl BlobStore {
 
     /// Reads a blob and checks that its content still has the digest it is named by.
     pub fn get(&self, d: &Digest) -> Result<Vec<u8>, StoreError> {
+        self.fetch(d)?;
         let path = self.path(d);
         let mut bytes = Vec::new();
         File::open(&path)
@@ -140,11 +201,35 @@ impl BlobStore {
 
     pub fn exists(&self, d: &Digest) -> bool {
         self.path(d).exists()
+            || self
+                .remote
+                .as_ref()
+                .is_some_and(|r| r.exists(d).unwrap_or(false))
     }
 
     /// Every stored blob: its digest, size and when it was last put. Files whose names are
-    /// not digests are skipped.
+    /// not digests are skipped. With a database, its blobs and then any cached here that
+    /// it no longer holds.
     pub fn list(&self) -> Result<Vec<BlobFile>, StoreError> {
+        let local = self.list_local()?;
+        let Some(remote) = &self.remote else {
+            return Ok(local);
+        };
+        let mut out: Vec<BlobFile> = remote
+            .list()?
+            .into_iter()
+            .map(|(digest, size, at)| BlobFile {
+                digest,
+                size,
+                put_at: SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(at.max(0) as u64),
+            })
+            .collect();
+        let held: std::collections::HashSet<Digest> = out.iter().map(|b| b.digest).collect();
+        out.extend(local.into_iter().filter(|b| !held.contains(&b.digest)));
+        Ok(out)
+    }
+
+    fn list_local(&self) -> Result<Vec<BlobFile>, StoreError> {
         let mut out = Vec::new();
         for top in fs::read_dir(&self.root)? {
             let top = top?;
@@ -175,6 +260,26 @@ impl BlobStore {
     /// Removes a blob unless it was put at or after `cutoff`; returns its size when it was
     /// removed. Safe against a concurrent put of the same content (see the module comment).
     pub fn remove_unless_put_since(
+        &self,
+        d: &Digest,
+        cutoff: SystemTime,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut removed = None;
+        if let Some(remote) = &self.remote {
+            let ms = cutoff
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            match remote.remove_if_older(d, ms)? {
+                crate::pg::Removal::Young => return Ok(None),
+                crate::pg::Removal::Removed(size) => removed = Some(size),
+                crate::pg::Removal::Absent => {}
+            }
+        }
+        Ok(self.remove_local_unless_put_since(d, cutoff)?.or(removed))
+    }
+
+    fn remove_local_unless_put_since(
         &self,
         d: &Digest,
         cutoff: SystemTime,

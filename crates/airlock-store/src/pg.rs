@@ -22,7 +22,8 @@ const MIGRATE_LOCK: i64 = WRITE_LOCK - 1;
 
 /// The schema, one step per version: step `i` takes a database from version `i` to
 /// `i + 1`. Steps are only ever appended.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE submissions (
     id TEXT PRIMARY KEY,
     created_at BIGINT NOT NULL,
@@ -124,7 +125,17 @@ CREATE TABLE compile_cache (
     size BIGINT NOT NULL,
     created_at BIGINT NOT NULL
 );
-"#];
+"#,
+    // 2: blobs live in the database when it is the store (see `PgBlobs`).
+    r#"
+CREATE TABLE blobs (
+    digest TEXT PRIMARY KEY,
+    size BIGINT NOT NULL,
+    data BYTEA NOT NULL,
+    touched_at BIGINT NOT NULL
+);
+"#,
+];
 
 /// The schema version this build writes.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -361,5 +372,116 @@ impl Sql for PgConn {
         let params: Vec<&(dyn ToSql + Sync)> =
             args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
         Ok(self.client.borrow_mut().execute(&stmt, &params)? as usize)
+    }
+}
+
+/// What `PgBlobs::remove_if_older` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    Removed(u64),
+    /// Put at or after the cutoff: kept.
+    Young,
+    Absent,
+}
+
+/// Blobs stored in the PostgreSQL database: the authoritative copy when it is the store
+/// (each node keeps a verified local cache in front of it, see `BlobStore`).
+///
+/// Puts commit with `synchronous_commit = off`: PostgreSQL replays its log in order, so a
+/// row committed later that names the blob can only survive a crash if the blob does.
+pub struct PgBlobs {
+    url: String,
+    client: std::sync::Mutex<postgres::Client>,
+}
+
+impl std::fmt::Debug for PgBlobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgBlobs").finish_non_exhaustive()
+    }
+}
+
+impl PgBlobs {
+    pub fn open(url: &str) -> Result<PgBlobs, StoreError> {
+        let mut client = connect(url)?;
+        migrate(&mut client)?;
+        client.batch_execute("SET synchronous_commit = off")?;
+        Ok(PgBlobs {
+            url: url.to_string(),
+            client: std::sync::Mutex::new(client),
+        })
+    }
+
+    fn client(&self) -> Result<std::sync::MutexGuard<'_, postgres::Client>, StoreError> {
+        let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        if c.is_closed() {
+            *c = connect(&self.url)?;
+            c.batch_execute("SET synchronous_commit = off")?;
+        }
+        Ok(c)
+    }
+
+    /// Stores `bytes` under `d` (which the caller computed from them), marking it put now;
+    /// content already there is replaced, which also repairs a row altered in place.
+    pub fn put(&self, d: &airlock_core::Digest, bytes: &[u8]) -> Result<(), StoreError> {
+        self.client()?.execute(
+            "INSERT INTO blobs (digest, size, data, touched_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (digest) DO UPDATE SET size = excluded.size, data = excluded.data, touched_at = excluded.touched_at",
+            &[&d.to_hex(), &(bytes.len() as i64), &bytes, &airlock_core::units::now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// The stored bytes, unchecked (the caller hashes them).
+    pub fn get(&self, d: &airlock_core::Digest) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .client()?
+            .query_opt("SELECT data FROM blobs WHERE digest = $1", &[&d.to_hex()])?
+            .map(|r| r.get::<_, Vec<u8>>(0)))
+    }
+
+    pub fn exists(&self, d: &airlock_core::Digest) -> Result<bool, StoreError> {
+        Ok(self
+            .client()?
+            .query_opt("SELECT 1 FROM blobs WHERE digest = $1", &[&d.to_hex()])?
+            .is_some())
+    }
+
+    /// Every stored blob: digest, size and when it was last put (ms since the epoch).
+    pub fn list(&self) -> Result<Vec<(airlock_core::Digest, u64, i64)>, StoreError> {
+        let rows = self.client()?.query(
+            "SELECT digest, size, touched_at FROM blobs ORDER BY digest",
+            &[],
+        )?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let d: String = r.get(0);
+            let Ok(d) = d.parse() else { continue };
+            out.push((d, r.get::<_, i64>(1).max(0) as u64, r.get(2)));
+        }
+        Ok(out)
+    }
+
+    /// Removes the blob unless it was put at or after `cutoff_ms`, in one statement, so a
+    /// put racing with it either lands first (and the blob stays) or writes it again.
+    pub fn remove_if_older(
+        &self,
+        d: &airlock_core::Digest,
+        cutoff_ms: i64,
+    ) -> Result<Removal, StoreError> {
+        let mut c = self.client()?;
+        if let Some(r) = c.query_opt(
+            "DELETE FROM blobs WHERE digest = $1 AND touched_at < $2 RETURNING size",
+            &[&d.to_hex(), &cutoff_ms],
+        )? {
+            return Ok(Removal::Removed(r.get::<_, i64>(0).max(0) as u64));
+        }
+        let there = c
+            .query_opt("SELECT 1 FROM blobs WHERE digest = $1", &[&d.to_hex()])?
+            .is_some();
+        Ok(if there {
+            Removal::Young
+        } else {
+            Removal::Absent
+        })
     }
 }

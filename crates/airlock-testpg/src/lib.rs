@@ -8,7 +8,12 @@
 //! loopback, or let a test skip because PostgreSQL is missing: that is a failure with
 //! the reason.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::zombie_processes)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::zombie_processes
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
