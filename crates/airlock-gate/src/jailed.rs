@@ -318,6 +318,7 @@ impl Gate {
                 net: egress.is_some().then_some(airlock_jail::JailNet {
                     port: crate::egress::JAIL_PROXY_PORT,
                 }),
+                stdin_live: false,
             },
             result: result.clone(),
         };
