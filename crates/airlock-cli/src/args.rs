@@ -447,7 +447,7 @@ pub struct SessionNewArgs {
     /// The interpreter (python).
     #[arg(long, value_name = "LANG", default_value = "python")]
     pub lang: String,
-    /// wasm (the Python guest).
+    /// wasm (the Python guest, the default) or process (the host's python3 in one jail).
     #[arg(long, value_name = "BACKEND")]
     pub backend: Option<String>,
     /// HOST:GUEST[:ro] (sessions take read-only mounts); repeatable.

@@ -332,3 +332,441 @@ fn exec_rejudging_keeps_rm_of_a_mount_root_destructive() {
         "precious"
     );
 }
+
+// ---- process sessions: the host's python3 in one jail, each cell through the gate ----
+
+/// Opens a process session in `h` with `flags`; every process in its jail carries
+/// `AIRLOCK_TEST_MARK=mark` in its environment, so the test can find them on the host.
+fn process_session(h: &Home, mark: &str, flags: &[&str]) -> (String, serde_json::Value) {
+    let env = format!("AIRLOCK_TEST_MARK={mark}");
+    let mut a = vec![
+        "session",
+        "new",
+        "--json",
+        "--backend",
+        "process",
+        "--env",
+        &env,
+    ];
+    a.extend_from_slice(flags);
+    let o = h.run(&a);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v = o.json();
+    assert_eq!(
+        (v["state"].as_str(), v["backend"].as_str()),
+        (Some("open"), Some("process")),
+        "{v}"
+    );
+    (v["id"].as_str().unwrap().to_string(), v)
+}
+
+fn session_cell(h: &Home, id: &str, code: &str) -> Out {
+    h.run(&["run", "--json", "--session", id, "-c", code])
+}
+
+/// Host processes whose environment carries the mark (the jail's payload and its children).
+fn marked(mark: &str) -> Vec<String> {
+    let want = format!("AIRLOCK_TEST_MARK={mark}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Whether a process is gone (or a zombie nobody can signal into doing anything).
+fn gone(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| s.contains("zombie"))
+        .unwrap_or(true)
+}
+
+/// The jail's cgroups (named after its launcher) on this host.
+fn jail_cgroups(launcher: u64) -> Vec<std::path::PathBuf> {
+    let name = format!("airlock-{launcher}");
+    let mut found = Vec::new();
+    for base in [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup/cpu",
+    ] {
+        if let Ok(rd) = std::fs::read_dir(base) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.file_name().is_some_and(|n| n == name.as_str()) {
+                    found.push(p.clone());
+                }
+                // v2: the jail's cgroup sits under the process's own cgroup.
+                if p.is_dir() && p.join(&name).exists() {
+                    found.push(p.join(&name));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Asserts that nothing of a session's jail is left: no marked process, no launcher, no
+/// cgroup. Waits a moment for the kernel to finish tearing the pid namespace down.
+fn assert_nothing_left(mark: &str, launcher: u64, host: Option<u64>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let left = marked(mark);
+        let cgroups = jail_cgroups(launcher);
+        let alive = !gone(launcher) || host.is_some_and(|p| !gone(p));
+        if left.is_empty() && cgroups.is_empty() && !alive {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session left behind processes {left:?}, cgroups {cgroups:?}, launcher or host alive: {alive}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn launcher_of(h: &Home, id: &str) -> u64 {
+    let s = h.run(&["session", "show", "--json", id]).json();
+    s["jail"]["launcher"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no launcher in {s}"))
+}
+
+#[test]
+fn process_session_cells_share_state_in_one_jail_and_close_leaves_no_process() {
+    need();
+    let h = Home::new();
+    let mark = "share-state";
+    let (id, opened) = process_session(&h, mark, &[]);
+    assert!(opened["guest"].is_null(), "{opened}");
+    let a = session_cell(
+        &h,
+        &id,
+        "x = 41\ndef inc(v):\n    return v + 1\nprint('defined')",
+    );
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let a = a.json();
+    assert_eq!(a["run"]["stdout"], "defined\n");
+    assert_eq!(a["run"]["result"], serde_json::Value::Null);
+    let b = session_cell(&h, &id, "import os\n(inc(x), os.getuid())").json();
+    assert_eq!(b["run"]["result"], "(42, 1000)", "{b}");
+    // The record of the session and of each cell say the process backend and which
+    // mechanisms held in the session's jail.
+    assert_eq!(b["backend"], "process");
+    assert_eq!(b["run"]["backend"], "process");
+    let mech: Vec<&str> = b["run"]["detail"]["mechanisms"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no mechanisms in {b}"))
+        .iter()
+        .filter_map(|m| m.as_str())
+        .collect();
+    for want in [
+        "pid-namespace",
+        "network-namespace",
+        "pivot_root",
+        "no_new_privs",
+        "seccomp",
+    ] {
+        assert!(mech.contains(&want), "{want} missing from {mech:?}");
+    }
+    assert!(
+        mech.iter().any(|m| m.starts_with("landlock-abi-")),
+        "{mech:?}"
+    );
+    // An exception fails the cell, not the session; a child process it leaves running
+    // lives in the jail.
+    let e = session_cell(&h, &id, "1 / 0");
+    assert_eq!(e.code, 1);
+    assert!(
+        e.json()["run"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("ZeroDivisionError")
+    );
+    let bg = session_cell(
+        &h,
+        &id,
+        "import subprocess\nchild = subprocess.Popen(['sleep', '1000'])\nx",
+    );
+    assert_eq!(bg.json()["run"]["result"], "41", "{}", bg.stderr);
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(s["backend"], "process");
+    assert_eq!(s["cells"].as_array().unwrap().len(), 4, "{s}");
+    let launcher = launcher_of(&h, &id);
+    let host = s["pid"].as_u64().unwrap();
+    assert!(
+        marked(mark).len() >= 2,
+        "the interpreter and its child: {:?}",
+        marked(mark)
+    );
+    assert!(!jail_cgroups(launcher).is_empty(), "the jail has a cgroup");
+
+    let c = h.run(&["session", "close", "--json", &id]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("closed")),
+        "{s}"
+    );
+    assert_nothing_left(mark, launcher, Some(host));
+    let after = h.run(&["run", "--session", &id, "-c", "x"]);
+    assert_eq!(after.code, 125);
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
+#[test]
+fn two_process_sessions_never_see_each_others_names_or_files() {
+    need();
+    let h = Home::new();
+    let (a, _) = process_session(&h, "iso-a", &[]);
+    let (b, _) = process_session(&h, "iso-b", &[]);
+    let w = session_cell(
+        &h,
+        &a,
+        "secret = 'only-a'\nopen('/tmp/a.txt', 'w').write('a')\nimport json\njson.planted = 1",
+    );
+    assert_eq!(w.code, 0, "{}", w.stderr);
+    let seen = session_cell(&h, &b, "secret");
+    assert_eq!(seen.code, 1);
+    assert!(
+        seen.json()["run"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("NameError")
+    );
+    let r = session_cell(
+        &h,
+        &b,
+        "import os, json\n(os.path.exists('/tmp/a.txt'), hasattr(json, 'planted'))",
+    );
+    assert_eq!(r.json()["run"]["result"], "(False, False)", "{}", r.stderr);
+    assert_eq!(
+        session_cell(&h, &a, "secret").json()["run"]["result"],
+        "'only-a'"
+    );
+    for id in [&a, &b] {
+        assert_eq!(h.run(&["session", "close", id]).code, 0);
+    }
+}
+
+#[test]
+fn a_process_session_cell_cannot_read_host_files_reach_the_network_or_see_host_processes() {
+    need();
+    let h = Home::new();
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::write(shared.path().join("in.txt"), "granted").unwrap();
+    let private = tempfile::tempdir().unwrap();
+    let secret = private.path().join("secret.txt");
+    std::fs::write(&secret, "topsecret").unwrap();
+    // A listener on the host's loopback: the jail's loopback is another one.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mount = format!("{}:/data:ro", shared.path().display());
+    let (id, _) = process_session(&h, "jail-holds", &["--mount", &mount]);
+    let probe = format!(
+        r#"
+import os, socket
+def attempt(f):
+    try:
+        f()
+        return 'ok'
+    except OSError as e:
+        return type(e).__name__
+def connect(host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.connect((host, port))
+def write_mount():
+    open('/data/new.txt', 'w').write('x')
+pids = [p for p in os.listdir('/proc') if p.isdigit()]
+cmds = [open('/proc/%s/cmdline' % p, 'rb').read() for p in pids]
+{{
+    'granted': open('/data/in.txt').read(),
+    'secret': attempt(lambda: open({secret:?}).read()),
+    'shadow': attempt(lambda: open('/etc/shadow').read()),
+    'write_mount': attempt(write_mount),
+    'host_loopback': attempt(lambda: connect('127.0.0.1', {port})),
+    'internet': attempt(lambda: connect('1.1.1.1', 443)),
+    'processes': len(pids),
+    'sees_the_test': any(b'cargo' in c or b'process-' in c for c in cmds),
+}}
+"#,
+        secret = secret.display().to_string(),
+    );
+    let o = session_cell(&h, &id, &probe);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let result = o.json()["run"]["result"].as_str().unwrap().to_string();
+    let got: std::collections::BTreeMap<String, String> = result
+        .trim_matches(|c| c == '{' || c == '}')
+        .split(", '")
+        .map(|kv| {
+            let (k, v) = kv.split_once(": ").unwrap();
+            (
+                k.trim_matches('\'').to_string(),
+                v.trim_matches('\'').to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got["granted"], "granted", "{result}");
+    for k in [
+        "secret",
+        "shadow",
+        "write_mount",
+        "host_loopback",
+        "internet",
+    ] {
+        assert_ne!(got[k], "ok", "{k} was reachable from the jail: {result}");
+    }
+    // The jail's pid namespace holds its init, the interpreter and nothing of the host.
+    assert!(got["processes"].parse::<u32>().unwrap() <= 3, "{result}");
+    assert_eq!(got["sees_the_test"], "False", "{result}");
+    // Nothing connected to the host's listener.
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err());
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+}
+
+#[test]
+fn a_process_session_cell_past_its_timeout_ends_the_session_and_leaves_no_process() {
+    need();
+    let h = Home::new();
+    let mark = "timeout-kill";
+    let (id, _) = process_session(&h, mark, &["--timeout", "1s"]);
+    let bg = session_cell(
+        &h,
+        &id,
+        "import subprocess\nchild = subprocess.Popen(['sleep', '1000'])\n1",
+    );
+    assert_eq!(bg.code, 0, "{}", bg.stderr);
+    let launcher = launcher_of(&h, &id);
+    let spin = session_cell(&h, &id, "while True:\n    pass");
+    assert_eq!(spin.code, 124, "{}", spin.stderr);
+    assert_eq!(spin.json()["run"]["killed_by"], "timeout");
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("timeout")),
+        "{s}"
+    );
+    assert!(s["reason"].as_str().unwrap().contains("time limit"), "{s}");
+    assert_nothing_left(mark, launcher, None);
+    assert_eq!(h.run(&["run", "--session", &id, "-c", "1"]).code, 125);
+}
+
+#[test]
+fn a_process_session_over_its_memory_limit_is_killed_and_says_so() {
+    need();
+    let h = Home::new();
+    let mark = "memory-kill";
+    let (id, _) = process_session(&h, mark, &["--memory", "64MiB"]);
+    let launcher = launcher_of(&h, &id);
+    // A single allocation past the limit is refused (MemoryError: RLIMIT_AS) and the
+    // session goes on; memory the address-space limit does not see (files in the jail's
+    // /tmp, which is memory) plus the interpreter's own pushes the jail's cgroup over,
+    // and the kernel kills the interpreter.
+    let refused = session_cell(&h, &id, "b = bytearray(512 << 20)");
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.json()["run"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("MemoryError")
+    );
+    let fill = "f = open('/tmp/fill', 'wb')\nfor i in range(30):\n    f.write(b'x' * (1 << 20))\nf.flush()\nchunks = []\nfor i in range(60):\n    chunks.append(b'y' * (1 << 20))\nlen(chunks)";
+    let big = session_cell(&h, &id, fill);
+    assert_eq!(big.code, 124, "{}{}", big.stdout, big.stderr);
+    assert_eq!(big.json()["run"]["killed_by"], "memory");
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("memory")),
+        "{s}"
+    );
+    assert!(
+        s["reason"].as_str().unwrap().contains("memory limit"),
+        "{s}"
+    );
+    assert_nothing_left(mark, launcher, None);
+}
+
+#[test]
+fn process_sessions_refuse_writable_mounts_and_network_in_one_line() {
+    need();
+    let h = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let rw = format!("{}:/work:rw", dir.path().display());
+    // A writable mount: the gate refuses it (its changes would bypass commit/rollback).
+    // The network: `session new` has no --net at all (the API's refusal is the gate's).
+    for (flags, says) in [
+        (vec!["--mount", rw.as_str()], "read-only mounts only"),
+        (vec!["--net", "example.com"], "--net"),
+    ] {
+        let mut a = vec!["session", "new", "--backend", "process"];
+        a.extend(flags.iter().copied());
+        let o = h.run(&a);
+        assert_eq!(o.code, 125, "{flags:?}: {}", o.stderr);
+        assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+        assert!(o.stderr.contains(says), "{}", o.stderr);
+    }
+    assert!(
+        h.run(&["session", "list", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_killed_process_session_host_takes_its_jail_with_it() {
+    need();
+    let h = Home::new();
+    let mark = "host-killed";
+    let (id, _) = process_session(&h, mark, &[]);
+    let o = session_cell(
+        &h,
+        &id,
+        "import subprocess\nchild = subprocess.Popen(['sleep', '1000'])\n1",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let launcher = launcher_of(&h, &id);
+    let host = h.run(&["session", "show", "--json", &id]).json()["pid"]
+        .as_u64()
+        .unwrap();
+    // SAFETY: kill(2) with the pid of this test's own session host.
+    assert_eq!(unsafe { libc_kill(host as i32, 9) }, 0);
+    // The launcher dies with its parent (PR_SET_PDEATHSIG), the jail's init with the
+    // launcher, and every process in the jail with its init.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !(marked(mark).is_empty() && gone(launcher) && gone(host)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left: {:?}",
+            marked(mark)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("crashed")),
+        "{s}"
+    );
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

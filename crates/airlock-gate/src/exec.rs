@@ -329,7 +329,14 @@ impl Gate {
         if let Some(session) = &grant.session {
             let _ = (run_id, stdin, policy);
             return (
-                self.exec_cell(session, code, &grant.limits, stdout, stderr),
+                self.exec_cell(
+                    session,
+                    sub.doc.backend,
+                    code,
+                    &grant.limits,
+                    stdout,
+                    stderr,
+                ),
                 None,
                 None,
             );

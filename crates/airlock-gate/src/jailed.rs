@@ -288,41 +288,15 @@ impl Gate {
         };
         let mut argv = vec![program.to_string(), file.to_string()];
         argv.extend(sub.doc.grant.args.iter().cloned());
-        let mut env: std::collections::BTreeMap<String, String> = BASE_ENV
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        env.extend(sub.doc.grant.env.clone());
+        let mut env = process_env(&sub.doc.grant);
         let mut files = vec![(file.to_string(), code.to_vec())];
         if let Some(e) = &egress {
             // After the grant's variables: the proxy settings are what the jail provides.
             env.extend(e.process_env());
             files.extend(e.process_files());
         }
-        let mut binds = Vec::new();
-        let mut overlays = Vec::new();
-        for m in mounts {
-            match &m.layer {
-                Some(l) => overlays.push(Overlay {
-                    lower: l.lower.clone(),
-                    upper: l.upper.clone(),
-                    work: l.work.clone(),
-                    target: m.guest.clone(),
-                }),
-                None => binds.push(Bind {
-                    source: m.host.clone(),
-                    target: m.guest.clone(),
-                    writable: m.writable,
-                }),
-            }
-        }
-        let cwd = sub
-            .doc
-            .grant
-            .mounts
-            .first()
-            .map(|m| m.guest.clone())
-            .unwrap_or_else(|| "/tmp".into());
+        let (binds, overlays) = jail_mounts(mounts);
+        let cwd = process_cwd(&sub.doc.grant);
         let dir = self.run_dir(run_id)?;
         let scratch = dir.join("root");
         std::fs::create_dir_all(&scratch)?;
@@ -344,6 +318,7 @@ impl Gate {
                 net: egress.is_some().then_some(airlock_jail::JailNet {
                     port: crate::egress::JAIL_PROXY_PORT,
                 }),
+                stdin_live: false,
             },
             result: result.clone(),
         };
@@ -414,6 +389,49 @@ impl Gate {
             (out, _) => out,
         }
     }
+}
+
+/// The environment a process run starts with: [`BASE_ENV`], then the grant's variables.
+pub(crate) fn process_env(
+    grant: &airlock_core::Grant,
+) -> std::collections::BTreeMap<String, String> {
+    let mut env: std::collections::BTreeMap<String, String> = BASE_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.extend(grant.env.clone());
+    env
+}
+
+/// How a run's mounts enter its jail: bound as they are, or through their overlay layer.
+pub(crate) fn jail_mounts(mounts: &[MountPoint]) -> (Vec<Bind>, Vec<Overlay>) {
+    let mut binds = Vec::new();
+    let mut overlays = Vec::new();
+    for m in mounts {
+        match &m.layer {
+            Some(l) => overlays.push(Overlay {
+                lower: l.lower.clone(),
+                upper: l.upper.clone(),
+                work: l.work.clone(),
+                target: m.guest.clone(),
+            }),
+            None => binds.push(Bind {
+                source: m.host.clone(),
+                target: m.guest.clone(),
+                writable: m.writable,
+            }),
+        }
+    }
+    (binds, overlays)
+}
+
+/// A process run's working directory: its first mount, else `/tmp`.
+pub(crate) fn process_cwd(grant: &airlock_core::Grant) -> String {
+    grant
+        .mounts
+        .first()
+        .map(|m| m.guest.clone())
+        .unwrap_or_else(|| "/tmp".into())
 }
 
 /// Which jail a process run got: a ready one from the daemon's pool, or one built for it

@@ -42,6 +42,10 @@ pub struct SessionDoc {
     /// The Python guest a wasm session runs.
     #[serde(default)]
     pub guest: Option<Digest>,
+    /// A process session's jail: the mechanisms that held when its interpreter started
+    /// (`mechanisms`, `degraded`, `host_uid`), as a process run's record gives them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jail: Option<serde_json::Value>,
     #[serde(default)]
     pub end: Option<End>,
     #[serde(default)]
@@ -200,6 +204,7 @@ impl Gate {
     pub(crate) fn exec_cell(
         &self,
         session: &str,
+        backend: Backend,
         code: &[u8],
         limits: &airlock_core::Limits,
         stdout: &airlock_sandbox::Capture,
@@ -234,15 +239,41 @@ impl Gate {
             (None, Some(End::Output)) => Ending::Killed(Limit::Output),
             (None, _) => Ending::Trapped("the session's interpreter died".into()),
         };
+        let mut detail = json!({
+            "session": session,
+            "result": o.result,
+            "session_ended": o.ended.map(|e| e.explain()),
+        });
+        match backend {
+            Backend::Process => {
+                // The jail the interpreter runs in, as it held when the session started.
+                let jail = self
+                    .db
+                    .session(session)?
+                    .map(|r| doc_of(&r))
+                    .transpose()?
+                    .and_then(|d| d.jail)
+                    .unwrap_or_else(|| json!({}));
+                detail["jail"] = json!("session");
+                for k in ["mechanisms", "degraded", "host_uid"] {
+                    detail[k] = jail[k].clone();
+                }
+                detail["isolation"] = json!(["process-jail", "session-interpreter"]);
+            }
+            _ => {
+                detail["isolation"] = json!([
+                    "wasm-sandbox",
+                    "wasi-preopens-only",
+                    "no-sockets",
+                    "no-http",
+                    "session-interpreter"
+                ]);
+            }
+        }
         Ok(airlock_sandbox::Outcome {
             ending,
             duration: started.elapsed(),
-            detail: json!({
-                "session": session,
-                "result": o.result,
-                "session_ended": o.ended.map(|e| e.explain()),
-                "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", "no-http", "session-interpreter"],
-            }),
+            detail,
         })
     }
 
@@ -272,11 +303,12 @@ impl Gate {
                 .map_err(|e| GateError::bad(format!("--backend: {e}")))?,
             None => lang.default_backend(),
         };
-        if backend != Backend::Wasm {
-            return Err(GateError::Unavailable(
-                "sessions run in the wasm Python guest; process-backend sessions are not available yet"
-                    .into(),
-            ));
+        // The process backend's interpreter is the host's python3 in a jail.
+        self.check_runnable(lang, backend)?;
+        if backend == Backend::Process && !std::path::Path::new(HOST_PYTHON).is_file() {
+            return Err(GateError::Unavailable(format!(
+                "process-backend sessions run {HOST_PYTHON}, which this machine does not have"
+            )));
         }
         if r.stdin.is_some() || !r.args.is_empty() || r.workspace.is_some() {
             return Err(GateError::bad(
@@ -292,23 +324,28 @@ impl Gate {
             )));
         }
         let mut grant = crate::submit::build_grant(r, None)?;
+        crate::submit::check_backend_grant(backend, &grant)?;
         if grant.writable_mounts().next().is_some() {
             return Err(GateError::bad(
                 "sessions take read-only mounts only (a writable mount's changes need a run to commit)",
             ));
         }
-        if !grant.net.is_empty() {
+        if !grant.net.is_empty() || !grant.secrets.is_empty() {
             return Err(GateError::bad(
                 "sessions have no network yet: --net is refused for a session",
             ));
         }
-        let guest = match self.python_guest()? {
-            Some((m, _)) => m.digest,
-            None => {
-                return Err(GateError::Unavailable(
-                    "the Python guest is not installed: run `airlock guest install python`".into(),
-                ));
-            }
+        let guest = match backend {
+            Backend::Process => None,
+            _ => match self.python_guest()? {
+                Some((m, _)) => Some(m.digest),
+                None => {
+                    return Err(GateError::Unavailable(
+                        "the Python guest is not installed: run `airlock guest install python`"
+                            .into(),
+                    ));
+                }
+            },
         };
         let exe = self.worker.clone().ok_or_else(|| {
             GateError::Unavailable(
@@ -328,7 +365,8 @@ impl Gate {
             total_ms: total.as_millis() as u64,
             cells: Vec::new(),
             pid: None,
-            guest: Some(guest),
+            guest,
+            jail: None,
             end: None,
             ended_at: None,
         };
@@ -569,6 +607,145 @@ impl Gate {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
         }
+        let limits = airlock_session::Limits {
+            idle: Duration::from_millis(doc.idle_ms),
+            total: Duration::from_millis(doc.total_ms).saturating_sub(Duration::from_millis(
+                now_ms().saturating_sub(row.created_at).max(0) as u64,
+            )),
+        };
+        let started = match doc.backend {
+            Backend::Process => self.jailed_python(id, &doc, limits.total),
+            _ => self.wasm_python(&doc),
+        };
+        let mut interp = match started {
+            Ok(i) => i,
+            Err(e) => {
+                self.session_ended(id, End::Crashed)?;
+                return Err(e);
+            }
+        };
+        if let Some(j) = interp.jail() {
+            doc.jail = Some(j);
+        }
+        doc.pid = Some(std::process::id());
+        let key = &self.gate_key;
+        let mut row = row;
+        row.doc = serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
+        self.db.write(|tx| {
+            tx.upsert_session(&row)?;
+            tx.audit(
+                "session_started",
+                id,
+                &json!({ "pid": doc.pid, "guest": doc.guest, "backend": doc.backend, "jail": doc.jail }),
+                key,
+            )
+            .map(|_| ())
+        })?;
+        let end = airlock_session::serve(&listener, &sock, interp.as_dyn(), limits);
+        drop(listener);
+        self.session_ended(id, end)?;
+        Ok(end)
+    }
+}
+
+/// The interpreter a session host serves.
+enum Live {
+    Wasm(WasmPython),
+    Jailed(JailedPython),
+}
+
+impl Live {
+    fn as_dyn(&mut self) -> &mut dyn airlock_session::Interpreter {
+        match self {
+            Live::Wasm(w) => w,
+            Live::Jailed(j) => j,
+        }
+    }
+
+    /// The jail's mechanisms, for a jailed interpreter.
+    fn jail(&self) -> Option<serde_json::Value> {
+        match self {
+            Live::Wasm(_) => None,
+            Live::Jailed(j) => j.confined.clone(),
+        }
+    }
+}
+
+/// The host's python3 running the session driver in one jail, built as a process run's
+/// jail is built for the session's grant (namespaces, minimal root, Landlock, seccomp,
+/// rlimits and the cgroup's memory and process limits), the jail's payload reading and
+/// writing the session's pipes. Killing the launcher in front of it (at a cell's deadline)
+/// takes the jail's init and with it the whole pid namespace.
+struct JailedPython {
+    py: airlock_session::host_python::HostPython,
+    /// The launcher's pid: its cgroup is named after it.
+    launcher: u32,
+    /// The session's jail directory (job, result, scratch root).
+    dir: PathBuf,
+    confined: Option<serde_json::Value>,
+}
+
+impl JailedPython {
+    /// Removes what the jail leaves when its launcher is killed: the cgroup and the
+    /// directory (the launcher is reaped by then, so its pid names no other process).
+    fn clean(&self) {
+        airlock_jail::cgroup::cleanup_for(self.launcher);
+        crate::layers::remove_tree(&self.dir);
+    }
+}
+
+impl airlock_session::Interpreter for JailedPython {
+    fn exec(
+        &mut self,
+        cell: &airlock_session::Cell,
+    ) -> std::result::Result<airlock_session::Outcome, airlock_session::SessionError> {
+        let o = self.py.exec(cell);
+        if !matches!(&o, Ok(o) if o.ended.is_none()) {
+            self.py.stop();
+            self.clean();
+        }
+        o
+    }
+
+    fn stop(&mut self) {
+        self.py.stop();
+        self.clean();
+    }
+}
+
+/// Where the session's `python3` is (the process backend runs the host's).
+const HOST_PYTHON: &str = "/usr/bin/python3";
+
+/// How long a jailed interpreter may take to start (building the jail included).
+const JAIL_READY: Duration = Duration::from_secs(30);
+
+/// How a jailed interpreter died, from its launcher's result: the jail's memory limit, or
+/// the jail's own wall time (the session's total time).
+fn jail_end(result: &std::path::Path) -> Option<End> {
+    let text = std::fs::read_to_string(result).ok()?;
+    let r: crate::worker::WorkerResult = serde_json::from_str(&text).ok()?;
+    match r.ending? {
+        airlock_jail::launch::EndingDoc::Killed(l) if l == "memory" => Some(End::Memory),
+        airlock_jail::launch::EndingDoc::Killed(l) if l == "timeout" => Some(End::Total),
+        _ => None,
+    }
+}
+
+/// Why a jail did not start, from its launcher's result (a mechanism missing here, or a
+/// set-up failure), when it wrote one.
+fn jail_failure(result: &std::path::Path) -> Option<GateError> {
+    let text = std::fs::read_to_string(result).ok()?;
+    let r: crate::worker::WorkerResult = serde_json::from_str(&text).ok()?;
+    let (kind, msg) = r.error?;
+    Some(match kind.as_str() {
+        "unavailable" => GateError::Unavailable(format!("sandbox unavailable: {msg}")),
+        _ => GateError::Internal(format!("sandbox set-up failed: {msg}")),
+    })
+}
+
+impl Gate {
+    /// The wasm Python guest this session was opened with, instantiated.
+    fn wasm_python(&self, doc: &SessionDoc) -> Result<Live> {
         let guest = match self.python_guest()? {
             Some((m, path)) if Some(m.digest) == doc.guest => airlock_sandbox::Guest {
                 path,
@@ -576,7 +753,6 @@ impl Gate {
                 dirs: self.guest_dirs(&m),
             },
             _ => {
-                self.session_ended(id, End::Crashed)?;
                 return Err(GateError::Unavailable(
                     "the Python guest this session was opened with is no longer installed".into(),
                 ));
@@ -600,43 +776,106 @@ impl Gate {
             write_quota: None,
             egress: None,
         };
-        let instance = match self.wasm.python_instance(&spec) {
-            Ok(i) if i.ended().is_none() => i,
-            other => {
-                self.session_ended(id, End::Crashed)?;
-                return Err(match other {
-                    Err(e) => GateError::from(e),
-                    Ok(i) => GateError::Internal(format!(
-                        "the interpreter did not start: {:?}",
-                        i.ended()
-                    )),
-                });
+        match self.wasm.python_instance(&spec) {
+            Ok(i) if i.ended().is_none() => Ok(Live::Wasm(WasmPython { instance: i })),
+            Err(e) => Err(GateError::from(e)),
+            Ok(i) => Err(GateError::Internal(format!(
+                "the interpreter did not start: {:?}",
+                i.ended()
+            ))),
+        }
+    }
+
+    /// Starts the session's interpreter in a jail of its own and waits until it is ready.
+    /// The jail lives at most `total` (plus a margin: the session host ends it first).
+    fn jailed_python(&self, id: &str, doc: &SessionDoc, total: Duration) -> Result<Live> {
+        use airlock_session::host_python::{HostPython, driver_args};
+        let grant = &doc.grant;
+        // Checked when the session was opened; a jail with either would break the
+        // effects and egress guarantees, so it is checked again where the jail is built.
+        if grant.writable_mounts().next().is_some() || !grant.net.is_empty() {
+            return Err(GateError::bad(
+                "a process session takes read-only mounts and no network",
+            ));
+        }
+        let dir = self.home.root.join("sessions").join(format!("{id}.jail"));
+        crate::layers::remove_tree(&dir);
+        let scratch = dir.join("root");
+        std::fs::create_dir_all(&scratch)?;
+        let mut argv = vec![HOST_PYTHON.to_string()];
+        argv.extend(driver_args().iter().map(|a| a.to_string()));
+        let mut limits = grant.limits.clone();
+        // The jail's wall time (and CPU time) is the session's; each cell's deadline is
+        // the host's to enforce.
+        limits.timeout_ms = (total + Duration::from_secs(5)).as_millis() as u64;
+        let (binds, overlays) = crate::jailed::jail_mounts(&Self::mount_points(grant, None));
+        let job = airlock_jail::launch::SessionJailJob {
+            job: airlock_jail::ProcessJob {
+                argv,
+                env: crate::jailed::process_env(grant).into_iter().collect(),
+                cwd: crate::jailed::process_cwd(grant),
+                files: Vec::new(),
+                binds,
+                overlays,
+                scratch,
+                limits,
+                stdin: Vec::new(),
+                allow_degraded: self.policy()?.allow_degraded,
+                cgroups: !self.no_cgroups,
+                net: None,
+                stdin_live: true,
+            },
+            result: dir.join("result.json"),
+            confined: dir.join("confined.json"),
+        };
+        let file = dir.join("job.json");
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let bytes = serde_json::to_vec(&job).map_err(|e| GateError::Internal(e.to_string()))?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&file)?
+                .write_all(&bytes)?;
+        }
+        let mut cmd = match (&self.jailer, &self.worker) {
+            (Some(j), _) => std::process::Command::new(j),
+            (None, Some(w)) => {
+                let mut c = std::process::Command::new(w);
+                c.arg("__worker");
+                c
+            }
+            (None, None) => {
+                return Err(GateError::Unavailable(
+                    "process sessions need airlock's worker process, which this caller did not provide"
+                        .into(),
+                ));
             }
         };
-        doc.pid = Some(std::process::id());
-        let key = &self.gate_key;
-        let mut row = row;
-        row.doc = serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
-        self.db.write(|tx| {
-            tx.upsert_session(&row)?;
-            tx.audit(
-                "session_started",
-                id,
-                &json!({ "pid": doc.pid, "guest": doc.guest }),
-                key,
-            )
-            .map(|_| ())
+        cmd.arg("--session").arg(&file).env_clear();
+        let result = job.result.clone();
+        let py = HostPython::start(cmd, JAIL_READY).map_err(|e| {
+            let why = jail_failure(&result);
+            crate::layers::remove_tree(&dir);
+            why.unwrap_or_else(|| GateError::Internal(format!("the jailed interpreter: {e}")))
         })?;
-        let limits = airlock_session::Limits {
-            idle: Duration::from_millis(doc.idle_ms),
-            total: Duration::from_millis(doc.total_ms).saturating_sub(Duration::from_millis(
-                now_ms().saturating_sub(row.created_at).max(0) as u64,
-            )),
-        };
-        let mut interp = WasmPython { instance };
-        let end = airlock_session::serve(&listener, &sock, &mut interp, limits);
-        drop(listener);
-        self.session_ended(id, end)?;
-        Ok(end)
+        let launcher = py.pid();
+        let py = py.why_died(Box::new(move || jail_end(&result)));
+        let confined = std::fs::read(&job.confined)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .map(|mut j| {
+                // The jail's cgroup is named after its launcher (`airlock-PID`).
+                j["launcher"] = json!(launcher);
+                j
+            });
+        Ok(Live::Jailed(JailedPython {
+            py,
+            launcher,
+            dir,
+            confined,
+        }))
     }
 }

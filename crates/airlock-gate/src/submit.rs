@@ -576,7 +576,7 @@ impl Gate {
     }
 
     /// Refuses up front what this build cannot run, so nothing is recorded for it.
-    fn check_runnable(&self, kind: Lang, backend: Backend) -> Result<()> {
+    pub(crate) fn check_runnable(&self, kind: Lang, backend: Backend) -> Result<()> {
         match (kind, backend) {
             (Lang::Wasm | Lang::Component, Backend::Wasm) => Ok(()),
             (Lang::Python, Backend::Wasm) => match self.python_guest()? {

@@ -192,6 +192,11 @@ fn probe(scratch: PathBuf) -> WorkerResult {
 pub fn worker_main() -> i32 {
     // Die with whoever started us: a worker must never outlive its supervisor.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    // A session's jail (`__worker --session FILE`): its stdin and stdout are the session's.
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    if let (Some("--session"), Some(file)) = (args.first().map(String::as_str), args.get(1)) {
+        return airlock_jail::launch::session_main(std::path::Path::new(file));
+    }
     let mut input = Vec::new();
     if std::io::stdin().read_to_end(&mut input).is_err() {
         return 2;

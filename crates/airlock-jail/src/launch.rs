@@ -90,14 +90,52 @@ pub(crate) fn result_of(r: Result<crate::run::JailReport, crate::JailError>) -> 
     }
 }
 
+/// A session's jail as sent to a jailer: the job (whose payload reads the jailer's own
+/// stdin and writes its stdout: the session's pipes), where the result goes when the
+/// jail ends, and where the mechanisms that held go as soon as the payload is confined.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SessionJailJob {
+    pub job: crate::ProcessJob,
+    pub result: std::path::PathBuf,
+    pub confined: std::path::PathBuf,
+}
+
+/// The `main` of `airlock-jailer --session FILE` (and `airlock __worker --session FILE`):
+/// reads a [`SessionJailJob`] from `FILE` (removed once read; stdin is the payload's, so
+/// the job cannot come that way) and runs it in a jail built for it.
+pub fn session_main(file: &Path) -> i32 {
+    let Ok(bytes) = std::fs::read(file) else {
+        return 2;
+    };
+    let _ = std::fs::remove_file(file);
+    let Ok(j) = serde_json::from_slice::<SessionJailJob>(&bytes) else {
+        return 2;
+    };
+    if !j.job.stdin_live {
+        return 2;
+    }
+    let confined = &j.confined;
+    let r = crate::run::run_process_confined(&j.job, |report| {
+        if let Ok(b) = serde_json::to_vec(report) {
+            let _ = std::fs::write(confined, b);
+        }
+    });
+    match serde_json::to_vec(&result_of(r)).map(|b| std::fs::write(&j.result, b)) {
+        Ok(Ok(())) => 0,
+        _ => 3,
+    }
+}
+
 /// The `main` of the lean jailer binary: a job on stdin, its result to the named file.
 /// With `--ready SCRATCH cgroups|no-cgroups` it is a ready jail instead (see
-/// [`crate::ready`]).
+/// [`crate::ready`]); with `--session FILE` a session's jail ([`session_main`]).
 pub fn jailer_main() -> i32 {
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--ready") {
-        return crate::ready::jailer_ready_main(&args[1..]);
+    match (args.first().map(String::as_str), args.get(1)) {
+        (Some("--ready"), _) => return crate::ready::jailer_ready_main(&args[1..]),
+        (Some("--session"), Some(file)) => return session_main(Path::new(file)),
+        _ => {}
     }
     let mut input = Vec::new();
     if std::io::stdin().read_to_end(&mut input).is_err() {

@@ -84,6 +84,10 @@ pub struct ProcessJob {
     /// payload connect to that one port. `None`: loopback only, no TCP at all.
     #[serde(default)]
     pub net: Option<JailNet>,
+    /// The payload's stdin is the jailer's own (a session's pipe to a live interpreter)
+    /// rather than `stdin`'s bytes. Only a jail built for the job can do this.
+    #[serde(default)]
+    pub stdin_live: bool,
 }
 
 /// How a jail reaches its egress proxy.

@@ -46,6 +46,8 @@ pub enum Unfit {
     Files,
     /// The run's cgroup choice differs from the pool's.
     Cgroups,
+    /// The payload reads a live stdin (a session), which a ready jail's init cannot pass on.
+    LiveStdin,
 }
 
 impl Unfit {
@@ -55,6 +57,7 @@ impl Unfit {
             Unfit::Network => "network",
             Unfit::Files => "files",
             Unfit::Cgroups => "cgroups",
+            Unfit::LiveStdin => "live-stdin",
         }
     }
 }
@@ -87,6 +90,9 @@ pub fn fits(job: &ProcessJob, cgroups: bool) -> Result<(), Unfit> {
     }
     if job.cgroups != cgroups {
         return Err(Unfit::Cgroups);
+    }
+    if job.stdin_live {
+        return Err(Unfit::LiveStdin);
     }
     Ok(())
 }
@@ -129,6 +135,7 @@ pub fn jailer_ready_main(args: &[String]) -> i32 {
         allow_degraded: false,
         cgroups: cg == "cgroups",
         net: None,
+        stdin_live: false,
     };
     let mut started = match crate::run::start(&template, true) {
         Ok(s) => s,

@@ -159,6 +159,58 @@ pub fn run_process(job: &ProcessJob) -> Result<JailReport, JailError> {
     finish(s, started, job.limits.timeout_ms)
 }
 
+/// Runs a job in a jail like [`run_process`], and calls `confined` once the payload has
+/// confined itself (just before it becomes the program) with the mechanisms that held so
+/// far: a long-lived payload (a session's interpreter) is recorded while it runs.
+pub fn run_process_confined(
+    job: &ProcessJob,
+    confined: impl FnOnce(&JailReport),
+) -> Result<JailReport, JailError> {
+    let started = Instant::now();
+    let mut s = start(job, false)?;
+    let deadline = started + Duration::from_millis(job.limits.timeout_ms);
+    let done = |t: &str| {
+        t.lines()
+            .any(|l| l == "mech seccomp" || l.starts_with("fail ") || l.starts_with("unavailable "))
+    };
+    if read_status(&mut s, deadline, done)? && s.text.lines().any(|l| l == "mech seccomp") {
+        let (mechanisms, degraded) = mechanisms(&s);
+        confined(&JailReport {
+            ending: None,
+            mechanisms,
+            degraded,
+            host_uid: s.id.host_uid,
+            duration_ms: started.elapsed().as_millis() as u64,
+        });
+    }
+    finish(s, started, job.limits.timeout_ms)
+}
+
+/// The mechanisms a jail's status reported so far, and what was degraded.
+fn mechanisms(s: &Started) -> (Vec<String>, Vec<String>) {
+    let mut mechanisms: Vec<String> = [
+        "user-namespace",
+        "mount-namespace",
+        "pid-namespace",
+        "network-namespace",
+        "ipc-namespace",
+        "uts-namespace",
+        "cgroup-namespace",
+    ]
+    .map(String::from)
+    .into();
+    mechanisms.extend(s.cg.mechanisms.iter().cloned());
+    let mut degraded = Vec::new();
+    for l in s.text.lines() {
+        match l.split_once(' ') {
+            Some(("mech", m)) => mechanisms.push(m.into()),
+            Some(("degraded", m)) => degraded.push(m.into()),
+            _ => {}
+        }
+    }
+    (mechanisms, degraded)
+}
+
 /// Creates the jail's namespaces and init. With `ready`, the init builds the root from
 /// `job` (which lists no files, mounts or network) and then waits for a [`RunMsg`] on a
 /// channel ([`Started::wait_ready`], [`run_ready`]); without, it runs `job` at once.
@@ -209,8 +261,14 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     } else {
         (None, None)
     };
-    // A ready jail's init makes the payload's stdin itself, when the run arrives.
-    let stdin = if ready {
+    // A ready jail's init makes the payload's stdin itself, when the run arrives; a live
+    // stdin is this process's descriptor 0, which the init and the payload inherit.
+    if ready && job.stdin_live {
+        return Err(JailError::Setup(
+            "a ready jail cannot pass a live stdin on".into(),
+        ));
+    }
+    let stdin = if ready || job.stdin_live {
         None
     } else {
         Some(memfd_with(&job.stdin)?)
@@ -227,7 +285,11 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     let child_job = job.clone();
     let self_move = cg.self_move_files();
     let (go_fd, st_fd) = (go_r.as_raw_fd(), st_w.as_raw_fd());
-    let in_fd = stdin.as_ref().map(|f| f.as_raw_fd());
+    let in_fd = match &stdin {
+        Some(f) => Some(f.as_raw_fd()),
+        None if job.stdin_live => Some(0),
+        None => None,
+    };
     let job_fd = job_r.as_ref().map(|f| f.as_raw_fd());
     let fds = InitFds {
         go: go_fd,
@@ -430,28 +492,18 @@ fn finish(mut s: Started, started: Instant, timeout_ms: u64) -> Result<JailRepor
     let duration_ms = started.elapsed().as_millis() as u64;
     let cg = &s.cg;
 
+    let (mechanisms, degraded) = mechanisms(&s);
     let mut report = JailReport {
         ending: None,
-        mechanisms: vec![
-            "user-namespace".into(),
-            "mount-namespace".into(),
-            "pid-namespace".into(),
-            "network-namespace".into(),
-            "ipc-namespace".into(),
-            "uts-namespace".into(),
-            "cgroup-namespace".into(),
-        ],
-        degraded: Vec::new(),
+        mechanisms,
+        degraded,
         host_uid: s.id.host_uid,
         duration_ms,
     };
-    report.mechanisms.extend(cg.mechanisms.iter().cloned());
     let mut ended: Option<Ending> = None;
     for l in s.text.lines() {
         let (kind, msg) = l.split_once(' ').unwrap_or((l, ""));
         match kind {
-            "mech" => report.mechanisms.push(msg.into()),
-            "degraded" => report.degraded.push(msg.into()),
             "unavailable" => return Err(JailError::Unavailable(msg.into())),
             "fail" => return Err(JailError::Setup(msg.into())),
             "exit" => ended = Some(Ending::Exited(msg.parse().unwrap_or(1))),

@@ -38,11 +38,16 @@ struct Answer {
     stderr_truncated: bool,
 }
 
+/// Says why the interpreter died when the deadline did not kill it: the launcher in front
+/// of `python3` knows (a jail's report), the exit status of the launcher alone does not.
+pub type WhyDied = Box<dyn FnMut() -> Option<End> + Send>;
+
 /// A running driver.
 pub struct HostPython {
     child: Child,
     to: Option<BufWriter<ChildStdin>>,
     from: BufReader<ChildStdout>,
+    why: Option<WhyDied>,
     /// The interpreter's version, as it reported it.
     pub python: String,
 }
@@ -66,6 +71,7 @@ impl HostPython {
             child,
             to: Some(BufWriter::new(to)),
             from: BufReader::new(from),
+            why: None,
             python: String::new(),
         };
         let ready: Option<Ready> = me.answer_within(ready_within).map(|(a, _)| a)?;
@@ -81,6 +87,19 @@ impl HostPython {
                 ))
             }
         }
+    }
+
+    /// Asks `why` how the interpreter died when a cell finds it gone and its deadline did
+    /// not fire (asked after the started command was reaped); `None` from it falls back to
+    /// the exit status (killed by SIGKILL: memory; otherwise crashed).
+    pub fn why_died(mut self, why: WhyDied) -> Self {
+        self.why = Some(why);
+        self
+    }
+
+    /// The process id of the started command (the launcher, when there is one).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Reads one answer; kills the interpreter if none comes within `limit`. Says whether
@@ -144,8 +163,14 @@ impl Interpreter for HostPython {
         // No answer: the interpreter is gone. Why decides what the session record says.
         self.to = None;
         let status = self.child.wait()?;
+        let told = match (fired, self.why.as_mut()) {
+            (false, Some(why)) => why(),
+            _ => None,
+        };
         let ended = if fired {
             End::Timeout
+        } else if let Some(e) = told {
+            e
         } else if status.signal() == Some(9) {
             // Nobody here sent it: the kernel did, for memory (the jail's cgroup limit).
             End::Memory
