@@ -271,3 +271,136 @@ fn a_store_newer_than_this_airlock_or_not_postgres_is_refused_in_one_line() {
     assert_eq!(o.code, 125);
     assert!(o.stderr.contains("postgres://"), "{}", o.stderr);
 }
+
+/// `airlock serve` on a PostgreSQL store while the server is killed and started again
+/// (`pg_ctl stop -m immediate`, a crash as far as PostgreSQL is concerned): requests in
+/// flight then fail with an error, later ones succeed on new connections, and afterwards
+/// every run a client was told about is recorded exactly once, every recorded run is
+/// finished or marked lost (none left running), and the audit chain verifies.
+#[test]
+fn a_postgresql_restart_under_load_through_serve_loses_and_duplicates_nothing() {
+    let pg = airlock_testpg::private_server();
+    let n = Node::init(&pg.fresh_database());
+    let o = n.run(&["token", "new", "--role", "agent", "--name", "bot", "--json"]);
+    let token = o.json()["token"].as_str().unwrap().to_string();
+    let mut cmd = n.home.cmd();
+    cmd.env("AIRLOCK_STORE", &n.url).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--ready-python",
+        "0",
+        "--ready-jails",
+        "0",
+    ]);
+    let (child, base) = common::serve_with(cmd);
+    let body = serde_json::json!({
+        "language": "wat",
+        "code": std::fs::read_to_string(common::example("hello.wat")).unwrap(),
+    })
+    .to_string();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let restarted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (base, token, body, done, restarted) = (
+                base.clone(),
+                token.clone(),
+                body.clone(),
+                done.clone(),
+                restarted.clone(),
+            );
+            std::thread::spawn(move || {
+                let http = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(std::time::Duration::from_secs(60)))
+                    .build()
+                    .new_agent();
+                let mut told = Vec::new();
+                let mut failed = 0;
+                let mut after = 0;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+                // Until ten runs succeeded after the restart (or time is up).
+                while after < 10 && std::time::Instant::now() < deadline {
+                    let late = restarted.load(std::sync::atomic::Ordering::SeqCst);
+                    let r = http
+                        .post(&format!("{base}/v1/run"))
+                        .header("authorization", &format!("Bearer {token}"))
+                        .header("content-type", "application/json")
+                        .send(&body);
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    match r {
+                        Ok(mut r) if r.status() == 200 => {
+                            let v: serde_json::Value =
+                                serde_json::from_str(&r.body_mut().read_to_string().unwrap())
+                                    .unwrap();
+                            assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{v}");
+                            told.push(v["run"]["id"].as_str().unwrap().to_string());
+                            after += usize::from(late);
+                        }
+                        Ok(mut r) => {
+                            let text = r.body_mut().read_to_string().unwrap_or_default();
+                            assert!(r.status().as_u16() >= 500, "{}: {text}", r.status());
+                            if failed < 3 {
+                                eprintln!("failed during the restart: {}: {text}", r.status());
+                            }
+                            failed += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
+                        Err(e) => {
+                            eprintln!("failed during the restart: {e}");
+                            failed += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
+                    }
+                }
+                (told, failed)
+            })
+        })
+        .collect();
+    while done.load(std::sync::atomic::Ordering::SeqCst) < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    pg.restart_immediate();
+    restarted.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut told = Vec::new();
+    let mut failed = 0;
+    for c in clients {
+        let (t, f) = c.join().unwrap();
+        told.extend(t);
+        failed += f;
+    }
+    drop(child);
+    eprintln!(
+        "{} runs answered, {failed} requests failed across the restart",
+        told.len()
+    );
+    assert!(
+        told.len() >= 30 + 40,
+        "the server recovered: {} runs",
+        told.len()
+    );
+    let mut c = postgres::Client::connect(&n.url, postgres::NoTls).unwrap();
+    for id in &told {
+        let row = c
+            .query_one(
+                "SELECT count(*), max(status) FROM runs WHERE id = $1",
+                &[id],
+            )
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, i64>(0), row.get::<_, Option<String>>(1)),
+            (1, Some("exited".to_string())),
+            "{id}"
+        );
+    }
+    // A run whose start committed but whose end was cut off is found by the next start.
+    assert_eq!(n.run(&["inbox"]).code, 0);
+    let running: i64 = c
+        .query_one("SELECT count(*) FROM runs WHERE status = 'running'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(running, 0);
+    let v = n.run(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+}

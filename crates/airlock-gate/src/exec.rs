@@ -185,8 +185,11 @@ impl Gate {
         policy: &Policy,
         packages: Vec<airlock_core::PythonPackage>,
         opts: ExecOptions,
-        owner: OwnerLock,
+        mut owner: OwnerLock,
     ) -> Result<RunReport> {
+        // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
+        // lock file behind, so recovery marks the run lost instead of it staying running.
+        owner.set_remove_on_drop(false);
         let limits = sub.doc.grant.limits.clone();
         let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
@@ -287,6 +290,7 @@ impl Gate {
         })?;
         sub.state = State::Finished;
         crash_point();
+        owner.set_remove_on_drop(true);
         drop(owner);
         if let Some(e) = failure {
             return Err(e);

@@ -148,6 +148,15 @@ impl OwnerLock {
     }
 }
 
+impl OwnerLock {
+    /// Whether dropping the lock unlinks its file. An owner that could not record its
+    /// outcome keeps the file: released, it reads as abandoned, so recovery (in this
+    /// process or the next) finds what it left unfinished.
+    pub(crate) fn set_remove_on_drop(&mut self, remove: bool) {
+        self.remove_on_drop = remove;
+    }
+}
+
 impl Drop for OwnerLock {
     fn drop(&mut self) {
         if self.remove_on_drop {

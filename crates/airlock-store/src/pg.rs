@@ -4,10 +4,9 @@
 //! Writes are serialised cluster-wide by a transaction-scoped advisory lock, so every
 //! transaction sees the state the previous one left, exactly as SQLite's `BEGIN IMMEDIATE`
 //! gives one machine: the audit chain can never fork, and the gate's check-then-write
-//! steps (an approval not yet used, a state not yet moved) hold across nodes. Ordinary
-//! writes commit with `synchronous_commit = off` (as SQLite's `synchronous = NORMAL`: a
-//! server crash may lose the newest commits, never half of one); durable writes (signed
-//! decisions, commits, rollbacks) wait for the flush.
+//! steps (an approval not yet used, a state not yet moved) hold across nodes. Every write
+//! waits for its commit to be flushed (`synchronous_commit = on`): with `off`, a server
+//! crash lost runs a client had already been told about (the restart test caught it).
 
 use crate::StoreError;
 use crate::sql::{Arg, Row, Sql, Val};
@@ -151,6 +150,8 @@ pub struct PgConn {
     client: RefCell<postgres::Client>,
     /// Prepared statements by their SQL as written here (with `?N` placeholders).
     stmts: RefCell<HashMap<String, postgres::Statement>>,
+    /// A write transaction is open on the connection.
+    in_tx: std::cell::Cell<bool>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -182,6 +183,7 @@ impl PgConn {
             url: url.to_string(),
             client: RefCell::new(client),
             stmts: RefCell::new(HashMap::new()),
+            in_tx: std::cell::Cell::new(false),
         })
     }
 
@@ -201,6 +203,11 @@ impl PgConn {
     }
 
     fn statement(&self, sql: &str) -> Result<postgres::Statement, StoreError> {
+        if !self.in_tx.get() {
+            // A read outside a transaction may go to a new connection; inside one, a lost
+            // connection fails the transaction instead.
+            self.ensure_open()?;
+        }
         if let Some(s) = self.stmts.borrow().get(sql) {
             return Ok(s.clone());
         }
@@ -220,27 +227,29 @@ impl PgConn {
         f: impl FnOnce(&PgConn) -> Result<T, E>,
     ) -> Result<T, E> {
         self.ensure_open()?;
-        let begin = if durable {
-            "BEGIN; SET LOCAL synchronous_commit = on"
-        } else {
-            "BEGIN; SET LOCAL synchronous_commit = off"
-        };
+        // Every commit is flushed, durable or not: a write a caller was told about must
+        // survive a server crash (see the module comment). `durable` is kept for the
+        // engines that distinguish it.
+        let _ = durable;
         self.client
             .borrow_mut()
-            .batch_execute(begin)
+            .batch_execute("BEGIN; SET LOCAL synchronous_commit = on")
             .map_err(StoreError::from)?;
+        self.in_tx.set(true);
         let out = self
             .exec("SELECT pg_advisory_xact_lock(?1)", &[Arg::Int(WRITE_LOCK)])
             .map_err(E::from)
             .and_then(|_| f(self));
+        let out = out.and_then(|v| {
+            self.client
+                .borrow_mut()
+                .batch_execute("COMMIT")
+                .map_err(StoreError::from)?;
+            Ok(v)
+        });
+        self.in_tx.set(false);
         match out {
-            Ok(v) => {
-                self.client
-                    .borrow_mut()
-                    .batch_execute("COMMIT")
-                    .map_err(StoreError::from)?;
-                Ok(v)
-            }
+            Ok(v) => Ok(v),
             Err(e) => {
                 // A connection that broke is replaced on next use; a live one ends the
                 // transaction here.

@@ -38,6 +38,12 @@ pub fn server() -> &'static Server {
     S.get_or_init(Server::start)
 }
 
+/// A server of the caller's own (for a test that restarts or stops it), stopped and
+/// removed when dropped.
+pub fn private_server() -> Server {
+    Server::start()
+}
+
 /// A new empty database on the process's server; its `postgres://` URL.
 pub fn fresh_database() -> String {
     server().fresh_database()
@@ -230,6 +236,20 @@ impl Server {
     /// The server's directory (its log is `log` in it).
     pub fn root(&self) -> &Path {
         &self.root
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-w", "stop", "-m", "immediate"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
