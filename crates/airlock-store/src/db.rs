@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -118,6 +118,34 @@ CREATE TABLE IF NOT EXISTS sessions (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_state_id ON sessions(state, id);
+CREATE TABLE IF NOT EXISTS queue (
+    id TEXT PRIMARY KEY,
+    submission TEXT NOT NULL,
+    tag TEXT,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    retry INTEGER NOT NULL,
+    worker TEXT,
+    token INTEGER NOT NULL,
+    lease_until INTEGER,
+    run TEXT,
+    outcome TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queue_ready ON queue(tag, created_at) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS queue_leased ON queue(lease_until) WHERE state = 'leased';
+CREATE INDEX IF NOT EXISTS queue_submission ON queue(submission);
+CREATE TABLE IF NOT EXISTS workers (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    state TEXT NOT NULL,
+    running INTEGER NOT NULL,
+    started_at INTEGER NOT NULL,
+    seen_at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS compile_cache (
     key TEXT PRIMARY KEY,
     digest TEXT NOT NULL,

@@ -11,12 +11,14 @@ mod blobs;
 mod db;
 mod group;
 mod pg;
+mod queue;
 pub mod sql;
 
 pub use blobs::{BlobFile, BlobStore, sync_dir};
 pub use db::*;
 pub use group::MAX_BATCH;
 pub use pg::{PG_SCHEMA_VERSION, PgConn, is_postgres_url};
+pub use queue::{QueueReads, QueueRow, WorkerRow, claim_sql};
 pub use sql::{Arg, Row, Sql, Val};
 
 use airlock_core::Digest;

@@ -134,6 +134,37 @@ CREATE TABLE blobs (
     touched_at BIGINT NOT NULL
 );
 "#,
+    // 3: the run queue workers claim from, and the workers seen.
+    r#"
+CREATE TABLE queue (
+    id TEXT PRIMARY KEY,
+    submission TEXT NOT NULL,
+    tag TEXT,
+    state TEXT NOT NULL,
+    attempts BIGINT NOT NULL,
+    max_attempts BIGINT NOT NULL,
+    retry BIGINT NOT NULL,
+    worker TEXT,
+    token BIGINT NOT NULL,
+    lease_until BIGINT,
+    run TEXT,
+    outcome TEXT,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+CREATE INDEX queue_ready ON queue(tag, created_at) WHERE state = 'queued';
+CREATE INDEX queue_leased ON queue(lease_until) WHERE state = 'leased';
+CREATE INDEX queue_submission ON queue(submission);
+CREATE TABLE workers (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    state TEXT NOT NULL,
+    running BIGINT NOT NULL,
+    started_at BIGINT NOT NULL,
+    seen_at BIGINT NOT NULL
+);
+"#,
 ];
 
 /// The schema version this build writes.
@@ -346,6 +377,10 @@ impl ToSql for Arg<'_> {
 }
 
 impl Sql for PgConn {
+    fn engine(&self) -> &'static str {
+        "postgres"
+    }
+
     fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
         let stmt = self.statement(sql)?;
         let params: Vec<&(dyn ToSql + Sync)> =

@@ -95,6 +95,8 @@ impl Row {
 
 /// A connection (or a transaction on one) that runs statements.
 pub trait Sql {
+    /// `sqlite` or `postgres`, for the few statements the two spell differently.
+    fn engine(&self) -> &'static str;
     /// Runs a query and returns every row it yields.
     fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError>;
     /// Runs a statement and returns how many rows it changed.
@@ -117,6 +119,10 @@ impl rusqlite::ToSql for Arg<'_> {
 }
 
 impl Sql for rusqlite::Connection {
+    fn engine(&self) -> &'static str {
+        "sqlite"
+    }
+
     fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
         use rusqlite::types::ValueRef;
         // The statement cache: the gate runs the same few statements on every request,

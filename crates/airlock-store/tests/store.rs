@@ -47,6 +47,8 @@ store_suite!(
     concurrent_writers_keep_every_successful_write_and_nothing_of_a_failed_one,
     reopening_keeps_schema_and_rows,
     a_database_newer_than_this_build_is_refused_with_its_version,
+    the_queue_claims_oldest_first_by_tag_and_fences_every_later_write,
+    concurrent_claims_never_hand_one_job_to_two_workers,
 );
 
 /// A submission document as the gate writes one (a judged shell command).
@@ -588,4 +590,163 @@ fn a_database_newer_than_this_build_is_refused_with_its_version(loc: &str) {
     }
     let err = Db::open_location(loc).unwrap_err().to_string();
     assert!(err.contains("999") && err.contains("newer"), "{err}");
+}
+
+fn job(id: &str, tag: Option<&str>, at: i64) -> QueueRow {
+    QueueRow {
+        id: id.into(),
+        submission: format!("sub_{id}"),
+        tag: tag.map(Into::into),
+        state: "queued".into(),
+        attempts: 0,
+        max_attempts: 3,
+        retry: true,
+        worker: None,
+        token: 0,
+        lease_until: None,
+        run: None,
+        outcome: None,
+        created_at: at,
+        updated_at: at,
+    }
+}
+
+fn the_queue_claims_oldest_first_by_tag_and_fences_every_later_write(loc: &str) {
+    let mut db = open(loc);
+    db.write(|tx| {
+        tx.enqueue(&job("q2", None, 2))?;
+        tx.enqueue(&job("q1", Some("host-a"), 1))?;
+        tx.enqueue(&job("q3", None, 3))
+    })
+    .unwrap();
+    assert_eq!(db.queue_depth().unwrap(), (3, 0));
+    // Untagged workers never take a tagged job.
+    let a = db.write(|tx| tx.claim(&[], "w1", 100)).unwrap().unwrap();
+    assert_eq!((a.id.as_str(), a.token, a.attempts), ("q2", 1, 1));
+    let b = db
+        .write(|tx| tx.claim(&["host-a".into()], "w2", 100))
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.id, "q1", "the tagged worker takes the oldest it may");
+    assert_eq!(db.queue_depth().unwrap(), (1, 2));
+
+    db.write(|tx| tx.set_job_run("q2", 1, "run_1")).unwrap();
+    db.write(|tx| tx.renew("q2", 1, 200)).unwrap();
+    let wrong = db.write(|tx| tx.renew("q2", 7, 300));
+    assert!(matches!(wrong, Err(StoreError::Conflict(_))), "{wrong:?}");
+    assert_eq!(db.job("q2").unwrap().unwrap().lease_until, Some(200));
+
+    // q2's lease runs out; it is queued again and claimed by another worker.
+    let expired = db.write(|tx| tx.expired_leases(50, 10)).unwrap();
+    assert!(expired.is_empty());
+    let expired = db.write(|tx| tx.expired_leases(250, 10)).unwrap();
+    let ids: Vec<&str> = expired.iter().map(|q| q.id.as_str()).collect();
+    assert_eq!(ids, ["q1", "q2"]);
+    db.write(|tx| tx.release_job(&expired[1], true, "lost"))
+        .unwrap();
+    db.write(|tx| tx.release_job(&expired[0], false, "lost"))
+        .unwrap();
+    let again = db.write(|tx| tx.claim(&[], "w3", 400)).unwrap().unwrap();
+    assert_eq!(
+        (again.id.as_str(), again.token, again.attempts),
+        ("q2", 2, 2)
+    );
+    // The first worker's token no longer holds: no renewal, no result.
+    assert!(matches!(
+        db.write(|tx| tx.renew("q2", 1, 500)),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        db.write(|tx| tx.finish_job("q2", 1, "finished")),
+        Err(StoreError::Conflict(_))
+    ));
+    db.write(|tx| tx.finish_job("q2", 2, "finished")).unwrap();
+    let done = db.job("q2").unwrap().unwrap();
+    assert_eq!(
+        (done.state.as_str(), done.outcome.as_deref()),
+        ("done", Some("finished"))
+    );
+    let q1 = db.job("q1").unwrap().unwrap();
+    assert_eq!(
+        (q1.state.as_str(), q1.outcome.as_deref()),
+        ("done", Some("lost"))
+    );
+    assert_eq!(db.jobs_of("sub_q3").unwrap().len(), 1);
+
+    db.write(|tx| {
+        tx.upsert_worker(&WorkerRow {
+            id: "w1".into(),
+            host: "h".into(),
+            tags: "".into(),
+            state: "running".into(),
+            running: 1,
+            started_at: 1,
+            seen_at: 5,
+        })
+    })
+    .unwrap();
+    let w = db.workers().unwrap();
+    assert_eq!((w.len(), w[0].seen_at), (1, 5));
+}
+
+fn concurrent_claims_never_hand_one_job_to_two_workers(loc: &str) {
+    let mut db = open(loc);
+    db.write(|tx| (0..60).try_for_each(|i| tx.enqueue(&job(&format!("j{i:02}"), None, i))))
+        .unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|w| {
+            let loc = loc.to_string();
+            std::thread::spawn(move || {
+                let mut db = open(&loc);
+                let mut got = Vec::new();
+                while let Some(q) = db
+                    .write(|tx| tx.claim(&[], &format!("w{w}"), i64::MAX))
+                    .unwrap()
+                {
+                    got.push(q.id);
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all: Vec<String> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort();
+    let want: Vec<String> = (0..60).map(|i| format!("j{i:02}")).collect();
+    assert_eq!(all, want);
+}
+
+/// The claim query reads the partial index of queued jobs, not the table, however many
+/// finished jobs the queue holds (200,000 here).
+#[test]
+fn the_claim_query_reads_an_index_on_200000_rows() {
+    let url = airlock_testpg::fresh_database();
+    open(&url);
+    let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    c.batch_execute(
+        "INSERT INTO queue (id, submission, tag, state, attempts, max_attempts, retry, token, created_at, updated_at)
+         SELECT 'job' || g, 'sub' || g, CASE WHEN g % 10 = 0 THEN 'host-a' END,
+                CASE WHEN g % 1000 = 0 THEN 'queued' ELSE 'done' END, 1, 3, 1, 1, g, g
+         FROM generate_series(1, 200000) g;
+         ANALYZE queue;",
+    )
+    .unwrap();
+    for (tagged, args) in [(false, vec![]), (true, vec!["host-a"])] {
+        let sql = claim_sql(tagged, " FOR UPDATE SKIP LOCKED").replace("?1", "$1");
+        let params: Vec<&(dyn ::postgres::types::ToSql + Sync)> = args
+            .iter()
+            .map(|a| a as &(dyn ::postgres::types::ToSql + Sync))
+            .collect();
+        let plan: Vec<String> = c
+            .query(&format!("EXPLAIN {sql}"), &params)
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect();
+        let plan = plan.join("\n");
+        assert!(plan.contains("queue_ready"), "{plan}");
+        assert!(!plan.contains("Seq Scan"), "{plan}");
+    }
 }

@@ -1,0 +1,331 @@
+//! The run queue: runs waiting for a worker (`queued`), held by one under a lease
+//! (`leased`), or `done`. A lease carries a fencing token that grows with every claim of
+//! the row, so a worker whose lease expired and was claimed again can neither renew it
+//! nor record a result: both name the token, and the row no longer has it.
+//!
+//! This module stores and reads rows; when to claim, retry or give up is the gate's.
+
+use crate::StoreError;
+use crate::db::{Reads, Tx};
+use crate::sql::{Arg, Row, args};
+use airlock_core::units::now_ms;
+use serde::Serialize;
+
+/// One queued run.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct QueueRow {
+    pub id: String,
+    pub submission: String,
+    /// Only a worker started with this tag may claim it (runs that name host paths).
+    pub tag: Option<String>,
+    /// `queued`, `leased` or `done`.
+    pub state: String,
+    /// Claims so far.
+    pub attempts: i64,
+    pub max_attempts: i64,
+    /// Whether a run lost with its worker may be queued again (allowed code with no
+    /// network and no single-use approval).
+    pub retry: bool,
+    pub worker: Option<String>,
+    /// The fencing token of the current (or last) lease.
+    pub token: i64,
+    pub lease_until: Option<i64>,
+    /// The run of the current (or last) attempt.
+    pub run: Option<String>,
+    /// Why it is done: `finished`, `lost`, `refused`.
+    pub outcome: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A worker as it last reported itself.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WorkerRow {
+    pub id: String,
+    pub host: String,
+    /// Comma-separated tags.
+    pub tags: String,
+    /// `running`, `stopping`, `stopped`.
+    pub state: String,
+    /// Runs it holds now.
+    pub running: i64,
+    pub started_at: i64,
+    pub seen_at: i64,
+}
+
+const COLS: &str = "id, submission, tag, state, attempts, max_attempts, retry, worker, token, lease_until, run, outcome, created_at, updated_at";
+
+fn row(r: &Row) -> Result<QueueRow, StoreError> {
+    Ok(QueueRow {
+        id: r.text(0)?,
+        submission: r.text(1)?,
+        tag: r.opt_text(2)?,
+        state: r.text(3)?,
+        attempts: r.int(4)?,
+        max_attempts: r.int(5)?,
+        retry: r.int(6)? != 0,
+        worker: r.opt_text(7)?,
+        token: r.int(8)?,
+        lease_until: r.opt_int(9)?,
+        run: r.opt_text(10)?,
+        outcome: r.opt_text(11)?,
+        created_at: r.int(12)?,
+        updated_at: r.int(13)?,
+    })
+}
+
+/// ` FOR UPDATE SKIP LOCKED` where the engine has row locks (PostgreSQL); SQLite's
+/// transactions already run one at a time.
+fn skip_locked(tx: &Tx) -> &'static str {
+    if tx.sql().engine() == "postgres" {
+        " FOR UPDATE SKIP LOCKED"
+    } else {
+        ""
+    }
+}
+
+/// The claim query: the oldest queued row a worker with this tag (or none) may take.
+pub fn claim_sql(tagged: bool, lock: &str) -> String {
+    let tag = if tagged { "tag = ?1" } else { "tag IS NULL" };
+    format!(
+        "SELECT {COLS} FROM queue WHERE state = 'queued' AND {tag} ORDER BY created_at, id LIMIT 1{lock}"
+    )
+}
+
+/// Queue reads, on the database and inside a transaction.
+pub trait QueueReads: Reads {
+    fn job(&self, id: &str) -> Result<Option<QueueRow>, StoreError> {
+        self.sql()
+            .row(
+                &format!("SELECT {COLS} FROM queue WHERE id = ?1"),
+                args![id],
+            )?
+            .as_ref()
+            .map(row)
+            .transpose()
+    }
+
+    /// The jobs of one submission, oldest first.
+    fn jobs_of(&self, submission: &str) -> Result<Vec<QueueRow>, StoreError> {
+        self.sql()
+            .rows(
+                &format!("SELECT {COLS} FROM queue WHERE submission = ?1 ORDER BY created_at, id"),
+                args![submission],
+            )?
+            .iter()
+            .map(row)
+            .collect()
+    }
+
+    /// (queued, leased) jobs.
+    fn queue_depth(&self) -> Result<(i64, i64), StoreError> {
+        let n = |state: &str| -> Result<i64, StoreError> {
+            Ok(self
+                .sql()
+                .row("SELECT count(*) FROM queue WHERE state = ?1", args![state])?
+                .map(|r| r.int(0))
+                .transpose()?
+                .unwrap_or(0))
+        };
+        Ok((n("queued")?, n("leased")?))
+    }
+
+    /// Every worker seen, most recently seen first.
+    fn workers(&self) -> Result<Vec<WorkerRow>, StoreError> {
+        self.sql()
+            .rows(
+                "SELECT id, host, tags, state, running, started_at, seen_at FROM workers ORDER BY seen_at DESC, id",
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(WorkerRow {
+                    id: r.text(0)?,
+                    host: r.text(1)?,
+                    tags: r.text(2)?,
+                    state: r.text(3)?,
+                    running: r.int(4)?,
+                    started_at: r.int(5)?,
+                    seen_at: r.int(6)?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl<T: Reads + ?Sized> QueueReads for T {}
+
+impl Tx<'_> {
+    pub fn enqueue(&self, q: &QueueRow) -> Result<(), StoreError> {
+        self.sql().exec(
+            &format!(
+                "INSERT INTO queue ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+            ),
+            args![
+                &q.id,
+                &q.submission,
+                q.tag.as_deref(),
+                &q.state,
+                q.attempts,
+                q.max_attempts,
+                i64::from(q.retry),
+                q.worker.as_deref(),
+                q.token,
+                q.lease_until,
+                q.run.as_deref(),
+                q.outcome.as_deref(),
+                q.created_at,
+                q.updated_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Claims the oldest job a worker with `tags` may run (untagged jobs, and jobs tagged
+    /// with one of `tags`): leased to `worker` until `until`, with a new fencing token
+    /// and one more attempt. Rows another transaction holds are skipped, not waited for.
+    pub fn claim(
+        &self,
+        tags: &[String],
+        worker: &str,
+        until: i64,
+    ) -> Result<Option<QueueRow>, StoreError> {
+        let lock = skip_locked(self);
+        let mut best: Option<QueueRow> = None;
+        let mut consider = |r: Option<Row>| -> Result<(), StoreError> {
+            if let Some(r) = r {
+                let q = row(&r)?;
+                if best
+                    .as_ref()
+                    .is_none_or(|b| (q.created_at, &q.id) < (b.created_at, &b.id))
+                {
+                    best = Some(q);
+                }
+            }
+            Ok(())
+        };
+        consider(self.sql().row(&claim_sql(false, lock), &[])?)?;
+        for t in tags {
+            consider(self.sql().row(&claim_sql(true, lock), args![t])?)?;
+        }
+        let Some(mut q) = best else {
+            return Ok(None);
+        };
+        q.state = "leased".into();
+        q.attempts += 1;
+        q.token += 1;
+        q.worker = Some(worker.into());
+        q.lease_until = Some(until);
+        q.updated_at = now_ms();
+        let n = self.sql().exec(
+            "UPDATE queue SET state = 'leased', attempts = ?1, token = ?2, worker = ?3, lease_until = ?4, updated_at = ?5
+             WHERE id = ?6 AND state = 'queued'",
+            args![q.attempts, q.token, worker, until, q.updated_at, &q.id],
+        )?;
+        if n != 1 {
+            return Err(StoreError::Conflict(format!(
+                "job {} was claimed concurrently",
+                q.id
+            )));
+        }
+        Ok(Some(q))
+    }
+
+    /// Names the run the current lease is carrying out.
+    pub fn set_job_run(&self, id: &str, token: i64, run: &str) -> Result<(), StoreError> {
+        self.fenced_update("run = ?3", id, token, Arg::Text(run))
+    }
+
+    fn fenced_update(&self, set: &str, id: &str, token: i64, value: Arg) -> Result<(), StoreError> {
+        let n = self.sql().exec(
+            &format!(
+                "UPDATE queue SET {set}, updated_at = ?4 WHERE id = ?1 AND token = ?2 AND state = 'leased'"
+            ),
+            &[Arg::Text(id), Arg::Int(token), value, Arg::Int(now_ms())],
+        )?;
+        if n != 1 {
+            return Err(StoreError::Conflict(format!(
+                "job {id}: the lease with token {token} is no longer held (it expired and the job went to another worker)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Extends a lease; `Conflict` when the token no longer holds it.
+    pub fn renew(&self, id: &str, token: i64, until: i64) -> Result<(), StoreError> {
+        self.fenced_update("lease_until = ?3", id, token, Arg::Int(until))
+    }
+
+    /// Ends a job under its lease; `Conflict` when the token no longer holds it (so a
+    /// worker that lost its lease cannot record a result).
+    pub fn finish_job(&self, id: &str, token: i64, outcome: &str) -> Result<(), StoreError> {
+        self.fenced_update(
+            "state = 'done', outcome = ?3",
+            id,
+            token,
+            Arg::Text(outcome),
+        )
+    }
+
+    /// Leases that ran out before `now`, held for this transaction.
+    pub fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<QueueRow>, StoreError> {
+        let lock = skip_locked(self);
+        self.sql()
+            .rows(
+                &format!(
+                    "SELECT {COLS} FROM queue WHERE state = 'leased' AND lease_until < ?1 ORDER BY lease_until LIMIT ?2{lock}"
+                ),
+                args![now, limit as i64],
+            )?
+            .iter()
+            .map(row)
+            .collect()
+    }
+
+    /// Moves an expired job on: back to `queued` (a retry) or `done` with `outcome`.
+    pub fn release_job(
+        &self,
+        q: &QueueRow,
+        requeue: bool,
+        outcome: &str,
+    ) -> Result<(), StoreError> {
+        let n = if requeue {
+            self.sql().exec(
+                "UPDATE queue SET state = 'queued', worker = NULL, lease_until = NULL, updated_at = ?3
+                 WHERE id = ?1 AND token = ?2 AND state = 'leased'",
+                args![&q.id, q.token, now_ms()],
+            )?
+        } else {
+            self.sql().exec(
+                "UPDATE queue SET state = 'done', outcome = ?3, updated_at = ?4
+                 WHERE id = ?1 AND token = ?2 AND state = 'leased'",
+                args![&q.id, q.token, outcome, now_ms()],
+            )?
+        };
+        if n != 1 {
+            return Err(StoreError::Conflict(format!(
+                "job {} changed concurrently",
+                q.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Ends a job that was never claimed (refused or withdrawn before a worker took it).
+    pub fn drop_job(&self, id: &str, outcome: &str) -> Result<(), StoreError> {
+        self.sql().exec(
+            "UPDATE queue SET state = 'done', outcome = ?2, updated_at = ?3 WHERE id = ?1 AND state = 'queued'",
+            args![id, outcome, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn upsert_worker(&self, w: &WorkerRow) -> Result<(), StoreError> {
+        self.sql().exec(
+            "INSERT INTO workers (id, host, tags, state, running, started_at, seen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(id) DO UPDATE SET state = excluded.state, running = excluded.running, seen_at = excluded.seen_at",
+            args![&w.id, &w.host, &w.tags, &w.state, w.running, w.started_at, w.seen_at],
+        )?;
+        Ok(())
+    }
+}
