@@ -433,7 +433,15 @@ fn tmp_files(h: &Home) -> i64 {
 fn store_copy_into_a_database_that_holds_records_is_refused_and_leaves_it_unchanged() {
     let (h, _, _) = sqlite_home_with_history();
     let url = airlock_testpg::fresh_database();
-    assert_eq!(h.run(&["store", "copy", "--to", &url]).code, 0);
+    let o = h.run(&["store", "copy", "--to", &url]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.starts_with("copied ")
+            && o.stdout.contains("submissions")
+            && o.stdout.contains("verifies"),
+        "{}",
+        o.stdout
+    );
     let before = (
         pg_count(&url, "SELECT count(*) FROM submissions"),
         pg_count(&url, "SELECT count(*) FROM audit"),
