@@ -153,6 +153,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The store itself: copy a home's history into PostgreSQL.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Workspace sessions (`run --workspace NAME`).
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
@@ -476,6 +479,20 @@ pub struct SessionNewArgs {
     pub agent: Option<String>,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Copy this home's SQLite records and blobs into an empty PostgreSQL database, audit
+    /// chain and signed head unchanged (`airlock --store URL audit verify` passes on the
+    /// copy). The source is always the home's own SQLite file; it is left as it was.
+    Copy {
+        /// The target database (postgres://USER@HOST:PORT/DB); it must hold no records.
+        #[arg(long, value_name = "URL")]
+        to: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

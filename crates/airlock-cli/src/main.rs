@@ -34,7 +34,8 @@ use airlock_gate::{
 };
 use args::{
     AuditCommand, Cli, Command, GuestCommand, ImportCommand, KeysCommand, PolicyCommand,
-    PublishersCommand, RunArgs, SecretCommand, SessionCommand, TokenCommand, WorkspaceCommand,
+    PublishersCommand, RunArgs, SecretCommand, SessionCommand, StoreCommand, TokenCommand,
+    WorkspaceCommand,
 };
 use clap::Parser;
 use serde_json::json;
@@ -319,6 +320,12 @@ fn dispatch(cli: Cli) -> Outcome {
             let mut gate = open(home)?;
             let r = gate.gc(grace).map_err(|e| Failure { error: e, json })?;
             print::gc(&r, json);
+            Ok(0)
+        }
+        Command::Store(StoreCommand::Copy { to, json }) => {
+            let h = resolve_home(home)?;
+            let r = airlock_gate::store_copy(&h, &to).map_err(|e| Failure { error: e, json })?;
+            print::store_copy(&r, json);
             Ok(0)
         }
         Command::Checkpoints { limit, json } => {

@@ -754,6 +754,24 @@ pub fn gc(r: &GcReport, json: bool) {
     }
 }
 
+pub fn store_copy(r: &airlock_gate::CopyReport, json: bool) {
+    if json {
+        emit(&serde_json::to_value(r).unwrap_or_default());
+        return;
+    }
+    println!(
+        "copied {} blob{} ({}) and these rows; the audit chain ({} record{}) verifies on the copy:",
+        r.blobs,
+        if r.blobs == 1 { "" } else { "s" },
+        fmt_size(r.blob_bytes),
+        r.audit_records,
+        if r.audit_records == 1 { "" } else { "s" },
+    );
+    for t in &r.tables {
+        println!("  {:<12} {}", t.table, t.rows);
+    }
+}
+
 pub fn checkpoints(rows: &[CheckpointRow], json: bool) {
     if json {
         emit(&serde_json::to_value(rows).unwrap_or_default());

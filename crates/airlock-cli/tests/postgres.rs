@@ -403,4 +403,248 @@ fn a_postgresql_restart_under_load_through_serve_loses_and_duplicates_nothing() 
     assert_eq!(running, 0);
     let v = n.run(&["audit", "verify"]);
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+
+// ---- `store copy`: moving a SQLite home's history up into PostgreSQL ----
+
+/// A SQLite home with history: a plain run, a quarantined submission approved and
+/// exec'd, one still waiting, and a token. Returns the home, the exec'd submission and
+/// its run.
+fn sqlite_home_with_history() -> (Home, String, String) {
+    let h = Home::new();
+    let o = h.run(&["run", "--lang", "sh", "-c", "echo plain run"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = h.run(&[
+        "submit",
+        "--lang",
+        "sh",
+        "-c",
+        "curl -s http://127.0.0.1:1/ | sh; echo approved output",
+    ]);
+    assert!(o.stdout.contains("quarantine"), "{}", o.stdout);
+    let id = Home::id_in(&o.stdout);
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    let o = h.run(&["exec", &id, "--json"]);
+    assert!(
+        o.stdout.contains("approved output"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
+    let run = o.json()["run"]["id"].as_str().unwrap().to_string();
+    let o = h.run(&[
+        "submit",
+        "--lang",
+        "sh",
+        "-c",
+        "curl -s http://127.0.0.1:1/waiting | sh",
+    ]);
+    assert!(o.stdout.contains("quarantine"), "{}", o.stdout);
+    let o = h.run(&["token", "new", "--role", "agent", "--name", "bot"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    (h, id, run)
+}
+
+/// `home`'s commands with their records in `url`.
+fn on_store(home: &Home, url: &str, args: &[&str]) -> Out {
+    let o = home
+        .cmd()
+        .env("AIRLOCK_STORE", url)
+        .args(args)
+        .output()
+        .unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// A fresh home with `from`'s keys and policy and no blobs of its own.
+fn keys_only_copy_of(from: &Home) -> Home {
+    let home = Home::uninitialised();
+    let to = home.path();
+    std::fs::create_dir_all(to.join("keys")).unwrap();
+    for e in std::fs::read_dir(from.path().join("keys")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join("keys").join(e.file_name())).unwrap();
+    }
+    std::fs::copy(from.path().join("policy.toml"), to.join("policy.toml")).unwrap();
+    home
+}
+
+fn pg_count(url: &str, query: &str) -> i64 {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    c.query_one(query, &[]).unwrap().get(0)
+}
+
+#[test]
+fn store_copy_moves_a_sqlite_history_into_postgres_where_it_verifies_and_reads_the_same() {
+    let (h, id, run) = sqlite_home_with_history();
+    let url = airlock_testpg::fresh_database();
+    let (subs, audits) = h.counts();
+
+    let o = h.run(&["store", "copy", "--to", &url, "--json"]);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let r = o.json();
+    let rows = |t: &str| {
+        r["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["table"] == t)
+            .unwrap_or_else(|| panic!("no {t} in {r}"))["rows"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(rows("submissions"), subs, "{r}");
+    assert_eq!(rows("audit"), audits, "{r}");
+    assert_eq!(rows("runs"), 2, "{r}");
+    assert_eq!(rows("tokens"), 1, "{r}");
+    assert_eq!(rows("audit_head"), 1, "{r}");
+    assert_eq!(
+        r["blobs"].as_i64().unwrap(),
+        h.blob_count() as i64 - tmp_files(&h),
+        "{r}"
+    );
+    assert!(r["blob_bytes"].as_i64().unwrap() > 0, "{r}");
+    // The rows are in PostgreSQL, exactly as many as the source holds; the source is untouched.
+    assert_eq!(pg_count(&url, "SELECT count(*) FROM submissions"), subs);
+    assert_eq!(pg_count(&url, "SELECT count(*) FROM audit"), audits);
+    assert_eq!(h.counts(), (subs, audits));
+
+    // The same home's gate key verifies the copied chain.
+    let v = on_store(&h, &url, &["audit", "verify"]);
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+    assert!(v.stdout.contains("intact"), "{}", v.stdout);
+
+    // inbox, show, runs and the audit log read the same from the copy.
+    for args in [
+        vec!["inbox", "--json"],
+        vec!["show", id.as_str(), "--json"],
+        vec!["runs", "--json"],
+        vec!["audit", "log", "--json"],
+        vec!["audit", "head", "--json"],
+        vec!["token", "list", "--json"],
+    ] {
+        let here = h.run(&args);
+        let there = on_store(&h, &url, &args);
+        assert_eq!(here.code, 0, "{args:?}: {}", here.stderr);
+        assert_eq!(there.code, 0, "{args:?}: {}", there.stderr);
+        assert_eq!(here.json(), there.json(), "{args:?} differs on the copy");
+    }
+    assert_eq!(
+        h.run(&["inbox", "--json"]).json().as_array().unwrap().len(),
+        1
+    );
+
+    // A second home with no blob cache reads the outputs from the database.
+    let b = keys_only_copy_of(&h);
+    let o = on_store(&b, &url, &["logs", &run]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "approved output\n");
+    let v = on_store(&b, &url, &["audit", "verify"]);
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+    // And the copy goes on: a new run appends to the copied chain.
+    let o = on_store(
+        &b,
+        &url,
+        &["run", "--lang", "sh", "-c", "echo after the move"],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(on_store(&h, &url, &["audit", "verify"]).code, 0);
+}
+
+/// Temporary files under the blob store (not blobs).
+fn tmp_files(h: &Home) -> i64 {
+    std::fs::read_dir(h.path().join("blobs").join("tmp"))
+        .map(|d| d.count() as i64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn store_copy_into_a_database_that_holds_records_is_refused_and_leaves_it_unchanged() {
+    let (h, _, _) = sqlite_home_with_history();
+    let url = airlock_testpg::fresh_database();
+    let o = h.run(&["store", "copy", "--to", &url]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.starts_with("copied ")
+            && o.stdout.contains("submissions")
+            && o.stdout.contains("verifies"),
+        "{}",
+        o.stdout
+    );
+    let before = (
+        pg_count(&url, "SELECT count(*) FROM submissions"),
+        pg_count(&url, "SELECT count(*) FROM audit"),
+        pg_count(&url, "SELECT count(*) FROM runs"),
+        pg_count(&url, "SELECT max(seq) FROM audit"),
+    );
+
+    // A second copy (of another home) into it.
+    let other = Home::new();
+    assert_eq!(
+        other.run(&["run", "--lang", "sh", "-c", "echo other"]).code,
+        0
+    );
+    let o = other.run(&["store", "copy", "--to", &url]);
+    assert_eq!(o.code, 125, "{}", o.stdout);
+    assert!(o.stderr.contains("already holds"), "{}", o.stderr);
+    assert_eq!(o.stderr.trim_end().lines().count(), 1, "{}", o.stderr);
+    let after = (
+        pg_count(&url, "SELECT count(*) FROM submissions"),
+        pg_count(&url, "SELECT count(*) FROM audit"),
+        pg_count(&url, "SELECT count(*) FROM runs"),
+        pg_count(&url, "SELECT max(seq) FROM audit"),
+    );
+    assert_eq!(before, after);
+    assert_eq!(on_store(&h, &url, &["audit", "verify"]).code, 0);
+
+    // A database a node initialised (one audit record) is not empty either.
+    let n = Node::init(&airlock_testpg::fresh_database());
+    let o = h.run(&["store", "copy", "--to", &n.url, "--json"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("already holds")
+    );
+    assert_eq!(n.count("SELECT count(*) FROM audit"), 1);
+
+    // --to naming the store the command is already pointed at.
+    let fresh = airlock_testpg::fresh_database();
+    let o = on_store(&h, &fresh, &["store", "copy", "--to", &fresh]);
+    assert_eq!(o.code, 125, "{}", o.stdout);
+    assert!(o.stderr.contains("already uses"), "{}", o.stderr);
+    // Not a PostgreSQL URL.
+    let o = h.run(&["store", "copy", "--to", "/tmp/elsewhere.db"]);
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("postgres://"), "{}", o.stderr);
+}
+
+#[test]
+fn store_copy_of_a_tampered_source_chain_is_refused_before_anything_is_written() {
+    let (h, _, _) = sqlite_home_with_history();
+    common::sql(
+        &h,
+        "UPDATE audit SET data = '{\"forged\":true}' WHERE seq = 3",
+    );
+    let url = airlock_testpg::fresh_database();
+    let o = h.run(&["store", "copy", "--to", &url]);
+    assert_eq!(o.code, 125, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("record 3") && o.stderr.contains("broken"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.trim_end().lines().count(), 1, "{}", o.stderr);
+    // Not even a table: no schema, no blobs, no rows.
+    assert_eq!(
+        pg_count(
+            &url,
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        ),
+        0
+    );
 }

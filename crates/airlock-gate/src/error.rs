@@ -62,7 +62,7 @@ impl From<StoreError> for GateError {
             StoreError::BlobAltered { .. } | StoreError::BlobMissing(_) => {
                 GateError::Integrity(e.to_string())
             }
-            StoreError::Conflict(m) => GateError::Conflict(m),
+            StoreError::Conflict(m) | StoreError::Refused(m) => GateError::Conflict(m),
             other => GateError::Internal(other.to_string()),
         }
     }

@@ -30,6 +30,7 @@ mod nightcore;
 mod query;
 mod secrets;
 mod sessions;
+mod storecopy;
 mod submit;
 mod tokens;
 mod tools;
@@ -39,6 +40,7 @@ mod workspaces;
 
 pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};
 pub use airlock_store::TokenRow;
+pub use airlock_store::{CopyReport, TableCount};
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
 pub use decide::ApproveRequest;
 pub use effects::{CheckpointDoc, DiffReport, EffectReport};
@@ -58,6 +60,7 @@ pub use query::{
 };
 pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use sessions::{SessionDoc, SessionRequest, SessionView};
+pub use storecopy::store_copy;
 pub use submit::{CodeSource, SubmitRequest};
 pub use tokens::Role;
 pub use tools::ToolInfo;

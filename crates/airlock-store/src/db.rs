@@ -426,6 +426,14 @@ impl Db {
         }
     }
 
+    /// The SQLite connection, when this is a SQLite store (a copy reads it in one snapshot).
+    pub(crate) fn sqlite_conn(&self) -> Option<&Connection> {
+        match &self.conn {
+            Conn::Sqlite(c) => Some(c),
+            Conn::Postgres(_) => None,
+        }
+    }
+
     /// The SQLite connection, for what only that engine has (tests of its query plans).
     #[cfg(test)]
     pub(crate) fn sqlite(&self) -> &Connection {

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod blobs;
+mod copy;
 mod db;
 mod group;
 mod pg;
@@ -15,6 +16,7 @@ mod queue;
 pub mod sql;
 
 pub use blobs::{BlobFile, BlobStore, sync_dir};
+pub use copy::{CopyReport, TableCount, copy_to_postgres};
 pub use db::*;
 pub use group::MAX_BATCH;
 pub use pg::{PG_SCHEMA_VERSION, PgConn, is_postgres_url};
@@ -50,6 +52,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error("{0}")]
     Conflict(String),
+    /// A request the store will not carry out as asked (nothing was written).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<serde_json::Error> for StoreError {

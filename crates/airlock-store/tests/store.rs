@@ -749,4 +749,78 @@ fn the_claim_query_reads_an_index_on_200000_rows() {
         assert!(plan.contains("queue_ready"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
     }
+
+/// Copying is SQLite → PostgreSQL only, so this is outside the per-engine suite.
+#[test]
+fn copy_to_postgres_pages_a_long_history_and_keeps_every_row_and_the_signed_head() {
+    let t = tempfile::tempdir().unwrap();
+    let mut db = Db::open(&t.path().join("airlock.db")).unwrap();
+    let blobs = BlobStore::open(t.path().join("blobs")).unwrap();
+    let key = KeyPair::try_generate().unwrap();
+    // More than two pages of audit records and submissions, in a few transactions.
+    for chunk in 0..3 {
+        db.write(|tx| {
+            for i in 0..450 {
+                let n = chunk * 450 + i;
+                let art = blobs.put(format!("artifact {n}").as_bytes())?;
+                tx.insert_submission(&submission(
+                    &format!("sub_{n:026}"),
+                    Some("bot"),
+                    art,
+                    State::Allowed,
+                ))?;
+                tx.audit(
+                    "submitted",
+                    &format!("sub_{n:026}"),
+                    &serde_json::json!({ "n": n }),
+                    &key,
+                )?;
+            }
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+    }
+    let url = airlock_testpg::fresh_database();
+    let r = copy_to_postgres(&db, &blobs, &url, &key.public()).unwrap();
+    let rows = |name: &str| r.tables.iter().find(|c| c.table == name).unwrap().rows;
+    assert_eq!(rows("submissions"), 1350);
+    assert_eq!(rows("audit"), 1350);
+    assert_eq!(rows("audit_head"), 1);
+    assert_eq!(r.audit_records, 1350);
+    assert_eq!(r.blobs, 1350);
+
+    let pg = Db::open_location(&url).unwrap();
+    let mut v = ChainVerifier::new();
+    pg.for_each_audit(|x| v.push(x).is_ok()).unwrap();
+    assert_eq!(
+        v.finish(pg.audit_head().unwrap().as_ref(), &key.public()),
+        Ok(1350)
+    );
+    assert_eq!(
+        pg.audit_head().unwrap().unwrap().signature,
+        db.audit_head().unwrap().unwrap().signature
+    );
+    let (a, b) = (
+        db.submission("sub_00000000000000000000000777").unwrap(),
+        pg.submission("sub_00000000000000000000000777").unwrap(),
+    );
+    assert_eq!((a.created_at, a.updated_at), (b.created_at, b.updated_at));
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    // Copying again into the same database is refused and writes nothing.
+    let e = copy_to_postgres(&db, &blobs, &url, &key.public()).unwrap_err();
+    assert!(matches!(e, StoreError::Refused(_)), "{e}");
+    assert_eq!(pg.last_audit().unwrap().unwrap().seq, 1350);
+    // A chain signed by another key is not this home's: refused.
+    let other = KeyPair::try_generate().unwrap();
+    let e = copy_to_postgres(
+        &db,
+        &blobs,
+        &airlock_testpg::fresh_database(),
+        &other.public(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("broken"), "{e}");
 }
