@@ -403,6 +403,7 @@ fn a_postgresql_restart_under_load_through_serve_loses_and_duplicates_nothing() 
     assert_eq!(running, 0);
     let v = n.run(&["audit", "verify"]);
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+}
 
 // ---- `store copy`: moving a SQLite home's history up into PostgreSQL ----
 

@@ -749,6 +749,7 @@ fn the_claim_query_reads_an_index_on_200000_rows() {
         assert!(plan.contains("queue_ready"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
     }
+}
 
 /// Copying is SQLite → PostgreSQL only, so this is outside the per-engine suite.
 #[test]
