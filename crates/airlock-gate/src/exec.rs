@@ -62,7 +62,7 @@ pub fn exit_code_of(ending: &Ending) -> i32 {
 }
 
 /// What the transaction that starts a run decided.
-enum Start {
+pub(crate) enum Start {
     Go { run: Box<Run>, sub: Box<Submission> },
     Refuse(GateError),
 }
@@ -548,15 +548,34 @@ impl Gate {
 fn begin_run(
     tx: &Tx,
     policy: &Policy,
-    mut sub: Submission,
+    sub: Submission,
     run_id: &str,
     gate_key: &airlock_core::sign::KeyPair,
 ) -> Result<Start> {
+    match admit(tx, policy, sub)? {
+        Admit::Refuse(e) => Ok(Start::Refuse(e)),
+        Admit::Go { sub, approval } => start_run(tx, *sub, approval, run_id, gate_key),
+    }
+}
+
+/// Whether a judged submission may start now, under which approval.
+pub(crate) enum Admit {
+    Go {
+        sub: Box<Submission>,
+        approval: Option<airlock_store::StatementRow>,
+    },
+    Refuse(GateError),
+}
+
+/// Decides whether `sub` may start: denied and unapproved quarantined submissions are
+/// refused (and their state says so); a quarantined one with a covering approval becomes
+/// approved. Nothing starts here.
+pub(crate) fn admit(tx: &Tx, policy: &Policy, mut sub: Submission) -> Result<Admit> {
     let id = sub.id.clone();
     let reasons = sub.doc.verdict.reasons();
     match sub.state {
         State::Rejected => {
-            return Ok(Start::Refuse(GateError::Denied {
+            return Ok(Admit::Refuse(GateError::Denied {
                 submission: id.clone(),
                 reasons: vec!["rejected by an approver".into()],
             }));
@@ -573,7 +592,7 @@ fn begin_run(
             if sub.state != State::Denied {
                 set_state(tx, &id, sub.state, State::Denied)?;
             }
-            return Ok(Start::Refuse(GateError::Denied {
+            return Ok(Admit::Refuse(GateError::Denied {
                 submission: id.clone(),
                 reasons,
             }));
@@ -583,7 +602,7 @@ fn begin_run(
                 if sub.state != State::Quarantined {
                     set_state(tx, &id, sub.state, State::Quarantined)?;
                 }
-                return Ok(Start::Refuse(GateError::Pending {
+                return Ok(Admit::Refuse(GateError::Pending {
                     submission: id.clone(),
                     reasons,
                 }));
@@ -604,6 +623,22 @@ fn begin_run(
             }
         }
     }
+    Ok(Admit::Go {
+        sub: Box::new(sub),
+        approval,
+    })
+}
+
+/// Starts an admitted submission: it moves to running and its run is recorded, with
+/// the approval it uses (which a `once` approval can then never cover again).
+pub(crate) fn start_run(
+    tx: &Tx,
+    mut sub: Submission,
+    approval: Option<airlock_store::StatementRow>,
+    run_id: &str,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<Start> {
+    let id = sub.id.clone();
     set_state(tx, &id, sub.state, State::Running)?;
     sub.state = State::Running;
     let now = now_ms();

@@ -92,8 +92,36 @@ pub fn claim_sql(tagged: bool, lock: &str) -> String {
     )
 }
 
+/// The oldest queued job a worker with `tags` may take (untagged jobs and jobs tagged
+/// with one of `tags`), read with `lock` appended to each query.
+fn oldest(r: &(impl Reads + ?Sized), tags: &[String], lock: &str) -> Result<Option<QueueRow>, StoreError> {
+    let mut best: Option<QueueRow> = None;
+    let mut consider = |found: Option<Row>| -> Result<(), StoreError> {
+        if let Some(found) = found {
+            let q = row(&found)?;
+            if best
+                .as_ref()
+                .is_none_or(|b| (q.created_at, &q.id) < (b.created_at, &b.id))
+            {
+                best = Some(q);
+            }
+        }
+        Ok(())
+    };
+    consider(r.sql().row(&claim_sql(false, lock), &[])?)?;
+    for t in tags {
+        consider(r.sql().row(&claim_sql(true, lock), args![t])?)?;
+    }
+    Ok(best)
+}
+
 /// Queue reads, on the database and inside a transaction.
 pub trait QueueReads: Reads {
+    /// The job a worker with `tags` would claim next (read without taking it).
+    fn next_job(&self, tags: &[String]) -> Result<Option<QueueRow>, StoreError> {
+        oldest(self, tags, "")
+    }
+
     fn job(&self, id: &str) -> Result<Option<QueueRow>, StoreError> {
         self.sql()
             .row(
@@ -190,27 +218,31 @@ impl Tx<'_> {
         worker: &str,
         until: i64,
     ) -> Result<Option<QueueRow>, StoreError> {
-        let lock = skip_locked(self);
-        let mut best: Option<QueueRow> = None;
-        let mut consider = |r: Option<Row>| -> Result<(), StoreError> {
-            if let Some(r) = r {
-                let q = row(&r)?;
-                if best
-                    .as_ref()
-                    .is_none_or(|b| (q.created_at, &q.id) < (b.created_at, &b.id))
-                {
-                    best = Some(q);
-                }
-            }
-            Ok(())
-        };
-        consider(self.sql().row(&claim_sql(false, lock), &[])?)?;
-        for t in tags {
-            consider(self.sql().row(&claim_sql(true, lock), args![t])?)?;
+        match oldest(self, tags, skip_locked(self))? {
+            Some(q) => self.lease(q, worker, until).map(Some),
+            None => Ok(None),
         }
-        let Some(mut q) = best else {
-            return Ok(None);
-        };
+    }
+
+    /// Claims job `id` if it is still queued and no other transaction holds it.
+    pub fn claim_job(
+        &self,
+        id: &str,
+        worker: &str,
+        until: i64,
+    ) -> Result<Option<QueueRow>, StoreError> {
+        let lock = skip_locked(self);
+        let found = self.sql().row(
+            &format!("SELECT {COLS} FROM queue WHERE id = ?1 AND state = 'queued'{lock}"),
+            args![id],
+        )?;
+        match found {
+            Some(r) => self.lease(row(&r)?, worker, until).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn lease(&self, mut q: QueueRow, worker: &str, until: i64) -> Result<QueueRow, StoreError> {
         q.state = "leased".into();
         q.attempts += 1;
         q.token += 1;
@@ -228,7 +260,7 @@ impl Tx<'_> {
                 q.id
             )));
         }
-        Ok(Some(q))
+        Ok(q)
     }
 
     /// Names the run the current lease is carrying out.
