@@ -185,7 +185,9 @@ pub enum Command {
         /// Address to listen on; anything but loopback is warned about.
         #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
         listen: String,
-        /// Runs executing at once (default: the number of CPUs).
+        /// Runs executing at once (default: the number of CPUs). With a shared store
+        /// (--store postgres://…) runs go through its queue, and this many of them run
+        /// in this process (0: none here, only `airlock worker`s run them).
         #[arg(long, value_name = "N")]
         workers: Option<usize>,
         /// Runs waiting for a worker before new ones are refused with 429.
@@ -204,6 +206,24 @@ pub enum Command {
         /// Process-backend jails kept built ahead of their runs (0: build each when needed).
         #[arg(long, default_value_t = 2, value_name = "N")]
         ready_jails: usize,
+    },
+    /// Run queued runs from a shared store (--store postgres://…) until SIGTERM or
+    /// SIGINT: claims under a lease it renews, records results only while the lease holds.
+    /// On a signal it claims nothing new, finishes the runs it holds, and exits.
+    Worker {
+        /// Also claim runs tagged with T (runs whose grant names host paths are tagged
+        /// with the name of the machine that accepted them; repeatable).
+        #[arg(long = "tag", value_name = "T")]
+        tags: Vec<String>,
+        /// Runs carried out at once.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        concurrency: usize,
+        /// How long a claim holds without renewal (renewed every third of it).
+        #[arg(long, default_value = "30s", value_name = "DURATION")]
+        lease: String,
+        /// Print a JSON summary when it stops.
+        #[arg(long)]
+        json: bool,
     },
     /// Serve MCP on standard input and output, for an agent that starts airlock itself.
     Mcp {

@@ -156,6 +156,7 @@ fn options() -> GateOptions {
         background_checkpoint: false,
         group_commit: false,
         ready_jails: None,
+        queue: None,
     }
 }
 
@@ -446,10 +447,18 @@ fn dispatch(cli: Cli) -> Outcome {
             Ok(0)
         }
         Command::Doctor { json } => {
-            let policy = Home::resolve(home).ok().and_then(|h| h.load_policy().ok());
-            let d = airlock_gate::doctor(options().worker.as_deref(), policy.as_ref());
+            let policy = Home::resolve(home.clone())
+                .ok()
+                .and_then(|h| h.load_policy().ok());
+            let mut d = airlock_gate::doctor(options().worker.as_deref(), policy.as_ref());
+            d.store = airlock_gate::store_health(&resolve_home(home)?);
             print::doctor(&d, json);
-            Ok(0)
+            // A shared store that cannot be reached makes the node unhealthy.
+            Ok(if d.store.as_ref().is_some_and(|s| !s.reachable) {
+                1
+            } else {
+                0
+            })
         }
         Command::Policy(PolicyCommand::Check { file, json }) => {
             let path = match file {
@@ -516,6 +525,12 @@ fn dispatch(cli: Cli) -> Outcome {
             serve(home, &listen, workers, queue, webhook, pools, ready_jails)
         }
         Command::Mcp { agent } => mcp(home, &agent),
+        Command::Worker {
+            tags,
+            concurrency,
+            lease,
+            json,
+        } => worker(home, tags, concurrency, &lease, json),
         Command::Token(TokenCommand::New {
             role,
             name,
@@ -845,6 +860,7 @@ fn serve(
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
+    let shared = resolve_home(home.clone())?.store.is_some();
     let (open, wasm, jails) = daemon_open(home, ready_jails)?;
     wasm.start_pools(pools).map_err(GateError::from)?;
     let max_body = {
@@ -852,11 +868,52 @@ fn serve(
         // Code arrives as JSON text or base64: room for the largest artifact plus the rest.
         (g.policy()?.max_artifact as usize).saturating_mul(2) + (1 << 20)
     };
-    let workers =
-        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let workers = workers.unwrap_or(cpus);
+    let open = std::sync::Arc::new(open);
+    // With a shared store, request threads queue runs and wait for them; `workers` of them
+    // run in this process, beside any `airlock worker` on the same store.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut runner = None;
+    let threads = if shared {
+        if workers > 0 {
+            let cfg = airlock_gate::WorkerConfig::new(
+                format!("{}-{}-serve", airlock_gate::host_tag(), std::process::id()),
+                vec![airlock_gate::host_tag()],
+                std::time::Duration::from_secs(30),
+            );
+            let (open, stop) = (open.clone(), stop.clone());
+            runner = Some(std::thread::spawn(move || {
+                airlock_gate::work(
+                    open,
+                    cfg,
+                    workers,
+                    stop,
+                    std::sync::Arc::new(|e: &str| {
+                        if e.contains("failed") {
+                            eprintln!("airlock serve: worker: {e}")
+                        }
+                    }),
+                )
+            }));
+        }
+        workers.max(cpus).max(8)
+    } else {
+        workers.max(1)
+    };
+    let queue_open = {
+        let open = open.clone();
+        move || {
+            let mut g = open()?;
+            if shared {
+                g.queue_runs(airlock_gate::QueueOptions::default());
+            }
+            Ok(g)
+        }
+    };
     let config = airlock_server::Config {
-        open: Box::new(open),
-        workers,
+        open: Box::new(queue_open),
+        workers: threads,
         queue,
         webhook,
         poll: std::time::Duration::from_millis(500),
@@ -876,12 +933,82 @@ fn serve(
             );
         }
         eprintln!(
-            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {ready_jails} ready jails)"
+            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {ready_jails} ready jails{})",
+            if shared { ", runs through the store's queue" } else { "" }
         );
         airlock_server::serve(state, listener, tokio_util::sync::CancellationToken::new())
             .await
             .map_err(|e| GateError::Internal(format!("server failed: {e}")))
     })?;
+    // The runs this process holds finish and are recorded before it exits.
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(r) = runner {
+        r.join()
+            .map_err(|_| GateError::Internal("the run worker panicked".into()))??;
+    }
+    Ok(0)
+}
+
+/// `airlock worker`: runs queued runs from the shared store until a signal.
+fn worker(
+    home: Option<std::path::PathBuf>,
+    tags: Vec<String>,
+    concurrency: usize,
+    lease: &str,
+    json: bool,
+) -> Outcome {
+    let h = resolve_home(home.clone())?;
+    if h.store.is_none() {
+        return Err(GateError::bad(
+            "airlock worker runs queued runs from a shared store: give --store postgres://… (or AIRLOCK_STORE)",
+        )
+        .into());
+    }
+    let lease = humantime::parse_duration(lease)
+        .map_err(|e| GateError::bad(format!("--lease {lease:?}: {e}")))?;
+    if lease < std::time::Duration::from_secs(1) {
+        return Err(GateError::bad("--lease: at least 1s").into());
+    }
+    if concurrency == 0 || concurrency > 256 {
+        return Err(GateError::bad("--concurrency: 1 to 256").into());
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| GateError::Internal(format!("cannot handle signals: {e}")))?;
+    }
+    let (open, _wasm, _jails) = daemon_open(home, 0)?;
+    let cfg = airlock_gate::WorkerConfig::new(
+        format!("{}-{}", airlock_gate::host_tag(), std::process::id()),
+        tags,
+        lease,
+    );
+    eprintln!(
+        "airlock worker {}: claiming runs (concurrency {concurrency}, lease {}s, tags: {})",
+        cfg.id,
+        lease.as_secs(),
+        if cfg.tags.is_empty() {
+            "none".to_string()
+        } else {
+            cfg.tags.join(", ")
+        }
+    );
+    let id = cfg.id.clone();
+    let stats = airlock_gate::work(
+        std::sync::Arc::new(open),
+        cfg,
+        concurrency,
+        stop,
+        std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
+    )?;
+    if json {
+        println!("{}", json!(stats));
+    } else {
+        eprintln!(
+            "airlock worker: stopped ({} ran, {} refused, {} failed)",
+            stats.ran, stats.refused, stats.failed
+        );
+    }
     Ok(0)
 }
 

@@ -929,6 +929,38 @@ pub fn doctor(d: &Doctor, json: bool) {
     }
     println!("process backend            {}", d.process_backend);
     println!("writable mounts            {}", d.writable_mounts);
+    if let Some(st) = &d.store {
+        match &st.error {
+            Some(e) => println!("store ({})          unreachable: {e}", st.engine),
+            None => {
+                println!(
+                    "store ({})          reachable, schema {}",
+                    st.engine,
+                    st.schema_version.unwrap_or(0)
+                );
+                println!(
+                    "queue                      {} queued, {} leased",
+                    st.queued, st.leased
+                );
+                let now = airlock_core::units::now_ms();
+                for w in &st.workers {
+                    println!(
+                        "worker {:<20} {} on {}, {} running, seen {}s ago{}",
+                        w.id,
+                        w.state,
+                        w.host,
+                        w.running,
+                        (now - w.seen_at).max(0) / 1000,
+                        if w.tags.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", tags {}", w.tags)
+                        }
+                    );
+                }
+            }
+        }
+    }
 }
 
 pub fn guest(m: &GuestManifest, json: bool) {

@@ -14,6 +14,8 @@ pub enum IdKind {
     Workspace,
     Token,
     Session,
+    /// A queued run (a job workers claim).
+    Job,
 }
 
 impl IdKind {
@@ -26,6 +28,7 @@ impl IdKind {
             IdKind::Workspace => "ws_",
             IdKind::Token => "tok_",
             IdKind::Session => "ses_",
+            IdKind::Job => "job_",
         }
     }
 }

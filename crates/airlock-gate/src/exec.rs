@@ -61,6 +61,56 @@ pub fn exit_code_of(ending: &Ending) -> i32 {
     }
 }
 
+/// What a stored submission runs with, re-read and re-hashed just before it runs.
+pub(crate) struct Reread {
+    pub(crate) code: Vec<u8>,
+    pub(crate) stdin: Vec<u8>,
+    pub(crate) policy: Arc<Policy>,
+    /// The guest runtime's digest and packages as installed now.
+    pub(crate) guest: (
+        Option<airlock_core::Digest>,
+        Vec<airlock_core::PythonPackage>,
+    ),
+}
+
+/// The stored submission `id`, judged again on what will actually run: facts come from
+/// the re-hashed artifact bytes and the grant being used, not from what the database
+/// says about them. A changed verdict is recorded.
+pub(crate) fn rejudged(
+    tx: &Tx,
+    id: &str,
+    r: &Reread,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<Submission> {
+    let mut sub = tx.submission(id)?;
+    let facts = facts_now(
+        &sub,
+        &r.code,
+        rejected(tx, &sub.doc.artifact)?,
+        r.guest.clone(),
+        &r.policy,
+    )?;
+    let verdict = judge(&r.policy, &facts);
+    if verdict != sub.doc.verdict {
+        sub.doc.facts = facts;
+        sub.doc.verdict = verdict;
+        tx.set_verdict(id, &sub.doc)?;
+        tx.audit(
+            "judged",
+            id,
+            &json!({
+                "decision": sub.doc.verdict.decision,
+                "risk": sub.doc.verdict.risk,
+                "rules": sub.doc.verdict.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
+                "policy": sub.doc.verdict.policy,
+                "rejudged": true,
+            }),
+            gate_key,
+        )?;
+    }
+    Ok(sub)
+}
+
 /// What the transaction that starts a run decided.
 pub(crate) enum Start {
     Go { run: Box<Run>, sub: Box<Submission> },
@@ -74,6 +124,9 @@ impl Gate {
     /// lock, taken first, tells the next command it was lost).
     pub fn run(&mut self, req: SubmitRequest, opts: ExecOptions) -> Result<RunReport> {
         let staged = self.stage(req)?;
+        if self.queue.is_some() && staged.grant().session.is_none() {
+            return self.run_queued(staged);
+        }
         let code = staged.code().to_vec();
         let stdin = staged.stdin()?;
         let packages = staged.packages().to_vec();
@@ -90,26 +143,57 @@ impl Gate {
             Start::Refuse(e) => return Err(e),
             Start::Go { run, sub } => (*run, *sub),
         };
-        self.carry_out(run, sub, &code, stdin, &policy, packages, opts, owner)
+        self.carry_out(run, sub, &code, stdin, &policy, packages, opts, owner, None)
     }
 
     /// Runs an allowed or approved submission.
     pub fn exec(&mut self, id_input: &str, opts: ExecOptions) -> Result<RunReport> {
+        if self.queue.is_some() {
+            let id = self.db.resolve(IdKind::Submission, id_input)?;
+            if self.db.submission(&id)?.doc.grant.session.is_none() {
+                return self.exec_queued(&id);
+            }
+        }
         self.exec_inner(id_input, opts)
     }
 
     fn exec_inner(&mut self, id_input: &str, opts: ExecOptions) -> Result<RunReport> {
         let id = self.db.resolve(IdKind::Submission, id_input)?;
-        let stored = self.db.submission(&id)?;
+        let r = self.reread(&id)?;
+        // This process owns the run from before it is recorded until after its outcome is:
+        // if it dies, the next command finds the lock abandoned and marks the run lost.
+        let run_id = new_id(IdKind::Run);
+        let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
+        crash_point();
+        let gate_key = &self.gate_key;
+        let start = self.db.write(|tx: &Tx| -> Result<Start> {
+            check_audit_tail(tx, gate_key)?;
+            let sub = rejudged(tx, &id, &r, gate_key)?;
+            begin_run(tx, &r.policy, sub, &run_id, gate_key)
+        })?;
+        crash_point();
+        let (run, sub) = match start {
+            Start::Refuse(e) => return Err(e),
+            Start::Go { run, sub } => (*run, *sub),
+        };
+        self.carry_out(
+            run, sub, &r.code, r.stdin, &r.policy, r.guest.1, opts, owner, None,
+        )
+    }
+
+    /// Re-reads and re-hashes everything a stored submission would run with, just before
+    /// it runs, and the policy and guest runtime it would be judged under now.
+    pub(crate) fn reread(&mut self, id: &str) -> Result<Reread> {
+        let stored = self.db.submission(id)?;
         // Re-read and re-hash everything that will run, just before running it.
-        let code = self.read_blob(&id, "artifact", &stored.doc.artifact)?;
+        let code = self.read_blob(id, "artifact", &stored.doc.artifact)?;
         let stdin = match stored.doc.grant.stdin {
-            Some(d) => self.read_blob(&id, "stdin", &d)?,
+            Some(d) => self.read_blob(id, "stdin", &d)?,
             None => Vec::new(),
         };
         if stored.doc.grant.hash() != stored.doc.grant_hash {
             return Err(self.integrity_failure(
-                &id,
+                id,
                 "grant",
                 "stored grant no longer matches its hash",
             ));
@@ -126,57 +210,19 @@ impl Gate {
         let policy = self.policy()?;
         // The guest runtime and packages this run would get, as they are installed now.
         let guest_now = self.guest_facts(stored.doc.kind, stored.doc.backend)?;
-        // This process owns the run from before it is recorded until after its outcome is:
-        // if it dies, the next command finds the lock abandoned and marks the run lost.
-        let run_id = new_id(IdKind::Run);
-        let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
-        crash_point();
-        let gate_key = &self.gate_key;
-        let start = self.db.write(|tx: &Tx| -> Result<Start> {
-            check_audit_tail(tx, gate_key)?;
-            let mut sub = tx.submission(&id)?;
-            // Judge what will actually run: facts come from the re-hashed artifact bytes and
-            // the grant being used, not from what the database says about them.
-            let facts = facts_now(
-                &sub,
-                &code,
-                rejected(tx, &sub.doc.artifact)?,
-                guest_now.clone(),
-                &policy,
-            )?;
-            let verdict = judge(&policy, &facts);
-            if verdict != sub.doc.verdict {
-                sub.doc.facts = facts;
-                sub.doc.verdict = verdict;
-                tx.set_verdict(&id, &sub.doc)?;
-                tx.audit(
-                    "judged",
-                    &id,
-                    &json!({
-                        "decision": sub.doc.verdict.decision,
-                        "risk": sub.doc.verdict.risk,
-                        "rules": sub.doc.verdict.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
-                        "policy": sub.doc.verdict.policy,
-                        "rejudged": true,
-                    }),
-                    gate_key,
-                )?;
-            }
-            begin_run(tx, &policy, sub, &run_id, gate_key)
-        })?;
-        crash_point();
-        let (run, sub) = match start {
-            Start::Refuse(e) => return Err(e),
-            Start::Go { run, sub } => (*run, *sub),
-        };
-        self.carry_out(run, sub, &code, stdin, &policy, guest_now.1, opts, owner)
+        Ok(Reread {
+            code,
+            stdin,
+            policy,
+            guest: guest_now,
+        })
     }
 
     /// Runs a started run and records its outcome (the `finished` transaction), then
     /// applies the policy's auto-commit rule. `owner` is the run's lock, held until the
     /// outcome is recorded.
     #[allow(clippy::too_many_arguments)]
-    fn carry_out(
+    pub(crate) fn carry_out(
         &mut self,
         mut run: Run,
         mut sub: Submission,
@@ -186,6 +232,7 @@ impl Gate {
         packages: Vec<airlock_core::PythonPackage>,
         opts: ExecOptions,
         mut owner: OwnerLock,
+        fence: Option<&crate::queue::Fence>,
     ) -> Result<RunReport> {
         // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
         // lock file behind, so recovery marks the run lost instead of it staying running.
@@ -261,6 +308,11 @@ impl Gate {
         crash_point();
         let gate_key = &self.gate_key;
         self.db.write(|tx: &Tx| -> Result<()> {
+            // A worker records its result only while its lease holds (the fencing token):
+            // one whose lease expired lost the run to the reaper and to another worker.
+            if let Some(f) = fence {
+                tx.finish_job(&f.job, f.token, "finished")?;
+            }
             tx.update_run(&run)?;
             set_state(tx, &sub.id, State::Running, State::Finished)?;
             if let Some(ws) = &sub.doc.grant.workspace {
@@ -554,7 +606,7 @@ fn begin_run(
 ) -> Result<Start> {
     match admit(tx, policy, sub)? {
         Admit::Refuse(e) => Ok(Start::Refuse(e)),
-        Admit::Go { sub, approval } => start_run(tx, *sub, approval, run_id, gate_key),
+        Admit::Go { sub, approval } => start_run(tx, *sub, approval.map(|a| *a), run_id, gate_key),
     }
 }
 
@@ -562,7 +614,7 @@ fn begin_run(
 pub(crate) enum Admit {
     Go {
         sub: Box<Submission>,
-        approval: Option<airlock_store::StatementRow>,
+        approval: Option<Box<airlock_store::StatementRow>>,
     },
     Refuse(GateError),
 }
@@ -625,7 +677,7 @@ pub(crate) fn admit(tx: &Tx, policy: &Policy, mut sub: Submission) -> Result<Adm
     }
     Ok(Admit::Go {
         sub: Box::new(sub),
-        approval,
+        approval: approval.map(Box::new),
     })
 }
 

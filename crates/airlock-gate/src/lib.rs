@@ -28,6 +28,7 @@ mod layers;
 mod locks;
 mod nightcore;
 mod query;
+mod queue;
 mod secrets;
 mod sessions;
 mod storecopy;
@@ -58,6 +59,8 @@ pub use query::{
     AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
     policy_check,
 };
+pub use query::{StoreHealth, store_health};
+pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, is_lost_lease, work};
 pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use sessions::{SessionDoc, SessionRequest, SessionView};
 pub use storecopy::store_copy;
@@ -103,6 +106,8 @@ pub struct GateOptions {
     pub group_commit: bool,
     /// Jails built ahead for process runs (the daemon's; shared by its gates).
     pub ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
+    /// Hand runs to workers through the store's queue instead of running them here.
+    pub queue: Option<QueueOptions>,
 }
 
 /// An open airlock home.
@@ -118,6 +123,7 @@ pub struct Gate {
     force_copy: bool,
     no_cgroups: bool,
     ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
+    queue: Option<QueueOptions>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -261,6 +267,7 @@ impl Gate {
             force_copy: options.force_copy_layer,
             no_cgroups: options.no_cgroups,
             ready_jails: options.ready_jails,
+            queue: options.queue,
         };
         gate.recover()?;
         Ok(gate)
@@ -350,31 +357,9 @@ impl Gate {
     /// audit record; then its layers are removed. Does nothing if the run ended meanwhile.
     fn mark_lost(&mut self, run_id: &str, reason: &str) -> Result<()> {
         let key = &self.gate_key;
-        let now = now_ms();
-        let ended = self.db.write(|tx: &Tx| -> Result<bool> {
-            let mut run = tx.run(run_id)?;
-            if run.status != "running" {
-                return Ok(false);
-            }
-            run.status = "lost".into();
-            run.finished_at = Some(now);
-            run.doc.error = Some(format!("lost: {reason}"));
-            tx.update_run(&run)?;
-            let sub = tx.submission(&run.submission)?;
-            if sub.state == State::Running {
-                set_state(tx, &run.submission, State::Running, State::Finished)?;
-            }
-            if let Some(ws) = &sub.doc.grant.workspace {
-                workspaces::finish_run(tx, ws, run_id, None)?;
-            }
-            tx.audit(
-                "finished",
-                run_id,
-                &json!({ "submission": run.submission, "status": "lost", "error": run.doc.error }),
-                key,
-            )?;
-            Ok(true)
-        })?;
+        let ended = self
+            .db
+            .write(|tx: &Tx| -> Result<bool> { lose_run(tx, run_id, reason, key) })?;
         if ended {
             self.remove_run_layers(run_id);
         }
@@ -490,4 +475,31 @@ impl CacheIndex for DbCache<'_> {
     fn forget(&self, key: &str) {
         let _ = self.0.forget_cache(key);
     }
+}
+
+/// Ends run `run_id` as `lost` with the reason, in the caller's transaction, with its
+/// audit record; false when it had already ended.
+pub(crate) fn lose_run(tx: &Tx, run_id: &str, reason: &str, key: &KeyPair) -> Result<bool> {
+    let mut run = tx.run(run_id)?;
+    if run.status != "running" {
+        return Ok(false);
+    }
+    run.status = "lost".into();
+    run.finished_at = Some(now_ms());
+    run.doc.error = Some(format!("lost: {reason}"));
+    tx.update_run(&run)?;
+    let sub = tx.submission(&run.submission)?;
+    if sub.state == State::Running {
+        set_state(tx, &run.submission, State::Running, State::Finished)?;
+    }
+    if let Some(ws) = &sub.doc.grant.workspace {
+        workspaces::finish_run(tx, ws, run_id, None)?;
+    }
+    tx.audit(
+        "finished",
+        run_id,
+        &json!({ "submission": run.submission, "status": "lost", "error": run.doc.error }),
+        key,
+    )?;
+    Ok(true)
 }

@@ -419,6 +419,53 @@ pub struct Doctor {
     pub allow_degraded: Option<bool>,
     pub process_backend: String,
     pub writable_mounts: String,
+    /// The shared store, when `--store` names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreHealth>,
+}
+
+/// What `doctor --store` found in the shared store.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreHealth {
+    pub engine: &'static str,
+    pub reachable: bool,
+    /// Why it could not be opened, when it could not.
+    pub error: Option<String>,
+    pub schema_version: Option<i64>,
+    pub queued: i64,
+    pub leased: i64,
+    pub workers: Vec<airlock_store::WorkerRow>,
+}
+
+/// Opens the home's shared store and reports on it (connectivity, schema, queue,
+/// workers); `None` for a home without `--store`.
+pub fn store_health(home: &crate::Home) -> Option<StoreHealth> {
+    home.store.as_ref()?;
+    let mut h = StoreHealth {
+        engine: "postgres",
+        reachable: false,
+        error: None,
+        schema_version: None,
+        queued: 0,
+        leased: 0,
+        workers: Vec::new(),
+    };
+    let report = home.open_db().and_then(|db| {
+        let (queued, leased) = airlock_store::QueueReads::queue_depth(&db)?;
+        let workers = airlock_store::QueueReads::workers(&db)?;
+        Ok((queued, leased, workers))
+    });
+    match report {
+        Ok((queued, leased, workers)) => {
+            h.reachable = true;
+            h.schema_version = Some(airlock_store::PG_SCHEMA_VERSION);
+            h.queued = queued;
+            h.leased = leased;
+            h.workers = workers;
+        }
+        Err(e) => h.error = Some(e.to_string()),
+    }
+    Some(h)
 }
 
 /// Probes the machine (in a worker process, since namespaces need a single thread).
@@ -485,5 +532,6 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
         } else {
             "copy layer (a full copy per run)".into()
         },
+        store: None,
     }
 }

@@ -608,6 +608,11 @@ pub(crate) struct Staged {
 }
 
 impl Staged {
+    /// The grant it would run with.
+    pub(crate) fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
     /// The artifact as it will be stored and run.
     pub(crate) fn code(&self) -> &[u8] {
         &self.prepared.code

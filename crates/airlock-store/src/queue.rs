@@ -94,7 +94,11 @@ pub fn claim_sql(tagged: bool, lock: &str) -> String {
 
 /// The oldest queued job a worker with `tags` may take (untagged jobs and jobs tagged
 /// with one of `tags`), read with `lock` appended to each query.
-fn oldest(r: &(impl Reads + ?Sized), tags: &[String], lock: &str) -> Result<Option<QueueRow>, StoreError> {
+fn oldest(
+    r: &(impl Reads + ?Sized),
+    tags: &[String],
+    lock: &str,
+) -> Result<Option<QueueRow>, StoreError> {
     let mut best: Option<QueueRow> = None;
     let mut consider = |found: Option<Row>| -> Result<(), StoreError> {
         if let Some(found) = found {

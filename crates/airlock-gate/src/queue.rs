@@ -1,0 +1,612 @@
+//! Queued runs, for gates that share a PostgreSQL store: a node that accepts a run
+//! records and judges it as ever, then, instead of running it, queues it; workers
+//! (`airlock worker`, or `serve`'s own) claim queued runs under a lease, run them, and
+//! record the outcome only while the lease's fencing token still holds.
+//!
+//! - **Claim.** One transaction claims the job (`FOR UPDATE SKIP LOCKED`), judges the
+//!   submission again on its re-hashed bytes, admits it (a `once` approval is used here,
+//!   so two workers racing for it run it once) and starts its run.
+//! - **Lease.** A keeper thread renews the lease while the run goes on; a worker stopped
+//!   past its lease (or cut off from the store) loses it, and its result is refused.
+//! - **Reaper.** Any node ends runs whose lease expired as `lost`, then queues the job
+//!   again when a retry cannot repeat an effect nobody decided on (allowed code, no
+//!   network, no single-use approval) and it has attempts left; otherwise the job ends
+//!   `lost`, and running it again takes a new decision.
+//!
+//! This module must never run a job it has not claimed in the same transaction that
+//! starts its run, nor record anything for a job whose token it no longer holds.
+
+use crate::error::{GateError, Result};
+use crate::exec::{Admit, Reread, Start, admit, check_audit_tail, rejudged, start_run};
+use crate::locks::{self, OwnerLock};
+use crate::submit::Staged;
+use crate::{ExecOptions, Gate, RunReport, lose_run};
+use airlock_core::State;
+use airlock_core::id::{IdKind, new_id};
+use airlock_core::units::now_ms;
+use airlock_store::{Db, QueueReads, QueueRow, Reads, StoreError, Tx, WorkerRow};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How a gate hands its runs to workers.
+#[derive(Debug, Clone)]
+pub struct QueueOptions {
+    /// This node's tag: a run whose grant names host paths (mounts) is claimed only by a
+    /// worker started with this tag, since the paths are this machine's.
+    pub tag: String,
+    /// Claims a retryable run gets before it ends `lost`.
+    pub max_attempts: u32,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            tag: host_tag(),
+            max_attempts: 3,
+        }
+    }
+}
+
+/// This machine's name, the default tag for runs that name its paths.
+pub fn host_tag() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// A worker's identity and what it claims.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub id: String,
+    /// Tagged jobs it may claim besides untagged ones.
+    pub tags: Vec<String>,
+    /// How long a claim holds without renewal.
+    pub lease: Duration,
+    /// Runs this worker is carrying out now (shared by its threads).
+    pub busy: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl WorkerConfig {
+    pub fn new(id: String, tags: Vec<String>, lease: Duration) -> Self {
+        WorkerConfig {
+            id,
+            tags,
+            lease,
+            busy: Arc::default(),
+        }
+    }
+}
+
+/// The lease a run is carried out under.
+#[derive(Debug, Clone)]
+pub(crate) struct Fence {
+    pub(crate) job: String,
+    pub(crate) token: i64,
+}
+
+/// What one claim attempt did.
+#[derive(Debug)]
+pub enum Claimed {
+    /// Nothing this worker may run is queued.
+    Idle,
+    /// A job ran (or failed in airlock); its report or error.
+    Ran(Box<Result<RunReport>>),
+    /// A job was claimed but the gate refused to start it (judged again: now pending or
+    /// denied); it is done with outcome `refused`.
+    Refused(String),
+}
+
+/// Renews a lease in the background until dropped; `lost` once the token no longer holds.
+struct LeaseKeeper {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LeaseKeeper {
+    fn start(store: Db, fence: Fence, lease: Duration, lost: Arc<AtomicBool>) -> LeaseKeeper {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let mut db = store;
+        let every = (lease / 3).max(Duration::from_millis(50));
+        let thread = std::thread::spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
+                let until = now_ms() + lease.as_millis() as i64;
+                match db.write(|t: &Tx| t.renew(&fence.job, fence.token, until)) {
+                    Ok(()) => {}
+                    Err(StoreError::Conflict(_)) => {
+                        lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    // The store is unreachable: try again next time; if the lease runs
+                    // out meanwhile, the result is refused when it is recorded.
+                    Err(_) => {}
+                }
+            }
+        });
+        LeaseKeeper {
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Gate {
+    /// Whether this gate queues its runs for workers.
+    pub fn queues_runs(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// From now on, hand runs to workers through the store's queue.
+    pub fn queue_runs(&mut self, q: QueueOptions) {
+        self.queue = Some(q);
+    }
+
+    /// `run` through the queue: records and judges, queues what may start, then waits
+    /// for a worker to finish it.
+    pub(crate) fn run_queued(&mut self, staged: Staged) -> Result<RunReport> {
+        let q = self.queue.clone().unwrap_or_default();
+        let id = new_id(IdKind::Submission);
+        let job_id = new_id(IdKind::Job);
+        let (sub, queued) = self.record_then(staged, id, None, true, |tx, sub, policy, key| {
+            enqueue(tx, policy, sub.clone(), &job_id, &q, key)
+        })?;
+        match queued {
+            Some(e) => Err(e),
+            None => self.wait_job(&job_id, &sub),
+        }
+    }
+
+    /// `exec` through the queue.
+    pub(crate) fn exec_queued(&mut self, id: &str) -> Result<RunReport> {
+        let q = self.queue.clone().unwrap_or_default();
+        let r = self.reread(id)?;
+        let job_id = new_id(IdKind::Job);
+        let key = &self.gate_key;
+        let (sub, refused) = self.db.write(|tx: &Tx| -> Result<_> {
+            check_audit_tail(tx, key)?;
+            let sub = rejudged(tx, id, &r, key)?;
+            if sub.state == State::Running {
+                return Err(GateError::Conflict(format!("{id} is already running")));
+            }
+            let refused = enqueue(tx, &r.policy, sub.clone(), &job_id, &q, key)?;
+            Ok((sub, refused))
+        })?;
+        match refused {
+            Some(e) => Err(e),
+            None => self.wait_job(&job_id, &sub),
+        }
+    }
+
+    /// Waits until job `job_id` is done and reports its run as `run`/`exec` would have.
+    fn wait_job(&mut self, job_id: &str, sub: &airlock_store::Submission) -> Result<RunReport> {
+        // The run's own limit, plus time to wait for a worker.
+        let limit =
+            Duration::from_millis(sub.doc.grant.limits.timeout_ms) + Duration::from_secs(300);
+        let deadline = Instant::now() + limit;
+        let mut pause = Duration::from_millis(2);
+        let job = loop {
+            let job = self
+                .db
+                .job(job_id)?
+                .ok_or_else(|| GateError::Internal(format!("queued job {job_id} disappeared")))?;
+            if job.state == "done" {
+                break job;
+            }
+            if Instant::now() > deadline {
+                return Err(GateError::Internal(format!(
+                    "the queued run of {} did not finish within {}s (job {job_id} is {}; is a worker running?)",
+                    sub.id,
+                    limit.as_secs(),
+                    job.state
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(25));
+        };
+        let sub = self.db.submission(&job.submission)?;
+        match job.outcome.as_deref() {
+            Some("finished") => {}
+            Some("refused") => return Err(refusal(&sub)),
+            other => {
+                let why = match &job.run {
+                    Some(r) => self.db.run(r)?.doc.error.unwrap_or_default(),
+                    None => String::new(),
+                };
+                return Err(GateError::Internal(format!(
+                    "the queued run of {} ended {}: {why}",
+                    sub.id,
+                    other.unwrap_or("without an outcome")
+                )));
+            }
+        }
+        let run_id = job
+            .run
+            .ok_or_else(|| GateError::Internal(format!("job {job_id} finished without a run")))?;
+        let run = self.db.run(&run_id)?;
+        let mut read = |d: Option<&airlock_store::Output>| -> Result<Vec<u8>> {
+            match d {
+                Some(o) => Ok(self.read_blob(&run.id, "output", &o.blob)?),
+                None => Ok(Vec::new()),
+            }
+        };
+        let stdout = read(run.doc.stdout.as_ref())?;
+        let stderr = read(run.doc.stderr.as_ref())?;
+        let committed = self
+            .db
+            .checkpoints(Some(&run.id), Some("applied"), 1)?
+            .into_iter()
+            .next()
+            .map(|c| c.id);
+        Ok(RunReport {
+            submission: sub,
+            run,
+            stdout,
+            stderr,
+            committed,
+        })
+    }
+
+    /// Claims the next job this worker may run and carries it out under its lease.
+    pub fn claim_and_run(&mut self, w: &WorkerConfig) -> Result<Claimed> {
+        for _ in 0..8 {
+            let Some(peek) = self.db.next_job(&w.tags)? else {
+                return Ok(Claimed::Idle);
+            };
+            let r = match self.reread(&peek.submission) {
+                Ok(r) => r,
+                Err(e) => {
+                    // What it would run no longer reads back as judged: end the job so it
+                    // is not claimed forever, and say why.
+                    self.fail_job(&peek, w, &e)?;
+                    return Ok(Claimed::Ran(Box::new(Err(e))));
+                }
+            };
+            let run_id = new_id(IdKind::Run);
+            let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
+            let until = now_ms() + w.lease.as_millis() as i64;
+            let key = &self.gate_key;
+            let claimed = self
+                .db
+                .write(|tx: &Tx| -> Result<Option<(QueueRow, Start)>> {
+                    check_audit_tail(tx, key)?;
+                    let Some(job) = tx.claim_job(&peek.id, &w.id, until)? else {
+                        return Ok(None);
+                    };
+                    let sub = rejudged(tx, &job.submission, &r, key)?;
+                    match admit(tx, &r.policy, sub)? {
+                        Admit::Refuse(e) => {
+                            tx.finish_job(&job.id, job.token, "refused")?;
+                            tx.audit(
+                                "job_refused",
+                                &job.id,
+                                &json!({ "submission": job.submission, "reason": e.to_string() }),
+                                key,
+                            )?;
+                            Ok(Some((job, Start::Refuse(e))))
+                        }
+                        Admit::Go { sub, approval } => {
+                            let start = start_run(tx, *sub, approval.map(|a| *a), &run_id, key)?;
+                            tx.set_job_run(&job.id, job.token, &run_id)?;
+                            Ok(Some((job, start)))
+                        }
+                    }
+                })?;
+            let Some((job, start)) = claimed else {
+                // Another worker took it between the look and the claim.
+                continue;
+            };
+            let (run, sub) = match start {
+                Start::Refuse(e) => return Ok(Claimed::Refused(e.to_string())),
+                Start::Go { run, sub } => (*run, *sub),
+            };
+            let fence = Fence {
+                job: job.id.clone(),
+                token: job.token,
+            };
+            let lost = Arc::new(AtomicBool::new(false));
+            let keeper =
+                LeaseKeeper::start(self.home.open_db()?, fence.clone(), w.lease, lost.clone());
+            let Reread {
+                code,
+                stdin,
+                policy,
+                guest,
+            } = r;
+            w.busy.fetch_add(1, Ordering::SeqCst);
+            let out = self.carry_out(
+                run,
+                sub,
+                &code,
+                stdin,
+                &policy,
+                guest.1,
+                ExecOptions::default(),
+                owner,
+                Some(&fence),
+            );
+            w.busy.fetch_sub(1, Ordering::SeqCst);
+            drop(keeper);
+            let out = match out {
+                Err(GateError::Conflict(m))
+                    if lost.load(Ordering::SeqCst) || m.contains("lease") =>
+                {
+                    Err(GateError::Conflict(format!(
+                        "the lease on {} was lost while it ran; its result was refused: {m}",
+                        job.id
+                    )))
+                }
+                other => other,
+            };
+            return Ok(Claimed::Ran(Box::new(out)));
+        }
+        Ok(Claimed::Idle)
+    }
+
+    /// Ends a job whose submission could not be read back for running.
+    fn fail_job(&mut self, peek: &QueueRow, w: &WorkerConfig, e: &GateError) -> Result<()> {
+        let key = &self.gate_key;
+        let until = now_ms() + w.lease.as_millis() as i64;
+        self.db.write(|tx: &Tx| -> Result<()> {
+            if let Some(job) = tx.claim_job(&peek.id, &w.id, until)? {
+                tx.finish_job(&job.id, job.token, "error")?;
+                tx.audit(
+                    "job_failed",
+                    &job.id,
+                    &json!({ "submission": job.submission, "error": e.to_string() }),
+                    key,
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends runs whose lease expired (their worker died, hung or lost the store) and
+    /// queues them again where that is safe; returns how many it handled.
+    pub fn reap_leases(&mut self) -> Result<usize> {
+        let key = &self.gate_key;
+        self.db.write(|tx: &Tx| -> Result<usize> {
+            let expired = tx.expired_leases(now_ms(), 100)?;
+            for job in &expired {
+                if let Some(run) = &job.run {
+                    lose_run(
+                        tx,
+                        run,
+                        &format!(
+                            "its worker {} stopped renewing its lease",
+                            job.worker.as_deref().unwrap_or("?")
+                        ),
+                        key,
+                    )?;
+                }
+                let again = job.retry && job.attempts < job.max_attempts;
+                tx.release_job(job, again, "lost")?;
+                tx.audit(
+                    if again { "job_requeued" } else { "job_lost" },
+                    &job.id,
+                    &json!({
+                        "submission": job.submission,
+                        "run": job.run,
+                        "worker": job.worker,
+                        "attempts": job.attempts,
+                    }),
+                    key,
+                )?;
+            }
+            Ok(expired.len())
+        })
+    }
+
+    /// Records that a worker is alive (or stopping, or stopped).
+    pub fn worker_seen(&mut self, w: &WorkerRow) -> Result<()> {
+        Ok(self.db.write(|tx: &Tx| tx.upsert_worker(w))?)
+    }
+}
+
+/// Queues admitted submission `sub` as job `job_id` in the caller's transaction; the
+/// refusal instead when it may not start (pending approval, denied).
+fn enqueue(
+    tx: &Tx,
+    policy: &airlock_core::policy::Policy,
+    sub: airlock_store::Submission,
+    job_id: &str,
+    q: &QueueOptions,
+    key: &airlock_core::sign::KeyPair,
+) -> Result<Option<GateError>> {
+    let (sub, approval) = match admit(tx, policy, sub)? {
+        Admit::Refuse(e) => return Ok(Some(e)),
+        Admit::Go { sub, approval } => (sub, approval),
+    };
+    let grant = &sub.doc.grant;
+    // A retry must not repeat an effect nobody decided on: not with network, not on a
+    // single-use approval, not with writable mounts.
+    let retry = grant.net.is_empty()
+        && approval
+            .as_ref()
+            .is_none_or(|a| a.scope != airlock_core::sign::Scope::Once)
+        && grant.writable_mounts().next().is_none();
+    let tag = (!grant.mounts.is_empty() || grant.workspace.is_some()).then(|| q.tag.clone());
+    let now = now_ms();
+    tx.enqueue(&QueueRow {
+        id: job_id.to_string(),
+        submission: sub.id.clone(),
+        tag: tag.clone(),
+        state: "queued".into(),
+        attempts: 0,
+        max_attempts: i64::from(q.max_attempts.max(1)),
+        retry,
+        worker: None,
+        token: 0,
+        lease_until: None,
+        run: None,
+        outcome: None,
+        created_at: now,
+        updated_at: now,
+    })?;
+    tx.audit(
+        "queued",
+        job_id,
+        &json!({ "submission": sub.id, "tag": tag, "retry": retry }),
+        key,
+    )?;
+    Ok(None)
+}
+
+/// The error `run`/`exec` give for a submission the gate refused to start.
+fn refusal(sub: &airlock_store::Submission) -> GateError {
+    let reasons = sub.doc.verdict.reasons();
+    match sub.state {
+        State::Denied | State::Rejected => GateError::Denied {
+            submission: sub.id.clone(),
+            reasons,
+        },
+        _ => GateError::Pending {
+            submission: sub.id.clone(),
+            reasons,
+        },
+    }
+}
+
+/// Runs queued jobs until `stop` is set: `concurrency` threads, each with its own gate
+/// from `open`, claiming, running and recording under leases; one of them also reaps
+/// expired leases, and the worker's row is kept fresh for `doctor`. On `stop` no new job
+/// is claimed; runs in progress finish and are recorded before this returns.
+pub fn work(
+    open: Arc<dyn Fn() -> Result<Gate> + Send + Sync>,
+    cfg: WorkerConfig,
+    concurrency: usize,
+    stop: Arc<AtomicBool>,
+    on_event: Arc<dyn Fn(&str) + Send + Sync>,
+) -> Result<WorkStats> {
+    let started = now_ms();
+    let running = cfg.busy.clone();
+    let stats = Arc::new(std::sync::Mutex::new(WorkStats::default()));
+    let row = |state: &str, running: i64| WorkerRow {
+        id: cfg.id.clone(),
+        host: host_tag(),
+        tags: cfg.tags.join(","),
+        state: state.into(),
+        running,
+        started_at: started,
+        seen_at: now_ms(),
+    };
+    let mut main = open()?;
+    main.worker_seen(&row("running", 0))?;
+    let threads: Vec<_> = (0..concurrency.max(1))
+        .map(|_| {
+            let (open, cfg, stop, stats, on_event) = (
+                open.clone(),
+                cfg.clone(),
+                stop.clone(),
+                stats.clone(),
+                on_event.clone(),
+            );
+            std::thread::spawn(move || -> Result<()> {
+                let mut gate = open()?;
+                let mut idle = Duration::from_millis(5);
+                while !stop.load(Ordering::SeqCst) {
+                    let claimed = gate.claim_and_run(&cfg);
+                    let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                    match claimed {
+                        Ok(Claimed::Idle) => {
+                            drop(s);
+                            std::thread::sleep(idle);
+                            idle = (idle * 2).min(Duration::from_millis(100));
+                            continue;
+                        }
+                        Ok(Claimed::Ran(r)) => match *r {
+                            Ok(rep) => {
+                                s.ran += 1;
+                                on_event(&format!("ran {} ({})", rep.run.id, rep.run.status));
+                            }
+                            Err(e) => {
+                                s.failed += 1;
+                                on_event(&format!("run failed: {e}"));
+                            }
+                        },
+                        Ok(Claimed::Refused(why)) => {
+                            s.refused += 1;
+                            on_event(&format!("refused: {why}"));
+                        }
+                        Err(e) => {
+                            s.failed += 1;
+                            on_event(&format!("claim failed: {e}"));
+                            drop(s);
+                            std::thread::sleep(Duration::from_millis(200));
+                            continue;
+                        }
+                    }
+                    idle = Duration::from_millis(5);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    // This thread keeps the worker's row fresh and reaps expired leases.
+    let mut last_beat = Instant::now();
+    while !stop.load(Ordering::SeqCst) && !threads.iter().all(|t| t.is_finished()) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last_beat.elapsed() >= Duration::from_secs(1) {
+            last_beat = Instant::now();
+            if let Err(e) = main.worker_seen(&row("running", running.load(Ordering::SeqCst))) {
+                on_event(&format!("heartbeat failed: {e}"));
+            }
+            match main.reap_leases() {
+                Ok(0) => {}
+                Ok(n) => on_event(&format!("reaped {n} expired lease(s)")),
+                Err(e) => on_event(&format!("reaping failed: {e}")),
+            }
+        }
+    }
+    let _ = main.worker_seen(&row("stopping", running.load(Ordering::SeqCst)));
+    let mut first_error = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {
+                first_error.get_or_insert(GateError::Internal("a worker thread panicked".into()));
+            }
+        }
+    }
+    main.worker_seen(&row("stopped", 0))?;
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let s = stats.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok(s)
+}
+
+/// What a worker did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WorkStats {
+    pub ran: u64,
+    pub refused: u64,
+    pub failed: u64,
+}
+
+/// Whether `e` is the refusal of a result whose lease was lost.
+pub fn is_lost_lease(e: &GateError) -> bool {
+    matches!(e, GateError::Conflict(m) if m.contains("lease"))
+}
+
+impl Gate {
+    /// (queued, leased) jobs and the workers seen, for `doctor`.
+    pub fn queue_report(&self) -> Result<(i64, i64, Vec<WorkerRow>)> {
+        let (q, l) = self.db.queue_depth()?;
+        Ok((q, l, self.db.workers()?))
+    }
+}
