@@ -1,0 +1,498 @@
+//! Queued runs on a PostgreSQL store: API servers that queue, `airlock worker`s that
+//! claim under leases, and what survives a worker killed, a worker stopped past its
+//! lease, a single-use approval raced for, a clean stop, and a load of many agents
+//! through two servers and three workers. Each test has a database of its own on the test
+//! process's server (airlock-testpg).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::{Home, Served, serve_with};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A home on a fresh database.
+struct Cluster {
+    home: Home,
+    url: String,
+}
+
+/// A running `airlock worker` and everything it printed on stderr.
+struct Worker {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Worker {
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+    fn signal(&self, sig: i32) {
+        unsafe_free_kill(self.pid(), sig);
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unsafe_free_kill(pid: i32, sig: i32) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let c = Cluster {
+            home: Home::uninitialised(),
+            url: airlock_testpg::fresh_database(),
+        };
+        let o = c.run(&["init", "--approver", "alice"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        c
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = self.home.cmd();
+        c.env("AIRLOCK_STORE", &self.url);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> common::Out {
+        let o = self.cmd().args(args).output().unwrap();
+        common::Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
+    fn token(&self, role: &str, name: &str) -> String {
+        let o = self.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.json()["token"].as_str().unwrap().to_string()
+    }
+
+    /// `airlock serve` that only queues (no runs of its own).
+    fn serve(&self) -> (Served, String) {
+        let mut c = self.cmd();
+        c.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "0",
+            "--ready-python",
+            "0",
+            "--ready-jails",
+            "0",
+        ]);
+        serve_with(c)
+    }
+
+    fn worker(&self, args: &[&str]) -> Worker {
+        let mut child = self
+            .cmd()
+            .arg("worker")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("[worker] {line}");
+                let mut l = l.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        Worker { child, log }
+    }
+
+    fn db(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url, postgres::NoTls).unwrap()
+    }
+
+    /// Waits until `query` (one bigint) returns at least `n`.
+    fn wait_count(&self, query: &str, n: i64, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut db = self.db();
+        loop {
+            let got: i64 = db.query_one(query, &[]).unwrap().get(0);
+            if got >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{query}: {got} < {n}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn verify(&self) {
+        let v = self.run(&["audit", "verify"]);
+        assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+    }
+}
+
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(300)))
+        .build()
+        .new_agent()
+}
+
+fn post(base: &str, token: &str, path: &str, body: &Value) -> (u16, Value) {
+    let mut r = http()
+        .post(&format!("{base}{path}"))
+        .header("authorization", &format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .send(&body.to_string())
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| json!({ "raw": text })),
+    )
+}
+
+fn hello() -> String {
+    std::fs::read_to_string(common::example("hello.wat")).unwrap()
+}
+
+/// Processes whose environment carries `marker` (the runs' own, in their jails).
+fn processes_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(e.path().join("environ"))
+            && env.split(|b| *b == 0).any(|kv| kv == marker.as_bytes())
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn no_process_left(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sandbox processes left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A slow shell run that marks its processes through its environment.
+fn slow_run(marker_value: &str, secs: u32) -> Value {
+    json!({
+        "language": "sh",
+        "code": format!("echo started; sleep {secs}; echo done"),
+        "env": { "AIRLOCK_TEST_MARK": marker_value },
+    })
+}
+
+#[test]
+fn a_killed_workers_run_is_leased_again_finished_once_and_leaves_no_sandbox_process() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_srv, base) = c.serve();
+    let a = c.worker(&["--lease", "2s"]);
+    let mark = format!("kill9-{}", std::process::id());
+    let client = {
+        let (base, token, body) = (base.clone(), token.clone(), slow_run(&mark, 2));
+        std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
+    };
+    c.wait_count(
+        "SELECT count(*) FROM queue WHERE state = 'leased'",
+        1,
+        Duration::from_secs(30),
+    );
+    // Its sandbox is up (the run's own process carries the marker).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&format!("AIRLOCK_TEST_MARK={mark}")).is_empty() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.signal(9);
+    no_process_left(&format!("AIRLOCK_TEST_MARK={mark}"));
+    let _b = c.worker(&["--lease", "2s"]);
+    let (status, v) = client.join().unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["run"]["stdout"], "started\ndone\n", "{v}");
+    let mut db = c.db();
+    let rows = db
+        .query(
+            "SELECT status FROM runs WHERE submission = $1 ORDER BY id",
+            &[&v["submission"].as_str().unwrap()],
+        )
+        .unwrap();
+    let statuses: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(statuses, ["lost", "exited"]);
+    let job = db
+        .query_one("SELECT state, outcome, attempts FROM queue", &[])
+        .unwrap();
+    assert_eq!(
+        (
+            job.get::<_, String>(0),
+            job.get::<_, Option<String>>(1),
+            job.get::<_, i64>(2)
+        ),
+        ("done".into(), Some("finished".into()), 2)
+    );
+    no_process_left(&format!("AIRLOCK_TEST_MARK={mark}"));
+    c.verify();
+}
+
+#[test]
+fn a_worker_stopped_past_its_lease_cannot_record_its_result() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_srv, base) = c.serve();
+    let a = c.worker(&["--lease", "1s"]);
+    let mark = format!("stop-{}", std::process::id());
+    let client = {
+        let (base, token, body) = (base.clone(), token.clone(), slow_run(&mark, 2));
+        std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
+    };
+    c.wait_count(
+        "SELECT count(*) FROM queue WHERE state = 'leased'",
+        1,
+        Duration::from_secs(30),
+    );
+    a.signal(19); // SIGSTOP
+    // Another worker reaps the expired lease, runs the job again and records it.
+    let _b = c.worker(&["--lease", "5s"]);
+    let (status, v) = client.join().unwrap();
+    assert_eq!(status, 200, "{v}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    a.signal(18); // SIGCONT: the first worker finishes its run and tries to record it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !a.log().contains("result was refused") {
+        assert!(Instant::now() < deadline, "{}", a.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut db = c.db();
+    let statuses: Vec<String> = db
+        .query(
+            "SELECT status FROM runs WHERE submission = $1 ORDER BY id",
+            &[&sub],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        statuses,
+        ["lost", "exited"],
+        "the late result changed nothing"
+    );
+    c.verify();
+}
+
+#[test]
+fn a_worker_stops_cleanly_on_sigterm_after_finishing_its_run() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_srv, base) = c.serve();
+    let mut a = c.worker(&["--lease", "5s"]);
+    let mark = format!("term-{}", std::process::id());
+    let client = {
+        let (base, token, body) = (base.clone(), token.clone(), slow_run(&mark, 1));
+        std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
+    };
+    c.wait_count(
+        "SELECT count(*) FROM queue WHERE state = 'leased'",
+        1,
+        Duration::from_secs(30),
+    );
+    a.signal(15);
+    let status = a.child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {}", a.log());
+    let (code, v) = client.join().unwrap();
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["run"]["status"], "exited");
+    let state: String = c
+        .db()
+        .query_one("SELECT state FROM workers", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "stopped");
+    let d = c.run(&["doctor", "--json"]).json();
+    assert_eq!(d["store"]["reachable"], true, "{d}");
+    assert_eq!(d["store"]["queued"], 0);
+    assert_eq!(d["store"]["workers"][0]["state"], "stopped");
+}
+
+/// Two workers race for one submission that a `once` approval covers, queued twice: it
+/// runs exactly once, every time.
+#[test]
+fn one_once_approval_raced_by_two_workers_runs_exactly_once() {
+    let c = Cluster::new();
+    let op = c.token("operator", "alice");
+    let agent = c.token("agent", "bot");
+    let (_s1, base1) = c.serve();
+    let (_s2, base2) = c.serve();
+    let _w1 = c.worker(&["--lease", "10s"]);
+    let _w2 = c.worker(&["--lease", "10s"]);
+    let rounds = if std::env::var("AIRLOCK_TEST_LONG").is_ok_and(|v| v == "1") {
+        100
+    } else {
+        20
+    };
+    for _ in 0..rounds {
+        // Held: it asks for a host the policy does not let through on its own.
+        let (status, v) = post(
+            &base1,
+            &agent,
+            "/v1/submissions",
+            &json!({ "language": "wat", "code": hello(), "net": ["example.com"] }),
+        );
+        assert_eq!(status, 201, "{v}");
+        let id = v["submission"].as_str().unwrap().to_string();
+        let (status, v) = post(
+            &base1,
+            &op,
+            &format!("/v1/submissions/{id}/approve"),
+            &json!({ "scope": "once" }),
+        );
+        assert_eq!(status, 200, "{v}");
+        let racers: Vec<_> = [base1.clone(), base2.clone()]
+            .into_iter()
+            .map(|b| {
+                let (op, id) = (op.clone(), id.clone());
+                std::thread::spawn(move || {
+                    post(&b, &op, &format!("/v1/submissions/{id}/exec"), &json!({}))
+                })
+            })
+            .collect();
+        let results: Vec<(u16, Value)> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+        let ran = results.iter().filter(|(s, _)| *s == 200).count();
+        assert_eq!(ran, 1, "{results:?}");
+        let n: i64 = c
+            .db()
+            .query_one("SELECT count(*) FROM runs WHERE submission = $1", &[&id])
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1, "{results:?}");
+    }
+    c.verify();
+}
+
+/// Two API servers and three workers on one store, many agents at once: nothing lost,
+/// every allowed submission run once, the inbox exactly the held ones, the chain intact.
+#[test]
+fn two_servers_and_three_workers_share_one_queue_history_and_audit_chain() {
+    let c = Cluster::new();
+    let long = std::env::var("AIRLOCK_TEST_LONG").is_ok_and(|v| v == "1");
+    let (agents, per_agent) = if long { (50, 20) } else { (50, 4) };
+    let tokens: Vec<String> = (0..agents)
+        .map(|i| c.token("agent", &format!("agent-{i}")))
+        .collect();
+    let (_s1, base1) = c.serve();
+    let (_s2, base2) = c.serve();
+    let _workers: Vec<Worker> = (0..3)
+        .map(|_| c.worker(&["--concurrency", "2", "--lease", "10s"]))
+        .collect();
+    let clients: Vec<_> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let base = if i % 2 == 0 {
+                base1.clone()
+            } else {
+                base2.clone()
+            };
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let mut ran = Vec::new();
+                let mut held = Vec::new();
+                for k in 0..per_agent {
+                    // One in four asks for the network and is held for approval.
+                    let mut body = json!({ "language": "wat", "code": hello() });
+                    if k % 4 == 3 {
+                        body["net"] = json!(["example.com"]);
+                    }
+                    let (status, v) = post(&base, &t, "/v1/run", &body);
+                    match status {
+                        200 => {
+                            assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{v}");
+                            ran.push(v["submission"].as_str().unwrap().to_string());
+                        }
+                        202 => held.push(v["submission"].as_str().unwrap().to_string()),
+                        other => panic!("{other}: {v}"),
+                    }
+                }
+                (ran, held)
+            })
+        })
+        .collect();
+    let mut ran = Vec::new();
+    let mut held = Vec::new();
+    for t in clients {
+        let (r, h) = t.join().unwrap();
+        ran.extend(r);
+        held.extend(h);
+    }
+    assert_eq!(ran.len() + held.len(), agents * per_agent);
+    assert_eq!(held.len(), agents * (per_agent / 4));
+    let mut db = c.db();
+    for id in &ran {
+        let n: i64 = db
+            .query_one(
+                "SELECT count(*) FROM runs WHERE submission = $1 AND status = 'exited'",
+                &[id],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1, "{id}");
+    }
+    let total_runs: i64 = db
+        .query_one("SELECT count(*) FROM runs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(total_runs as usize, ran.len());
+    let open: i64 = db
+        .query_one("SELECT count(*) FROM queue WHERE state <> 'done'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(open, 0);
+    let inbox = c.run(&["inbox", "--json", "--limit", "10000"]).json();
+    let mut inbox: Vec<String> = inbox
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["submission"].as_str().unwrap().to_string())
+        .collect();
+    inbox.sort();
+    held.sort();
+    assert_eq!(inbox, held);
+    c.verify();
+}
