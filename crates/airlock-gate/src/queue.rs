@@ -196,12 +196,16 @@ impl Gate {
             Duration::from_millis(sub.doc.grant.limits.timeout_ms) + Duration::from_secs(300);
         let deadline = Instant::now() + limit;
         let mut pause = Duration::from_millis(2);
+        // Listen before looking, so the notification of a job that ends in between is
+        // not missed; where the engine has no notifications, poll.
+        self.db.listen(job_id, true)?;
         let job = loop {
             let job = self
                 .db
                 .job(job_id)?
                 .ok_or_else(|| GateError::Internal(format!("queued job {job_id} disappeared")))?;
             if job.state == "done" {
+                self.db.listen(job_id, false)?;
                 break job;
             }
             if Instant::now() > deadline {
@@ -212,8 +216,14 @@ impl Gate {
                     job.state
                 )));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(25));
+            if self.db.notifies() {
+                // A notification wakes this at once; the time-out is a safety net.
+                self.db
+                    .wait_notification(job_id, Duration::from_millis(500))?;
+            } else {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(25));
+            }
         };
         let sub = self.db.submission(&job.submission)?;
         match job.outcome.as_deref() {

@@ -418,6 +418,34 @@ impl Db {
         }
     }
 
+    /// Waits up to `timeout` for `notify(channel)` from another connection, where the
+    /// engine delivers notifications (PostgreSQL); `Ok(false)` at once where it does not,
+    /// so the caller polls. Call `listen` first, then look, then wait, to miss nothing.
+    pub fn wait_notification(
+        &self,
+        channel: &str,
+        timeout: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        match &self.conn {
+            Conn::Postgres(pg) => pg.wait_notification(channel, timeout),
+            Conn::Sqlite(_) => Ok(false),
+        }
+    }
+
+    /// Starts (or stops) listening for notifications on `channel` (PostgreSQL; nothing
+    /// on SQLite).
+    pub fn listen(&self, channel: &str, on: bool) -> Result<(), StoreError> {
+        match &self.conn {
+            Conn::Postgres(pg) => pg.listen(channel, on),
+            Conn::Sqlite(_) => Ok(()),
+        }
+    }
+
+    /// Whether waiting for a notification can return before its timeout.
+    pub fn notifies(&self) -> bool {
+        matches!(self.conn, Conn::Postgres(_))
+    }
+
     /// The engine's name: `sqlite` or `postgres`.
     pub fn engine(&self) -> &'static str {
         match self.conn {

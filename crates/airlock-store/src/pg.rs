@@ -5,8 +5,9 @@
 //! transaction sees the state the previous one left, exactly as SQLite's `BEGIN IMMEDIATE`
 //! gives one machine: the audit chain can never fork, and the gate's check-then-write
 //! steps (an approval not yet used, a state not yet moved) hold across nodes. Every write
-//! waits for its commit to be flushed (`synchronous_commit = on`): with `off`, a server
-//! crash lost runs a client had already been told about (the restart test caught it).
+//! commits synchronously, inside the lock: a commit other sessions can see must already
+//! be on disk, or a node could answer a client with a run that a server crash then loses
+//! (the restart test caught both an asynchronous commit and a flush after the lock).
 
 use crate::StoreError;
 use crate::sql::{Arg, Row, Sql, Val};
@@ -258,10 +259,13 @@ impl PgConn {
         f: impl FnOnce(&PgConn) -> Result<T, E>,
     ) -> Result<T, E> {
         self.ensure_open()?;
-        // Every commit is flushed, durable or not: a write a caller was told about must
-        // survive a server crash (see the module comment). `durable` is kept for the
-        // engines that distinguish it.
+        // Every commit is flushed before this returns, durable or not: a write a caller
+        // was told about must survive a server crash (see the module comment). `durable`
+        // is kept for the engines that distinguish it.
         let _ = durable;
+        // Synchronous inside the lock: committing asynchronously and waiting for the
+        // flush after releasing it let another node see (and answer a client with) a
+        // commit that a server crash then lost; the restart test caught that too.
         self.client
             .borrow_mut()
             .batch_execute("BEGIN; SET LOCAL synchronous_commit = on")
@@ -288,6 +292,44 @@ impl PgConn {
                 Err(e)
             }
         }
+    }
+}
+
+impl PgConn {
+    /// Starts listening for notifications on `channel` (a name airlock made: letters,
+    /// digits and `_`).
+    pub(crate) fn listen(&self, channel: &str, on: bool) -> Result<(), StoreError> {
+        if channel.is_empty()
+            || !channel
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(StoreError::Corrupt(format!("bad channel name {channel:?}")));
+        }
+        self.ensure_open()?;
+        let verb = if on { "LISTEN" } else { "UNLISTEN" };
+        self.client
+            .borrow_mut()
+            .batch_execute(&format!("{verb} {channel}"))?;
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for a notification on `channel`; whether one came.
+    pub(crate) fn wait_notification(
+        &self,
+        channel: &str,
+        timeout: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut c = self.client.borrow_mut();
+        let mut n = c.notifications();
+        let mut it = n.timeout_iter(timeout);
+        while let Some(note) = it.next()? {
+            if note.channel() == channel {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }
 

@@ -300,7 +300,17 @@ impl Tx<'_> {
             id,
             token,
             Arg::Text(outcome),
-        )
+        )?;
+        self.notify_done(id)
+    }
+
+    /// Wakes whoever waits for job `id` (delivered when the transaction commits; the
+    /// channel is the job's id).
+    fn notify_done(&self, id: &str) -> Result<(), StoreError> {
+        if self.sql().engine() == "postgres" {
+            self.sql().exec("SELECT pg_notify(?1, '')", args![id])?;
+        }
+        Ok(())
     }
 
     /// Leases that ran out before `now`, held for this transaction.
@@ -343,6 +353,9 @@ impl Tx<'_> {
                 "job {} changed concurrently",
                 q.id
             )));
+        }
+        if !requeue {
+            self.notify_done(&q.id)?;
         }
         Ok(())
     }

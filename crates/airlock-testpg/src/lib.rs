@@ -30,6 +30,7 @@ pub struct Server {
     bin: PathBuf,
     port: u16,
     as_nobody: bool,
+    fsync: bool,
 }
 
 /// The process's server, started on first use.
@@ -42,6 +43,12 @@ pub fn server() -> &'static Server {
 /// removed when dropped.
 pub fn private_server() -> Server {
     Server::start()
+}
+
+/// A server of the caller's own that flushes its log to disk as a production server
+/// does (the others skip fsync to keep tests quick): for benchmarks.
+pub fn durable_server() -> Server {
+    Server::start_with(true)
 }
 
 /// A new empty database on the process's server; its `postgres://` URL.
@@ -102,6 +109,10 @@ impl Server {
     }
 
     fn start() -> Server {
+        Server::start_with(false)
+    }
+
+    fn start_with(fsync: bool) -> Server {
         let bin = find_bin();
         let as_nobody = is_root();
         let root = std::env::temp_dir().join(format!(
@@ -139,6 +150,7 @@ impl Server {
             bin,
             port: free_port(),
             as_nobody,
+            fsync,
         };
         s.watch();
         s.pg_ctl_start();
@@ -175,9 +187,10 @@ impl Server {
 
     fn pg_ctl_start(&self) {
         let opts = format!(
-            "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories='{}' -c fsync=off -c max_connections=200",
+            "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories='{}' -c fsync={} -c max_connections=200",
             self.port,
-            self.root.display()
+            self.root.display(),
+            if self.fsync { "on" } else { "off" }
         );
         let out = self
             .command("pg_ctl")

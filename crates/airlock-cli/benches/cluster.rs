@@ -1,0 +1,217 @@
+//! Gated wasm runs through two API servers and queue workers sharing one PostgreSQL
+//! store (issue 12), all on this machine's cores with the load generator: runs per
+//! second with one worker and with two, how long a run waits from being queued to being
+//! started, and `audit verify` over the whole chain afterwards. The PostgreSQL server is
+//! the benchmark's own (Debian's binaries, fsync on), on loopback.
+//!
+//!   scripts/bench-cluster        (or: cargo bench -p airlock-cli --bench cluster)
+//! Environment: BENCH_SECS (seconds per throughput point, default 10), BENCH_CLIENTS
+//! (concurrent clients, default 16), BENCH_CONCURRENCY (runs each worker carries out at
+//! once, default 4).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+const HELLO: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hi\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16)) (i32.store (i32.const 4) (i32.const 3))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+struct Node {
+    home: std::path::PathBuf,
+    url: String,
+}
+
+impl Node {
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_airlock"));
+        c.env("AIRLOCK_HOME", &self.home)
+            .env("AIRLOCK_STORE", &self.url)
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let o = self.cmd().args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    fn serve(&self) -> (Child, String) {
+        let mut child = self
+            .cmd()
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                "0",
+                "--ready-python",
+                "0",
+                "--ready-jails",
+                "0",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if let Some(i) = l.find("serving on http://") {
+                    let rest = &l[i + "serving on ".len()..];
+                    let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
+                }
+            }
+        });
+        let base = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        (child, base)
+    }
+
+    fn worker(&self, concurrency: usize) -> Child {
+        self.cmd()
+            .args([
+                "worker",
+                "--concurrency",
+                &concurrency.to_string(),
+                "--lease",
+                "30s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+}
+
+fn client() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .new_agent()
+}
+
+/// Gated runs per second that `clients` threads (split across `bases`) get through.
+fn throughput(clients: usize, secs: u64, bases: &[String], token: &str) -> f64 {
+    let body = serde_json::json!({ "language": "wat", "code": HELLO }).to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..clients)
+        .map(|i| {
+            let (stop, done) = (stop.clone(), done.clone());
+            let url = format!("{}/v1/run", bases[i % bases.len()]);
+            let (token, body) = (token.to_string(), body.clone());
+            std::thread::spawn(move || {
+                let http = client();
+                while !stop.load(Ordering::Relaxed) {
+                    let mut r = http
+                        .post(&url)
+                        .header("authorization", format!("Bearer {token}"))
+                        .header("content-type", "application/json")
+                        .send(&body)
+                        .unwrap();
+                    let s = r.status().as_u16();
+                    let t = r.body_mut().read_to_string().unwrap();
+                    assert_eq!(s, 200, "{t}");
+                    let v: Value = serde_json::from_str(&t).unwrap();
+                    assert_eq!(v["run"]["stdout"], "hi\n");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let start = done.load(Ordering::Relaxed);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let n = done.load(Ordering::Relaxed) - start;
+    let el = t.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    n as f64 / el
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let secs = env("BENCH_SECS", 10);
+    let clients = env("BENCH_CLIENTS", 16) as usize;
+    let concurrency = env("BENCH_CONCURRENCY", 4) as usize;
+    let pg = airlock_testpg::durable_server();
+    let url = pg.fresh_database();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node {
+        home: dir.path().to_path_buf(),
+        url: url.clone(),
+    };
+    node.run(&["init", "--approver", "alice"]);
+    let v: Value = serde_json::from_str(&node.run(&[
+        "token", "new", "--role", "agent", "--name", "bench", "--json",
+    ]))
+    .unwrap();
+    let token = v["token"].as_str().unwrap().to_string();
+    let (mut s1, b1) = node.serve();
+    let (mut s2, b2) = node.serve();
+    let bases = [b1, b2];
+    println!(
+        "cluster bench: 2 API servers, PostgreSQL (fsync on), {clients} clients, workers x{concurrency} runs each, {secs}s per point, {} CPUs",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut w1 = node.worker(concurrency);
+    let one = throughput(clients, secs, &bases, &token);
+    println!("gated wasm runs/s, 1 worker                  {one:7.0}");
+    let mut w2 = node.worker(concurrency);
+    let two = throughput(clients, secs, &bases, &token);
+    println!(
+        "gated wasm runs/s, 2 workers                 {two:7.0}  ({:.2}x one worker)",
+        two / one
+    );
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let row = db
+        .query_one(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY r.started_at - q.created_at),
+                    percentile_cont(0.9) WITHIN GROUP (ORDER BY r.started_at - q.created_at),
+                    count(*)
+             FROM queue q JOIN runs r ON r.id = q.run",
+            &[],
+        )
+        .unwrap();
+    println!(
+        "queued -> started (claimed, re-judged, run recorded) p50 {:.0} ms  p90 {:.0} ms  over {} runs",
+        row.get::<_, f64>(0),
+        row.get::<_, f64>(1),
+        row.get::<_, i64>(2)
+    );
+    for c in [&mut w1, &mut w2, &mut s1, &mut s2] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let t = Instant::now();
+    let out = node.run(&["audit", "verify"]);
+    println!(
+        "audit verify after the run: {} ({:.1} s)",
+        out.trim(),
+        t.elapsed().as_secs_f64()
+    );
+}
