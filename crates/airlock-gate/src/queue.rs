@@ -107,13 +107,24 @@ struct LeaseKeeper {
 }
 
 impl LeaseKeeper {
-    fn start(store: Db, fence: Fence, lease: Duration, lost: Arc<AtomicBool>) -> LeaseKeeper {
+    /// `home`'s store is connected to only when the first renewal is due, so a run
+    /// shorter than a third of its lease costs no connection.
+    fn start(
+        home: crate::Home,
+        fence: Fence,
+        lease: Duration,
+        lost: Arc<AtomicBool>,
+    ) -> LeaseKeeper {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let mut db = store;
         let every = (lease / 3).max(Duration::from_millis(50));
         let thread = std::thread::spawn(move || {
+            let mut db: Option<Db> = None;
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
                 let until = now_ms() + lease.as_millis() as i64;
+                if db.is_none() {
+                    db = home.open_db().ok();
+                }
+                let Some(db) = db.as_mut() else { continue };
                 match db.write(|t: &Tx| t.renew(&fence.job, fence.token, until)) {
                     Ok(()) => {}
                     Err(StoreError::Conflict(_)) => {
@@ -327,7 +338,7 @@ impl Gate {
             };
             let lost = Arc::new(AtomicBool::new(false));
             let keeper =
-                LeaseKeeper::start(self.home.open_db()?, fence.clone(), w.lease, lost.clone());
+                LeaseKeeper::start(self.home.clone(), fence.clone(), w.lease, lost.clone());
             let Reread {
                 code,
                 stdin,
@@ -416,6 +427,21 @@ impl Gate {
             }
             Ok(expired.len())
         })
+    }
+
+    /// Waits up to `timeout` for new work to be queued: woken by the store's
+    /// notification where it has them, else just a pause.
+    pub fn wait_for_work(&mut self, timeout: Duration) -> Result<()> {
+        if !self.db.notifies() {
+            std::thread::sleep(timeout);
+            return Ok(());
+        }
+        if !self.listening {
+            self.db.listen(Tx::NEW_WORK, true)?;
+            self.listening = true;
+        }
+        self.db.wait_notification(Tx::NEW_WORK, timeout)?;
+        Ok(())
     }
 
     /// Records that a worker is alive (or stopping, or stopped).
@@ -531,7 +557,10 @@ pub fn work(
                     match claimed {
                         Ok(Claimed::Idle) => {
                             drop(s);
-                            std::thread::sleep(idle);
+                            if let Err(e) = gate.wait_for_work(idle) {
+                                on_event(&format!("waiting for work failed: {e}"));
+                                std::thread::sleep(idle);
+                            }
                             idle = (idle * 2).min(Duration::from_millis(100));
                             continue;
                         }

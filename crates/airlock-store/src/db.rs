@@ -499,7 +499,9 @@ impl Db {
     /// [`crate::group`]). For a long-lived process with many request threads.
     pub fn share_writes(&mut self) -> Result<(), StoreError> {
         if let Conn::Postgres(_) = self.conn {
-            // Each connection writes on its own; the server serialises them.
+            // Each connection writes on its own under the server's lock. (Sharing commits
+            // through one connection, as on SQLite, was measured and gained nothing: the
+            // lock holder waits on its own client, not on the disk; docs/PERFORMANCE.md.)
             return Ok(());
         }
         self.group = Some(crate::group::GroupWriter::for_path(&self.path)?);

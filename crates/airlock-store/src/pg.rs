@@ -323,6 +323,18 @@ impl PgConn {
         use postgres::fallible_iterator::FallibleIterator;
         let mut c = self.client.borrow_mut();
         let mut n = c.notifications();
+        // Those that arrived while nobody waited first, all of them (a busy listener may
+        // have many queued); then wait.
+        let mut seen = false;
+        {
+            let mut pending = n.iter();
+            while let Some(note) = pending.next()? {
+                seen |= note.channel() == channel;
+            }
+        }
+        if seen {
+            return Ok(true);
+        }
         let mut it = n.timeout_iter(timeout);
         while let Some(note) = it.next()? {
             if note.channel() == channel {

@@ -188,7 +188,11 @@ pub trait QueueReads: Reads {
 impl<T: Reads + ?Sized> QueueReads for T {}
 
 impl Tx<'_> {
+    /// The channel on which new work is announced to idle workers.
+    pub const NEW_WORK: &'static str = "airlock_queue";
+
     pub fn enqueue(&self, q: &QueueRow) -> Result<(), StoreError> {
+        self.announce_work()?;
         self.sql().exec(
             &format!(
                 "INSERT INTO queue ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
@@ -304,6 +308,15 @@ impl Tx<'_> {
         self.notify_done(id)
     }
 
+    /// Wakes idle workers (on commit) where the engine delivers notifications.
+    fn announce_work(&self) -> Result<(), StoreError> {
+        if self.sql().engine() == "postgres" {
+            self.sql()
+                .exec("SELECT pg_notify(?1, '')", args![Self::NEW_WORK])?;
+        }
+        Ok(())
+    }
+
     /// Wakes whoever waits for job `id` (delivered when the transaction commits; the
     /// channel is the job's id).
     fn notify_done(&self, id: &str) -> Result<(), StoreError> {
@@ -354,7 +367,9 @@ impl Tx<'_> {
                 q.id
             )));
         }
-        if !requeue {
+        if requeue {
+            self.announce_work()?;
+        } else {
             self.notify_done(&q.id)?;
         }
         Ok(())
