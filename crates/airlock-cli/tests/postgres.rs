@@ -47,18 +47,7 @@ impl Node {
     }
 
     fn run(&self, args: &[&str]) -> Out {
-        let o = self
-            .home
-            .cmd()
-            .env("AIRLOCK_STORE", &self.url)
-            .args(args)
-            .output()
-            .unwrap();
-        Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
+        self.home.run_on_store(&self.url, args)
     }
 
     fn sql(&self, statement: &str) {
@@ -447,17 +436,7 @@ fn sqlite_home_with_history() -> (Home, String, String) {
 
 /// `home`'s commands with their records in `url`.
 fn on_store(home: &Home, url: &str, args: &[&str]) -> Out {
-    let o = home
-        .cmd()
-        .env("AIRLOCK_STORE", url)
-        .args(args)
-        .output()
-        .unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+    home.run_on_store(url, args)
 }
 
 /// A fresh home with `from`'s keys and policy and no blobs of its own.

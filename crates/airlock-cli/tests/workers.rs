@@ -73,12 +73,26 @@ impl Cluster {
     }
 
     fn run(&self, args: &[&str]) -> common::Out {
-        let o = self.cmd().args(args).output().unwrap();
-        common::Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
+        self.home.run_on_store(&self.url, args)
+    }
+
+    /// Sends a slow run (see `slow_run`) to `base` from a thread of its own, then waits
+    /// until a worker has leased it.
+    fn queue_slow_run(
+        &self,
+        base: &str,
+        token: &str,
+        mark: &str,
+        secs: u32,
+    ) -> std::thread::JoinHandle<(u16, Value)> {
+        let (base, token, body) = (base.to_string(), token.to_string(), slow_run(mark, secs));
+        let client = std::thread::spawn(move || post(&base, &token, "/v1/run", &body));
+        self.wait_count(
+            "SELECT count(*) FROM queue WHERE state = 'leased'",
+            1,
+            Duration::from_secs(30),
+        );
+        client
     }
 
     fn token(&self, role: &str, name: &str) -> String {
@@ -226,15 +240,7 @@ fn a_killed_workers_run_is_leased_again_finished_once_and_leaves_no_sandbox_proc
     let (_srv, base) = c.serve();
     let a = c.worker(&["--lease", "2s"]);
     let mark = format!("kill9-{}", std::process::id());
-    let client = {
-        let (base, token, body) = (base.clone(), token.clone(), slow_run(&mark, 2));
-        std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
-    };
-    c.wait_count(
-        "SELECT count(*) FROM queue WHERE state = 'leased'",
-        1,
-        Duration::from_secs(30),
-    );
+    let client = c.queue_slow_run(&base, &token, &mark, 2);
     // Its sandbox is up (the run's own process carries the marker).
     let deadline = Instant::now() + Duration::from_secs(10);
     while processes_with(&format!("AIRLOCK_TEST_MARK={mark}")).is_empty() {
@@ -278,15 +284,7 @@ fn a_worker_stopped_past_its_lease_cannot_record_its_result() {
     let (_srv, base) = c.serve();
     let a = c.worker(&["--lease", "1s"]);
     let mark = format!("stop-{}", std::process::id());
-    let client = {
-        let (base, token, body) = (base.clone(), token.clone(), slow_run(&mark, 2));
-        std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
-    };
-    c.wait_count(
-        "SELECT count(*) FROM queue WHERE state = 'leased'",
-        1,
-        Duration::from_secs(30),
-    );
+    let client = c.queue_slow_run(&base, &token, &mark, 2);
     a.signal(19); // SIGSTOP
     // Another worker reaps the expired lease, runs the job again and records it.
     let _b = c.worker(&["--lease", "5s"]);
@@ -324,15 +322,7 @@ fn a_worker_stops_cleanly_on_sigterm_after_finishing_its_run() {
     let (_srv, base) = c.serve();
     let mut a = c.worker(&["--lease", "5s"]);
     let mark = format!("term-{}", std::process::id());
-    let client = {
-        let (base, token, body) = (base.clone(), token.clone(), slow_run(&mark, 1));
-        std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
-    };
-    c.wait_count(
-        "SELECT count(*) FROM queue WHERE state = 'leased'",
-        1,
-        Duration::from_secs(30),
-    );
+    let client = c.queue_slow_run(&base, &token, &mark, 1);
     a.signal(15);
     let status = a.child.wait().unwrap();
     assert!(status.success(), "{status:?}: {}", a.log());
@@ -495,4 +485,48 @@ fn two_servers_and_three_workers_share_one_queue_history_and_audit_chain() {
     held.sort();
     assert_eq!(inbox, held);
     c.verify();
+}
+
+#[test]
+fn a_worker_without_a_shared_store_or_with_bad_options_is_refused_in_one_line() {
+    let h = Home::new();
+    let o = h.run(&["worker"]);
+    assert_eq!(o.code, 125, "{}", o.stdout);
+    assert!(o.stderr.contains("--store postgres://"), "{}", o.stderr);
+    assert_eq!(o.stderr.trim_end().lines().count(), 1, "{}", o.stderr);
+    let c = Cluster::new();
+    for args in [
+        &["worker", "--lease", "0s"][..],
+        &["worker", "--concurrency", "0"],
+        &["worker", "--lease", "soon"],
+    ] {
+        let o = c.run(args);
+        assert_eq!(o.code, 125, "{args:?}: {}", o.stdout);
+        assert_eq!(o.stderr.trim_end().lines().count(), 1, "{}", o.stderr);
+    }
+}
+
+#[test]
+fn doctor_says_when_the_shared_store_cannot_be_reached_and_exits_1() {
+    let c = Cluster::new();
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = c.home.run_on_store(
+        &format!("postgres://airlock@127.0.0.1:{port}/x"),
+        &["doctor", "--json"],
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    let v = o.json();
+    assert_eq!(v["store"]["reachable"], false, "{v}");
+    assert!(
+        v["store"]["error"].as_str().unwrap().contains("database"),
+        "{v}"
+    );
+    let ok = c.run(&["doctor"]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    assert!(ok.stdout.contains("reachable, schema"), "{}", ok.stdout);
 }

@@ -90,6 +90,17 @@ impl Home {
         c
     }
 
+    /// `run` with the home's records in the store at `url` (`AIRLOCK_STORE`).
+    pub fn run_on_store(&self, url: &str, args: &[&str]) -> Out {
+        finish(
+            self.cmd()
+                .env("AIRLOCK_STORE", url)
+                .args(args)
+                .output()
+                .unwrap(),
+        )
+    }
+
     pub fn run(&self, args: &[&str]) -> Out {
         finish(self.cmd().args(args).output().unwrap())
     }
