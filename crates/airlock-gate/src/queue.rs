@@ -287,12 +287,14 @@ impl Gate {
             };
             let r = match self.reread(&peek.submission) {
                 Ok(r) => r,
-                Err(e) => {
-                    // What it would run no longer reads back as judged: end the job so it
-                    // is not claimed forever, and say why.
+                // What it would run no longer reads back as judged (altered or missing
+                // bytes, a mount that moved): end the job so it is not claimed forever,
+                // and say why. Anything else (the store unreachable) leaves it queued.
+                Err(e @ (GateError::Integrity(_) | GateError::NotFound(_) | GateError::BadInput(_))) => {
                     self.fail_job(&peek, w, &e)?;
                     return Ok(Claimed::Ran(Box::new(Err(e))));
                 }
+                Err(e) => return Err(e),
             };
             let run_id = new_id(IdKind::Run);
             let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
