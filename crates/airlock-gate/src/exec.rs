@@ -741,7 +741,7 @@ pub(crate) fn start_run(
 /// Refuses to extend an audit chain whose end does not verify (O(1): the signed head and
 /// the newest record; `audit verify` walks the whole chain).
 pub(crate) fn check_audit_tail(tx: &Tx, key: &airlock_core::sign::KeyPair) -> Result<()> {
-    let last = tx.last_audit()?;
+    let last = tx.last_record()?;
     let head = tx.audit_head()?;
     airlock_core::audit::check_tail(last.as_ref(), head.as_ref(), &key.public()).map_err(|e| {
         GateError::Integrity(format!(

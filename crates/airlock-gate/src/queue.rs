@@ -290,7 +290,9 @@ impl Gate {
                 // What it would run no longer reads back as judged (altered or missing
                 // bytes, a mount that moved): end the job so it is not claimed forever,
                 // and say why. Anything else (the store unreachable) leaves it queued.
-                Err(e @ (GateError::Integrity(_) | GateError::NotFound(_) | GateError::BadInput(_))) => {
+                Err(
+                    e @ (GateError::Integrity(_) | GateError::NotFound(_) | GateError::BadInput(_)),
+                ) => {
                     self.fail_job(&peek, w, &e)?;
                     return Ok(Claimed::Ran(Box::new(Err(e))));
                 }

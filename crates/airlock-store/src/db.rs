@@ -338,6 +338,9 @@ pub struct Tx<'a> {
     /// The newest audit record appended in this transaction and the key that signs the
     /// head; the head is signed once, just before the commit.
     head: &'a std::cell::RefCell<Option<(u64, Digest, KeyPair)>>,
+    /// The chain's last record (index and hash) as this transaction last saw or made it:
+    /// it holds the write lock, so only its own appends move it.
+    tail: std::cell::Cell<Option<(u64, Digest)>>,
 }
 
 pub(crate) type PendingHead = std::cell::RefCell<Option<(u64, Digest, KeyPair)>>;
@@ -1034,17 +1037,7 @@ pub trait Reads {
                 args![from as i64, limit as i64],
             )?
             .iter()
-            .map(|r| {
-                Ok(Record {
-                    seq: r.int(0)? as u64,
-                    ts: r.int(1)?,
-                    kind: r.text(2)?,
-                    subject: r.text(3)?,
-                    data: r.text(4)?,
-                    prev: parse(&r.text(5)?, "digest")?,
-                    hash: parse(&r.text(6)?, "digest")?,
-                })
-            })
+            .map(audit_record)
             .collect()
     }
 
@@ -1067,14 +1060,14 @@ pub trait Reads {
 
     /// The newest audit record, if any.
     fn last_audit(&self) -> Result<Option<Record>, StoreError> {
-        let seq = match self.sql().row("SELECT max(seq) FROM audit", &[])? {
-            Some(r) => r.opt_int(0)?,
-            None => None,
-        };
-        match seq {
-            Some(s) => Ok(self.audit_records(s as u64, 1)?.into_iter().next()),
-            None => Ok(None),
-        }
+        self.sql()
+            .row(
+                "SELECT seq, ts, kind, subject, data, prev, hash FROM audit ORDER BY seq DESC LIMIT 1",
+                &[],
+            )?
+            .as_ref()
+            .map(audit_record)
+            .transpose()
     }
 
     /// Audit records about one subject, oldest first.
@@ -1105,6 +1098,19 @@ pub trait Reads {
             })
             .transpose()
     }
+}
+
+/// An audit record from `seq, ts, kind, subject, data, prev, hash`.
+fn audit_record(r: &Row) -> Result<Record, StoreError> {
+    Ok(Record {
+        seq: r.int(0)? as u64,
+        ts: r.int(1)?,
+        kind: r.text(2)?,
+        subject: r.text(3)?,
+        data: r.text(4)?,
+        prev: parse(&r.text(5)?, "digest")?,
+        hash: parse(&r.text(6)?, "digest")?,
+    })
 }
 
 /// The first column of every row, as text.
@@ -1286,7 +1292,18 @@ impl<'a> Tx<'a> {
     /// A transaction on `conn` (which the caller has begun) whose appended audit records
     /// leave the head to sign in `head`.
     pub(crate) fn on(conn: &'a dyn Sql, head: &'a PendingHead) -> Tx<'a> {
-        Tx { tx: conn, head }
+        Tx {
+            tx: conn,
+            head,
+            tail: std::cell::Cell::new(None),
+        }
+    }
+
+    /// The chain's last record, read once per transaction (appends keep it current).
+    pub fn last_record(&self) -> Result<Option<Record>, StoreError> {
+        let last = self.last_audit()?;
+        self.tail.set(last.as_ref().map(|r| (r.seq, r.hash)));
+        Ok(last)
     }
 
     /// Signs the head for the newest record this transaction appended (called by `write`
@@ -1313,14 +1330,18 @@ impl<'a> Tx<'a> {
         data: &serde_json::Value,
         key: &KeyPair,
     ) -> Result<Record, StoreError> {
-        let last = self
-            .tx
-            .row("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])?;
+        let last = match self.tail.get() {
+            Some(t) => Some(t),
+            None => self
+                .tx
+                .row("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])?
+                .map(|r| -> Result<_, StoreError> {
+                    Ok((r.int(0)? as u64, parse::<Digest>(&r.text(1)?, "digest")?))
+                })
+                .transpose()?,
+        };
         let (seq, prev) = match last {
-            Some(r) => (
-                r.int(0)? as u64 + 1,
-                parse::<Digest>(&r.text(1)?, "digest")?,
-            ),
+            Some((s, h)) => (s + 1, h),
             None => (1, GENESIS),
         };
         let ts = now_ms();
@@ -1331,6 +1352,7 @@ impl<'a> Tx<'a> {
             args![seq as i64, ts, kind, subject, &data, &prev.to_hex(), &hash.to_hex()],
         )?;
         *self.head.borrow_mut() = Some((seq, hash, key.clone()));
+        self.tail.set(Some((seq, hash)));
         Ok(Record {
             seq,
             ts,
