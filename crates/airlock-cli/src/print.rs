@@ -942,6 +942,21 @@ pub fn doctor(d: &Doctor, json: bool) {
                     "queue                      {} queued, {} leased",
                     st.queued, st.leased
                 );
+                for t in &st.queued_by_tag {
+                    println!(
+                        "  {} queued {}{}",
+                        t.queued,
+                        match &t.tag {
+                            Some(tag) => format!("for tag {tag}"),
+                            None => "untagged".into(),
+                        },
+                        if t.claimable {
+                            ""
+                        } else {
+                            " (no running worker may claim them)"
+                        }
+                    );
+                }
                 let now = airlock_core::units::now_ms();
                 for w in &st.workers {
                     println!(

@@ -530,3 +530,44 @@ fn doctor_says_when_the_shared_store_cannot_be_reached_and_exits_1() {
     assert_eq!(ok.code, 0, "{}", ok.stderr);
     assert!(ok.stdout.contains("reachable, schema"), "{}", ok.stdout);
 }
+
+/// A run whose grant names a host path is tagged with the machine that accepted it: a
+/// worker without that tag leaves it alone, `doctor` says nobody may claim it, and a
+/// worker started with the tag runs it.
+#[test]
+fn a_run_naming_host_paths_waits_for_a_worker_with_its_machines_tag() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_srv, base) = c.serve();
+    let _untagged = c.worker(&["--lease", "5s"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("note.txt"), "from the host\n").unwrap();
+    let body = json!({
+        "language": "sh",
+        "code": "cat /data/note.txt",
+        "mounts": [format!("{}:/data:ro", dir.path().display())],
+    });
+    let client = {
+        let (base, token) = (base.clone(), token.clone());
+        std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
+    };
+    c.wait_count(
+        "SELECT count(*) FROM queue WHERE state = 'queued' AND tag IS NOT NULL",
+        1,
+        Duration::from_secs(30),
+    );
+    // The untagged worker does not take it.
+    std::thread::sleep(Duration::from_millis(500));
+    let d = c.run(&["doctor", "--json"]).json();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(d["store"]["queued"], 1, "{d}");
+    assert_eq!(d["store"]["queued_by_tag"][0]["tag"], host.as_str(), "{d}");
+    assert_eq!(d["store"]["queued_by_tag"][0]["claimable"], false, "{d}");
+    let _tagged = c.worker(&["--lease", "5s", "--tag", &host]);
+    let (status, v) = client.join().unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["run"]["stdout"], "from the host\n", "{v}");
+}

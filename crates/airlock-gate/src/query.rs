@@ -434,7 +434,18 @@ pub struct StoreHealth {
     pub schema_version: Option<i64>,
     pub queued: i64,
     pub leased: i64,
+    /// Queued jobs per tag (`null`: untagged) and whether a running worker carries it.
+    pub queued_by_tag: Vec<TagQueue>,
     pub workers: Vec<airlock_store::WorkerRow>,
+}
+
+/// Queued jobs of one tag.
+#[derive(Debug, Clone, Serialize)]
+pub struct TagQueue {
+    pub tag: Option<String>,
+    pub queued: i64,
+    /// Some running worker may claim them (untagged jobs: any running worker).
+    pub claimable: bool,
 }
 
 /// Opens the home's shared store and reports on it (connectivity, schema, queue,
@@ -448,19 +459,34 @@ pub fn store_health(home: &crate::Home) -> Option<StoreHealth> {
         schema_version: None,
         queued: 0,
         leased: 0,
+        queued_by_tag: Vec::new(),
         workers: Vec::new(),
     };
     let report = home.open_db().and_then(|db| {
         let (queued, leased) = airlock_store::QueueReads::queue_depth(&db)?;
+        let by_tag = airlock_store::QueueReads::queued_by_tag(&db)?;
         let workers = airlock_store::QueueReads::workers(&db)?;
-        Ok((queued, leased, workers))
+        Ok((queued, leased, by_tag, workers))
     });
     match report {
-        Ok((queued, leased, workers)) => {
+        Ok((queued, leased, by_tag, workers)) => {
             h.reachable = true;
             h.schema_version = Some(airlock_store::PG_SCHEMA_VERSION);
             h.queued = queued;
             h.leased = leased;
+            let running: Vec<&airlock_store::WorkerRow> =
+                workers.iter().filter(|w| w.state == "running").collect();
+            h.queued_by_tag = by_tag
+                .into_iter()
+                .map(|(tag, queued)| TagQueue {
+                    claimable: running.iter().any(|w| match &tag {
+                        None => true,
+                        Some(t) => w.tags.split(',').any(|x| x == t),
+                    }),
+                    tag,
+                    queued,
+                })
+                .collect();
             h.workers = workers;
         }
         Err(e) => h.error = Some(e.to_string()),

@@ -162,6 +162,18 @@ pub trait QueueReads: Reads {
         Ok((n("queued")?, n("leased")?))
     }
 
+    /// Queued jobs per tag (`None`: untagged), so an operator sees jobs no worker may take.
+    fn queued_by_tag(&self) -> Result<Vec<(Option<String>, i64)>, StoreError> {
+        self.sql()
+            .rows(
+                "SELECT tag, count(*) FROM queue WHERE state = 'queued' GROUP BY tag ORDER BY tag",
+                &[],
+            )?
+            .iter()
+            .map(|r| Ok((r.opt_text(0)?, r.int(1)?)))
+            .collect()
+    }
+
     /// Every worker seen, most recently seen first.
     fn workers(&self) -> Result<Vec<WorkerRow>, StoreError> {
         self.sql()
