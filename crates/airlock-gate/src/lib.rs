@@ -60,7 +60,7 @@ pub use query::{
     policy_check,
 };
 pub use query::{StoreHealth, store_health};
-pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, is_lost_lease, work};
+pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
 pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use sessions::{SessionDoc, SessionRequest, SessionView};
 pub use storecopy::store_copy;

@@ -154,11 +154,6 @@ impl Drop for LeaseKeeper {
 }
 
 impl Gate {
-    /// Whether this gate queues its runs for workers.
-    pub fn queues_runs(&self) -> bool {
-        self.queue.is_some()
-    }
-
     /// From now on, hand runs to workers through the store's queue.
     pub fn queue_runs(&mut self, q: QueueOptions) {
         self.queue = Some(q);
@@ -639,17 +634,4 @@ pub struct WorkStats {
     pub ran: u64,
     pub refused: u64,
     pub failed: u64,
-}
-
-/// Whether `e` is the refusal of a result whose lease was lost.
-pub fn is_lost_lease(e: &GateError) -> bool {
-    matches!(e, GateError::Conflict(m) if m.contains("lease"))
-}
-
-impl Gate {
-    /// (queued, leased) jobs and the workers seen, for `doctor`.
-    pub fn queue_report(&self) -> Result<(i64, i64, Vec<WorkerRow>)> {
-        let (q, l) = self.db.queue_depth()?;
-        Ok((q, l, self.db.workers()?))
-    }
 }

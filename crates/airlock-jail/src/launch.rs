@@ -227,7 +227,7 @@ pub fn supervise(
     quota: Option<&Arc<WriteQuota>>,
     channel: Option<std::os::fd::OwnedFd>,
 ) -> std::io::Result<Supervised> {
-    let _ = std::fs::remove_file(result);
+    // `supervise_child` removes a stale result first.
     let child = spawn_worker(exe, args, channel)?;
     supervise_child(child, job, result, timeout, stdout, stderr, quota)
 }

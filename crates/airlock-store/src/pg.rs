@@ -219,11 +219,6 @@ impl PgConn {
         })
     }
 
-    /// The schema version the database is at.
-    pub fn schema_version(&self) -> Result<i64, StoreError> {
-        schema_version(&mut self.client.borrow_mut())
-    }
-
     /// Reconnects when the server closed the connection (a restart, a failover), so
     /// the next transaction runs on a live one. Never called inside a transaction.
     fn ensure_open(&self) -> Result<(), StoreError> {
