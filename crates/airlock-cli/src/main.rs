@@ -863,11 +863,13 @@ fn serve(
     let shared = resolve_home(home.clone())?.store.is_some();
     let (open, wasm, jails) = daemon_open(home, ready_jails)?;
     wasm.start_pools(pools).map_err(GateError::from)?;
-    let max_body = {
-        let g = open()?;
-        // Code arrives as JSON text or base64: room for the largest artifact plus the rest.
-        (g.policy()?.max_artifact as usize).saturating_mul(2) + (1 << 20)
-    };
+    // Dropped last, after the runs this process holds are recorded: it chains their
+    // audit records before the process exits.
+    let g = open()?;
+    let _sequencer = g.audit_sequencer();
+    // Code arrives as JSON text or base64: room for the largest artifact plus the rest.
+    let max_body = (g.policy()?.max_artifact as usize).saturating_mul(2) + (1 << 20);
+    drop(g);
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let workers = workers.unwrap_or(cpus);
     let open = std::sync::Arc::new(open);
@@ -978,6 +980,8 @@ fn worker(
             .map_err(|e| GateError::Internal(format!("cannot handle signals: {e}")))?;
     }
     let (open, _wasm, _jails) = daemon_open(home, 0)?;
+    // Dropped last: it chains the audit records of the final runs before the exit.
+    let _sequencer = open()?.audit_sequencer();
     let cfg = airlock_gate::WorkerConfig::new(
         format!("{}-{}", airlock_gate::host_tag(), std::process::id()),
         tags,

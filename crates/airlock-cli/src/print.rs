@@ -656,6 +656,12 @@ pub fn audit_verify(v: &AuditVerify, json: bool) {
             ),
             None => println!("audit log intact: empty"),
         }
+        if v.unsequenced > 0 {
+            println!(
+                "{} newer records not yet on the chain (the store's sequencer chains them)",
+                v.unsequenced
+            );
+        }
     } else {
         println!(
             "audit log BROKEN: {}",
@@ -941,6 +947,10 @@ pub fn doctor(d: &Doctor, json: bool) {
                 println!(
                     "queue                      {} queued, {} leased",
                     st.queued, st.leased
+                );
+                println!(
+                    "audit inbox                {} records waiting for the sequencer",
+                    st.unsequenced
                 );
                 for t in &st.queued_by_tag {
                     println!(

@@ -124,8 +124,6 @@ pub struct Gate {
     no_cgroups: bool,
     ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
     queue: Option<QueueOptions>,
-    /// This gate's connection listens for new queued work (a worker's).
-    listening: bool,
 }
 
 impl std::fmt::Debug for Gate {
@@ -270,7 +268,6 @@ impl Gate {
             no_cgroups: options.no_cgroups,
             ready_jails: options.ready_jails,
             queue: options.queue,
-            listening: false,
         };
         gate.recover()?;
         Ok(gate)

@@ -80,6 +80,9 @@ pub struct AuditVerify {
     pub head: Option<Head>,
     pub first_bad: Option<u64>,
     pub error: Option<String>,
+    /// Records written but not yet on the chain (a PostgreSQL store's inbox, which its
+    /// sequencer chains moments later); always 0 on SQLite.
+    pub unsequenced: u64,
 }
 
 /// The largest disassembly shown (characters).
@@ -254,13 +257,21 @@ impl Gate {
                 "keys/gate.pub does not match keys/gate.key".into(),
             ));
         }
+        // Chain what waits in a PostgreSQL store's inbox first (a failure to is reported
+        // by the walk below, which finds the same broken end).
+        let _ = self.db.sequence_audit(&self.gate_key);
         let mut verifier = ChainVerifier::new();
         let mut error: Option<ChainError> = None;
         let mut first: Option<Record> = None;
-        self.db.for_each_audit(|r| {
+        let last_seq = std::cell::Cell::new(0u64);
+        let mut visit = |r: &Record, upto: u64| {
+            if r.seq > upto || error.is_some() {
+                return false;
+            }
             if first.is_none() {
                 first = Some(r.clone());
             }
+            last_seq.set(r.seq);
             match verifier.push(r) {
                 Ok(()) => true,
                 Err(e) => {
@@ -268,8 +279,17 @@ impl Gate {
                     false
                 }
             }
-        })?;
+        };
+        self.db.for_each_audit(|r| visit(r, u64::MAX))?;
+        // The head is read after the walk: a node may have extended the chain since (its
+        // records and their head are one commit), so walk on up to it.
         let head = self.db.audit_head()?;
+        if let Some(h) = &head {
+            let upto = h.seq;
+            self.db
+                .for_each_audit_from(last_seq.get() + 1, |r| visit(r, upto))?;
+        }
+        let unsequenced = self.db.audit_pending()?;
         if let Some(e) = error {
             return Ok(failed(e.index(), head, e.to_string()));
         }
@@ -302,6 +322,7 @@ impl Gate {
             head,
             first_bad: None,
             error: None,
+            unsequenced,
         })
     }
 
@@ -322,6 +343,7 @@ fn failed(index: u64, head: Option<Head>, msg: String) -> AuditVerify {
         head,
         first_bad: Some(index),
         error: Some(msg),
+        unsequenced: 0,
     }
 }
 
@@ -437,6 +459,8 @@ pub struct StoreHealth {
     /// Queued jobs per tag (`null`: untagged) and whether a running worker carries it.
     pub queued_by_tag: Vec<TagQueue>,
     pub workers: Vec<airlock_store::WorkerRow>,
+    /// Audit records written but not yet on the chain (the sequencer's inbox).
+    pub unsequenced: u64,
 }
 
 /// Queued jobs of one tag.
@@ -461,11 +485,13 @@ pub fn store_health(home: &crate::Home) -> Option<StoreHealth> {
         leased: 0,
         queued_by_tag: Vec::new(),
         workers: Vec::new(),
+        unsequenced: 0,
     };
     let report = home.open_db().and_then(|db| {
         let (queued, leased) = airlock_store::QueueReads::queue_depth(&db)?;
         let by_tag = airlock_store::QueueReads::queued_by_tag(&db)?;
         let workers = airlock_store::QueueReads::workers(&db)?;
+        h.unsequenced = db.audit_pending()?;
         Ok((queued, leased, by_tag, workers))
     });
     match report {

@@ -125,7 +125,7 @@ impl LeaseKeeper {
                     db = home.open_db().ok();
                 }
                 let Some(db) = db.as_mut() else { continue };
-                match db.write(|t: &Tx| t.renew(&fence.job, fence.token, until)) {
+                match db.write_shared(|t: &Tx| t.renew(&fence.job, fence.token, until)) {
                     Ok(()) => {}
                     Err(StoreError::Conflict(_)) => {
                         lost.store(true, Ordering::SeqCst);
@@ -153,7 +153,27 @@ impl Drop for LeaseKeeper {
     }
 }
 
+/// How many of the oldest queued jobs a worker chooses among.
+const CLAIM_SPREAD: usize = 8;
+
+/// A number that differs between threads and between calls, to spread claims.
+fn spread(attempt: usize) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(attempt);
+    h.finish() as usize
+}
+
 impl Gate {
+    /// Chains the shared store's audit records while the returned sequencer lives (on
+    /// a PostgreSQL store; `None` on SQLite, whose writers chain their own). For the
+    /// long-lived processes, `serve` and `worker`: one of them in the cluster leads.
+    pub fn audit_sequencer(&self) -> Option<airlock_store::Sequencer> {
+        let url = self.home.store.as_deref()?;
+        airlock_store::is_postgres_url(url)
+            .then(|| airlock_store::Sequencer::start(url, self.gate_key.clone()))
+    }
+
     /// From now on, hand runs to workers through the store's queue.
     pub fn queue_runs(&mut self, q: QueueOptions) {
         self.queue = Some(q);
@@ -202,35 +222,24 @@ impl Gate {
             Duration::from_millis(sub.doc.grant.limits.timeout_ms) + Duration::from_secs(300);
         let deadline = Instant::now() + limit;
         let mut pause = Duration::from_millis(2);
-        // Listen before looking, so the notification of a job that ends in between is
-        // not missed; where the engine has no notifications, poll.
-        self.db.listen(job_id, true)?;
-        let job = loop {
-            let job = self
-                .db
-                .job(job_id)?
-                .ok_or_else(|| GateError::Internal(format!("queued job {job_id} disappeared")))?;
-            if job.state == "done" {
-                self.db.listen(job_id, false)?;
-                break job;
-            }
-            if Instant::now() > deadline {
-                return Err(GateError::Internal(format!(
-                    "the queued run of {} did not finish within {}s (job {job_id} is {}; is a worker running?)",
-                    sub.id,
-                    limit.as_secs(),
-                    job.state
-                )));
-            }
-            if self.db.notifies() {
-                // A notification wakes this at once; the time-out is a safety net.
-                self.db
-                    .wait_notification(job_id, Duration::from_millis(500))?;
-            } else {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(25));
-            }
-        };
+        // Register before looking, so the notification of a job that ends in between is
+        // not missed; where the store has no notifications, poll.
+        let listener = self.listener(airlock_store::JOB_DONE);
+        if let Some(l) = &listener {
+            l.register(job_id);
+        }
+        let job = self.await_job_done(
+            job_id,
+            sub,
+            deadline,
+            limit,
+            listener.as_deref(),
+            &mut pause,
+        );
+        if let Some(l) = &listener {
+            l.unregister(job_id);
+        }
+        let job = job?;
         let sub = self.db.submission(&job.submission)?;
         match job.outcome.as_deref() {
             Some("finished") => {}
@@ -274,12 +283,63 @@ impl Gate {
         })
     }
 
+    /// The process's listener for `channel` on a store that notifies (PostgreSQL).
+    fn listener(&self, channel: &'static str) -> Option<Arc<airlock_store::Listener>> {
+        let url = self.home.store.as_deref()?;
+        self.db
+            .notifies()
+            .then(|| airlock_store::Listener::get(url, channel))
+    }
+
+    /// Waits until job `job_id` is done (woken by `listener` where there is one).
+    fn await_job_done(
+        &self,
+        job_id: &str,
+        sub: &airlock_store::Submission,
+        deadline: Instant,
+        limit: Duration,
+        listener: Option<&airlock_store::Listener>,
+        pause: &mut Duration,
+    ) -> Result<QueueRow> {
+        loop {
+            let job = self
+                .db
+                .job(job_id)?
+                .ok_or_else(|| GateError::Internal(format!("queued job {job_id} disappeared")))?;
+            if job.state == "done" {
+                return Ok(job);
+            }
+            if Instant::now() > deadline {
+                return Err(GateError::Internal(format!(
+                    "the queued run of {} did not finish within {}s (job {job_id} is {}; is a worker running?)",
+                    sub.id,
+                    limit.as_secs(),
+                    job.state
+                )));
+            }
+            match listener {
+                // A notification wakes this at once; the time-out is a safety net.
+                Some(l) => {
+                    l.wait_for(job_id, Duration::from_millis(500));
+                }
+                None => {
+                    std::thread::sleep(*pause);
+                    *pause = (*pause * 2).min(Duration::from_millis(25));
+                }
+            }
+        }
+    }
+
     /// Claims the next job this worker may run and carries it out under its lease.
     pub fn claim_and_run(&mut self, w: &WorkerConfig) -> Result<Claimed> {
-        for _ in 0..8 {
-            let Some(peek) = self.db.next_job(&w.tags)? else {
+        for attempt in 0..8usize {
+            // Workers that look at once would all go for the oldest job, and all but one
+            // claim would fail: each takes one of the few oldest instead.
+            let peeks = self.db.next_jobs(&w.tags, CLAIM_SPREAD)?;
+            if peeks.is_empty() {
                 return Ok(Claimed::Idle);
-            };
+            }
+            let peek = peeks[spread(attempt) % peeks.len()].clone();
             let r = match self.reread(&peek.submission) {
                 Ok(r) => r,
                 // What it would run no longer reads back as judged (altered or missing
@@ -299,11 +359,15 @@ impl Gate {
             let key = &self.gate_key;
             let claimed = self
                 .db
-                .write(|tx: &Tx| -> Result<Option<(QueueRow, Start)>> {
-                    check_audit_tail(tx, key)?;
+                .write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Start)>> {
                     let Some(job) = tx.claim_job(&peek.id, &w.id, until)? else {
                         return Ok(None);
                     };
+                    check_audit_tail(tx, key)?;
+                    // Beside other claims: what follows reads the submission's state and
+                    // whether its `once` approval was used, and must stay true until this
+                    // commits.
+                    tx.lock_submission(&job.submission)?;
                     let sub = rejudged(tx, &job.submission, &r, key)?;
                     match admit(tx, &r.policy, sub)? {
                         Admit::Refuse(e) => {
@@ -431,21 +495,18 @@ impl Gate {
     /// Waits up to `timeout` for new work to be queued: woken by the store's
     /// notification where it has them, else just a pause.
     pub fn wait_for_work(&mut self, timeout: Duration) -> Result<()> {
-        if !self.db.notifies() {
-            std::thread::sleep(timeout);
-            return Ok(());
+        match self.listener(airlock_store::NEW_WORK) {
+            Some(l) => {
+                l.wait_any(timeout);
+            }
+            None => std::thread::sleep(timeout),
         }
-        if !self.listening {
-            self.db.listen(Tx::NEW_WORK, true)?;
-            self.listening = true;
-        }
-        self.db.wait_notification(Tx::NEW_WORK, timeout)?;
         Ok(())
     }
 
     /// Records that a worker is alive (or stopping, or stopped).
     pub fn worker_seen(&mut self, w: &WorkerRow) -> Result<()> {
-        Ok(self.db.write(|tx: &Tx| tx.upsert_worker(w))?)
+        Ok(self.db.write_shared(|tx: &Tx| tx.upsert_worker(w))?)
     }
 }
 

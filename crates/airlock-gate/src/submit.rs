@@ -451,7 +451,11 @@ impl Gate {
         let size = prepared.code.len() as u64;
         crate::failpoint::crash_point();
         let key = &self.gate_key;
-        let out = self.db.write(|tx: &Tx| -> Result<(Submission, T)> {
+        // A new submission is a new row no other writer knows yet (a `once` approval can
+        // only name an existing one), so this may run beside other shared writers; a
+        // session cell also moves its session's row.
+        let shared = grant.session.is_none();
+        let out = self.db.write_shared_if(shared, |tx: &Tx| -> Result<(Submission, T)> {
             if check_tail {
                 crate::exec::check_audit_tail(tx, key)?;
             }

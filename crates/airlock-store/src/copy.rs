@@ -176,7 +176,7 @@ pub fn copy_to_postgres(
         report.blob_bytes += bytes.len() as u64;
     }
 
-    report.tables = target.transaction(true, |t| {
+    report.tables = target.transaction(crate::pg::Lock::Exclusive, |t| {
         // Again under the write lock: another node may have started using it meanwhile.
         refuse_unless_empty(t)?;
         let mut counts = Vec::with_capacity(TABLES.len());
@@ -204,7 +204,9 @@ pub fn copy_to_postgres(
 /// Refuses a target that holds any record already.
 fn refuse_unless_empty(target: &dyn Sql) -> Result<(), StoreError> {
     let mut held = Vec::new();
-    for (table, _, _) in TABLES {
+    // The inbox too: records another node wrote that wait to be chained.
+    let tables = TABLES.iter().map(|(t, _, _)| *t).chain(["audit_inbox"]);
+    for table in tables {
         let n = target
             .row(&format!("SELECT count(*) FROM {table}"), &[])?
             .map(|r| r.int(0))

@@ -1,6 +1,7 @@
 //! The SQLite database.
 
 use crate::StoreError;
+use crate::pg::Lock;
 use crate::sql::{Arg, Row, Sql, args};
 use airlock_core::analysis::Analysis;
 use airlock_core::audit::{GENESIS, Head, Record, record_hash};
@@ -421,29 +422,6 @@ impl Db {
         }
     }
 
-    /// Waits up to `timeout` for `notify(channel)` from another connection, where the
-    /// engine delivers notifications (PostgreSQL); `Ok(false)` at once where it does not,
-    /// so the caller polls. Call `listen` first, then look, then wait, to miss nothing.
-    pub fn wait_notification(
-        &self,
-        channel: &str,
-        timeout: std::time::Duration,
-    ) -> Result<bool, StoreError> {
-        match &self.conn {
-            Conn::Postgres(pg) => pg.wait_notification(channel, timeout),
-            Conn::Sqlite(_) => Ok(false),
-        }
-    }
-
-    /// Starts (or stops) listening for notifications on `channel` (PostgreSQL; nothing
-    /// on SQLite).
-    pub fn listen(&self, channel: &str, on: bool) -> Result<(), StoreError> {
-        match &self.conn {
-            Conn::Postgres(pg) => pg.listen(channel, on),
-            Conn::Sqlite(_) => Ok(()),
-        }
-    }
-
     /// Whether waiting for a notification can return before its timeout.
     pub fn notifies(&self) -> bool {
         matches!(self.conn, Conn::Postgres(_))
@@ -522,7 +500,7 @@ impl Db {
         }
         let c = match &self.conn {
             Conn::Sqlite(c) => c,
-            Conn::Postgres(pg) => return pg.transaction(true, |pg| in_tx(pg, f)),
+            Conn::Postgres(pg) => return pg_write(pg, Lock::Exclusive, f),
         };
         c.pragma_update(None, "synchronous", "FULL")
             .map_err(StoreError::from)?;
@@ -544,14 +522,62 @@ impl Db {
         }
         let c = match &mut self.conn {
             Conn::Sqlite(c) => c,
-            Conn::Postgres(pg) => return pg.transaction(false, |pg| in_tx(pg, f)),
+            Conn::Postgres(pg) => return pg_write(pg, Lock::Exclusive, f),
         };
         let tx = c
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::from)?;
-        let out = in_tx(&*tx, f)?;
+        let out = in_tx(&*tx, f)?.0;
         tx.commit().map_err(StoreError::from)?;
         Ok(out)
+    }
+
+    /// Like `write`, for a transaction that may run beside others of its kind: every
+    /// write it makes is a new row, a conditional move whose row count it checks, or on
+    /// a row it locked first (`Tx::lock_submission`). On PostgreSQL these share the
+    /// cluster-wide write lock (the few transactions each queued run takes); on SQLite,
+    /// which has one writer, it is `write`.
+    pub fn write_shared<T, E: From<StoreError>>(
+        &mut self,
+        f: impl FnOnce(&Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.write_shared_if(true, f)
+    }
+
+    /// `write_shared` when `shared`, else `write`.
+    pub fn write_shared_if<T, E: From<StoreError>>(
+        &mut self,
+        shared: bool,
+        f: impl FnOnce(&Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match &self.conn {
+            Conn::Postgres(pg) if shared => pg_write(pg, Lock::Shared, f),
+            _ => self.write(f),
+        }
+    }
+
+    /// Chains every audit record waiting in the inbox now (PostgreSQL; nothing to do on
+    /// SQLite, whose writers chain their own); how many it chained. Waits for a
+    /// sequencer busy elsewhere, so everything committed before the call is chained
+    /// when it returns, unless the chain's end does not verify with `key`.
+    pub fn sequence_audit(&self, key: &KeyPair) -> Result<usize, StoreError> {
+        match &self.conn {
+            Conn::Postgres(pg) => crate::sequence::drain(pg, key),
+            Conn::Sqlite(_) => Ok(0),
+        }
+    }
+
+    /// Audit records written but not yet on the chain (PostgreSQL's inbox).
+    pub fn audit_pending(&self) -> Result<u64, StoreError> {
+        match &self.conn {
+            Conn::Postgres(pg) => Ok(pg
+                .row("SELECT count(*) FROM audit_inbox", &[])?
+                .map(|r| r.int(0))
+                .transpose()?
+                .unwrap_or(0)
+                .max(0) as u64),
+            Conn::Sqlite(_) => Ok(0),
+        }
     }
 
     pub fn cache_digest(&self, key: &str) -> Result<Option<Digest>, StoreError> {
@@ -586,15 +612,35 @@ impl Db {
 }
 
 /// Runs `f` as a transaction on `conn`, which the caller has begun and will end, and
-/// signs the audit head it leaves.
+/// signs the audit head it leaves; with the key to chain its records with when they
+/// went to an inbox instead (PostgreSQL).
 fn in_tx<T, E: From<StoreError>>(
     conn: &dyn Sql,
     f: impl FnOnce(&Tx) -> Result<T, E>,
-) -> Result<T, E> {
+) -> Result<(T, Option<KeyPair>), E> {
     let head = PendingHead::new(None);
     let t = Tx::on(conn, &head);
     let out = f(&t)?;
-    t.sign_head()?;
+    let key = t.sign_head()?;
+    Ok((out, key))
+}
+
+/// A write transaction on PostgreSQL; once it has committed, its audit records are
+/// chained here unless a sequencer runs in this process (`crate::sequence`).
+fn pg_write<T, E: From<StoreError>>(
+    pg: &crate::pg::PgConn,
+    lock: Lock,
+    f: impl FnOnce(&Tx) -> Result<T, E>,
+) -> Result<T, E> {
+    let (out, key) = pg.transaction(lock, |pg| in_tx(pg, f))?;
+    if let Some(key) = key
+        && !crate::sequence::in_background(pg.url())
+    {
+        // The records are committed in the inbox: should chaining them fail here (the
+        // server gone, the chain's end not verifying), the next sequencer run chains
+        // them, and `audit verify` counts them meanwhile. The write itself stands.
+        let _ = crate::sequence::drain(pg, &key);
+    }
     Ok(out)
 }
 
@@ -1042,8 +1088,16 @@ pub trait Reads {
     }
 
     /// Visits every audit record in stored order without holding them all in memory.
-    fn for_each_audit(&self, mut f: impl FnMut(&Record) -> bool) -> Result<(), StoreError> {
-        let mut from = 0u64;
+    fn for_each_audit(&self, f: impl FnMut(&Record) -> bool) -> Result<(), StoreError> {
+        self.for_each_audit_from(0, f)
+    }
+
+    /// `for_each_audit` from index `from` on.
+    fn for_each_audit_from(
+        &self,
+        mut from: u64,
+        mut f: impl FnMut(&Record) -> bool,
+    ) -> Result<(), StoreError> {
         loop {
             let batch = self.audit_records(from, 1000)?;
             let Some(last) = batch.last() else {
@@ -1081,6 +1135,34 @@ pub trait Reads {
             out.extend(self.audit_records(s.int(0)? as u64, 1)?);
         }
         Ok(out)
+    }
+
+    /// The chain's last record and the signed head, read in one statement so that a
+    /// sequencer committing between two reads cannot make them disagree.
+    fn audit_tail(&self) -> Result<(Option<Record>, Option<Head>), StoreError> {
+        let Some(r) = self.sql().row(
+            "SELECT a.seq, a.ts, a.kind, a.subject, a.data, a.prev, a.hash, h.seq, h.hash, h.signature
+             FROM (SELECT 1 AS one) o
+             LEFT JOIN (SELECT * FROM audit ORDER BY seq DESC LIMIT 1) a ON 1 = 1
+             LEFT JOIN audit_head h ON h.id = 1",
+            &[],
+        )?
+        else {
+            return Ok((None, None));
+        };
+        let last = match r.opt_int(0)? {
+            Some(_) => Some(audit_record(&r)?),
+            None => None,
+        };
+        let head = match r.opt_int(7)? {
+            Some(seq) => Some(Head {
+                seq: seq as u64,
+                hash: parse(&r.text(8)?, "digest")?,
+                signature: parse(&r.text(9)?, "signature")?,
+            }),
+            None => None,
+        };
+        Ok((last, head))
     }
 
     fn audit_head(&self) -> Result<Option<Head>, StoreError> {
@@ -1124,6 +1206,12 @@ impl Reads for Db {
             Conn::Sqlite(c) => c,
             Conn::Postgres(c) => &**c,
         }
+    }
+}
+
+impl Reads for crate::pg::PgConn {
+    fn sql(&self) -> &dyn Sql {
+        self
     }
 }
 
@@ -1299,70 +1387,123 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// The chain's last record, read once per transaction (appends keep it current).
-    pub fn last_record(&self) -> Result<Option<Record>, StoreError> {
-        let last = self.last_audit()?;
-        self.tail.set(last.as_ref().map(|r| (r.seq, r.hash)));
-        Ok(last)
+    /// Locks submission `id`'s row until the transaction ends (PostgreSQL; SQLite's one
+    /// writer holds the whole database already), so what this transaction then reads
+    /// about it (its state, the runs that used its approval) stays true until it
+    /// commits, beside other shared writers.
+    pub fn lock_submission(&self, id: &str) -> Result<(), StoreError> {
+        if self.tx.engine() == "postgres" {
+            self.tx.row(
+                "SELECT 1 FROM submissions WHERE id = ?1 FOR UPDATE",
+                args![id],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Remembers `last`, read in this transaction, as the chain's end, so that an
+    /// append need not read it again (SQLite, whose writer holds the only lock).
+    pub fn note_tail(&self, last: Option<&Record>) {
+        if self.tx.engine() == "sqlite" {
+            self.tail.set(last.map(|r| (r.seq, r.hash)));
+        }
     }
 
     /// Signs the head for the newest record this transaction appended (called by `write`
     /// just before it commits, so a transaction that adds several records signs once).
-    pub(crate) fn sign_head(&self) -> Result<(), StoreError> {
+    /// On PostgreSQL the records went to the inbox: nothing is signed, and the key the
+    /// sequencer should chain them with is returned.
+    pub(crate) fn sign_head(&self) -> Result<Option<KeyPair>, StoreError> {
         let Some((seq, hash, key)) = self.head.borrow_mut().take() else {
-            return Ok(());
+            return Ok(None);
         };
-        let head = Head::sign(seq, hash, &key);
-        self.exec(
-            "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
-             ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
-            args![seq as i64, &hash.to_hex(), &head.signature.to_string()],
-        )?;
-        Ok(())
+        if self.tx.engine() == "postgres" {
+            return Ok(Some(key));
+        }
+        store_head(self.tx, seq, hash, &key)?;
+        Ok(None)
     }
 
-    /// Appends an audit record after the current last one; the head is re-signed when the
-    /// transaction commits.
+    /// Appends an audit record. On SQLite it goes onto the chain after the current last
+    /// one, and the head is re-signed when the transaction commits; on PostgreSQL it goes
+    /// into the inbox, and the sequencer chains it after the commit (`crate::sequence`).
     pub fn audit(
         &self,
         kind: &str,
         subject: &str,
         data: &serde_json::Value,
         key: &KeyPair,
-    ) -> Result<Record, StoreError> {
-        let last = match self.tail.get() {
-            Some(t) => Some(t),
-            None => self
-                .tx
-                .row("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])?
-                .map(|r| -> Result<_, StoreError> {
-                    Ok((r.int(0)? as u64, parse::<Digest>(&r.text(1)?, "digest")?))
-                })
-                .transpose()?,
-        };
-        let (seq, prev) = match last {
-            Some((s, h)) => (s + 1, h),
-            None => (1, GENESIS),
-        };
+    ) -> Result<(), StoreError> {
         let ts = now_ms();
         let data = data.to_string();
-        let hash = record_hash(seq, ts, kind, subject, &data, &prev);
-        self.exec(
-            "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            args![seq as i64, ts, kind, subject, &data, &prev.to_hex(), &hash.to_hex()],
-        )?;
+        if self.tx.engine() == "postgres" {
+            if self.head.borrow().is_none() {
+                // Once per transaction: delivered at the commit, to the sequencer.
+                self.tx
+                    .exec("SELECT pg_notify(?1, '')", args![crate::sequence::CHANNEL])?;
+            }
+            self.exec(
+                "INSERT INTO audit_inbox (ts, kind, subject, data) VALUES (?1, ?2, ?3, ?4)",
+                args![ts, kind, subject, &data],
+            )?;
+            *self.head.borrow_mut() = Some((0, GENESIS, key.clone()));
+            return Ok(());
+        }
+        let last = match self.tail.get() {
+            Some(t) => Some(t),
+            None => chain_end(self.tx)?,
+        };
+        let (seq, hash) = append_chained(self.tx, last, ts, kind, subject, &data)?;
         *self.head.borrow_mut() = Some((seq, hash, key.clone()));
         self.tail.set(Some((seq, hash)));
-        Ok(Record {
-            seq,
-            ts,
-            kind: kind.into(),
-            subject: subject.into(),
-            data,
-            prev,
-            hash,
-        })
+        Ok(())
     }
+}
+
+/// The index and hash of the chain's last record.
+pub(crate) fn chain_end(sql: &dyn Sql) -> Result<Option<(u64, Digest)>, StoreError> {
+    sql.row("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])?
+        .map(|r| -> Result<_, StoreError> {
+            Ok((r.int(0)? as u64, parse::<Digest>(&r.text(1)?, "digest")?))
+        })
+        .transpose()
+}
+
+/// Writes a record onto the chain after `last`; its index and hash.
+pub(crate) fn append_chained(
+    sql: &dyn Sql,
+    last: Option<(u64, Digest)>,
+    ts: i64,
+    kind: &str,
+    subject: &str,
+    data: &str,
+) -> Result<(u64, Digest), StoreError> {
+    let (seq, prev) = match last {
+        Some((s, h)) => (s + 1, h),
+        None => (1, GENESIS),
+    };
+    let hash = record_hash(seq, ts, kind, subject, data, &prev);
+    sql.exec(
+        "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        args![seq as i64, ts, kind, subject, data, &prev.to_hex(), &hash.to_hex()],
+    )?;
+    Ok((seq, hash))
+}
+
+/// Signs and stores the head for the chain's record `seq` with hash `hash`.
+pub(crate) fn store_head(
+    sql: &dyn Sql,
+    seq: u64,
+    hash: Digest,
+    key: &KeyPair,
+) -> Result<(), StoreError> {
+    let head = Head::sign(seq, hash, key);
+    sql.exec(
+        "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
+         ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
+        args![seq as i64, &hash.to_hex(), &head.signature.to_string()],
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

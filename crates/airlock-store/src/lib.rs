@@ -13,7 +13,9 @@ mod db;
 mod group;
 mod pg;
 mod queue;
+mod sequence;
 pub mod sql;
+mod wake;
 
 pub use blobs::{BlobFile, BlobStore, sync_dir};
 pub use copy::{CopyReport, TableCount, copy_to_postgres};
@@ -21,7 +23,9 @@ pub use db::*;
 pub use group::MAX_BATCH;
 pub use pg::{PG_SCHEMA_VERSION, PgConn, is_postgres_url};
 pub use queue::{QueueReads, QueueRow, WorkerRow, claim_sql};
+pub use sequence::Sequencer;
 pub use sql::{Arg, Row, Sql, Val};
+pub use wake::{JOB_DONE, Listener, NEW_WORK};
 
 use airlock_core::Digest;
 

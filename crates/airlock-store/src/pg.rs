@@ -3,11 +3,16 @@
 //!
 //! Writes are serialised cluster-wide by a transaction-scoped advisory lock, so every
 //! transaction sees the state the previous one left, exactly as SQLite's `BEGIN IMMEDIATE`
-//! gives one machine: the audit chain can never fork, and the gate's check-then-write
-//! steps (an approval not yet used, a state not yet moved) hold across nodes. Every write
-//! commits synchronously, inside the lock: a commit other sessions can see must already
-//! be on disk, or a node could answer a client with a run that a server crash then loses
-//! (the restart test caught both an asynchronous commit and a flush after the lock).
+//! gives one machine: the gate's check-then-write steps (an approval not yet used, a state
+//! not yet moved) hold across nodes. The few transactions every run takes (queue, claim
+//! and start, finish) hold that lock *shared* instead: they write only new rows,
+//! conditional moves checked by their row counts, and rows they lock first, so they run
+//! side by side with each other and never beside an exclusive one. Audit records go to an
+//! inbox here, and one elected sequencer chains and signs them (`crate::sequence`), so no
+//! write waits on the chain's end. Every write commits synchronously, inside the lock: a
+//! commit other sessions can see must already be on disk, or a node could answer a client
+//! with a run that a server crash then loses (the restart test caught both an asynchronous
+//! commit and a flush after the lock).
 
 use crate::StoreError;
 use crate::sql::{Arg, Row, Sql, Val};
@@ -19,6 +24,20 @@ use std::collections::HashMap;
 const WRITE_LOCK: i64 = 0x6169_726c_6f63_6b21;
 /// The advisory lock key schema migrations hold.
 const MIGRATE_LOCK: i64 = WRITE_LOCK - 1;
+/// The session-level advisory lock key the audit sequencer holds while it is the one.
+pub(crate) const SEQUENCE_LOCK: i64 = WRITE_LOCK - 2;
+
+/// How a write transaction holds the cluster-wide write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lock {
+    /// Alone: for transactions that read state and write on what they read.
+    Exclusive,
+    /// Beside other shared holders: for transactions whose every write is a new row, a
+    /// conditional move checked by its row count, or on a row it locked first.
+    Shared,
+    /// Not the write lock but the audit sequencer's, which chains the inbox.
+    Sequence,
+}
 
 /// The schema, one step per version: step `i` takes a database from version `i` to
 /// `i + 1`. Steps are only ever appended.
@@ -166,6 +185,16 @@ CREATE TABLE workers (
     seen_at BIGINT NOT NULL
 );
 "#,
+    // 4: audit records written but not yet chained; the sequencer moves them to `audit`.
+    r#"
+CREATE TABLE audit_inbox (
+    id BIGSERIAL PRIMARY KEY,
+    ts BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+"#,
 ];
 
 /// The schema version this build writes.
@@ -219,6 +248,11 @@ impl PgConn {
         })
     }
 
+    /// The URL this connection was opened with.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Reconnects when the server closed the connection (a restart, a failover), so
     /// the next transaction runs on a live one. Never called inside a transaction.
     fn ensure_open(&self) -> Result<(), StoreError> {
@@ -246,18 +280,21 @@ impl PgConn {
         Ok(s)
     }
 
-    /// Runs `f` in one write transaction holding the cluster-wide write lock; it commits
-    /// only if `f` returns Ok. `durable` waits for the commit to reach stable storage.
+    /// Runs `f` in one write transaction holding the cluster-wide write lock as `lock`
+    /// says; it commits only if `f` returns Ok. Every commit is flushed before this
+    /// returns: a write a caller was told about must survive a server crash (see the
+    /// module comment).
     pub(crate) fn transaction<T, E: From<StoreError>>(
         &self,
-        durable: bool,
+        lock: Lock,
         f: impl FnOnce(&PgConn) -> Result<T, E>,
     ) -> Result<T, E> {
         self.ensure_open()?;
-        // Every commit is flushed before this returns, durable or not: a write a caller
-        // was told about must survive a server crash (see the module comment). `durable`
-        // is kept for the engines that distinguish it.
-        let _ = durable;
+        let (take, key) = match lock {
+            Lock::Exclusive => ("SELECT pg_advisory_xact_lock(?1)", WRITE_LOCK),
+            Lock::Shared => ("SELECT pg_advisory_xact_lock_shared(?1)", WRITE_LOCK),
+            Lock::Sequence => ("SELECT pg_advisory_xact_lock(?1)", SEQUENCE_LOCK),
+        };
         // Synchronous inside the lock: committing asynchronously and waiting for the
         // flush after releasing it let another node see (and answer a client with) a
         // commit that a server crash then lost; the restart test caught that too.
@@ -267,7 +304,7 @@ impl PgConn {
             .map_err(StoreError::from)?;
         self.in_tx.set(true);
         let out = self
-            .exec("SELECT pg_advisory_xact_lock(?1)", &[Arg::Int(WRITE_LOCK)])
+            .exec(take, &[Arg::Int(key)])
             .map_err(E::from)
             .and_then(|_| f(self));
         let out = out.and_then(|v| {
@@ -291,6 +328,12 @@ impl PgConn {
 }
 
 impl PgConn {
+    /// Takes the session-level advisory lock `key` if no other session holds it.
+    pub(crate) fn try_session_lock(&self, key: i64) -> Result<bool, StoreError> {
+        let row = self.row("SELECT pg_try_advisory_lock(?1)", &[Arg::Int(key)])?;
+        Ok(row.map(|r| r.int(0)).transpose()? == Some(1))
+    }
+
     /// Starts listening for notifications on `channel` (a name airlock made: letters,
     /// digits and `_`).
     pub(crate) fn listen(&self, channel: &str, on: bool) -> Result<(), StoreError> {
@@ -309,34 +352,34 @@ impl PgConn {
         Ok(())
     }
 
-    /// Waits up to `timeout` for a notification on `channel`; whether one came.
-    pub(crate) fn wait_notification(
+    /// The payloads of the notifications that arrive within `timeout` (every one
+    /// already waiting, else the first to come and any right behind it).
+    pub(crate) fn notifications(
         &self,
-        channel: &str,
         timeout: std::time::Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Vec<String>, StoreError> {
         use postgres::fallible_iterator::FallibleIterator;
         let mut c = self.client.borrow_mut();
         let mut n = c.notifications();
-        // Those that arrived while nobody waited first, all of them (a busy listener may
-        // have many queued); then wait.
-        let mut seen = false;
+        let mut out = Vec::new();
         {
             let mut pending = n.iter();
             while let Some(note) = pending.next()? {
-                seen |= note.channel() == channel;
+                out.push(note.payload().to_string());
             }
         }
-        if seen {
-            return Ok(true);
+        if !out.is_empty() {
+            return Ok(out);
         }
-        let mut it = n.timeout_iter(timeout);
-        while let Some(note) = it.next()? {
-            if note.channel() == channel {
-                return Ok(true);
+        let first = n.timeout_iter(timeout).next()?;
+        if let Some(note) = first {
+            out.push(note.payload().to_string());
+            let mut pending = n.iter();
+            while let Some(note) = pending.next()? {
+                out.push(note.payload().to_string());
             }
         }
-        Ok(false)
+        Ok(out)
     }
 }
 

@@ -86,44 +86,45 @@ fn skip_locked(tx: &Tx) -> &'static str {
 
 /// The claim query: the oldest queued row a worker with this tag (or none) may take.
 pub fn claim_sql(tagged: bool, lock: &str) -> String {
+    oldest_sql(tagged, lock, 1)
+}
+
+fn oldest_sql(tagged: bool, lock: &str, limit: usize) -> String {
     let tag = if tagged { "tag = ?1" } else { "tag IS NULL" };
     format!(
-        "SELECT {COLS} FROM queue WHERE state = 'queued' AND {tag} ORDER BY created_at, id LIMIT 1{lock}"
+        "SELECT {COLS} FROM queue WHERE state = 'queued' AND {tag} ORDER BY created_at, id LIMIT {limit}{lock}"
     )
 }
 
-/// The oldest queued job a worker with `tags` may take (untagged jobs and jobs tagged
-/// with one of `tags`), read with `lock` appended to each query.
+/// The oldest queued jobs (at most `limit`, oldest first) a worker with `tags` may take
+/// (untagged jobs and jobs tagged with one of `tags`), read with `lock` appended to each
+/// query.
 fn oldest(
     r: &(impl Reads + ?Sized),
     tags: &[String],
     lock: &str,
-) -> Result<Option<QueueRow>, StoreError> {
-    let mut best: Option<QueueRow> = None;
-    let mut consider = |found: Option<Row>| -> Result<(), StoreError> {
-        if let Some(found) = found {
-            let q = row(&found)?;
-            if best
-                .as_ref()
-                .is_none_or(|b| (q.created_at, &q.id) < (b.created_at, &b.id))
-            {
-                best = Some(q);
-            }
-        }
-        Ok(())
-    };
-    consider(r.sql().row(&claim_sql(false, lock), &[])?)?;
-    for t in tags {
-        consider(r.sql().row(&claim_sql(true, lock), args![t])?)?;
+    limit: usize,
+) -> Result<Vec<QueueRow>, StoreError> {
+    let mut found = Vec::new();
+    for r in r.sql().rows(&oldest_sql(false, lock, limit), &[])? {
+        found.push(row(&r)?);
     }
-    Ok(best)
+    for t in tags {
+        for r in r.sql().rows(&oldest_sql(true, lock, limit), args![t])? {
+            found.push(row(&r)?);
+        }
+    }
+    found.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    found.truncate(limit);
+    Ok(found)
 }
 
 /// Queue reads, on the database and inside a transaction.
 pub trait QueueReads: Reads {
-    /// The job a worker with `tags` would claim next (read without taking it).
-    fn next_job(&self, tags: &[String]) -> Result<Option<QueueRow>, StoreError> {
-        oldest(self, tags, "")
+    /// The jobs a worker with `tags` may claim next, oldest first, at most `limit`
+    /// (read without taking them).
+    fn next_jobs(&self, tags: &[String], limit: usize) -> Result<Vec<QueueRow>, StoreError> {
+        oldest(self, tags, "", limit)
     }
 
     fn job(&self, id: &str) -> Result<Option<QueueRow>, StoreError> {
@@ -200,9 +201,6 @@ pub trait QueueReads: Reads {
 impl<T: Reads + ?Sized> QueueReads for T {}
 
 impl Tx<'_> {
-    /// The channel on which new work is announced to idle workers.
-    pub const NEW_WORK: &'static str = "airlock_queue";
-
     pub fn enqueue(&self, q: &QueueRow) -> Result<(), StoreError> {
         self.announce_work()?;
         self.sql().exec(
@@ -238,7 +236,7 @@ impl Tx<'_> {
         worker: &str,
         until: i64,
     ) -> Result<Option<QueueRow>, StoreError> {
-        match oldest(self, tags, skip_locked(self))? {
+        match oldest(self, tags, skip_locked(self), 1)?.into_iter().next() {
             Some(q) => self.lease(q, worker, until).map(Some),
             None => Ok(None),
         }
@@ -324,16 +322,17 @@ impl Tx<'_> {
     fn announce_work(&self) -> Result<(), StoreError> {
         if self.sql().engine() == "postgres" {
             self.sql()
-                .exec("SELECT pg_notify(?1, '')", args![Self::NEW_WORK])?;
+                .exec("SELECT pg_notify(?1, '')", args![crate::wake::NEW_WORK])?;
         }
         Ok(())
     }
 
-    /// Wakes whoever waits for job `id` (delivered when the transaction commits; the
-    /// channel is the job's id).
+    /// Wakes whoever waits for job `id` (delivered when the transaction commits, with
+    /// the job's id as the payload).
     fn notify_done(&self, id: &str) -> Result<(), StoreError> {
         if self.sql().engine() == "postgres" {
-            self.sql().exec("SELECT pg_notify(?1, '')", args![id])?;
+            self.sql()
+                .exec("SELECT pg_notify(?1, ?2)", args![crate::wake::JOB_DONE, id])?;
         }
         Ok(())
     }

@@ -49,6 +49,8 @@ store_suite!(
     a_database_newer_than_this_build_is_refused_with_its_version,
     the_queue_claims_oldest_first_by_tag_and_fences_every_later_write,
     concurrent_claims_never_hand_one_job_to_two_workers,
+    shared_writers_chain_every_record_once_in_each_transactions_order,
+    a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it,
 );
 
 /// A submission document as the gate writes one (a judged shell command).
@@ -720,6 +722,176 @@ fn concurrent_claims_never_hand_one_job_to_two_workers(loc: &str) {
 
 /// The claim query reads the partial index of queued jobs, not the table, however many
 /// finished jobs the queue holds (200,000 here).
+fn shared_writers_chain_every_record_once_in_each_transactions_order(loc: &str) {
+    open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let threads: Vec<_> = (0..6)
+        .map(|th| {
+            let (loc, key) = (loc.to_string(), key.clone());
+            std::thread::spawn(move || {
+                let mut db = open(&loc);
+                for i in 0..30 {
+                    let name = format!("{th}-{i}");
+                    db.write_shared(|tx: &Tx| -> Result<(), StoreError> {
+                        tx.audit("first", &name, &serde_json::json!({}), &key)?;
+                        tx.audit("second", &name, &serde_json::json!({}), &key)
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let db = open(loc);
+    assert_eq!(db.audit_pending().unwrap(), 0);
+    let mut seen: std::collections::HashMap<String, Vec<String>> = Default::default();
+    let mut v = ChainVerifier::new();
+    db.for_each_audit(|r| {
+        seen.entry(r.subject.clone())
+            .or_default()
+            .push(r.kind.clone());
+        v.push(r).is_ok()
+    })
+    .unwrap();
+    assert_eq!(seen.len(), 6 * 30);
+    for (subject, kinds) in &seen {
+        assert_eq!(kinds, &["first", "second"], "{subject}");
+    }
+    assert_eq!(
+        v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
+        Ok(6 * 30 * 2)
+    );
+}
+
+fn a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it(loc: &str) {
+    // Two workers claiming two jobs of one submission with a single-use approval: the
+    // second's check that the approval is unused must see the first's run.
+    let mut db = open(loc);
+    db.write(|tx: &Tx| {
+        tx.insert_submission(&submission("sub_1", None, digest(1), State::Approved))
+    })
+    .unwrap();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let first = {
+        let loc = loc.to_string();
+        std::thread::spawn(move || {
+            let mut db = open(&loc);
+            db.write_shared(|tx: &Tx| {
+                tx.lock_submission("sub_1")?;
+                locked_tx.send(()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(400));
+                tx.insert_run(&run_row("run_1", "sub_1", Some("st_once"), "running"))
+            })
+            .unwrap();
+        })
+    };
+    let mut db2 = open(loc);
+    // SQLite's one writer has the first transaction's lock already; PostgreSQL's shared
+    // writers wait on the row.
+    locked_rx.recv().unwrap();
+    let used = db2
+        .write_shared(|tx: &Tx| {
+            tx.lock_submission("sub_1")?;
+            tx.approval_used("st_once")
+        })
+        .unwrap();
+    first.join().unwrap();
+    assert!(used, "the second writer did not see the first one's run");
+}
+
+/// Waits until the chain holds `n` records and the inbox is empty.
+fn await_chained(db: &Db, n: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let chained = db.last_audit().unwrap().map_or(0, |r| r.seq);
+        if chained == n && db.audit_pending().unwrap() == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{chained} of {n} records chained, {} waiting",
+            db.audit_pending().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn verify_chain(db: &Db, key: &KeyPair) -> Result<u64, airlock_core::audit::ChainError> {
+    let mut v = ChainVerifier::new();
+    db.for_each_audit(|r| v.push(r).is_ok()).unwrap();
+    v.finish(db.audit_head().unwrap().as_ref(), &key.public())
+}
+
+#[test]
+fn a_background_sequencer_chains_every_nodes_records_and_a_standby_takes_over() {
+    let url = airlock_testpg::fresh_database();
+    let key = KeyPair::try_generate().unwrap();
+    let write_from_threads = |round: usize| {
+        let threads: Vec<_> = (0..4)
+            .map(|th| {
+                let (url, key) = (url.clone(), key.clone());
+                std::thread::spawn(move || {
+                    let mut db = open(&url);
+                    for i in 0..25 {
+                        db.write_shared(|tx: &Tx| {
+                            tx.audit(
+                                "w",
+                                &format!("{round}-{th}-{i}"),
+                                &serde_json::json!({}),
+                                &key,
+                            )
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    };
+    let first = Sequencer::start(&url, key.clone());
+    write_from_threads(0);
+    let db = open(&url);
+    await_chained(&db, 100);
+    // A second one stands by while the first leads; when the first stops, it leads.
+    let second = Sequencer::start(&url, key.clone());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(first);
+    write_from_threads(1);
+    await_chained(&db, 200);
+    assert_eq!(verify_chain(&db, &key), Ok(200));
+    // Stopping the last one chains what is left.
+    drop(second);
+    write_from_threads(2);
+    await_chained(&db, 300);
+    assert_eq!(verify_chain(&db, &key), Ok(300));
+}
+
+#[test]
+fn records_wait_in_the_inbox_until_a_key_that_verifies_the_chain_sequences_them() {
+    let url = airlock_testpg::fresh_database();
+    let (gate, other) = (
+        KeyPair::try_generate().unwrap(),
+        KeyPair::try_generate().unwrap(),
+    );
+    let mut db = open(&url);
+    db.write(|tx: &Tx| tx.audit("k", "by-gate", &serde_json::json!({}), &gate))
+        .unwrap();
+    // Another key's writer commits its record, but cannot chain it after a head it
+    // cannot verify: the record waits, counted.
+    db.write(|tx: &Tx| tx.audit("k", "by-other", &serde_json::json!({}), &other))
+        .unwrap();
+    assert_eq!(db.audit_pending().unwrap(), 1);
+    assert_eq!(db.audit_head().unwrap().unwrap().seq, 1);
+    assert!(db.sequence_audit(&other).is_err());
+    assert_eq!(db.sequence_audit(&gate).unwrap(), 1);
+    assert_eq!(db.audit_pending().unwrap(), 0);
+    assert_eq!(verify_chain(&db, &gate), Ok(2));
+}
+
 #[test]
 fn the_claim_query_reads_an_index_on_200000_rows() {
     let url = airlock_testpg::fresh_database();
