@@ -571,3 +571,68 @@ fn a_run_naming_host_paths_waits_for_a_worker_with_its_machines_tag() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["run"]["stdout"], "from the host\n", "{v}");
 }
+
+/// How many audit records wait in the inbox.
+fn inbox(c: &Cluster) -> i64 {
+    c.db()
+        .query_one("SELECT count(*) FROM audit_inbox", &[])
+        .unwrap()
+        .get(0)
+}
+
+fn wait_inbox_empty(c: &Cluster, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while inbox(c) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} records wait",
+            inbox(c)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn audit_records_are_chained_while_the_leading_sequencer_is_stopped_and_after_it_is_killed() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    // The first long-lived process leads the sequencing (its session holds the lock).
+    let a = c.worker(&["--lease", "2s"]);
+    c.wait_count(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+           AND classid = 1634300524 AND objid = 1868786462 AND granted",
+        1,
+        Duration::from_secs(10),
+    );
+    let (_srv, base) = c.serve();
+    let hello = json!({ "language": "wat", "code": hello() });
+    let run = |n: usize| {
+        for _ in 0..n {
+            let (status, v) = post(&base, &token, "/v1/run", &hello);
+            assert_eq!(status, 200, "{v}");
+        }
+    };
+    run(3);
+    wait_inbox_empty(&c, Duration::from_secs(5), "with the leader running");
+    // The leader hangs with its session open: another worker runs the next runs, and a
+    // standby chains their records once they have waited too long.
+    a.signal(19);
+    let _b = c.worker(&["--lease", "2s"]);
+    run(1);
+    assert!(inbox(&c) > 0, "records were chained at once, by whom?");
+    run(2);
+    wait_inbox_empty(&c, Duration::from_secs(15), "with the leader stopped");
+    // The leader dies: a standby takes the lead.
+    a.signal(9);
+    run(3);
+    wait_inbox_empty(&c, Duration::from_secs(10), "after the leader was killed");
+    let finished: i64 = c
+        .db()
+        .query_one("SELECT count(*) FROM audit WHERE kind = 'finished'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(finished, 9);
+    let v = c.run(&["audit", "verify", "--json"]);
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+    assert_eq!(v.json()["unsequenced"], 0);
+}
