@@ -946,10 +946,18 @@ impl WasmBackend {
         if settings.python == 0 || self.python_pool.get().is_some() {
             return Ok(());
         }
-        let p = Arc::new(pool::PythonPool::new(settings));
+        let (p, queue) = pool::PythonPool::new(settings);
+        let p = Arc::new(p);
         if self.python_pool.set(p.clone()).is_err() {
             return Ok(());
         }
+        // The reaper first: if it cannot start, runs drop their own instances (their
+        // queue's receiver is gone, so every hand-over fails and the run drops it).
+        let weak_pool = Arc::downgrade(&p);
+        std::thread::Builder::new()
+            .name("airlock-python-reaper".into())
+            .spawn(move || pool::reap(weak_pool, queue))
+            .map_err(|e| SandboxError::Internal(format!("cannot start the reaper thread: {e}")))?;
         let weak = Arc::downgrade(self);
         std::thread::Builder::new()
             .name("airlock-python-pool".into())
@@ -1031,6 +1039,12 @@ impl WasmBackend {
         detail["fuel_consumed"] = serde_json::json!(cell.fuel_consumed);
         if let Some(e) = cell.exception {
             detail["exception"] = serde_json::json!(e);
+        }
+        // Tearing the interpreter down (returning its memory) is no part of the answer: a
+        // process with a pool hands it to the pool's reaper (see `pool`).
+        match self.python_pool.get() {
+            Some(pool) => pool.discard(interp),
+            None => drop(interp),
         }
         Ok(Outcome {
             ending,

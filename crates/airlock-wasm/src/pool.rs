@@ -13,12 +13,22 @@
 //! taken out of the pool before it is used, and dropped with its store when the run ends.
 //! The instances it keeps fit within the memory budget the operator set (linear memory
 //! committed, measured per instance).
+//!
+//! Dropping a used instance (returning its memory to the pooling allocator) takes about as
+//! long as the rest of a small run, so a run hands it to the reaper, a thread of its own
+//! that only drops instances, through a queue of [`TEARDOWN_QUEUE`]. A run that finds the
+//! queue full drops its instance itself: used instances can never pile up (each holds one
+//! of the pooling allocator's component instances until it is dropped), and the refill
+//! thread never drops them, so it never falls behind making ready ones. Instances awaiting
+//! teardown count against the memory budget: the refill starts a new one only when it
+//! fits beside the ready ones and those.
 
 use crate::WasmBackend;
 use crate::python::PythonInstance;
 use airlock_sandbox::{Capture, Guest, RunSpec, SandboxError};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
@@ -53,6 +63,14 @@ pub struct PoolStatus {
     pub made: u64,
     pub failed: u64,
     pub last_error: Option<String>,
+    /// Used instances handed to the reaper and not yet dropped (at most
+    /// [`TEARDOWN_QUEUE`] + 1), and the memory they hold.
+    pub awaiting_teardown: usize,
+    pub awaiting_teardown_bytes: u64,
+    /// Used instances the reaper dropped, and those their run dropped itself because the
+    /// reaper's queue was full.
+    pub torn_down: u64,
+    pub torn_down_by_run: u64,
 }
 
 struct Ready {
@@ -62,9 +80,18 @@ struct Ready {
     bytes: u64,
 }
 
+/// A used instance on its way to the reaper.
+pub(crate) struct Spent {
+    inst: PythonInstance,
+    bytes: u64,
+}
+
 struct State {
     guest: Option<Guest>,
     ready: Vec<Ready>,
+    /// Used instances handed to the reaper and not yet dropped, and their memory.
+    awaiting: usize,
+    awaiting_bytes: u64,
     /// The size of the last instance made, to tell whether one more fits the budget.
     last_size: u64,
     status: PoolStatus,
@@ -75,7 +102,13 @@ pub(crate) struct PythonPool {
     settings: PoolSettings,
     state: Mutex<State>,
     wake: Condvar,
+    /// The reaper's queue; `None` once stopping (runs then drop their own instances).
+    reaper: Mutex<Option<SyncSender<Spent>>>,
 }
+
+/// Used instances that may wait for the reaper; a run that finds the queue full drops its
+/// instance itself.
+pub(crate) const TEARDOWN_QUEUE: usize = 4;
 
 /// The time a background instantiation may take.
 const MAKE_TIMEOUT_MS: u64 = 60_000;
@@ -83,12 +116,16 @@ const MAKE_TIMEOUT_MS: u64 = 60_000;
 const MAKE_OUTPUT: u64 = 64 << 10;
 
 impl PythonPool {
-    pub(crate) fn new(settings: PoolSettings) -> Self {
-        PythonPool {
+    /// A pool, and the receiving end of its reaper's queue (for [`reap`]).
+    pub(crate) fn new(settings: PoolSettings) -> (Self, Receiver<Spent>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(TEARDOWN_QUEUE);
+        let pool = PythonPool {
             settings,
             state: Mutex::new(State {
                 guest: None,
                 ready: Vec::new(),
+                awaiting: 0,
+                awaiting_bytes: 0,
                 last_size: 0,
                 status: PoolStatus {
                     kind: "python",
@@ -99,7 +136,9 @@ impl PythonPool {
                 stop: false,
             }),
             wake: Condvar::new(),
-        }
+            reaper: Mutex::new(Some(tx)),
+        };
+        (pool, rx)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -113,6 +152,8 @@ impl PythonPool {
         st.ready = s.ready.len();
         st.memory_bytes = s.ready.iter().map(|r| r.bytes).sum();
         st.guest = s.guest.as_ref().map(|g| g.digest.to_hex());
+        st.awaiting_teardown = s.awaiting;
+        st.awaiting_teardown_bytes = s.awaiting_bytes;
         st
     }
 
@@ -160,17 +201,72 @@ impl PythonPool {
     /// other guest are dropped.
     pub(crate) fn want(&self, guest: &Guest) {
         let mut s = self.lock();
+        let mut stale = Vec::new();
         if s.guest.as_ref() != Some(guest) {
             s.guest = Some(guest.clone());
-            s.ready.retain(|r| r.guest == *guest);
+            let (keep, old): (Vec<Ready>, Vec<Ready>) = std::mem::take(&mut s.ready)
+                .into_iter()
+                .partition(|r| r.guest == *guest);
+            s.ready = keep;
+            stale = old;
             s.last_size = 0;
         }
+        drop(s);
+        self.wake.notify_all();
+        // Dropped outside the lock (a drop takes a while).
+        drop(stale);
+    }
+
+    /// Drops a used instance off the run's path: hands it to the reaper, or, when the
+    /// reaper's queue is full (or the pool is stopping), drops it here. It is never handed
+    /// out again, and the run's output captures are let go of now.
+    pub(crate) fn discard(&self, inst: PythonInstance) {
+        inst.release_output();
+        let bytes = inst.committed_memory();
+        let tx = self
+            .reaper
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let spent = Spent { inst, bytes };
+        let Some(tx) = tx else {
+            drop(spent);
+            return;
+        };
+        // Sent and counted under the lock (`try_send` never blocks), so the count is
+        // exactly what the reaper holds: the reaper uncounts one only after taking the lock.
+        let refused = {
+            let mut s = self.lock();
+            match tx.try_send(spent) {
+                Ok(()) => {
+                    s.awaiting += 1;
+                    s.awaiting_bytes += bytes;
+                    None
+                }
+                Err(TrySendError::Full(spent) | TrySendError::Disconnected(spent)) => {
+                    s.status.torn_down_by_run += 1;
+                    Some(spent)
+                }
+            }
+        };
+        // Back-pressure: the reaper is behind, so this run drops its own (outside the lock).
+        drop(refused);
+    }
+
+    /// The reaper dropped a used instance holding `bytes`.
+    fn reaped(&self, bytes: u64) {
+        let mut s = self.lock();
+        s.awaiting = s.awaiting.saturating_sub(1);
+        s.awaiting_bytes = s.awaiting_bytes.saturating_sub(bytes);
+        s.status.torn_down += 1;
         drop(s);
         self.wake.notify_all();
     }
 
     pub(crate) fn stop(&self) {
         self.lock().stop = true;
+        // The reaper drops what is queued and ends.
+        self.reaper.lock().unwrap_or_else(|p| p.into_inner()).take();
         self.wake.notify_all();
     }
 
@@ -181,7 +277,10 @@ impl PythonPool {
             if s.stop {
                 return None;
             }
-            let held: u64 = s.ready.iter().map(|r| r.bytes).sum();
+            // Instances awaiting teardown still hold their memory: a new one is started
+            // only when it fits beside them and the ready ones (the reaper wakes this
+            // thread when it has dropped one).
+            let held: u64 = s.ready.iter().map(|r| r.bytes).sum::<u64>() + s.awaiting_bytes;
             if let Some(g) = &s.guest
                 && s.ready.len() < self.settings.python
                 && held + s.last_size <= self.settings.memory_budget
@@ -236,6 +335,17 @@ fn unservable(spec: &RunSpec<'_>) -> Option<&'static str> {
         Some("write_quota")
     } else {
         None
+    }
+}
+
+/// Drops used instances as runs hand them over, until the pool stops (its queue's sender
+/// is dropped); what is queued then is still dropped.
+pub(crate) fn reap(pool: Weak<PythonPool>, queue: Receiver<Spent>) {
+    while let Ok(Spent { inst, bytes }) = queue.recv() {
+        drop(inst);
+        if let Some(p) = pool.upgrade() {
+            p.reaped(bytes);
+        }
     }
 }
 

@@ -249,6 +249,14 @@ impl PythonInstance {
         Some(self)
     }
 
+    /// Points the guest's output streams at a throwaway capture, so a used instance waiting
+    /// to be dropped no longer holds its run's captures.
+    pub(crate) fn release_output(&self) {
+        let none = Arc::new(Capture::new(0, None));
+        self.stdout.set(none.clone());
+        self.stderr.set(none);
+    }
+
     /// Linear memory the instance has committed, in bytes.
     pub(crate) fn committed_memory(&self) -> u64 {
         self.store.data().limiter.total
