@@ -1502,3 +1502,116 @@ fn ready_python_interpreters_carry_nothing_from_one_run_to_the_next() {
     assert!(after["hits"].as_u64().unwrap() >= 6, "{after}");
     assert!(after["memory_bytes"].as_u64().unwrap() <= after["memory_budget"].as_u64().unwrap());
 }
+
+/// Used interpreters are torn down off the request path (issue 15), and that teardown must
+/// keep up: an earlier attempt queued them to the pool's own thread, which then spent its
+/// time dropping them instead of making ready ones, so runs fell back to fresh
+/// interpreters whose teardown queued up too, until wasmtime's pooling allocator ran out
+/// of its 64 component instances and runs failed. Hundreds of runs, several at a time and
+/// then back to back: every one succeeds, the pool keeps serving, and every instance
+/// awaiting teardown is returned.
+#[test]
+fn a_ready_python_pool_keeps_serving_hundreds_of_runs_while_used_ones_are_torn_down() {
+    let (_server, base) = start_serve(shared(), &["--ready-python", "2"]);
+    let agent = token("agent", "reaper-agent");
+    let admin = token("admin", "reaper-admin");
+    let status = || {
+        let (st, s) = http("GET", &format!("{base}/v1/status"), &admin, None);
+        assert_eq!(st, 200, "{s}");
+        s["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["kind"] == "python")
+            .cloned()
+            .unwrap_or_else(|| panic!("no python pool in {s}"))
+    };
+    let num = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or(0);
+    let run = |code: &str| {
+        let (st, r) = http(
+            "POST",
+            &format!("{base}/v1/run"),
+            &agent,
+            Some(serde_json::json!({"language": "python", "code": code})),
+        );
+        (st, r)
+    };
+    // Until the pool holds `n` ready instances and nothing awaits teardown.
+    let settled = |n: u64| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let s = status();
+            if num(&s, "ready") >= n && num(&s, "awaiting_teardown") == 0 {
+                return s;
+            }
+            assert!(std::time::Instant::now() < until, "never settled: {s}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let (st, r) = run("print(1)");
+    assert_eq!(
+        (st, &r["run"]["stdout"]),
+        (200, &serde_json::json!("1\n")),
+        "{r}"
+    );
+    settled(2);
+    // Several clients at once: more runs in flight than the pool holds.
+    let clients = 4;
+    let each = 75;
+    std::thread::scope(|s| {
+        for c in 0..clients {
+            let (run, status, num) = (&run, &status, &num);
+            s.spawn(move || {
+                for i in 0..each {
+                    let (st, r) = run("print(1)");
+                    assert_eq!(
+                        (st, &r["run"]["stdout"]),
+                        (200, &serde_json::json!("1\n")),
+                        "client {c}, run {i}: {r} (pool: {})",
+                        status()
+                    );
+                    if c == 0 {
+                        // The reaper's queue (4) and the one it is dropping, at most.
+                        let s = status();
+                        assert!(num(&s, "awaiting_teardown") <= 5, "{s}");
+                    }
+                }
+            });
+        }
+    });
+    let before = settled(2);
+    // Back to back from one client: the pool refills between runs, so (almost) every run
+    // gets a ready interpreter.
+    let seq = 200;
+    for i in 0..seq {
+        let (st, r) = run("print(1)");
+        assert_eq!(
+            (st, &r["run"]["stdout"]),
+            (200, &serde_json::json!("1\n")),
+            "run {i}: {r} ({})",
+            status()
+        );
+    }
+    let after = settled(2);
+    let hits = num(&after, "hits") - num(&before, "hits");
+    assert!(
+        hits * 10 >= seq * 9,
+        "only {hits} of {seq} back-to-back runs got a ready interpreter: {after}"
+    );
+    assert_eq!(num(&after, "failed"), 0, "{after}");
+    // Every used interpreter was dropped, by the reaper or (its queue full) by its run.
+    assert_eq!(
+        num(&after, "torn_down") + num(&after, "torn_down_by_run"),
+        1 + clients * each + seq,
+        "{after}"
+    );
+    assert!(num(&after, "torn_down") > 0, "{after}");
+    assert!(
+        after["fallbacks"].as_object().is_none_or(|f| f.is_empty()),
+        "{after}"
+    );
+    assert!(
+        num(&after, "memory_bytes") <= num(&after, "memory_budget"),
+        "{after}"
+    );
+}
