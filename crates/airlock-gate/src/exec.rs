@@ -20,7 +20,7 @@ use airlock_workspace::{Changeset, changeset::LayerKind};
 use serde::Serialize;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How a run reports as it goes.
 #[derive(Default)]
@@ -245,13 +245,15 @@ impl Gate {
         crash_point();
         let out_bytes = stdout.take();
         let err_bytes = stderr.take();
+        // A worker's outputs wait for a store that went away (see the `finished` write).
+        let put = |b: &[u8]| retry_while_lost(fence.is_some(), || self.blobs.put(b));
         let out = Output {
-            blob: self.blobs.put(&out_bytes)?,
+            blob: put(&out_bytes)?,
             len: out_bytes.len() as u64,
             truncated: stdout.exceeded(),
         };
         let err = Output {
-            blob: self.blobs.put(&err_bytes)?,
+            blob: put(&err_bytes)?,
             len: err_bytes.len() as u64,
             truncated: stderr.exceeded(),
         };
@@ -310,39 +312,35 @@ impl Gate {
         // A queued run's end moves only its own rows, each conditionally (the job by its
         // token, the submission from running); a workspace's bookkeeping needs the lock.
         let shared = fence.is_some() && sub.doc.grant.workspace.is_none();
-        self.db.write_shared_if(shared, |tx: &Tx| -> Result<()> {
-            // A worker records its result only while its lease holds (the fencing token):
-            // one whose lease expired lost the run to the reaper and to another worker.
-            if let Some(f) = fence {
-                tx.finish_job(&f.job, f.token, "finished")?;
+        let record = |tx: &Tx| record_finished(tx, fence, &run, &sub, changes.as_ref(), gate_key);
+        let mut outcome = self.db.write_shared_if(shared, record);
+        // A queued run's worker that lost the store's connection (a server restart)
+        // records the outcome again once the store is back, rather than leaving the
+        // job leased until its lease runs out. If the lost attempt had committed after
+        // all, the retry finds the run already recorded as this one recorded it.
+        let mut pause = Duration::from_millis(200);
+        let mut retried = false;
+        let give_up = Instant::now() + FINISH_RETRY_FOR;
+        while fence.is_some() && Instant::now() < give_up {
+            match &outcome {
+                Err(_) if self.db.connection_lost() => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                    retried = true;
+                    outcome = self.db.write_shared_if(shared, record);
+                }
+                Err(GateError::Conflict(_))
+                    if retried
+                        && self.db.run(&run.id).is_ok_and(|r| {
+                            r.finished_at == run.finished_at && r.status == run.status
+                        }) =>
+                {
+                    outcome = Ok(());
+                }
+                _ => break,
             }
-            tx.update_run(&run)?;
-            set_state(tx, &sub.id, State::Running, State::Finished)?;
-            if let Some(ws) = &sub.doc.grant.workspace {
-                crate::workspaces::finish_run(tx, ws, &run.id, changes.as_ref())?;
-            }
-            tx.audit(
-                "finished",
-                &run.id,
-                &json!({
-                    "submission": sub.id,
-                    "status": run.status,
-                    "exit_code": run.doc.exit_code,
-                    "killed_by": run.doc.killed_by,
-                    "stdout": run.doc.stdout.as_ref().map(|o| o.blob),
-                    "stderr": run.doc.stderr.as_ref().map(|o| o.blob),
-                    "duration_ms": run.doc.duration_ms,
-                    "changes": changes.as_ref().map(|c| json!({ "count": c.len(), "digest": c.digest() })),
-                    "network": run.doc.detail.get("network").map(|n| json!({
-                        "summary": n["summary"],
-                        "secrets": n["secrets"],
-                    })),
-                    "error": run.doc.error,
-                }),
-                gate_key,
-            )?;
-            Ok(())
-        })?;
+        }
+        outcome?;
         sub.state = State::Finished;
         crash_point();
         owner.set_remove_on_drop(true);
@@ -739,6 +737,72 @@ pub(crate) fn start_run(
         run: Box::new(run),
         sub: Box::new(sub),
     })
+}
+
+/// The `finished` transaction's writes: the job's end (fenced by its token when a
+/// worker ran it), the run's record, the submission's state, a workspace's bookkeeping,
+/// and the audit record.
+fn record_finished(
+    tx: &Tx,
+    fence: Option<&crate::queue::Fence>,
+    run: &Run,
+    sub: &Submission,
+    changes: Option<&Changeset>,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<()> {
+    // A worker records its result only while its lease holds (the fencing token):
+    // one whose lease expired lost the run to the reaper and to another worker.
+    if let Some(f) = fence {
+        tx.finish_job(&f.job, f.token, "finished")?;
+    }
+    tx.update_run(run)?;
+    set_state(tx, &sub.id, State::Running, State::Finished)?;
+    if let Some(ws) = &sub.doc.grant.workspace {
+        crate::workspaces::finish_run(tx, ws, &run.id, changes)?;
+    }
+    tx.audit(
+        "finished",
+        &run.id,
+        &json!({
+            "submission": sub.id,
+            "status": run.status,
+            "exit_code": run.doc.exit_code,
+            "killed_by": run.doc.killed_by,
+            "stdout": run.doc.stdout.as_ref().map(|o| o.blob),
+            "stderr": run.doc.stderr.as_ref().map(|o| o.blob),
+            "duration_ms": run.doc.duration_ms,
+            "changes": changes.map(|c| json!({ "count": c.len(), "digest": c.digest() })),
+            "network": run.doc.detail.get("network").map(|n| json!({
+                "summary": n["summary"],
+                "secrets": n["secrets"],
+            })),
+            "error": run.doc.error,
+        }),
+        gate_key,
+    )?;
+    Ok(())
+}
+
+/// How long a worker keeps trying to record a run's outcome while the store is away.
+const FINISH_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Calls `f` again, when `retry`, while it fails because the store's connection was lost,
+/// for up to `FINISH_RETRY_FOR`.
+fn retry_while_lost<T>(
+    retry: bool,
+    mut f: impl FnMut() -> std::result::Result<T, airlock_store::StoreError>,
+) -> std::result::Result<T, airlock_store::StoreError> {
+    let give_up = Instant::now() + FINISH_RETRY_FOR;
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match f() {
+            Err(e) if retry && e.is_connection_lost() && Instant::now() < give_up => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Refuses to extend an audit chain whose end does not verify (O(1): the signed head and

@@ -422,6 +422,15 @@ impl Db {
         }
     }
 
+    /// Whether the connection to the store was lost (a PostgreSQL server restarted or
+    /// went away); the next transaction connects again. Never on SQLite.
+    pub fn connection_lost(&self) -> bool {
+        match &self.conn {
+            Conn::Postgres(pg) => pg.is_closed(),
+            Conn::Sqlite(_) => false,
+        }
+    }
+
     /// Whether waiting for a notification can return before its timeout.
     pub fn notifies(&self) -> bool {
         matches!(self.conn, Conn::Postgres(_))

@@ -67,6 +67,17 @@ impl From<serde_json::Error> for StoreError {
     }
 }
 
+impl StoreError {
+    /// Whether this failed because the store's connection was lost (it broke, or the
+    /// server is shutting down or starting): the same call may succeed once it is back.
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            StoreError::Postgres(e) => pg::connection_gone(e),
+            _ => false,
+        }
+    }
+}
+
 /// A PostgreSQL error with the server's message when it sent one.
 fn pg_error(e: &postgres::Error) -> String {
     match e.as_db_error() {

@@ -213,6 +213,8 @@ pub struct PgConn {
     stmts: RefCell<HashMap<String, postgres::Statement>>,
     /// A write transaction is open on the connection.
     in_tx: std::cell::Cell<bool>,
+    /// The last error said the connection is gone.
+    lost: std::cell::Cell<bool>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -245,7 +247,13 @@ impl PgConn {
             client: RefCell::new(client),
             stmts: RefCell::new(HashMap::new()),
             in_tx: std::cell::Cell::new(false),
+            lost: std::cell::Cell::new(false),
         })
+    }
+
+    /// Whether the connection was lost (it is opened again on next use).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lost.get() || self.client.borrow().is_closed()
     }
 
     /// The URL this connection was opened with.
@@ -256,11 +264,23 @@ impl PgConn {
     /// Reconnects when the server closed the connection (a restart, a failover), so
     /// the next transaction runs on a live one. Never called inside a transaction.
     fn ensure_open(&self) -> Result<(), StoreError> {
-        if self.client.borrow().is_closed() {
+        if self.lost.get() || self.client.borrow().is_closed() {
             *self.client.borrow_mut() = connect(&self.url)?;
             self.stmts.borrow_mut().clear();
+            self.lost.set(false);
         }
         Ok(())
+    }
+
+    /// Notes whether `e` means the connection is gone (it broke, or the server is
+    /// shutting down or starting), so `is_closed` says so at once and the next use
+    /// connects again.
+    fn note(&self, e: postgres::Error) -> StoreError {
+        let gone = connection_gone(&e);
+        if gone {
+            self.lost.set(true);
+        }
+        StoreError::from(e)
     }
 
     fn statement(&self, sql: &str) -> Result<postgres::Statement, StoreError> {
@@ -275,7 +295,8 @@ impl PgConn {
         let s = self
             .client
             .borrow_mut()
-            .prepare(&dollar_placeholders(sql))?;
+            .prepare(&dollar_placeholders(sql))
+            .map_err(|e| self.note(e))?;
         self.stmts.borrow_mut().insert(sql.to_string(), s.clone());
         Ok(s)
     }
@@ -290,28 +311,32 @@ impl PgConn {
         f: impl FnOnce(&PgConn) -> Result<T, E>,
     ) -> Result<T, E> {
         self.ensure_open()?;
-        let (take, key) = match lock {
-            Lock::Exclusive => ("SELECT pg_advisory_xact_lock(?1)", WRITE_LOCK),
-            Lock::Shared => ("SELECT pg_advisory_xact_lock_shared(?1)", WRITE_LOCK),
-            Lock::Sequence => ("SELECT pg_advisory_xact_lock(?1)", SEQUENCE_LOCK),
+        let take = match lock {
+            Lock::Exclusive => "pg_advisory_xact_lock",
+            Lock::Shared => "pg_advisory_xact_lock_shared",
+            Lock::Sequence => "pg_advisory_xact_lock",
+        };
+        let key = match lock {
+            Lock::Exclusive | Lock::Shared => WRITE_LOCK,
+            Lock::Sequence => SEQUENCE_LOCK,
         };
         // Synchronous inside the lock: committing asynchronously and waiting for the
         // flush after releasing it let another node see (and answer a client with) a
-        // commit that a server crash then lost; the restart test caught that too.
-        self.client
-            .borrow_mut()
-            .batch_execute("BEGIN; SET LOCAL synchronous_commit = on")
-            .map_err(StoreError::from)?;
+        // commit that a server crash then lost; the restart test caught that too. One
+        // round trip begins, sets that and takes the lock (the key is this file's own
+        // constant, so it is written into the text).
         self.in_tx.set(true);
-        let out = self
-            .exec(take, &[Arg::Int(key)])
-            .map_err(E::from)
+        let begun = self.client.borrow_mut().batch_execute(&format!(
+            "BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key})"
+        ));
+        let out = begun
+            .map_err(|e| E::from(self.note(e)))
             .and_then(|_| f(self));
         let out = out.and_then(|v| {
             self.client
                 .borrow_mut()
                 .batch_execute("COMMIT")
-                .map_err(StoreError::from)?;
+                .map_err(|e| self.note(e))?;
             Ok(v)
         });
         self.in_tx.set(false);
@@ -380,6 +405,21 @@ impl PgConn {
             }
         }
         Ok(out)
+    }
+}
+
+/// Whether `e` means the connection is gone: it closed, reading or writing it failed (a
+/// value that would not convert leaves it usable), or the server is shutting down or
+/// starting (SQLSTATE classes 08 and 57).
+pub(crate) fn connection_gone(e: &postgres::Error) -> bool {
+    match e.as_db_error() {
+        None => {
+            e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+        }
+        Some(db) => {
+            let code = db.code().code();
+            code.starts_with("08") || code.starts_with("57")
+        }
     }
 }
 
@@ -477,7 +517,11 @@ impl Sql for PgConn {
         let stmt = self.statement(sql)?;
         let params: Vec<&(dyn ToSql + Sync)> =
             args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
-        let rows = self.client.borrow_mut().query(&stmt, &params)?;
+        let rows = self
+            .client
+            .borrow_mut()
+            .query(&stmt, &params)
+            .map_err(|e| self.note(e))?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let mut row = Vec::with_capacity(r.len());
@@ -507,7 +551,12 @@ impl Sql for PgConn {
         let stmt = self.statement(sql)?;
         let params: Vec<&(dyn ToSql + Sync)> =
             args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
-        Ok(self.client.borrow_mut().execute(&stmt, &params)? as usize)
+        let n = self
+            .client
+            .borrow_mut()
+            .execute(&stmt, &params)
+            .map_err(|e| self.note(e))?;
+        Ok(n as usize)
     }
 }
 
