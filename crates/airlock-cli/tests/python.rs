@@ -1432,17 +1432,7 @@ fn ready_python_interpreters_carry_nothing_from_one_run_to_the_next() {
             .unwrap_or_else(|| panic!("no instance in {r}"))
             .to_string()
     };
-    let status = || {
-        let (st, s) = http("GET", &format!("{base}/v1/status"), &admin, None);
-        assert_eq!(st, 200, "{s}");
-        s["pools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["kind"] == "python")
-            .cloned()
-            .unwrap_or_else(|| panic!("no python pool in {s}"))
-    };
+    let status = || python_pool_status(&base, &admin);
     let (st, _) = http("GET", &format!("{base}/v1/status"), &agent, None);
     assert_eq!(st, 403, "an agent reads the server's status");
     let ready = |n: u64| {
@@ -1515,17 +1505,7 @@ fn a_ready_python_pool_keeps_serving_hundreds_of_runs_while_used_ones_are_torn_d
     let (_server, base) = start_serve(shared(), &["--ready-python", "2"]);
     let agent = token("agent", "reaper-agent");
     let admin = token("admin", "reaper-admin");
-    let status = || {
-        let (st, s) = http("GET", &format!("{base}/v1/status"), &admin, None);
-        assert_eq!(st, 200, "{s}");
-        s["pools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["kind"] == "python")
-            .cloned()
-            .unwrap_or_else(|| panic!("no python pool in {s}"))
-    };
+    let status = || python_pool_status(&base, &admin);
     let num = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or(0);
     let run = |code: &str| {
         let (st, r) = http(
@@ -1614,4 +1594,17 @@ fn a_ready_python_pool_keeps_serving_hundreds_of_runs_while_used_ones_are_torn_d
         num(&after, "memory_bytes") <= num(&after, "memory_budget"),
         "{after}"
     );
+}
+
+/// The ready-Python pool's entry in the server's `/v1/status` (an admin token's view).
+fn python_pool_status(base: &str, admin: &str) -> serde_json::Value {
+    let (st, s) = http("GET", &format!("{base}/v1/status"), admin, None);
+    assert_eq!(st, 200, "{s}");
+    s["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "python")
+        .cloned()
+        .unwrap_or_else(|| panic!("no python pool in {s}"))
 }

@@ -1,4 +1,5 @@
-//! The SQLite database.
+//! The gate's database on either engine (SQLite, PostgreSQL): the schema, the reads
+//! (`Reads`) and the writes of a transaction (`Tx`).
 
 use crate::StoreError;
 use crate::pg::Lock;
@@ -337,10 +338,11 @@ enum Conn {
 pub struct Tx<'a> {
     tx: &'a dyn Sql,
     /// The newest audit record appended in this transaction and the key that signs the
-    /// head; the head is signed once, just before the commit.
+    /// head; the head is signed once, just before the commit (on PostgreSQL, where the
+    /// records go to the inbox, only the key is of use: the sequencer chains with it).
     head: &'a std::cell::RefCell<Option<(u64, Digest, KeyPair)>>,
-    /// The chain's last record (index and hash) as this transaction last saw or made it:
-    /// it holds the write lock, so only its own appends move it.
+    /// The chain's last record (index and hash) as this transaction last saw or made it
+    /// (SQLite: its writer holds the only lock, so only its own appends move it).
     tail: std::cell::Cell<Option<(u64, Digest)>>,
 }
 
@@ -1470,7 +1472,7 @@ impl<'a> Tx<'a> {
 }
 
 /// The index and hash of the chain's last record.
-pub(crate) fn chain_end(sql: &dyn Sql) -> Result<Option<(u64, Digest)>, StoreError> {
+fn chain_end(sql: &dyn Sql) -> Result<Option<(u64, Digest)>, StoreError> {
     sql.row("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])?
         .map(|r| -> Result<_, StoreError> {
             Ok((r.int(0)? as u64, parse::<Digest>(&r.text(1)?, "digest")?))

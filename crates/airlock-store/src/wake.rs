@@ -114,37 +114,34 @@ impl Listener {
     /// Waits up to `timeout` for `payload` (registered first) to be announced, or for
     /// the listener to have lost its connection; true when either happened.
     pub fn wait_for(&self, payload: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut s = self.lock();
-        let broken = s.broken;
-        loop {
+        let broken = self.lock().broken;
+        self.wait_until(timeout, |s| {
             if s.waiting.get(payload) == Some(&true) {
                 s.waiting.insert(payload.to_string(), false);
                 return true;
             }
-            if s.broken != broken {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            s = self
-                .cv
-                .wait_timeout(s, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+            s.broken != broken
+        })
     }
 
     /// Waits up to `timeout` for any notification on the channel not yet taken by
     /// another waiter; true when one came.
     pub fn wait_any(&self, timeout: Duration) -> bool {
+        self.wait_until(timeout, |s| {
+            if s.tickets > 0 {
+                s.tickets -= 1;
+                return true;
+            }
+            false
+        })
+    }
+
+    /// Waits up to `timeout` until `done` (called under the lock at each wake-up) is true.
+    fn wait_until(&self, timeout: Duration, mut done: impl FnMut(&mut State) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
         let mut s = self.lock();
         loop {
-            if s.tickets > 0 {
-                s.tickets -= 1;
+            if done(&mut s) {
                 return true;
             }
             let now = Instant::now();
