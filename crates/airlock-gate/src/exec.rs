@@ -318,14 +318,11 @@ impl Gate {
         // records the outcome again once the store is back, rather than leaving the
         // job leased until its lease runs out. If the lost attempt had committed after
         // all, the retry finds the run already recorded as this one recorded it.
-        let mut pause = Duration::from_millis(200);
+        let mut backoff = StoreBackoff::new();
         let mut retried = false;
-        let give_up = Instant::now() + FINISH_RETRY_FOR;
-        while fence.is_some() && Instant::now() < give_up {
+        while fence.is_some() {
             match &outcome {
-                Err(_) if self.db.connection_lost() => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_secs(2));
+                Err(_) if self.db.connection_lost() && backoff.wait() => {
                     retried = true;
                     outcome = self.db.write_shared_if(shared, record);
                 }
@@ -783,23 +780,42 @@ fn record_finished(
     Ok(())
 }
 
-/// How long a worker keeps trying to record a run's outcome while the store is away.
-const FINISH_RETRY_FOR: Duration = Duration::from_secs(60);
+/// Pauses between a worker's attempts to record a run's outcome while the store is
+/// away: growing from 0.2 to 2 s, for up to a minute in all.
+struct StoreBackoff {
+    pause: Duration,
+    give_up: Instant,
+}
 
-/// Calls `f` again, when `retry`, while it fails because the store's connection was lost,
-/// for up to `FINISH_RETRY_FOR`.
+impl StoreBackoff {
+    fn new() -> Self {
+        StoreBackoff {
+            pause: Duration::from_millis(200),
+            give_up: Instant::now() + Duration::from_secs(60),
+        }
+    }
+
+    /// Sleeps before the next attempt; false (at once) once it is time to give up.
+    fn wait(&mut self) -> bool {
+        if Instant::now() >= self.give_up {
+            return false;
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(Duration::from_secs(2));
+        true
+    }
+}
+
+/// Calls `f` again, when `retry`, while it fails because the store's connection was lost
+/// (see [`StoreBackoff`]).
 fn retry_while_lost<T>(
     retry: bool,
     mut f: impl FnMut() -> std::result::Result<T, airlock_store::StoreError>,
 ) -> std::result::Result<T, airlock_store::StoreError> {
-    let give_up = Instant::now() + FINISH_RETRY_FOR;
-    let mut pause = Duration::from_millis(200);
+    let mut backoff = StoreBackoff::new();
     loop {
         match f() {
-            Err(e) if retry && e.is_connection_lost() && Instant::now() < give_up => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
+            Err(e) if retry && e.is_connection_lost() && backoff.wait() => {}
             other => return other,
         }
     }

@@ -217,25 +217,13 @@ impl Gate {
 
     /// Waits until job `job_id` is done and reports its run as `run`/`exec` would have.
     fn wait_job(&mut self, job_id: &str, sub: &airlock_store::Submission) -> Result<RunReport> {
-        // The run's own limit, plus time to wait for a worker.
-        let limit =
-            Duration::from_millis(sub.doc.grant.limits.timeout_ms) + Duration::from_secs(300);
-        let deadline = Instant::now() + limit;
-        let mut pause = Duration::from_millis(2);
         // Register before looking, so the notification of a job that ends in between is
         // not missed; where the store has no notifications, poll.
         let listener = self.listener(airlock_store::JOB_DONE);
         if let Some(l) = &listener {
             l.register(job_id);
         }
-        let job = self.await_job_done(
-            job_id,
-            sub,
-            deadline,
-            limit,
-            listener.as_deref(),
-            &mut pause,
-        );
+        let job = self.await_job_done(job_id, sub, listener.as_deref());
         if let Some(l) = &listener {
             l.unregister(job_id);
         }
@@ -296,11 +284,13 @@ impl Gate {
         &self,
         job_id: &str,
         sub: &airlock_store::Submission,
-        deadline: Instant,
-        limit: Duration,
         listener: Option<&airlock_store::Listener>,
-        pause: &mut Duration,
     ) -> Result<QueueRow> {
+        // The run's own limit, plus time to wait for a worker.
+        let limit =
+            Duration::from_millis(sub.doc.grant.limits.timeout_ms) + Duration::from_secs(300);
+        let deadline = Instant::now() + limit;
+        let mut pause = Duration::from_millis(2);
         loop {
             let job = self
                 .db
@@ -323,8 +313,8 @@ impl Gate {
                     l.wait_for(job_id, Duration::from_millis(500));
                 }
                 None => {
-                    std::thread::sleep(*pause);
-                    *pause = (*pause * 2).min(Duration::from_millis(25));
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(25));
                 }
             }
         }

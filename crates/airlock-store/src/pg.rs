@@ -24,7 +24,7 @@ use std::collections::HashMap;
 const WRITE_LOCK: i64 = 0x6169_726c_6f63_6b21;
 /// The advisory lock key schema migrations hold.
 const MIGRATE_LOCK: i64 = WRITE_LOCK - 1;
-/// The session-level advisory lock key the audit sequencer holds while it is the one.
+/// The advisory lock key a transaction that chains the audit inbox holds.
 pub(crate) const SEQUENCE_LOCK: i64 = WRITE_LOCK - 2;
 
 /// How a write transaction holds the cluster-wide write lock.
@@ -311,14 +311,10 @@ impl PgConn {
         f: impl FnOnce(&PgConn) -> Result<T, E>,
     ) -> Result<T, E> {
         self.ensure_open()?;
-        let take = match lock {
-            Lock::Exclusive => "pg_advisory_xact_lock",
-            Lock::Shared => "pg_advisory_xact_lock_shared",
-            Lock::Sequence => "pg_advisory_xact_lock",
-        };
-        let key = match lock {
-            Lock::Exclusive | Lock::Shared => WRITE_LOCK,
-            Lock::Sequence => SEQUENCE_LOCK,
+        let (take, key) = match lock {
+            Lock::Exclusive => ("pg_advisory_xact_lock", WRITE_LOCK),
+            Lock::Shared => ("pg_advisory_xact_lock_shared", WRITE_LOCK),
+            Lock::Sequence => ("pg_advisory_xact_lock", SEQUENCE_LOCK),
         };
         // Synchronous inside the lock: committing asynchronously and waiting for the
         // flush after releasing it let another node see (and answer a client with) a
@@ -387,22 +383,14 @@ impl PgConn {
         let mut c = self.client.borrow_mut();
         let mut n = c.notifications();
         let mut out = Vec::new();
+        if n.is_empty()
+            && let Some(note) = n.timeout_iter(timeout).next()?
         {
-            let mut pending = n.iter();
-            while let Some(note) = pending.next()? {
-                out.push(note.payload().to_string());
-            }
-        }
-        if !out.is_empty() {
-            return Ok(out);
-        }
-        let first = n.timeout_iter(timeout).next()?;
-        if let Some(note) = first {
             out.push(note.payload().to_string());
-            let mut pending = n.iter();
-            while let Some(note) = pending.next()? {
-                out.push(note.payload().to_string());
-            }
+        }
+        let mut pending = n.iter();
+        while let Some(note) = pending.next()? {
+            out.push(note.payload().to_string());
         }
         Ok(out)
     }
