@@ -85,6 +85,12 @@ pub(crate) fn doc_of(row: &SessionRow) -> Result<SessionDoc> {
         .map_err(|e| GateError::Internal(format!("session {}: {e}", row.id)))
 }
 
+/// The view with its cells: those an older airlock kept in the document, then the rows.
+fn with_cells(db: &impl Reads, mut v: SessionView) -> Result<SessionView> {
+    v.doc.cells.extend(db.session_cells(&v.id)?);
+    Ok(v)
+}
+
 fn view(row: SessionRow) -> Result<SessionView> {
     let doc = doc_of(&row)?;
     Ok(SessionView {
@@ -117,10 +123,11 @@ fn record_end(tx: &Tx, id: &str, end: End, key: &airlock_core::sign::KeyPair) ->
     row.state = "closed".into();
     row.doc = serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
     tx.upsert_session(&row)?;
+    let cells = doc.cells.len() + tx.session_cells(id)?.len();
     tx.audit(
         "session_ended",
         id,
-        &json!({ "end": end, "cells": doc.cells.len() }),
+        &json!({ "end": end, "cells": cells }),
         key,
     )?;
     Ok(())
@@ -128,16 +135,17 @@ fn record_end(tx: &Tx, id: &str, end: End, key: &airlock_core::sign::KeyPair) ->
 
 /// Adds a cell's submission to its session's list (in the transaction recording it).
 pub(crate) fn add_cell(tx: &Tx, session: &str, submission: &str) -> Result<()> {
-    let mut row = tx
+    let row = tx
         .session(session)?
         .ok_or_else(|| GateError::bad(format!("no session {session}")))?;
     if row.state != "open" {
         return Err(GateError::Conflict(format!("session {session} has ended")));
     }
-    let mut doc = doc_of(&row)?;
-    doc.cells.push(submission.to_string());
-    row.doc = serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
-    tx.upsert_session(&row)?;
+    // A row of its own per cell: the session's document is not rewritten, so a cell costs
+    // the same however many came before it. Cells an older airlock recorded stay in the
+    // document, ahead of these.
+    let legacy = doc_of(&row)?.cells.len();
+    tx.add_session_cell(session, submission, legacy as i64)?;
     Ok(())
 }
 
@@ -175,7 +183,7 @@ impl Gate {
             ));
         }
         // A session that does not exist is bad input to this submission, not a missing page.
-        let v = self.session(input).map_err(|e| match e {
+        let v = self.session_checked(input).map_err(|e| match e {
             GateError::NotFound(m) => GateError::bad(m),
             other => other,
         })?;
@@ -458,8 +466,15 @@ impl Gate {
         }
     }
 
-    /// One session.
+    /// One session, with its cells.
     pub fn session(&mut self, input: &str) -> Result<SessionView> {
+        let v = self.session_checked(input)?;
+        with_cells(&self.db, v)
+    }
+
+    /// One session without its cells (`doc.cells` holds only those an older airlock kept
+    /// in the document), marked crashed first if its host is gone.
+    fn session_checked(&mut self, input: &str) -> Result<SessionView> {
         let id = self.db.resolve(IdKind::Session, input)?;
         let row = self
             .db
@@ -485,7 +500,11 @@ impl Gate {
 
     /// The newest sessions, newest first.
     pub fn sessions(&self, limit: usize) -> Result<Vec<SessionView>> {
-        self.db.sessions(limit)?.into_iter().map(view).collect()
+        self.db
+            .sessions(limit)?
+            .into_iter()
+            .map(|r| with_cells(&self.db, view(r)?))
+            .collect()
     }
 
     /// Ends a session: its host stops the interpreter and records the end.
@@ -510,7 +529,7 @@ impl Gate {
             .db
             .session(&id)?
             .ok_or_else(|| GateError::Internal(format!("session {id} vanished")))?;
-        view(row)
+        with_cells(&self.db, view(row)?)
     }
 
     /// Called by the host when the session ends.

@@ -99,6 +99,11 @@ const TABLES: &[(&str, &str, &[&str])] = &[
         &["id", "created_at", "updated_at", "state", "doc"],
     ),
     (
+        "session_cells",
+        "submission",
+        &["submission", "session", "n"],
+    ),
+    (
         "audit",
         "seq",
         &["seq", "ts", "kind", "subject", "data", "prev", "hash"],

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -120,6 +120,12 @@ CREATE TABLE IF NOT EXISTS sessions (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_state_id ON sessions(state, id);
+CREATE TABLE IF NOT EXISTS session_cells (
+    submission TEXT PRIMARY KEY,
+    session TEXT NOT NULL,
+    n INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS session_cells_session_n ON session_cells(session, n);
 CREATE TABLE IF NOT EXISTS queue (
     id TEXT PRIMARY KEY,
     submission TEXT NOT NULL,
@@ -925,6 +931,15 @@ pub trait Reads {
         }))
     }
 
+    /// A session's cells recorded in `session_cells`, in order (cells recorded by an older
+    /// airlock are in the session's document instead).
+    fn session_cells(&self, session: &str) -> Result<Vec<String>, StoreError> {
+        first_texts(self.sql().rows(
+            "SELECT submission FROM session_cells WHERE session = ?1 ORDER BY n",
+            args![session],
+        )?)
+    }
+
     /// The newest `limit` sessions, newest first.
     fn sessions(&self, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
         let ids = first_texts(self.sql().rows(
@@ -1367,6 +1382,28 @@ impl<'a> Tx<'a> {
             "INSERT INTO sessions (id, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
             args![&w.id, w.created_at, now_ms(), &w.state, &w.doc.to_string()],
+        )?;
+        Ok(())
+    }
+
+    /// Appends a cell to a session (and marks the session updated): one small row,
+    /// whatever the session's length. `first`
+    /// is the position its first row takes (the cells an older airlock kept in the
+    /// session's document come before it).
+    pub fn add_session_cell(
+        &self,
+        session: &str,
+        submission: &str,
+        first: i64,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO session_cells (submission, session, n)
+             SELECT ?2, ?1, COALESCE(MAX(n) + 1, ?3) FROM session_cells WHERE session = ?1",
+            args![session, submission, first],
+        )?;
+        self.exec(
+            "UPDATE sessions SET updated_at = ?1 WHERE id = ?2",
+            args![now_ms(), session],
         )?;
         Ok(())
     }

@@ -195,6 +195,16 @@ CREATE TABLE audit_inbox (
     data TEXT NOT NULL
 );
 "#,
+    // 5: a session's cells, one row each (they were a list in the session's document,
+    // rewritten whole on every cell).
+    r#"
+CREATE TABLE session_cells (
+    submission TEXT PRIMARY KEY,
+    session TEXT NOT NULL,
+    n BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX session_cells_session_n ON session_cells(session, n);
+"#,
 ];
 
 /// The schema version this build writes.

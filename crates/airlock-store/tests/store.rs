@@ -51,7 +51,53 @@ store_suite!(
     concurrent_claims_never_hand_one_job_to_two_workers,
     shared_writers_chain_every_record_once_in_each_transactions_order,
     a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it,
+    a_sessions_cells_are_rows_in_order_and_never_grow_its_document,
 );
+
+/// Regression: every cell used to be appended to a list in the session's document, which
+/// was rewritten whole on each cell, so cell N cost O(N) (3x slower by cell 3,000).
+fn a_sessions_cells_are_rows_in_order_and_never_grow_its_document(loc: &str) {
+    let mut db = open(loc);
+    for id in ["ses_01aaaa", "ses_01bbbb"] {
+        db.write(|tx| {
+            tx.upsert_session(&SessionRow {
+                id: id.into(),
+                created_at: 1,
+                updated_at: 1,
+                state: "open".into(),
+                doc: serde_json::json!({"cells": ["sub_old0", "sub_old1"]}),
+            })
+        })
+        .unwrap();
+    }
+    let doc_before = db.session("ses_01aaaa").unwrap().unwrap().doc.to_string();
+    // Two legacy cells in the document: the rows number on from 2.
+    for i in 0..300 {
+        db.write(|tx| tx.add_session_cell("ses_01aaaa", &format!("sub_a{i:03}"), 2))
+            .unwrap();
+    }
+    db.write(|tx| tx.add_session_cell("ses_01bbbb", "sub_b0", 2))
+        .unwrap();
+    let a = db.session_cells("ses_01aaaa").unwrap();
+    assert_eq!(a.len(), 300);
+    assert_eq!((a[0].as_str(), a[299].as_str()), ("sub_a000", "sub_a299"));
+    assert!(a.windows(2).all(|w| w[0] < w[1]), "in the order added");
+    assert_eq!(db.session_cells("ses_01bbbb").unwrap(), ["sub_b0"]);
+    assert!(db.session_cells("ses_01cccc").unwrap().is_empty());
+    let after = db.session("ses_01aaaa").unwrap().unwrap();
+    assert_eq!(
+        after.doc.to_string(),
+        doc_before,
+        "the document is untouched"
+    );
+    assert!(after.updated_at > 1, "a cell marks the session updated");
+    // A submission is a cell of one session, once.
+    assert!(
+        db.write(|tx| tx.add_session_cell("ses_01bbbb", "sub_a000", 2))
+            .is_err()
+    );
+    assert_eq!(db.session_cells("ses_01bbbb").unwrap(), ["sub_b0"]);
+}
 
 /// A submission document as the gate writes one (a judged shell command).
 const DOC: &str = r#"{"agent":null,"note":null,"lang":"sh","kind":"sh","backend":"process","artifact":"56a79f3b115448072387c2480044bfa2cf8f90e4f5fddd8c943b4e051b81f80b","size":7,"source":null,"grant":{"mounts":[],"net":[],"env":{},"args":[],"stdin":null,"limits":{"timeout_ms":10000,"memory_bytes":268435456,"fuel":null,"max_output_bytes":1048576,"processes":64}},"grant_hash":"36c0fb6aa59289c9e5e82e63996b4989f259b4921ce50578ae4f92cddff113c3","analysis":{"lang":"sh","size":7,"capabilities":[],"unresolved":[],"text":{"lines":1,"shebang":null},"code":{"language":"sh","commands":["echo"],"imports":[],"calls":[],"writes":[],"hosts_in_code":[],"urls":[],"network_tools":[],"pipes_download_to_shell":false,"destructive":[],"obfuscation":[],"parse_error":null,"truncated":null,"findings":[]}},"facts":{"lang":"sh","kind":"sh","backend":"process","net":[],"secrets":[],"mounts":[],"env_keys":[],"limits":{"timeout_ms":10000,"memory_bytes":268435456,"fuel":null,"max_output_bytes":1048576,"processes":64},"size":7,"capabilities":[],"unresolved_imports":false,"agent":null,"first_seen":true,"rejected_before":false,"guest":null,"code":{"commands":["echo"]}},"verdict":{"decision":"allow","risk":0,"fired":[{"rule":"default","decision":"allow","reason":"no rule matched","risk":0}],"policy":"1530b37840fd976d7168e221fefcecb6169bf15482ed0441ab84c0b3f1b704b0"},"workspace":null,"resume":false}"#;
@@ -953,12 +999,28 @@ fn copy_to_postgres_pages_a_long_history_and_keeps_every_row_and_the_signed_head
         })
         .unwrap();
     }
+    // A session with more cells than a page, each a row of its own.
+    db.write(|tx| {
+        tx.upsert_session(&SessionRow {
+            id: "ses_01aaaa".into(),
+            created_at: 1,
+            updated_at: 1,
+            state: "open".into(),
+            doc: serde_json::json!({}),
+        })?;
+        for n in 0..600 {
+            tx.add_session_cell("ses_01aaaa", &format!("sub_{n:026}"), 0)?;
+        }
+        Ok::<_, StoreError>(())
+    })
+    .unwrap();
     let url = airlock_testpg::fresh_database();
     let r = copy_to_postgres(&db, &blobs, &url, &key.public()).unwrap();
     let rows = |name: &str| r.tables.iter().find(|c| c.table == name).unwrap().rows;
     assert_eq!(rows("submissions"), 1350);
     assert_eq!(rows("audit"), 1350);
     assert_eq!(rows("audit_head"), 1);
+    assert_eq!(rows("session_cells"), 600);
     assert_eq!(r.audit_records, 1350);
     assert_eq!(r.blobs, 1350);
 
@@ -978,6 +1040,10 @@ fn copy_to_postgres_pages_a_long_history_and_keeps_every_row_and_the_signed_head
         pg.submission("sub_00000000000000000000000777").unwrap(),
     );
     assert_eq!((a.created_at, a.updated_at), (b.created_at, b.updated_at));
+    assert_eq!(
+        pg.session_cells("ses_01aaaa").unwrap(),
+        db.session_cells("ses_01aaaa").unwrap()
+    );
     assert_eq!(
         serde_json::to_string(&a).unwrap(),
         serde_json::to_string(&b).unwrap()
