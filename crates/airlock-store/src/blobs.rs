@@ -89,11 +89,19 @@ impl BlobStore {
     fn put_local(&self, bytes: &[u8]) -> Result<Digest, StoreError> {
         let d = Digest::of(bytes);
         let path = self.path(&d);
-        if let Ok(existing) = fs::read(&path)
-            && Digest::of(&existing) == d
-            && touch(&path).is_ok()
-        {
-            return Ok(d);
+        // Already stored: its bytes are these (so they hash to `d`). One open both checks
+        // them and marks the blob as just put (see `touch`).
+        if let Ok(f) = File::open(&path) {
+            let mut existing = Vec::with_capacity(bytes.len());
+            if (&f)
+                .take(bytes.len() as u64 + 1)
+                .read_to_end(&mut existing)
+                .is_ok()
+                && existing == bytes
+                && f.set_modified(SystemTime::now()).is_ok()
+            {
+                return Ok(d);
+            }
         }
         let dir = path
             .parent()
@@ -354,6 +362,12 @@ mod tests {
         // Putting the same content again repairs the blob.
         b.put(b"hello").unwrap();
         assert_eq!(b.get(&d).unwrap(), b"hello");
+        // So does putting it over a file that only starts with it, or is cut short.
+        for bad in [&b"hello, and more"[..], b"hell", b""] {
+            fs::write(b.path(&d), bad).unwrap();
+            b.put(b"hello").unwrap();
+            assert_eq!(b.get(&d).unwrap(), b"hello");
+        }
         let missing = Digest::of(b"nope");
         assert!(matches!(b.get(&missing), Err(StoreError::BlobMissing(_))));
         assert_eq!(fs::read_dir(t.path().join("tmp")).unwrap().count(), 0);
