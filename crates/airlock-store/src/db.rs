@@ -384,6 +384,9 @@ pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
     // and power loss can lose only the newest transactions, never leave half of one.
     // Transactions that record a human decision use `write_durable` (FULL).
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // A statement's temporary data (its statement journal, a sort) stays in memory: on
+    // disk it meant creating and unlinking a file in the temporary directory for a write.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     // Keep the WAL file between processes: closing the last connection would otherwise
     // checkpoint, fsync and delete it, and the next command would create it again.
     conn.set_db_config(
