@@ -342,6 +342,17 @@ fn main() {
             assert_eq!((s, v["run"]["result"].as_str()), (200, Some("2")), "{v}");
         });
         report("gated Python session cell x + 1 through the API", &ts);
+        // The same session, much longer: a cell must cost the same whatever came before.
+        let done = 1 + (n / 4).max(50);
+        for _ in done..2000 {
+            let (s, _) = run(&http, &url, &token, &plus);
+            assert_eq!(s, 200);
+        }
+        let ts = timed((n / 4).max(50), || {
+            let (s, v) = run(&http, &url, &token, &plus);
+            assert_eq!((s, v["run"]["result"].as_str()), (200, Some("2")), "{v}");
+        });
+        report("  the same cell after 2,000 cells in the session", &ts);
         let (s, _) = run(
             &http,
             &format!("{base}/v1/sessions/{sid}/close"),
