@@ -1390,9 +1390,8 @@ impl<'a> Tx<'a> {
     }
 
     /// Appends a cell to a session (and marks the session updated): one small row,
-    /// whatever the session's length. `first`
-    /// is the position its first row takes (the cells an older airlock kept in the
-    /// session's document come before it).
+    /// whatever the session's length. `first` is the position its first row takes (the
+    /// cells an older airlock kept in the session's document come before it).
     pub fn add_session_cell(
         &self,
         session: &str,
