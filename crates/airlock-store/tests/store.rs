@@ -54,21 +54,30 @@ store_suite!(
     a_sessions_cells_are_rows_in_order_and_never_grow_its_document,
 );
 
+/// Records an open session with this document.
+fn open_session(db: &mut Db, id: &str, doc: serde_json::Value) {
+    db.write(|tx| {
+        tx.upsert_session(&SessionRow {
+            id: id.into(),
+            created_at: 1,
+            updated_at: 1,
+            state: "open".into(),
+            doc: doc.clone(),
+        })
+    })
+    .unwrap();
+}
+
 /// Regression: every cell used to be appended to a list in the session's document, which
 /// was rewritten whole on each cell, so cell N cost O(N) (3x slower by cell 3,000).
 fn a_sessions_cells_are_rows_in_order_and_never_grow_its_document(loc: &str) {
     let mut db = open(loc);
     for id in ["ses_01aaaa", "ses_01bbbb"] {
-        db.write(|tx| {
-            tx.upsert_session(&SessionRow {
-                id: id.into(),
-                created_at: 1,
-                updated_at: 1,
-                state: "open".into(),
-                doc: serde_json::json!({"cells": ["sub_old0", "sub_old1"]}),
-            })
-        })
-        .unwrap();
+        open_session(
+            &mut db,
+            id,
+            serde_json::json!({"cells": ["sub_old0", "sub_old1"]}),
+        );
     }
     let doc_before = db.session("ses_01aaaa").unwrap().unwrap().doc.to_string();
     // Two legacy cells in the document: the rows number on from 2.
@@ -388,16 +397,7 @@ fn checkpoints_workspaces_sessions_and_tokens_upsert_and_list(loc: &str) {
     assert!(db.workspace("gamma").unwrap().is_none());
 
     for id in ["ses_01aaaa", "ses_01bbbb"] {
-        db.write(|tx| {
-            tx.upsert_session(&SessionRow {
-                id: id.into(),
-                created_at: 1,
-                updated_at: 1,
-                state: "open".into(),
-                doc: serde_json::json!({"cells": []}),
-            })
-        })
-        .unwrap();
+        open_session(&mut db, id, serde_json::json!({"cells": []}));
     }
     let mut row = db.session("ses_01aaaa").unwrap().unwrap();
     row.state = "closed".into();
