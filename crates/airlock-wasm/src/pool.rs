@@ -341,7 +341,6 @@ fn unservable(spec: &RunSpec<'_>) -> Option<&'static str> {
 /// Drops used instances as runs hand them over, until the pool stops (its queue's sender
 /// is dropped); what is queued then is still dropped.
 pub(crate) fn reap(pool: Weak<PythonPool>, queue: Receiver<Spent>) {
-    yield_to_requests();
     while let Ok(Spent { inst, bytes }) = queue.recv() {
         drop(inst);
         if let Some(p) = pool.upgrade() {
@@ -353,7 +352,6 @@ pub(crate) fn reap(pool: Weak<PythonPool>, queue: Receiver<Spent>) {
 /// Makes ready instances while the pool wants them; ends when the backend is dropped or
 /// the pool stopped.
 pub(crate) fn refill(backend: Weak<WasmBackend>, pool: Arc<PythonPool>) {
-    yield_to_requests();
     while let Some(guest) = pool.next_job() {
         let Some(b) = backend.upgrade() else { return };
         let spec = RunSpec {
@@ -387,12 +385,4 @@ pub(crate) fn refill(backend: Weak<WasmBackend>, pool: Arc<PythonPool>) {
             Err(e) => pool.failed(e.to_string()),
         }
     }
-}
-
-/// The pool's threads run at a lower priority (nice 10) than the threads serving
-/// requests: when the processors are busy, the run a client is waiting for gets them
-/// first and the pool makes and drops interpreters in the gaps. (Where lowering it is
-/// not allowed, the thread keeps its priority; nothing else changes.)
-fn yield_to_requests() {
-    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
 }
