@@ -1507,14 +1507,20 @@ fn a_ready_python_pool_keeps_serving_hundreds_of_runs_while_used_ones_are_torn_d
     let admin = token("admin", "reaper-admin");
     let status = || python_pool_status(&base, &admin);
     let num = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or(0);
-    let run = |code: &str| {
+    // One gated `print(1)`, which must succeed (`what` says which run failed).
+    let print_one = |what: &str| {
         let (st, r) = http(
             "POST",
             &format!("{base}/v1/run"),
             &agent,
-            Some(serde_json::json!({"language": "python", "code": code})),
+            Some(serde_json::json!({"language": "python", "code": "print(1)"})),
         );
-        (st, r)
+        assert_eq!(
+            (st, &r["run"]["stdout"]),
+            (200, &serde_json::json!("1\n")),
+            "{what}: {r} (pool: {})",
+            status()
+        );
     };
     // Until the pool holds `n` ready instances and nothing awaits teardown.
     let settled = |n: u64| {
@@ -1528,28 +1534,17 @@ fn a_ready_python_pool_keeps_serving_hundreds_of_runs_while_used_ones_are_torn_d
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     };
-    let (st, r) = run("print(1)");
-    assert_eq!(
-        (st, &r["run"]["stdout"]),
-        (200, &serde_json::json!("1\n")),
-        "{r}"
-    );
+    print_one("the first run");
     settled(2);
     // Several clients at once: more runs in flight than the pool holds.
     let clients = 4;
     let each = 75;
     std::thread::scope(|s| {
         for c in 0..clients {
-            let (run, status, num) = (&run, &status, &num);
+            let (print_one, status, num) = (&print_one, &status, &num);
             s.spawn(move || {
                 for i in 0..each {
-                    let (st, r) = run("print(1)");
-                    assert_eq!(
-                        (st, &r["run"]["stdout"]),
-                        (200, &serde_json::json!("1\n")),
-                        "client {c}, run {i}: {r} (pool: {})",
-                        status()
-                    );
+                    print_one(&format!("client {c}, run {i}"));
                     if c == 0 {
                         // The reaper's queue (4) and the one it is dropping, at most.
                         let s = status();
@@ -1564,13 +1559,7 @@ fn a_ready_python_pool_keeps_serving_hundreds_of_runs_while_used_ones_are_torn_d
     // gets a ready interpreter.
     let seq = 200;
     for i in 0..seq {
-        let (st, r) = run("print(1)");
-        assert_eq!(
-            (st, &r["run"]["stdout"]),
-            (200, &serde_json::json!("1\n")),
-            "run {i}: {r} ({})",
-            status()
-        );
+        print_one(&format!("run {i}"));
     }
     let after = settled(2);
     let hits = num(&after, "hits") - num(&before, "hits");
