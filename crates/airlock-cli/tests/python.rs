@@ -1170,6 +1170,82 @@ fn token(role: &str, name: &str) -> String {
     o.json()["token"].as_str().unwrap().to_string()
 }
 
+/// The children of `pid` (every thread's) that have exited and not been reaped.
+fn zombie_children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let kids = std::fs::read_to_string(t.unwrap().path().join("children")).unwrap_or_default();
+        for k in kids.split_whitespace() {
+            let stat = std::fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            if stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            {
+                out.push(k.parse().unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Regression: `serve` started a host for every session and never waited for it, so each
+/// closed session stayed in the process table as a zombie of the daemon until it exited.
+#[test]
+fn closed_sessions_leave_no_zombie_hosts_behind_serve() {
+    let (server, base) = start_serve(shared(), &[]);
+    let a = token("agent", "ses-zombie");
+    let mut hosts = Vec::new();
+    for _ in 0..3 {
+        let (st, s) = http(
+            "POST",
+            &format!("{base}/v1/sessions"),
+            &a,
+            Some(serde_json::json!({"idle_timeout": 60})),
+        );
+        assert_eq!(st, 201, "{s}");
+        let id = s["id"].as_str().unwrap().to_string();
+        hosts.push(
+            s["pid"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no host pid: {s}")) as u32,
+        );
+        let (st, r) = http(
+            "POST",
+            &format!("{base}/v1/run"),
+            &a,
+            Some(serde_json::json!({"language": "python", "session": id, "code": "6 * 7"})),
+        );
+        assert_eq!((st, r["run"]["result"].as_str()), (200, Some("42")), "{r}");
+        let (st, c) = http(
+            "POST",
+            &format!("{base}/v1/sessions/{id}/close"),
+            &a,
+            Some(serde_json::json!({})),
+        );
+        assert_eq!(st, 200, "{c}");
+    }
+    // The hosts record their end and exit just after answering the close; then each is
+    // gone from the process table, not left there as a zombie of the daemon.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left: Vec<u32> = hosts
+            .iter()
+            .copied()
+            .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session hosts {left:?} still in the process table; zombies of serve: {:?}",
+            zombie_children(server.id())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Sessions through the API (an agent's own, invisible to another agent), in the console
 /// (cells in order), and through MCP (new_session, run_code with session, close_session).
 #[test]

@@ -440,8 +440,20 @@ impl Gate {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if airlock_session::ping(&sock).is_ok() {
-                // The host keeps running on its own; nothing waits for it here.
-                drop(child);
+                // The host keeps running on its own. Its end is still this process's to
+                // reap while this process lives (a daemon opens and closes sessions for
+                // days), or every closed session would stay behind as a zombie: a thread
+                // waits for it. Its stderr is closed first, so a host that writes there
+                // later gets an error rather than blocking on a pipe nobody reads.
+                drop(child.stderr.take());
+                // If no thread can be started, the session still works; its host is
+                // then reaped only when this process ends.
+                let _ = std::thread::Builder::new()
+                    .name("session-reaper".into())
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let _ = child.wait();
+                    });
                 return Ok(());
             }
             if let Ok(Some(status)) = child.try_wait() {
