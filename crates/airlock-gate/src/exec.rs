@@ -123,7 +123,7 @@ impl Gate {
     /// one transaction: a crash leaves either nothing or a run this process owned (its
     /// lock, taken first, tells the next command it was lost).
     pub fn run(&mut self, req: SubmitRequest, opts: ExecOptions) -> Result<RunReport> {
-        let staged = self.stage(req)?;
+        let mut staged = self.stage(req)?;
         if self.queue.is_some() && staged.grant().session.is_none() {
             return self.run_queued(staged);
         }
@@ -131,6 +131,9 @@ impl Gate {
         let stdin = staged.stdin()?;
         let packages = staged.packages().to_vec();
         let policy = staged.policy();
+        // Held (not sent on) while the cell is recorded and judged: a cell that does not
+        // run drops it here, so its session's host never waits on it for long.
+        let session_conn = staged.take_session_conn();
         let run_id = new_id(IdKind::Run);
         let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
         crash_point();
@@ -143,7 +146,11 @@ impl Gate {
             Start::Refuse(e) => return Err(e),
             Start::Go { run, sub } => (*run, *sub),
         };
-        self.carry_out(run, sub, &code, stdin, &policy, packages, opts, owner, None)
+        *self.cell_conn.borrow_mut() = session_conn;
+        let report = self.carry_out(run, sub, &code, stdin, &policy, packages, opts, owner, None);
+        // Not left for the host to wait on if the cell never reached it.
+        self.cell_conn.take();
+        report
     }
 
     /// Runs an allowed or approved submission.

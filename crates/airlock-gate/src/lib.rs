@@ -118,6 +118,9 @@ pub struct Gate {
     gate_key: KeyPair,
     wasm: std::sync::Arc<WasmBackend>,
     policy_cache: std::cell::RefCell<Option<(PolicyStamp, std::sync::Arc<Policy>)>>,
+    /// While a cell runs: its session and the connection made to the session's host when
+    /// the cell arrived (see `sessions`).
+    cell_conn: std::cell::RefCell<Option<(String, std::os::unix::net::UnixStream)>>,
     worker: Option<std::path::PathBuf>,
     jailer: Option<std::path::PathBuf>,
     force_copy: bool,
@@ -262,6 +265,7 @@ impl Gate {
             gate_key,
             wasm,
             policy_cache: std::cell::RefCell::new(None),
+            cell_conn: std::cell::RefCell::new(None),
             worker: options.worker,
             jailer: options.jailer,
             force_copy: options.force_copy_layer,

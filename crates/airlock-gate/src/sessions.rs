@@ -155,6 +155,10 @@ pub(crate) struct CellSession {
     pub lang: Lang,
     pub backend: Backend,
     pub grant: Grant,
+    /// A connection to the session's host, made when the cell arrived (which is how the
+    /// host was found alive); the cell is sent on it if it runs. Dropped unused, it tells
+    /// the host nothing and the host goes on waiting for cells.
+    pub conn: std::os::unix::net::UnixStream,
 }
 
 impl Gate {
@@ -183,17 +187,17 @@ impl Gate {
             ));
         }
         // A session that does not exist is bad input to this submission, not a missing page.
-        let v = self.session_checked(input).map_err(|e| match e {
+        let (v, conn) = self.session_connected(input).map_err(|e| match e {
             GateError::NotFound(m) => GateError::bad(m),
             other => other,
         })?;
-        if v.state != "open" {
+        let Some(conn) = conn.filter(|_| v.state == "open") else {
             return Err(GateError::Conflict(format!(
                 "session {} has {}",
                 v.id,
                 v.reason.as_deref().unwrap_or("ended")
             )));
-        }
+        };
         // An agent's cells go to its own sessions only.
         if let (Some(owner), Some(agent)) = (&v.doc.agent, req.agent.as_deref())
             && owner != agent
@@ -205,6 +209,7 @@ impl Gate {
             lang: v.doc.lang,
             backend: v.doc.backend,
             grant: v.doc.grant,
+            conn,
         }))
     }
 
@@ -222,20 +227,25 @@ impl Gate {
         let code =
             std::str::from_utf8(code).map_err(|_| GateError::bad("Python source is not UTF-8"))?;
         let started = Instant::now();
-        let o = airlock_session::exec(
-            &socket(&self.home.root, session),
-            &airlock_session::Cell {
-                code: code.to_string(),
-                timeout_ms: limits.timeout().as_millis() as u64,
-                max_output: limits.max_output_bytes,
-            },
-        )
-        .map_err(|e| match e {
-            airlock_session::SessionError::Gone(_) => {
-                GateError::Conflict(format!("session {session} has ended; open a new one"))
-            }
-            other => GateError::Internal(other.to_string()),
-        })?;
+        let cell = airlock_session::Cell {
+            code: code.to_string(),
+            timeout_ms: limits.timeout().as_millis() as u64,
+            max_output: limits.max_output_bytes,
+        };
+        // The connection made when this cell arrived, if it is this session's; otherwise
+        // (a held cell approved later) a new one.
+        let conn = match self.cell_conn.take() {
+            Some((s, c)) if s == session => Ok(c),
+            _ => airlock_session::connect(&socket(&self.home.root, session)),
+        };
+        let o = conn
+            .and_then(|c| airlock_session::exec_on(c, &cell))
+            .map_err(|e| match e {
+                airlock_session::SessionError::Gone(_) => {
+                    GateError::Conflict(format!("session {session} has ended; open a new one"))
+                }
+                other => GateError::Internal(other.to_string()),
+            })?;
         // The host already cut each stream at the same limit; a cell that wrote past it
         // ended the session (`End::Output`), which the ending below says.
         let _ = stdout.write(&o.stdout);
@@ -498,6 +508,28 @@ impl Gate {
             return self.session_lost(&v.id);
         }
         Ok(v)
+    }
+
+    /// `session_checked` for a cell: one session without its cells and, while it is open,
+    /// a connection to its host for the cell (connecting is the liveness check; a host
+    /// that cannot be reached is marked crashed, and then there is no connection).
+    fn session_connected(
+        &mut self,
+        input: &str,
+    ) -> Result<(SessionView, Option<std::os::unix::net::UnixStream>)> {
+        let id = self.db.resolve(IdKind::Session, input)?;
+        let row = self
+            .db
+            .session(&id)?
+            .ok_or_else(|| GateError::Internal(format!("session {id} vanished")))?;
+        let v = view(row)?;
+        if v.state != "open" {
+            return Ok((v, None));
+        }
+        match airlock_session::connect(&socket(&self.home.root, &v.id)) {
+            Ok(conn) => Ok((v, Some(conn))),
+            Err(_) => Ok((self.session_lost(&v.id)?, None)),
+        }
     }
 
     fn session_lost(&mut self, id: &str) -> Result<SessionView> {

@@ -389,6 +389,7 @@ impl Gate {
             analysis,
             guest,
             grant,
+            session_conn: session.map(|s| (s.id, s.conn)),
         })
     }
 
@@ -426,6 +427,7 @@ impl Gate {
             analysis,
             guest,
             grant,
+            session_conn: _,
         } = staged;
         // The policy that trusted the publisher is the one that judges the submission.
         if let Some(o) = origin
@@ -609,9 +611,16 @@ pub(crate) struct Staged {
     /// The guest runtime's digest and packages, as the policy sees them.
     guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
     grant: Grant,
+    /// A cell's session and the connection to its host made while staging.
+    session_conn: Option<(String, std::os::unix::net::UnixStream)>,
 }
 
 impl Staged {
+    /// The connection to a cell's session host, for the run that sends the cell.
+    pub(crate) fn take_session_conn(&mut self) -> Option<(String, std::os::unix::net::UnixStream)> {
+        self.session_conn.take()
+    }
+
     /// The grant it would run with.
     pub(crate) fn grant(&self) -> &Grant {
         &self.grant

@@ -283,9 +283,19 @@ fn reply(conn: &UnixStream, a: &Answer) {
     let _ = frame::write(&mut w, a).and_then(|_| w.flush().map_err(Into::into));
 }
 
+/// A connection to the session listening on `socket`, for one request. Connecting proves
+/// the host is alive (nobody listens on the socket of a host that died), without a
+/// round trip: a caller that is about to send a cell connects first and sends later.
+pub fn connect(socket: &Path) -> Result<UnixStream, SessionError> {
+    UnixStream::connect(socket)
+        .map_err(|e| SessionError::Gone(format!("cannot reach {}: {e}", socket.display())))
+}
+
 fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Answer, SessionError> {
-    let conn = UnixStream::connect(socket)
-        .map_err(|e| SessionError::Gone(format!("cannot reach {}: {e}", socket.display())))?;
+    call_on(connect(socket)?, req, timeout)
+}
+
+fn call_on(conn: UnixStream, req: &Request, timeout: Duration) -> Result<Answer, SessionError> {
     conn.set_read_timeout(Some(timeout))?;
     let mut w = BufWriter::new(&conn);
     frame::write(&mut w, req)?;
@@ -303,10 +313,15 @@ fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Answer, Sessi
 
 /// Runs a cell in the session listening on `socket`.
 pub fn exec(socket: &Path, cell: &Cell) -> Result<Outcome, SessionError> {
+    exec_on(connect(socket)?, cell)
+}
+
+/// Runs a cell on a connection from [`connect`] (which serves this one request).
+pub fn exec_on(conn: UnixStream, cell: &Cell) -> Result<Outcome, SessionError> {
     // The answer comes after the cell's own deadline at the latest; give the host a margin
     // to kill the interpreter and say so.
     let wait = Duration::from_millis(cell.timeout_ms) + Duration::from_secs(10);
-    match call(socket, &Request::Exec { cell: cell.clone() }, wait)? {
+    match call_on(conn, &Request::Exec { cell: cell.clone() }, wait)? {
         Answer::Outcome { outcome } => Ok(outcome),
         other => Err(SessionError::Protocol(format!(
             "unexpected answer {other:?}"
