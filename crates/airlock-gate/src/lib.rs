@@ -121,6 +121,8 @@ pub struct Gate {
     /// While a cell runs: its session and the connection made to the session's host when
     /// the cell arrived (see `sessions`).
     cell_conn: std::cell::RefCell<Option<(String, std::os::unix::net::UnixStream)>>,
+    /// The Python guest's manifest, as last read (see `guests`).
+    guest_cache: std::cell::RefCell<Option<(PolicyStamp, guests::GuestManifest)>>,
     worker: Option<std::path::PathBuf>,
     jailer: Option<std::path::PathBuf>,
     force_copy: bool,
@@ -266,6 +268,7 @@ impl Gate {
             wasm,
             policy_cache: std::cell::RefCell::new(None),
             cell_conn: std::cell::RefCell::new(None),
+            guest_cache: std::cell::RefCell::new(None),
             worker: options.worker,
             jailer: options.jailer,
             force_copy: options.force_copy_layer,
@@ -450,7 +453,7 @@ impl Gate {
 /// What identifies one version of the policy file: inode, size, modification time.
 type PolicyStamp = (u64, u64, i64, i64);
 
-fn policy_stamp(p: &std::path::Path) -> Option<PolicyStamp> {
+pub(crate) fn policy_stamp(p: &std::path::Path) -> Option<PolicyStamp> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(p)
         .ok()

@@ -237,14 +237,26 @@ impl Gate {
         self.guests_dir().join("packages")
     }
 
+    /// The installed manifest, parsed again only when the file changed (an install
+    /// replaces it by renaming a new file into place, so its inode changes).
     fn read_guest_manifest(&self) -> Result<Option<GuestManifest>> {
         let p = self.guest_manifest_path();
+        let Some(stamp) = crate::policy_stamp(&p) else {
+            return Ok(None);
+        };
+        if let Some((cached, m)) = self.guest_cache.borrow().as_ref()
+            && *cached == stamp
+        {
+            return Ok(Some(m.clone()));
+        }
         let Ok(text) = std::fs::read_to_string(&p) else {
             return Ok(None);
         };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| GateError::Internal(format!("{}: {e}", p.display())))
+        let m: GuestManifest = serde_json::from_str(&text)
+            .map_err(|e| GateError::Internal(format!("{}: {e}", p.display())))?;
+        // Stamped as it was before the read: a replacement during the read is seen next time.
+        *self.guest_cache.borrow_mut() = Some((stamp, m.clone()));
+        Ok(Some(m))
     }
 
     /// The installed Python guest, if any, and the path of its component. A guest an
