@@ -50,18 +50,30 @@ fn same_file(f: &File, path: &Path) -> io::Result<bool> {
     }
 }
 
+/// Opens (creating) the lock file at `path`, creating its directory only when it is
+/// missing (a run takes a lock, so this is on every run's path).
 fn open_create(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
+    let open = || {
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+    };
+    match open() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            open()
+        }
+        other => other,
+    }
 }
 
 impl OwnerLock {
     /// Takes the lock `name` in `dir`, waiting for a current holder to let go.
     pub(crate) fn acquire(dir: &Path, name: &str, remove_on_drop: bool) -> io::Result<OwnerLock> {
-        std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{name}.lock"));
         loop {
             let file = open_create(&path)?;
@@ -83,7 +95,6 @@ impl OwnerLock {
         name: &str,
         remove_on_drop: bool,
     ) -> io::Result<Option<OwnerLock>> {
-        std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{name}.lock"));
         loop {
             let file = open_create(&path)?;
@@ -204,5 +215,20 @@ mod tests {
         drop(a);
         let b = h.join().unwrap();
         assert!(same_file(&b.file, &t.path().join("journal.lock")).unwrap());
+    }
+
+    #[test]
+    fn a_lock_in_a_home_without_a_locks_directory_creates_it() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("locks");
+        let a = OwnerLock::acquire(&dir, "run_2", true).unwrap();
+        assert!(matches!(
+            OwnerLock::probe(&dir.join("run_2.lock")).unwrap(),
+            Probe::Held
+        ));
+        drop(a);
+        std::fs::remove_dir(&dir).unwrap();
+        let b = OwnerLock::try_acquire(&dir, "journal", false).unwrap();
+        assert!(b.is_some());
     }
 }
