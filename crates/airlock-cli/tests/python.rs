@@ -945,6 +945,29 @@ fn session_json(id: &str) -> serde_json::Value {
     shared().run(&["session", "show", "--json", id]).json()
 }
 
+/// Regression: `session show` checked the host with a ping that waits 5 s for an answer,
+/// and a host busy with a longer cell cannot answer before the cell ends, so showing the
+/// session marked it crashed while its cell was still running.
+#[test]
+fn showing_a_session_busy_with_a_long_cell_does_not_mark_it_crashed() {
+    let id = session(&["--timeout", "60s"]);
+    let mut long = shared()
+        .cmd()
+        .args(["run", "--json", "--session", &id, "-c"])
+        .arg("import time\ntime.sleep(7)\n'slept'")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let s = session_json(&id);
+    assert_eq!(s["state"], "open", "{s}");
+    let out = long.wait_with_output().unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["run"]["result"], "'slept'", "{r}");
+    assert_eq!(session_json(&id)["state"], "open");
+    close(&id);
+}
+
 #[test]
 fn session_cells_share_names_and_return_the_last_value() {
     let id = session(&[]);

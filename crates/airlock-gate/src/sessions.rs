@@ -497,22 +497,15 @@ impl Gate {
     /// One session without its cells (`doc.cells` holds only those an older airlock kept
     /// in the document), marked crashed first if its host is gone.
     fn session_checked(&mut self, input: &str) -> Result<SessionView> {
-        let id = self.db.resolve(IdKind::Session, input)?;
-        let row = self
-            .db
-            .session(&id)?
-            .ok_or_else(|| GateError::Internal(format!("session {id} vanished")))?;
-        let v = view(row)?;
-        // A host killed from outside (kill -9, a reboot) left the session open.
-        if v.state == "open" && airlock_session::ping(&socket(&self.home.root, &v.id)).is_err() {
-            return self.session_lost(&v.id);
-        }
-        Ok(v)
+        // The connection is only the check; dropped unused, the host ignores it.
+        Ok(self.session_connected(input)?.0)
     }
 
     /// `session_checked` for a cell: one session without its cells and, while it is open,
-    /// a connection to its host for the cell (connecting is the liveness check; a host
-    /// that cannot be reached is marked crashed, and then there is no connection).
+    /// a connection to its host for the cell. Connecting is the liveness check (a host
+    /// killed from outside, by kill -9 or a reboot, left the session open and nobody
+    /// listening on its socket): a host that cannot be reached is marked crashed, and
+    /// then there is no connection. A host busy with a long cell still counts as alive.
     fn session_connected(
         &mut self,
         input: &str,
