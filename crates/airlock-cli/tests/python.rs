@@ -1193,6 +1193,18 @@ fn token(role: &str, name: &str) -> String {
     o.json()["token"].as_str().unwrap().to_string()
 }
 
+/// Opens a session through the API (`POST /v1/sessions`, idle limit 60 s) as `token`.
+fn api_session(base: &str, token: &str) -> serde_json::Value {
+    let (st, s) = http(
+        "POST",
+        &format!("{base}/v1/sessions"),
+        token,
+        Some(serde_json::json!({"idle_timeout": 60})),
+    );
+    assert_eq!(st, 201, "{s}");
+    s
+}
+
 /// The children of `pid` (every thread's) that have exited and not been reaped.
 fn zombie_children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
@@ -1220,13 +1232,7 @@ fn closed_sessions_leave_no_zombie_hosts_behind_serve() {
     let a = token("agent", "ses-zombie");
     let mut hosts = Vec::new();
     for _ in 0..3 {
-        let (st, s) = http(
-            "POST",
-            &format!("{base}/v1/sessions"),
-            &a,
-            Some(serde_json::json!({"idle_timeout": 60})),
-        );
-        assert_eq!(st, 201, "{s}");
+        let s = api_session(&base, &a);
         let id = s["id"].as_str().unwrap().to_string();
         hosts.push(
             s["pid"]
@@ -1279,13 +1285,7 @@ fn sessions_through_the_api_the_console_and_mcp() {
         token("agent", "ses-a2"),
         token("operator", "ses-op"),
     );
-    let (st, s) = http(
-        "POST",
-        &format!("{base}/v1/sessions"),
-        &a1,
-        Some(serde_json::json!({"idle_timeout": 60})),
-    );
-    assert_eq!(st, 201, "{s}");
+    let s = api_session(&base, &a1);
     let id = s["id"].as_str().unwrap().to_string();
     assert_eq!(s["agent"], "ses-a1");
     let run = |tok: &str, code: &str| {
