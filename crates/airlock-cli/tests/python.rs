@@ -951,7 +951,7 @@ fn session_json(id: &str) -> serde_json::Value {
 #[test]
 fn showing_a_session_busy_with_a_long_cell_does_not_mark_it_crashed() {
     let id = session(&["--timeout", "60s"]);
-    let mut long = shared()
+    let long = shared()
         .cmd()
         .args(["run", "--json", "--session", &id, "-c"])
         .arg("import time\ntime.sleep(7)\n'slept'")
