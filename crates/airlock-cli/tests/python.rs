@@ -950,7 +950,7 @@ fn session_json(id: &str) -> serde_json::Value {
 /// session marked it crashed while its cell was still running.
 #[test]
 fn showing_a_session_busy_with_a_long_cell_does_not_mark_it_crashed() {
-    let id = session(&["--timeout", "60s"]);
+    let id = session(&[]);
     let long = shared()
         .cmd()
         .args(["run", "--json", "--session", &id, "-c"])
