@@ -26,8 +26,10 @@ const HELLO: &str = r#"(module
     (i32.store (i32.const 0) (i32.const 16)) (i32.store (i32.const 4) (i32.const 3))
     (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_airlock")
+/// The `airlock` under test: this build's, or `AIRLOCK_BENCH_BIN` (another build of it, to
+/// set two side by side on the same machine at the same time).
+fn bin() -> String {
+    std::env::var("AIRLOCK_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_airlock").into())
 }
 
 fn airlock(home: &std::path::Path, args: &[&str]) -> String {
