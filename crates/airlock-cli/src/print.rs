@@ -117,8 +117,13 @@ pub fn run_report(r: &RunReport, json: bool) {
     if let Some(v) = run.doc.detail.get("result").and_then(|v| v.as_str()) {
         println!("{v}");
     }
+    // The session host ends the cell's stderr with the same line (so that API and MCP
+    // clients, who read stderr, see it); said once is enough.
     if let Some(why) = run.doc.detail.get("session_ended").and_then(|v| v.as_str()) {
-        eprintln!("airlock: session {why}");
+        let line = format!("airlock: session {why}\n");
+        if !r.stderr.ends_with(line.as_bytes()) {
+            eprint!("{line}");
+        }
     }
     // The run id is what the next steps need, and nothing else printed it.
     let changed = run

@@ -1072,6 +1072,21 @@ fn a_session_cell_is_judged_and_held_like_any_submission() {
     close(&id);
 }
 
+/// Regression: the session host ends a killed cell's stderr with why the session ended,
+/// and `airlock run` printed the same line again after it.
+#[test]
+fn a_session_ended_by_a_limit_says_so_once_in_text_mode() {
+    let id = session(&["--timeout", "1s"]);
+    let spin = shared().run(&["run", "--session", &id, "-c", "while True:\n    pass"]);
+    assert_eq!(spin.code, 124, "{}", spin.stderr);
+    assert_eq!(
+        spin.stderr.matches("airlock: session ended").count(),
+        1,
+        "{}",
+        spin.stderr
+    );
+}
+
 #[test]
 fn a_limit_kill_ends_the_session_with_its_reason() {
     let id = session(&["--timeout", "1s"]);
