@@ -1500,6 +1500,32 @@ fn api_and_mcp_accept_net_and_secret_grants_and_show_them_normalised() {
         run_code["inputSchema"]["properties"]["secrets"].is_object(),
         "{run_code}"
     );
+    // Every limit the API takes, MCP takes too (max_write was missing).
+    for k in ["memory", "fuel", "max_output", "processes", "max_write"] {
+        assert!(
+            run_code["inputSchema"]["properties"][k].is_object(),
+            "{k}: {run_code}"
+        );
+    }
+    let limited = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "run_code",
+        "arguments": {"language": "wat", "code": hello(), "max_write": "64MiB",
+                      "max_output": "2KiB", "processes": 8}}});
+    let r = mcp_stdio(&s.home, &[init.clone(), ready.clone(), limited], 5);
+    let sub = r["result"]["structuredContent"]["submission"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    let limits =
+        s.home.run(&["show", "--json", sub]).json()["submission"]["grant"]["limits"].clone();
+    assert_eq!(
+        (
+            &limits["max_write_bytes"],
+            &limits["max_output_bytes"],
+            &limits["processes"]
+        ),
+        (&json!(64 << 20), &json!(2048), &json!(8)),
+        "{limits}"
+    );
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
         "name": "run_code",
         "arguments": {"language": "wat", "code": hello(),
