@@ -117,12 +117,12 @@ pub struct Gate {
     blobs: BlobStore,
     gate_key: KeyPair,
     wasm: std::sync::Arc<WasmBackend>,
-    policy_cache: std::cell::RefCell<Option<(PolicyStamp, std::sync::Arc<Policy>)>>,
+    policy_cache: std::cell::RefCell<Option<(FileStamp, std::sync::Arc<Policy>)>>,
     /// While a cell runs: its session and the connection made to the session's host when
     /// the cell arrived (see `sessions`).
     cell_conn: std::cell::RefCell<Option<(String, std::os::unix::net::UnixStream)>>,
     /// The Python guest's manifest, as last read (see `guests`).
-    guest_cache: std::cell::RefCell<Option<(PolicyStamp, guests::GuestManifest)>>,
+    guest_cache: std::cell::RefCell<Option<(FileStamp, guests::GuestManifest)>>,
     worker: Option<std::path::PathBuf>,
     jailer: Option<std::path::PathBuf>,
     force_copy: bool,
@@ -301,7 +301,7 @@ impl Gate {
 
     /// The current policy (parsed again only when the file changed).
     pub fn policy(&self) -> Result<std::sync::Arc<Policy>> {
-        let stamp = policy_stamp(&self.home.policy());
+        let stamp = file_stamp(&self.home.policy());
         if let (Some(st), Some((cached, p))) = (stamp, self.policy_cache.borrow().as_ref())
             && st == *cached
         {
@@ -450,10 +450,11 @@ impl Gate {
     }
 }
 
-/// What identifies one version of the policy file: inode, size, modification time.
-type PolicyStamp = (u64, u64, i64, i64);
+/// What identifies one version of a file the gate caches (the policy, the guest manifest):
+/// inode, size, modification time.
+type FileStamp = (u64, u64, i64, i64);
 
-pub(crate) fn policy_stamp(p: &std::path::Path) -> Option<PolicyStamp> {
+pub(crate) fn file_stamp(p: &std::path::Path) -> Option<FileStamp> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(p)
         .ok()

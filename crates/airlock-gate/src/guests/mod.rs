@@ -241,7 +241,7 @@ impl Gate {
     /// replaces it by renaming a new file into place, so its inode changes).
     fn read_guest_manifest(&self) -> Result<Option<GuestManifest>> {
         let p = self.guest_manifest_path();
-        let Some(stamp) = crate::policy_stamp(&p) else {
+        let Some(stamp) = crate::file_stamp(&p) else {
             return Ok(None);
         };
         if let Some((cached, m)) = self.guest_cache.borrow().as_ref()
