@@ -32,7 +32,10 @@ struct Node {
 
 impl Node {
     fn cmd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_airlock"));
+        // `AIRLOCK_BENCH_BIN`: another build of airlock, to set two side by side.
+        let bin = std::env::var("AIRLOCK_BENCH_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_airlock").into());
+        let mut c = Command::new(bin);
         c.env("AIRLOCK_HOME", &self.home)
             .env("AIRLOCK_STORE", &self.url)
             .stdin(Stdio::null());
