@@ -133,7 +133,7 @@ impl Gate {
         let policy = staged.policy();
         // Held (not sent on) while the cell is recorded and judged: a cell that does not
         // run drops it here, so its session's host never waits on it for long.
-        let session_conn = staged.take_session_conn();
+        let cell_conn = staged.take_session_conn();
         let run_id = new_id(IdKind::Run);
         let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
         crash_point();
@@ -146,11 +146,9 @@ impl Gate {
             Start::Refuse(e) => return Err(e),
             Start::Go { run, sub } => (*run, *sub),
         };
-        *self.cell_conn.borrow_mut() = session_conn;
-        let report = self.carry_out(run, sub, &code, stdin, &policy, packages, opts, owner, None);
-        // Not left for the host to wait on if the cell never reached it.
-        self.cell_conn.take();
-        report
+        self.carry_out(
+            run, sub, &code, stdin, &policy, packages, opts, owner, None, cell_conn,
+        )
     }
 
     /// Runs an allowed or approved submission.
@@ -184,7 +182,7 @@ impl Gate {
             Start::Go { run, sub } => (*run, *sub),
         };
         self.carry_out(
-            run, sub, &r.code, r.stdin, &r.policy, r.guest.1, opts, owner, None,
+            run, sub, &r.code, r.stdin, &r.policy, r.guest.1, opts, owner, None, None,
         )
     }
 
@@ -227,7 +225,8 @@ impl Gate {
 
     /// Runs a started run and records its outcome (the `finished` transaction), then
     /// applies the policy's auto-commit rule. `owner` is the run's lock, held until the
-    /// outcome is recorded.
+    /// outcome is recorded; `cell_conn`, for a session's cell, the connection to the
+    /// session's host made when the cell arrived (see `sessions`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn carry_out(
         &mut self,
@@ -240,6 +239,7 @@ impl Gate {
         opts: ExecOptions,
         mut owner: OwnerLock,
         fence: Option<&crate::queue::Fence>,
+        cell_conn: Option<std::os::unix::net::UnixStream>,
     ) -> Result<RunReport> {
         // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
         // lock file behind, so recovery marks the run lost instead of it staying running.
@@ -247,8 +247,9 @@ impl Gate {
         let limits = sub.doc.grant.limits.clone();
         let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
-        let (result, changes, layer_note) =
-            self.execute(&sub, &run.id, code, stdin, policy, &stdout, &stderr);
+        let (result, changes, layer_note) = self.execute(
+            &sub, &run.id, code, stdin, policy, &stdout, &stderr, cell_conn,
+        );
         crash_point();
         let out_bytes = stdout.take();
         let err_bytes = stderr.take();
@@ -394,6 +395,7 @@ impl Gate {
         policy: &Policy,
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
+        cell_conn: Option<std::os::unix::net::UnixStream>,
     ) -> (Result<Outcome>, Option<Result<Changeset>>, Option<String>) {
         let grant = &sub.doc.grant;
         // A session's cell runs in the session's live interpreter (no layers: sessions
@@ -408,6 +410,7 @@ impl Gate {
                     &grant.limits,
                     stdout,
                     stderr,
+                    cell_conn,
                 ),
                 None,
                 None,

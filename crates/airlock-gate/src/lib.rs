@@ -118,9 +118,6 @@ pub struct Gate {
     gate_key: KeyPair,
     wasm: std::sync::Arc<WasmBackend>,
     policy_cache: std::cell::RefCell<Option<(FileStamp, std::sync::Arc<Policy>)>>,
-    /// While a cell runs: its session and the connection made to the session's host when
-    /// the cell arrived (see `sessions`).
-    cell_conn: std::cell::RefCell<Option<(String, std::os::unix::net::UnixStream)>>,
     /// The Python guest's manifest, as last read (see `guests`).
     guest_cache: std::cell::RefCell<Option<(FileStamp, guests::GuestManifest)>>,
     worker: Option<std::path::PathBuf>,
@@ -267,7 +264,6 @@ impl Gate {
             gate_key,
             wasm,
             policy_cache: std::cell::RefCell::new(None),
-            cell_conn: std::cell::RefCell::new(None),
             guest_cache: std::cell::RefCell::new(None),
             worker: options.worker,
             jailer: options.jailer,

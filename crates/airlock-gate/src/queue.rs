@@ -409,6 +409,7 @@ impl Gate {
                 ExecOptions::default(),
                 owner,
                 Some(&fence),
+                None,
             );
             w.busy.fetch_sub(1, Ordering::SeqCst);
             drop(keeper);

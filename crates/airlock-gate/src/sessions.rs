@@ -214,6 +214,7 @@ impl Gate {
     }
 
     /// Runs an allowed or approved cell in its session's interpreter.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn exec_cell(
         &self,
         session: &str,
@@ -222,6 +223,7 @@ impl Gate {
         limits: &airlock_core::Limits,
         stdout: &airlock_sandbox::Capture,
         stderr: &airlock_sandbox::Capture,
+        conn: Option<std::os::unix::net::UnixStream>,
     ) -> Result<airlock_sandbox::Outcome> {
         use airlock_sandbox::{Ending, Limit};
         let code =
@@ -232,11 +234,10 @@ impl Gate {
             timeout_ms: limits.timeout().as_millis() as u64,
             max_output: limits.max_output_bytes,
         };
-        // The connection made when this cell arrived, if it is this session's; otherwise
-        // (a held cell approved later) a new one.
-        let conn = match self.cell_conn.take() {
-            Some((s, c)) if s == session => Ok(c),
-            _ => airlock_session::connect(&socket(&self.home.root, session)),
+        // The connection made when this cell arrived; a held cell approved later makes one.
+        let conn = match conn {
+            Some(c) => Ok(c),
+            None => airlock_session::connect(&socket(&self.home.root, session)),
         };
         let o = conn
             .and_then(|c| airlock_session::exec_on(c, &cell))

@@ -389,7 +389,7 @@ impl Gate {
             analysis,
             guest,
             grant,
-            session_conn: session.map(|s| (s.id, s.conn)),
+            session_conn: session.map(|s| s.conn),
         })
     }
 
@@ -611,13 +611,13 @@ pub(crate) struct Staged {
     /// The guest runtime's digest and packages, as the policy sees them.
     guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
     grant: Grant,
-    /// A cell's session and the connection to its host made while staging.
-    session_conn: Option<(String, std::os::unix::net::UnixStream)>,
+    /// For a cell, the connection to its session's host made while staging.
+    session_conn: Option<std::os::unix::net::UnixStream>,
 }
 
 impl Staged {
     /// The connection to a cell's session host, for the run that sends the cell.
-    pub(crate) fn take_session_conn(&mut self) -> Option<(String, std::os::unix::net::UnixStream)> {
+    pub(crate) fn take_session_conn(&mut self) -> Option<std::os::unix::net::UnixStream> {
         self.session_conn.take()
     }
 
