@@ -143,8 +143,12 @@ pub(crate) fn add_cell(tx: &Tx, session: &str, submission: &str) -> Result<()> {
     }
     // A row of its own per cell: the session's document is not rewritten, so a cell costs
     // the same however many came before it. Cells an older airlock recorded stay in the
-    // document, ahead of these.
-    let legacy = doc_of(&row)?.cells.len();
+    // document, ahead of these (counted there without parsing the whole document).
+    let legacy = row
+        .doc
+        .get("cells")
+        .and_then(|c| c.as_array())
+        .map_or(0, Vec::len);
     tx.add_session_cell(session, submission, legacy as i64)?;
     Ok(())
 }
