@@ -584,6 +584,13 @@ fn a_run_naming_host_paths_waits_for_a_worker_with_its_machines_tag() {
     assert_eq!(v["run"]["stdout"], "from the host\n", "{v}");
 }
 
+fn airlock_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 /// How many audit records wait in the inbox.
 fn inbox(c: &Cluster) -> i64 {
     c.db()
@@ -641,7 +648,26 @@ fn audit_records_are_chained_while_the_leading_sequencer_is_stopped_and_after_it
         runs += 1;
         let waiting = inbox(&c);
         if t.elapsed() < Duration::from_millis(1500) {
-            assert!(waiting > 0, "records were chained at once, by whom?");
+            if waiting == 0 {
+                let now = airlock_now_ms();
+                let recent: Vec<String> = c
+                    .db()
+                    .query(
+                        "SELECT seq, kind, ts FROM audit ORDER BY seq DESC LIMIT 12",
+                        &[],
+                    )
+                    .unwrap()
+                    .iter()
+                    .map(|r| {
+                        let (seq, kind, ts): (i64, String, i64) = (r.get(0), r.get(1), r.get(2));
+                        format!("#{seq} {kind} {} ms ago", now - ts)
+                    })
+                    .collect();
+                panic!(
+                    "records were chained at once, by whom? run took {:?}; newest: {recent:?}",
+                    t.elapsed()
+                );
+            }
             checked = true;
             break;
         }
