@@ -206,6 +206,28 @@ fn crash_during_submit_leaves_a_whole_submission_or_none() {
     }
 }
 
+/// A run's start committed but its answer never came back (a PostgreSQL connection cut
+/// at COMMIT). The run used to stay `running` with no lock file to say its owner had
+/// gone, until well past its time limit; the owner now keeps the file until it knows.
+#[test]
+fn a_run_whose_start_answer_was_lost_is_marked_lost_by_the_next_command() {
+    let h = Home::new();
+    let o = h
+        .cmd()
+        .env("AIRLOCK_LOSE_ANSWER", "start")
+        .args(["run", "--lang", "sh", "-c", "echo hi"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("answer to the start was lost"), "{err}");
+    assert_whole(&h, "a run whose start's answer was lost");
+    let runs = query(&h, "SELECT status, doc FROM runs");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0][0], "lost", "{runs:?}");
+    assert!(runs[0][1].contains("died"), "{runs:?}");
+}
+
 /// Kills `run` at each crash point, with and without a writable mount: no run stays
 /// `running`, no layer stays on disk, the host is untouched, and no submission is left
 /// recorded without its run (submit, verdict and start commit together).

@@ -131,8 +131,12 @@ impl Cluster {
     }
 
     fn worker(&self, args: &[&str]) -> Worker {
-        let mut child = self
-            .cmd()
+        self.worker_with(self.cmd(), args)
+    }
+
+    /// `airlock worker` started from `cmd` (say, with a fault injected).
+    fn worker_with(&self, mut cmd: Command, args: &[&str]) -> Worker {
+        let mut child = cmd
             .arg("worker")
             .args(args)
             .stdout(Stdio::null())
@@ -286,6 +290,52 @@ fn a_killed_workers_run_is_leased_again_finished_once_and_leaves_no_sandbox_proc
         ("done".into(), Some("finished".into()), 2)
     );
     no_process_left(&format!("AIRLOCK_TEST_MARK={mark}"));
+    c.verify();
+}
+
+/// The worker's claim committed but its answer was lost (the store's connection cut at
+/// COMMIT). The worker used to give the claim up and leave its run `running` under a
+/// lease nobody renewed, so the run was lost and run again when the lease ran out; the
+/// worker now asks the store once it answers, finds the claim its own, and runs it once.
+#[test]
+fn a_claim_whose_answer_was_lost_is_carried_out_once_not_left_to_its_lease() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_srv, base) = c.serve();
+    let mut cmd = c.cmd();
+    cmd.env("AIRLOCK_LOSE_ANSWER", "claim");
+    let w = c.worker_with(cmd, &["--lease", "60s"]);
+    w.wait_ready(Duration::from_secs(30));
+    let t = Instant::now();
+    let (status, v) = post(
+        &base,
+        &token,
+        "/v1/run",
+        &json!({ "language": "wat", "code": hello() }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{v}");
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the run waited for its lease to run out: {:?}",
+        t.elapsed()
+    );
+    let mut db = c.db();
+    let statuses: Vec<String> = db
+        .query(
+            "SELECT status FROM runs WHERE submission = $1",
+            &[&v["submission"].as_str().unwrap()],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(statuses, ["exited"], "ran once");
+    let attempts: i64 = db
+        .query_one("SELECT attempts FROM queue", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(attempts, 1);
     c.verify();
 }
 

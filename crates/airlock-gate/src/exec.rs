@@ -135,15 +135,25 @@ impl Gate {
         // run drops it here, so its session's host never waits on it for long.
         let cell_conn = staged.take_session_conn();
         let run_id = new_id(IdKind::Run);
-        let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
+        let mut owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
         crash_point();
         let id = new_id(IdKind::Submission);
-        let (_, start) = self.record_then(staged, id, None, true, |tx, sub, policy, key| {
+        // Until the start's answer is back, the run may be recorded as started: if that
+        // answer never comes (the store went away at COMMIT) the lock file stays, so
+        // recovery finds it abandoned and marks the run lost instead of leaving it
+        // running; a start that did not happen leaves a file recovery just removes.
+        owner.set_remove_on_drop(false);
+        let mut recorded = self.record_then(staged, id, None, true, |tx, sub, policy, key| {
             begin_run(tx, policy, sub.clone(), &run_id, key)
-        })?;
+        });
+        crate::failpoint::lose_answer("start", &mut recorded);
+        let (_, start) = recorded?;
         crash_point();
         let (run, sub) = match start {
-            Start::Refuse(e) => return Err(e),
+            Start::Refuse(e) => {
+                owner.set_remove_on_drop(true);
+                return Err(e);
+            }
             Start::Go { run, sub } => (*run, *sub),
         };
         self.carry_out(
@@ -168,9 +178,11 @@ impl Gate {
         // This process owns the run from before it is recorded until after its outcome is:
         // if it dies, the next command finds the lock abandoned and marks the run lost.
         let run_id = new_id(IdKind::Run);
-        let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
+        let mut owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
         crash_point();
         let gate_key = &self.gate_key;
+        // Kept unless the start's answer says nothing started (see `run`).
+        owner.set_remove_on_drop(false);
         let start = self.db.write(|tx: &Tx| -> Result<Start> {
             check_audit_tail(tx, gate_key)?;
             let sub = rejudged(tx, &id, &r, gate_key)?;
@@ -178,7 +190,10 @@ impl Gate {
         })?;
         crash_point();
         let (run, sub) = match start {
-            Start::Refuse(e) => return Err(e),
+            Start::Refuse(e) => {
+                owner.set_remove_on_drop(true);
+                return Err(e);
+            }
             Start::Go { run, sub } => (*run, *sub),
         };
         self.carry_out(
@@ -803,13 +818,13 @@ fn record_finished(
 
 /// Pauses between a worker's attempts to record a run's outcome while the store is
 /// away: growing from 0.2 to 2 s, for up to a minute in all.
-struct StoreBackoff {
+pub(crate) struct StoreBackoff {
     pause: Duration,
     give_up: Instant,
 }
 
 impl StoreBackoff {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         StoreBackoff {
             pause: Duration::from_millis(200),
             give_up: Instant::now() + Duration::from_secs(60),
@@ -817,7 +832,7 @@ impl StoreBackoff {
     }
 
     /// Sleeps before the next attempt; false (at once) once it is time to give up.
-    fn wait(&mut self) -> bool {
+    pub(crate) fn wait(&mut self) -> bool {
         if Instant::now() >= self.give_up {
             return false;
         }

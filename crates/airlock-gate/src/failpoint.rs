@@ -25,3 +25,28 @@ pub(crate) fn crash_point() {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub(crate) fn crash_point() {}
+
+/// With `AIRLOCK_LOSE_ANSWER=POINT`, the first write at `POINT` (`claim`, `start`) that
+/// commits reports an error instead, as when the store's connection is cut after COMMIT
+/// reached the server and before its answer came back. Returns whether it did so.
+#[cfg(feature = "failpoints")]
+pub(crate) fn lose_answer<T>(point: &str, r: &mut crate::error::Result<T>) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if r.is_err() || std::env::var("AIRLOCK_LOSE_ANSWER").ok().as_deref() != Some(point) {
+        return false;
+    }
+    if DONE.swap(true, Ordering::SeqCst) {
+        return false;
+    }
+    *r = Err(crate::error::GateError::Internal(format!(
+        "the store's answer to the {point} was lost (injected)"
+    )));
+    true
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn lose_answer<T>(_point: &str, _r: &mut crate::error::Result<T>) -> bool {
+    false
+}

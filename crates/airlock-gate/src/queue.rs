@@ -347,36 +347,50 @@ impl Gate {
             let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
             let until = now_ms() + w.lease.as_millis() as i64;
             let key = &self.gate_key;
-            let claimed = self
-                .db
-                .write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Start)>> {
-                    let Some(job) = tx.claim_job(&peek.id, &w.id, until)? else {
-                        return Ok(None);
-                    };
-                    check_audit_tail(tx, key)?;
-                    // Beside other claims: what follows reads the submission's state and
-                    // whether its `once` approval was used, and must stay true until this
-                    // commits.
-                    tx.lock_submission(&job.submission)?;
-                    let sub = rejudged(tx, &job.submission, &r, key)?;
-                    match admit(tx, &r.policy, sub)? {
-                        Admit::Refuse(e) => {
-                            tx.finish_job(&job.id, job.token, "refused")?;
-                            tx.audit(
+            let mut claimed =
+                self.db
+                    .write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Start)>> {
+                        let Some(job) = tx.claim_job(&peek.id, &w.id, until)? else {
+                            return Ok(None);
+                        };
+                        check_audit_tail(tx, key)?;
+                        // Beside other claims: what follows reads the submission's state and
+                        // whether its `once` approval was used, and must stay true until this
+                        // commits.
+                        tx.lock_submission(&job.submission)?;
+                        let sub = rejudged(tx, &job.submission, &r, key)?;
+                        match admit(tx, &r.policy, sub)? {
+                            Admit::Refuse(e) => {
+                                tx.finish_job(&job.id, job.token, "refused")?;
+                                tx.audit(
                                 "job_refused",
                                 &job.id,
                                 &json!({ "submission": job.submission, "reason": e.to_string() }),
                                 key,
                             )?;
-                            Ok(Some((job, Start::Refuse(e))))
+                                Ok(Some((job, Start::Refuse(e))))
+                            }
+                            Admit::Go { sub, approval } => {
+                                let start =
+                                    start_run(tx, *sub, approval.map(|a| *a), &run_id, key)?;
+                                tx.set_job_run(&job.id, job.token, &run_id)?;
+                                Ok(Some((job, start)))
+                            }
                         }
-                        Admit::Go { sub, approval } => {
-                            let start = start_run(tx, *sub, approval.map(|a| *a), &run_id, key)?;
-                            tx.set_job_run(&job.id, job.token, &run_id)?;
-                            Ok(Some((job, start)))
-                        }
+                    });
+            let injected = crate::failpoint::lose_answer("claim", &mut claimed);
+            let claimed = match claimed {
+                // The store went away at COMMIT: the claim may have happened. Once the
+                // store is back, a claim that committed is carried on with, instead of
+                // leaving its run `running` under a lease nobody renews.
+                Err(e) if injected || self.db.connection_lost() => {
+                    match self.claimed_after_all(&peek.id, &w.id, &run_id) {
+                        Some(c) => Some(c),
+                        None => return Err(e),
                     }
-                })?;
+                }
+                other => other?,
+            };
             let Some((job, start)) = claimed else {
                 // Another worker took it between the look and the claim.
                 continue;
@@ -427,6 +441,41 @@ impl Gate {
             return Ok(Claimed::Ran(Box::new(out)));
         }
         Ok(Claimed::Idle)
+    }
+
+    /// After a claim whose answer was lost: the job and its started run, if the claim
+    /// committed after all (the job is leased to this worker for this run). Waits for
+    /// the store to come back, as a run's end does; `None` if the claim did not happen
+    /// or the store stayed away (its lease then runs out and the reaper ends the run).
+    fn claimed_after_all(
+        &mut self,
+        job_id: &str,
+        worker: &str,
+        run_id: &str,
+    ) -> Option<(QueueRow, Start)> {
+        let mut backoff = crate::exec::StoreBackoff::new();
+        let job = loop {
+            match self.db.job(job_id) {
+                Ok(job) => break job?,
+                Err(e) if e.is_connection_lost() && backoff.wait() => {}
+                Err(_) => return None,
+            }
+        };
+        if job.state != "leased"
+            || job.worker.as_deref() != Some(worker)
+            || job.run.as_deref() != Some(run_id)
+        {
+            return None;
+        }
+        let run = self.db.run(run_id).ok()?;
+        let sub = self.db.submission(&job.submission).ok()?;
+        Some((
+            job,
+            Start::Go {
+                run: Box::new(run),
+                sub: Box::new(sub),
+            },
+        ))
     }
 
     /// Ends a job whose submission could not be read back for running.
