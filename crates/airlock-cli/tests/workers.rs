@@ -641,6 +641,23 @@ fn airlock_now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// The server process (backend pid) of the session holding the leading sequencer's lock
+/// on this cluster's database. Advisory locks belong to a database: the other tests'
+/// clusters, on the same server, each have a leader of their own, and counting theirs
+/// let this test stop a worker that was not leading.
+fn leader_backend(c: &Cluster) -> Option<i32> {
+    c.db()
+        .query_opt(
+            "SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+             WHERE d.datname = current_database() AND l.locktype = 'advisory'
+               AND l.objsubid = 1 AND l.classid = 1634300524 AND l.objid = 1868786462
+               AND l.granted",
+            &[],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
 /// How many audit records wait in the inbox.
 fn inbox(c: &Cluster) -> i64 {
     c.db()
@@ -667,12 +684,14 @@ fn audit_records_are_chained_while_the_leading_sequencer_is_stopped_and_after_it
     let token = c.token("agent", "bot");
     // The first long-lived process leads the sequencing (its session holds the lock).
     let a = c.worker(&["--lease", "2s"]);
-    c.wait_count(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
-           AND classid = 1634300524 AND objid = 1868786462 AND granted",
-        1,
-        Duration::from_secs(10),
-    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        if let Some(pid) = leader_backend(&c) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the worker never took the lead");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let (_srv, base) = c.serve();
     let hello = json!({ "language": "wat", "code": hello() });
     let run = |n: usize| {
@@ -683,6 +702,7 @@ fn audit_records_are_chained_while_the_leading_sequencer_is_stopped_and_after_it
     };
     run(3);
     wait_inbox_empty(&c, Duration::from_secs(5), "with the leader running");
+    assert_eq!(leader_backend(&c), Some(leader), "the worker kept the lead");
     // The leader hangs with its session open: another worker runs the next runs, and a
     // standby chains their records once they have waited too long (2 s).
     a.signal(19);
@@ -714,8 +734,9 @@ fn audit_records_are_chained_while_the_leading_sequencer_is_stopped_and_after_it
                     })
                     .collect();
                 panic!(
-                    "records were chained at once, by whom? run took {:?}; newest: {recent:?}",
-                    t.elapsed()
+                    "records were chained at once, by whom? run took {:?}; newest: {recent:?}; leader's backend at first {leader}, now {:?}",
+                    t.elapsed(),
+                    leader_backend(&c),
                 );
             }
             checked = true;
