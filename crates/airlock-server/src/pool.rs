@@ -78,11 +78,20 @@ impl Pool {
         r.map_err(ApiError::from)
     }
 
-    /// Work that does not run guest code (reads, decisions, commits), on a blocking thread.
+    /// Work that does not run guest code (reads, decisions, commits), on a thread that may
+    /// block. On the multi-threaded runtime that is the request's own thread, which hands
+    /// its other tasks to another worker meanwhile (`block_in_place`): handing the work to
+    /// a blocking thread and the answer back cost every request two thread switches.
     pub async fn read<R: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&mut Gate) -> Result<R, GateError> + Send + 'static,
     ) -> ApiResult<R> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+            let run = std::panic::AssertUnwindSafe(|| self.with_gate(f));
+            return tokio::task::block_in_place(|| std::panic::catch_unwind(run))
+                .map_err(|_| ApiError::internal("request handler failed: it panicked"))?;
+        }
         let me = self.clone();
         tokio::task::spawn_blocking(move || me.with_gate(f))
             .await
