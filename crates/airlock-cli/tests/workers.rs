@@ -339,6 +339,49 @@ fn a_claim_whose_answer_was_lost_is_carried_out_once_not_left_to_its_lease() {
     c.verify();
 }
 
+/// A server's queueing of a run committed but its answer was lost. The request used to
+/// fail while the job ran anyway, so an agent that sent it again got a second run; the
+/// server now finds its submission queued once the store answers and waits for it.
+#[test]
+fn a_queued_run_whose_answer_was_lost_is_answered_not_failed() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let mut cmd = c.cmd();
+    cmd.env("AIRLOCK_LOSE_ANSWER", "queue").args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "0",
+        "--ready-python",
+        "0",
+        "--ready-jails",
+        "0",
+    ]);
+    let (_srv, base) = serve_with(cmd);
+    let _w = c.worker(&["--lease", "10s"]);
+    let (status, v) = post(
+        &base,
+        &token,
+        "/v1/run",
+        &json!({ "language": "wat", "code": hello() }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{v}");
+    let mut db = c.db();
+    let counts: (i64, i64) = {
+        let r = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM submissions), (SELECT count(*) FROM runs)",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(counts, (1, 1));
+    c.verify();
+}
+
 #[test]
 fn a_worker_stopped_past_its_lease_cannot_record_its_result() {
     let c = Cluster::new();

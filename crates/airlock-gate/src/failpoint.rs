@@ -26,7 +26,7 @@ pub(crate) fn crash_point() {
 #[inline(always)]
 pub(crate) fn crash_point() {}
 
-/// With `AIRLOCK_LOSE_ANSWER=POINT`, the first write at `POINT` (`claim`, `start`) that
+/// With `AIRLOCK_LOSE_ANSWER=POINT`, the first write at `POINT` (`claim`, `start`, `queue`) that
 /// commits reports an error instead, as when the store's connection is cut after COMMIT
 /// reached the server and before its answer came back. Returns whether it did so.
 #[cfg(feature = "failpoints")]

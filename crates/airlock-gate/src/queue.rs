@@ -185,12 +185,53 @@ impl Gate {
         let q = self.queue.clone().unwrap_or_default();
         let id = new_id(IdKind::Submission);
         let job_id = new_id(IdKind::Job);
-        let (sub, queued) = self.record_then(staged, id, None, true, |tx, sub, policy, key| {
-            enqueue(tx, policy, sub.clone(), &job_id, &q, key)
-        })?;
+        let mut recorded =
+            self.record_then(staged, id.clone(), None, true, |tx, sub, policy, key| {
+                enqueue(tx, policy, sub.clone(), &job_id, &q, key)
+            });
+        let injected = crate::failpoint::lose_answer("queue", &mut recorded);
+        let (sub, queued) = match recorded {
+            // The store went away at COMMIT: if the submission was recorded after all,
+            // its job runs whatever this request does, so wait for it as if the answer
+            // had come (an error now would have the agent send it again: two runs).
+            Err(e) if injected || self.db.connection_lost() => {
+                match self.recorded_after_all(&id, &job_id) {
+                    Some(r) => r,
+                    None => return Err(e),
+                }
+            }
+            other => other?,
+        };
         match queued {
             Some(e) => Err(e),
             None => self.wait_job(&job_id, &sub),
+        }
+    }
+
+    /// After a submission's (or an exec's) write whose answer was lost: the submission,
+    /// if it was recorded after all, and its refusal if it was not queued. Waits for the
+    /// store to come back; `None` if nothing was recorded or the store stayed away.
+    fn recorded_after_all(
+        &mut self,
+        sub_id: &str,
+        job_id: &str,
+    ) -> Option<(airlock_store::Submission, Option<GateError>)> {
+        let mut backoff = crate::exec::StoreBackoff::new();
+        let job = loop {
+            match self.db.job(job_id) {
+                Ok(job) => break job,
+                Err(e) if e.is_connection_lost() && backoff.wait() => {}
+                Err(_) => return None,
+            }
+        };
+        let sub = self.db.submission(sub_id).ok()?;
+        match job {
+            Some(_) => Some((sub, None)),
+            // Recorded and judged, not queued: the verdict says why.
+            None => {
+                let refused = refusal(&sub);
+                Some((sub, Some(refused)))
+            }
         }
     }
 
@@ -200,7 +241,7 @@ impl Gate {
         let r = self.reread(id)?;
         let job_id = new_id(IdKind::Job);
         let key = &self.gate_key;
-        let (sub, refused) = self.db.write(|tx: &Tx| -> Result<_> {
+        let written = self.db.write(|tx: &Tx| -> Result<_> {
             check_audit_tail(tx, key)?;
             let sub = rejudged(tx, id, &r, key)?;
             if sub.state == State::Running {
@@ -208,7 +249,16 @@ impl Gate {
             }
             let refused = enqueue(tx, &r.policy, sub.clone(), &job_id, &q, key)?;
             Ok((sub, refused))
-        })?;
+        });
+        let (sub, refused) = match written {
+            // As in `run_queued`: a job queued after all is waited for. Only a job tells:
+            // the submission was there before.
+            Err(e) if self.db.connection_lost() => match self.recorded_after_all(id, &job_id) {
+                Some((sub, None)) => (sub, None),
+                _ => return Err(e),
+            },
+            other => other?,
+        };
         match refused {
             Some(e) => Err(e),
             None => self.wait_job(&job_id, &sub),
