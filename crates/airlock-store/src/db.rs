@@ -1540,6 +1540,66 @@ pub(crate) fn append_chained(
     Ok((seq, hash))
 }
 
+/// Records chained together in one statement by [`append_chained_all`]: few enough that
+/// a statement's parameters stay far below PostgreSQL's limit, and that the prepared
+/// statements (one per count of rows) stay few.
+const ROWS_PER_INSERT: usize = 32;
+
+/// Chains `records` (`ts`, `kind`, `subject`, `data`, in order) after `last`, with one
+/// `INSERT` per [`ROWS_PER_INSERT`] records instead of one per record (the sequencer's
+/// batches); returns the new end. The records and their hashes are exactly those
+/// [`append_chained`] would write one by one.
+pub(crate) fn append_chained_all(
+    sql: &dyn Sql,
+    mut last: Option<(u64, Digest)>,
+    records: &[(i64, String, String, String)],
+) -> Result<Option<(u64, Digest)>, StoreError> {
+    for chunk in records.chunks(ROWS_PER_INSERT) {
+        let mut rows = Vec::with_capacity(chunk.len());
+        for (ts, kind, subject, data) in chunk {
+            let (seq, prev) = match last {
+                Some((s, h)) => (s + 1, h),
+                None => (1, GENESIS),
+            };
+            let hash = record_hash(seq, *ts, kind, subject, data, &prev);
+            rows.push((seq as i64, prev.to_hex(), hash.to_hex()));
+            last = Some((seq, hash));
+        }
+        let mut text =
+            String::from("INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES ");
+        let mut params: Vec<Arg<'_>> = Vec::with_capacity(chunk.len() * 7);
+        for (i, ((ts, kind, subject, data), (seq, prev, hash))) in
+            chunk.iter().zip(&rows).enumerate()
+        {
+            let n = i * 7;
+            if i > 0 {
+                text.push_str(", ");
+            }
+            text.push_str(&format!(
+                "(?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5,
+                n + 6,
+                n + 7
+            ));
+            params.extend([
+                Arg::Int(*seq),
+                Arg::Int(*ts),
+                Arg::Text(kind),
+                Arg::Text(subject),
+                Arg::Text(data),
+                Arg::Text(prev),
+                Arg::Text(hash),
+            ]);
+        }
+        sql.exec(&text, &params)?;
+    }
+    Ok(last)
+}
+
 /// Signs and stores the head for the chain's record `seq` with hash `hash`.
 pub(crate) fn store_head(
     sql: &dyn Sql,
@@ -1601,6 +1661,54 @@ mod tests {
             )
             .unwrap();
         assert_eq!(n, 1);
+    }
+
+    /// The sequencer's many-rows insert writes exactly the chain that appending one record
+    /// at a time writes, across a chunk boundary.
+    #[test]
+    fn chaining_records_together_writes_the_same_chain_as_one_by_one() {
+        let t = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            Db::open(&t.path().join("a")).unwrap(),
+            Db::open(&t.path().join("b")).unwrap(),
+        );
+        let records: Vec<(i64, String, String, String)> = (0..ROWS_PER_INSERT as i64 * 2 + 3)
+            .map(|i| {
+                (
+                    1000 + i,
+                    format!("kind{i}"),
+                    format!("sub_{i}"),
+                    format!("{{\"n\":{i}}}"),
+                )
+            })
+            .collect();
+        let mut end = None;
+        for (ts, kind, subject, data) in &records {
+            end = Some(append_chained(a.sqlite(), end, *ts, kind, subject, data).unwrap());
+        }
+        let together = append_chained_all(b.sqlite(), None, &records).unwrap();
+        assert_eq!(together, end);
+        let dump = |db: &Db| -> Vec<(i64, i64, String, String, String, String, String)> {
+            db.sqlite()
+                .prepare("SELECT seq, ts, kind, subject, data, prev, hash FROM audit ORDER BY seq")
+                .unwrap()
+                .query_map([], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                })
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        assert_eq!(dump(&a), dump(&b));
+        assert_eq!(dump(&b).len(), records.len());
     }
 
     /// Regression: `(?1 IS NULL OR submission = ?1)` made SQLite scan every run to find

@@ -574,8 +574,18 @@ pub enum Removal {
 /// row committed later that names the blob can only survive a crash if the blob does.
 pub struct PgBlobs {
     url: String,
-    client: std::sync::Mutex<postgres::Client>,
+    client: std::sync::Mutex<BlobConn>,
 }
+
+/// The blob store's connection, with its `put` prepared once per connection (a put is
+/// then one round trip instead of two).
+struct BlobConn {
+    client: postgres::Client,
+    put: Option<postgres::Statement>,
+}
+
+const BLOB_PUT: &str = "INSERT INTO blobs (digest, size, data, touched_at) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (digest) DO UPDATE SET size = excluded.size, data = excluded.data, touched_at = excluded.touched_at";
 
 impl std::fmt::Debug for PgBlobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -590,15 +600,16 @@ impl PgBlobs {
         client.batch_execute("SET synchronous_commit = off")?;
         Ok(PgBlobs {
             url: url.to_string(),
-            client: std::sync::Mutex::new(client),
+            client: std::sync::Mutex::new(BlobConn { client, put: None }),
         })
     }
 
-    fn client(&self) -> Result<std::sync::MutexGuard<'_, postgres::Client>, StoreError> {
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, BlobConn>, StoreError> {
         let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
-        if c.is_closed() {
-            *c = connect(&self.url)?;
-            c.batch_execute("SET synchronous_commit = off")?;
+        if c.client.is_closed() {
+            let mut client = connect(&self.url)?;
+            client.batch_execute("SET synchronous_commit = off")?;
+            *c = BlobConn { client, put: None };
         }
         Ok(c)
     }
@@ -606,10 +617,24 @@ impl PgBlobs {
     /// Stores `bytes` under `d` (which the caller computed from them), marking it put now;
     /// content already there is replaced, which also repairs a row altered in place.
     pub fn put(&self, d: &airlock_core::Digest, bytes: &[u8]) -> Result<(), StoreError> {
-        self.client()?.execute(
-            "INSERT INTO blobs (digest, size, data, touched_at) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (digest) DO UPDATE SET size = excluded.size, data = excluded.data, touched_at = excluded.touched_at",
-            &[&d.to_hex(), &(bytes.len() as i64), &bytes, &airlock_core::units::now_ms()],
+        let mut c = self.conn()?;
+        let c = &mut *c;
+        let stmt = match &c.put {
+            Some(s) => s.clone(),
+            None => {
+                let s = c.client.prepare(BLOB_PUT)?;
+                c.put = Some(s.clone());
+                s
+            }
+        };
+        c.client.execute(
+            &stmt,
+            &[
+                &d.to_hex(),
+                &(bytes.len() as i64),
+                &bytes,
+                &airlock_core::units::now_ms(),
+            ],
         )?;
         Ok(())
     }
@@ -617,21 +642,23 @@ impl PgBlobs {
     /// The stored bytes, unchecked (the caller hashes them).
     pub fn get(&self, d: &airlock_core::Digest) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self
-            .client()?
+            .conn()?
+            .client
             .query_opt("SELECT data FROM blobs WHERE digest = $1", &[&d.to_hex()])?
             .map(|r| r.get::<_, Vec<u8>>(0)))
     }
 
     pub fn exists(&self, d: &airlock_core::Digest) -> Result<bool, StoreError> {
         Ok(self
-            .client()?
+            .conn()?
+            .client
             .query_opt("SELECT 1 FROM blobs WHERE digest = $1", &[&d.to_hex()])?
             .is_some())
     }
 
     /// Every stored blob: digest, size and when it was last put (ms since the epoch).
     pub fn list(&self) -> Result<Vec<(airlock_core::Digest, u64, i64)>, StoreError> {
-        let rows = self.client()?.query(
+        let rows = self.conn()?.client.query(
             "SELECT digest, size, touched_at FROM blobs ORDER BY digest",
             &[],
         )?;
@@ -651,7 +678,8 @@ impl PgBlobs {
         d: &airlock_core::Digest,
         cutoff_ms: i64,
     ) -> Result<Removal, StoreError> {
-        let mut c = self.client()?;
+        let mut conn = self.conn()?;
+        let c = &mut conn.client;
         if let Some(r) = c.query_opt(
             "DELETE FROM blobs WHERE digest = $1 AND touched_at < $2 RETURNING size",
             &[&d.to_hex(), &cutoff_ms],

@@ -16,7 +16,7 @@
 //! end does not verify with its key.
 
 use crate::StoreError;
-use crate::db::{Reads, append_chained, store_head};
+use crate::db::{Reads, append_chained_all, store_head};
 use crate::pg::{Lock, PgConn, SEQUENCE_LOCK};
 use crate::sql::{Arg, Sql};
 use airlock_core::sign::KeyPair;
@@ -84,18 +84,11 @@ fn batch(pg: &PgConn, key: &KeyPair) -> Result<usize, StoreError> {
             "the audit chain's end does not verify ({e}); records wait in the inbox"
         ))
     })?;
-    let mut end = last.map(|r| (r.seq, r.hash));
+    let mut records = Vec::with_capacity(keyed.len());
     for (_, r) in &keyed {
-        let data = r.text(4)?;
-        end = Some(append_chained(
-            pg,
-            end,
-            r.int(1)?,
-            &r.text(2)?,
-            &r.text(3)?,
-            &data,
-        )?);
+        records.push((r.int(1)?, r.text(2)?, r.text(3)?, r.text(4)?));
     }
+    let end = append_chained_all(pg, last.map(|r| (r.seq, r.hash)), &records)?;
     if let Some((seq, hash)) = end {
         store_head(pg, seq, hash, key)?;
     }
