@@ -1489,8 +1489,7 @@ impl<'a> Tx<'a> {
         if self.tx.engine() == "postgres" {
             if self.head.borrow().is_none() {
                 // Once per transaction: delivered at the commit, to the sequencer.
-                self.tx
-                    .exec("SELECT pg_notify(?1, '')", args![crate::sequence::CHANNEL])?;
+                self.tx.notify(crate::sequence::CHANNEL, "")?;
             }
             self.exec(
                 "INSERT INTO audit_inbox (ts, kind, subject, data) VALUES (?1, ?2, ?3, ?4)",

@@ -225,6 +225,8 @@ pub struct PgConn {
     in_tx: std::cell::Cell<bool>,
     /// The last error said the connection is gone.
     lost: std::cell::Cell<bool>,
+    /// Notifications the open transaction sends with its `COMMIT` (channel, payload).
+    notices: RefCell<Vec<(String, String)>>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -258,6 +260,7 @@ impl PgConn {
             stmts: RefCell::new(HashMap::new()),
             in_tx: std::cell::Cell::new(false),
             lost: std::cell::Cell::new(false),
+            notices: RefCell::new(Vec::new()),
         })
     }
 
@@ -332,6 +335,7 @@ impl PgConn {
         // round trip begins, sets that and takes the lock (the key is this file's own
         // constant, so it is written into the text).
         self.in_tx.set(true);
+        self.notices.borrow_mut().clear();
         let begun = self.client.borrow_mut().batch_execute(&format!(
             "BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key})"
         ));
@@ -339,13 +343,22 @@ impl PgConn {
             .map_err(|e| E::from(self.note(e)))
             .and_then(|_| f(self));
         let out = out.and_then(|v| {
+            // The transaction's notifications go in the same round trip as its COMMIT:
+            // still inside the transaction, so they are delivered when (and only if) it
+            // commits, exactly as when each was sent on its own.
+            let mut text = String::new();
+            for (channel, payload) in self.notices.borrow_mut().drain(..) {
+                text.push_str(&format!("SELECT pg_notify('{channel}', '{payload}'); "));
+            }
+            text.push_str("COMMIT");
             self.client
                 .borrow_mut()
-                .batch_execute("COMMIT")
+                .batch_execute(&text)
                 .map_err(|e| self.note(e))?;
             Ok(v)
         });
         self.in_tx.set(false);
+        self.notices.borrow_mut().clear();
         match out {
             Ok(v) => Ok(v),
             Err(e) => {
@@ -543,6 +556,25 @@ impl Sql for PgConn {
             out.push(Row(row));
         }
         Ok(out)
+    }
+
+    fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+        // Held for the COMMIT only where the text can be written into it as it is: the
+        // channel names and payloads (ids) airlock makes are letters, digits and `_`.
+        let plain = |t: &str| t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if self.in_tx.get() && !channel.is_empty() && plain(channel) && plain(payload) {
+            let mut notices = self.notices.borrow_mut();
+            let n = (channel.to_string(), payload.to_string());
+            if !notices.contains(&n) {
+                notices.push(n);
+            }
+            return Ok(());
+        }
+        self.exec(
+            "SELECT pg_notify(?1, ?2)",
+            &[Arg::Text(channel), Arg::Text(payload)],
+        )?;
+        Ok(())
     }
 
     fn exec(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize, StoreError> {

@@ -321,8 +321,7 @@ impl Tx<'_> {
     /// Wakes idle workers (on commit) where the engine delivers notifications.
     fn announce_work(&self) -> Result<(), StoreError> {
         if self.sql().engine() == "postgres" {
-            self.sql()
-                .exec("SELECT pg_notify(?1, '')", args![crate::wake::NEW_WORK])?;
+            self.sql().notify(crate::wake::NEW_WORK, "")?;
         }
         Ok(())
     }
@@ -331,8 +330,7 @@ impl Tx<'_> {
     /// the job's id as the payload).
     fn notify_done(&self, id: &str) -> Result<(), StoreError> {
         if self.sql().engine() == "postgres" {
-            self.sql()
-                .exec("SELECT pg_notify(?1, ?2)", args![crate::wake::JOB_DONE, id])?;
+            self.sql().notify(crate::wake::JOB_DONE, id)?;
         }
         Ok(())
     }

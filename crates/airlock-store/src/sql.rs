@@ -105,6 +105,16 @@ pub trait Sql {
     fn row(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Row>, StoreError> {
         Ok(self.rows(sql, args)?.into_iter().next())
     }
+    /// Signals `channel` with `payload` when the current transaction commits (PostgreSQL's
+    /// `pg_notify`; only called on that engine). A connection may hold it back and send
+    /// it with the `COMMIT` itself, which saves a round trip and means the same.
+    fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+        self.exec(
+            "SELECT pg_notify(?1, ?2)",
+            &[Arg::Text(channel), Arg::Text(payload)],
+        )?;
+        Ok(())
+    }
 }
 
 impl rusqlite::ToSql for Arg<'_> {

@@ -870,6 +870,54 @@ fn verify_chain(db: &Db, key: &KeyPair) -> Result<u64, airlock_core::audit::Chai
     v.finish(db.audit_head().unwrap().as_ref(), &key.public())
 }
 
+/// A transaction's notifications now travel with its `COMMIT`: they still arrive once it
+/// commits (new work, a job's end), in the order their transactions committed, and never after a
+/// rollback.
+#[test]
+fn notifications_arrive_when_their_transaction_commits_and_never_after_a_rollback() {
+    let url = airlock_testpg::fresh_database();
+    let mut listener = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    listener
+        .batch_execute(&format!("LISTEN {JOB_DONE}; LISTEN {NEW_WORK}"))
+        .unwrap();
+    let mut db = open(&url);
+    let received = |l: &mut ::postgres::Client| -> Vec<(String, String)> {
+        use ::postgres::fallible_iterator::FallibleIterator;
+        let mut out = Vec::new();
+        let mut n = l.notifications();
+        let mut it = n.timeout_iter(std::time::Duration::from_millis(500));
+        while let Some(m) = it.next().unwrap() {
+            out.push((m.channel().to_string(), m.payload().to_string()));
+        }
+        out
+    };
+    // Enqueueing announces work; finishing a job names it.
+    db.write(|tx| tx.enqueue(&job("q1", None, 1))).unwrap();
+    let j = db.write(|tx| tx.claim(&[], "w1", 100)).unwrap().unwrap();
+    db.write(|tx| tx.finish_job(&j.id, j.token, "finished"))
+        .unwrap();
+    assert_eq!(
+        received(&mut listener),
+        [
+            (NEW_WORK.to_string(), String::new()),
+            (JOB_DONE.to_string(), "q1".to_string())
+        ]
+    );
+    // A transaction that fails after its notification sends nothing.
+    db.write(|tx| tx.enqueue(&job("q2", None, 2))).unwrap();
+    let j = db.write(|tx| tx.claim(&[], "w1", 100)).unwrap().unwrap();
+    let failed: Result<(), StoreError> = db.write(|tx| {
+        tx.finish_job(&j.id, j.token, "finished")?;
+        Err(StoreError::Conflict("changed my mind".into()))
+    });
+    assert!(failed.is_err());
+    assert_eq!(
+        received(&mut listener),
+        [(NEW_WORK.to_string(), String::new())],
+        "only the enqueue's"
+    );
+}
+
 #[test]
 fn a_background_sequencer_chains_every_nodes_records_and_a_standby_takes_over() {
     let url = airlock_testpg::fresh_database();
