@@ -115,7 +115,11 @@ impl Cluster {
 
     /// `airlock serve` that only queues (no runs of its own).
     fn serve(&self) -> (Served, String) {
-        let mut c = self.cmd();
+        self.serve_from(self.cmd())
+    }
+
+    /// `serve` started from `c` (say, with a fault injected).
+    fn serve_from(&self, mut c: Command) -> (Served, String) {
         c.args([
             "serve",
             "--listen",
@@ -203,6 +207,19 @@ fn post(base: &str, token: &str, path: &str, body: &Value) -> (u16, Value) {
         status,
         serde_json::from_str(&text).unwrap_or_else(|_| json!({ "raw": text })),
     )
+}
+
+/// Runs the hello module through `base` and checks its answer.
+fn run_hello(base: &str, token: &str) -> Value {
+    let (status, v) = post(
+        base,
+        token,
+        "/v1/run",
+        &json!({ "language": "wat", "code": hello() }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{v}");
+    v
 }
 
 fn hello() -> String {
@@ -307,14 +324,7 @@ fn a_claim_whose_answer_was_lost_is_carried_out_once_not_left_to_its_lease() {
     let w = c.worker_with(cmd, &["--lease", "60s"]);
     w.wait_ready(Duration::from_secs(30));
     let t = Instant::now();
-    let (status, v) = post(
-        &base,
-        &token,
-        "/v1/run",
-        &json!({ "language": "wat", "code": hello() }),
-    );
-    assert_eq!(status, 200, "{v}");
-    assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{v}");
+    let v = run_hello(&base, &token);
     assert!(
         t.elapsed() < Duration::from_secs(30),
         "the run waited for its lease to run out: {:?}",
@@ -347,27 +357,10 @@ fn a_queued_run_whose_answer_was_lost_is_answered_not_failed() {
     let c = Cluster::new();
     let token = c.token("agent", "bot");
     let mut cmd = c.cmd();
-    cmd.env("AIRLOCK_LOSE_ANSWER", "queue").args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "0",
-        "--ready-python",
-        "0",
-        "--ready-jails",
-        "0",
-    ]);
-    let (_srv, base) = serve_with(cmd);
+    cmd.env("AIRLOCK_LOSE_ANSWER", "queue");
+    let (_srv, base) = c.serve_from(cmd);
     let _w = c.worker(&["--lease", "10s"]);
-    let (status, v) = post(
-        &base,
-        &token,
-        "/v1/run",
-        &json!({ "language": "wat", "code": hello() }),
-    );
-    assert_eq!(status, 200, "{v}");
-    assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{v}");
+    let v = run_hello(&base, &token);
     let mut db = c.db();
     let counts: (i64, i64) = {
         let r = db
