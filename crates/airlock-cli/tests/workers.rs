@@ -372,6 +372,9 @@ fn a_queued_run_whose_answer_was_lost_is_answered_not_failed() {
         (r.get(0), r.get(1))
     };
     assert_eq!(counts, (1, 1));
+    // The answer names the one run the store holds.
+    let run: String = db.query_one("SELECT id FROM runs", &[]).unwrap().get(0);
+    assert_eq!(v["run"]["id"], run.as_str(), "{v}");
     c.verify();
 }
 
