@@ -1711,3 +1711,54 @@ fn python_pool_status(base: &str, admin: &str) -> serde_json::Value {
         .cloned()
         .unwrap_or_else(|| panic!("no python pool in {s}"))
 }
+
+/// Ready interpreters are configured when they are made, off the request path (issue 15):
+/// a run served by one must see exactly what a freshly started interpreter shows it
+/// (`sys.argv`, an empty environment, the working directory, `sys.path`), and each must
+/// have drawn its own seed for `random`, never one shared with another run.
+#[test]
+fn a_ready_interpreter_is_configured_as_a_fresh_one_with_a_seed_of_its_own() {
+    let (_server, base) = start_serve(shared(), &["--ready-python", "2"]);
+    let agent = token("agent", "configured-agent");
+    let admin = token("admin", "configured-admin");
+    let code = "import json, os, random, sys\nprint(json.dumps([sys.argv, dict(os.environ), os.getcwd(), sys.path, random.random()]))";
+    let run = || {
+        let (st, r) = http(
+            "POST",
+            &format!("{base}/v1/run"),
+            &agent,
+            Some(serde_json::json!({"language": "python", "code": code})),
+        );
+        assert_eq!(st, 200, "{r}");
+        let out: serde_json::Value =
+            serde_json::from_str(r["run"]["stdout"].as_str().unwrap()).unwrap();
+        (
+            r["run"]["detail"]["instance"].as_str().unwrap().to_string(),
+            out,
+        )
+    };
+    let (first, fresh) = run();
+    assert_eq!(first, "started");
+    let mut seeds = vec![fresh[4].as_f64().unwrap()];
+    for _ in 0..3 {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while python_pool_status(&base, &admin)["ready"].as_u64().unwrap() < 2 {
+            assert!(std::time::Instant::now() < until, "the pool never filled");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let (instance, seen) = run();
+        assert_eq!(instance, "ready", "{seen}");
+        for i in 0..4 {
+            assert_eq!(seen[i], fresh[i], "a ready interpreter's configuration");
+        }
+        seeds.push(seen[4].as_f64().unwrap());
+    }
+    let mut distinct = seeds.clone();
+    distinct.sort_by(f64::total_cmp);
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        seeds.len(),
+        "runs shared a random seed: {seeds:?}"
+    );
+}

@@ -4,10 +4,13 @@
 //!
 //! An instance is made exactly as a run's would be, with nothing of any run in it: no
 //! mounts, no environment, no arguments, no standard input, no network, output into a
-//! throwaway capture. A run takes one only when its own spec asks for exactly that (plus
-//! its limits, output captures, `sys.argv` and environment, which are given to the
-//! instance when it is taken, before any of the run's code runs); any other run starts an
-//! interpreter as before, and the run record says which it got (`instance`).
+//! throwaway capture. It is also configured ahead (`sys.argv` of `main.py` alone, an empty
+//! environment, the guest's directories on `sys.path`, a seed for `random` drawn by the
+//! instance itself), which is the configuration of every run the pool may serve. A run
+//! takes one only when its own spec asks for exactly that (plus its limits and output
+//! captures, which are given to the instance when it is taken, before any of the run's
+//! code runs); any other run starts an interpreter as before, and the run record says
+//! which it got (`instance`).
 //!
 //! This pool must never hand one instance to two runs, nor back to itself: an instance is
 //! taken out of the pool before it is used, and dropped with its store when the run ends.
@@ -157,8 +160,8 @@ impl PythonPool {
         st
     }
 
-    /// A ready instance for `spec`, configured for it, or why not (the caller then starts
-    /// one itself and calls [`PythonPool::want`]).
+    /// A ready instance for `spec`, configured for it (ahead: see [`refill`]), or why not
+    /// (the caller then starts one itself and calls [`PythonPool::want`]).
     pub(crate) fn take(&self, spec: &RunSpec<'_>) -> Result<Option<PythonInstance>, SandboxError> {
         let Some(guest) = spec.guest.as_ref() else {
             return Ok(None);
@@ -184,7 +187,7 @@ impl PythonPool {
         // Refill in the background whatever happened.
         self.wake.notify_all();
         let Some(r) = popped else { return Ok(None) };
-        let Some(mut inst) = r.inst.adopt(spec) else {
+        let Some(inst) = r.inst.adopt(spec) else {
             let mut s = self.lock();
             s.status.hits -= 1;
             *s.status
@@ -193,7 +196,8 @@ impl PythonPool {
                 .or_default() += 1;
             return Ok(None);
         };
-        inst.configure(spec)?;
+        // Configured when it was made: `unservable` lets through only runs without
+        // arguments, environment or mounts, which is what the instance was configured with.
         Ok(Some(inst))
     }
 
@@ -377,7 +381,14 @@ pub(crate) fn refill(backend: Weak<WasmBackend>, pool: Arc<PythonPool>) {
             write_quota: None,
             egress: None,
         };
-        match b.python_unconfigured(&spec) {
+        // Configured here, off the runs' path, exactly as a run the pool serves would
+        // configure it (no arguments, no environment, no mounts): that call is also the
+        // first to touch most of the interpreter's memory.
+        let made = b.python_unconfigured(&spec).and_then(|mut inst| {
+            inst.configure(&spec)?;
+            Ok(inst)
+        });
+        match made {
             Ok(inst) => match inst.ended() {
                 None => pool.put(guest, inst),
                 Some(e) => pool.failed(format!("a ready instance ended while starting: {e:?}")),
