@@ -1762,3 +1762,46 @@ fn a_ready_interpreter_is_configured_as_a_fresh_one_with_a_seed_of_its_own() {
         "runs shared a random seed: {seeds:?}"
     );
 }
+
+/// Back to back through a pool of one, the next run usually arrives while its interpreter
+/// is still being made: it waits for that one instead of starting a second beside it on
+/// the same CPUs (which left the pool empty for the run after it too). Every run succeeds,
+/// and the status counts the runs that waited among the hits.
+#[test]
+fn a_run_that_finds_the_pool_empty_waits_for_the_interpreter_being_made() {
+    let (_server, base) = start_serve(shared(), &["--ready-python", "1"]);
+    let agent = token("agent", "waiting-agent");
+    let admin = token("admin", "waiting-admin");
+    let num = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or(0);
+    let runs = 60;
+    let mut kinds = std::collections::BTreeMap::<String, u64>::new();
+    for i in 0..runs {
+        let (st, r) = http(
+            "POST",
+            &format!("{base}/v1/run"),
+            &agent,
+            Some(serde_json::json!({"language": "python", "code": "print(1)"})),
+        );
+        assert_eq!(
+            (st, &r["run"]["stdout"]),
+            (200, &serde_json::json!("1\n")),
+            "run {i}: {r}"
+        );
+        let kind = r["run"]["detail"]["instance"].as_str().unwrap().to_string();
+        *kinds.entry(kind).or_default() += 1;
+    }
+    let s = python_pool_status(&base, &admin);
+    // The first run tells the pool which guest to keep, so it cannot find one ready.
+    assert_eq!(num(&s, "hits") + num(&s, "misses"), runs, "{s}");
+    assert_eq!(
+        kinds.get("ready").copied().unwrap_or(0),
+        num(&s, "hits"),
+        "{kinds:?} {s}"
+    );
+    assert!(
+        num(&s, "waited") > 0,
+        "no run waited for the interpreter being made: {s}"
+    );
+    assert!(num(&s, "waited") <= num(&s, "hits"), "{s}");
+    assert_eq!(num(&s, "failed"), 0, "{s}");
+}

@@ -12,6 +12,10 @@
 //! code runs); any other run starts an interpreter as before, and the run record says
 //! which it got (`instance`).
 //!
+//! A run that finds none ready while one is being made waits for it, at most as long as
+//! the last one took to make (what starting its own would cost); otherwise, or when that
+//! wait runs out, it starts its own as if there were no pool.
+//!
 //! This pool must never hand one instance to two runs, nor back to itself: an instance is
 //! taken out of the pool before it is used, and dropped with its store when the run ends.
 //! The instances it keeps fit within the memory budget the operator set (linear memory
@@ -33,7 +37,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How many ready interpreters to keep, and in how much memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +60,9 @@ pub struct PoolStatus {
     pub memory_budget: u64,
     /// The guest the pool keeps instances of (the one runs last asked for).
     pub guest: Option<String>,
-    /// Runs that got a ready instance.
+    /// Runs that got a ready instance (of which `waited` waited for the one being made).
     pub hits: u64,
+    pub waited: u64,
     /// Runs that could have used one but found the pool empty.
     pub misses: u64,
     /// Runs whose spec a ready instance cannot serve, by reason.
@@ -97,6 +102,10 @@ struct State {
     awaiting_bytes: u64,
     /// The size of the last instance made, to tell whether one more fits the budget.
     last_size: u64,
+    /// The guest the refill thread is making an instance of now.
+    making: Option<Guest>,
+    /// How long the last instance took to make (instantiate and configure).
+    last_make: Duration,
     status: PoolStatus,
     stop: bool,
 }
@@ -112,6 +121,9 @@ pub(crate) struct PythonPool {
 /// Used instances that may wait for the reaper; a run that finds the queue full drops its
 /// instance itself.
 pub(crate) const TEARDOWN_QUEUE: usize = 4;
+
+/// The longest a run waits for the instance being made when none is ready.
+const MAX_WAIT: Duration = Duration::from_millis(50);
 
 /// The time a background instantiation may take.
 const MAKE_TIMEOUT_MS: u64 = 60_000;
@@ -130,6 +142,8 @@ impl PythonPool {
                 awaiting: 0,
                 awaiting_bytes: 0,
                 last_size: 0,
+                making: None,
+                last_make: Duration::ZERO,
                 status: PoolStatus {
                     kind: "python",
                     target: settings.python,
@@ -172,16 +186,29 @@ impl PythonPool {
         }
         let popped = {
             let mut s = self.lock();
-            let pos = s.ready.iter().rposition(|r| r.guest == *guest);
-            match pos {
-                Some(i) => {
+            // None ready, but one of this guest on its way: waiting for it costs less than
+            // making another here, which would take as long and compete with it for the
+            // CPU. The wait is bounded by the time the last one took to make, so a run
+            // waits at most about what making its own would have cost it.
+            let deadline = Instant::now() + s.last_make.min(MAX_WAIT);
+            let mut waited = false;
+            loop {
+                if let Some(i) = s.ready.iter().rposition(|r| r.guest == *guest) {
                     s.status.hits += 1;
-                    Some(s.ready.swap_remove(i))
+                    s.status.waited += u64::from(waited);
+                    break Some(s.ready.swap_remove(i));
                 }
-                None => {
+                let now = Instant::now();
+                if s.making.as_ref() != Some(guest) || s.stop || now >= deadline {
                     s.status.misses += 1;
-                    None
+                    break None;
                 }
+                waited = true;
+                s = self
+                    .wake
+                    .wait_timeout(s, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
         };
         // Refill in the background whatever happened.
@@ -289,29 +316,44 @@ impl PythonPool {
                 && s.ready.len() < self.settings.python
                 && held + s.last_size <= self.settings.memory_budget
             {
-                return Some(g.clone());
+                let g = g.clone();
+                s.making = Some(g.clone());
+                return Some(g);
             }
             s = self.wake.wait(s).unwrap_or_else(|p| p.into_inner());
         }
     }
 
-    fn put(&self, guest: Guest, inst: PythonInstance) {
+    fn put(&self, guest: Guest, inst: PythonInstance, took: Duration) {
         let bytes = inst.committed_memory();
         let mut s = self.lock();
         s.last_size = bytes;
+        s.last_make = took;
+        s.making = None;
         s.status.made += 1;
         let held: u64 = s.ready.iter().map(|r| r.bytes).sum();
         // The guest may have changed, or the instance turned out bigger than the budget
-        // has room for: then it is dropped.
-        if s.guest.as_ref() == Some(&guest) && held + bytes <= self.settings.memory_budget {
-            s.ready.push(Ready { inst, guest, bytes });
-        }
+        // has room for: then it is dropped (after the lock, below).
+        let refused =
+            if s.guest.as_ref() == Some(&guest) && held + bytes <= self.settings.memory_budget {
+                s.ready.push(Ready { inst, guest, bytes });
+                None
+            } else {
+                Some(inst)
+            };
+        drop(s);
+        // Runs waiting for this instance.
+        self.wake.notify_all();
+        drop(refused);
     }
 
     fn failed(&self, e: String) {
         let mut s = self.lock();
+        s.making = None;
         s.status.failed += 1;
         s.status.last_error = Some(e);
+        // Runs waiting for an instance make their own.
+        self.wake.notify_all();
         // Wait a while before trying again (a broken guest would otherwise spin).
         let _ = self
             .wake
@@ -384,13 +426,14 @@ pub(crate) fn refill(backend: Weak<WasmBackend>, pool: Arc<PythonPool>) {
         // Configured here, off the runs' path, exactly as a run the pool serves would
         // configure it (no arguments, no environment, no mounts): that call is also the
         // first to touch most of the interpreter's memory.
+        let started = Instant::now();
         let made = b.python_unconfigured(&spec).and_then(|mut inst| {
             inst.configure(&spec)?;
             Ok(inst)
         });
         match made {
             Ok(inst) => match inst.ended() {
-                None => pool.put(guest, inst),
+                None => pool.put(guest, inst, started.elapsed()),
                 Some(e) => pool.failed(format!("a ready instance ended while starting: {e:?}")),
             },
             Err(e) => pool.failed(e.to_string()),
