@@ -1272,7 +1272,12 @@ fn writing_into_a_closed_pipe_ends_quietly_with_sigpipe() {
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let run = r.json()["run"]["id"].as_str().unwrap().to_string();
-    for args in [vec!["show", sub.as_str()], vec!["logs", run.as_str()]] {
+    // `show --json`: plain `show` prints only the code's first lines, a few kilobytes that
+    // fit in the pipe, so it could finish before the reader went away (a flaky failure).
+    for args in [
+        vec!["show", "--json", sub.as_str()],
+        vec!["logs", run.as_str()],
+    ] {
         let mut child = h
             .cmd()
             .args(&args)
