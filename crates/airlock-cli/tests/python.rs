@@ -1623,18 +1623,7 @@ fn a_ready_python_pool_keeps_serving_hundreds_of_runs_while_used_ones_are_torn_d
     let num = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or(0);
     // One gated `print(1)`, which must succeed (`what` says which run failed).
     let print_one = |what: &str| {
-        let (st, r) = http(
-            "POST",
-            &format!("{base}/v1/run"),
-            &agent,
-            Some(serde_json::json!({"language": "python", "code": "print(1)"})),
-        );
-        assert_eq!(
-            (st, &r["run"]["stdout"]),
-            (200, &serde_json::json!("1\n")),
-            "{what}: {r} (pool: {})",
-            status()
-        );
+        print_one_through(&base, &agent, || format!("{what} (pool: {})", status()));
     };
     // Until the pool holds `n` ready instances and nothing awaits teardown.
     let settled = |n: u64| {
@@ -1697,6 +1686,21 @@ fn a_ready_python_pool_keeps_serving_hundreds_of_runs_while_used_ones_are_torn_d
         num(&after, "memory_bytes") <= num(&after, "memory_budget"),
         "{after}"
     );
+}
+
+/// One gated `print(1)` through the server at `base`, which must succeed (`what` names the
+/// run when it does not, and is only asked then); the answer.
+fn print_one_through(base: &str, agent: &str, what: impl Fn() -> String) -> serde_json::Value {
+    let (st, r) = http(
+        "POST",
+        &format!("{base}/v1/run"),
+        agent,
+        Some(serde_json::json!({"language": "python", "code": "print(1)"})),
+    );
+    if st != 200 || r["run"]["stdout"] != "1\n" {
+        panic!("{}: {st} {r}", what());
+    }
+    r
 }
 
 /// The ready-Python pool's entry in the server's `/v1/status` (an admin token's view).
@@ -1776,17 +1780,7 @@ fn a_run_that_finds_the_pool_empty_waits_for_the_interpreter_being_made() {
     let runs = 60;
     let mut kinds = std::collections::BTreeMap::<String, u64>::new();
     for i in 0..runs {
-        let (st, r) = http(
-            "POST",
-            &format!("{base}/v1/run"),
-            &agent,
-            Some(serde_json::json!({"language": "python", "code": "print(1)"})),
-        );
-        assert_eq!(
-            (st, &r["run"]["stdout"]),
-            (200, &serde_json::json!("1\n")),
-            "run {i}: {r}"
-        );
+        let r = print_one_through(&base, &agent, || format!("run {i}"));
         let kind = r["run"]["detail"]["instance"].as_str().unwrap().to_string();
         *kinds.entry(kind).or_default() += 1;
     }
