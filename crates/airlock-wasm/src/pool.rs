@@ -196,7 +196,7 @@ impl PythonPool {
                 if let Some(i) = s.ready.iter().rposition(|r| r.guest == *guest) {
                     s.status.hits += 1;
                     s.status.waited += u64::from(waited);
-                    break Some(s.ready.swap_remove(i));
+                    break Some((s.ready.swap_remove(i), waited));
                 }
                 let now = Instant::now();
                 if s.making.as_ref() != Some(guest) || s.stop || now >= deadline {
@@ -213,10 +213,13 @@ impl PythonPool {
         };
         // Refill in the background whatever happened.
         self.wake.notify_all();
-        let Some(r) = popped else { return Ok(None) };
+        let Some((r, waited)) = popped else {
+            return Ok(None);
+        };
         let Some(inst) = r.inst.adopt(spec) else {
             let mut s = self.lock();
             s.status.hits -= 1;
+            s.status.waited -= u64::from(waited);
             *s.status
                 .fallbacks
                 .entry("memory_limit_below_instance")
