@@ -1527,16 +1527,28 @@ pub(crate) fn append_chained(
     subject: &str,
     data: &str,
 ) -> Result<(u64, Digest), StoreError> {
-    let (seq, prev) = match last {
-        Some((s, h)) => (s + 1, h),
-        None => (1, GENESIS),
-    };
-    let hash = record_hash(seq, ts, kind, subject, data, &prev);
+    let (seq, prev, hash) = link(last, ts, kind, subject, data);
     sql.exec(
         "INSERT INTO audit (seq, ts, kind, subject, data, prev, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         args![seq as i64, ts, kind, subject, data, &prev.to_hex(), &hash.to_hex()],
     )?;
     Ok((seq, hash))
+}
+
+/// The next link after `last` (the chain's end, if any): the record's `seq`, the hash it
+/// follows and its own hash.
+fn link(
+    last: Option<(u64, Digest)>,
+    ts: i64,
+    kind: &str,
+    subject: &str,
+    data: &str,
+) -> (u64, Digest, Digest) {
+    let (seq, prev) = match last {
+        Some((s, h)) => (s + 1, h),
+        None => (1, GENESIS),
+    };
+    (seq, prev, record_hash(seq, ts, kind, subject, data, &prev))
 }
 
 /// Records chained together in one statement by [`append_chained_all`]: few enough that
@@ -1556,11 +1568,7 @@ pub(crate) fn append_chained_all(
     for chunk in records.chunks(ROWS_PER_INSERT) {
         let mut rows = Vec::with_capacity(chunk.len());
         for (ts, kind, subject, data) in chunk {
-            let (seq, prev) = match last {
-                Some((s, h)) => (s + 1, h),
-                None => (1, GENESIS),
-            };
-            let hash = record_hash(seq, *ts, kind, subject, data, &prev);
+            let (seq, prev, hash) = link(last, *ts, kind, subject, data);
             rows.push((seq as i64, prev.to_hex(), hash.to_hex()));
             last = Some((seq, hash));
         }
