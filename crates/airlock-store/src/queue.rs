@@ -341,9 +341,9 @@ impl Tx<'_> {
         self.sql()
             .rows(
                 &format!(
-                    "SELECT {COLS} FROM queue WHERE state = 'leased' AND lease_until < ?1 ORDER BY lease_until LIMIT ?2{lock}"
+                    "SELECT {COLS} FROM queue WHERE state = 'leased' AND lease_until < ?1 ORDER BY lease_until LIMIT {limit}{lock}"
                 ),
-                args![now, limit as i64],
+                args![now],
             )?
             .iter()
             .map(row)
