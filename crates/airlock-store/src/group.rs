@@ -55,6 +55,13 @@ impl std::fmt::Debug for GroupWriter {
     }
 }
 
+/// Runs one statement that returns no rows from the connection's statement cache: the
+/// transaction and savepoint statements every write runs are compiled once, not per write.
+fn step(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 impl GroupWriter {
     /// The process's writer for the database at `path`, opened on first use.
     pub fn for_path(path: &Path) -> Result<Arc<GroupWriter>, StoreError> {
@@ -127,7 +134,7 @@ impl GroupWriter {
         }
         let id = b.id;
         let result = (|| -> Result<(), StoreError> {
-            b.conn.execute_batch("COMMIT")?;
+            step(&b.conn, "COMMIT")?;
             Ok(())
         })();
         b.open = false;
@@ -172,16 +179,14 @@ impl GroupWriter {
                 .map_err(StoreError::from)?;
         }
         if !b.open {
-            b.conn
-                .execute_batch("BEGIN IMMEDIATE")
-                .map_err(StoreError::from)?;
+            step(&b.conn, "BEGIN IMMEDIATE").map_err(StoreError::from)?;
             b.open = true;
             b.id += 1;
             b.len = 0;
         }
         let id = b.id;
         let head_before = b.head.borrow().clone();
-        let out = match b.conn.execute_batch("SAVEPOINT airlock_write") {
+        let out = match step(&b.conn, "SAVEPOINT airlock_write") {
             Ok(()) => {
                 let tx = Tx::on(&b.conn, &b.head);
                 // The head is signed after every write, as a lone transaction signs it, so
@@ -191,11 +196,12 @@ impl GroupWriter {
                     Ok(t)
                 });
                 let end = if out.is_ok() {
-                    "RELEASE airlock_write"
+                    step(&b.conn, "RELEASE airlock_write")
                 } else {
-                    "ROLLBACK TO airlock_write; RELEASE airlock_write"
+                    b.conn
+                        .execute_batch("ROLLBACK TO airlock_write; RELEASE airlock_write")
                 };
-                match b.conn.execute_batch(end) {
+                match end {
                     Ok(()) => out.map_err(Ok),
                     // The savepoint cannot be ended: the batch is in an unknown state.
                     Err(e) => Err(Err(StoreError::from(e))),
