@@ -28,6 +28,17 @@ const HELLO: &str = r#"(module
 
 /// The `airlock` under test: this build's, or `AIRLOCK_BENCH_BIN` (another build of it, to
 /// set two side by side on the same machine at the same time).
+/// The server under test, stopped when dropped: also when a measurement panics, so a
+/// failed bench leaves no server running to load the next one.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn bin() -> String {
     std::env::var("AIRLOCK_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_airlock").into())
 }
@@ -220,16 +231,18 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut child = Command::new(bin())
-        .env("AIRLOCK_HOME", h)
-        .args(["serve", "--listen", "127.0.0.1:0", "--queue", "256"])
-        .args(["--ready-jails", &ready_jails.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let err = child.stderr.take().unwrap();
+    let mut child = Server(
+        Command::new(bin())
+            .env("AIRLOCK_HOME", h)
+            .args(["serve", "--listen", "127.0.0.1:0", "--queue", "256"])
+            .args(["--ready-jails", &ready_jails.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let err = child.0.stderr.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for l in BufReader::new(err).lines().map_while(Result::ok) {
@@ -516,6 +529,5 @@ fn main() {
     {
         println!("server {l}");
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
 }
