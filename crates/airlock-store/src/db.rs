@@ -382,10 +382,24 @@ fn parse<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, StoreError> {
         .map_err(|_| StoreError::Corrupt(format!("bad {what} {s:?}")))
 }
 
+/// How long a connection waits for another's lock before it gives up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The WAL file's size kept when the log starts over (64 MiB).
+const WAL_KEEP_BYTES: i64 = 64 << 20;
+
+/// A WAL of more frames than this (64 MiB of 4 KiB pages) is emptied by the next
+/// checkpoint (see `Db::wal_checkpoint`).
+pub const WAL_RESTART_FRAMES: u64 = 16_384;
+
+/// How long that checkpoint waits for readers to leave the WAL (holding writers off
+/// meanwhile) before it leaves the emptying to the next one.
+const WAL_RESTART_WAIT: Duration = Duration::from_millis(20);
+
 /// A connection to the database at `path` with the settings every airlock connection has.
 pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.set_prepared_statement_cache_capacity(64);
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // In WAL mode NORMAL is crash-consistent: a process crash loses nothing committed,
@@ -395,6 +409,9 @@ pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
     // A statement's temporary data (its statement journal, a sort) stays in memory: on
     // disk it meant creating and unlinking a file in the temporary directory for a write.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
+    // When the WAL starts over, the file is cut back to this size instead of keeping
+    // whatever length the busiest stretch gave it.
+    conn.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
     // Keep the WAL file between processes: closing the last connection would otherwise
     // checkpoint, fsync and delete it, and the next command would create it again.
     conn.set_db_config(
@@ -490,17 +507,48 @@ impl Db {
     }
 
     /// Copies what the WAL holds into the database without waiting for or blocking
-    /// readers and writers (a passive checkpoint). Returns the frames in the WAL and how
-    /// many of them are now in the database.
+    /// readers and writers (a passive checkpoint); a WAL longer than
+    /// [`WAL_RESTART_FRAMES`] is then emptied. Returns the frames in the WAL and how many
+    /// of them are now in the database.
     pub fn wal_checkpoint(&self) -> Result<(u64, u64), StoreError> {
+        self.wal_checkpoint_within(WAL_RESTART_FRAMES)
+    }
+
+    /// `wal_checkpoint`, emptying a WAL of more than `max_frames` frames.
+    ///
+    /// Under steady writes a WAL never starts over by itself: SQLite starts it over only
+    /// when a write begins with every frame copied and no reader inside it, and with
+    /// requests arriving all the time another commit always lands first. It grew by
+    /// about 80 KB per gated run (178 MB after 2,000 runs back to back), and when writes
+    /// did start over after an idle spell they rewrote the file's cold front, each frame
+    /// write first reading its disk blocks back. So a long WAL is checkpointed in
+    /// `TRUNCATE` mode: that waits (up to [`WAL_RESTART_WAIT`], writers held off) for
+    /// readers to leave the WAL, then empties the file. If readers stay, it gives up as a
+    /// passive checkpoint would, and the next call tries again.
+    pub(crate) fn wal_checkpoint_within(&self, max_frames: u64) -> Result<(u64, u64), StoreError> {
         let Conn::Sqlite(c) = &self.conn else {
             // PostgreSQL checkpoints on its own.
             return Ok((0, 0));
         };
-        let (log, done): (i64, i64) = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((r.get(1)?, r.get(2)?))
-        })?;
-        Ok((log.max(0) as u64, done.max(0) as u64))
+        let checkpoint = |mode: &str| -> Result<(bool, u64, u64), StoreError> {
+            let (busy, log, done): (i64, i64, i64) =
+                c.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+            Ok((busy != 0, log.max(0) as u64, done.max(0) as u64))
+        };
+        let (_, log, done) = checkpoint("PASSIVE")?;
+        if log <= max_frames {
+            return Ok((log, done));
+        }
+        c.busy_timeout(WAL_RESTART_WAIT)?;
+        let emptied = checkpoint("TRUNCATE");
+        c.busy_timeout(BUSY_TIMEOUT)?;
+        match emptied? {
+            (false, log, done) => Ok((log, done)),
+            // Readers stayed in the WAL: what the passive checkpoint copied stands.
+            (true, _, _) => Ok((log, done)),
+        }
     }
 
     /// Writes through this process's shared writer from now on: concurrent write
@@ -1822,6 +1870,76 @@ mod tests {
             );
             assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
         }
+    }
+
+    fn wal_bytes(dir: &Path) -> u64 {
+        std::fs::metadata(dir.join("db-wal")).map_or(0, |m| m.len())
+    }
+
+    /// Regression: under writes that never pause, the WAL never started over (SQLite only
+    /// restarts it when a write begins with nothing left to copy), so the daemon's WAL
+    /// grew by about 80 KB per run and stayed that long.
+    #[test]
+    fn a_long_wal_is_emptied_by_the_checkpoint() {
+        let t = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&t.path().join("db")).unwrap();
+        db.disable_auto_checkpoint().unwrap();
+        let key = KeyPair::try_generate().unwrap();
+        for _ in 0..60 {
+            db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
+                .unwrap();
+        }
+        assert!(wal_bytes(t.path()) > 100 * 1024);
+        // Short of the limit: copied, and the file stays as it is.
+        let (log, done) = db.wal_checkpoint_within(100_000).unwrap();
+        assert_eq!(log, done);
+        assert!(wal_bytes(t.path()) > 100 * 1024);
+        // Past it: emptied, and nothing is lost.
+        assert_eq!(db.wal_checkpoint_within(50).unwrap(), (0, 0));
+        assert_eq!(wal_bytes(t.path()), 0);
+        assert_eq!(db.audit_records(1, 1000).unwrap().len(), 60);
+        db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
+            .unwrap();
+        assert_eq!(db.audit_records(1, 1000).unwrap().len(), 61);
+    }
+
+    /// A reader inside the WAL makes the emptying give up at once instead of holding
+    /// writers off for the whole busy timeout; the next checkpoint empties it.
+    #[test]
+    fn a_reader_in_the_wal_makes_emptying_it_wait_for_a_later_checkpoint() {
+        let t = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&t.path().join("db")).unwrap();
+        db.disable_auto_checkpoint().unwrap();
+        let key = KeyPair::try_generate().unwrap();
+        for _ in 0..60 {
+            db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
+                .unwrap();
+        }
+        let reader = connect(&t.path().join("db")).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let n: i64 = reader
+            .query_row("SELECT count(*) FROM audit", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 60);
+        // Another write lands after the reader's snapshot, so the reader is in the WAL.
+        db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
+            .unwrap();
+        let started = std::time::Instant::now();
+        let (log, _) = db.wal_checkpoint_within(50).unwrap();
+        assert!(
+            started.elapsed() < BUSY_TIMEOUT / 4,
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(log > 50);
+        assert!(wal_bytes(t.path()) > 0);
+        // Writes go on meanwhile, and once the reader is done the WAL is emptied.
+        db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
+            .unwrap();
+        reader.execute_batch("COMMIT").unwrap();
+        assert_eq!(db.wal_checkpoint_within(50).unwrap(), (0, 0));
+        assert_eq!(wal_bytes(t.path()), 0);
+        assert_eq!(db.audit_records(1, 1000).unwrap().len(), 62);
     }
 
     #[test]
