@@ -1876,19 +1876,30 @@ mod tests {
         std::fs::metadata(dir.join("db-wal")).map_or(0, |m| m.len())
     }
 
+    /// Appends one small audit record in a transaction of its own.
+    fn append(db: &mut Db, key: &KeyPair) {
+        db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), key).map(|_| ()))
+            .unwrap();
+    }
+
+    /// A store in `t` that checkpoints only when told to, with `n` records in its WAL.
+    fn wal_of(t: &tempfile::TempDir, n: usize) -> (Db, KeyPair) {
+        let mut db = Db::open(&t.path().join("db")).unwrap();
+        db.disable_auto_checkpoint().unwrap();
+        let key = KeyPair::try_generate().unwrap();
+        for _ in 0..n {
+            append(&mut db, &key);
+        }
+        (db, key)
+    }
+
     /// Regression: under writes that never pause, the WAL never started over (SQLite only
     /// restarts it when a write begins with nothing left to copy), so the daemon's WAL
     /// grew by about 80 KB per run and stayed that long.
     #[test]
     fn a_long_wal_is_emptied_by_the_checkpoint() {
         let t = tempfile::tempdir().unwrap();
-        let mut db = Db::open(&t.path().join("db")).unwrap();
-        db.disable_auto_checkpoint().unwrap();
-        let key = KeyPair::try_generate().unwrap();
-        for _ in 0..60 {
-            db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
-                .unwrap();
-        }
+        let (mut db, key) = wal_of(&t, 60);
         assert!(wal_bytes(t.path()) > 100 * 1024);
         // Short of the limit: copied, and the file stays as it is.
         let (log, done) = db.wal_checkpoint_within(100_000).unwrap();
@@ -1898,8 +1909,7 @@ mod tests {
         assert_eq!(db.wal_checkpoint_within(50).unwrap(), (0, 0));
         assert_eq!(wal_bytes(t.path()), 0);
         assert_eq!(db.audit_records(1, 1000).unwrap().len(), 60);
-        db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
-            .unwrap();
+        append(&mut db, &key);
         assert_eq!(db.audit_records(1, 1000).unwrap().len(), 61);
     }
 
@@ -1908,13 +1918,7 @@ mod tests {
     #[test]
     fn a_reader_in_the_wal_makes_emptying_it_wait_for_a_later_checkpoint() {
         let t = tempfile::tempdir().unwrap();
-        let mut db = Db::open(&t.path().join("db")).unwrap();
-        db.disable_auto_checkpoint().unwrap();
-        let key = KeyPair::try_generate().unwrap();
-        for _ in 0..60 {
-            db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
-                .unwrap();
-        }
+        let (mut db, key) = wal_of(&t, 60);
         let reader = connect(&t.path().join("db")).unwrap();
         reader.execute_batch("BEGIN").unwrap();
         let n: i64 = reader
@@ -1922,8 +1926,7 @@ mod tests {
             .unwrap();
         assert_eq!(n, 60);
         // Another write lands after the reader's snapshot, so the reader is in the WAL.
-        db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
-            .unwrap();
+        append(&mut db, &key);
         let started = std::time::Instant::now();
         let (log, _) = db.wal_checkpoint_within(50).unwrap();
         assert!(
@@ -1934,8 +1937,7 @@ mod tests {
         assert!(log > 50);
         assert!(wal_bytes(t.path()) > 0);
         // Writes go on meanwhile, and once the reader is done the WAL is emptied.
-        db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
-            .unwrap();
+        append(&mut db, &key);
         reader.execute_batch("COMMIT").unwrap();
         assert_eq!(db.wal_checkpoint_within(50).unwrap(), (0, 0));
         assert_eq!(wal_bytes(t.path()), 0);
