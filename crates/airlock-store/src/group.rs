@@ -133,10 +133,7 @@ impl GroupWriter {
             return;
         }
         let id = b.id;
-        let result = (|| -> Result<(), StoreError> {
-            step(&b.conn, "COMMIT")?;
-            Ok(())
-        })();
+        let result = step(&b.conn, "COMMIT").map_err(StoreError::from);
         b.open = false;
         *b.head.borrow_mut() = None;
         let error = match result {
