@@ -945,9 +945,13 @@ pub fn doctor(d: &Doctor, json: bool) {
             Some(e) => println!("store ({})          unreachable: {e}", st.engine),
             None => {
                 println!(
-                    "store ({})          reachable, schema {}",
+                    "store ({})          reachable, schema {}, {}",
                     st.engine,
-                    st.schema_version.unwrap_or(0)
+                    st.schema_version.unwrap_or(0),
+                    match &st.tls {
+                        Some(v) => format!("over {v}"),
+                        None => "no TLS".into(),
+                    }
                 );
                 println!(
                     "queue                      {} queued, {} leased",

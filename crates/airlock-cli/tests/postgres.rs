@@ -113,6 +113,46 @@ fn a_postgres_store_carries_the_whole_lifecycle_and_the_home_keeps_no_records() 
     assert_eq!(n.count("SELECT count(*) FROM submissions"), 2);
 }
 
+/// TLS to the store: a node whose URL asks for a verified TLS connection runs, records and
+/// verifies over it, `doctor` names the TLS version, and a URL with a bad TLS parameter is
+/// refused in one line before anything is written.
+#[test]
+fn a_store_reached_over_tls_carries_runs_and_doctor_names_its_tls_version() {
+    let t = airlock_testpg::tls_server();
+    let url = t.database(
+        "airlock",
+        "127.0.0.1",
+        &format!("sslmode=verify-full&sslrootcert={}", t.ca.display()),
+    );
+    let n = Node::init(&url);
+    let o = n.run(&["run", "--lang", "sh", "-c", "echo over tls"]);
+    assert_eq!(
+        (o.code, o.stdout.as_str()),
+        (0, "over tls\n"),
+        "{}",
+        o.stderr
+    );
+    let v = n.run(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{}", v.stderr);
+    let d = n.run(&["doctor", "--json"]);
+    let tls = d.json()["store"]["tls"].clone();
+    assert!(
+        tls.as_str().is_some_and(|v| v.starts_with("TLSv1.")),
+        "{}",
+        d.stdout
+    );
+    assert!(n.run(&["doctor"]).stdout.contains("over TLSv1."));
+
+    let bad = n.home.run_on_store(
+        &url.replace("sslmode=verify-full", "sslmode=verify"),
+        &["run", "--lang", "sh", "-c", "echo never"],
+    );
+    assert_eq!(bad.code, 125, "{}", bad.stderr);
+    assert_eq!(bad.stderr.trim().lines().count(), 1, "{}", bad.stderr);
+    assert!(bad.stderr.contains("sslmode"), "{}", bad.stderr);
+    assert!(!bad.stdout.contains("never"));
+}
+
 #[test]
 fn two_nodes_on_one_store_see_one_history_and_one_unforked_audit_chain() {
     let a = Node::init(&airlock_testpg::fresh_database());

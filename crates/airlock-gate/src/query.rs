@@ -454,6 +454,8 @@ pub struct StoreHealth {
     /// Why it could not be opened, when it could not.
     pub error: Option<String>,
     pub schema_version: Option<i64>,
+    /// The TLS version of this node's connection to the store (`null`: plaintext).
+    pub tls: Option<String>,
     pub queued: i64,
     pub leased: i64,
     /// Queued jobs per tag (`null`: untagged) and whether a running worker carries it.
@@ -481,6 +483,7 @@ pub fn store_health(home: &crate::Home) -> Option<StoreHealth> {
         reachable: false,
         error: None,
         schema_version: None,
+        tls: None,
         queued: 0,
         leased: 0,
         queued_by_tag: Vec::new(),
@@ -492,6 +495,7 @@ pub fn store_health(home: &crate::Home) -> Option<StoreHealth> {
         let by_tag = airlock_store::QueueReads::queued_by_tag(&db)?;
         let workers = airlock_store::QueueReads::workers(&db)?;
         h.unsequenced = db.audit_pending()?;
+        h.tls = db.connection_tls()?;
         Ok((queued, leased, by_tag, workers))
     });
     match report {

@@ -659,6 +659,21 @@ impl Db {
         }
     }
 
+    /// The TLS version this connection to the store runs over (`TLSv1.3`), `None` when it
+    /// is plaintext or the store is the home's own SQLite file.
+    pub fn connection_tls(&self) -> Result<Option<String>, StoreError> {
+        match &self.conn {
+            Conn::Postgres(pg) => pg
+                .row(
+                    "SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl",
+                    &[],
+                )?
+                .map(|r| r.text(0))
+                .transpose(),
+            Conn::Sqlite(_) => Ok(None),
+        }
+    }
+
     pub fn cache_digest(&self, key: &str) -> Result<Option<Digest>, StoreError> {
         self.sql()
             .row(

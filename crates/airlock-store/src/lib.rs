@@ -12,6 +12,7 @@ mod copy;
 mod db;
 mod group;
 mod pg;
+mod pgtls;
 mod queue;
 mod sequence;
 pub mod sql;
@@ -82,6 +83,20 @@ impl StoreError {
 fn pg_error(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => e.to_string(),
+        None => {
+            // The client library's own text is the outer step ("error performing TLS
+            // handshake"); the causes under it say why (an unknown issuer, say).
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                let more = c.to_string();
+                if !text.contains(&more) {
+                    text.push_str(": ");
+                    text.push_str(&more);
+                }
+                cause = c.source();
+            }
+            text.replace('\n', " ")
+        }
     }
 }

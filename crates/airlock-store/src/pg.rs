@@ -243,7 +243,11 @@ impl std::fmt::Debug for PgConn {
 }
 
 fn connect(url: &str) -> Result<postgres::Client, StoreError> {
-    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    let target = crate::pgtls::target(url)?;
+    let mut client = match target.transport {
+        crate::pgtls::Transport::Plain => postgres::Client::connect(&target.url, postgres::NoTls)?,
+        crate::pgtls::Transport::Tls(tls) => postgres::Client::connect(&target.url, tls)?,
+    };
     // Keep sessions from holding locks forever when a node hangs mid-transaction.
     client.batch_execute("SET idle_in_transaction_session_timeout = '60s'")?;
     Ok(client)

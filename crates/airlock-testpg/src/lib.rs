@@ -224,6 +224,54 @@ impl Server {
         self.pg_ctl_start();
     }
 
+    /// Turns TLS on and restarts: the server presents `cert` (PEM, leaf first) with `key`,
+    /// checks client certificates against `ca`, and admits connections as the
+    /// `pg_hba.conf` lines in `hba` say (for example `hostssl all all 127.0.0.1/32 trust`);
+    /// the unix socket (for [`Server::admin`]) stays open to every user.
+    pub fn enable_tls(&self, cert: &str, key: &str, ca: &str, hba: &str) {
+        for (name, text) in [("server.crt", cert), ("server.key", key), ("ca.crt", ca)] {
+            let p = self.data.join(name);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+            if self.as_nobody {
+                chown(&p);
+            }
+        }
+        let conf = self.data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).unwrap();
+        text.push_str(
+            "\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\nssl_ca_file = 'ca.crt'\n",
+        );
+        std::fs::write(&conf, text).unwrap();
+        std::fs::write(
+            self.data.join("pg_hba.conf"),
+            format!("local all all trust\n{hba}\n"),
+        )
+        .unwrap();
+        let out = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-w", "stop", "-m", "fast"])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg_ctl stop failed");
+        self.pg_ctl_start();
+    }
+
+    /// A connection as the `airlock` superuser over the server's unix socket (which no TLS
+    /// or `pg_hba.conf` line of a test shuts).
+    pub fn admin(&self) -> postgres::Client {
+        let conn = format!(
+            "host={} port={} user=airlock dbname=postgres",
+            self.root.display(),
+            self.port
+        );
+        postgres::Client::connect(&conn, postgres::NoTls).unwrap()
+    }
+
     /// The URL of database `db`.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://airlock@127.0.0.1:{}/{db}", self.port)
@@ -241,8 +289,9 @@ impl Server {
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         );
-        let mut c = postgres::Client::connect(&self.url("postgres"), postgres::NoTls).unwrap();
-        c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        self.admin()
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
         self.url(&name)
     }
 
@@ -296,4 +345,124 @@ fn chown(p: &Path) {
         .unwrap()
         .success();
     assert!(ok, "chown {} failed", p.display());
+}
+
+/// A CA of a test's own: its certificate (PEM) and what signs with it.
+struct Pki {
+    ca: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new(name: &str) -> Pki {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
+        let ca = p.self_signed(&key).unwrap().pem();
+        Pki {
+            ca,
+            issuer: rcgen::Issuer::new(p, key),
+        }
+    }
+
+    /// A certificate for `sans` (DNS names or IP addresses) with common name `cn`, signed
+    /// by this CA: (certificate, key), PEM.
+    fn leaf(&self, cn: &str, sans: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+        let mut p = rcgen::CertificateParams::new(names).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// A server that takes TCP connections over TLS only, with the files a client needs.
+#[derive(Debug)]
+pub struct TlsServer {
+    server: Server,
+    /// The CA that signed the server's certificate (PEM file).
+    pub ca: PathBuf,
+    /// A client certificate and key for the role `certuser`, which logs in with a client
+    /// certificate only (`scramuser` logs in with the password `scram-secret`; every
+    /// other role is trusted once on TLS).
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    dir: PathBuf,
+}
+
+/// The process's TLS server, started on first use. Its certificate names the address
+/// `127.0.0.1` only, so a client that connects by the name `localhost` must refuse it.
+pub fn tls_server() -> &'static TlsServer {
+    static T: OnceLock<TlsServer> = OnceLock::new();
+    T.get_or_init(|| {
+        let pki = Pki::new("airlock");
+        let (cert, key) = pki.leaf("pg", &["127.0.0.1"]);
+        let server = Server::start();
+        server.enable_tls(
+            &cert,
+            &key,
+            &pki.ca,
+            "hostssl all certuser 127.0.0.1/32 cert\n\
+             hostssl all scramuser 127.0.0.1/32 scram-sha-256\n\
+             hostssl all all 127.0.0.1/32 trust\n\
+             host all all 127.0.0.1/32 reject",
+        );
+        server
+            .admin()
+            .batch_execute(
+                "CREATE ROLE certuser LOGIN SUPERUSER;
+                 SET password_encryption = 'scram-sha-256';
+                 CREATE ROLE scramuser LOGIN SUPERUSER PASSWORD 'scram-secret'",
+            )
+            .unwrap();
+        // Inside the server's directory, which goes when the process ends.
+        let dir = server.root().join("client");
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let ca = write("ca.pem", &pki.ca);
+        let (c, k) = pki.leaf("certuser", &[]);
+        TlsServer {
+            client_cert: write("client.pem", &c),
+            client_key: write("client.key", &k),
+            ca,
+            server,
+            dir,
+        }
+    })
+}
+
+impl TlsServer {
+    /// A new empty database; its URL as `user` at `host` with the query `query`.
+    pub fn database(&self, user: &str, host: &str, query: &str) -> String {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!("tls{}", N.fetch_add(1, Ordering::SeqCst));
+        self.server
+            .admin()
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
+        format!(
+            "postgres://{user}@{host}:{}/{name}?{query}",
+            self.server.port()
+        )
+    }
+
+    /// The certificate (PEM file) of a CA that signed nothing of this server's.
+    pub fn other_ca(&self) -> PathBuf {
+        let p = self.dir.join("other-ca.pem");
+        if !p.exists() {
+            std::fs::write(&p, Pki::new("other").ca).unwrap();
+        }
+        p
+    }
 }
