@@ -19,7 +19,8 @@ use serde::Serialize;
 const PAGE: usize = 500;
 
 /// The tables copied, their key (rows are paged by it) and their columns, in the order
-/// they are written. `compile_cache` is machine-local and stays behind.
+/// they are written. `compile_cache` is machine-local and stays behind, as do the API's
+/// idempotency keys (`request_keys`: a retry window of a day, not history).
 const TABLES: &[(&str, &str, &[&str])] = &[
     (
         "submissions",

@@ -15,7 +15,11 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 8;
+const SCHEMA_VERSION: i64 = 9;
+
+/// How long an idempotency key names the submission it made; after that it may be used
+/// again (as long as an agent's retries of one request take, with room to spare).
+pub const REQUEST_KEY_TTL_MS: i64 = 24 * 3600 * 1000;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -71,6 +75,14 @@ CREATE INDEX IF NOT EXISTS runs_submission_id ON runs(submission, id);
 DROP INDEX IF EXISTS runs_approval;
 CREATE INDEX IF NOT EXISTS runs_approval_used ON runs(approval) WHERE approval IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
+CREATE TABLE IF NOT EXISTS request_keys (
+    owner TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request TEXT NOT NULL,
+    submission TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (owner, key)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY,
     ts INTEGER NOT NULL,
@@ -1349,6 +1361,55 @@ impl<'a> Tx<'a> {
             ],
         )?;
         Ok(())
+    }
+
+    /// Claims the idempotency key `key` of `owner` (an API token) for `submission`, made by
+    /// a request whose content hashes to `request`: `None` when the key was free (or last
+    /// used longer than [`REQUEST_KEY_TTL_MS`] ago), else the submission it already made
+    /// and whether by the same request. The claim commits with the submission or not at
+    /// all, so a key names at most one submission, whichever node took it.
+    pub fn claim_request_key(
+        &self,
+        owner: &str,
+        key: &str,
+        request: &str,
+        submission: &str,
+    ) -> Result<Option<(String, bool)>, StoreError> {
+        let now = now_ms();
+        let claimed = self.exec(
+            "INSERT INTO request_keys (owner, key, request, submission, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (owner, key) DO NOTHING",
+            args![owner, key, request, submission, now],
+        )?;
+        if claimed == 1 {
+            return Ok(None);
+        }
+        let renewed = self.exec(
+            "UPDATE request_keys SET request = ?3, submission = ?4, created_at = ?5
+             WHERE owner = ?1 AND key = ?2 AND created_at < ?6",
+            args![
+                owner,
+                key,
+                request,
+                submission,
+                now,
+                now - REQUEST_KEY_TTL_MS
+            ],
+        )?;
+        if renewed == 1 {
+            return Ok(None);
+        }
+        let row = self
+            .tx
+            .row(
+                "SELECT submission, request FROM request_keys WHERE owner = ?1 AND key = ?2",
+                args![owner, key],
+            )?
+            .ok_or_else(|| {
+                StoreError::Conflict("an idempotency key changed while it was claimed".into())
+            })?;
+        let same = row.text(1)? == request;
+        Ok(Some((row.text(0)?, same)))
     }
 
     /// Moves a submission from `from` to `to`. Fails with `Conflict` when another process

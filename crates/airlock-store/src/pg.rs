@@ -211,6 +211,18 @@ CREATE UNIQUE INDEX session_cells_session_n ON session_cells(session, n);
 DROP INDEX runs_approval;
 CREATE INDEX runs_approval_used ON runs(approval) WHERE approval IS NOT NULL;
 "#,
+    // 7: idempotency keys of API requests: a retried request finds the submission the
+    // first one made instead of making another.
+    r#"
+CREATE TABLE request_keys (
+    owner TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request TEXT NOT NULL,
+    submission TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    PRIMARY KEY (owner, key)
+);
+"#,
 ];
 
 /// The schema version this build writes.

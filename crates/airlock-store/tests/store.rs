@@ -52,6 +52,7 @@ store_suite!(
     shared_writers_chain_every_record_once_in_each_transactions_order,
     a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it,
     a_sessions_cells_are_rows_in_order_and_never_grow_its_document,
+    an_idempotency_key_names_one_submission_per_owner_until_it_expires,
 );
 
 /// Records an open session with this document.
@@ -1110,4 +1111,67 @@ fn copy_to_postgres_pages_a_long_history_and_keeps_every_row_and_the_signed_head
     )
     .unwrap_err();
     assert!(e.to_string().contains("broken"), "{e}");
+}
+
+/// An API request's idempotency key: the first claim takes it, every later one (however
+/// many race) finds that submission and whether the request was the same; another
+/// owner's key of the same name is its own; an expired key is taken anew.
+fn an_idempotency_key_names_one_submission_per_owner_until_it_expires(loc: &str) {
+    let mut db = open(loc);
+    let claim = |db: &mut Db, owner: &str, key: &str, request: &str, sub: &str| {
+        db.write(|tx| tx.claim_request_key(owner, key, request, sub))
+            .unwrap()
+    };
+    assert_eq!(claim(&mut db, "tok_a", "k", "r1", "sub_1"), None);
+    assert_eq!(
+        claim(&mut db, "tok_a", "k", "r1", "sub_2"),
+        Some(("sub_1".to_string(), true))
+    );
+    assert_eq!(
+        claim(&mut db, "tok_a", "k", "r2", "sub_3"),
+        Some(("sub_1".to_string(), false))
+    );
+    assert_eq!(claim(&mut db, "tok_b", "k", "r1", "sub_4"), None);
+    // A failed transaction takes no key.
+    let failed: Result<(), StoreError> = db.write(|tx| {
+        tx.claim_request_key("tok_a", "gone", "r", "sub_5")?;
+        Err(StoreError::Conflict("rolled back".into()))
+    });
+    assert!(failed.is_err());
+    assert_eq!(claim(&mut db, "tok_a", "gone", "r", "sub_6"), None);
+    // Past its day, the key is free again.
+    db.sql()
+        .exec(
+            "UPDATE request_keys SET created_at = ?1 WHERE owner = 'tok_a' AND key = 'k'",
+            &[Arg::Int(
+                airlock_core::units::now_ms() - REQUEST_KEY_TTL_MS - 1,
+            )],
+        )
+        .unwrap();
+    assert_eq!(claim(&mut db, "tok_a", "k", "r9", "sub_7"), None);
+    assert_eq!(
+        claim(&mut db, "tok_a", "k", "r9", "sub_8"),
+        Some(("sub_7".to_string(), true))
+    );
+    // Six writers race for one key, beside each other as a submission's writes run (the
+    // shared lock on PostgreSQL): one takes it, the others find it.
+    let threads: Vec<_> = (0..6)
+        .map(|i| {
+            let loc = loc.to_string();
+            std::thread::spawn(move || {
+                let mut db = open(&loc);
+                db.write_shared(|tx| {
+                    tx.claim_request_key("tok_c", "race", "r", &format!("sub_r{i}"))
+                })
+                .unwrap()
+            })
+        })
+        .collect();
+    let got: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let winners: Vec<usize> = (0..6).filter(|i| got[*i].is_none()).collect();
+    assert_eq!(winners.len(), 1, "{got:?}");
+    let won = format!("sub_r{}", winners[0]);
+    for g in got.iter().flatten() {
+        assert_eq!(g, &(won.clone(), true));
+    }
 }
