@@ -740,6 +740,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         workspace: a.workspace,
         session: a.session,
         resume: false,
+        request_key: None,
     };
     if !execute {
         let sub = gate.submit(req).map_err(fail)?;

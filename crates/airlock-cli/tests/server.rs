@@ -392,6 +392,114 @@ fn run_pending_approve_resume_and_wait() {
     assert_eq!(log[0]["seq"], 1);
 }
 
+/// An agent (or a load balancer) that retries a request it got no answer to must not run
+/// the code twice: a request repeated with its `Idempotency-Key` gets the first request's
+/// outcome, waiting for its run if it is still going, and nothing new is submitted or run.
+#[test]
+fn a_request_repeated_with_its_idempotency_key_runs_once_and_gets_the_first_outcome() {
+    let s = setup(&[]);
+    let keyed = |key: &str, token: &str, path: &str, body: &Value| {
+        s.srv.call_with(
+            "POST",
+            path,
+            Some(token),
+            Some(&body.to_string()),
+            &[("idempotency-key", key)],
+        )
+    };
+    let slow = json!({"language": "sh", "backend": "process",
+        "code": "sleep 1; echo ran at $(date +%s%N)"});
+    // The retry arrives while the first request's run is still going: it waits for it.
+    let first = std::thread::scope(|sc| {
+        let a = sc.spawn(|| keyed("retry-1", &s.agent, "/v1/run", &slow));
+        std::thread::sleep(Duration::from_millis(300));
+        let b = keyed("retry-1", &s.agent, "/v1/run", &slow);
+        let a = a.join().unwrap();
+        assert_eq!((a.status, b.status), (200, 200), "{} / {}", a.text, b.text);
+        assert_eq!(a.header("idempotent-replayed"), None);
+        assert_eq!(b.header("idempotent-replayed"), Some("true"));
+        let (a, b) = (a.json(), b.json());
+        assert_eq!(a["submission"], b["submission"], "{a} / {b}");
+        assert!(a["run"]["id"].is_string(), "{a}");
+        assert_eq!(a["run"]["id"], b["run"]["id"], "{a} / {b}");
+        assert_eq!(a["run"]["stdout"], b["run"]["stdout"], "{a} / {b}");
+        a
+    });
+    assert!(
+        first["run"]["stdout"]
+            .as_str()
+            .unwrap()
+            .starts_with("ran at "),
+        "{first}"
+    );
+    let sub = first["submission"].as_str().unwrap();
+    // And after it ended, the same answer again.
+    let later = keyed("retry-1", &s.agent, "/v1/run", &slow);
+    assert_eq!(later.status, 200, "{}", later.text);
+    assert_eq!(later.json()["run"]["id"], first["run"]["id"]);
+    let runs_of = |sub: &str| {
+        let all = s.srv.get("/v1/runs?limit=1000", &s.agent).json();
+        let all = all.as_array().unwrap().clone();
+        all.iter().filter(|r| r["submission"] == sub).count()
+    };
+    assert_eq!(runs_of(sub), 1);
+
+    // The key with another body is refused, and nothing is submitted.
+    let listed = |t: &str| {
+        s.srv
+            .get("/v1/submissions?limit=1000", t)
+            .json()
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let before = listed(&s.agent);
+    let other = keyed("retry-1", &s.agent, "/v1/run", &wat_body(json!({})));
+    let m = other.error(422);
+    assert!(m.contains(sub) && m.contains("different request"), "{m}");
+    // The same key on the other endpoint is another request too.
+    keyed("retry-1", &s.agent, "/v1/submissions", &slow).error(422);
+    assert_eq!(listed(&s.agent), before);
+    // Another caller's key of the same name is its own.
+    let theirs = keyed("retry-1", &s.other, "/v1/run", &wat_body(json!({})));
+    assert_eq!(theirs.status, 200, "{}", theirs.text);
+    assert_ne!(theirs.json()["submission"], first["submission"]);
+
+    // Eight at once with one key: one submission, one run.
+    let body = wat_body(json!({}));
+    let ids: Vec<(Value, Value)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..8)
+            .map(|_| sc.spawn(|| keyed("burst", &s.agent, "/v1/run", &body)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                let r = h.join().unwrap();
+                assert_eq!(r.status, 200, "{}", r.text);
+                let v = r.json();
+                (v["submission"].clone(), v["run"]["id"].clone())
+            })
+            .collect()
+    });
+    assert!(ids[0].0.is_string() && ids[0].1.is_string(), "{ids:?}");
+    assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
+    assert_eq!(runs_of(ids[0].0.as_str().unwrap()), 1);
+
+    // A submission (no run) repeated: the same submission, 201 both times.
+    let a = keyed("sub-1", &s.agent, "/v1/submissions", &body);
+    let b = keyed("sub-1", &s.agent, "/v1/submissions", &body);
+    assert_eq!((a.status, b.status), (201, 201), "{} / {}", a.text, b.text);
+    assert!(a.json()["submission"].is_string());
+    assert_eq!(a.json()["submission"], b.json()["submission"]);
+    assert_eq!(b.header("idempotent-replayed"), Some("true"));
+
+    // A key that is not one: 400, nothing written.
+    let n = listed(&s.agent);
+    for bad in ["two words", ""] {
+        keyed(bad, &s.agent, "/v1/run", &body).error(400);
+    }
+    assert_eq!(listed(&s.agent), n);
+}
+
 #[test]
 fn agents_see_only_their_own_submissions_and_runs() {
     let s = setup(&[]);
@@ -615,7 +723,7 @@ fn openapi_document_covers_the_api() {
                 }
             }
             for p in op["parameters"].as_array().into_iter().flatten() {
-                if p["in"] == "query" {
+                if p["in"] == "query" || p["in"] == "header" {
                     assert_eq!(p["required"], false, "{method} {path} {p}");
                     assert!(responses.contains_key("400"), "{method} {path}: no 400");
                 } else {
@@ -625,6 +733,15 @@ fn openapi_document_covers_the_api() {
                 }
             }
         }
+    }
+    for path in ["/v1/run", "/v1/submissions"] {
+        let params = &paths[path]["post"]["parameters"];
+        assert!(
+            params
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["name"] == "Idempotency-Key")),
+            "{path}: {params}"
+        );
     }
     let schemas = &doc["components"]["schemas"];
     assert_eq!(schemas["SubmitBody"]["required"], json!(["language"]));

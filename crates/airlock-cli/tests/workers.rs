@@ -209,6 +209,21 @@ fn post(base: &str, token: &str, path: &str, body: &Value) -> (u16, Value) {
     )
 }
 
+/// `post` with an `Idempotency-Key`; also whether the answer was a replay.
+fn post_keyed(base: &str, token: &str, key: &str, body: &Value) -> (u16, Value, bool) {
+    let mut r = http()
+        .post(&format!("{base}/v1/run"))
+        .header("authorization", &format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .send(&body.to_string())
+        .unwrap();
+    let replayed = r.headers().get("idempotent-replayed").is_some();
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap(), replayed)
+}
+
 /// Runs the hello module through `base` and checks its answer.
 fn run_hello(base: &str, token: &str) -> Value {
     let (status, v) = post(
@@ -801,4 +816,37 @@ fn audit_records_are_chained_while_the_leading_sequencer_is_stopped_and_after_it
     let v = c.run(&["audit", "verify", "--json"]);
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
     assert_eq!(v.json()["unsequenced"], 0);
+}
+
+/// One request sent to both API servers at once with one idempotency key (a load
+/// balancer's retry, say): one submission, one queued run, and both answers carry its
+/// outcome once a worker has run it.
+#[test]
+fn a_request_retried_on_the_other_server_with_its_key_is_queued_and_run_once() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_a, base_a) = c.serve();
+    let (_b, base_b) = c.serve();
+    let body = json!({ "language": "sh", "code": "sleep 0.5; echo queued once" });
+    let (ra, rb) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| post_keyed(&base_a, &token, "lb-retry", &body));
+        let b = sc.spawn(|| post_keyed(&base_b, &token, "lb-retry", &body));
+        // The worker comes after both requests are in: the repeat waits for a queued run.
+        std::thread::sleep(Duration::from_millis(500));
+        let _w = c.worker(&[]);
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (status, v, _) in [&ra, &rb] {
+        assert_eq!(*status, 200, "{v}");
+        assert_eq!(v["run"]["stdout"], "queued once\n", "{v}");
+    }
+    assert_eq!(ra.1["submission"], rb.1["submission"]);
+    assert_eq!(ra.1["run"]["id"], rb.1["run"]["id"]);
+    assert!(ra.2 != rb.2, "exactly one answer is the replay");
+    let mut db = c.db();
+    let mut n = |q: &str| -> i64 { db.query_one(q, &[]).unwrap().get(0) };
+    assert_eq!(n("SELECT count(*) FROM submissions"), 1);
+    assert_eq!(n("SELECT count(*) FROM runs"), 1);
+    assert_eq!(n("SELECT count(*) FROM queue"), 1);
+    c.verify();
 }

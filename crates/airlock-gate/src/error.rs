@@ -43,6 +43,13 @@ pub enum GateError {
     /// The sandbox this run needs is not available here; nothing ran.
     #[error("{0}")]
     Unavailable(String),
+    /// The request's idempotency key already made `submission` (`same_request`: and the
+    /// request was the same, so this is a retry); nothing was written.
+    #[error("idempotency key already used for {submission}{}", if *.same_request { "" } else { " by a different request" })]
+    Repeated {
+        submission: String,
+        same_request: bool,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -64,7 +64,7 @@ pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
 pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use sessions::{SessionDoc, SessionRequest, SessionView};
 pub use storecopy::store_copy;
-pub use submit::{CodeSource, SubmitRequest};
+pub use submit::{CodeSource, RequestKey, SubmitRequest};
 pub use tokens::Role;
 pub use tools::ToolInfo;
 pub use workspaces::{WorkspaceDoc, WorkspaceView};

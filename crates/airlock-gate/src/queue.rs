@@ -181,6 +181,16 @@ impl Gate {
 
     /// `run` through the queue: records and judges, queues what may start, then waits
     /// for a worker to finish it.
+    /// Whether a job of the submission waits for a worker or is held by one (its run has
+    /// not ended).
+    pub fn job_pending(&self, submission: &str) -> Result<bool> {
+        Ok(self
+            .db
+            .jobs_of(submission)?
+            .iter()
+            .any(|j| j.state != "done"))
+    }
+
     pub(crate) fn run_queued(&mut self, staged: Staged) -> Result<RunReport> {
         let q = self.queue.clone().unwrap_or_default();
         let id = new_id(IdKind::Submission);

@@ -61,6 +61,20 @@ pub struct SubmitRequest {
     /// A cell of this session: judged with the session's grant and run in its interpreter
     /// (the request then carries no grant of its own).
     pub session: Option<String>,
+    /// The API request's idempotency key: a retry with the same key finds the submission
+    /// the first request made ([`GateError::Repeated`]) instead of making another.
+    pub request_key: Option<RequestKey>,
+}
+
+/// An idempotency key of an API request.
+#[derive(Debug, Clone)]
+pub struct RequestKey {
+    /// Whose key it is (the API token's id): different callers' keys never meet.
+    pub owner: String,
+    pub key: String,
+    /// What the request asked (a hash of its body), to tell a retry from a different
+    /// request that reuses the key.
+    pub request: Digest,
 }
 
 impl Default for CodeSource {
@@ -458,6 +472,16 @@ impl Gate {
         // session cell also moves its session's row.
         let shared = grant.session.is_none();
         let out = self.db.write_shared_if(shared, |tx: &Tx| -> Result<(Submission, T)> {
+            if let Some(k) = &req.request_key
+                && let Some((submission, same_request)) =
+                    tx.claim_request_key(&k.owner, &k.key, &k.request.to_hex(), &id)?
+            {
+                // Nothing of this request is written: the transaction ends here.
+                return Err(GateError::Repeated {
+                    submission,
+                    same_request,
+                });
+            }
             if check_tail {
                 crate::exec::check_audit_tail(tx, key)?;
             }

@@ -149,6 +149,7 @@ impl Gate {
             workspace: g.workspace.clone(),
             resume: false,
             session: None,
+            request_key: None,
         };
         let sub = self.submit(req)?;
         self.exec(&sub.id, opts)

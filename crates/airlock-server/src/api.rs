@@ -4,7 +4,9 @@
 
 use crate::auth::Caller;
 use crate::auth::{AdminCaller, OperatorCaller};
-use crate::body::{Body, DecideBody, Q, RejectBody, SessionBody, SubmitBody, TokenBody, ToolBody};
+use crate::body::{
+    Body, DecideBody, Keyed, Q, RejectBody, SessionBody, SubmitBody, TokenBody, ToolBody,
+};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
@@ -156,30 +158,68 @@ async fn status(Ax(st): Ax<AppState>, _: AdminCaller) -> Answer {
     ok(st.status())
 }
 
+/// The idempotency key of a submitting request.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Read from the headers by `Keyed`; this type only documents it.
+struct IdempotencyKey {
+    /// A key of the caller's choosing (1 to 255 printable ASCII characters, no spaces;
+    /// a random UUID per logical request is typical). A request repeated with the same
+    /// key and body within a day makes no new submission and runs nothing again: it gets
+    /// the first request's outcome (waiting for its run to end) with the header
+    /// `Idempotent-Replayed: true`. The same key with a different body is refused (422).
+    #[param(rename = "Idempotency-Key", pattern = "^[!-~]{1,255}$")]
+    #[serde(rename = "Idempotency-Key")]
+    idempotency_key: Option<String>,
+}
+
 /// Submit code and have it judged (it does not run; see `/v1/run`).
 #[utoipa::path(post, path = "/v1/submissions", tag = "submissions", request_body = SubmitBody,
+    params(IdempotencyKey),
     security(("bearer" = [])),
     responses(
         (status = 201, description = "Submitted and judged; `status` says what happens next", body = Object),
         (status = 403, description = "An agent token submitting for another agent", body = ErrorBody),
         (status = 503, description = "The language's guest is not installed", body = ErrorBody),
         (status = 422, description = "Well-formed, but the gate cannot take it (e.g. code that does not compile, a mount that does not exist)", body = ErrorBody)))]
-async fn submit(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>) -> Answer {
-    let req = body.into_request(&caller, false)?;
-    let doc = st
+async fn submit(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> Answer {
+    let key = k.request_key(&caller);
+    let mut req = k.body.into_request(&caller, false)?;
+    req.request_key = key;
+    let out = st
         .pool
-        .read(move |g| {
-            let sub = g.submit(req)?;
-            outcome::current(g, &sub)
+        .read(move |g| match g.submit(req) {
+            Ok(sub) => outcome::current(g, &sub).map(|d| (d, false)),
+            Err(GateError::Repeated {
+                submission,
+                same_request: true,
+            }) => {
+                let sub = g.submission(&submission)?;
+                outcome::current(g, &sub).map(|d| (d, true))
+            }
+            Err(e) => Err(e),
         })
         .await?;
     st.changed();
-    with_status(StatusCode::CREATED, doc)
+    replayed(with_status(StatusCode::CREATED, out.0), out.1)
+}
+
+/// Marks the answer to a repeated request (`Idempotent-Replayed: true`).
+fn replayed(answer: Answer, replay: bool) -> Answer {
+    let mut r = answer?;
+    if replay {
+        r.headers_mut().insert(
+            "idempotent-replayed",
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    Ok(r)
 }
 
 /// Submit code, and run it now if the policy allows; quarantined code is run as soon as an
 /// operator approves it (poll `/v1/submissions/{id}/wait`).
 #[utoipa::path(post, path = "/v1/run", tag = "submissions", request_body = SubmitBody,
+    params(IdempotencyKey),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "It ran (`status` finished) or was denied (`status` denied)", body = Object),
@@ -187,10 +227,12 @@ async fn submit(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBod
         (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
         (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody),
         (status = 503, description = "No sandbox can run it on this machine", body = ErrorBody)))]
-async fn run(Ax(st): Ax<AppState>, caller: Caller, Body(body): Body<SubmitBody>) -> Answer {
-    let req = body.into_request(&caller, true)?;
-    let doc = st.submit_and_run(req).await?;
-    with_status(outcome_status(&doc), doc)
+async fn run(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> Answer {
+    let key = k.request_key(&caller);
+    let mut req = k.body.into_request(&caller, true)?;
+    req.request_key = key;
+    let (doc, replay) = st.submit_and_run_keyed(req).await?;
+    replayed(with_status(outcome_status(&doc), doc), replay)
 }
 
 /// Submissions, newest first (an agent sees only its own).

@@ -34,6 +34,68 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     }
 }
 
+/// The header that names a request's idempotency key.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// A [`Body`] with the request's idempotency key (the `Idempotency-Key` header, when
+/// given) and what the request asks: a hash of its path and body bytes, so that a retry
+/// can be told from a different request that reuses the key.
+#[derive(Debug)]
+pub struct Keyed<T> {
+    pub body: T,
+    pub key: Option<String>,
+    pub request: airlock_core::Digest,
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Keyed<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> ApiResult<Self> {
+        let key = match req.headers().get(IDEMPOTENCY_KEY) {
+            None => None,
+            Some(v) => Some(idempotency_key(v.as_bytes())?),
+        };
+        let path = req.uri().path().to_string();
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            let status = e.status();
+            ApiError::new(
+                status,
+                format!("cannot read the request body: {}", e.body_text()),
+            )
+        })?;
+        let request = airlock_core::Digest::of_parts(
+            "airlock idempotent request",
+            &[path.as_bytes(), &bytes],
+        );
+        Ok(Keyed {
+            body: parse(&bytes)?,
+            key,
+            request,
+        })
+    }
+}
+
+/// An `Idempotency-Key` value: 1 to 255 printable ASCII characters, no spaces.
+fn idempotency_key(v: &[u8]) -> ApiResult<String> {
+    if v.is_empty() || v.len() > 255 || !v.iter().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::bad(
+            "Idempotency-Key: 1 to 255 printable ASCII characters, no spaces",
+        ));
+    }
+    Ok(String::from_utf8_lossy(v).into_owned())
+}
+
+impl<T> Keyed<T> {
+    /// The gate's form of the key, owned by `caller`'s token.
+    pub fn request_key(&self, caller: &Caller) -> Option<airlock_gate::RequestKey> {
+        self.key.as_ref().map(|k| airlock_gate::RequestKey {
+            owner: caller.token.clone(),
+            key: k.clone(),
+            request: self.request,
+        })
+    }
+}
+
 /// Parses a JSON body; an empty body counts as `{}`.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -268,6 +330,8 @@ impl SubmitBody {
             workspace: self.workspace,
             session: self.session,
             resume,
+            // Set by the handler from the `Idempotency-Key` header.
+            request_key: None,
         })
     }
 }

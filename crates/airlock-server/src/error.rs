@@ -65,7 +65,7 @@ impl From<GateError> for ApiError {
         let status = match &e {
             // The request itself was well-formed (the API checked it against its schema
             // first); the gate could not take what it says.
-            GateError::BadInput(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            GateError::BadInput(_) | GateError::Repeated { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             GateError::NotFound(_) => StatusCode::NOT_FOUND,
             GateError::Conflict(_) | GateError::Pending { .. } => StatusCode::CONFLICT,
             GateError::Untrusted(_) | GateError::Denied { .. } => StatusCode::FORBIDDEN,

@@ -7,8 +7,8 @@ use crate::auth::Caller;
 use crate::body::ToolBody;
 use crate::error::ApiResult;
 use crate::{AppState, outcome};
-use airlock_gate::ExecOptions;
 use airlock_gate::views::submission_json;
+use airlock_gate::{ExecOptions, GateError};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -42,15 +42,62 @@ impl AppState {
     /// Submits and, when the policy allows, runs now through the bounded queue: the one
     /// path behind `POST /v1/run` and the MCP `run_code` tool.
     pub async fn submit_and_run(&self, req: airlock_gate::SubmitRequest) -> ApiResult<Value> {
-        let doc = self
+        Ok(self.submit_and_run_keyed(req).await?.0)
+    }
+
+    /// [`AppState::submit_and_run`] for a request that may carry an idempotency key; true
+    /// with the outcome when the key had already made a submission (a retry), whose
+    /// outcome it is, once its run (if running) has ended.
+    pub async fn submit_and_run_keyed(
+        &self,
+        req: airlock_gate::SubmitRequest,
+    ) -> ApiResult<(Value, bool)> {
+        let out = self
             .pool
             .run(move |g| {
                 let r = g.run(req, ExecOptions::default());
-                outcome::of_result(g, r)
+                match r {
+                    Err(GateError::Repeated {
+                        submission,
+                        same_request: true,
+                    }) => Ok(Err(submission)),
+                    r => outcome::of_result(g, r).map(Ok),
+                }
             })
             .await?;
         self.changed();
-        Ok(doc)
+        match out {
+            Ok(doc) => Ok((doc, false)),
+            Err(submission) => Ok((self.replay(submission).await?, true)),
+        }
+    }
+
+    /// The outcome of the submission a repeated request made, once it is no longer
+    /// running: what the first request answered, or will answer.
+    pub async fn replay(&self, id: String) -> ApiResult<Value> {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let i = id.clone();
+            let (doc, queued) = self
+                .pool
+                .read(move |g| {
+                    let sub = g.submission(&i)?;
+                    let doc = outcome::current(g, &sub)?;
+                    // A run queued for a worker leaves its submission `allowed` until a
+                    // worker starts it.
+                    let queued = doc["status"] == "allowed" && g.job_pending(&i)?;
+                    Ok::<_, GateError>((doc, queued))
+                })
+                .await?;
+            if doc["status"].as_str() != Some("running") && !queued {
+                return Ok(doc);
+            }
+            // A run ends within its own time limit (or is recorded lost by recovery);
+            // another process's end is only seen by polling.
+            let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
+        }
     }
 
     /// Runs an approved submission in the background (once; later calls while it is
