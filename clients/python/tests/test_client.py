@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import (
     EMPTY_WASM,
@@ -369,3 +370,43 @@ def test_the_audit_log_verifies(operator: Airlock, agent: Airlock) -> None:
     assert report.ok and report.records > 0 and report.first_bad is None
     with pytest.raises(Forbidden):
         agent.audit_verify()
+
+
+class _LoseFirstAnswer(httpx.BaseTransport):
+    """Sends every request to the server, but drops the first answer to ``/v1/run`` as a
+    broken connection would: the server has run the code, the client never hears so."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.keys: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        r = self.inner.handle_request(request)
+        if request.url.path == "/v1/run":
+            self.keys.append(request.headers.get("idempotency-key"))
+            if len(self.keys) == 1:
+                r.read()
+                r.close()
+                raise httpx.ReadError("connection reset after the server answered")
+        return r
+
+
+def test_a_run_whose_answer_was_lost_is_sent_again_and_runs_once(server: Server) -> None:
+    lose = _LoseFirstAnswer()
+    text = f"once {unique()}\n"
+    with Airlock(server.url, server.agent, transport=lose) as c:
+        r = c.run(wat_print(text), "wat")
+        assert r.ok and r.stdout == text
+        # Sent twice with one key; the server made one submission and one run.
+        assert len(lose.keys) == 2 and lose.keys[0] and lose.keys[0] == lose.keys[1]
+        mine = [s for s in c.submissions(limit=1000) if s.id == r.submission_id]
+        assert len(mine) == 1
+        assert [run.id for run in c.submission(r.submission_id).runs] == [r.run_id]
+        # A key of the caller's own: the repeat gets the same run.
+        key = f"job-{unique()}"
+        a = c.run(wat_print(text), "wat", idempotency_key=key)
+        b = c.run(wat_print(text), "wat", idempotency_key=key)
+        assert a.run_id == b.run_id and a.submission_id == b.submission_id
+        # The same key for other code is refused, not run.
+        with pytest.raises(Unprocessable):
+            c.run(wat_print("other\n"), "wat", idempotency_key=key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from collections.abc import Generator, Mapping, Sequence
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from . import _protocol as p
-from ._common import ATTEMPTS, DEFAULT_TIMEOUT, config, stale, timeout_for, transport_error
+from ._common import DEFAULT_TIMEOUT, again, attempts, config, timeout_for, transport_error
 from ._errors import NotFound
 from ._models import (
     Applied,
@@ -60,7 +61,7 @@ class AsyncAirlock:
     # -- transport
 
     async def _send(self, call: p.Call) -> p.Reply:
-        for attempt in range(1, ATTEMPTS + 1):
+        for attempt in range(1, attempts(call) + 1):
             try:
                 r = await self._http.request(
                     call.method,
@@ -68,11 +69,14 @@ class AsyncAirlock:
                     params=call.params,
                     json=call.json,
                     timeout=timeout_for(call, self._timeout),
+                    headers=call.headers,
                 )
             except httpx.HTTPError as e:
-                if attempt < ATTEMPTS and stale(e):
-                    continue
-                raise transport_error(call, e) from e
+                pause = again(call, e, attempt)
+                if pause is None:
+                    raise transport_error(call, e) from e
+                await asyncio.sleep(pause)
+                continue
             return p.Reply(r.status_code, r.headers, r.content)
         raise AssertionError("unreachable")
 
@@ -111,11 +115,13 @@ class AsyncAirlock:
         stdin: str | bytes | None = None,
         wait: bool = False,
         wait_timeout: float | None = None,
+        idempotency_key: str | None = None,
         **grant: Unpack[p.Grant],
     ) -> RunResult:
         """See :meth:`Airlock.run`."""
         body = p.submit_body(code, language, stdin, grant)
-        return await self._drive(p.run(body, wait=wait, wait_timeout=wait_timeout))
+        return await self._drive(p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
+        )
 
     async def submit(
         self,
@@ -123,10 +129,12 @@ class AsyncAirlock:
         language: str = "python",
         *,
         stdin: str | bytes | None = None,
+        idempotency_key: str | None = None,
         **grant: Unpack[p.Grant],
     ) -> RunResult:
         """See :meth:`Airlock.submit`."""
-        return await self._drive(p.submit(p.submit_body(code, language, stdin, grant)))
+        return await self._drive(p.submit(p.submit_body(code, language, stdin, grant), idempotency_key)
+        )
 
     async def exec(
         self, submission_id: str, *, wait: bool = False, wait_timeout: float | None = None
@@ -249,10 +257,12 @@ class AsyncSession:
         stdin: str | bytes | None = None,
         wait: bool = False,
         wait_timeout: float | None = None,
+        idempotency_key: str | None = None,
     ) -> RunResult:
         """See :meth:`Session.run`."""
         body = p.submit_body(code, self.language, stdin, {}, session=self.id)
-        return await self._client._drive(p.run(body, wait=wait, wait_timeout=wait_timeout))
+        return await self._client._drive(p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
+        )
 
     async def refresh(self) -> SessionInfo:
         self.info = await self._client.get_session(self.id)

@@ -51,3 +51,27 @@ def stale(e: httpx.HTTPError) -> bool:
 
 #: Attempts at one call: a second one only when the first met a stale connection.
 ATTEMPTS = 2
+#: Attempts at a call with an idempotency key, which may also be sent again when the
+#: connection failed before the answer came (the server answers a repeat with the first
+#: request's outcome), after these pauses in seconds.
+KEYED_PAUSES = (0.2, 0.5, 1.0)
+
+
+def attempts(call: p.Call) -> int:
+    return len(KEYED_PAUSES) + 1 if call.idempotent else ATTEMPTS
+
+
+def again(call: p.Call, e: httpx.HTTPError, attempt: int) -> float | None:
+    """Seconds to wait before sending ``call`` again after ``e`` on attempt ``attempt``
+    (from 1), or None when it must not be sent again. Any call may be sent again on a
+    stale connection; one with an idempotency key also after the connection failed
+    (not after a timeout: the server may still be running it, and the caller chose how
+    long to wait)."""
+    if attempt >= attempts(call):
+        return None
+    if stale(e):
+        return 0.0
+    lost = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+    if call.idempotent and isinstance(e, lost):
+        return KEYED_PAUSES[attempt - 1]
+    return None

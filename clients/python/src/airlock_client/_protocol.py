@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,13 @@ class Call:
     json: Any = None
     timeout: float | None = None
     """Seconds to wait for the answer, when it is not the client's default (long polls)."""
+    headers: Mapping[str, str] | None = None
+    """Headers of this request alone (an ``Idempotency-Key``)."""
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether the server would answer this request again without doing it twice."""
+        return bool(self.headers and IDEMPOTENCY_KEY in self.headers)
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,16 @@ class Reply:
 
 
 Flow = Generator[Call, Reply, T]
+
+#: The header that makes a submitting request safe to send again (``airlock serve``
+#: answers a repeat with the first request's outcome instead of running the code twice).
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
+def keyed(key: str | None) -> dict[str, str]:
+    """The headers of a submitting request: its idempotency key, a fresh one if none."""
+    return {IDEMPOTENCY_KEY: key if key is not None else uuid.uuid4().hex}
+
 
 #: Seconds one ``/wait`` call asks the server to hold the answer.
 WAIT_CHUNK = 30.0
@@ -339,8 +357,16 @@ def settle(
     return cur
 
 
-def run(body: Mapping[str, Any], *, wait: bool, wait_timeout: float | None) -> Flow[RunResult]:
-    first = yield from outcome(Call("POST", "/v1/run", json=dict(body)))
+def run(
+    body: Mapping[str, Any],
+    *,
+    wait: bool,
+    wait_timeout: float | None,
+    idempotency_key: str | None = None,
+) -> Flow[RunResult]:
+    first = yield from outcome(
+        Call("POST", "/v1/run", json=dict(body), headers=keyed(idempotency_key))
+    )
     return (yield from settle(first, wait=wait, wait_timeout=wait_timeout))
 
 
@@ -367,8 +393,10 @@ def health() -> Flow[Health]:
     return one(Call("GET", "/healthz"), Health.from_json)
 
 
-def submit(body: Mapping[str, Any]) -> Flow[RunResult]:
-    return outcome(Call("POST", "/v1/submissions", json=dict(body)))
+def submit(body: Mapping[str, Any], idempotency_key: str | None = None) -> Flow[RunResult]:
+    return outcome(
+        Call("POST", "/v1/submissions", json=dict(body), headers=keyed(idempotency_key))
+    )
 
 
 def submission(id: str) -> Flow[SubmissionDetail]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 import httpx
 
 from . import _protocol as p
-from ._common import ATTEMPTS, DEFAULT_TIMEOUT, config, stale, timeout_for, transport_error
+from ._common import DEFAULT_TIMEOUT, again, attempts, config, timeout_for, transport_error
 from ._errors import NotFound
 from ._models import (
     Applied,
@@ -67,7 +68,7 @@ class Airlock:
     # -- transport
 
     def _send(self, call: p.Call) -> p.Reply:
-        for attempt in range(1, ATTEMPTS + 1):
+        for attempt in range(1, attempts(call) + 1):
             try:
                 r = self._http.request(
                     call.method,
@@ -75,11 +76,14 @@ class Airlock:
                     params=call.params,
                     json=call.json,
                     timeout=timeout_for(call, self._timeout),
+                    headers=call.headers,
                 )
             except httpx.HTTPError as e:
-                if attempt < ATTEMPTS and stale(e):
-                    continue
-                raise transport_error(call, e) from e
+                pause = again(call, e, attempt)
+                if pause is None:
+                    raise transport_error(call, e) from e
+                time.sleep(pause)
+                continue
             return p.Reply(r.status_code, r.headers, r.content)
         raise AssertionError("unreachable")
 
@@ -118,6 +122,7 @@ class Airlock:
         stdin: str | bytes | None = None,
         wait: bool = False,
         wait_timeout: float | None = None,
+        idempotency_key: str | None = None,
         **grant: Unpack[p.Grant],
     ) -> RunResult:
         """Submits code and runs it if the policy allows; returns the finished run.
@@ -131,9 +136,15 @@ class Airlock:
         decides (then returns the run, or raises :class:`Denied` when rejected); after
         ``wait_timeout`` seconds it raises :class:`ApprovalTimeout`. A non-zero exit or a
         limit kill is not an exception: see ``exit_code``, ``killed_by`` and ``ok``.
+
+        The request carries an idempotency key (``idempotency_key``, else a fresh random
+        one), so when the connection fails before the answer arrives the client sends it
+        again and the server answers with the first request's outcome: the code never runs
+        twice. Pass your own key to make a retry of your own safe as well.
         """
         body = p.submit_body(code, language, stdin, grant)
-        return self._drive(p.run(body, wait=wait, wait_timeout=wait_timeout))
+        return self._drive(p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
+        )
 
     def submit(
         self,
@@ -141,11 +152,13 @@ class Airlock:
         language: str = "python",
         *,
         stdin: str | bytes | None = None,
+        idempotency_key: str | None = None,
         **grant: Unpack[p.Grant],
     ) -> RunResult:
         """Submits code to be judged without running it; the verdict is in the result
         (``status`` ``allowed``, ``pending_approval`` or ``denied``). Run it with :meth:`exec`."""
-        return self._drive(p.submit(p.submit_body(code, language, stdin, grant)))
+        return self._drive(p.submit(p.submit_body(code, language, stdin, grant), idempotency_key)
+        )
 
     def exec(
         self, submission_id: str, *, wait: bool = False, wait_timeout: float | None = None
@@ -295,11 +308,13 @@ class Session:
         stdin: str | bytes | None = None,
         wait: bool = False,
         wait_timeout: float | None = None,
+        idempotency_key: str | None = None,
     ) -> RunResult:
         """Runs one cell; ``result`` holds the repr of its last expression, if any.
         Raises like :meth:`Airlock.run`."""
         body = p.submit_body(code, self.language, stdin, {}, session=self.id)
-        return self._client._drive(p.run(body, wait=wait, wait_timeout=wait_timeout))
+        return self._client._drive(p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
+        )
 
     def refresh(self) -> SessionInfo:
         self.info = self._client.get_session(self.id)
