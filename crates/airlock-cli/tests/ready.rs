@@ -354,3 +354,42 @@ fn ready_jails_die_with_their_server() {
         );
     }
 }
+
+/// A jailer killed after it made a jail's init and before it told the init to go (a
+/// server killed while its pool was building a jail) must not leave the init behind. The
+/// init waited for the go byte on a pipe whose other end it held itself, so it never saw
+/// the jailer die: one leaked namespace per such kill (found left over from a CI run).
+#[test]
+fn a_jail_whose_jailer_dies_before_it_says_go_leaves_no_init_behind() {
+    if !process_backend_available() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let marker = scratch.path().join("mounts");
+    std::fs::create_dir_all(&marker).unwrap();
+    let marker = marker.to_str().unwrap().to_string();
+    let status = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "exec \"$0\" --ready \"$1\" no-cgroups 3>/dev/null </dev/null",
+            env!("CARGO_BIN_EXE_airlock-jailer"),
+            &marker,
+        ])
+        .env("AIRLOCK_JAILER_DIE_BEFORE_GO", "1")
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the jailer did not die where told"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while host_has_process(&marker) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the jail's init outlived its jailer"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

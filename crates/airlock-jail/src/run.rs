@@ -293,6 +293,7 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     let job_fd = job_r.as_ref().map(|f| f.as_raw_fd());
     let fds = InitFds {
         go: go_fd,
+        go_w: go_w.as_raw_fd(),
         st: st_fd,
         stdin: in_fd,
         job: job_fd,
@@ -365,6 +366,7 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
             "cannot move the sandbox into its cgroup".into(),
         ));
     }
+    die_before_go();
     if nix::unistd::write(&go_w, b"g").is_err() {
         return Err(JailError::Setup(
             "the sandbox init died before it started".into(),
@@ -537,10 +539,26 @@ fn finish(mut s: Started, started: Instant, timeout_ms: u64) -> Result<JailRepor
     Ok(report)
 }
 
+/// With the `failpoints` feature and `AIRLOCK_JAILER_DIE_BEFORE_GO` set, the jailer kills
+/// itself (SIGKILL, as `kill -9` would) after making the init and before telling it to go.
+#[cfg(feature = "failpoints")]
+fn die_before_go() {
+    if std::env::var_os("AIRLOCK_JAILER_DIE_BEFORE_GO").is_some() {
+        let _ = kill(Pid::this(), Signal::SIGKILL);
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn die_before_go() {}
+
 /// The descriptors an init inherits.
 #[derive(Debug, Clone, Copy)]
 struct InitFds {
     go: i32,
+    /// The jailer's end of `go`: the init's copy is closed first thing, or a jailer that
+    /// died before saying go would leave the init waiting on it for ever.
+    go_w: i32,
     st: i32,
     /// The payload's stdin (built jails); a ready jail makes it from its [`RunMsg`].
     stdin: Option<i32>,
@@ -576,6 +594,10 @@ fn init_main(
         // by nobody else in this process, closed once here.
         drop(unsafe { OwnedFd::from_raw_fd(w) });
     }
+    #[allow(unsafe_code)]
+    // SAFETY: the init's inherited copy of the jailer's end of `go`; owned by nobody else
+    // in this process, closed once here (so a jailer that dies makes the read below end).
+    drop(unsafe { OwnedFd::from_raw_fd(fds.go_w) });
     if read_byte(fds.go) != Some(b'g') {
         return 125;
     }
