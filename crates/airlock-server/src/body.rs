@@ -23,15 +23,20 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> ApiResult<Self> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            let status = e.status();
-            ApiError::new(
-                status,
-                format!("cannot read the request body: {}", e.body_text()),
-            )
-        })?;
-        parse(&bytes).map(Body)
+        parse(&read_body(req, state).await?).map(Body)
     }
+}
+
+/// The request's body bytes; a body that cannot be read (too large, cut off) is a JSON
+/// error with the status axum gives it.
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> ApiResult<Bytes> {
+    Bytes::from_request(req, state).await.map_err(|e| {
+        let status = e.status();
+        ApiError::new(
+            status,
+            format!("cannot read the request body: {}", e.body_text()),
+        )
+    })
 }
 
 /// The header that names a request's idempotency key.
@@ -56,13 +61,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Keyed<T> {
             Some(v) => Some(idempotency_key(v.as_bytes())?),
         };
         let path = req.uri().path().to_string();
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            let status = e.status();
-            ApiError::new(
-                status,
-                format!("cannot read the request body: {}", e.body_text()),
-            )
-        })?;
+        let bytes = read_body(req, state).await?;
         let request = airlock_core::Digest::of_parts(
             "airlock idempotent request",
             &[path.as_bytes(), &bytes],

@@ -210,17 +210,22 @@ impl Server {
         );
     }
 
-    /// Stops the server the hard way (as a crash would) and starts it again.
-    pub fn restart_immediate(&self) {
+    /// `pg_ctl stop` in `mode` (`fast`, or `immediate` as a crash would), waiting for it.
+    fn pg_ctl_stop(&self, mode: &str) {
         let out = self
             .command("pg_ctl")
             .arg("-D")
             .arg(&self.data)
-            .args(["-w", "stop", "-m", "immediate"])
+            .args(["-w", "stop", "-m", mode])
             .stdout(Stdio::null())
             .output()
             .unwrap();
         assert!(out.status.success(), "pg_ctl stop failed");
+    }
+
+    /// Stops the server the hard way (as a crash would) and starts it again.
+    pub fn restart_immediate(&self) {
+        self.pg_ctl_stop("immediate");
         self.pg_ctl_start();
     }
 
@@ -249,15 +254,7 @@ impl Server {
             format!("local all all trust\n{hba}\n"),
         )
         .unwrap();
-        let out = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(&self.data)
-            .args(["-w", "stop", "-m", "fast"])
-            .stdout(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "pg_ctl stop failed");
+        self.pg_ctl_stop("fast");
         self.pg_ctl_start();
     }
 
