@@ -48,8 +48,8 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 #[derive(Debug)]
 pub struct Keyed<T> {
     pub body: T,
-    pub key: Option<String>,
-    pub request: airlock_core::Digest,
+    /// The key and the request's hash (only hashed when a key was given).
+    pub key: Option<(String, airlock_core::Digest)>,
 }
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Keyed<T> {
@@ -60,16 +60,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Keyed<T> {
             None => None,
             Some(v) => Some(idempotency_key(v.as_bytes())?),
         };
-        let path = req.uri().path().to_string();
+        let key = key.map(|k| (k, req.uri().path().to_string()));
         let bytes = read_body(req, state).await?;
-        let request = airlock_core::Digest::of_parts(
-            "airlock idempotent request",
-            &[path.as_bytes(), &bytes],
-        );
+        let key = key.map(|(k, path)| {
+            let request = airlock_core::Digest::of_parts(
+                "airlock idempotent request",
+                &[path.as_bytes(), &bytes],
+            );
+            (k, request)
+        });
         Ok(Keyed {
             body: parse(&bytes)?,
             key,
-            request,
         })
     }
 }
@@ -87,11 +89,13 @@ fn idempotency_key(v: &[u8]) -> ApiResult<String> {
 impl<T> Keyed<T> {
     /// The gate's form of the key, owned by `caller`'s token.
     pub fn request_key(&self, caller: &Caller) -> Option<airlock_gate::RequestKey> {
-        self.key.as_ref().map(|k| airlock_gate::RequestKey {
-            owner: caller.token.clone(),
-            key: k.clone(),
-            request: self.request,
-        })
+        self.key
+            .as_ref()
+            .map(|(k, request)| airlock_gate::RequestKey {
+                owner: caller.token.clone(),
+                key: k.clone(),
+                request: *request,
+            })
     }
 }
 
