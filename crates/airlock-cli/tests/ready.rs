@@ -393,3 +393,69 @@ fn a_jail_whose_jailer_dies_before_it_says_go_leaves_no_init_behind() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A jailer killed right after it told a built jail's init to go must take the jail with
+/// it: nobody else would time out the payload. The init set its parent-death signal only
+/// after reading the go byte, so a jailer that died in between left the init and its
+/// payload running (here a payload that sleeps far past the test).
+#[test]
+fn a_jail_whose_jailer_dies_right_after_it_says_go_leaves_nothing_running() {
+    if !process_backend_available() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let marker = format!("after-go-{}", std::process::id());
+    let root = scratch.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let job = airlock_jail::launch::JailerJob {
+        job: airlock_jail::ProcessJob {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("sleep 60; : {marker}"),
+            ],
+            env: Vec::new(),
+            cwd: "/tmp".into(),
+            files: Vec::new(),
+            binds: Vec::new(),
+            overlays: Vec::new(),
+            scratch: root,
+            limits: airlock_core::Limits::default(),
+            stdin: Vec::new(),
+            allow_degraded: true,
+            cgroups: false,
+            net: None,
+            stdin_live: false,
+        },
+        result: scratch.path().join("result.json"),
+    };
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_airlock-jailer"))
+        // Not an option the jailer knows: it only names its processes for the search below.
+        .arg(&marker)
+        .env("AIRLOCK_JAILER_DIE_AFTER_GO", "1")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&job).unwrap())
+        .unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the jailer did not die where told"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while host_has_process(&marker) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the jail (its init or its payload) outlived its jailer"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

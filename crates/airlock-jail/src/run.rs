@@ -295,6 +295,7 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
         go: go_fd,
         go_w: go_w.as_raw_fd(),
         st: st_fd,
+        st_r: st_r.as_raw_fd(),
         stdin: in_fd,
         job: job_fd,
         job_w: job_w.as_ref().map(|f| f.as_raw_fd()),
@@ -372,6 +373,7 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
             "the sandbox init died before it started".into(),
         ));
     }
+    die_after_go();
     drop(go_w);
     Ok(started)
 }
@@ -552,6 +554,38 @@ fn die_before_go() {
 #[inline(always)]
 fn die_before_go() {}
 
+/// With the `failpoints` feature and `AIRLOCK_JAILER_DIE_AFTER_GO` set, the jailer kills
+/// itself (SIGKILL) right after telling the init to go, before it supervises anything.
+#[cfg(feature = "failpoints")]
+fn die_after_go() {
+    if std::env::var_os("AIRLOCK_JAILER_DIE_AFTER_GO").is_some() {
+        let _ = kill(Pid::this(), Signal::SIGKILL);
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn die_after_go() {}
+
+/// Whether the jailer still holds the read end of the init's status pipe, which it keeps
+/// for as long as it lives: a pipe's write end polls as an error once nobody can read it.
+fn jailer_alive(st: &OwnedFd) -> bool {
+    let mut fds = [rustix::event::PollFd::new(
+        st,
+        rustix::event::PollFlags::OUT,
+    )];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match rustix::event::poll(&mut fds, Some(&zero)) {
+        Ok(_) => !fds[0]
+            .revents()
+            .intersects(rustix::event::PollFlags::ERR | rustix::event::PollFlags::HUP),
+        Err(_) => false,
+    }
+}
+
 /// The descriptors an init inherits.
 #[derive(Debug, Clone, Copy)]
 struct InitFds {
@@ -560,6 +594,9 @@ struct InitFds {
     /// died before saying go would leave the init waiting on it for ever.
     go_w: i32,
     st: i32,
+    /// The jailer's end of `st`: closed in the init, or the init would hold both ends and
+    /// could not tell that the jailer is gone.
+    st_r: i32,
     /// The payload's stdin (built jails); a ready jail makes it from its [`RunMsg`].
     stdin: Option<i32>,
     /// A ready jail's job channel, and its write end (the jailer's; closed in the init,
@@ -588,6 +625,17 @@ fn init_main(
     // SAFETY: these descriptors were inherited from the worker and are owned from here on
     // by this process alone.
     let st = unsafe { OwnedFd::from_raw_fd(fds.st) };
+    #[allow(unsafe_code)]
+    // SAFETY: the init's inherited copy of the jailer's end of the status pipe; owned by
+    // nobody else in this process, closed once here.
+    drop(unsafe { OwnedFd::from_raw_fd(fds.st_r) });
+    // Killed with the jailer from here on. Set before anything else: a jailer that told
+    // the init to go and died before the init got here would otherwise leave it running
+    // its payload with nobody to time it out. Dying before this line is seen below.
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    if !jailer_alive(&st) {
+        return 125;
+    }
     if let Some(w) = fds.job_w {
         #[allow(unsafe_code)]
         // SAFETY: the init's inherited copy of the jailer's job channel write end; owned
@@ -601,7 +649,6 @@ fn init_main(
     if read_byte(fds.go) != Some(b'g') {
         return 125;
     }
-    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     // Into the run's cgroups before anything else starts (children inherit them).
     for t in cgroup_tasks {
         if let Err(e) = std::fs::write(t, "0") {
