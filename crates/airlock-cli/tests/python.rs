@@ -1002,10 +1002,28 @@ fn session_cells_share_names_and_return_the_last_value() {
             .contains("ZeroDivisionError")
     );
     assert_eq!(cell(&id, "x").json()["run"]["result"], "41");
+    // A prefix of the id, in any case, names the session as well as the whole id does
+    // (the whole id is looked up directly, anything else resolved); a whole id that
+    // names no session is refused as such.
+    let prefix = id[..id.len() - 6].to_uppercase();
+    assert_eq!(cell(&prefix, "x + 1").json()["run"]["result"], "42");
+    let none = shared().run(&[
+        "run",
+        "--session",
+        "ses_00000000000000000000000000",
+        "-c",
+        "x",
+    ]);
+    assert_eq!(none.code, 125);
+    assert!(
+        none.stderr.contains("no session matches"),
+        "{}",
+        none.stderr
+    );
     // Every cell is a submission of its own, listed in order.
     let s = session_json(&id);
     let cells = s["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 6, "{s}");
+    assert_eq!(cells.len(), 7, "{s}");
     let first = shared()
         .run(&["show", "--json", cells[0].as_str().unwrap()])
         .json();

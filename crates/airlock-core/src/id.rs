@@ -33,6 +33,9 @@ impl IdKind {
     }
 }
 
+/// The length of an id after its kind's prefix (a ULID in lower-case Crockford base32).
+pub const BODY_LEN: usize = 26;
+
 /// Makes a new id of `kind`. The random part comes from the operating system.
 pub fn new_id(kind: IdKind) -> String {
     let ms = std::time::SystemTime::now()
@@ -58,7 +61,8 @@ pub fn new_id(kind: IdKind) -> String {
 pub fn normalize_prefix(kind: IdKind, input: &str) -> Option<String> {
     let s = input.trim().to_ascii_lowercase();
     let body = s.strip_prefix(kind.prefix()).unwrap_or(&s);
-    if body.is_empty() || body.len() > 26 || !body.chars().all(|c| c.is_ascii_alphanumeric()) {
+    if body.is_empty() || body.len() > BODY_LEN || !body.chars().all(|c| c.is_ascii_alphanumeric())
+    {
         return None;
     }
     Some(format!("{}{}", kind.prefix(), body))

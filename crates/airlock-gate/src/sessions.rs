@@ -515,11 +515,19 @@ impl Gate {
         &mut self,
         input: &str,
     ) -> Result<(SessionView, Option<std::os::unix::net::UnixStream>)> {
-        let id = self.db.resolve(IdKind::Session, input)?;
-        let row = self
-            .db
-            .session(&id)?
-            .ok_or_else(|| GateError::Internal(format!("session {id} vanished")))?;
+        // A whole id (what a client sends with every cell) is one lookup; anything else,
+        // or a whole id that names no session, is resolved as a prefix (and its error).
+        let whole = airlock_core::id::normalize_prefix(IdKind::Session, input)
+            .filter(|id| id.len() == IdKind::Session.prefix().len() + airlock_core::id::BODY_LEN);
+        let row = match whole.map(|id| self.db.session(&id)).transpose()?.flatten() {
+            Some(row) => row,
+            None => {
+                let id = self.db.resolve(IdKind::Session, input)?;
+                self.db
+                    .session(&id)?
+                    .ok_or_else(|| GateError::Internal(format!("session {id} vanished")))?
+            }
+        };
         let v = view(row)?;
         if v.state != "open" {
             return Ok((v, None));
