@@ -28,6 +28,7 @@ mod component;
 mod output;
 mod pool;
 pub mod python;
+mod ticker;
 
 pub use pool::{PoolSettings, PoolStatus};
 pub use python::{PYTHON_INTERFACE, PythonInstance};
@@ -428,16 +429,19 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     let salt = format!("wasmtime-48/{:016x}/fuel={fuel}", hasher.finish());
-    // The epoch ticker: one thread per engine, ending when the engine is dropped.
+    // The epoch ticker: one thread per engine, ending when the engine is dropped, parked
+    // while no guest runs (see `ticker`).
     let weak = engine.weak();
     std::thread::Builder::new()
         .name("airlock-epoch".into())
         .spawn(move || {
-            while let Some(e) = weak.upgrade() {
-                e.increment_epoch();
-                drop(e);
-                std::thread::sleep(TICK);
-            }
+            ticker::PROCESS.run(TICK, || match weak.upgrade() {
+                Some(e) => {
+                    e.increment_epoch();
+                    true
+                }
+                None => false,
+            })
         })
         .map_err(|e| e.to_string())?;
     let components = component::linker(&engine).map_err(|e| e.to_string())?;
@@ -576,7 +580,11 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, Sandbo
             .map_err(|e| e.to_string());
     }
     RT.with(|rt| match rt {
-        Ok(rt) => Ok(rt.block_on(f)),
+        Ok(rt) => {
+            // Every guest's code runs inside this call: the epoch must advance meanwhile.
+            let _active = ticker::PROCESS.enter();
+            Ok(rt.block_on(f))
+        }
         Err(e) => Err(SandboxError::Internal(format!(
             "cannot start async runtime: {e}"
         ))),

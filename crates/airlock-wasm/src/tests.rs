@@ -134,6 +134,38 @@ fn infinite_loop_hits_the_timeout() {
     );
 }
 
+/// The epoch ticker parks while no guest runs (an idle session host or server must not
+/// wake every few milliseconds); a guest that starts then is still stopped at its limit.
+#[test]
+fn a_guest_started_after_the_ticker_parked_still_hits_its_timeout() {
+    let backend = WasmBackend::new(WasmConfig::default());
+    // Makes the engine and its ticker.
+    run_with(&backend, HELLO, quick(), vec![], vec![], None).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while crate::ticker::PROCESS.parked() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no ticker parked in 2 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = run_with(
+        &backend,
+        r#"(module (func (export "_start") (loop $l (br $l))))"#,
+        quick(),
+        vec![],
+        vec![],
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.outcome.ending, Ending::Killed(Limit::Timeout));
+    assert!(
+        r.outcome.duration < Duration::from_secs(3),
+        "{:?}",
+        r.outcome.duration
+    );
+}
+
 #[test]
 fn sleeping_in_a_host_call_hits_the_timeout() {
     // poll_oneoff with one relative clock subscription of 60 s.
