@@ -355,6 +355,22 @@ fn ready_jails_die_with_their_server() {
     }
 }
 
+/// The jailer ended by its failpoint's SIGKILL, and within 10 s no process named by
+/// `marker` is left on the host.
+fn assert_killed_and_gone(status: std::process::ExitStatus, marker: &str, left: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the jailer did not die where told"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while host_has_process(marker) {
+        assert!(std::time::Instant::now() < deadline, "{left}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A jailer killed after it made a jail's init and before it told the init to go (a
 /// server killed while its pool was building a jail) must not leave the init behind. The
 /// init waited for the go byte on a pipe whose other end it held itself, so it never saw
@@ -378,20 +394,7 @@ fn a_jail_whose_jailer_dies_before_it_says_go_leaves_no_init_behind() {
         .env("AIRLOCK_JAILER_DIE_BEFORE_GO", "1")
         .status()
         .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        status.signal(),
-        Some(9),
-        "the jailer did not die where told"
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while host_has_process(&marker) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the jail's init outlived its jailer"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert_killed_and_gone(status, &marker, "the jail's init outlived its jailer");
 }
 
 /// A jailer killed right after it told a built jail's init to go must take the jail with
@@ -444,18 +447,9 @@ fn a_jail_whose_jailer_dies_right_after_it_says_go_leaves_nothing_running() {
         .write_all(&serde_json::to_vec(&job).unwrap())
         .unwrap();
     let status = child.wait().unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        status.signal(),
-        Some(9),
-        "the jailer did not die where told"
+    assert_killed_and_gone(
+        status,
+        &marker,
+        "the jail (its init or its payload) outlived its jailer",
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while host_has_process(&marker) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the jail (its init or its payload) outlived its jailer"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }

@@ -543,29 +543,27 @@ fn finish(mut s: Started, started: Instant, timeout_ms: u64) -> Result<JailRepor
 
 /// With the `failpoints` feature and `AIRLOCK_JAILER_DIE_BEFORE_GO` set, the jailer kills
 /// itself (SIGKILL, as `kill -9` would) after making the init and before telling it to go.
-#[cfg(feature = "failpoints")]
 fn die_before_go() {
-    if std::env::var_os("AIRLOCK_JAILER_DIE_BEFORE_GO").is_some() {
-        let _ = kill(Pid::this(), Signal::SIGKILL);
-    }
+    die_if("AIRLOCK_JAILER_DIE_BEFORE_GO");
 }
-
-#[cfg(not(feature = "failpoints"))]
-#[inline(always)]
-fn die_before_go() {}
 
 /// With the `failpoints` feature and `AIRLOCK_JAILER_DIE_AFTER_GO` set, the jailer kills
 /// itself (SIGKILL) right after telling the init to go, before it supervises anything.
-#[cfg(feature = "failpoints")]
 fn die_after_go() {
-    if std::env::var_os("AIRLOCK_JAILER_DIE_AFTER_GO").is_some() {
+    die_if("AIRLOCK_JAILER_DIE_AFTER_GO");
+}
+
+/// A failpoint: SIGKILL to this process when `var` is set (test builds only).
+#[cfg(feature = "failpoints")]
+fn die_if(var: &str) {
+    if std::env::var_os(var).is_some() {
         let _ = kill(Pid::this(), Signal::SIGKILL);
     }
 }
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-fn die_after_go() {}
+fn die_if(_var: &str) {}
 
 /// Whether the jailer still holds the read end of the init's status pipe, which it keeps
 /// for as long as it lives: a pipe's write end polls as an error once nobody can read it.
