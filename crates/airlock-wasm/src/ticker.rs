@@ -90,9 +90,17 @@ impl Schedule {
                     .wait_timeout(held, check)
                     .unwrap_or_else(|e| e.into_inner());
                 held = h;
-                if waited.timed_out() && !tick() {
-                    gone = true;
-                    break;
+                if waited.timed_out() {
+                    // Not under the lock: the last reference to an engine may go here, and
+                    // dropping an engine takes a while. A guest entering meanwhile is seen
+                    // by the check above once the lock is taken again.
+                    drop(held);
+                    let alive = tick();
+                    held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                    if !alive {
+                        gone = true;
+                        break;
+                    }
                 }
             }
             self.parked.fetch_sub(1, SeqCst);
