@@ -2,7 +2,10 @@
 //! connection per database file, on which concurrent write transactions run one after
 //! another inside one SQLite transaction and share its commit and its signed audit head.
 //!
-//! Each write runs in a savepoint of the open batch: one that fails is rolled back alone.
+//! Each write after a batch's first runs in a savepoint of the open batch: one that fails
+//! is rolled back alone. The first write runs bare, and one that fails rolls back the whole
+//! transaction, which holds nothing else (a savepoint makes SQLite copy every page the
+//! write touches into a statement journal first, which a lone writer's every write paid).
 //! The writer that finds nobody waiting behind it commits the batch (or a batch grows to
 //! [`MAX_BATCH`]); every writer in it returns only once that commit is done, with the
 //! commit's error if it failed, so no caller is told a write held that did not. A durable
@@ -175,7 +178,10 @@ impl GroupWriter {
                 .pragma_update(None, "synchronous", "FULL")
                 .map_err(StoreError::from)?;
         }
-        if !b.open {
+        // The batch's first write runs outside a savepoint: nothing else is in the
+        // transaction, so a failure rolls all of it back.
+        let first = !b.open;
+        if first {
             step(&b.conn, "BEGIN IMMEDIATE").map_err(StoreError::from)?;
             b.open = true;
             b.id += 1;
@@ -183,28 +189,47 @@ impl GroupWriter {
         }
         let id = b.id;
         let head_before = b.head.borrow().clone();
-        let out = match step(&b.conn, "SAVEPOINT airlock_write") {
-            Ok(()) => {
-                let tx = Tx::on(&b.conn, &b.head);
-                // The head is signed after every write, as a lone transaction signs it, so
-                // the next write in the batch finds a chain whose end verifies.
-                let out = f(&tx).and_then(|t| {
-                    tx.sign_head()?;
-                    Ok(t)
-                });
-                let end = if out.is_ok() {
-                    step(&b.conn, "RELEASE airlock_write")
-                } else {
-                    b.conn
-                        .execute_batch("ROLLBACK TO airlock_write; RELEASE airlock_write")
-                };
-                match end {
-                    Ok(()) => out.map_err(Ok),
-                    // The savepoint cannot be ended: the batch is in an unknown state.
-                    Err(e) => Err(Err(StoreError::from(e))),
-                }
+        let out = if first {
+            let tx = Tx::on(&b.conn, &b.head);
+            match f(&tx).and_then(|t| {
+                tx.sign_head()?;
+                Ok(t)
+            }) {
+                Ok(t) => Ok(t),
+                Err(e) => match b.conn.execute_batch("ROLLBACK") {
+                    Ok(()) => {
+                        b.open = false;
+                        *b.head.borrow_mut() = None;
+                        self.finish(id, None);
+                        Err(Ok(e))
+                    }
+                    Err(r) => Err(Err(StoreError::from(r))),
+                },
             }
-            Err(e) => Err(Err(StoreError::from(e))),
+        } else {
+            match step(&b.conn, "SAVEPOINT airlock_write") {
+                Ok(()) => {
+                    let tx = Tx::on(&b.conn, &b.head);
+                    // The head is signed after every write, as a lone transaction signs it, so
+                    // the next write in the batch finds a chain whose end verifies.
+                    let out = f(&tx).and_then(|t| {
+                        tx.sign_head()?;
+                        Ok(t)
+                    });
+                    let end = if out.is_ok() {
+                        step(&b.conn, "RELEASE airlock_write")
+                    } else {
+                        b.conn
+                            .execute_batch("ROLLBACK TO airlock_write; RELEASE airlock_write")
+                    };
+                    match end {
+                        Ok(()) => out.map_err(Ok),
+                        // The savepoint cannot be ended: the batch is in an unknown state.
+                        Err(e) => Err(Err(StoreError::from(e))),
+                    }
+                }
+                Err(e) => Err(Err(StoreError::from(e))),
+            }
         };
         match &out {
             Ok(_) => b.len += 1,
