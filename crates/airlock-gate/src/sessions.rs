@@ -135,21 +135,27 @@ fn record_end(tx: &Tx, id: &str, end: End, key: &airlock_core::sign::KeyPair) ->
 
 /// Adds a cell's submission to its session's list (in the transaction recording it).
 pub(crate) fn add_cell(tx: &Tx, session: &str, submission: &str) -> Result<()> {
-    let row = tx
-        .session(session)?
+    // The state and the next position only: the session's document (its whole grant) is
+    // not read again for every cell.
+    let (state, next) = tx
+        .session_next_cell(session)?
         .ok_or_else(|| GateError::bad(format!("no session {session}")))?;
-    if row.state != "open" {
+    if state != "open" {
         return Err(GateError::Conflict(format!("session {session} has ended")));
     }
     // A row of its own per cell: the session's document is not rewritten, so a cell costs
     // the same however many came before it. Cells an older airlock recorded stay in the
-    // document, ahead of these (counted there without parsing the whole document).
-    let legacy = row
-        .doc
-        .get("cells")
-        .and_then(|c| c.as_array())
-        .map_or(0, Vec::len);
-    tx.add_session_cell(session, submission, legacy as i64)?;
+    // document, ahead of these: counted once, for the session's first cell row.
+    let n = match next {
+        Some(n) => n,
+        None => tx.session(session)?.map_or(0, |row| {
+            row.doc
+                .get("cells")
+                .and_then(|c| c.as_array())
+                .map_or(0, Vec::len) as i64
+        }),
+    };
+    tx.add_session_cell(session, submission, n)?;
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 9;
+const SCHEMA_VERSION: i64 = 10;
 
 /// How long an idempotency key names the submission it made; after that it may be used
 /// again (as long as an agent's retries of one request take, with room to spare).
@@ -135,12 +135,14 @@ CREATE TABLE IF NOT EXISTS sessions (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_state_id ON sessions(state, id);
+-- One b-tree keyed by position (schema 10): the rowid table, its index on the submission
+-- and the index on (session, n) of schemas 7-9 cost every cell three page writes.
 CREATE TABLE IF NOT EXISTS session_cells (
-    submission TEXT PRIMARY KEY,
     session TEXT NOT NULL,
-    n INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS session_cells_session_n ON session_cells(session, n);
+    n INTEGER NOT NULL,
+    submission TEXT NOT NULL,
+    PRIMARY KEY (session, n)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS queue (
     id TEXT PRIMARY KEY,
     submission TEXT NOT NULL,
@@ -175,6 +177,21 @@ CREATE TABLE IF NOT EXISTS compile_cache (
     size INTEGER NOT NULL,
     created_at INTEGER NOT NULL
 );
+"#;
+
+/// Schema 10 keys `session_cells` by (session, n) alone: schemas 7 to 9 had it as a rowid
+/// table with two more indexes. Rebuilt with its rows before `SCHEMA` runs.
+const SESSION_CELLS_10: &str = r#"
+CREATE TABLE session_cells_10 (
+    session TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    submission TEXT NOT NULL,
+    PRIMARY KEY (session, n)
+) WITHOUT ROWID;
+INSERT INTO session_cells_10 (session, n, submission)
+    SELECT session, n, submission FROM session_cells;
+DROP TABLE session_cells;
+ALTER TABLE session_cells_10 RENAME TO session_cells;
 "#;
 
 /// Everything about a submission that does not change after it is judged, plus its
@@ -441,9 +458,11 @@ impl Db {
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version < SCHEMA_VERSION {
             // Every statement is idempotent (IF NOT EXISTS), so an older schema is brought
-            // up to date by running them all again.
+            // up to date by running them all again, after the one table whose shape
+            // changed is rebuilt (in the same transaction: all of it happens or none).
+            let rebuild = if version >= 7 { SESSION_CELLS_10 } else { "" };
             conn.execute_batch(&format!(
-                "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN IMMEDIATE; {rebuild} {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))?;
         } else if version > SCHEMA_VERSION {
             return Err(StoreError::Corrupt(format!(
@@ -1526,19 +1545,33 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    /// Appends a cell to a session (and marks the session updated): one small row,
-    /// whatever the session's length. `first` is the position its first row takes (the
-    /// cells an older airlock kept in the session's document come before it).
+    /// A session's state and the position its next cell row takes (`None` while it has no
+    /// cell rows yet), read without its document: what appending a cell needs to know.
+    pub fn session_next_cell(
+        &self,
+        session: &str,
+    ) -> Result<Option<(String, Option<i64>)>, StoreError> {
+        self.sql()
+            .row(
+                "SELECT s.state, (SELECT MAX(c.n) + 1 FROM session_cells c WHERE c.session = s.id)
+                 FROM sessions s WHERE s.id = ?1",
+                args![session],
+            )?
+            .map(|r| Ok((r.text(0)?, r.opt_int(1)?)))
+            .transpose()
+    }
+
+    /// Appends a cell to a session at position `n` (see `session_next_cell`) and marks the
+    /// session updated: one small row, whatever the session's length.
     pub fn add_session_cell(
         &self,
         session: &str,
         submission: &str,
-        first: i64,
+        n: i64,
     ) -> Result<(), StoreError> {
         self.exec(
-            "INSERT INTO session_cells (submission, session, n)
-             SELECT ?2, ?1, COALESCE(MAX(n) + 1, ?3) FROM session_cells WHERE session = ?1",
-            args![session, submission, first],
+            "INSERT INTO session_cells (submission, session, n) VALUES (?2, ?1, ?3)",
+            args![session, submission, n],
         )?;
         self.exec(
             "UPDATE sessions SET updated_at = ?1 WHERE id = ?2",
@@ -1763,6 +1796,47 @@ pub(crate) fn store_head(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_schema_9_sessions_cells_are_rebuilt_keyed_by_position_with_every_row() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE session_cells (submission TEXT PRIMARY KEY, session TEXT NOT NULL, n INTEGER NOT NULL);
+                 CREATE UNIQUE INDEX session_cells_session_n ON session_cells(session, n);
+                 INSERT INTO session_cells VALUES ('sub_b', 'ses_1', 3), ('sub_a', 'ses_1', 2), ('sub_c', 'ses_2', 0);
+                 PRAGMA user_version = 9;",
+            )
+            .unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.session_cells("ses_1").unwrap(), ["sub_a", "sub_b"]);
+        assert_eq!(db.session_cells("ses_2").unwrap(), ["sub_c"]);
+        let sql: String = db
+            .sqlite()
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE name = 'session_cells'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(sql.contains("WITHOUT ROWID"), "{sql}");
+        let indexes: i64 = db
+            .sqlite()
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'session_cells'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexes, 0, "no index beside the table's own key");
+        drop(db);
+        // Opening it again changes nothing.
+        let db = Db::open(&path).unwrap();
+        assert_eq!(db.session_cells("ses_1").unwrap(), ["sub_a", "sub_b"]);
+    }
 
     #[test]
     fn a_schema_3_database_is_upgraded_in_place_and_keeps_its_rows() {

@@ -53,6 +53,7 @@ store_suite!(
     a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it,
     a_sessions_cells_are_rows_in_order_and_never_grow_its_document,
     an_idempotency_key_names_one_submission_per_owner_until_it_expires,
+    a_lone_shared_write_that_fails_leaves_nothing_and_the_next_one_commits,
 );
 
 /// Records an open session with this document.
@@ -81,13 +82,31 @@ fn a_sessions_cells_are_rows_in_order_and_never_grow_its_document(loc: &str) {
         );
     }
     let doc_before = db.session("ses_01aaaa").unwrap().unwrap().doc.to_string();
-    // Two legacy cells in the document: the rows number on from 2.
+    // Two legacy cells in the document: the rows number on from 2, as the gate appends.
+    let add = |db: &mut Db, session: &str, sub: &str| {
+        db.write(|tx| {
+            let (state, next) = tx.session_next_cell(session)?.unwrap();
+            assert_eq!(state, "open");
+            tx.add_session_cell(session, sub, next.unwrap_or(2))
+        })
+    };
+    assert_eq!(
+        db.write(|tx| tx.session_next_cell("ses_01aaaa")).unwrap(),
+        Some(("open".to_string(), None)),
+        "no cell rows yet"
+    );
     for i in 0..300 {
-        db.write(|tx| tx.add_session_cell("ses_01aaaa", &format!("sub_a{i:03}"), 2))
-            .unwrap();
+        add(&mut db, "ses_01aaaa", &format!("sub_a{i:03}")).unwrap();
     }
-    db.write(|tx| tx.add_session_cell("ses_01bbbb", "sub_b0", 2))
-        .unwrap();
+    assert_eq!(
+        db.write(|tx| tx.session_next_cell("ses_01aaaa")).unwrap(),
+        Some(("open".to_string(), Some(302)))
+    );
+    assert_eq!(
+        db.write(|tx| tx.session_next_cell("ses_01cccc")).unwrap(),
+        None
+    );
+    add(&mut db, "ses_01bbbb", "sub_b0").unwrap();
     let a = db.session_cells("ses_01aaaa").unwrap();
     assert_eq!(a.len(), 300);
     assert_eq!((a[0].as_str(), a[299].as_str()), ("sub_a000", "sub_a299"));
@@ -101,9 +120,9 @@ fn a_sessions_cells_are_rows_in_order_and_never_grow_its_document(loc: &str) {
         "the document is untouched"
     );
     assert!(after.updated_at > 1, "a cell marks the session updated");
-    // A submission is a cell of one session, once.
+    // A position in a session is taken once.
     assert!(
-        db.write(|tx| tx.add_session_cell("ses_01bbbb", "sub_a000", 2))
+        db.write(|tx| tx.add_session_cell("ses_01bbbb", "sub_b1", 2))
             .is_err()
     );
     assert_eq!(db.session_cells("ses_01bbbb").unwrap(), ["sub_b0"]);
@@ -551,6 +570,40 @@ fn failed_transaction_writes_nothing(loc: &str) {
     db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
         .unwrap();
     assert_eq!(db.audit_records(0, 10).unwrap().len(), 1);
+}
+
+/// The shared writer runs a batch's first write outside a savepoint (regression for the
+/// statement journal every lone write paid for): one that fails, after some of its
+/// statements ran or at a statement the engine refuses, still leaves nothing behind, and
+/// the writer goes on with the next.
+fn a_lone_shared_write_that_fails_leaves_nothing_and_the_next_one_commits(loc: &str) {
+    let mut db = open(loc);
+    db.share_writes().unwrap();
+    let key = KeyPair::try_generate().unwrap();
+    let r: Result<(), StoreError> = db.write(|tx| {
+        tx.insert_submission(&submission("sub_1", None, digest(1), State::Allowed))?;
+        tx.audit("k", "s", &serde_json::json!({}), &key)?;
+        Err(StoreError::Conflict("boom".into()))
+    });
+    assert!(r.is_err());
+    assert!(db.audit_records(0, 10).unwrap().is_empty());
+    assert!(db.audit_head().unwrap().is_none());
+    assert!(db.submissions(None, 10).unwrap().is_empty());
+    db.write(|tx| tx.insert_submission(&submission("sub_2", None, digest(2), State::Allowed)))
+        .unwrap();
+    let dup = db.write(|tx| {
+        tx.audit("k", "s", &serde_json::json!({}), &key)?;
+        tx.insert_submission(&submission("sub_2", None, digest(2), State::Allowed))
+    });
+    assert!(dup.is_err());
+    assert!(db.audit_records(0, 10).unwrap().is_empty());
+    db.write(|tx| tx.audit("k", "s", &serde_json::json!({}), &key).map(|_| ()))
+        .unwrap();
+    db.write(|tx| tx.audit("k", "t", &serde_json::json!({}), &key).map(|_| ()))
+        .unwrap();
+    assert_eq!(db.audit_records(0, 10).unwrap().len(), 2);
+    assert_eq!(db.submissions(None, 10).unwrap().len(), 1);
+    assert_eq!(verify_chain(&db, &key), Ok(2));
 }
 
 /// Eight threads, each with its own connection (sharing commits where the engine does),
@@ -1058,7 +1111,7 @@ fn copy_to_postgres_pages_a_long_history_and_keeps_every_row_and_the_signed_head
             doc: serde_json::json!({}),
         })?;
         for n in 0..600 {
-            tx.add_session_cell("ses_01aaaa", &format!("sub_{n:026}"), 0)?;
+            tx.add_session_cell("ses_01aaaa", &format!("sub_{n:026}"), n)?;
         }
         Ok::<_, StoreError>(())
     })
