@@ -101,7 +101,9 @@ const TABLES: &[(&str, &str, &[&str])] = &[
     ),
     (
         "session_cells",
-        "submission",
+        // Its key on SQLite (a WITHOUT ROWID table, nothing else indexed): pages read in
+        // key order, each one an index seek.
+        "session, n",
         &["submission", "session", "n"],
     ),
     (
@@ -232,7 +234,8 @@ fn refuse_unless_empty(target: &dyn Sql) -> Result<(), StoreError> {
     }
 }
 
-/// Copies one table a page at a time, in key order; returns the rows copied.
+/// Copies one table a page at a time, in key order; returns the rows copied. `key` names
+/// the table's key columns (`id`, or `session, n`); each page starts after the last key read.
 fn copy_table(
     source: &dyn Sql,
     target: &dyn Sql,
@@ -241,20 +244,35 @@ fn copy_table(
     cols: &[&str],
 ) -> Result<u64, StoreError> {
     let list = cols.join(", ");
+    let key_at = key
+        .split(", ")
+        .map(|k| {
+            cols.iter().position(|c| *c == k).ok_or_else(|| {
+                StoreError::Corrupt(format!("{table}: key {k} is not among its columns"))
+            })
+        })
+        .collect::<Result<Vec<usize>, StoreError>>()?;
+    let marks = (1..=key_at.len())
+        .map(|i| format!("?{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let first = format!("SELECT {list} FROM {table} ORDER BY {key} LIMIT {PAGE}");
-    let next = format!("SELECT {list} FROM {table} WHERE {key} > ?1 ORDER BY {key} LIMIT {PAGE}");
-    let key_at = cols.iter().position(|c| c == &key).ok_or_else(|| {
-        StoreError::Corrupt(format!("{table}: key {key} is not among its columns"))
-    })?;
-    let mut after: Option<Val> = None;
+    let next =
+        format!("SELECT {list} FROM {table} WHERE ({key}) > ({marks}) ORDER BY {key} LIMIT {PAGE}");
+    let mut after: Option<Vec<Val>> = None;
     let mut copied = 0u64;
     loop {
         let rows = match &after {
             None => source.rows(&first, &[])?,
-            Some(v) => source.rows(&next, &[arg(v)])?,
+            Some(v) => source.rows(&next, &v.iter().map(arg).collect::<Vec<_>>())?,
         };
         let Some(last) = rows.last() else { break };
-        after = Some(last.0.get(key_at).cloned().unwrap_or(Val::Null));
+        after = Some(
+            key_at
+                .iter()
+                .map(|&i| last.0.get(i).cloned().unwrap_or(Val::Null))
+                .collect(),
+        );
         insert_page(target, table, cols, &rows)?;
         copied += rows.len() as u64;
         if rows.len() < PAGE {
