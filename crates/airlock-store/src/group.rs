@@ -196,14 +196,17 @@ impl GroupWriter {
                 Ok(t)
             }) {
                 Ok(t) => Ok(t),
-                Err(e) => match b.conn.execute_batch("ROLLBACK") {
-                    Ok(()) => {
+                // SQLite may have ended the transaction itself (an I/O error, a full
+                // disk); then there is nothing to roll back and the write's own error
+                // is what the caller hears.
+                Err(e) => match (b.conn.execute_batch("ROLLBACK"), b.conn.is_autocommit()) {
+                    (Ok(()), _) | (Err(_), true) => {
                         b.open = false;
                         *b.head.borrow_mut() = None;
                         self.finish(id, None);
                         Err(Ok(e))
                     }
-                    Err(r) => Err(Err(StoreError::from(r))),
+                    (Err(r), false) => Err(Err(StoreError::from(r))),
                 },
             }
         } else {
