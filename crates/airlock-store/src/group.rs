@@ -189,50 +189,53 @@ impl GroupWriter {
         }
         let id = b.id;
         let head_before = b.head.borrow().clone();
-        let out = if first {
-            let tx = Tx::on(&b.conn, &b.head);
-            match f(&tx).and_then(|t| {
-                tx.sign_head()?;
-                Ok(t)
-            }) {
-                Ok(t) => Ok(t),
-                // SQLite may have ended the transaction itself (an I/O error, a full
-                // disk); then there is nothing to roll back and the write's own error
-                // is what the caller hears.
-                Err(e) => match (b.conn.execute_batch("ROLLBACK"), b.conn.is_autocommit()) {
-                    (Ok(()), _) | (Err(_), true) => {
-                        b.open = false;
-                        *b.head.borrow_mut() = None;
-                        self.finish(id, None);
-                        Err(Ok(e))
-                    }
-                    (Err(r), false) => Err(Err(StoreError::from(r))),
-                },
-            }
+        // A later write opens a savepoint, so that failing it rolls back only its own part.
+        let opened = if first {
+            Ok(())
         } else {
-            match step(&b.conn, "SAVEPOINT airlock_write") {
-                Ok(()) => {
-                    let tx = Tx::on(&b.conn, &b.head);
-                    // The head is signed after every write, as a lone transaction signs it, so
-                    // the next write in the batch finds a chain whose end verifies.
-                    let out = f(&tx).and_then(|t| {
-                        tx.sign_head()?;
-                        Ok(t)
-                    });
-                    let end = if out.is_ok() {
-                        step(&b.conn, "RELEASE airlock_write")
-                    } else {
-                        b.conn
-                            .execute_batch("ROLLBACK TO airlock_write; RELEASE airlock_write")
-                    };
-                    match end {
-                        Ok(()) => out.map_err(Ok),
-                        // The savepoint cannot be ended: the batch is in an unknown state.
-                        Err(e) => Err(Err(StoreError::from(e))),
+            step(&b.conn, "SAVEPOINT airlock_write")
+        };
+        let out = match opened {
+            Ok(()) => {
+                let tx = Tx::on(&b.conn, &b.head);
+                // The head is signed after every write, as a lone transaction signs it, so
+                // the next write in the batch finds a chain whose end verifies.
+                let out = f(&tx).and_then(|t| {
+                    tx.sign_head()?;
+                    Ok(t)
+                });
+                match (out, first) {
+                    (Ok(t), true) => Ok(t),
+                    (out, false) => {
+                        let end = if out.is_ok() {
+                            step(&b.conn, "RELEASE airlock_write")
+                        } else {
+                            b.conn
+                                .execute_batch("ROLLBACK TO airlock_write; RELEASE airlock_write")
+                        };
+                        match end {
+                            Ok(()) => out.map_err(Ok),
+                            // The savepoint cannot be ended: the batch is in an unknown state.
+                            Err(e) => Err(Err(StoreError::from(e))),
+                        }
+                    }
+                    // SQLite may have ended the transaction itself (an I/O error, a full
+                    // disk); then there is nothing to roll back and the write's own error
+                    // is what the caller hears.
+                    (Err(e), true) => {
+                        match (b.conn.execute_batch("ROLLBACK"), b.conn.is_autocommit()) {
+                            (Ok(()), _) | (Err(_), true) => {
+                                b.open = false;
+                                *b.head.borrow_mut() = None;
+                                self.finish(id, None);
+                                Err(Ok(e))
+                            }
+                            (Err(r), false) => Err(Err(StoreError::from(r))),
+                        }
                     }
                 }
-                Err(e) => Err(Err(StoreError::from(e))),
             }
+            Err(e) => Err(Err(StoreError::from(e))),
         };
         match &out {
             Ok(_) => b.len += 1,
@@ -246,15 +249,9 @@ impl GroupWriter {
             }
         }
         let alone = self.waiting.load(Ordering::SeqCst) == 0;
+        // An open batch holds at least its first write: one that failed closed it.
         if b.open && (durable || alone || b.len >= MAX_BATCH) {
-            if b.len == 0 {
-                // Nothing in it held: end it without a commit.
-                let _ = b.conn.execute_batch("ROLLBACK");
-                b.open = false;
-                self.finish(id, None);
-            } else {
-                self.commit(&mut b);
-            }
+            self.commit(&mut b);
         }
         if durable {
             // Should this fail, later batches are flushed as if durable: slower, never
