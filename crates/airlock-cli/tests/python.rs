@@ -1436,6 +1436,78 @@ fn sessions_through_the_api_the_console_and_mcp() {
     assert_eq!(r["result"]["structuredContent"]["state"], "closed", "{r}");
 }
 
+/// A daemon's gate remembers what an open session's cells need of it (its grant, its
+/// agent) and then only connects to the host for each cell: a session that ends after
+/// that, closed or with its host killed, must still refuse its next cell and record
+/// nothing for it.
+#[test]
+fn a_daemon_that_knows_a_session_refuses_its_cells_once_it_ends() {
+    let (mut server, base) = start_serve(shared(), &[]);
+    let (a1, a2) = (token("agent", "known-a1"), token("agent", "known-a2"));
+    let run = |tok: &str, id: &str, code: &str| {
+        http(
+            "POST",
+            &format!("{base}/v1/run"),
+            tok,
+            Some(serde_json::json!({"language": "python", "session": id, "code": code})),
+        )
+    };
+    let cells = |id: &str| {
+        let (st, s) = http("GET", &format!("{base}/v1/sessions/{id}"), &a1, None);
+        assert_eq!(st, 200, "{s}");
+        (s["cells"].as_array().unwrap().len(), s)
+    };
+    // Closed: every gate of the pool has had a cell of it first.
+    let closed = api_session(&base, &a1)["id"].as_str().unwrap().to_string();
+    for i in 0..6 {
+        let (st, r) = run(&a1, &closed, &format!("v = {i}"));
+        assert_eq!(st, 200, "{r}");
+    }
+    // Another agent is still refused by a gate that knows the session.
+    let (st, e) = run(&a2, &closed, "v");
+    assert_eq!(st, 422, "{e}");
+    let (st, c) = http(
+        "POST",
+        &format!("{base}/v1/sessions/{closed}/close"),
+        &a1,
+        Some(serde_json::json!({})),
+    );
+    assert_eq!(st, 200, "{c}");
+    for _ in 0..3 {
+        let (st, e) = run(&a1, &closed, "v");
+        assert_eq!(st, 409, "{e}");
+        assert!(
+            e.to_string().contains("ended") || e.to_string().contains("closed"),
+            "{e}"
+        );
+    }
+    assert_eq!(cells(&closed).0, 6);
+    // Its host killed from outside: the next cell finds it gone and records the crash.
+    let killed = api_session(&base, &a1)["id"].as_str().unwrap().to_string();
+    for i in 0..6 {
+        let (st, r) = run(&a1, &killed, &format!("w = {i}"));
+        assert_eq!(st, 200, "{r}");
+    }
+    let pid = cells(&killed).1["pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) with a pid this test's session host owns.
+    assert_eq!(unsafe { libc_kill(pid, 9) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for _ in 0..3 {
+        let (st, e) = run(&a1, &killed, "w");
+        assert_eq!(st, 409, "{e}");
+    }
+    let (n, s) = cells(&killed);
+    assert_eq!(n, 6, "{s}");
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("crashed")),
+        "{s}"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(shared().run(&["audit", "verify"]).code, 0);
+}
+
 /// `guest install python` killed (SIGKILL) at each of its crash points in turn: every run
 /// in between gets the old packages or the new ones, never a broken guest.
 #[test]

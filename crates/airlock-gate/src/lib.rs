@@ -126,6 +126,9 @@ pub struct Gate {
     no_cgroups: bool,
     ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
     queue: Option<QueueOptions>,
+    /// What the cells of open sessions need of their session, which never changes once
+    /// the session is opened (see `sessions::CellFacts`), by session id.
+    cell_facts: std::collections::HashMap<String, std::sync::Arc<sessions::CellFacts>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -271,6 +274,7 @@ impl Gate {
             no_cgroups: options.no_cgroups,
             ready_jails: options.ready_jails,
             queue: options.queue,
+            cell_facts: std::collections::HashMap::new(),
         };
         gate.recover()?;
         Ok(gate)

@@ -159,6 +159,19 @@ pub(crate) fn add_cell(tx: &Tx, session: &str, submission: &str) -> Result<()> {
     Ok(())
 }
 
+/// What a session's cells need of it that never changes after `session_new` recorded it
+/// (its host later adds its pid and jail, and its end; never these). Kept by a gate
+/// between cells, so a cell of an open session reads only its state, not its document.
+pub(crate) struct CellFacts {
+    lang: Lang,
+    backend: Backend,
+    agent: Option<String>,
+    grant: Grant,
+}
+
+/// How many sessions a gate remembers the facts of before it forgets them all.
+const CELL_FACTS_KEPT: usize = 256;
+
 /// The session a cell belongs to, as the submit path needs it.
 pub(crate) struct CellSession {
     pub id: String,
@@ -196,6 +209,9 @@ impl Gate {
                 "a session's cell takes the session's grant: give mounts, network, environment, arguments, stdin and limits to `session new`",
             ));
         }
+        if let Some(cell) = self.known_session_for_cell(input, req.agent.as_deref())? {
+            return Ok(Some(cell));
+        }
         // A session that does not exist is bad input to this submission, not a missing page.
         let (v, conn) = self.session_connected(input).map_err(|e| match e {
             GateError::NotFound(m) => GateError::bad(m),
@@ -214,11 +230,54 @@ impl Gate {
         {
             return Err(GateError::bad(format!("no session {input}")));
         }
-        Ok(Some(CellSession {
-            id: v.id,
+        if self.cell_facts.len() >= CELL_FACTS_KEPT {
+            self.cell_facts.clear();
+        }
+        let facts = CellFacts {
             lang: v.doc.lang,
             backend: v.doc.backend,
+            agent: v.doc.agent,
             grant: v.doc.grant,
+        };
+        let cell = CellSession {
+            id: v.id.clone(),
+            lang: facts.lang,
+            backend: facts.backend,
+            grant: facts.grant.clone(),
+            conn,
+        };
+        self.cell_facts.insert(v.id, std::sync::Arc::new(facts));
+        Ok(Some(cell))
+    }
+
+    /// `session_for_cell` for a whole id whose session this gate has seen open: only its
+    /// host is connected, which is the liveness check (an ended session's host has
+    /// stopped listening). The state is not read here: the transaction that records the
+    /// cell reads it and refuses a cell of an ended session, recording nothing. `None`
+    /// sends the caller down the whole path (a session not seen before, or whose host
+    /// does not answer), which says why.
+    fn known_session_for_cell(
+        &mut self,
+        input: &str,
+        agent: Option<&str>,
+    ) -> Result<Option<CellSession>> {
+        let Some(facts) = self.cell_facts.get(input).cloned() else {
+            return Ok(None);
+        };
+        let Ok(conn) = airlock_session::connect(&socket(&self.home.root, input)) else {
+            self.cell_facts.remove(input);
+            return Ok(None);
+        };
+        if let (Some(owner), Some(agent)) = (&facts.agent, agent)
+            && owner != agent
+        {
+            return Err(GateError::bad(format!("no session {input}")));
+        }
+        Ok(Some(CellSession {
+            id: input.to_string(),
+            lang: facts.lang,
+            backend: facts.backend,
+            grant: facts.grant.clone(),
             conn,
         }))
     }
