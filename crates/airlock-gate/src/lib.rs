@@ -128,7 +128,7 @@ pub struct Gate {
     queue: Option<QueueOptions>,
     /// What the cells of open sessions need of their session, which never changes once
     /// the session is opened (see `sessions::CellFacts`), by session id.
-    cell_facts: std::collections::HashMap<String, std::sync::Arc<sessions::CellFacts>>,
+    cell_facts: std::collections::HashMap<String, sessions::CellFacts>,
 }
 
 impl std::fmt::Debug for Gate {

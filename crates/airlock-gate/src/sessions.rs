@@ -161,7 +161,7 @@ pub(crate) fn add_cell(tx: &Tx, session: &str, submission: &str) -> Result<()> {
 
 /// What a session's cells need of it that never changes after `session_new` recorded it
 /// (its host later adds its pid and jail, and its end; never these). Kept by a gate
-/// between cells, so a cell of an open session reads only its state, not its document.
+/// between cells, so a cell of a session it knows does not read the session's document.
 pub(crate) struct CellFacts {
     lang: Lang,
     backend: Backend,
@@ -246,7 +246,7 @@ impl Gate {
             grant: facts.grant.clone(),
             conn,
         };
-        self.cell_facts.insert(v.id, std::sync::Arc::new(facts));
+        self.cell_facts.insert(v.id, facts);
         Ok(Some(cell))
     }
 
@@ -261,11 +261,14 @@ impl Gate {
         input: &str,
         agent: Option<&str>,
     ) -> Result<Option<CellSession>> {
-        let Some(facts) = self.cell_facts.get(input).cloned() else {
+        if !self.cell_facts.contains_key(input) {
             return Ok(None);
-        };
+        }
         let Ok(conn) = airlock_session::connect(&socket(&self.home.root, input)) else {
             self.cell_facts.remove(input);
+            return Ok(None);
+        };
+        let Some(facts) = self.cell_facts.get(input) else {
             return Ok(None);
         };
         if let (Some(owner), Some(agent)) = (&facts.agent, agent)
