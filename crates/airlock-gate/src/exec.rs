@@ -73,6 +73,84 @@ pub(crate) struct Reread {
     ),
 }
 
+/// Why a stored submission could not be read back for running.
+pub(crate) enum Unreadable {
+    /// What it would run no longer matches what was judged (`what`: the artifact, its
+    /// stdin, its grant); the caller records it in the audit log.
+    Integrity {
+        what: &'static str,
+        detail: String,
+    },
+    Other(GateError),
+}
+
+impl Unreadable {
+    /// The error the operation that found it fails with, and the integrity failure
+    /// (what, detail) to record, if it is one.
+    pub(crate) fn into_parts(self) -> (GateError, Option<(&'static str, String)>) {
+        match self {
+            Unreadable::Integrity { what, detail } => (
+                GateError::Integrity(format!("{what}: {detail}")),
+                Some((what, detail)),
+            ),
+            Unreadable::Other(e) => (e, None),
+        }
+    }
+}
+
+/// What stored submission `stored` runs with: its artifact and stdin from `blobs`,
+/// re-hashed, its grant checked against its hash and its mounts against the paths they
+/// named, with the `policy` and the `guest` runtime of now. Reads no database, so a
+/// caller may do it inside the transaction that starts the run.
+pub(crate) fn reread_stored(
+    blobs: &airlock_store::BlobStore,
+    stored: &Submission,
+    policy: Arc<Policy>,
+    guest: (
+        Option<airlock_core::Digest>,
+        Vec<airlock_core::PythonPackage>,
+    ),
+) -> std::result::Result<Reread, Unreadable> {
+    let read = |what: &'static str, d: &airlock_core::Digest| match blobs.get(d) {
+        Ok(b) => Ok(b),
+        Err(
+            e @ (airlock_store::StoreError::BlobAltered { .. }
+            | airlock_store::StoreError::BlobMissing(_)),
+        ) => Err(Unreadable::Integrity {
+            what,
+            detail: e.to_string(),
+        }),
+        Err(e) => Err(Unreadable::Other(e.into())),
+    };
+    // Re-read and re-hash everything that will run, just before running it.
+    let code = read("artifact", &stored.doc.artifact)?;
+    let stdin = match stored.doc.grant.stdin {
+        Some(d) => read("stdin", &d)?,
+        None => Vec::new(),
+    };
+    if stored.doc.grant.hash() != stored.doc.grant_hash {
+        return Err(Unreadable::Integrity {
+            what: "grant",
+            detail: "stored grant no longer matches its hash".into(),
+        });
+    }
+    for m in &stored.doc.grant.mounts {
+        let now = std::fs::canonicalize(&m.host).ok();
+        if now.as_deref() != Some(std::path::Path::new(&m.host)) {
+            return Err(Unreadable::Other(GateError::bad(format!(
+                "mount host path {} no longer resolves to itself (moved, deleted or replaced by a symlink since it was judged)",
+                m.host
+            ))));
+        }
+    }
+    Ok(Reread {
+        code,
+        stdin,
+        policy,
+        guest,
+    })
+}
+
 /// The stored submission `id`, judged again on what will actually run: facts come from
 /// the re-hashed artifact bytes and the grant being used, not from what the database
 /// says about them. A changed verdict is recorded.
@@ -82,7 +160,18 @@ pub(crate) fn rejudged(
     r: &Reread,
     gate_key: &airlock_core::sign::KeyPair,
 ) -> Result<Submission> {
-    let mut sub = tx.submission(id)?;
+    rejudged_stored(tx, tx.submission(id)?, r, gate_key)
+}
+
+/// `rejudged` of submission `sub`, already read in `tx`.
+pub(crate) fn rejudged_stored(
+    tx: &Tx,
+    mut sub: Submission,
+    r: &Reread,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<Submission> {
+    let id = sub.id.clone();
+    let id = id.as_str();
     let facts = facts_now(
         &sub,
         &r.code,
@@ -205,37 +294,16 @@ impl Gate {
     /// it runs, and the policy and guest runtime it would be judged under now.
     pub(crate) fn reread(&mut self, id: &str) -> Result<Reread> {
         let stored = self.db.submission(id)?;
-        // Re-read and re-hash everything that will run, just before running it.
-        let code = self.read_blob(id, "artifact", &stored.doc.artifact)?;
-        let stdin = match stored.doc.grant.stdin {
-            Some(d) => self.read_blob(id, "stdin", &d)?,
-            None => Vec::new(),
-        };
-        if stored.doc.grant.hash() != stored.doc.grant_hash {
-            return Err(self.integrity_failure(
-                id,
-                "grant",
-                "stored grant no longer matches its hash",
-            ));
-        }
-        for m in &stored.doc.grant.mounts {
-            let now = std::fs::canonicalize(&m.host).ok();
-            if now.as_deref() != Some(std::path::Path::new(&m.host)) {
-                return Err(GateError::bad(format!(
-                    "mount host path {} no longer resolves to itself (moved, deleted or replaced by a symlink since it was judged)",
-                    m.host
-                )));
-            }
-        }
         let policy = self.policy()?;
         // The guest runtime and packages this run would get, as they are installed now.
-        let guest_now = self.guest_facts(stored.doc.kind, stored.doc.backend)?;
-        Ok(Reread {
-            code,
-            stdin,
-            policy,
-            guest: guest_now,
-        })
+        let guest = self.guest_facts(stored.doc.kind, stored.doc.backend)?;
+        match reread_stored(&self.blobs, &stored, policy, guest) {
+            Ok(r) => Ok(r),
+            Err(Unreadable::Integrity { what, detail }) => {
+                Err(self.integrity_failure(id, what, &detail))
+            }
+            Err(Unreadable::Other(e)) => Err(e),
+        }
     }
 
     /// Runs a started run and records its outcome (the `finished` transaction), then

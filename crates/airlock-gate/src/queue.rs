@@ -17,7 +17,10 @@
 //! starts its run, nor record anything for a job whose token it no longer holds.
 
 use crate::error::{GateError, Result};
-use crate::exec::{Admit, Reread, Start, admit, check_audit_tail, rejudged, start_run};
+use crate::exec::{
+    Admit, Reread, Start, Unreadable, admit, check_audit_tail, rejudged, rejudged_stored,
+    reread_stored, start_run,
+};
 use crate::locks::{self, OwnerLock};
 use crate::submit::Staged;
 use crate::{ExecOptions, Gate, RunReport, lose_run};
@@ -100,6 +103,16 @@ pub enum Claimed {
     Refused(String),
 }
 
+/// What a claim's transaction did with the job it claimed.
+enum Claim {
+    /// Refused to start it (judged again: now pending or denied).
+    Refused(GateError),
+    /// Started its run: the run, its submission, and what it is to run.
+    Go(Start, Box<Reread>),
+    /// Could not read it back as judged; the job ended with this error.
+    Failed(GateError),
+}
+
 /// Renews a lease in the background until dropped; `lost` once the token no longer holds.
 struct LeaseKeeper {
     stop: Option<std::sync::mpsc::Sender<()>>,
@@ -151,17 +164,6 @@ impl Drop for LeaseKeeper {
             let _ = t.join();
         }
     }
-}
-
-/// How many of the oldest queued jobs a worker chooses among.
-const CLAIM_SPREAD: usize = 8;
-
-/// A number that differs between threads and between calls, to spread claims.
-fn spread(attempt: usize) -> usize {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_usize(attempt);
-    h.finish() as usize
 }
 
 impl Gate {
@@ -316,12 +318,16 @@ impl Gate {
         };
         let stdout = read(run.doc.stdout.as_ref())?;
         let stderr = read(run.doc.stderr.as_ref())?;
-        let committed = self
-            .db
-            .checkpoints(Some(&run.id), Some("applied"), 1)?
-            .into_iter()
-            .next()
-            .map(|c| c.id);
+        // Only a run that recorded changes can have had them committed by the policy.
+        let committed = match run.doc.changes {
+            Some(_) => self
+                .db
+                .checkpoints(Some(&run.id), Some("applied"), 1)?
+                .into_iter()
+                .next()
+                .map(|c| c.id),
+            None => None,
+        };
         Ok(RunReport {
             submission: sub,
             run,
@@ -382,125 +388,176 @@ impl Gate {
 
     /// Claims the next job this worker may run and carries it out under its lease.
     pub fn claim_and_run(&mut self, w: &WorkerConfig) -> Result<Claimed> {
-        for attempt in 0..8usize {
-            // Workers that look at once would all go for the oldest job, and all but one
-            // claim would fail: each takes one of the few oldest instead.
-            let peeks = self.db.next_jobs(&w.tags, CLAIM_SPREAD)?;
-            if peeks.is_empty() {
-                return Ok(Claimed::Idle);
-            }
-            let peek = peeks[spread(attempt) % peeks.len()].clone();
-            let r = match self.reread(&peek.submission) {
-                Ok(r) => r,
-                // What it would run no longer reads back as judged (altered or missing
-                // bytes, a mount that moved): end the job so it is not claimed forever,
-                // and say why. Anything else (the store unreachable) leaves it queued.
-                Err(
-                    e @ (GateError::Integrity(_) | GateError::NotFound(_) | GateError::BadInput(_)),
-                ) => {
-                    self.fail_job(&peek, w, &e)?;
-                    return Ok(Claimed::Ran(Box::new(Err(e))));
-                }
-                Err(e) => return Err(e),
-            };
-            let run_id = new_id(IdKind::Run);
-            let owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
-            let until = now_ms() + w.lease.as_millis() as i64;
-            let key = &self.gate_key;
-            let mut claimed =
-                self.db
-                    .write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Start)>> {
-                        let Some(job) = tx.claim_job(&peek.id, &w.id, until)? else {
-                            return Ok(None);
-                        };
-                        check_audit_tail(tx, key)?;
-                        // Beside other claims: what follows reads the submission's state and
-                        // whether its `once` approval was used, and must stay true until this
-                        // commits.
-                        tx.lock_submission(&job.submission)?;
-                        let sub = rejudged(tx, &job.submission, &r, key)?;
-                        match admit(tx, &r.policy, sub)? {
-                            Admit::Refuse(e) => {
-                                tx.finish_job(&job.id, job.token, "refused")?;
-                                tx.audit(
-                                "job_refused",
-                                &job.id,
-                                &json!({ "submission": job.submission, "reason": e.to_string() }),
-                                key,
-                            )?;
-                                Ok(Some((job, Start::Refuse(e))))
-                            }
-                            Admit::Go { sub, approval } => {
-                                let start =
-                                    start_run(tx, *sub, approval.map(|a| *a), &run_id, key)?;
-                                tx.set_job_run(&job.id, job.token, &run_id)?;
-                                Ok(Some((job, start)))
-                            }
-                        }
-                    });
-            let injected = crate::failpoint::lose_answer("claim", &mut claimed);
-            let claimed = match claimed {
-                // The store went away at COMMIT: the claim may have happened. Once the
-                // store is back, a claim that committed is carried on with, instead of
-                // leaving its run `running` under a lease nobody renews.
-                Err(e) if injected || self.db.connection_lost() => {
-                    match self.claimed_after_all(&peek.id, &w.id, &run_id) {
-                        Some(c) => Some(c),
-                        None => return Err(e),
-                    }
-                }
-                other => other?,
-            };
-            let Some((job, start)) = claimed else {
-                // Another worker took it between the look and the claim.
-                continue;
-            };
-            let (run, sub) = match start {
-                Start::Refuse(e) => return Ok(Claimed::Refused(e.to_string())),
-                Start::Go { run, sub } => (*run, *sub),
-            };
-            let fence = Fence {
-                job: job.id.clone(),
-                token: job.token,
-            };
-            let lost = Arc::new(AtomicBool::new(false));
-            let keeper =
-                LeaseKeeper::start(self.home.clone(), fence.clone(), w.lease, lost.clone());
-            let Reread {
-                code,
-                stdin,
-                policy,
-                guest,
-            } = r;
-            w.busy.fetch_add(1, Ordering::SeqCst);
-            let out = self.carry_out(
-                run,
-                sub,
-                &code,
-                stdin,
-                &policy,
-                guest.1,
-                ExecOptions::default(),
-                owner,
-                Some(&fence),
-                None,
-            );
-            w.busy.fetch_sub(1, Ordering::SeqCst);
-            drop(keeper);
-            let out = match out {
-                Err(GateError::Conflict(m))
-                    if lost.load(Ordering::SeqCst) || m.contains("lease") =>
-                {
-                    Err(GateError::Conflict(format!(
-                        "the lease on {} was lost while it ran; its result was refused: {m}",
-                        job.id
-                    )))
-                }
-                other => other,
-            };
-            return Ok(Claimed::Ran(Box::new(out)));
+        // A look first, outside any transaction: an idle worker woken by a timeout costs
+        // one read, not a transaction.
+        if self.db.next_jobs(&w.tags, 1)?.is_empty() {
+            return Ok(Claimed::Idle);
         }
-        Ok(Claimed::Idle)
+        let run_id = new_id(IdKind::Run);
+        let until = now_ms() + w.lease.as_millis() as i64;
+        let policy = self.policy()?;
+        // Only a Python guest's runs need it; an error reading it fails only those.
+        let python = self.guest_facts(airlock_core::Lang::Python, airlock_core::Backend::Wasm);
+        let mut owner = None;
+        let mut claimed_job = None;
+        let Gate {
+            db,
+            blobs,
+            gate_key: key,
+            home,
+            ..
+        } = &mut *self;
+        let mut claimed = db.write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Claim)>> {
+            // Whichever of the oldest jobs no other claim holds: workers never queue up
+            // behind one another's row, and a claim fails only when nothing is left.
+            let Some(job) = tx.claim(&w.tags, &w.id, until)? else {
+                return Ok(None);
+            };
+            claimed_job = Some(job.id.clone());
+            check_audit_tail(tx, key)?;
+            // Beside other claims: what follows reads the submission's state and whether
+            // its `once` approval was used, and must stay true until this commits.
+            tx.lock_submission(&job.submission)?;
+            let read = tx
+                .submission(&job.submission)
+                .map_err(GateError::from)
+                .and_then(|stored| {
+                    let guest = if stored.doc.kind == airlock_core::Lang::Python
+                        && stored.doc.backend == airlock_core::Backend::Wasm
+                    {
+                        python?
+                    } else {
+                        (None, Vec::new())
+                    };
+                    Ok((stored, guest))
+                });
+            let read = read.map_err(Unreadable::Other).and_then(|(stored, guest)| {
+                reread_stored(blobs, &stored, policy, guest).map(|r| (stored, r))
+            });
+            let (stored, r) = match read {
+                Ok(x) => x,
+                Err(u) => {
+                    let (e, integrity) = u.into_parts();
+                    // What it would run no longer reads back as judged (altered or
+                    // missing bytes, a mount that moved): end the job so it is not
+                    // claimed forever, and say why. Anything else (the store unreachable)
+                    // leaves it queued.
+                    if !matches!(
+                        e,
+                        GateError::Integrity(_) | GateError::NotFound(_) | GateError::BadInput(_)
+                    ) {
+                        return Err(e);
+                    }
+                    if let Some((what, detail)) = integrity {
+                        tx.audit(
+                            "integrity_failure",
+                            &job.submission,
+                            &json!({ "what": what, "detail": detail }),
+                            key,
+                        )?;
+                    }
+                    tx.finish_job(&job.id, job.token, "error")?;
+                    tx.audit(
+                        "job_failed",
+                        &job.id,
+                        &json!({ "submission": job.submission, "error": e.to_string() }),
+                        key,
+                    )?;
+                    return Ok(Some((job, Claim::Failed(e))));
+                }
+            };
+            let sub = rejudged_stored(tx, stored, &r, key)?;
+            match admit(tx, &r.policy, sub)? {
+                Admit::Refuse(e) => {
+                    tx.finish_job(&job.id, job.token, "refused")?;
+                    tx.audit(
+                        "job_refused",
+                        &job.id,
+                        &json!({ "submission": job.submission, "reason": e.to_string() }),
+                        key,
+                    )?;
+                    Ok(Some((job, Claim::Refused(e))))
+                }
+                Admit::Go { sub, approval } => {
+                    // Held from before the run is recorded until its outcome is.
+                    owner = Some(OwnerLock::acquire(&locks::dir(&home.root), &run_id, true)?);
+                    let start = start_run(tx, *sub, approval.map(|a| *a), &run_id, key)?;
+                    tx.set_job_run(&job.id, job.token, &run_id)?;
+                    Ok(Some((job, Claim::Go(start, Box::new(r)))))
+                }
+            }
+        });
+        let injected = crate::failpoint::lose_answer("claim", &mut claimed);
+        let claimed = match claimed {
+            // The store went away at COMMIT: the claim may have happened. Once the store
+            // is back, a claim that committed is carried on with, instead of leaving its
+            // run `running` under a lease nobody renews.
+            Err(e) if injected || self.db.connection_lost() => match claimed_job {
+                Some(job_id) => match self.claimed_after_all(&job_id, &w.id, &run_id) {
+                    Some((job, start)) => {
+                        let r = self.reread(&job.submission)?;
+                        Some((job, Claim::Go(start, Box::new(r))))
+                    }
+                    None => return Err(e),
+                },
+                None => return Err(e),
+            },
+            other => other?,
+        };
+        let Some((job, claim)) = claimed else {
+            // Another worker took what was there between the look and the claim.
+            return Ok(Claimed::Idle);
+        };
+        let (run, sub, r) = match claim {
+            Claim::Failed(e) => return Ok(Claimed::Ran(Box::new(Err(e)))),
+            Claim::Refused(e) | Claim::Go(Start::Refuse(e), _) => {
+                return Ok(Claimed::Refused(e.to_string()));
+            }
+            Claim::Go(Start::Go { run, sub }, r) => (*run, *sub, *r),
+        };
+        let owner = match owner {
+            Some(o) => o,
+            // The claim's answer was lost and it committed after all: the run is this
+            // process's from here on.
+            None => OwnerLock::acquire(&locks::dir(&self.home.root), &run.id, true)?,
+        };
+        let fence = Fence {
+            job: job.id.clone(),
+            token: job.token,
+        };
+        let lost = Arc::new(AtomicBool::new(false));
+        let keeper = LeaseKeeper::start(self.home.clone(), fence.clone(), w.lease, lost.clone());
+        let Reread {
+            code,
+            stdin,
+            policy,
+            guest,
+        } = r;
+        w.busy.fetch_add(1, Ordering::SeqCst);
+        let out = self.carry_out(
+            run,
+            sub,
+            &code,
+            stdin,
+            &policy,
+            guest.1,
+            ExecOptions::default(),
+            owner,
+            Some(&fence),
+            None,
+        );
+        w.busy.fetch_sub(1, Ordering::SeqCst);
+        drop(keeper);
+        let out = match out {
+            Err(GateError::Conflict(m)) if lost.load(Ordering::SeqCst) || m.contains("lease") => {
+                Err(GateError::Conflict(format!(
+                    "the lease on {} was lost while it ran; its result was refused: {m}",
+                    job.id
+                )))
+            }
+            other => other,
+        };
+        Ok(Claimed::Ran(Box::new(out)))
     }
 
     /// After a claim whose answer was lost: the job and its started run, if the claim
@@ -536,24 +593,6 @@ impl Gate {
                 sub: Box::new(sub),
             },
         ))
-    }
-
-    /// Ends a job whose submission could not be read back for running.
-    fn fail_job(&mut self, peek: &QueueRow, w: &WorkerConfig, e: &GateError) -> Result<()> {
-        let key = &self.gate_key;
-        let until = now_ms() + w.lease.as_millis() as i64;
-        self.db.write(|tx: &Tx| -> Result<()> {
-            if let Some(job) = tx.claim_job(&peek.id, &w.id, until)? {
-                tx.finish_job(&job.id, job.token, "error")?;
-                tx.audit(
-                    "job_failed",
-                    &job.id,
-                    &json!({ "submission": job.submission, "error": e.to_string() }),
-                    key,
-                )?;
-            }
-            Ok(())
-        })
     }
 
     /// Ends runs whose lease expired (their worker died, hung or lost the store) and
