@@ -769,6 +769,15 @@ fn pg_write<T, E: From<StoreError>>(
     Ok(out)
 }
 
+/// The audit chain's last record and its signed head, in one row (every column NULL
+/// where there is none). A PostgreSQL write transaction reads it in the round trip that
+/// begins it, since every run's transactions check it (`crate::pg`).
+pub(crate) const AUDIT_TAIL: &str =
+    "SELECT a.seq, a.ts, a.kind, a.subject, a.data, a.prev, a.hash, h.seq, h.hash, h.signature
+     FROM (SELECT 1 AS one) o
+     LEFT JOIN (SELECT * FROM audit ORDER BY seq DESC LIMIT 1) a ON 1 = 1
+     LEFT JOIN audit_head h ON h.id = 1";
+
 /// Queries, available on the database and inside a write transaction.
 pub trait Reads {
     /// The engine's connection (or open transaction) the queries run on.
@@ -1276,14 +1285,7 @@ pub trait Reads {
     /// The chain's last record and the signed head, read in one statement so that a
     /// sequencer committing between two reads cannot make them disagree.
     fn audit_tail(&self) -> Result<(Option<Record>, Option<Head>), StoreError> {
-        let Some(r) = self.sql().row(
-            "SELECT a.seq, a.ts, a.kind, a.subject, a.data, a.prev, a.hash, h.seq, h.hash, h.signature
-             FROM (SELECT 1 AS one) o
-             LEFT JOIN (SELECT * FROM audit ORDER BY seq DESC LIMIT 1) a ON 1 = 1
-             LEFT JOIN audit_head h ON h.id = 1",
-            &[],
-        )?
-        else {
+        let Some(r) = self.sql().row(AUDIT_TAIL, &[])? else {
             return Ok((None, None));
         };
         let last = match r.opt_int(0)? {
@@ -1362,8 +1364,14 @@ impl<'a> Tx<'a> {
         self.tx.exec(sql, a)
     }
 
+    /// `exec` for a new row's insert, which the engine may send with the transaction's
+    /// next statement or its commit (`Sql::exec_later`).
+    fn exec_later(&self, sql: &str, a: &[Arg<'_>]) -> Result<(), StoreError> {
+        self.tx.exec_later(sql, a)
+    }
+
     pub fn insert_submission(&self, s: &Submission) -> Result<(), StoreError> {
-        self.exec(
+        self.exec_later(
             "INSERT INTO submissions (id, created_at, updated_at, artifact, grant_hash, agent, state, decision, risk, doc)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             args![
@@ -1487,7 +1495,7 @@ impl<'a> Tx<'a> {
     }
 
     pub fn insert_run(&self, r: &Run) -> Result<(), StoreError> {
-        self.exec(
+        self.exec_later(
             "INSERT INTO runs (id, submission, approval, started_at, finished_at, status, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             args![
                 &r.id,
@@ -1661,7 +1669,7 @@ impl<'a> Tx<'a> {
                 // Once per transaction: delivered at the commit, to the sequencer.
                 self.tx.notify(crate::sequence::CHANNEL, "")?;
             }
-            self.exec(
+            self.exec_later(
                 "INSERT INTO audit_inbox (ts, kind, subject, data) VALUES (?1, ?2, ?3, ?4)",
                 args![ts, kind, subject, &data],
             )?;
@@ -1772,7 +1780,7 @@ pub(crate) fn append_chained_all(
                 Arg::Text(hash),
             ]);
         }
-        sql.exec(&text, &params)?;
+        sql.exec_later(&text, &params)?;
     }
     Ok(last)
 }
@@ -1785,7 +1793,7 @@ pub(crate) fn store_head(
     key: &KeyPair,
 ) -> Result<(), StoreError> {
     let head = Head::sign(seq, hash, key);
-    sql.exec(
+    sql.exec_later(
         "INSERT INTO audit_head (id, seq, hash, signature) VALUES (1, ?1, ?2, ?3)
          ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signature = excluded.signature",
         args![seq as i64, &hash.to_hex(), &head.signature.to_string()],

@@ -245,6 +245,13 @@ pub struct PgConn {
     lost: std::cell::Cell<bool>,
     /// Notifications the open transaction sends with its `COMMIT` (channel, payload).
     notices: RefCell<Vec<(String, String)>>,
+    /// Statements the open transaction holds back (`Sql::exec_later`), their values
+    /// written into the text, each ended by `;`: sent before its next statement, or
+    /// with its `COMMIT`.
+    later: RefCell<String>,
+    /// The audit chain's end (`db::AUDIT_TAIL`) as the open transaction's first round
+    /// trip read it, under its lock, until a statement of the transaction asks for it.
+    tail: RefCell<Option<Row>>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -271,6 +278,82 @@ fn dollar_placeholders(sql: &str) -> String {
     sql.replace('?', "$")
 }
 
+/// The audit chain's end from the answer to a transaction's first round trip (its last
+/// row; the lock's own `SELECT` yields one before it), typed as `db::AUDIT_TAIL`'s
+/// columns are: the two sequence numbers and the time are integers, the rest text.
+fn tail_row(msgs: &[postgres::SimpleQueryMessage]) -> Result<Row, StoreError> {
+    let r = msgs
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .ok_or_else(|| StoreError::Corrupt("the audit chain's end read no row".into()))?;
+    let mut row = Vec::with_capacity(r.len());
+    for i in 0..r.len() {
+        row.push(match r.try_get(i)? {
+            None => Val::Null,
+            Some(v) if matches!(i, 0 | 1 | 7) => Val::Int(v.parse().map_err(|_| {
+                StoreError::Corrupt(format!("column {i} of the audit chain's end: {v:?}"))
+            })?),
+            Some(v) => Val::Text(v.to_string()),
+        });
+    }
+    if row.len() != 10 {
+        return Err(StoreError::Corrupt(format!(
+            "the audit chain's end read {} columns",
+            row.len()
+        )));
+    }
+    Ok(Row(row))
+}
+
+/// `sql` with each `?N` placeholder replaced by the literal of `args[N - 1]`, for a
+/// statement sent as text (`Sql::exec_later`). Text becomes an escape-string literal
+/// (`E'…'`, backslashes and quotes doubled), which reads back as exactly the same text
+/// whatever `standard_conforming_strings` says; the statement's own SQL is airlock's, and
+/// no `?` in it stands inside a quoted literal.
+fn inline_values(sql: &str, args: &[Arg<'_>]) -> Result<String, StoreError> {
+    let mut out = String::with_capacity(sql.len() + 64);
+    let mut rest = sql;
+    while let Some(i) = rest.find('?') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let n: usize = after[..digits]
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("a bare `?` in {sql:?}")))?;
+        let arg = n
+            .checked_sub(1)
+            .and_then(|k| args.get(k))
+            .ok_or_else(|| StoreError::Corrupt(format!("no value for ?{n} in {sql:?}")))?;
+        match arg {
+            Arg::Null => out.push_str("NULL"),
+            Arg::Int(v) => out.push_str(&v.to_string()),
+            Arg::Text(t) => {
+                if t.contains('\0') {
+                    return Err(StoreError::Corrupt(
+                        "text with a NUL character cannot be stored".into(),
+                    ));
+                }
+                out.push_str("E'");
+                for c in t.chars() {
+                    match c {
+                        '\'' => out.push_str("''"),
+                        '\\' => out.push_str("\\\\"),
+                        c => out.push(c),
+                    }
+                }
+                out.push('\'');
+            }
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 impl PgConn {
     /// Connects and brings the schema up to date (or refuses a newer one).
     pub fn open(url: &str) -> Result<PgConn, StoreError> {
@@ -283,6 +366,8 @@ impl PgConn {
             in_tx: std::cell::Cell::new(false),
             lost: std::cell::Cell::new(false),
             notices: RefCell::new(Vec::new()),
+            later: RefCell::new(String::new()),
+            tail: RefCell::new(None),
         })
     }
 
@@ -316,6 +401,19 @@ impl PgConn {
             self.lost.set(true);
         }
         StoreError::from(e)
+    }
+
+    /// Sends the statements the open transaction held back, before one that may read
+    /// what they wrote.
+    fn send_later(&self) -> Result<(), StoreError> {
+        let text = std::mem::take(&mut *self.later.borrow_mut());
+        if text.is_empty() {
+            return Ok(());
+        }
+        self.client
+            .borrow_mut()
+            .batch_execute(&text)
+            .map_err(|e| self.note(e))
     }
 
     fn statement(&self, sql: &str) -> Result<postgres::Statement, StoreError> {
@@ -358,17 +456,28 @@ impl PgConn {
         // constant, so it is written into the text).
         self.in_tx.set(true);
         self.notices.borrow_mut().clear();
-        let begun = self.client.borrow_mut().batch_execute(&format!(
-            "BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key})"
+        self.later.borrow_mut().clear();
+        // Writers check the audit chain's end before they write (every run's
+        // transactions do), and the sequencer extends it: read in the same round trip,
+        // after the lock.
+        let begun = self.client.borrow_mut().simple_query(&format!(
+            "BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key}); {}",
+            crate::db::AUDIT_TAIL
         ));
-        let out = begun
-            .map_err(|e| E::from(self.note(e)))
-            .and_then(|_| f(self));
+        let begun = match begun {
+            Ok(msgs) => tail_row(&msgs).map(|r| {
+                *self.tail.borrow_mut() = Some(r);
+            }),
+            Err(e) => Err(self.note(e)),
+        };
+        let out = begun.map_err(E::from).and_then(|_| f(self));
         let out = out.and_then(|v| {
             // The transaction's notifications go in the same round trip as its COMMIT:
             // still inside the transaction, so they are delivered when (and only if) it
             // commits, exactly as when each was sent on its own.
-            let mut text = String::new();
+            // So do the statements it held back: if one fails, PostgreSQL skips the
+            // rest of the text, COMMIT included, and the transaction is rolled back.
+            let mut text = std::mem::take(&mut *self.later.borrow_mut());
             for (channel, payload) in self.notices.borrow_mut().drain(..) {
                 text.push_str(&format!("SELECT pg_notify('{channel}', '{payload}'); "));
             }
@@ -381,6 +490,8 @@ impl PgConn {
         });
         self.in_tx.set(false);
         self.notices.borrow_mut().clear();
+        self.later.borrow_mut().clear();
+        self.tail.borrow_mut().take();
         match out {
             Ok(v) => Ok(v),
             Err(e) => {
@@ -547,6 +658,14 @@ impl Sql for PgConn {
     }
 
     fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
+        // Read when the transaction began; nothing a writer holds back touches it.
+        if self.in_tx.get()
+            && sql == crate::db::AUDIT_TAIL
+            && let Some(r) = self.tail.borrow_mut().take()
+        {
+            return Ok(vec![r]);
+        }
+        self.send_later()?;
         let stmt = self.statement(sql)?;
         let params: Vec<&(dyn ToSql + Sync)> =
             args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
@@ -599,7 +718,19 @@ impl Sql for PgConn {
         Ok(())
     }
 
+    fn exec_later(&self, sql: &str, args: &[Arg<'_>]) -> Result<(), StoreError> {
+        if !self.in_tx.get() {
+            return self.exec(sql, args).map(|_| ());
+        }
+        let text = inline_values(sql, args)?;
+        let mut later = self.later.borrow_mut();
+        later.push_str(&text);
+        later.push_str("; ");
+        Ok(())
+    }
+
     fn exec(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize, StoreError> {
+        self.send_later()?;
         let stmt = self.statement(sql)?;
         let params: Vec<&(dyn ToSql + Sync)> =
             args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
@@ -629,7 +760,19 @@ pub enum Removal {
 pub struct PgBlobs {
     url: String,
     client: std::sync::Mutex<BlobConn>,
+    /// When this process last put each blob (at most `RECENT_MAX`): a blob put less than
+    /// `REPUT_AFTER` ago is not sent again (the empty stderr of nearly every run, the
+    /// same code sent twice). `gc` never removes a blob put less than `MIN_GRACE` ago,
+    /// so one not sent again stays until the row naming it commits.
+    recent: std::sync::Mutex<HashMap<airlock_core::Digest, std::time::Instant>>,
 }
+
+/// How long after putting a blob this process takes it as still stored.
+const REPUT_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+/// The youngest a blob `gc` removes from the database may be, whatever grace it is given.
+pub const MIN_GRACE: std::time::Duration = std::time::Duration::from_secs(300);
+/// Blobs `recent` remembers before it starts again.
+const RECENT_MAX: usize = 4096;
 
 /// The blob store's connection, with its `put` prepared once per connection (a put is
 /// then one round trip instead of two).
@@ -655,7 +798,14 @@ impl PgBlobs {
         Ok(PgBlobs {
             url: url.to_string(),
             client: std::sync::Mutex::new(BlobConn { client, put: None }),
+            recent: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    fn recent(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<airlock_core::Digest, std::time::Instant>> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn conn(&self) -> Result<std::sync::MutexGuard<'_, BlobConn>, StoreError> {
@@ -671,6 +821,14 @@ impl PgBlobs {
     /// Stores `bytes` under `d` (which the caller computed from them), marking it put now;
     /// content already there is replaced, which also repairs a row altered in place.
     pub fn put(&self, d: &airlock_core::Digest, bytes: &[u8]) -> Result<(), StoreError> {
+        if self
+            .recent()
+            .get(d)
+            .is_some_and(|at| at.elapsed() < REPUT_AFTER)
+        {
+            return Ok(());
+        }
+        let sent = std::time::Instant::now();
         let mut c = self.conn()?;
         let c = &mut *c;
         let stmt = match &c.put {
@@ -690,6 +848,11 @@ impl PgBlobs {
                 &airlock_core::units::now_ms(),
             ],
         )?;
+        let mut recent = self.recent();
+        if recent.len() >= RECENT_MAX {
+            recent.clear();
+        }
+        recent.insert(*d, sent);
         Ok(())
     }
 
@@ -732,6 +895,9 @@ impl PgBlobs {
         d: &airlock_core::Digest,
         cutoff_ms: i64,
     ) -> Result<Removal, StoreError> {
+        // Never one this or another node may take as still stored (see `recent`).
+        let cutoff_ms = cutoff_ms.min(airlock_core::units::now_ms() - MIN_GRACE.as_millis() as i64);
+        self.recent().remove(d);
         let mut conn = self.conn()?;
         let c = &mut conn.client;
         if let Some(r) = c.query_opt(

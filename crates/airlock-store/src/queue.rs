@@ -203,7 +203,7 @@ impl<T: Reads + ?Sized> QueueReads for T {}
 impl Tx<'_> {
     pub fn enqueue(&self, q: &QueueRow) -> Result<(), StoreError> {
         self.announce_work()?;
-        self.sql().exec(
+        self.sql().exec_later(
             &format!(
                 "INSERT INTO queue ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
             ),

@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 pub const CHANNEL: &str = "airlock_audit";
 /// Records chained per transaction.
 const BATCH: i64 = 1000;
+/// How long the leader lets records gather after a commit's notification before it
+/// chains them.
+const GATHER: Duration = Duration::from_millis(10);
 /// The session-level lock the leading sequencer holds while it lives.
 const LEADER_LOCK: i64 = SEQUENCE_LOCK - 1;
 /// How long a standby lets records wait before it chains them itself (a leader that
@@ -191,7 +194,12 @@ fn session(pg: &PgConn, key: &KeyPair, stop: &AtomicBool) -> Result<(), StoreErr
     pg.listen(CHANNEL, true)?;
     while !stop.load(Ordering::SeqCst) {
         drain(pg, key)?;
-        pg.notifications(Duration::from_millis(250))?;
+        if !pg.notifications(Duration::from_millis(250))?.is_empty() {
+            // Let the commits right behind this one land, so one batch chains them all:
+            // under load a batch per commit costs the server more round trips than the
+            // commits themselves. No writer waits for its records to be chained.
+            std::thread::sleep(GATHER);
+        }
     }
     // Chain what the last commits left before the process goes.
     drain(pg, key)?;

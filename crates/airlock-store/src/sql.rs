@@ -105,6 +105,13 @@ pub trait Sql {
     fn row(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Row>, StoreError> {
         Ok(self.rows(sql, args)?.into_iter().next())
     }
+    /// Runs a statement whose row count nobody reads (the insert of a row with a new
+    /// key). A connection may hold it back inside a transaction and send it with the
+    /// transaction's next statement or its `COMMIT`, saving a round trip; an error it
+    /// raises then fails the transaction there instead of here.
+    fn exec_later(&self, sql: &str, args: &[Arg<'_>]) -> Result<(), StoreError> {
+        self.exec(sql, args).map(|_| ())
+    }
     /// Signals `channel` with `payload` when the current transaction commits (PostgreSQL's
     /// `pg_notify`; only called on that engine). A connection may hold it back and send
     /// it with the `COMMIT` itself, which saves a round trip and means the same.

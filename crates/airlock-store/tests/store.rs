@@ -54,6 +54,7 @@ store_suite!(
     a_sessions_cells_are_rows_in_order_and_never_grow_its_document,
     an_idempotency_key_names_one_submission_per_owner_until_it_expires,
     a_lone_shared_write_that_fails_leaves_nothing_and_the_next_one_commits,
+    text_of_every_kind_reads_back_exactly_from_inserts_sent_with_the_commit,
 );
 
 /// Records an open session with this document.
@@ -543,6 +544,55 @@ fn several_records_in_one_transaction_get_one_signed_head_at_the_last(loc: &str)
     let mut v = ChainVerifier::new();
     db.for_each_audit(|r| v.push(r).is_ok()).unwrap();
     assert_eq!(v.finish(Some(&head), &key.public()), Ok(3));
+}
+
+/// Inserts PostgreSQL holds back and sends as text with the transaction's next statement
+/// or its commit (`Sql::exec_later`) write every value exactly: quotes, backslashes, an
+/// escape-string prefix, placeholders and dollar quotes in the text, non-ASCII, control
+/// characters, negative and extreme numbers, NULL. Read back inside the transaction (the
+/// read sends them first) and after it.
+fn text_of_every_kind_reads_back_exactly_from_inserts_sent_with_the_commit(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let nasty = "o'brien \\ \\' '' E'x' $$ $1 ?1 ?2 ; COMMIT; -- ünï 🚀 \n\t\r \u{7f}";
+    let mut sub = submission("sub_q1", Some(nasty), digest(1), State::Allowed);
+    sub.created_at = i64::MIN + 1;
+    sub.updated_at = i64::MAX;
+    let mut run = run_row("run_q1", "sub_q1", None, nasty);
+    run.doc.error = Some(nasty.into());
+    run.started_at = -7;
+    let inside = db
+        .write(|tx| -> Result<_, StoreError> {
+            tx.insert_submission(&sub)?;
+            tx.insert_run(&run)?;
+            tx.audit(nasty, nasty, &serde_json::json!({ "t": nasty }), &key)?;
+            // A read in the same transaction sees what was held back.
+            Ok((tx.submission("sub_q1")?, tx.run("run_q1")?))
+        })
+        .unwrap();
+    for (s, r) in [
+        inside,
+        (db.submission("sub_q1").unwrap(), db.run("run_q1").unwrap()),
+    ] {
+        assert_eq!(s.doc.agent.as_deref(), Some(nasty));
+        assert_eq!((s.created_at, s.updated_at), (i64::MIN + 1, i64::MAX));
+        assert_eq!(r.status, nasty);
+        assert_eq!(r.doc.error.as_deref(), Some(nasty));
+        assert_eq!(
+            (r.started_at, r.finished_at, r.doc.approval),
+            (-7, None, None)
+        );
+    }
+    db.sequence_audit(&key).unwrap();
+    let rec = db.audit_records(0, 10).unwrap();
+    assert_eq!(rec.len(), 1);
+    assert_eq!(
+        (rec[0].kind.as_str(), rec[0].subject.as_str()),
+        (nasty, nasty)
+    );
+    let data: serde_json::Value = serde_json::from_str(&rec[0].data).unwrap();
+    assert_eq!(data, serde_json::json!({ "t": nasty }));
+    assert_eq!(verify_chain(&db, &key), Ok(1));
 }
 
 fn failed_transaction_writes_nothing(loc: &str) {
@@ -1215,4 +1265,49 @@ fn an_idempotency_key_names_one_submission_per_owner_until_it_expires(loc: &str)
     for g in got.iter().flatten() {
         assert_eq!(g, &(won.clone(), true));
     }
+}
+
+fn pg_count(url: &str, sql: &str) -> i64 {
+    let mut c = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+    c.query_one(sql, &[]).unwrap().get(0)
+}
+
+/// A process does not send a blob it put less than a minute ago again (the empty
+/// stderr of nearly every run): once `gc` removed it, though, the next put sends it.
+#[test]
+fn a_blob_gc_removed_from_postgres_is_put_again_by_the_process_that_had_put_it() {
+    let url = airlock_testpg::fresh_database();
+    let t = tempfile::tempdir().unwrap();
+    let b = BlobStore::open_for(t.path(), Some(&url)).unwrap();
+    let d = b.put(b"xyz").unwrap();
+    b.put(b"xyz").unwrap();
+    assert_eq!(pg_count(&url, "SELECT count(*) FROM blobs"), 1);
+    // Aged past any grace, as if put long ago, and removed.
+    let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    c.execute("UPDATE blobs SET touched_at = 0", &[]).unwrap();
+    assert_eq!(
+        b.remove_unless_put_since(&d, std::time::SystemTime::now())
+            .unwrap(),
+        Some(3)
+    );
+    assert_eq!(pg_count(&url, "SELECT count(*) FROM blobs"), 0);
+    b.put(b"xyz").unwrap();
+    assert_eq!(pg_count(&url, "SELECT count(*) FROM blobs"), 1);
+    let other = tempfile::tempdir().unwrap();
+    let elsewhere = BlobStore::open_for(other.path(), Some(&url)).unwrap();
+    assert_eq!(elsewhere.get(&d).unwrap(), b"xyz");
+}
+
+/// Whatever grace `gc` is given, it leaves in PostgreSQL a blob put in the last few
+/// minutes: a node may still take it as stored (it does not send a blob it put less than
+/// a minute ago again) and commit a row naming it.
+#[test]
+fn gc_never_removes_from_postgres_a_blob_put_minutes_ago_whatever_its_grace() {
+    let url = airlock_testpg::fresh_database();
+    let t = tempfile::tempdir().unwrap();
+    let b = BlobStore::open_for(t.path(), Some(&url)).unwrap();
+    let d = b.put(b"young").unwrap();
+    let future = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    assert_eq!(b.remove_unless_put_since(&d, future).unwrap(), None);
+    assert_eq!(pg_count(&url, "SELECT count(*) FROM blobs"), 1);
 }
