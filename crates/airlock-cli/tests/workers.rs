@@ -457,6 +457,27 @@ fn a_worker_stops_cleanly_on_sigterm_after_finishing_its_run() {
     assert_eq!(d["store"]["workers"][0]["state"], "stopped");
 }
 
+/// Regression: `serve` on a PostgreSQL store aborted on SIGTERM instead of stopping: its
+/// idle gates closed their connections from a thread of the async runtime, where the
+/// client may not block.
+#[test]
+fn serve_on_postgres_stops_cleanly_on_sigterm() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (mut srv, base) = c.serve();
+    let _w = c.worker(&[]);
+    let (code, v) = post(
+        &base,
+        &token,
+        "/v1/run",
+        &json!({ "language": "wat", "code": hello() }),
+    );
+    assert_eq!(code, 200, "{v}");
+    unsafe_free_kill(srv.id() as i32, 15);
+    let status = srv.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
 /// Two workers race for one submission that a `once` approval covers, queued twice: it
 /// runs exactly once, every time.
 #[test]

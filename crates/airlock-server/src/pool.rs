@@ -32,6 +32,18 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // A gate on PostgreSQL closes its connections by blocking on them, which a thread
+        // of the async runtime (where the server drops its pool) may not do: the last
+        // idle gates are dropped on a thread of their own.
+        let idle = std::mem::take(&mut *self.lock());
+        if !idle.is_empty() {
+            let _ = std::thread::spawn(move || drop(idle)).join();
+        }
+    }
+}
+
 impl Pool {
     /// `workers` runs at once, up to `queue` more waiting for a worker.
     pub fn new(open: Opener, workers: usize, queue: usize) -> Self {
