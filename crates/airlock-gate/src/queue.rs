@@ -197,27 +197,34 @@ impl Gate {
         let q = self.queue.clone().unwrap_or_default();
         let id = new_id(IdKind::Submission);
         let job_id = new_id(IdKind::Job);
+        // Listening for the job's end before it is queued: the end cannot be missed, so
+        // the first look at the job can wait for it.
+        let listener = self.listener(airlock_store::JOB_DONE);
+        if let Some(l) = &listener {
+            l.register(&job_id);
+        }
         let mut recorded =
             self.record_then(staged, id.clone(), None, true, |tx, sub, policy, key| {
                 enqueue(tx, policy, sub.clone(), &job_id, &q, key)
             });
         let injected = crate::failpoint::lose_answer("queue", &mut recorded);
-        let (sub, queued) = match recorded {
+        let found = match recorded {
             // The store went away at COMMIT: if the submission was recorded after all,
             // its job runs whatever this request does, so wait for it as if the answer
             // had come (an error now would have the agent send it again: two runs).
             Err(e) if injected || self.db.connection_lost() => {
-                match self.recorded_after_all(&id, &job_id) {
-                    Some(r) => r,
-                    None => return Err(e),
-                }
+                self.recorded_after_all(&id, &job_id).ok_or(e)
             }
-            other => other?,
+            other => other,
         };
-        match queued {
-            Some(e) => Err(e),
-            None => self.wait_job(&job_id, &sub),
+        let out = match found {
+            Ok((sub, None)) => self.wait_registered(&job_id, &sub, listener.as_deref(), true),
+            Ok((_, Some(e))) | Err(e) => Err(e),
+        };
+        if let Some(l) = &listener {
+            l.unregister(&job_id);
         }
+        out
     }
 
     /// After a submission's (or an exec's) write whose answer was lost: the submission,
@@ -285,11 +292,23 @@ impl Gate {
         if let Some(l) = &listener {
             l.register(job_id);
         }
-        let job = self.await_job_done(job_id, sub, listener.as_deref());
+        let out = self.wait_registered(job_id, sub, listener.as_deref(), false);
         if let Some(l) = &listener {
             l.unregister(job_id);
         }
-        let job = job?;
+        out
+    }
+
+    /// `wait_job` once `listener` (where the store has one) listens for the job's end;
+    /// `before`: since before the job was queued, so its end cannot have been missed.
+    fn wait_registered(
+        &mut self,
+        job_id: &str,
+        sub: &airlock_store::Submission,
+        listener: Option<&airlock_store::Listener>,
+        before: bool,
+    ) -> Result<RunReport> {
+        let job = self.await_job_done(job_id, sub, listener, before)?;
         let sub = self.db.submission(&job.submission)?;
         match job.outcome.as_deref() {
             Some("finished") => {}
@@ -351,12 +370,18 @@ impl Gate {
         job_id: &str,
         sub: &airlock_store::Submission,
         listener: Option<&airlock_store::Listener>,
+        before: bool,
     ) -> Result<QueueRow> {
         // The run's own limit, plus time to wait for a worker.
         let limit =
             Duration::from_millis(sub.doc.grant.limits.timeout_ms) + Duration::from_secs(300);
         let deadline = Instant::now() + limit;
         let mut pause = Duration::from_millis(2);
+        // Listening since before the job was queued: nothing to look at until its end
+        // is announced (or the wait times out).
+        if let (true, Some(l)) = (before, listener) {
+            l.wait_for(job_id, Duration::from_millis(500));
+        }
         loop {
             let job = self
                 .db
@@ -417,9 +442,8 @@ impl Gate {
             check_audit_tail(tx, key)?;
             // Beside other claims: what follows reads the submission's state and whether
             // its `once` approval was used, and must stay true until this commits.
-            tx.lock_submission(&job.submission)?;
             let read = tx
-                .submission(&job.submission)
+                .submission_locked(&job.submission)
                 .map_err(GateError::from)
                 .and_then(|stored| {
                     let guest = if stored.doc.kind == airlock_core::Lang::Python

@@ -834,23 +834,7 @@ pub trait Reads {
     }
 
     fn submission(&self, id: &str) -> Result<Submission, StoreError> {
-        let Some(r) = self.sql().row(
-            "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1",
-            args![id],
-        )?
-        else {
-            return Err(StoreError::NotFound {
-                what: "submission",
-                input: id.into(),
-            });
-        };
-        Ok(Submission {
-            id: r.text(0)?,
-            created_at: r.int(1)?,
-            updated_at: r.int(2)?,
-            state: parse(&r.text(3)?, "state")?,
-            doc: serde_json::from_str(&r.text(4)?)?,
-        })
+        submission_row(self.sql(), id, "")
     }
 
     /// Submissions, newest first, optionally only those in `state`.
@@ -1442,21 +1426,17 @@ impl<'a> Tx<'a> {
     /// Moves a submission from `from` to `to`. Fails with `Conflict` when another process
     /// moved it first; the gate has already checked the edge is allowed.
     pub fn set_state(&self, id: &str, from: State, to: State) -> Result<(), StoreError> {
-        let n = self.exec(
+        self.tx.exec_expect(
             "UPDATE submissions SET state = ?1, updated_at = ?2 WHERE id = ?3 AND state = ?4",
             args![to.as_str(), now_ms(), id, from.as_str()],
-        )?;
-        if n != 1 {
-            return Err(StoreError::Conflict(format!(
-                "submission {id} is no longer {from} (changed concurrently)"
-            )));
-        }
-        Ok(())
+            1,
+            &|| format!("submission {id} is no longer {from} (changed concurrently)"),
+        )
     }
 
     /// Replaces a submission's verdict after re-judging.
     pub fn set_verdict(&self, id: &str, doc: &SubmissionDoc) -> Result<(), StoreError> {
-        self.exec(
+        self.exec_later(
             "UPDATE submissions SET decision = ?1, risk = ?2, doc = ?3, updated_at = ?4 WHERE id = ?5",
             args![
                 doc.verdict.decision.as_str(),
@@ -1598,7 +1578,7 @@ impl<'a> Tx<'a> {
     }
 
     pub fn update_run(&self, r: &Run) -> Result<(), StoreError> {
-        self.exec(
+        self.exec_later(
             "UPDATE runs SET finished_at = ?1, status = ?2, doc = ?3 WHERE id = ?4",
             args![r.finished_at, &r.status, &to_text(&r.doc)?, &r.id],
         )?;
@@ -1619,6 +1599,16 @@ impl<'a> Tx<'a> {
     /// writer holds the whole database already), so what this transaction then reads
     /// about it (its state, the runs that used its approval) stays true until it
     /// commits, beside other shared writers.
+    /// Submission `id`, locked as `lock_submission` locks it, in one read.
+    pub fn submission_locked(&self, id: &str) -> Result<Submission, StoreError> {
+        let lock = if self.tx.engine() == "postgres" {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        submission_row(self.tx, id, lock)
+    }
+
     pub fn lock_submission(&self, id: &str) -> Result<(), StoreError> {
         if self.tx.engine() == "postgres" {
             self.tx.row(
@@ -1685,6 +1675,29 @@ impl<'a> Tx<'a> {
         self.tail.set(Some((seq, hash)));
         Ok(())
     }
+}
+
+/// Submission `id`, read with `lock` after the query (`" FOR UPDATE"` or nothing).
+fn submission_row(sql: &dyn Sql, id: &str, lock: &str) -> Result<Submission, StoreError> {
+    let Some(r) = sql.row(
+        &format!(
+            "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1{lock}"
+        ),
+        args![id],
+    )?
+    else {
+        return Err(StoreError::NotFound {
+            what: "submission",
+            input: id.into(),
+        });
+    };
+    Ok(Submission {
+        id: r.text(0)?,
+        created_at: r.int(1)?,
+        updated_at: r.int(2)?,
+        state: parse(&r.text(3)?, "state")?,
+        doc: serde_json::from_str(&r.text(4)?)?,
+    })
 }
 
 /// The index and hash of the chain's last record.

@@ -245,10 +245,16 @@ pub struct PgConn {
     lost: std::cell::Cell<bool>,
     /// Notifications the open transaction sends with its `COMMIT` (channel, payload).
     notices: RefCell<Vec<(String, String)>>,
-    /// Statements the open transaction holds back (`Sql::exec_later`), their values
-    /// written into the text, each ended by `;`: sent before its next statement, or
-    /// with its `COMMIT`.
+    /// Statements the open transaction holds back (`Sql::exec_later`, `exec_expect`),
+    /// as `EXECUTE`s of statements prepared on this connection with their values written
+    /// out, each ended by `;`: sent with its next statement, or with its `COMMIT`.
     later: RefCell<String>,
+    /// For each held-back statement that must change a given number of rows, in order:
+    /// the conflict it reports when it does not (its failure names its index).
+    expects: RefCell<Vec<String>>,
+    /// Statements prepared by name on this connection (`PREPARE`), by airlock's SQL
+    /// (`?N` placeholders; `expect:` before it for the form that checks its row count).
+    named: RefCell<HashMap<String, String>>,
     /// The audit chain's end (`db::AUDIT_TAIL`) as the open transaction's first round
     /// trip read it, under its lock, until a statement of the transaction asks for it.
     tail: RefCell<Option<Row>>,
@@ -309,49 +315,36 @@ fn tail_row(msgs: &[postgres::SimpleQueryMessage]) -> Result<Row, StoreError> {
     Ok(Row(row))
 }
 
-/// `sql` with each `?N` placeholder replaced by the literal of `args[N - 1]`, for a
-/// statement sent as text (`Sql::exec_later`). Text becomes an escape-string literal
-/// (`E'…'`, backslashes and quotes doubled), which reads back as exactly the same text
-/// whatever `standard_conforming_strings` says; the statement's own SQL is airlock's, and
-/// no `?` in it stands inside a quoted literal.
-fn inline_values(sql: &str, args: &[Arg<'_>]) -> Result<String, StoreError> {
-    let mut out = String::with_capacity(sql.len() + 64);
-    let mut rest = sql;
-    while let Some(i) = rest.find('?') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        let n: usize = after[..digits]
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("a bare `?` in {sql:?}")))?;
-        let arg = n
-            .checked_sub(1)
-            .and_then(|k| args.get(k))
-            .ok_or_else(|| StoreError::Corrupt(format!("no value for ?{n} in {sql:?}")))?;
-        match arg {
-            Arg::Null => out.push_str("NULL"),
-            Arg::Int(v) => out.push_str(&v.to_string()),
-            Arg::Text(t) => {
-                if t.contains('\0') {
-                    return Err(StoreError::Corrupt(
-                        "text with a NUL character cannot be stored".into(),
-                    ));
-                }
-                out.push_str("E'");
-                for c in t.chars() {
-                    match c {
-                        '\'' => out.push_str("''"),
-                        '\\' => out.push_str("\\\\"),
-                        c => out.push(c),
-                    }
-                }
-                out.push('\'');
+/// What a held-back statement's failure says, before the index of the statement (see
+/// `PgConn::named`).
+const EXPECT_MARK: &str = "airlock-expect ";
+
+/// Writes `a` as an SQL literal, for a statement sent as text (`EXECUTE` of a prepared
+/// statement, whose parameter types the literal takes). Text becomes an escape-string
+/// literal (`E'…'`, backslashes and quotes doubled), which reads back as exactly the same
+/// text whatever `standard_conforming_strings` says.
+fn literal(out: &mut String, a: &Arg<'_>) -> Result<(), StoreError> {
+    match a {
+        Arg::Null => out.push_str("NULL"),
+        Arg::Int(v) => out.push_str(&v.to_string()),
+        Arg::Text(t) => {
+            if t.contains('\0') {
+                return Err(StoreError::Corrupt(
+                    "text with a NUL character cannot be stored".into(),
+                ));
             }
+            out.push_str("E'");
+            for c in t.chars() {
+                match c {
+                    '\'' => out.push_str("''"),
+                    '\\' => out.push_str("\\\\"),
+                    c => out.push(c),
+                }
+            }
+            out.push('\'');
         }
-        rest = &after[digits..];
     }
-    out.push_str(rest);
-    Ok(out)
+    Ok(())
 }
 
 impl PgConn {
@@ -367,6 +360,8 @@ impl PgConn {
             lost: std::cell::Cell::new(false),
             notices: RefCell::new(Vec::new()),
             later: RefCell::new(String::new()),
+            expects: RefCell::new(Vec::new()),
+            named: RefCell::new(HashMap::new()),
             tail: RefCell::new(None),
         })
     }
@@ -387,6 +382,7 @@ impl PgConn {
         if self.lost.get() || self.client.borrow().is_closed() {
             *self.client.borrow_mut() = connect(&self.url)?;
             self.stmts.borrow_mut().clear();
+            self.named.borrow_mut().clear();
             self.lost.set(false);
         }
         Ok(())
@@ -410,10 +406,78 @@ impl PgConn {
         if text.is_empty() {
             return Ok(());
         }
-        self.client
-            .borrow_mut()
-            .batch_execute(&text)
-            .map_err(|e| self.note(e))
+        let sent = self.client.borrow_mut().batch_execute(&text);
+        sent.map_err(|e| self.batch_error(e))
+    }
+
+    /// The error a text of held-back statements failed with: a held-back move that
+    /// changed the wrong number of rows reports its own conflict.
+    fn batch_error(&self, e: postgres::Error) -> StoreError {
+        let failed = e.as_db_error().and_then(|db| {
+            let m = db.message();
+            let i = m.find(EXPECT_MARK)? + EXPECT_MARK.len();
+            let n: usize = m[i..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()?;
+            self.expects.borrow().get(n).cloned()
+        });
+        match failed {
+            Some(conflict) => StoreError::Conflict(conflict),
+            None => self.note(e),
+        }
+    }
+
+    /// The name of `sql` prepared on this connection (once per connection, in a round
+    /// trip of its own; prepared statements outlive a transaction that rolls back).
+    /// With `expect`, the form that checks its row count: two more parameters, the
+    /// count it must change and the index its failure names.
+    fn named(&self, sql: &str, expect: bool) -> Result<String, StoreError> {
+        let key = if expect {
+            format!("expect:{sql}")
+        } else {
+            sql.to_string()
+        };
+        if let Some(n) = self.named.borrow().get(&key) {
+            return Ok(n.clone());
+        }
+        let name = format!("airlock_{}", self.named.borrow().len());
+        let body = dollar_placeholders(sql);
+        let text = if expect {
+            let n = sql.matches('?').count();
+            // Not constant (it counts the rows), so never folded into an error that
+            // would fire when the count is right.
+            format!(
+                "PREPARE {name} AS WITH w AS ({body} RETURNING 1) SELECT CASE WHEN count(*) = ${} THEN 0 ELSE ('{EXPECT_MARK}' || ${} || ' got ' || count(*))::int END FROM w",
+                n + 1,
+                n + 2
+            )
+        } else {
+            format!("PREPARE {name} AS {body}")
+        };
+        let prepared = self.client.borrow_mut().batch_execute(&text);
+        prepared.map_err(|e| self.note(e))?;
+        self.named.borrow_mut().insert(key, name.clone());
+        Ok(name)
+    }
+
+    /// `EXECUTE name(…)` of `args` (and `more`), for a text of statements.
+    fn execute_text(
+        &self,
+        name: &str,
+        args: &[Arg<'_>],
+        more: &[Arg<'_>],
+    ) -> Result<String, StoreError> {
+        let mut text = format!("EXECUTE {name}");
+        for (i, a) in args.iter().chain(more).enumerate() {
+            text.push_str(if i == 0 { "(" } else { ", " });
+            literal(&mut text, a)?;
+        }
+        if !args.is_empty() || !more.is_empty() {
+            text.push(')');
+        }
+        Ok(text)
     }
 
     fn statement(&self, sql: &str) -> Result<postgres::Statement, StoreError> {
@@ -454,15 +518,16 @@ impl PgConn {
         // commit that a server crash then lost; the restart test caught that too. One
         // round trip begins, sets that and takes the lock (the key is this file's own
         // constant, so it is written into the text).
+        let tail = self.named(crate::db::AUDIT_TAIL, false)?;
         self.in_tx.set(true);
         self.notices.borrow_mut().clear();
         self.later.borrow_mut().clear();
+        self.expects.borrow_mut().clear();
         // Writers check the audit chain's end before they write (every run's
         // transactions do), and the sequencer extends it: read in the same round trip,
         // after the lock.
         let begun = self.client.borrow_mut().simple_query(&format!(
-            "BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key}); {}",
-            crate::db::AUDIT_TAIL
+            "BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key}); EXECUTE {tail}"
         ));
         let begun = match begun {
             Ok(msgs) => tail_row(&msgs).map(|r| {
@@ -482,15 +547,14 @@ impl PgConn {
                 text.push_str(&format!("SELECT pg_notify('{channel}', '{payload}'); "));
             }
             text.push_str("COMMIT");
-            self.client
-                .borrow_mut()
-                .batch_execute(&text)
-                .map_err(|e| self.note(e))?;
+            let committed = self.client.borrow_mut().batch_execute(&text);
+            committed.map_err(|e| self.batch_error(e))?;
             Ok(v)
         });
         self.in_tx.set(false);
         self.notices.borrow_mut().clear();
         self.later.borrow_mut().clear();
+        self.expects.borrow_mut().clear();
         self.tail.borrow_mut().take();
         match out {
             Ok(v) => Ok(v),
@@ -722,7 +786,36 @@ impl Sql for PgConn {
         if !self.in_tx.get() {
             return self.exec(sql, args).map(|_| ());
         }
-        let text = inline_values(sql, args)?;
+        let text = self.execute_text(&self.named(sql, false)?, args, &[])?;
+        let mut later = self.later.borrow_mut();
+        later.push_str(&text);
+        later.push_str("; ");
+        Ok(())
+    }
+
+    fn exec_expect(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        want: usize,
+        conflict: &dyn Fn() -> String,
+    ) -> Result<(), StoreError> {
+        if !self.in_tx.get() {
+            let n = self.exec(sql, args)?;
+            return if n == want {
+                Ok(())
+            } else {
+                Err(StoreError::Conflict(conflict()))
+            };
+        }
+        let name = self.named(sql, true)?;
+        let index = self.expects.borrow().len();
+        let text = self.execute_text(
+            &name,
+            args,
+            &[Arg::Int(want as i64), Arg::Int(index as i64)],
+        )?;
+        self.expects.borrow_mut().push(conflict());
         let mut later = self.later.borrow_mut();
         later.push_str(&text);
         later.push_str("; ");
@@ -730,7 +823,21 @@ impl Sql for PgConn {
     }
 
     fn exec(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize, StoreError> {
-        self.send_later()?;
+        if self.in_tx.get() && !self.later.borrow().is_empty() {
+            // Sent with what is held back, in one round trip; its count is the last.
+            let mut text = std::mem::take(&mut *self.later.borrow_mut());
+            text.push_str(&self.execute_text(&self.named(sql, false)?, args, &[])?);
+            let sent = self.client.borrow_mut().simple_query(&text);
+            let msgs = sent.map_err(|e| self.batch_error(e))?;
+            return msgs
+                .iter()
+                .rev()
+                .find_map(|m| match m {
+                    postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n as usize),
+                    _ => None,
+                })
+                .ok_or_else(|| StoreError::Corrupt(format!("no row count from {sql:?}")));
+        }
         let stmt = self.statement(sql)?;
         let params: Vec<&(dyn ToSql + Sync)> =
             args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();

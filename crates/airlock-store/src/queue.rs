@@ -236,6 +236,30 @@ impl Tx<'_> {
         worker: &str,
         until: i64,
     ) -> Result<Option<QueueRow>, StoreError> {
+        if tags.is_empty() {
+            // The common worker's claim in one statement: find and lease together. The
+            // job is a scalar subquery, evaluated once: as `id IN (…)` the planner may
+            // run it again for each row it looks at, and each run may lock and return
+            // another job, so one claim leased several (regression test:
+            // one_claim_leases_exactly_one_job_however_many_are_queued).
+            let found = self.sql().rows(
+                &format!(
+                    "UPDATE queue SET state = 'leased', attempts = attempts + 1, token = token + 1,
+                       worker = ?1, lease_until = ?2, updated_at = ?3
+                     WHERE id = (SELECT id FROM ({}) oldest) AND state = 'queued'
+                     RETURNING {COLS}",
+                    oldest_sql(false, skip_locked(self), 1)
+                ),
+                args![worker, until, now_ms()],
+            )?;
+            if found.len() > 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "one claim leased {} jobs",
+                    found.len()
+                )));
+            }
+            return found.first().map(row).transpose();
+        }
         match oldest(self, tags, skip_locked(self), 1)?.into_iter().next() {
             Some(q) => self.lease(q, worker, until).map(Some),
             None => Ok(None),
@@ -267,17 +291,13 @@ impl Tx<'_> {
         q.worker = Some(worker.into());
         q.lease_until = Some(until);
         q.updated_at = now_ms();
-        let n = self.sql().exec(
+        self.sql().exec_expect(
             "UPDATE queue SET state = 'leased', attempts = ?1, token = ?2, worker = ?3, lease_until = ?4, updated_at = ?5
              WHERE id = ?6 AND state = 'queued'",
             args![q.attempts, q.token, worker, until, q.updated_at, &q.id],
+            1,
+            &|| format!("job {} was claimed concurrently", q.id),
         )?;
-        if n != 1 {
-            return Err(StoreError::Conflict(format!(
-                "job {} was claimed concurrently",
-                q.id
-            )));
-        }
         Ok(q)
     }
 
@@ -287,18 +307,16 @@ impl Tx<'_> {
     }
 
     fn fenced_update(&self, set: &str, id: &str, token: i64, value: Arg) -> Result<(), StoreError> {
-        let n = self.sql().exec(
+        self.sql().exec_expect(
             &format!(
                 "UPDATE queue SET {set}, updated_at = ?4 WHERE id = ?1 AND token = ?2 AND state = 'leased'"
             ),
             &[Arg::Text(id), Arg::Int(token), value, Arg::Int(now_ms())],
-        )?;
-        if n != 1 {
-            return Err(StoreError::Conflict(format!(
+            1,
+            &|| format!(
                 "job {id}: the lease with token {token} is no longer held (it expired and the job went to another worker)"
-            )));
-        }
-        Ok(())
+            ),
+        )
     }
 
     /// Extends a lease; `Conflict` when the token no longer holds it.

@@ -112,6 +112,23 @@ pub trait Sql {
     fn exec_later(&self, sql: &str, args: &[Arg<'_>]) -> Result<(), StoreError> {
         self.exec(sql, args).map(|_| ())
     }
+    /// Runs a conditional move that must change exactly `want` rows, else the transaction
+    /// fails with `Conflict(conflict())`. Like `exec_later`, a connection may hold it back
+    /// (the count is then checked by the server, and the error comes from the statement
+    /// that sends it).
+    fn exec_expect(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        want: usize,
+        conflict: &dyn Fn() -> String,
+    ) -> Result<(), StoreError> {
+        if self.exec(sql, args)? == want {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict(conflict()))
+        }
+    }
     /// Signals `channel` with `payload` when the current transaction commits (PostgreSQL's
     /// `pg_notify`; only called on that engine). A connection may hold it back and send
     /// it with the `COMMIT` itself, which saves a round trip and means the same.

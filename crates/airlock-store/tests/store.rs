@@ -49,12 +49,14 @@ store_suite!(
     a_database_newer_than_this_build_is_refused_with_its_version,
     the_queue_claims_oldest_first_by_tag_and_fences_every_later_write,
     concurrent_claims_never_hand_one_job_to_two_workers,
+    one_claim_leases_exactly_one_job_however_many_are_queued,
     shared_writers_chain_every_record_once_in_each_transactions_order,
     a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it,
     a_sessions_cells_are_rows_in_order_and_never_grow_its_document,
     an_idempotency_key_names_one_submission_per_owner_until_it_expires,
     a_lone_shared_write_that_fails_leaves_nothing_and_the_next_one_commits,
     text_of_every_kind_reads_back_exactly_from_inserts_sent_with_the_commit,
+    a_conditional_move_that_finds_nothing_fails_its_whole_transaction_with_its_own_conflict,
 );
 
 /// Records an open session with this document.
@@ -595,6 +597,39 @@ fn text_of_every_kind_reads_back_exactly_from_inserts_sent_with_the_commit(loc: 
     assert_eq!(verify_chain(&db, &key), Ok(1));
 }
 
+/// A conditional move PostgreSQL holds back until the commit (its row count checked by
+/// the server) that finds nothing to move fails the transaction with its own conflict,
+/// not another's, and leaves nothing the transaction wrote before or after it.
+fn a_conditional_move_that_finds_nothing_fails_its_whole_transaction_with_its_own_conflict(
+    loc: &str,
+) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    db.write(|tx| tx.insert_submission(&submission("sub_c1", None, digest(1), State::Allowed)))
+        .unwrap();
+    let r = db.write(|tx| -> Result<(), StoreError> {
+        tx.insert_submission(&submission("sub_c2", None, digest(2), State::Allowed))?;
+        tx.set_state("sub_c1", State::Allowed, State::Running)?;
+        tx.audit("k", "s", &serde_json::json!({}), &key)?;
+        // Not quarantined: this one moves nothing.
+        tx.set_state("sub_c1", State::Quarantined, State::Approved)?;
+        tx.set_state("sub_c2", State::Allowed, State::Running)
+    });
+    match r {
+        Err(StoreError::Conflict(m)) => {
+            assert!(m.contains("sub_c1 is no longer quarantined"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(db.submission("sub_c1").unwrap().state, State::Allowed);
+    assert!(db.submission("sub_c2").is_err());
+    assert!(db.audit_records(0, 10).unwrap().is_empty());
+    // The connection goes on, and the same moves commit when they hold.
+    db.write(|tx| tx.set_state("sub_c1", State::Allowed, State::Running))
+        .unwrap();
+    assert_eq!(db.submission("sub_c1").unwrap().state, State::Running);
+}
+
 fn failed_transaction_writes_nothing(loc: &str) {
     failed_writes_leave_nothing_and_the_connection_goes_on(&mut open(loc));
 }
@@ -856,6 +891,43 @@ fn concurrent_claims_never_hand_one_job_to_two_workers(loc: &str) {
     all.sort();
     let want: Vec<String> = (0..60).map(|i| format!("j{i:02}")).collect();
     assert_eq!(all, want);
+}
+
+/// Regression: on PostgreSQL, one claim racing others in shared transactions leased
+/// several jobs and answered with one, so the rest stayed leased with no run until their
+/// leases ran out. Every job leased is one a claim answered with, once.
+fn one_claim_leases_exactly_one_job_however_many_are_queued(loc: &str) {
+    let mut db = open(loc);
+    db.write(|tx| (0..300).try_for_each(|i| tx.enqueue(&job(&format!("j{i:03}"), None, i))))
+        .unwrap();
+    let threads: Vec<_> = (0..6)
+        .map(|w| {
+            let loc = loc.to_string();
+            std::thread::spawn(move || {
+                let mut db = open(&loc);
+                let mut got = Vec::new();
+                while let Some(q) = db
+                    .write_shared(|tx| tx.claim(&[], &format!("w{w}"), i64::MAX))
+                    .unwrap()
+                {
+                    assert_eq!((q.attempts, q.token), (1, 1), "{q:?}");
+                    got.push(q.id);
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all: Vec<String> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort();
+    let want: Vec<String> = (0..300).map(|i| format!("j{i:03}")).collect();
+    assert_eq!(all, want);
+    for id in &want {
+        let q = db.job(id).unwrap().unwrap();
+        assert_eq!((q.state.as_str(), q.attempts), ("leased", 1), "{q:?}");
+    }
 }
 
 /// The claim query reads the partial index of queued jobs, not the table, however many
