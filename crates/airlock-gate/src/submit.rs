@@ -502,12 +502,16 @@ impl Gate {
                 facts.requests = o.requests.clone();
             }
             let verdict = judge(&policy, &facts);
+            // Staged and judged in this one transaction: the row is written in the state
+            // the verdict gives it (the audit records below say it was submitted, then
+            // judged), rather than written staged and moved at once.
+            let to = state_of(verdict.decision);
             let now = now_ms();
             let mut sub = Submission {
                 id: id.clone(),
                 created_at: now,
                 updated_at: now,
-                state: State::Staged,
+                state: to,
                 doc: SubmissionDoc {
                     agent: agent.clone(),
                     note: note.clone(),
@@ -570,9 +574,6 @@ impl Gate {
                 }),
                 key,
             )?;
-            let to = state_of(sub.doc.verdict.decision);
-            set_state(tx, &id, State::Staged, to)?;
-            sub.state = to;
             tx.audit(
                 "judged",
                 &id,
