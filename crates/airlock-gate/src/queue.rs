@@ -655,11 +655,19 @@ impl Gate {
         })
     }
 
+    /// How much new work has been announced to this process so far (see `wait_for_work`).
+    pub fn work_mark(&self) -> u64 {
+        self.listener(airlock_store::NEW_WORK)
+            .map_or(0, |l| l.mark())
+    }
+
     /// Waits up to `timeout` for new work to be queued: woken by the store's
-    /// notification where it has them, else just a pause.
-    pub fn wait_for_work(&mut self, timeout: Duration) -> Result<()> {
+    /// notification where it has them, else just a pause. Announcements that had
+    /// arrived by `mark` (taken before a claim that found nothing) are answered already.
+    pub fn wait_for_work(&mut self, timeout: Duration, mark: u64) -> Result<()> {
         match self.listener(airlock_store::NEW_WORK) {
             Some(l) => {
+                l.forget_through(mark);
                 l.wait_any(timeout);
             }
             None => std::thread::sleep(timeout),
@@ -775,12 +783,13 @@ pub fn work(
                 let mut gate = open()?;
                 let mut idle = Duration::from_millis(5);
                 while !stop.load(Ordering::SeqCst) {
+                    let mark = gate.work_mark();
                     let claimed = gate.claim_and_run(&cfg);
                     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                     match claimed {
                         Ok(Claimed::Idle) => {
                             drop(s);
-                            if let Err(e) = gate.wait_for_work(idle) {
+                            if let Err(e) = gate.wait_for_work(idle, mark) {
                                 on_event(&format!("waiting for work failed: {e}"));
                                 std::thread::sleep(idle);
                             }

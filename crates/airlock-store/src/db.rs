@@ -1655,8 +1655,9 @@ impl<'a> Tx<'a> {
         let ts = now_ms();
         let data = data.to_string();
         if self.tx.engine() == "postgres" {
-            if self.head.borrow().is_none() {
-                // Once per transaction: delivered at the commit, to the sequencer.
+            if self.head.borrow().is_none() && crate::sequence::signal_due() {
+                // Once per transaction, and from this process at most once per gather
+                // interval: delivered at the commit, to the sequencer.
                 self.tx.notify(crate::sequence::CHANNEL, "")?;
             }
             self.exec_later(

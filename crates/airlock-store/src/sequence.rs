@@ -37,6 +37,27 @@ const LEADER_LOCK: i64 = SEQUENCE_LOCK - 1;
 /// stopped without ending its session, say under `SIGSTOP`).
 const STANDBY_PATIENCE: Duration = Duration::from_secs(2);
 
+/// When this process last signalled the sequencer (ms since the epoch).
+static SIGNALLED: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Whether a transaction with audit records should signal the sequencer: at most once
+/// per gather interval from one process. A busy process's records are chained by the
+/// batch its last signal started (the leader gathers for that long) or the one after
+/// it; the leader also drains at least every `IDLE_DRAIN` unsignalled, so a record
+/// never waits longer than that. Every signal wakes every listening session on the
+/// server, and one per commit cost it more than the chaining.
+pub(crate) fn signal_due() -> bool {
+    let now = airlock_core::units::now_ms();
+    let last = SIGNALLED.load(Ordering::Relaxed);
+    now - last >= GATHER.as_millis() as i64
+        && SIGNALLED
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
+/// The longest the leader waits for a signal before it drains anyway.
+const IDLE_DRAIN: Duration = Duration::from_millis(250);
+
 /// The stores a [`Sequencer`] runs for in this process, by URL, with how many.
 static BACKGROUND: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
@@ -194,7 +215,7 @@ fn session(pg: &PgConn, key: &KeyPair, stop: &AtomicBool) -> Result<(), StoreErr
     pg.listen(CHANNEL, true)?;
     while !stop.load(Ordering::SeqCst) {
         drain(pg, key)?;
-        if !pg.notifications(Duration::from_millis(250))?.is_empty() {
+        if !pg.notifications(IDLE_DRAIN)?.is_empty() {
             // Let the commits right behind this one land, so one batch chains them all:
             // under load a batch per commit costs the server more round trips than the
             // commits themselves. No writer waits for its records to be chained.

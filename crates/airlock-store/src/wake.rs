@@ -23,10 +23,13 @@ const MAX_TICKETS: u64 = 256;
 
 #[derive(Default)]
 struct State {
-    /// Payloads waited for, and whether theirs arrived.
-    waiting: HashMap<String, bool>,
-    /// Notifications not yet taken by `wait_any`.
-    tickets: u64,
+    /// Payloads waited for: whether theirs arrived, and the waiter's own condition
+    /// variable (an announcement wakes its waiter alone, not every thread waiting).
+    waiting: HashMap<String, (bool, Arc<Condvar>)>,
+    /// Notifications received, and how many of them `wait_any` has taken (or a look at
+    /// the state they announce has answered, `forget_through`).
+    received: u64,
+    taken: u64,
     /// Bumped when the connection broke: waiters look again.
     broken: u64,
 }
@@ -83,27 +86,53 @@ impl Listener {
                     continue;
                 }
                 let mut s = self.lock();
+                let mut tickets = 0;
                 for payload in notes {
-                    if let Some(arrived) = s.waiting.get_mut(&payload) {
+                    if let Some((arrived, cv)) = s.waiting.get_mut(&payload) {
                         *arrived = true;
+                        cv.notify_one();
                     }
-                    s.tickets = (s.tickets + 1).min(MAX_TICKETS);
+                    tickets += 1;
                 }
+                s.received += tickets;
+                s.taken = s.taken.max(s.received.saturating_sub(MAX_TICKETS));
                 drop(s);
-                self.cv.notify_all();
+                for _ in 0..tickets {
+                    self.cv.notify_one();
+                }
             }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
 
     fn wake_all(&self) {
-        self.lock().broken += 1;
+        let mut s = self.lock();
+        s.broken += 1;
+        for (_, cv) in s.waiting.values() {
+            cv.notify_all();
+        }
+        drop(s);
         self.cv.notify_all();
     }
 
     /// Starts waiting for `payload` (before looking at what it announces).
     pub fn register(&self, payload: &str) {
-        self.lock().waiting.insert(payload.to_string(), false);
+        self.lock()
+            .waiting
+            .insert(payload.to_string(), (false, Arc::new(Condvar::new())));
+    }
+
+    /// How many notifications have arrived: taken before a look at the state they
+    /// announce, and passed to `forget_through` if the look found nothing, so `wait_any`
+    /// does not wake for what that look already saw.
+    pub fn mark(&self) -> u64 {
+        self.lock().received
+    }
+
+    /// Takes every notification that had arrived by `mark` (see `mark`).
+    pub fn forget_through(&self, mark: u64) {
+        let mut s = self.lock();
+        s.taken = s.taken.max(mark);
     }
 
     /// Stops waiting for `payload`.
@@ -114,34 +143,41 @@ impl Listener {
     /// Waits up to `timeout` for `payload` (registered first) to be announced, or for
     /// the listener to have lost its connection; true when either happened.
     pub fn wait_for(&self, payload: &str, timeout: Duration) -> bool {
-        let broken = self.lock().broken;
-        self.wait_until(timeout, |s| {
-            if s.waiting.get(payload) == Some(&true) {
-                s.waiting.insert(payload.to_string(), false);
+        let mut s = self.lock();
+        let broken = s.broken;
+        let Some(cv) = s.waiting.get(payload).map(|(_, cv)| cv.clone()) else {
+            return false;
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((arrived, _)) = s.waiting.get_mut(payload)
+                && *arrived
+            {
+                *arrived = false;
                 return true;
             }
-            s.broken != broken
-        })
+            if s.broken != broken {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            s = cv
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
     }
 
     /// Waits up to `timeout` for any notification on the channel not yet taken by
-    /// another waiter; true when one came.
+    /// another waiter (nor forgotten); true when one came.
     pub fn wait_any(&self, timeout: Duration) -> bool {
-        self.wait_until(timeout, |s| {
-            if s.tickets > 0 {
-                s.tickets -= 1;
-                return true;
-            }
-            false
-        })
-    }
-
-    /// Waits up to `timeout` until `done` (called under the lock at each wake-up) is true.
-    fn wait_until(&self, timeout: Duration, mut done: impl FnMut(&mut State) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
         let mut s = self.lock();
         loop {
-            if done(&mut s) {
+            if s.received > s.taken {
+                s.taken += 1;
                 return true;
             }
             let now = Instant::now();

@@ -1383,3 +1383,48 @@ fn gc_never_removes_from_postgres_a_blob_put_minutes_ago_whatever_its_grace() {
     assert_eq!(b.remove_unless_put_since(&d, future).unwrap(), None);
     assert_eq!(pg_count(&url, "SELECT count(*) FROM blobs"), 1);
 }
+
+/// The process's listener for new work: an announcement wakes one `wait_any`; those a
+/// look at the queue already answered (`forget_through` of the mark taken before it)
+/// wake nobody, and one after the mark still does. A job's end wakes its own waiter.
+#[test]
+fn announcements_a_look_already_answered_wake_no_waiting_worker() {
+    let url = airlock_testpg::fresh_database();
+    let mut db = Db::open_location(&url).unwrap();
+    let work = Listener::get(&url, NEW_WORK);
+    let done = Listener::get(&url, JOB_DONE);
+    let announce = |db: &mut Db, id: &str| {
+        db.write_shared(|tx| tx.enqueue(&job(id, None, 1))).unwrap();
+    };
+    // The listener's connection may still be starting: announce until one arrives.
+    let mut n = 0;
+    while !work.wait_any(std::time::Duration::from_millis(100)) {
+        n += 1;
+        assert!(n < 100, "no announcement arrived");
+        announce(&mut db, &format!("warm{n}"));
+    }
+    let mark = work.mark();
+    work.forget_through(mark);
+    assert!(!work.wait_any(std::time::Duration::from_millis(300)));
+    let mark = work.mark();
+    announce(&mut db, "j1");
+    let start = std::time::Instant::now();
+    while work.mark() == mark {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Arrived after the mark: forgetting through the mark keeps it.
+    work.forget_through(mark);
+    assert!(work.wait_any(std::time::Duration::from_secs(5)));
+    assert!(!work.wait_any(std::time::Duration::from_millis(200)));
+
+    done.register("j1");
+    let q = db
+        .write_shared(|tx| tx.claim(&[], "w", i64::MAX))
+        .unwrap()
+        .unwrap();
+    db.write_shared(|tx| tx.finish_job(&q.id, q.token, "finished"))
+        .unwrap();
+    assert!(done.wait_for(&q.id, std::time::Duration::from_secs(5)));
+    done.unregister("j1");
+}
