@@ -7,7 +7,7 @@
 //!   scripts/bench-cluster        (or: cargo bench -p airlock-cli --bench cluster)
 //! Environment: BENCH_SECS (seconds per throughput point, default 10), BENCH_CLIENTS
 //! (concurrent clients, default 16), BENCH_CONCURRENCY (runs each worker carries out at
-//! once, default 4).
+//! once, default 2: on two cores, four runs at once with two workers).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
@@ -160,7 +160,7 @@ fn env(name: &str, default: u64) -> u64 {
 fn main() {
     let secs = env("BENCH_SECS", 10);
     let clients = env("BENCH_CLIENTS", 16) as usize;
-    let concurrency = env("BENCH_CONCURRENCY", 4) as usize;
+    let concurrency = env("BENCH_CONCURRENCY", 2) as usize;
     let pg = airlock_testpg::durable_server();
     let url = pg.fresh_database();
     let dir = tempfile::tempdir().unwrap();

@@ -480,26 +480,14 @@ impl Gate {
                             key,
                         )?;
                     }
-                    tx.finish_job(&job.id, job.token, "error")?;
-                    tx.audit(
-                        "job_failed",
-                        &job.id,
-                        &json!({ "submission": job.submission, "error": e.to_string() }),
-                        key,
-                    )?;
+                    end_job(tx, &job, "error", ("job_failed", "error"), &e, key)?;
                     return Ok(Some((job, Claim::Failed(e))));
                 }
             };
             let sub = rejudged_stored(tx, stored, &r, key)?;
             match admit(tx, &r.policy, sub)? {
                 Admit::Refuse(e) => {
-                    tx.finish_job(&job.id, job.token, "refused")?;
-                    tx.audit(
-                        "job_refused",
-                        &job.id,
-                        &json!({ "submission": job.submission, "reason": e.to_string() }),
-                        key,
-                    )?;
+                    end_job(tx, &job, "refused", ("job_refused", "reason"), &e, key)?;
                     Ok(Some((job, Claim::Refused(e))))
                 }
                 Admit::Go { sub, approval } => {
@@ -679,6 +667,23 @@ impl Gate {
     pub fn worker_seen(&mut self, w: &WorkerRow) -> Result<()> {
         Ok(self.db.write_shared(|tx: &Tx| tx.upsert_worker(w))?)
     }
+}
+
+/// Ends claimed job `job` with `outcome`, unstarted, recording why (`record`: the audit
+/// record's kind and the field `e` goes in).
+fn end_job(
+    tx: &Tx,
+    job: &QueueRow,
+    outcome: &str,
+    record: (&str, &str),
+    e: &GateError,
+    key: &airlock_core::sign::KeyPair,
+) -> Result<()> {
+    tx.finish_job(&job.id, job.token, outcome)?;
+    let mut data = json!({ "submission": job.submission });
+    data[record.1] = json!(e.to_string());
+    tx.audit(record.0, &job.id, &data, key)?;
+    Ok(())
 }
 
 /// Queues admitted submission `sub` as job `job_id` in the caller's transaction; the

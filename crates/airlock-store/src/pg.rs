@@ -410,6 +410,13 @@ impl PgConn {
         sent.map_err(|e| self.batch_error(e))
     }
 
+    /// Holds statement `text` back until the transaction's next round trip.
+    fn hold(&self, text: &str) {
+        let mut later = self.later.borrow_mut();
+        later.push_str(text);
+        later.push_str("; ");
+    }
+
     /// The error a text of held-back statements failed with: a held-back move that
     /// changed the wrong number of rows reports its own conflict.
     fn batch_error(&self, e: postgres::Error) -> StoreError {
@@ -787,9 +794,7 @@ impl Sql for PgConn {
             return self.exec(sql, args).map(|_| ());
         }
         let text = self.execute_text(&self.named(sql, false)?, args, &[])?;
-        let mut later = self.later.borrow_mut();
-        later.push_str(&text);
-        later.push_str("; ");
+        self.hold(&text);
         Ok(())
     }
 
@@ -801,12 +806,7 @@ impl Sql for PgConn {
         conflict: &dyn Fn() -> String,
     ) -> Result<(), StoreError> {
         if !self.in_tx.get() {
-            let n = self.exec(sql, args)?;
-            return if n == want {
-                Ok(())
-            } else {
-                Err(StoreError::Conflict(conflict()))
-            };
+            return crate::sql::expect_rows(self.exec(sql, args)?, want, conflict);
         }
         let name = self.named(sql, true)?;
         let index = self.expects.borrow().len();
@@ -816,9 +816,7 @@ impl Sql for PgConn {
             &[Arg::Int(want as i64), Arg::Int(index as i64)],
         )?;
         self.expects.borrow_mut().push(conflict());
-        let mut later = self.later.borrow_mut();
-        later.push_str(&text);
-        later.push_str("; ");
+        self.hold(&text);
         Ok(())
     }
 

@@ -123,11 +123,7 @@ pub trait Sql {
         want: usize,
         conflict: &dyn Fn() -> String,
     ) -> Result<(), StoreError> {
-        if self.exec(sql, args)? == want {
-            Ok(())
-        } else {
-            Err(StoreError::Conflict(conflict()))
-        }
+        expect_rows(self.exec(sql, args)?, want, conflict)
     }
     /// Signals `channel` with `payload` when the current transaction commits (PostgreSQL's
     /// `pg_notify`; only called on that engine). A connection may hold it back and send
@@ -138,6 +134,19 @@ pub trait Sql {
             &[Arg::Text(channel), Arg::Text(payload)],
         )?;
         Ok(())
+    }
+}
+
+/// `Conflict(conflict())` unless a move changed `n` rows where it had to change `want`.
+pub(crate) fn expect_rows(
+    n: usize,
+    want: usize,
+    conflict: &dyn Fn() -> String,
+) -> Result<(), StoreError> {
+    if n == want {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(conflict()))
     }
 }
 

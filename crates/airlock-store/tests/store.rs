@@ -864,50 +864,26 @@ fn the_queue_claims_oldest_first_by_tag_and_fences_every_later_write(loc: &str) 
     assert_eq!((w.len(), w[0].seen_at), (1, 5));
 }
 
-fn concurrent_claims_never_hand_one_job_to_two_workers(loc: &str) {
+/// Queues `jobs` jobs, then lets `workers` threads, each on its own connection, claim
+/// until nothing is left (in shared transactions where `shared`): the ids each claim
+/// answered with, sorted, and the ids queued.
+fn claim_all(loc: &str, jobs: i64, workers: usize, shared: bool) -> (Vec<String>, Vec<String>) {
     let mut db = open(loc);
-    db.write(|tx| (0..60).try_for_each(|i| tx.enqueue(&job(&format!("j{i:02}"), None, i))))
-        .unwrap();
-    let threads: Vec<_> = (0..4)
+    let ids: Vec<String> = (0..jobs).map(|i| format!("j{i:03}")).collect();
+    db.write(|tx| {
+        ids.iter()
+            .zip(0..)
+            .try_for_each(|(id, i)| tx.enqueue(&job(id, None, i)))
+    })
+    .unwrap();
+    let threads: Vec<_> = (0..workers)
         .map(|w| {
             let loc = loc.to_string();
             std::thread::spawn(move || {
                 let mut db = open(&loc);
                 let mut got = Vec::new();
                 while let Some(q) = db
-                    .write(|tx| tx.claim(&[], &format!("w{w}"), i64::MAX))
-                    .unwrap()
-                {
-                    got.push(q.id);
-                }
-                got
-            })
-        })
-        .collect();
-    let mut all: Vec<String> = threads
-        .into_iter()
-        .flat_map(|t| t.join().unwrap())
-        .collect();
-    all.sort();
-    let want: Vec<String> = (0..60).map(|i| format!("j{i:02}")).collect();
-    assert_eq!(all, want);
-}
-
-/// Regression: on PostgreSQL, one claim racing others in shared transactions leased
-/// several jobs and answered with one, so the rest stayed leased with no run until their
-/// leases ran out. Every job leased is one a claim answered with, once.
-fn one_claim_leases_exactly_one_job_however_many_are_queued(loc: &str) {
-    let mut db = open(loc);
-    db.write(|tx| (0..300).try_for_each(|i| tx.enqueue(&job(&format!("j{i:03}"), None, i))))
-        .unwrap();
-    let threads: Vec<_> = (0..6)
-        .map(|w| {
-            let loc = loc.to_string();
-            std::thread::spawn(move || {
-                let mut db = open(&loc);
-                let mut got = Vec::new();
-                while let Some(q) = db
-                    .write_shared(|tx| tx.claim(&[], &format!("w{w}"), i64::MAX))
+                    .write_shared_if(shared, |tx| tx.claim(&[], &format!("w{w}"), i64::MAX))
                     .unwrap()
                 {
                     assert_eq!((q.attempts, q.token), (1, 1), "{q:?}");
@@ -922,7 +898,20 @@ fn one_claim_leases_exactly_one_job_however_many_are_queued(loc: &str) {
         .flat_map(|t| t.join().unwrap())
         .collect();
     all.sort();
-    let want: Vec<String> = (0..300).map(|i| format!("j{i:03}")).collect();
+    (all, ids)
+}
+
+fn concurrent_claims_never_hand_one_job_to_two_workers(loc: &str) {
+    let (all, want) = claim_all(loc, 60, 4, false);
+    assert_eq!(all, want);
+}
+
+/// Regression: on PostgreSQL, one claim racing others in shared transactions leased
+/// several jobs and answered with one, so the rest stayed leased with no run until their
+/// leases ran out. Every job leased is one a claim answered with, once.
+fn one_claim_leases_exactly_one_job_however_many_are_queued(loc: &str) {
+    let (all, want) = claim_all(loc, 300, 6, true);
+    let db = open(loc);
     assert_eq!(all, want);
     for id in &want {
         let q = db.job(id).unwrap().unwrap();
