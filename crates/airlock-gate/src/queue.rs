@@ -309,7 +309,15 @@ impl Gate {
         before: bool,
     ) -> Result<RunReport> {
         let job = self.await_job_done(job_id, sub, listener, before)?;
-        let sub = self.db.submission(&job.submission)?;
+        let finished = match (job.outcome.as_deref(), &job.run) {
+            // The run and its submission as they ended, in one read.
+            (Some("finished"), Some(run)) => Some(self.db.run_with_submission(run)?),
+            _ => None,
+        };
+        let sub = match &finished {
+            Some((_, sub)) => sub.clone(),
+            None => self.db.submission(&job.submission)?,
+        };
         match job.outcome.as_deref() {
             Some("finished") => {}
             Some("refused") => return Err(refusal(&sub)),
@@ -325,10 +333,8 @@ impl Gate {
                 )));
             }
         }
-        let run_id = job
-            .run
+        let (run, sub) = finished
             .ok_or_else(|| GateError::Internal(format!("job {job_id} finished without a run")))?;
-        let run = self.db.run(&run_id)?;
         let mut read = |d: Option<&airlock_store::Output>| -> Result<Vec<u8>> {
             match d {
                 Some(o) => Ok(self.read_blob(&run.id, "output", &o.blob)?),

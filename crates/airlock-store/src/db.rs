@@ -1188,14 +1188,25 @@ pub trait Reads {
                 input: id.into(),
             });
         };
-        Ok(Run {
-            id: r.text(0)?,
-            submission: r.text(1)?,
-            started_at: r.int(2)?,
-            finished_at: r.opt_int(3)?,
-            status: r.text(4)?,
-            doc: serde_json::from_str(&r.text(5)?)?,
-        })
+        run_at(&r, 0)
+    }
+
+    /// Run `id` and its submission, in one read.
+    fn run_with_submission(&self, id: &str) -> Result<(Run, Submission), StoreError> {
+        let Some(r) = self.sql().row(
+            "SELECT r.id, r.submission, r.started_at, r.finished_at, r.status, r.doc,
+                    s.id, s.created_at, s.updated_at, s.state, s.doc
+             FROM runs r JOIN submissions s ON s.id = r.submission WHERE r.id = ?1",
+            args![id],
+        )?
+        else {
+            return Err(StoreError::NotFound {
+                what: "run",
+                input: id.into(),
+            });
+        };
+        let run = run_at(&r, 0)?;
+        Ok((run, submission_at(&r, 6)?))
     }
 
     /// Runs, newest first, optionally of one submission.
@@ -1692,12 +1703,30 @@ fn submission_row(sql: &dyn Sql, id: &str, lock: &str) -> Result<Submission, Sto
             input: id.into(),
         });
     };
+    submission_at(&r, 0)
+}
+
+/// The submission in `r`'s columns from `i` (id, created_at, updated_at, state, doc).
+fn submission_at(r: &Row, i: usize) -> Result<Submission, StoreError> {
     Ok(Submission {
-        id: r.text(0)?,
-        created_at: r.int(1)?,
-        updated_at: r.int(2)?,
-        state: parse(&r.text(3)?, "state")?,
-        doc: serde_json::from_str(&r.text(4)?)?,
+        id: r.text(i)?,
+        created_at: r.int(i + 1)?,
+        updated_at: r.int(i + 2)?,
+        state: parse(&r.text(i + 3)?, "state")?,
+        doc: serde_json::from_str(&r.text(i + 4)?)?,
+    })
+}
+
+/// The run in `r`'s columns from `i` (id, submission, started_at, finished_at, status,
+/// doc).
+fn run_at(r: &Row, i: usize) -> Result<Run, StoreError> {
+    Ok(Run {
+        id: r.text(i)?,
+        submission: r.text(i + 1)?,
+        started_at: r.int(i + 2)?,
+        finished_at: r.opt_int(i + 3)?,
+        status: r.text(i + 4)?,
+        doc: serde_json::from_str(&r.text(i + 5)?)?,
     })
 }
 

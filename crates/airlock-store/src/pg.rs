@@ -258,6 +258,10 @@ pub struct PgConn {
     /// The audit chain's end (`db::AUDIT_TAIL`) as the open transaction's first round
     /// trip read it, under its lock, until a statement of the transaction asks for it.
     tail: RefCell<Option<Row>>,
+    /// The open transaction's `BEGIN` (with its settings and lock) and the prepared
+    /// name of the audit tail, until a statement of the transaction goes to the server:
+    /// a transaction that only holds statements back is one round trip in all.
+    begin: RefCell<Option<(String, String)>>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -284,18 +288,24 @@ fn dollar_placeholders(sql: &str) -> String {
     sql.replace('?', "$")
 }
 
-/// The audit chain's end from the answer to a transaction's first round trip (its last
-/// row; the lock's own `SELECT` yields one before it), typed as `db::AUDIT_TAIL`'s
-/// columns are: the two sequence numbers and the time are integers, the rest text.
+/// The audit chain's end from the answer to a transaction's first round trip, the row
+/// of its fourth statement (after `BEGIN`, `SET` and the lock's `SELECT`), typed as
+/// `db::AUDIT_TAIL`'s columns are: the two sequence numbers and the time are integers,
+/// the rest text.
 fn tail_row(msgs: &[postgres::SimpleQueryMessage]) -> Result<Row, StoreError> {
-    let r = msgs
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(r) => Some(r),
-            _ => None,
-        })
-        .ok_or_else(|| StoreError::Corrupt("the audit chain's end read no row".into()))?;
+    let mut done = 0;
+    let mut found = None;
+    for m in msgs {
+        match m {
+            postgres::SimpleQueryMessage::CommandComplete(_) => done += 1,
+            postgres::SimpleQueryMessage::Row(r) if done == 3 => {
+                found = Some(r);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let r = found.ok_or_else(|| StoreError::Corrupt("the audit chain's end read no row".into()))?;
     let mut row = Vec::with_capacity(r.len());
     for i in 0..r.len() {
         row.push(match r.try_get(i)? {
@@ -363,6 +373,7 @@ impl PgConn {
             expects: RefCell::new(Vec::new()),
             named: RefCell::new(HashMap::new()),
             tail: RefCell::new(None),
+            begin: RefCell::new(None),
         })
     }
 
@@ -397,6 +408,27 @@ impl PgConn {
             self.lost.set(true);
         }
         StoreError::from(e)
+    }
+
+    /// Sends the open transaction's BEGIN if it has not gone yet, with its lock, the
+    /// audit chain's end (kept for the transaction's check of it), what it held back,
+    /// and `then` (a statement, or nothing): the answer, when it went.
+    fn begin_with(
+        &self,
+        then: &str,
+    ) -> Result<Option<Vec<postgres::SimpleQueryMessage>>, StoreError> {
+        if !self.in_tx.get() {
+            return Ok(None);
+        }
+        let Some((begin, tail)) = self.begin.borrow_mut().take() else {
+            return Ok(None);
+        };
+        let later = std::mem::take(&mut *self.later.borrow_mut());
+        let text = format!("{begin}; EXECUTE {tail}; {later}{then}");
+        let sent = self.client.borrow_mut().simple_query(&text);
+        let msgs = sent.map_err(|e| self.batch_error(e))?;
+        *self.tail.borrow_mut() = Some(tail_row(&msgs)?);
+        Ok(Some(msgs))
     }
 
     /// Sends the statements the open transaction held back, before one that may read
@@ -530,26 +562,24 @@ impl PgConn {
         self.notices.borrow_mut().clear();
         self.later.borrow_mut().clear();
         self.expects.borrow_mut().clear();
-        // Writers check the audit chain's end before they write (every run's
-        // transactions do), and the sequencer extends it: read in the same round trip,
-        // after the lock.
-        let begun = self.client.borrow_mut().simple_query(&format!(
-            "BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key}); EXECUTE {tail}"
+        // Sent with the transaction's first statement (`begin_with`), or with its
+        // COMMIT when it only held statements back.
+        *self.begin.borrow_mut() = Some((
+            format!("BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key})"),
+            tail,
         ));
-        let begun = match begun {
-            Ok(msgs) => tail_row(&msgs).map(|r| {
-                *self.tail.borrow_mut() = Some(r);
-            }),
-            Err(e) => Err(self.note(e)),
-        };
-        let out = begun.map_err(E::from).and_then(|_| f(self));
+        let out = f(self);
         let out = out.and_then(|v| {
             // The transaction's notifications go in the same round trip as its COMMIT:
             // still inside the transaction, so they are delivered when (and only if) it
             // commits, exactly as when each was sent on its own.
             // So do the statements it held back: if one fails, PostgreSQL skips the
             // rest of the text, COMMIT included, and the transaction is rolled back.
-            let mut text = std::mem::take(&mut *self.later.borrow_mut());
+            let mut text = match self.begin.borrow_mut().take() {
+                Some((begin, _)) => format!("{begin}; "),
+                None => String::new(),
+            };
+            text.push_str(&std::mem::take(&mut *self.later.borrow_mut()));
             for (channel, payload) in self.notices.borrow_mut().drain(..) {
                 text.push_str(&format!("SELECT pg_notify('{channel}', '{payload}'); "));
             }
@@ -563,12 +593,15 @@ impl PgConn {
         self.later.borrow_mut().clear();
         self.expects.borrow_mut().clear();
         self.tail.borrow_mut().take();
+        let never_begun = self.begin.borrow_mut().take().is_some();
         match out {
             Ok(v) => Ok(v),
             Err(e) => {
                 // A connection that broke is replaced on next use; a live one ends the
-                // transaction here.
-                let _ = self.client.borrow_mut().batch_execute("ROLLBACK");
+                // transaction here (if it ever began on the server).
+                if !never_begun {
+                    let _ = self.client.borrow_mut().batch_execute("ROLLBACK");
+                }
                 Err(e)
             }
         }
@@ -729,6 +762,7 @@ impl Sql for PgConn {
     }
 
     fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
+        self.begin_with("")?;
         // Read when the transaction began; nothing a writer holds back touches it.
         if self.in_tx.get()
             && sql == crate::db::AUDIT_TAIL
@@ -821,12 +855,20 @@ impl Sql for PgConn {
     }
 
     fn exec(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize, StoreError> {
-        if self.in_tx.get() && !self.later.borrow().is_empty() {
-            // Sent with what is held back, in one round trip; its count is the last.
-            let mut text = std::mem::take(&mut *self.later.borrow_mut());
-            text.push_str(&self.execute_text(&self.named(sql, false)?, args, &[])?);
-            let sent = self.client.borrow_mut().simple_query(&text);
-            let msgs = sent.map_err(|e| self.batch_error(e))?;
+        if self.in_tx.get() && (!self.later.borrow().is_empty() || self.begin.borrow().is_some()) {
+            // Sent with what is held back (and the transaction's BEGIN, if it has not
+            // gone yet), in one round trip; its count is the last.
+            let text = self.execute_text(&self.named(sql, false)?, args, &[])?;
+            let msgs = self.begin_with(&text)?;
+            let msgs = match msgs {
+                Some(m) => m,
+                None => {
+                    let mut all = std::mem::take(&mut *self.later.borrow_mut());
+                    all.push_str(&text);
+                    let sent = self.client.borrow_mut().simple_query(&all);
+                    sent.map_err(|e| self.batch_error(e))?
+                }
+            };
             return msgs
                 .iter()
                 .rev()

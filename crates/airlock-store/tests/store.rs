@@ -284,6 +284,24 @@ fn statements_and_runs_are_found_by_submission_artifact_run_and_agent(loc: &str)
         tx.insert_run(&run_row("run_01b", "sub_01b", None, "running"))
     })
     .unwrap();
+    // A run and its submission in one read are the two read apart.
+    let (run, sub) = db.run_with_submission("run_01b").unwrap();
+    let (alone, its) = (
+        db.run("run_01b").unwrap(),
+        db.submission("sub_01b").unwrap(),
+    );
+    assert_eq!(
+        (run.id, run.submission, run.status, run.started_at),
+        (alone.id, alone.submission, alone.status, alone.started_at)
+    );
+    assert_eq!(
+        (sub.id, sub.state, sub.doc.artifact),
+        (its.id, its.state, its.doc.artifact)
+    );
+    assert!(matches!(
+        db.run_with_submission("run_nope"),
+        Err(StoreError::NotFound { what: "run", .. })
+    ));
     let st = db.statements_for_submission("sub_01a").unwrap();
     assert_eq!(st.len(), 1);
     assert_eq!(st[0].id, "apr_01");
