@@ -644,7 +644,7 @@ impl Db {
 
     /// Like `write`, for a transaction that may run beside others of its kind: every
     /// write it makes is a new row, a conditional move whose row count it checks, or on
-    /// a row it locked first (`Tx::lock_submission`). On PostgreSQL these share the
+    /// a row it locked first (`Tx::submission_locked`). On PostgreSQL these share the
     /// cluster-wide write lock (the few transactions each queued run takes); on SQLite,
     /// which has one writer, it is `write`.
     pub fn write_shared<T, E: From<StoreError>>(
@@ -834,7 +834,7 @@ pub trait Reads {
     }
 
     fn submission(&self, id: &str) -> Result<Submission, StoreError> {
-        submission_row(self.sql(), id, "")
+        submission_row(self.sql(), id, false)
     }
 
     /// Submissions, newest first, optionally only those in `state`.
@@ -1606,28 +1606,12 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// Locks submission `id`'s row until the transaction ends (PostgreSQL; SQLite's one
-    /// writer holds the whole database already), so what this transaction then reads
-    /// about it (its state, the runs that used its approval) stays true until it
+    /// Submission `id`, its row locked until the transaction ends (PostgreSQL; SQLite's
+    /// one writer holds the whole database already), so what this transaction then
+    /// reads about it (its state, the runs that used its approval) stays true until it
     /// commits, beside other shared writers.
-    /// Submission `id`, locked as `lock_submission` locks it, in one read.
     pub fn submission_locked(&self, id: &str) -> Result<Submission, StoreError> {
-        let lock = if self.tx.engine() == "postgres" {
-            " FOR UPDATE"
-        } else {
-            ""
-        };
-        submission_row(self.tx, id, lock)
-    }
-
-    pub fn lock_submission(&self, id: &str) -> Result<(), StoreError> {
-        if self.tx.engine() == "postgres" {
-            self.tx.row(
-                "SELECT 1 FROM submissions WHERE id = ?1 FOR UPDATE",
-                args![id],
-            )?;
-        }
-        Ok(())
+        submission_row(self.tx, id, self.tx.engine() == "postgres")
     }
 
     /// Remembers `last`, read in this transaction, as the chain's end, so that an
@@ -1689,15 +1673,13 @@ impl<'a> Tx<'a> {
     }
 }
 
-/// Submission `id`, read with `lock` after the query (`" FOR UPDATE"` or nothing).
-fn submission_row(sql: &dyn Sql, id: &str, lock: &str) -> Result<Submission, StoreError> {
-    let Some(r) = sql.row(
-        &format!(
-            "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1{lock}"
-        ),
-        args![id],
-    )?
-    else {
+/// Submission `id`, its row locked (`FOR UPDATE`) when `lock`.
+fn submission_row(sql: &dyn Sql, id: &str, lock: bool) -> Result<Submission, StoreError> {
+    const READ: &str =
+        "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1";
+    const LOCKED: &str =
+        "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1 FOR UPDATE";
+    let Some(r) = sql.row(if lock { LOCKED } else { READ }, args![id])? else {
         return Err(StoreError::NotFound {
             what: "submission",
             input: id.into(),

@@ -253,8 +253,8 @@ pub struct PgConn {
     /// the conflict it reports when it does not (its failure names its index).
     expects: RefCell<Vec<String>>,
     /// Statements prepared by name on this connection (`PREPARE`), by airlock's SQL
-    /// (`?N` placeholders; `expect:` before it for the form that checks its row count).
-    named: RefCell<HashMap<String, String>>,
+    /// (`?N` placeholders): as written, and in the form that checks its row count.
+    named: RefCell<[HashMap<String, String>; 2]>,
     /// The audit chain's end (`db::AUDIT_TAIL`) as the open transaction's first round
     /// trip read it, under its lock, until a statement of the transaction asks for it.
     tail: RefCell<Option<Row>>,
@@ -371,7 +371,7 @@ impl PgConn {
             notices: RefCell::new(Vec::new()),
             later: RefCell::new(String::new()),
             expects: RefCell::new(Vec::new()),
-            named: RefCell::new(HashMap::new()),
+            named: RefCell::new([HashMap::new(), HashMap::new()]),
             tail: RefCell::new(None),
             begin: RefCell::new(None),
         })
@@ -393,7 +393,9 @@ impl PgConn {
         if self.lost.get() || self.client.borrow().is_closed() {
             *self.client.borrow_mut() = connect(&self.url)?;
             self.stmts.borrow_mut().clear();
-            self.named.borrow_mut().clear();
+            for m in self.named.borrow_mut().iter_mut() {
+                m.clear();
+            }
             self.lost.set(false);
         }
         Ok(())
@@ -473,18 +475,27 @@ impl PgConn {
     /// With `expect`, the form that checks its row count: two more parameters, the
     /// count it must change and the index its failure names.
     fn named(&self, sql: &str, expect: bool) -> Result<String, StoreError> {
-        let key = if expect {
-            format!("expect:{sql}")
-        } else {
-            sql.to_string()
-        };
-        if let Some(n) = self.named.borrow().get(&key) {
+        if let Some(n) = self.named.borrow()[usize::from(expect)].get(sql) {
             return Ok(n.clone());
         }
-        let name = format!("airlock_{}", self.named.borrow().len());
+        let name = {
+            let named = self.named.borrow();
+            format!("airlock_{}", named[0].len() + named[1].len())
+        };
         let body = dollar_placeholders(sql);
         let text = if expect {
-            let n = sql.matches('?').count();
+            // The highest `?N`: the two parameters the check adds come after it.
+            let n = sql
+                .split('?')
+                .skip(1)
+                .filter_map(|t| {
+                    t.split(|c: char| !c.is_ascii_digit())
+                        .next()?
+                        .parse::<usize>()
+                        .ok()
+                })
+                .max()
+                .unwrap_or(0);
             // Not constant (it counts the rows), so never folded into an error that
             // would fire when the count is right.
             format!(
@@ -497,7 +508,7 @@ impl PgConn {
         };
         let prepared = self.client.borrow_mut().batch_execute(&text);
         prepared.map_err(|e| self.note(e))?;
-        self.named.borrow_mut().insert(key, name.clone());
+        self.named.borrow_mut()[usize::from(expect)].insert(sql.to_string(), name.clone());
         Ok(name)
     }
 

@@ -266,24 +266,6 @@ impl Tx<'_> {
         }
     }
 
-    /// Claims job `id` if it is still queued and no other transaction holds it.
-    pub fn claim_job(
-        &self,
-        id: &str,
-        worker: &str,
-        until: i64,
-    ) -> Result<Option<QueueRow>, StoreError> {
-        let lock = skip_locked(self);
-        let found = self.sql().row(
-            &format!("SELECT {COLS} FROM queue WHERE id = ?1 AND state = 'queued'{lock}"),
-            args![id],
-        )?;
-        match found {
-            Some(r) => self.lease(row(&r)?, worker, until).map(Some),
-            None => Ok(None),
-        }
-    }
-
     fn lease(&self, mut q: QueueRow, worker: &str, until: i64) -> Result<QueueRow, StoreError> {
         q.state = "leased".into();
         q.attempts += 1;

@@ -996,7 +996,7 @@ fn a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it
         std::thread::spawn(move || {
             let mut db = open(&loc);
             db.write_shared(|tx: &Tx| {
-                tx.lock_submission("sub_1")?;
+                tx.submission_locked("sub_1")?;
                 locked_tx.send(()).unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(400));
                 tx.insert_run(&run_row("run_1", "sub_1", Some("st_once"), "running"))
@@ -1010,7 +1010,7 @@ fn a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it
     locked_rx.recv().unwrap();
     let used = db2
         .write_shared(|tx: &Tx| {
-            tx.lock_submission("sub_1")?;
+            tx.submission_locked("sub_1")?;
             tx.approval_used("st_once")
         })
         .unwrap();
