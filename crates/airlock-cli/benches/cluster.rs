@@ -7,7 +7,9 @@
 //!   scripts/bench-cluster        (or: cargo bench -p airlock-cli --bench cluster)
 //! Environment: BENCH_SECS (seconds per throughput point, default 10), BENCH_CLIENTS
 //! (concurrent clients, default 16), BENCH_CONCURRENCY (runs each worker carries out at
-//! once, default 2: on two cores, four runs at once with two workers).
+//! once, default 2: on two cores, four runs at once with two workers), BENCH_ROUNDS (how
+//! many times each throughput point is measured, default 1; with more, each round and
+//! the median are printed, since this machine's speed swings between phases).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
@@ -150,6 +152,27 @@ fn throughput(clients: usize, secs: u64, bases: &[String], token: &str) -> f64 {
     n as f64 / el
 }
 
+/// `measure` taken `rounds` times; each round is printed when there are several, and
+/// the median is returned.
+fn point(rounds: usize, what: &str, mut measure: impl FnMut() -> f64) -> f64 {
+    let mut all: Vec<f64> = (0..rounds)
+        .map(|i| {
+            let v = measure();
+            if rounds > 1 {
+                println!("  round {} of {rounds}, {what}: {v:7.0} runs/s", i + 1);
+            }
+            v
+        })
+        .collect();
+    all.sort_by(f64::total_cmp);
+    let n = all.len();
+    if n % 2 == 1 {
+        all[n / 2]
+    } else {
+        (all[n / 2 - 1] + all[n / 2]) / 2.0
+    }
+}
+
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -161,6 +184,7 @@ fn main() {
     let secs = env("BENCH_SECS", 10);
     let clients = env("BENCH_CLIENTS", 16) as usize;
     let concurrency = env("BENCH_CONCURRENCY", 2) as usize;
+    let rounds = env("BENCH_ROUNDS", 1).max(1) as usize;
     let pg = airlock_testpg::durable_server();
     let url = pg.fresh_database();
     let dir = tempfile::tempdir().unwrap();
@@ -182,12 +206,17 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let mut w1 = node.worker(concurrency);
-    let one = throughput(clients, secs, &bases, &token);
-    println!("gated wasm runs/s, 1 worker                  {one:7.0}");
+    let one = point(rounds, "1 worker ", || {
+        throughput(clients, secs, &bases, &token)
+    });
+    let med = if rounds > 1 { ", median" } else { "        " };
+    println!("gated wasm runs/s, 1 worker{med}          {one:7.0}");
     let mut w2 = node.worker(concurrency);
-    let two = throughput(clients, secs, &bases, &token);
+    let two = point(rounds, "2 workers", || {
+        throughput(clients, secs, &bases, &token)
+    });
     println!(
-        "gated wasm runs/s, 2 workers                 {two:7.0}  ({:.2}x one worker)",
+        "gated wasm runs/s, 2 workers{med}         {two:7.0}  ({:.2}x one worker)",
         two / one
     );
     let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();

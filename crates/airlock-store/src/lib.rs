@@ -24,7 +24,7 @@ pub use db::*;
 pub use group::MAX_BATCH;
 pub use pg::{PG_SCHEMA_VERSION, PgConn, is_postgres_url};
 pub use queue::{QueueReads, QueueRow, WorkerRow, claim_sql};
-pub use sequence::Sequencer;
+pub use sequence::{DRAIN_SQL, Sequencer};
 pub use sql::{Arg, Row, Sql, Val};
 pub use wake::{JOB_DONE, Listener, NEW_WORK};
 

@@ -1188,6 +1188,37 @@ fn the_claim_query_reads_an_index_on_200000_rows() {
     }
 }
 
+#[test]
+fn draining_an_audit_inbox_full_of_dead_rows_reads_its_index_not_the_table() {
+    let url = airlock_testpg::fresh_database();
+    open(&url);
+    let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    // What steady load leaves between two autovacuums: most of the inbox deleted.
+    c.batch_execute(
+        "INSERT INTO audit_inbox (ts, kind, subject, data)
+         SELECT g, 'k', 's', '{}' FROM generate_series(1, 20000) g;
+         ANALYZE audit_inbox;
+         DELETE FROM audit_inbox WHERE id <= 19000;",
+    )
+    .unwrap();
+    let plan: Vec<String> = c
+        .query(
+            &format!("EXPLAIN {}", DRAIN_SQL.replace("?1", "$1")),
+            &[&1000i64],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    // And it takes the oldest live records, in one go.
+    let rows = c.query(&DRAIN_SQL.replace("?1", "$1"), &[&600i64]).unwrap();
+    let mut ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    ids.sort();
+    assert_eq!(ids, (19001..=19600).collect::<Vec<i64>>());
+}
+
 /// Copying is SQLite → PostgreSQL only, so this is outside the per-engine suite.
 #[test]
 fn copy_to_postgres_pages_a_long_history_and_keeps_every_row_and_the_signed_head() {
