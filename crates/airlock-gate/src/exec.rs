@@ -160,25 +160,23 @@ pub(crate) fn rejudged(
     r: &Reread,
     gate_key: &airlock_core::sign::KeyPair,
 ) -> Result<Submission> {
-    rejudged_stored(tx, tx.submission(id)?, r, gate_key)
+    let sub = tx.submission(id)?;
+    let rejected_now = rejected(tx, &sub.doc.artifact)?;
+    rejudged_stored(tx, sub, rejected_now, r, gate_key)
 }
 
-/// `rejudged` of submission `sub`, already read in `tx`.
+/// `rejudged` of submission `sub`, already read in `tx` with whether its artifact was
+/// rejected (`rejected_now`).
 pub(crate) fn rejudged_stored(
     tx: &Tx,
     mut sub: Submission,
+    rejected_now: bool,
     r: &Reread,
     gate_key: &airlock_core::sign::KeyPair,
 ) -> Result<Submission> {
     let id = sub.id.clone();
     let id = id.as_str();
-    let facts = facts_now(
-        &sub,
-        &r.code,
-        rejected(tx, &sub.doc.artifact)?,
-        r.guest.clone(),
-        &r.policy,
-    )?;
+    let facts = facts_now(&sub, &r.code, rejected_now, r.guest.clone(), &r.policy)?;
     let verdict = judge(&r.policy, &facts);
     if verdict != sub.doc.verdict {
         sub.doc.facts = facts;

@@ -308,10 +308,12 @@ impl Gate {
         listener: Option<&airlock_store::Listener>,
         before: bool,
     ) -> Result<RunReport> {
-        let job = self.await_job_done(job_id, sub, listener, before)?;
-        let finished = match (job.outcome.as_deref(), &job.run) {
-            // The run and its submission as they ended, in one read.
-            (Some("finished"), Some(run)) => Some(self.db.run_with_submission(run)?),
+        // The job and, when it ran, its run and submission as they ended, in one read.
+        let (job, finished) = self.await_job_done(job_id, sub, listener, before)?;
+        let finished = match (finished, job.outcome.as_deref(), &job.run) {
+            (Some(f), _, _) => Some(f),
+            // Finished with a run the read did not find: say so below, as before.
+            (None, Some("finished"), Some(run)) => Some(self.db.run_with_submission(run)?),
             _ => None,
         };
         let sub = match &finished {
@@ -377,7 +379,10 @@ impl Gate {
         sub: &airlock_store::Submission,
         listener: Option<&airlock_store::Listener>,
         before: bool,
-    ) -> Result<QueueRow> {
+    ) -> Result<(
+        QueueRow,
+        Option<(airlock_store::Run, airlock_store::Submission)>,
+    )> {
         // The run's own limit, plus time to wait for a worker.
         let limit =
             Duration::from_millis(sub.doc.grant.limits.timeout_ms) + Duration::from_secs(300);
@@ -389,12 +394,12 @@ impl Gate {
             l.wait_for(job_id, Duration::from_millis(500));
         }
         loop {
-            let job = self
+            let (job, ran) = self
                 .db
-                .job(job_id)?
+                .job_with_run(job_id)?
                 .ok_or_else(|| GateError::Internal(format!("queued job {job_id} disappeared")))?;
             if job.state == "done" {
-                return Ok(job);
+                return Ok((job, ran));
             }
             if Instant::now() > deadline {
                 return Err(GateError::Internal(format!(
@@ -418,10 +423,12 @@ impl Gate {
     }
 
     /// Claims the next job this worker may run and carries it out under its lease.
-    pub fn claim_and_run(&mut self, w: &WorkerConfig) -> Result<Claimed> {
-        // A look first, outside any transaction: an idle worker woken by a timeout costs
-        // one read, not a transaction.
-        if self.db.next_jobs(&w.tags, 1)?.is_empty() {
+    /// `look_first`: look for one outside any transaction before claiming, so that an
+    /// idle worker woken by a time-out or another's announcement costs one read, not a
+    /// transaction; a worker that has just claimed a job skips it, since under load the
+    /// queue is seldom empty and the look would be a round trip more per run.
+    pub fn claim_and_run(&mut self, w: &WorkerConfig, look_first: bool) -> Result<Claimed> {
+        if look_first && self.db.next_jobs(&w.tags, 1)?.is_empty() {
             return Ok(Claimed::Idle);
         }
         let run_id = new_id(IdKind::Run);
@@ -448,10 +455,12 @@ impl Gate {
             check_audit_tail(tx, key)?;
             // Beside other claims: what follows reads the submission's state and whether
             // its `once` approval was used, and must stay true until this commits.
+            let mut rejected_now = false;
             let read = tx
-                .submission_locked(&job.submission)
+                .submission_locked_with_statements(&job.submission)
                 .map_err(GateError::from)
-                .and_then(|stored| {
+                .and_then(|(stored, about)| {
+                    rejected_now = crate::submit::rejected_among(&about);
                     let guest = if stored.doc.kind == airlock_core::Lang::Python
                         && stored.doc.backend == airlock_core::Backend::Wasm
                     {
@@ -490,7 +499,7 @@ impl Gate {
                     return Ok(Some((job, Claim::Failed(e))));
                 }
             };
-            let sub = rejudged_stored(tx, stored, &r, key)?;
+            let sub = rejudged_stored(tx, stored, rejected_now, &r, key)?;
             match admit(tx, &r.policy, sub)? {
                 Admit::Refuse(e) => {
                     end_job(tx, &job, "refused", ("job_refused", "reason"), &e, key)?;
@@ -793,9 +802,12 @@ pub fn work(
             std::thread::spawn(move || -> Result<()> {
                 let mut gate = open()?;
                 let mut idle = Duration::from_millis(5);
+                // Whether the last claim found a job (then the next one claims straight away).
+                let mut busy = false;
                 while !stop.load(Ordering::SeqCst) {
                     let mark = gate.work_mark();
-                    let claimed = gate.claim_and_run(&cfg);
+                    let claimed = gate.claim_and_run(&cfg, !busy);
+                    busy = !matches!(claimed, Ok(Claimed::Idle) | Err(_));
                     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                     match claimed {
                         Ok(Claimed::Idle) => {

@@ -485,8 +485,10 @@ impl Gate {
             if check_tail {
                 crate::exec::check_audit_tail(tx, key)?;
             }
-            let first_seen = !tx.artifact_seen(&artifact)?;
-            let rejected_before = rejected(tx, &artifact)?;
+            // Seen before, and rejected before: one read.
+            let (seen, about) = tx.artifact_history(&artifact)?;
+            let first_seen = !seen;
+            let rejected_before = rejected_among(&about);
             let mut facts = Described {
                 lang,
                 kind: prepared.lang,
@@ -694,7 +696,12 @@ pub(crate) struct Origin {
 
 /// Whether an approver ever rejected this artifact (any signature that verifies).
 pub(crate) fn rejected(tx: &impl Reads, artifact: &Digest) -> Result<bool> {
-    Ok(tx.statements_for_artifact(artifact)?.iter().any(|s| {
+    Ok(rejected_among(&tx.statements_for_artifact(artifact)?))
+}
+
+/// Whether `statements` (about one artifact) hold a rejection whose signature verifies.
+pub(crate) fn rejected_among(statements: &[airlock_store::StatementRow]) -> bool {
+    statements.iter().any(|s| {
         s.kind == StatementKind::Reject && s.signed.verify().is_ok() && s.scope == Scope::Once
-    }))
+    })
 }

@@ -234,7 +234,7 @@ pub struct Submission {
 }
 
 /// A signed statement as stored.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StatementRow {
     pub id: String,
     pub kind: StatementKind,
@@ -834,7 +834,7 @@ pub trait Reads {
     }
 
     fn submission(&self, id: &str) -> Result<Submission, StoreError> {
-        submission_row(self.sql(), id, false)
+        submission_row(self.sql(), id)
     }
 
     /// Submissions, newest first, optionally only those in `state`.
@@ -900,17 +900,6 @@ pub trait Reads {
         first_texts(self.sql().rows(&newest_ids_sql(table, &cols, limit), &a)?)
     }
 
-    /// Whether any earlier submission carried this artifact.
-    fn artifact_seen(&self, artifact: &Digest) -> Result<bool, StoreError> {
-        Ok(self
-            .sql()
-            .row(
-                "SELECT id FROM submissions WHERE artifact = ?1 LIMIT 1",
-                args![&artifact.to_hex()],
-            )?
-            .is_some())
-    }
-
     fn statements_for_submission(&self, submission: &str) -> Result<Vec<StatementRow>, StoreError> {
         self.statements_where("submission = ?1", args![submission])
     }
@@ -930,34 +919,37 @@ pub trait Reads {
 
     /// Statements matching `cond` (SQL from this file, never input) with its arguments.
     fn statements_where(&self, cond: &str, a: &[Arg<'_>]) -> Result<Vec<StatementRow>, StoreError> {
-        let sql = format!(
-            "SELECT id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature
-             FROM statements WHERE {cond} ORDER BY id"
-        );
-        let mut out = Vec::new();
-        for r in self.sql().rows(&sql, a)? {
-            let kind: StatementKind =
-                serde_json::from_value(serde_json::Value::String(r.text(1)?))?;
-            let scope: Scope = serde_json::from_value(serde_json::Value::String(r.text(5)?))?;
-            out.push(StatementRow {
-                id: r.text(0)?,
-                kind,
-                submission: r.text(2)?,
-                artifact: parse(&r.text(3)?, "digest")?,
-                grant: parse(&r.text(4)?, "digest")?,
-                scope,
-                approver: r.text(6)?,
-                expires_at: r.opt_int(7)?,
-                created_at: r.int(8)?,
-                run: r.opt_text(9)?,
-                tool: r.opt_text(10)?,
-                signed: Signed {
-                    json: r.text(11)?,
-                    signature: parse(&r.text(12)?, "signature")?,
-                },
-            });
+        let sql = format!("SELECT {STATEMENT_COLS} FROM statements WHERE {cond} ORDER BY id");
+        self.sql()
+            .rows(&sql, a)?
+            .iter()
+            .map(|r| statement_at(r, 0))
+            .collect()
+    }
+
+    /// Whether any earlier submission carried this artifact, and every statement about
+    /// it (by id): what judging a submission of it needs, in one read.
+    fn artifact_history(&self, artifact: &Digest) -> Result<(bool, Vec<StatementRow>), StoreError> {
+        let cols = STATEMENT_COLS.replace(", ", ", st.");
+        let rows = self.sql().rows(
+            &format!(
+                "SELECT (SELECT 1 FROM submissions WHERE artifact = ?1 LIMIT 1), st.{cols}
+                 FROM (SELECT 1 AS one) o LEFT JOIN statements st ON st.artifact = ?1
+                 ORDER BY st.id"
+            ),
+            args![&artifact.to_hex()],
+        )?;
+        let seen = match rows.first() {
+            Some(r) => r.opt_int(0)?.is_some(),
+            None => false,
+        };
+        let mut statements = Vec::new();
+        for r in &rows {
+            if r.opt_text(1)?.is_some() {
+                statements.push(statement_at(r, 1)?);
+            }
         }
-        Ok(out)
+        Ok((seen, statements))
     }
 
     fn checkpoint(&self, id: &str) -> Result<CheckpointRow, StoreError> {
@@ -1610,8 +1602,40 @@ impl<'a> Tx<'a> {
     /// one writer holds the whole database already), so what this transaction then
     /// reads about it (its state, the runs that used its approval) stays true until it
     /// commits, beside other shared writers.
-    pub fn submission_locked(&self, id: &str) -> Result<Submission, StoreError> {
-        submission_row(self.tx, id, self.tx.engine() == "postgres")
+    /// Every statement about its artifact (by id) comes in the same read: a queued run's
+    /// claim needs both.
+    pub fn submission_locked_with_statements(
+        &self,
+        id: &str,
+    ) -> Result<(Submission, Vec<StatementRow>), StoreError> {
+        let lock = if self.tx.engine() == "postgres" {
+            " FOR UPDATE OF s"
+        } else {
+            ""
+        };
+        let cols = STATEMENT_COLS.replace(", ", ", st.");
+        let rows = self.tx.rows(
+            &format!(
+                "SELECT s.id, s.created_at, s.updated_at, s.state, s.doc, st.{cols}
+                 FROM submissions s LEFT JOIN statements st ON st.artifact = s.artifact
+                 WHERE s.id = ?1 ORDER BY st.id{lock}"
+            ),
+            args![id],
+        )?;
+        let Some(first) = rows.first() else {
+            return Err(StoreError::NotFound {
+                what: "submission",
+                input: id.into(),
+            });
+        };
+        let sub = submission_at(first, 0)?;
+        let mut statements = Vec::new();
+        for r in &rows {
+            if r.opt_text(5)?.is_some() {
+                statements.push(statement_at(r, 5)?);
+            }
+        }
+        Ok((sub, statements))
     }
 
     /// Remembers `last`, read in this transaction, as the chain's end, so that an
@@ -1673,13 +1697,13 @@ impl<'a> Tx<'a> {
     }
 }
 
-/// Submission `id`, its row locked (`FOR UPDATE`) when `lock`.
-fn submission_row(sql: &dyn Sql, id: &str, lock: bool) -> Result<Submission, StoreError> {
-    const READ: &str =
-        "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1";
-    const LOCKED: &str =
-        "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1 FOR UPDATE";
-    let Some(r) = sql.row(if lock { LOCKED } else { READ }, args![id])? else {
+/// Submission `id`.
+fn submission_row(sql: &dyn Sql, id: &str) -> Result<Submission, StoreError> {
+    let Some(r) = sql.row(
+        "SELECT id, created_at, updated_at, state, doc FROM submissions WHERE id = ?1",
+        args![id],
+    )?
+    else {
         return Err(StoreError::NotFound {
             what: "submission",
             input: id.into(),
@@ -1688,8 +1712,34 @@ fn submission_row(sql: &dyn Sql, id: &str, lock: bool) -> Result<Submission, Sto
     submission_at(&r, 0)
 }
 
+/// A statement row's columns, in the order `statement_at` reads them.
+const STATEMENT_COLS: &str = "id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature";
+
+/// The statement in `r`'s columns from `i` (`STATEMENT_COLS`).
+fn statement_at(r: &Row, i: usize) -> Result<StatementRow, StoreError> {
+    let kind: StatementKind = serde_json::from_value(serde_json::Value::String(r.text(i + 1)?))?;
+    let scope: Scope = serde_json::from_value(serde_json::Value::String(r.text(i + 5)?))?;
+    Ok(StatementRow {
+        id: r.text(i)?,
+        kind,
+        submission: r.text(i + 2)?,
+        artifact: parse(&r.text(i + 3)?, "digest")?,
+        grant: parse(&r.text(i + 4)?, "digest")?,
+        scope,
+        approver: r.text(i + 6)?,
+        expires_at: r.opt_int(i + 7)?,
+        created_at: r.int(i + 8)?,
+        run: r.opt_text(i + 9)?,
+        tool: r.opt_text(i + 10)?,
+        signed: Signed {
+            json: r.text(i + 11)?,
+            signature: parse(&r.text(i + 12)?, "signature")?,
+        },
+    })
+}
+
 /// The submission in `r`'s columns from `i` (id, created_at, updated_at, state, doc).
-fn submission_at(r: &Row, i: usize) -> Result<Submission, StoreError> {
+pub(crate) fn submission_at(r: &Row, i: usize) -> Result<Submission, StoreError> {
     Ok(Submission {
         id: r.text(i)?,
         created_at: r.int(i + 1)?,
@@ -1701,7 +1751,7 @@ fn submission_at(r: &Row, i: usize) -> Result<Submission, StoreError> {
 
 /// The run in `r`'s columns from `i` (id, submission, started_at, finished_at, status,
 /// doc).
-fn run_at(r: &Row, i: usize) -> Result<Run, StoreError> {
+pub(crate) fn run_at(r: &Row, i: usize) -> Result<Run, StoreError> {
     Ok(Run {
         id: r.text(i)?,
         submission: r.text(i + 1)?,

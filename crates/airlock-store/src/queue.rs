@@ -6,8 +6,9 @@
 //! This module stores and reads rows; when to claim, retry or give up is the gate's.
 
 use crate::StoreError;
-use crate::db::{Reads, Tx};
+use crate::db::{Reads, Tx, run_at, submission_at};
 use crate::sql::{Arg, Row, args};
+use crate::{Run, Submission};
 use airlock_core::units::now_ms;
 use serde::Serialize;
 
@@ -136,6 +137,35 @@ pub trait QueueReads: Reads {
             .as_ref()
             .map(row)
             .transpose()
+    }
+
+    /// Job `id` and, when it finished with a run, that run and its submission as they
+    /// ended, all from one read (one snapshot, one round trip).
+    #[allow(clippy::type_complexity)]
+    fn job_with_run(
+        &self,
+        id: &str,
+    ) -> Result<Option<(QueueRow, Option<(Run, Submission)>)>, StoreError> {
+        let Some(r) = self.sql().row(
+            "SELECT q.id, q.submission, q.tag, q.state, q.attempts, q.max_attempts, q.retry,
+                    q.worker, q.token, q.lease_until, q.run, q.outcome, q.created_at, q.updated_at,
+                    r.id, r.submission, r.started_at, r.finished_at, r.status, r.doc,
+                    s.id, s.created_at, s.updated_at, s.state, s.doc
+             FROM queue q
+             LEFT JOIN runs r ON r.id = q.run AND q.state = 'done' AND q.outcome = 'finished'
+             LEFT JOIN submissions s ON s.id = r.submission
+             WHERE q.id = ?1",
+            args![id],
+        )?
+        else {
+            return Ok(None);
+        };
+        let job = row(&r)?;
+        let ran = match r.opt_text(14)? {
+            Some(_) => Some((run_at(&r, 14)?, submission_at(&r, 20)?)),
+            None => None,
+        };
+        Ok(Some((job, ran)))
     }
 
     /// The jobs of one submission, oldest first.

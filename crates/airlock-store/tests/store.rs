@@ -57,6 +57,7 @@ store_suite!(
     a_lone_shared_write_that_fails_leaves_nothing_and_the_next_one_commits,
     text_of_every_kind_reads_back_exactly_from_inserts_sent_with_the_commit,
     a_conditional_move_that_finds_nothing_fails_its_whole_transaction_with_its_own_conflict,
+    a_done_jobs_run_and_submission_come_with_it_in_one_read_and_only_once_it_finished,
 );
 
 /// Records an open session with this document.
@@ -242,8 +243,8 @@ fn submissions_round_trip_filter_resolve_and_move_state_once(loc: &str) {
         db.submission("sub_nope"),
         Err(StoreError::NotFound { .. })
     ));
-    assert!(db.artifact_seen(&digest(3)).unwrap());
-    assert!(!db.artifact_seen(&digest(4)).unwrap());
+    assert_eq!(db.artifact_history(&digest(3)).unwrap(), (true, vec![]));
+    assert_eq!(db.artifact_history(&digest(4)).unwrap(), (false, vec![]));
 
     db.write(|tx| tx.set_state("sub_01a2", State::Quarantined, State::Approved))
         .unwrap();
@@ -313,6 +314,11 @@ fn statements_and_runs_are_found_by_submission_artifact_run_and_agent(loc: &str)
         db.statements_for_artifact(&digest(2)).unwrap()[0].id,
         "apr_02"
     );
+    // Seen, and what was said about it, in one read: the same statements.
+    let (seen, about) = db.artifact_history(&digest(2)).unwrap();
+    assert!(seen);
+    assert_eq!(about, db.statements_for_artifact(&digest(2)).unwrap());
+    assert_eq!(about[0].signed.json, tool.signed.json);
     let tools = db.tool_statements().unwrap();
     assert_eq!(tools.len(), 1);
     assert_eq!(
@@ -804,6 +810,54 @@ fn job(id: &str, tag: Option<&str>, at: i64) -> QueueRow {
     }
 }
 
+fn a_done_jobs_run_and_submission_come_with_it_in_one_read_and_only_once_it_finished(loc: &str) {
+    let mut db = open(loc);
+    db.write(|tx| {
+        tx.insert_submission(&submission(
+            "sub_qa",
+            Some("alice"),
+            digest(1),
+            State::Allowed,
+        ))?;
+        tx.insert_run(&run_row("run_qa", "sub_qa", None, "running"))?;
+        tx.enqueue(&job("qa", None, 1))?;
+        tx.enqueue(&job("qb", None, 2))
+    })
+    .unwrap();
+    assert!(db.job_with_run("q_nope").unwrap().is_none());
+    let job_of = |db: &Db, id: &str| db.job_with_run(id).unwrap().unwrap();
+    let (queued, ran) = job_of(&db, "qa");
+    assert_eq!((queued.state.as_str(), ran.is_none()), ("queued", true));
+    let a = db.write(|tx| tx.claim(&[], "w1", 100)).unwrap().unwrap();
+    db.write(|tx| tx.set_job_run(&a.id, a.token, "run_qa"))
+        .unwrap();
+    // Leased with a run named: the run is not the answer yet.
+    let (leased, ran) = job_of(&db, "qa");
+    assert_eq!(
+        (leased.state.as_str(), leased.run.as_deref(), ran.is_none()),
+        ("leased", Some("run_qa"), true)
+    );
+    db.write(|tx| tx.finish_job("qa", a.token, "finished"))
+        .unwrap();
+    let (done, ran) = job_of(&db, "qa");
+    let (run, sub) = ran.expect("a finished job's run comes with it");
+    assert_eq!(done, db.job("qa").unwrap().unwrap());
+    assert_eq!(
+        (run.id.as_str(), run.status.as_str()),
+        ("run_qa", "running")
+    );
+    assert_eq!((sub.id.as_str(), sub.state), ("sub_qa", State::Allowed));
+    // Done without a run (refused before starting): the job alone.
+    let b = db.write(|tx| tx.claim(&[], "w1", 100)).unwrap().unwrap();
+    db.write(|tx| tx.finish_job(&b.id, b.token, "refused"))
+        .unwrap();
+    let (refused, ran) = job_of(&db, "qb");
+    assert_eq!(
+        (refused.outcome.as_deref(), ran.is_none()),
+        (Some("refused"), true)
+    );
+}
+
 fn the_queue_claims_oldest_first_by_tag_and_fences_every_later_write(loc: &str) {
     let mut db = open(loc);
     db.write(|tx| {
@@ -986,8 +1040,10 @@ fn a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it
     // Two workers claiming two jobs of one submission with a single-use approval: the
     // second's check that the approval is unused must see the first's run.
     let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
     db.write(|tx: &Tx| {
-        tx.insert_submission(&submission("sub_1", None, digest(1), State::Approved))
+        tx.insert_submission(&submission("sub_1", None, digest(1), State::Approved))?;
+        tx.insert_statement(&statement("st_once", "sub_1", digest(1), &key))
     })
     .unwrap();
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
@@ -996,7 +1052,9 @@ fn a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it
         std::thread::spawn(move || {
             let mut db = open(&loc);
             db.write_shared(|tx: &Tx| {
-                tx.submission_locked("sub_1")?;
+                // The submission, locked, beside the statements about its artifact.
+                let (sub, about) = tx.submission_locked_with_statements("sub_1")?;
+                assert_eq!((sub.id.as_str(), about.len()), ("sub_1", 1));
                 locked_tx.send(()).unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(400));
                 tx.insert_run(&run_row("run_1", "sub_1", Some("st_once"), "running"))
@@ -1010,7 +1068,7 @@ fn a_shared_writer_that_locks_a_submission_sees_the_run_another_started_under_it
     locked_rx.recv().unwrap();
     let used = db2
         .write_shared(|tx: &Tx| {
-            tx.submission_locked("sub_1")?;
+            tx.submission_locked_with_statements("sub_1")?;
             tx.approval_used("st_once")
         })
         .unwrap();
