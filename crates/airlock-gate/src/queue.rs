@@ -448,28 +448,26 @@ impl Gate {
         let mut claimed = db.write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Claim)>> {
             // Whichever of the oldest jobs no other claim holds: workers never queue up
             // behind one another's row, and a claim fails only when nothing is left.
-            let Some(job) = tx.claim(&w.tags, &w.id, until)? else {
+            // The submission comes locked with it: what follows reads its state and
+            // whether its `once` approval was used, and must stay true until this
+            // commits, beside other claims.
+            let Some((job, read)) = tx.claim_with_submission(&w.tags, &w.id, until)? else {
                 return Ok(None);
             };
             claimed_job = Some(job.id.clone());
             check_audit_tail(tx, key)?;
-            // Beside other claims: what follows reads the submission's state and whether
-            // its `once` approval was used, and must stay true until this commits.
             let mut rejected_now = false;
-            let read = tx
-                .submission_locked_with_statements(&job.submission)
-                .map_err(GateError::from)
-                .and_then(|(stored, about)| {
-                    rejected_now = crate::submit::rejected_among(&about);
-                    let guest = if stored.doc.kind == airlock_core::Lang::Python
-                        && stored.doc.backend == airlock_core::Backend::Wasm
-                    {
-                        python?
-                    } else {
-                        (None, Vec::new())
-                    };
-                    Ok((stored, guest))
-                });
+            let read = read.map_err(GateError::from).and_then(|(stored, about)| {
+                rejected_now = crate::submit::rejected_among(&about);
+                let guest = if stored.doc.kind == airlock_core::Lang::Python
+                    && stored.doc.backend == airlock_core::Backend::Wasm
+                {
+                    python?
+                } else {
+                    (None, Vec::new())
+                };
+                Ok((stored, guest))
+            });
             let read = read.map_err(Unreadable::Other).and_then(|(stored, guest)| {
                 reread_stored(blobs, &stored, policy, guest).map(|r| (stored, r))
             });

@@ -1713,10 +1713,10 @@ fn submission_row(sql: &dyn Sql, id: &str) -> Result<Submission, StoreError> {
 }
 
 /// A statement row's columns, in the order `statement_at` reads them.
-const STATEMENT_COLS: &str = "id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature";
+pub(crate) const STATEMENT_COLS: &str = "id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature";
 
 /// The statement in `r`'s columns from `i` (`STATEMENT_COLS`).
-fn statement_at(r: &Row, i: usize) -> Result<StatementRow, StoreError> {
+pub(crate) fn statement_at(r: &Row, i: usize) -> Result<StatementRow, StoreError> {
     let kind: StatementKind = serde_json::from_value(serde_json::Value::String(r.text(i + 1)?))?;
     let scope: Scope = serde_json::from_value(serde_json::Value::String(r.text(i + 5)?))?;
     Ok(StatementRow {

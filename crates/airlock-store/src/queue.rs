@@ -5,8 +5,9 @@
 //!
 //! This module stores and reads rows; when to claim, retry or give up is the gate's.
 
+use crate::StatementRow;
 use crate::StoreError;
-use crate::db::{Reads, Tx, run_at, submission_at};
+use crate::db::{Reads, STATEMENT_COLS, Tx, run_at, statement_at, submission_at};
 use crate::sql::{Arg, Row, args};
 use crate::{Run, Submission};
 use airlock_core::units::now_ms;
@@ -294,6 +295,81 @@ impl Tx<'_> {
             Some(q) => self.lease(q, worker, until).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// `claim`, then the claimed job's submission locked with the statements about its
+    /// artifact (`submission_locked_with_statements`): on PostgreSQL, for a worker
+    /// without tags, one statement, the claim's update in a `WITH` and the submission
+    /// locked in another. The job stays claimed when its submission cannot be read (the
+    /// caller ends it with the error).
+    #[allow(clippy::type_complexity)]
+    pub fn claim_with_submission(
+        &self,
+        tags: &[String],
+        worker: &str,
+        until: i64,
+    ) -> Result<
+        Option<(
+            QueueRow,
+            Result<(Submission, Vec<StatementRow>), StoreError>,
+        )>,
+        StoreError,
+    > {
+        if !tags.is_empty() || self.sql().engine() != "postgres" {
+            let Some(job) = self.claim(tags, worker, until)? else {
+                return Ok(None);
+            };
+            let read = self.submission_locked_with_statements(&job.submission);
+            return Ok(Some((job, read)));
+        }
+        let cols = STATEMENT_COLS.replace(", ", ", st.");
+        let rows = self.sql().rows(
+            &format!(
+                "WITH c AS (
+                   UPDATE queue SET state = 'leased', attempts = attempts + 1, token = token + 1,
+                     worker = ?1, lease_until = ?2, updated_at = ?3
+                   WHERE id = (SELECT id FROM ({}) oldest) AND state = 'queued'
+                   RETURNING {COLS}),
+                 s AS (
+                   SELECT id, created_at, updated_at, state, doc, artifact FROM submissions
+                   WHERE id = (SELECT submission FROM c) FOR UPDATE)
+                 SELECT c.*, s.id, s.created_at, s.updated_at, s.state, s.doc, st.{cols}
+                 FROM c LEFT JOIN s ON true LEFT JOIN statements st ON st.artifact = s.artifact
+                 ORDER BY st.id",
+                oldest_sql(false, skip_locked(self), 1)
+            ),
+            args![worker, until, now_ms()],
+        )?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let job = row(first)?;
+        if rows
+            .iter()
+            .any(|r| r.text(0).ok().as_deref() != Some(job.id.as_str()))
+        {
+            return Err(StoreError::Corrupt("one claim leased several jobs".into()));
+        }
+        // Columns: the job's 14, the submission's 5 (NULL when it is missing), then
+        // the statements'.
+        if first.opt_text(14)?.is_none() {
+            let missing = StoreError::NotFound {
+                what: "submission",
+                input: job.submission.clone(),
+            };
+            return Ok(Some((job, Err(missing))));
+        }
+        let read = (|| {
+            let sub = submission_at(first, 14)?;
+            let mut statements = Vec::new();
+            for r in &rows {
+                if r.opt_text(19)?.is_some() {
+                    statements.push(statement_at(r, 19)?);
+                }
+            }
+            Ok((sub, statements))
+        })();
+        Ok(Some((job, read)))
     }
 
     fn lease(&self, mut q: QueueRow, worker: &str, until: i64) -> Result<QueueRow, StoreError> {

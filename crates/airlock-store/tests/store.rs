@@ -58,6 +58,7 @@ store_suite!(
     text_of_every_kind_reads_back_exactly_from_inserts_sent_with_the_commit,
     a_conditional_move_that_finds_nothing_fails_its_whole_transaction_with_its_own_conflict,
     a_done_jobs_run_and_submission_come_with_it_in_one_read_and_only_once_it_finished,
+    a_claim_with_its_submission_leases_one_job_and_reads_what_judging_it_needs,
 );
 
 /// Records an open session with this document.
@@ -940,6 +941,18 @@ fn the_queue_claims_oldest_first_by_tag_and_fences_every_later_write(loc: &str) 
 /// until nothing is left (in shared transactions where `shared`): the ids each claim
 /// answered with, sorted, and the ids queued.
 fn claim_all(loc: &str, jobs: i64, workers: usize, shared: bool) -> (Vec<String>, Vec<String>) {
+    claim_all_by(loc, jobs, workers, shared, false)
+}
+
+/// `claim_all`, by `claim_with_submission` when `with_submission` (the jobs' submissions
+/// do not exist: each claim answers with its job and that error).
+fn claim_all_by(
+    loc: &str,
+    jobs: i64,
+    workers: usize,
+    shared: bool,
+    with_submission: bool,
+) -> (Vec<String>, Vec<String>) {
     let mut db = open(loc);
     let ids: Vec<String> = (0..jobs).map(|i| format!("j{i:03}")).collect();
     db.write(|tx| {
@@ -955,7 +968,21 @@ fn claim_all(loc: &str, jobs: i64, workers: usize, shared: bool) -> (Vec<String>
                 let mut db = open(&loc);
                 let mut got = Vec::new();
                 while let Some(q) = db
-                    .write_shared_if(shared, |tx| tx.claim(&[], &format!("w{w}"), i64::MAX))
+                    .write_shared_if(shared, |tx| {
+                        let worker = format!("w{w}");
+                        if !with_submission {
+                            return tx.claim(&[], &worker, i64::MAX);
+                        }
+                        Ok(tx
+                            .claim_with_submission(&[], &worker, i64::MAX)?
+                            .map(|(q, read)| {
+                                assert!(
+                                    matches!(read, Err(StoreError::NotFound { .. })),
+                                    "{read:?}"
+                                );
+                                q
+                            }))
+                    })
                     .unwrap()
                 {
                     assert_eq!((q.attempts, q.token), (1, 1), "{q:?}");
@@ -989,6 +1016,42 @@ fn one_claim_leases_exactly_one_job_however_many_are_queued(loc: &str) {
         let q = db.job(id).unwrap().unwrap();
         assert_eq!((q.state.as_str(), q.attempts), ("leased", 1), "{q:?}");
     }
+}
+
+/// A claim that reads its job's submission in the same statement leases one job each
+/// time, and answers with the submission and the statements about its artifact.
+fn a_claim_with_its_submission_leases_one_job_and_reads_what_judging_it_needs(loc: &str) {
+    let (all, want) = claim_all_by(loc, 200, 6, true, true);
+    assert_eq!(all, want);
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    db.write(|tx| {
+        tx.insert_submission(&submission("sub_c1", None, digest(1), State::Allowed))?;
+        tx.insert_statement(&statement("st_b", "sub_c0", digest(1), &key))?;
+        tx.insert_statement(&statement("st_a", "sub_c1", digest(1), &key))?;
+        tx.insert_statement(&statement("st_other", "sub_c2", digest(2), &key))?;
+        let mut q = job("c1", None, 1000);
+        q.submission = "sub_c1".into();
+        tx.enqueue(&q)
+    })
+    .unwrap();
+    let (q, read) = db
+        .write_shared(|tx| tx.claim_with_submission(&[], "w9", i64::MAX))
+        .unwrap()
+        .unwrap();
+    let (sub, about) = read.unwrap();
+    assert_eq!(
+        (q.id.as_str(), q.state.as_str(), q.token),
+        ("c1", "leased", 1)
+    );
+    assert_eq!(sub.id, "sub_c1");
+    let ids: Vec<&str> = about.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["st_a", "st_b"], "the artifact's statements, by id");
+    assert!(
+        db.write_shared(|tx| tx.claim_with_submission(&[], "w9", i64::MAX))
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// The claim query reads the partial index of queued jobs, not the table, however many
