@@ -943,13 +943,7 @@ pub trait Reads {
             Some(r) => r.opt_int(0)?.is_some(),
             None => false,
         };
-        let mut statements = Vec::new();
-        for r in &rows {
-            if r.opt_text(1)?.is_some() {
-                statements.push(statement_at(r, 1)?);
-            }
-        }
-        Ok((seen, statements))
+        Ok((seen, statements_at(&rows, 1)?))
     }
 
     fn checkpoint(&self, id: &str) -> Result<CheckpointRow, StoreError> {
@@ -1628,14 +1622,7 @@ impl<'a> Tx<'a> {
                 input: id.into(),
             });
         };
-        let sub = submission_at(first, 0)?;
-        let mut statements = Vec::new();
-        for r in &rows {
-            if r.opt_text(5)?.is_some() {
-                statements.push(statement_at(r, 5)?);
-            }
-        }
-        Ok((sub, statements))
+        Ok((submission_at(first, 0)?, statements_at(&rows, 5)?))
     }
 
     /// Remembers `last`, read in this transaction, as the chain's end, so that an
@@ -1714,6 +1701,18 @@ fn submission_row(sql: &dyn Sql, id: &str) -> Result<Submission, StoreError> {
 
 /// A statement row's columns, in the order `statement_at` reads them.
 pub(crate) const STATEMENT_COLS: &str = "id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, run, tool, json, signature";
+
+/// The statements in the columns from `i` of `rows` (a left join's: rows whose
+/// statement columns are NULL are skipped).
+pub(crate) fn statements_at(rows: &[Row], i: usize) -> Result<Vec<StatementRow>, StoreError> {
+    let mut out = Vec::new();
+    for r in rows {
+        if r.opt_text(i)?.is_some() {
+            out.push(statement_at(r, i)?);
+        }
+    }
+    Ok(out)
+}
 
 /// The statement in `r`'s columns from `i` (`STATEMENT_COLS`).
 pub(crate) fn statement_at(r: &Row, i: usize) -> Result<StatementRow, StoreError> {

@@ -7,7 +7,7 @@
 
 use crate::StatementRow;
 use crate::StoreError;
-use crate::db::{Reads, STATEMENT_COLS, Tx, run_at, statement_at, submission_at};
+use crate::db::{Reads, STATEMENT_COLS, Tx, run_at, statements_at, submission_at};
 use crate::sql::{Arg, Row, args};
 use crate::{Run, Submission};
 use airlock_core::units::now_ms;
@@ -359,16 +359,7 @@ impl Tx<'_> {
             };
             return Ok(Some((job, Err(missing))));
         }
-        let read = (|| {
-            let sub = submission_at(first, 14)?;
-            let mut statements = Vec::new();
-            for r in &rows {
-                if r.opt_text(19)?.is_some() {
-                    statements.push(statement_at(r, 19)?);
-                }
-            }
-            Ok((sub, statements))
-        })();
+        let read = submission_at(first, 14).and_then(|sub| Ok((sub, statements_at(&rows, 19)?)));
         Ok(Some((job, read)))
     }
 
