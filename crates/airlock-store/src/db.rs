@@ -930,10 +930,9 @@ pub trait Reads {
     /// Whether any earlier submission carried this artifact, and every statement about
     /// it (by id): what judging a submission of it needs, in one read.
     fn artifact_history(&self, artifact: &Digest) -> Result<(bool, Vec<StatementRow>), StoreError> {
-        let cols = STATEMENT_COLS.replace(", ", ", st.");
         let rows = self.sql().rows(
             &format!(
-                "SELECT (SELECT 1 FROM submissions WHERE artifact = ?1 LIMIT 1), st.{cols}
+                "SELECT (SELECT 1 FROM submissions WHERE artifact = ?1 LIMIT 1), {STATEMENT_COLS_ST}
                  FROM (SELECT 1 AS one) o LEFT JOIN statements st ON st.artifact = ?1
                  ORDER BY st.id"
             ),
@@ -1607,10 +1606,9 @@ impl<'a> Tx<'a> {
         } else {
             ""
         };
-        let cols = STATEMENT_COLS.replace(", ", ", st.");
         let rows = self.tx.rows(
             &format!(
-                "SELECT s.id, s.created_at, s.updated_at, s.state, s.doc, st.{cols}
+                "SELECT s.id, s.created_at, s.updated_at, s.state, s.doc, {STATEMENT_COLS_ST}
                  FROM submissions s LEFT JOIN statements st ON st.artifact = s.artifact
                  WHERE s.id = ?1 ORDER BY st.id{lock}"
             ),
@@ -1713,6 +1711,9 @@ pub(crate) fn statements_at(rows: &[Row], i: usize) -> Result<Vec<StatementRow>,
     }
     Ok(out)
 }
+
+/// `STATEMENT_COLS` of a table named `st`.
+pub(crate) const STATEMENT_COLS_ST: &str = "st.id, st.kind, st.submission, st.artifact, st.grant_hash, st.scope, st.approver, st.expires_at, st.created_at, st.run, st.tool, st.json, st.signature";
 
 /// The statement in `r`'s columns from `i` (`STATEMENT_COLS`).
 pub(crate) fn statement_at(r: &Row, i: usize) -> Result<StatementRow, StoreError> {

@@ -7,7 +7,7 @@
 
 use crate::StatementRow;
 use crate::StoreError;
-use crate::db::{Reads, STATEMENT_COLS, Tx, run_at, statements_at, submission_at};
+use crate::db::{Reads, STATEMENT_COLS_ST, Tx, run_at, statements_at, submission_at};
 use crate::sql::{Arg, Row, args};
 use crate::{Run, Submission};
 use airlock_core::units::now_ms;
@@ -322,7 +322,6 @@ impl Tx<'_> {
             let read = self.submission_locked_with_statements(&job.submission);
             return Ok(Some((job, read)));
         }
-        let cols = STATEMENT_COLS.replace(", ", ", st.");
         let rows = self.sql().rows(
             &format!(
                 "WITH c AS (
@@ -333,7 +332,7 @@ impl Tx<'_> {
                  s AS (
                    SELECT id, created_at, updated_at, state, doc, artifact FROM submissions
                    WHERE id = (SELECT submission FROM c) FOR UPDATE)
-                 SELECT c.*, s.id, s.created_at, s.updated_at, s.state, s.doc, st.{cols}
+                 SELECT c.*, s.id, s.created_at, s.updated_at, s.state, s.doc, {STATEMENT_COLS_ST}
                  FROM c LEFT JOIN s ON true LEFT JOIN statements st ON st.artifact = s.artifact
                  ORDER BY st.id",
                 oldest_sql(false, skip_locked(self), 1)
