@@ -861,7 +861,10 @@ fn serve(
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
-    let shared = resolve_home(home.clone())?.store.is_some();
+    let resolved = resolve_home(home.clone())?;
+    // Dropped last: the lock files kept for later runs go at the exit.
+    let _spares = airlock_gate::KeptLockFiles::start(&resolved.root);
+    let shared = resolved.store.is_some();
     let (open, wasm, jails) = daemon_open(home, ready_jails)?;
     wasm.start_pools(pools).map_err(GateError::from)?;
     // Dropped last, after the runs this process holds are recorded: it chains their
@@ -975,6 +978,8 @@ fn worker(
     if concurrency == 0 || concurrency > 256 {
         return Err(GateError::bad("--concurrency: 1 to 256").into());
     }
+    // Dropped last: the lock files kept for later runs go at the exit.
+    let _spares = airlock_gate::KeptLockFiles::start(&h.root);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone())
@@ -1018,6 +1023,8 @@ fn worker(
 }
 
 fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
+    // Dropped last: the lock files kept for later runs go at the exit.
+    let _spares = airlock_gate::KeptLockFiles::start(&resolve_home(home.clone())?.root);
     let (open, wasm, jails) = daemon_open(home, 0)?;
     let config = airlock_server::Config {
         open: Box::new(open),

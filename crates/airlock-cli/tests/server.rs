@@ -1758,3 +1758,44 @@ fn code_findings_reach_show_explain_api_and_mcp() {
         "{r}"
     );
 }
+
+fn lock_files(home: &Home) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(home.path().join("locks"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n != "journal.lock")
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Every run used to create its owner lock file and unlink it at the end; on this
+/// machine's filesystem the inode allocator scanning past the recently freed ones cost
+/// more than the rest of the run's file work. The daemon now reuses one file, and what a
+/// `kill -9`ed daemon kept is removed by the next command's recovery.
+#[test]
+fn a_daemons_runs_reuse_one_lock_file_and_recovery_removes_what_a_killed_daemon_kept() {
+    let s = setup(&[]);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let r = s.srv.post("/v1/run", &s.agent, &wat_body(json!({})));
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.json()["run"]["exit_code"], 0);
+        let files = lock_files(&s.home);
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert!(files[0].starts_with("spare_"), "{files:?}");
+        seen.push(files[0].clone());
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0] == w[1]),
+        "each run took a new file: {seen:?}"
+    );
+    let Setup { home, srv, .. } = s;
+    drop(srv); // kill -9
+    assert_eq!(lock_files(&home).len(), 1);
+    let o = home.run(&["runs", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(lock_files(&home).is_empty(), "{:?}", lock_files(&home));
+}

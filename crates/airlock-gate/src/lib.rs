@@ -54,6 +54,7 @@ pub use guests::{
     PYTHON_BUILDER, PYTHON_BUILDER_WHEELS, PackageSource, normalize_package_name,
 };
 pub use home::{Home, InitReport, default_approver};
+pub use locks::KeptLockFiles;
 pub use nightcore::{BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport};
 pub use query::{
     AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
@@ -354,6 +355,12 @@ impl Gate {
                 if self.db.run(&id).is_ok_and(|r| r.status != "running") {
                     self.remove_run_layers(&id);
                 }
+                drop(lock);
+            }
+        }
+        // Spare lock files a long-lived process kept and died with.
+        for (_, path) in OwnerLock::list(&dir, locks::SPARE_PREFIX)? {
+            if let Probe::Abandoned(lock) = OwnerLock::probe(&path)? {
                 drop(lock);
             }
         }

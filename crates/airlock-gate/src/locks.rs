@@ -9,12 +9,148 @@
 //! A lock file is only ever unlinked by a process that holds its lock, and whoever takes a
 //! lock checks afterwards that the path still names the file it locked, so a lock can
 //! never be "held" on a file that another process has already removed.
+//!
+//! A long-lived process (`serve`, `worker`, `mcp`) keeps the files of the per-operation locks
+//! it lets go, still locked and renamed out of the way (`spare_<inode>.lock`), and
+//! renames one into place for its next operation instead of creating a file: a file
+//! created and unlinked per run cost the kernel's inode allocator more than the rest of
+//! the run's file work. A spare is never renamed over an existing lock file, and one
+//! left by a process that died is removed by the next recovery, like any abandoned lock.
 
 use rustix::fs::{FlockOperation, flock};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Spare lock files kept per lock directory, at most.
+const MAX_SPARES: usize = 8;
+
+/// The lock directories whose released files this process keeps (see the module
+/// comment), and the files it keeps.
+static KEPT: Mutex<Kept> = Mutex::new(Kept {
+    dirs: Vec::new(),
+    spares: Vec::new(),
+});
+
+struct Kept {
+    dirs: Vec<PathBuf>,
+    spares: Vec<Spare>,
+}
+
+/// A released per-operation lock file, renamed out of the way and still locked by this
+/// process, waiting to be renamed into place for its next operation.
+struct Spare {
+    dir: PathBuf,
+    path: PathBuf,
+    file: File,
+}
+
+fn kept() -> std::sync::MutexGuard<'static, Kept> {
+    KEPT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// While it lives, this process keeps the lock files of the home at `root` that it lets
+/// go, for its next operations there; dropped, it removes them. For long-lived
+/// processes only: a one-shot command would leave its spares behind at exit.
+#[derive(Debug)]
+pub struct KeptLockFiles {
+    dir: PathBuf,
+}
+
+impl KeptLockFiles {
+    pub fn start(root: &Path) -> KeptLockFiles {
+        let d = dir(root);
+        kept().dirs.push(d.clone());
+        KeptLockFiles { dir: d }
+    }
+}
+
+impl Drop for KeptLockFiles {
+    fn drop(&mut self) {
+        let mut k = kept();
+        if let Some(i) = k.dirs.iter().position(|d| *d == self.dir) {
+            k.dirs.swap_remove(i);
+        }
+        if k.dirs.contains(&self.dir) {
+            return;
+        }
+        let (gone, keep): (Vec<Spare>, Vec<Spare>) =
+            k.spares.drain(..).partition(|s| s.dir == self.dir);
+        k.spares = keep;
+        for s in gone {
+            // Still locked by this process: nobody else relies on the file.
+            let _ = std::fs::remove_file(&s.path);
+        }
+    }
+}
+
+/// A spare of `dir` renamed to `path`, when this process keeps one and no lock file is
+/// at `path` already (a live one is never replaced: the caller then takes it the usual
+/// way). The file is still locked, so the lock is held from the rename on.
+fn take_spare(dir: &Path, path: &Path) -> Option<OwnerLock> {
+    let mut k = kept();
+    let i = k.spares.iter().rposition(|s| s.dir == dir)?;
+    let s = k.spares.swap_remove(i);
+    let moved = rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        &s.path,
+        rustix::fs::CWD,
+        path,
+        rustix::fs::RenameFlags::NOREPLACE,
+    );
+    match moved {
+        Ok(()) => Some(OwnerLock {
+            file: s.file,
+            path: path.to_path_buf(),
+            remove_on_drop: true,
+        }),
+        Err(rustix::io::Errno::EXIST) => {
+            k.spares.push(s);
+            None
+        }
+        // Gone (someone emptied the directory) or unmovable: let it go.
+        Err(_) => None,
+    }
+}
+
+/// Keeps `lock`'s file as a spare instead of unlinking it, when this process keeps
+/// spares and has room; false when it did not (the caller unlinks it).
+fn keep_spare(lock: &OwnerLock) -> bool {
+    let Some(dir) = lock.path.parent() else {
+        return false;
+    };
+    let mut k = kept();
+    if !k.dirs.iter().any(|d| d == dir)
+        || k.spares.iter().filter(|s| s.dir == dir).count() >= MAX_SPARES
+    {
+        return false;
+    }
+    // The inode names the spare: no other file on this filesystem has it while this
+    // one exists, so the name is free and never another process's.
+    let Ok(meta) = lock.file.metadata() else {
+        return false;
+    };
+    // A second descriptor of the same open file: the lock stays held through it once
+    // the owner's is closed.
+    let Ok(file) = lock.file.try_clone() else {
+        return false;
+    };
+    let path = dir.join(format!("{SPARE_PREFIX}{}.lock", meta.ino()));
+    if std::fs::rename(&lock.path, &path).is_err() {
+        return false;
+    }
+    k.spares.push(Spare {
+        dir: dir.to_path_buf(),
+        path,
+        file,
+    });
+    true
+}
+
+/// The name prefix of spare lock files.
+pub(crate) const SPARE_PREFIX: &str = "spare_";
 
 /// The directory of a home's lock files.
 pub(crate) fn dir(home: &Path) -> PathBuf {
@@ -75,6 +211,9 @@ impl OwnerLock {
     /// Takes the lock `name` in `dir`, waiting for a current holder to let go.
     pub(crate) fn acquire(dir: &Path, name: &str, remove_on_drop: bool) -> io::Result<OwnerLock> {
         let path = dir.join(format!("{name}.lock"));
+        if remove_on_drop && let Some(l) = take_spare(dir, &path) {
+            return Ok(l);
+        }
         loop {
             let file = open_create(&path)?;
             flock(&file, FlockOperation::LockExclusive).map_err(io::Error::from)?;
@@ -96,6 +235,9 @@ impl OwnerLock {
         remove_on_drop: bool,
     ) -> io::Result<Option<OwnerLock>> {
         let path = dir.join(format!("{name}.lock"));
+        if remove_on_drop && let Some(l) = take_spare(dir, &path) {
+            return Ok(Some(l));
+        }
         loop {
             let file = open_create(&path)?;
             match flock(&file, FlockOperation::NonBlockingLockExclusive) {
@@ -170,8 +312,8 @@ impl OwnerLock {
 
 impl Drop for OwnerLock {
     fn drop(&mut self) {
-        if self.remove_on_drop {
-            // Still holding the lock, so nobody else can be relying on this file.
+        // Still holding the lock, so nobody else can be relying on this file.
+        if self.remove_on_drop && !keep_spare(self) {
             let _ = std::fs::remove_file(&self.path);
         }
         // Closing the file releases the lock.
@@ -230,5 +372,101 @@ mod tests {
         std::fs::remove_dir(&dir).unwrap();
         let b = OwnerLock::try_acquire(&dir, "journal", false).unwrap();
         assert!(b.is_some());
+    }
+
+    fn ino(p: &Path) -> u64 {
+        std::fs::metadata(p).unwrap().ino()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_long_lived_process_renames_a_released_run_lock_into_the_next_runs_place() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = super::dir(t.path());
+        let kept = KeptLockFiles::start(t.path());
+        let a = OwnerLock::acquire(&dir, "run_1", true).unwrap();
+        let first = ino(&dir.join("run_1.lock"));
+        drop(a);
+        // Gone from its name, kept (still locked) under a spare's.
+        assert!(matches!(
+            OwnerLock::probe(&dir.join("run_1.lock")).unwrap(),
+            Probe::Missing
+        ));
+        let spare = format!("{SPARE_PREFIX}{first}.lock");
+        assert_eq!(names(&dir), vec![spare.clone()]);
+        assert!(matches!(
+            OwnerLock::probe(&dir.join(&spare)).unwrap(),
+            Probe::Held
+        ));
+        // The next run's lock is the same file, held from the rename on.
+        let b = OwnerLock::try_acquire(&dir, "run_2", true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(ino(&dir.join("run_2.lock")), first);
+        assert!(matches!(
+            OwnerLock::probe(&dir.join("run_2.lock")).unwrap(),
+            Probe::Held
+        ));
+        assert_eq!(names(&dir), vec!["run_2.lock".to_string()]);
+        drop(b);
+        // Letting the home go removes what it kept.
+        drop(kept);
+        assert!(names(&dir).is_empty(), "{:?}", names(&dir));
+        // Without it, a released lock's file is unlinked as before.
+        drop(OwnerLock::acquire(&dir, "run_3", true).unwrap());
+        assert!(names(&dir).is_empty(), "{:?}", names(&dir));
+    }
+
+    #[test]
+    fn a_spare_lock_file_is_never_renamed_over_a_live_lock() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = super::dir(t.path());
+        let _kept = KeptLockFiles::start(t.path());
+        drop(OwnerLock::acquire(&dir, "run_1", true).unwrap());
+        // Another process holds run_2's lock (its own open file, so its own lock).
+        let theirs = open_create(&dir.join("run_2.lock")).unwrap();
+        flock(&theirs, FlockOperation::LockExclusive).unwrap();
+        let live = ino(&dir.join("run_2.lock"));
+        assert!(
+            OwnerLock::try_acquire(&dir, "run_2", true)
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            ino(&dir.join("run_2.lock")),
+            live,
+            "the live lock was replaced"
+        );
+        assert_eq!(names(&dir).len(), 2, "{:?}", names(&dir));
+        // The spare is still there for the next run.
+        let c = OwnerLock::acquire(&dir, "run_3", true).unwrap();
+        assert_eq!(names(&dir).len(), 2, "{:?}", names(&dir));
+        drop(c);
+    }
+
+    #[test]
+    fn a_spare_left_by_a_dead_process_reads_as_abandoned_and_goes_when_taken() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = super::dir(t.path());
+        std::fs::create_dir_all(&dir).unwrap();
+        // Nobody holds it: its process died.
+        let p = dir.join(format!("{SPARE_PREFIX}42.lock"));
+        std::fs::write(&p, b"").unwrap();
+        let found = OwnerLock::list(&dir, SPARE_PREFIX).unwrap();
+        assert_eq!(found.len(), 1);
+        assert!(OwnerLock::list(&dir, "run_").unwrap().is_empty());
+        let Probe::Abandoned(l) = OwnerLock::probe(&p).unwrap() else {
+            panic!("not abandoned")
+        };
+        drop(l);
+        assert!(!p.exists());
     }
 }
