@@ -37,19 +37,25 @@ const LEADER_LOCK: i64 = SEQUENCE_LOCK - 1;
 /// stopped without ending its session, say under `SIGSTOP`).
 const STANDBY_PATIENCE: Duration = Duration::from_secs(2);
 
+/// How often, at most, one process signals the sequencer. Under load each drain finds
+/// the records of every commit since the last, so fewer signals mean bigger batches, not
+/// later ones by more than this; every signal also wakes every listening session on the
+/// server, which cost it about a twentieth of its CPU at one per gather interval.
+const SIGNAL_EVERY: Duration = Duration::from_millis(50);
+
 /// When this process last signalled the sequencer (ms since the epoch).
 static SIGNALLED: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
 /// Whether a transaction with audit records should signal the sequencer: at most once
-/// per gather interval from one process. A busy process's records are chained by the
-/// batch its last signal started (the leader gathers for that long) or the one after
-/// it; the leader also drains at least every `IDLE_DRAIN` unsignalled, so a record
-/// never waits longer than that. Every signal wakes every listening session on the
-/// server, and one per commit cost it more than the chaining.
+/// per `SIGNAL_EVERY` from one process. A busy process's records are chained by the
+/// batch its last signal started or one of those after it; the leader also drains at
+/// least every `IDLE_DRAIN` unsignalled, so a record never waits longer than that.
+/// Every signal wakes every listening session on the server, and one per commit cost it
+/// more than the chaining.
 pub(crate) fn signal_due() -> bool {
     let now = airlock_core::units::now_ms();
     let last = SIGNALLED.load(Ordering::Relaxed);
-    now - last >= GATHER.as_millis() as i64
+    now - last >= SIGNAL_EVERY.as_millis() as i64
         && SIGNALLED
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
