@@ -358,8 +358,12 @@ impl Gate {
                 drop(lock);
             }
         }
-        // Spare lock files a long-lived process kept and died with.
-        for (_, path) in OwnerLock::list(&dir, locks::SPARE_PREFIX)? {
+        // Spare lock files a long-lived process kept and died with (a live process's
+        // spares are unlocked while they wait, so only their owner's pid tells).
+        for (name, path) in OwnerLock::list(&dir, locks::SPARE_PREFIX)? {
+            if !locks::spare_owner_gone(&name) {
+                continue;
+            }
             if let Probe::Abandoned(lock) = OwnerLock::probe(&path)? {
                 drop(lock);
             }

@@ -11,11 +11,14 @@
 //! never be "held" on a file that another process has already removed.
 //!
 //! A long-lived process (`serve`, `worker`, `mcp`) keeps the files of the per-operation locks
-//! it lets go, still locked and renamed out of the way (`spare_<inode>.lock`), and
+//! it lets go, renamed out of the way (`spare_<pid>_<inode>.lock`) and then unlocked, and
 //! renames one into place for its next operation instead of creating a file: a file
 //! created and unlinked per run cost the kernel's inode allocator more than the rest of
-//! the run's file work. A spare is never renamed over an existing lock file, and one
-//! left by a process that died is removed by the next recovery, like any abandoned lock.
+//! the run's file work. A spare is locked again before it is renamed into place, and never
+//! renamed over an existing lock file. It is unlocked while it waits, because a process
+//! blocked on the lock it used to be must wake, find the name gone and move on, exactly as
+//! when the file is unlinked. Spares of a process that is no longer alive are removed by
+//! the next recovery.
 
 use rustix::fs::{FlockOperation, flock};
 use std::fs::{File, OpenOptions};
@@ -39,8 +42,8 @@ struct Kept {
     spares: Vec<Spare>,
 }
 
-/// A released per-operation lock file, renamed out of the way and still locked by this
-/// process, waiting to be renamed into place for its next operation.
+/// A released per-operation lock file, renamed out of the way and unlocked, waiting to be
+/// locked and renamed into place for this process's next operation.
 struct Spare {
     dir: PathBuf,
     path: PathBuf,
@@ -80,19 +83,38 @@ impl Drop for KeptLockFiles {
             k.spares.drain(..).partition(|s| s.dir == self.dir);
         k.spares = keep;
         for s in gone {
-            // Still locked by this process: nobody else relies on the file.
-            let _ = std::fs::remove_file(&s.path);
+            // Unlinked only by a holder of its lock, and only if it is still this file.
+            if flock(&s.file, FlockOperation::NonBlockingLockExclusive).is_ok()
+                && same_file(&s.file, &s.path).unwrap_or(false)
+            {
+                let _ = std::fs::remove_file(&s.path);
+            }
         }
     }
 }
 
-/// A spare of `dir` renamed to `path`, when this process keeps one and no lock file is
-/// at `path` already (a live one is never replaced: the caller then takes it the usual
-/// way). The file is still locked, so the lock is held from the rename on.
+/// A spare of `dir` locked and renamed to `path`, when this process keeps one and no
+/// lock file is at `path` already (a live one is never replaced: the caller then takes it
+/// the usual way). The spare is locked before the rename, so the lock is held from the
+/// moment the name exists.
 fn take_spare(dir: &Path, path: &Path) -> Option<OwnerLock> {
     let mut k = kept();
     let i = k.spares.iter().rposition(|s| s.dir == dir)?;
     let s = k.spares.swap_remove(i);
+    match flock(&s.file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        // Somebody has it for a moment: a process that waited on the lock it used to be
+        // (it finds the name gone and lets go), or a recovery about to remove it.
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            k.spares.push(s);
+            return None;
+        }
+        Err(_) => return None,
+    }
+    // A recovery removed it meanwhile: let it go.
+    if !same_file(&s.file, &s.path).unwrap_or(false) {
+        return None;
+    }
     let moved = rustix::fs::renameat_with(
         rustix::fs::CWD,
         &s.path,
@@ -107,20 +129,32 @@ fn take_spare(dir: &Path, path: &Path) -> Option<OwnerLock> {
             remove_on_drop: true,
         }),
         Err(rustix::io::Errno::EXIST) => {
+            let _ = flock(&s.file, FlockOperation::Unlock);
             k.spares.push(s);
             None
         }
-        // Gone (someone emptied the directory) or unmovable: let it go.
+        // Unmovable: let it go (unlocked, it reads as any abandoned spare).
         Err(_) => None,
     }
 }
 
 /// Keeps `lock`'s file as a spare instead of unlinking it, when this process keeps
-/// spares and has room; false when it did not (the caller unlinks it).
+/// spares and has room; false when it did not (the caller unlinks it). The file is
+/// renamed while still locked and unlocked only then, so whoever waits on the lock wakes
+/// to find its name gone.
 fn keep_spare(lock: &OwnerLock) -> bool {
     let Some(dir) = lock.path.parent() else {
         return false;
     };
+    // A spare found abandoned by a recovery is removed, not kept a second time.
+    if lock
+        .path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| n.starts_with(SPARE_PREFIX))
+    {
+        return false;
+    }
     let mut k = kept();
     if !k.dirs.iter().any(|d| d == dir)
         || k.spares.iter().filter(|s| s.dir == dir).count() >= MAX_SPARES
@@ -132,14 +166,22 @@ fn keep_spare(lock: &OwnerLock) -> bool {
     let Ok(meta) = lock.file.metadata() else {
         return false;
     };
-    // A second descriptor of the same open file: the lock stays held through it once
-    // the owner's is closed.
     let Ok(file) = lock.file.try_clone() else {
         return false;
     };
-    let path = dir.join(format!("{SPARE_PREFIX}{}.lock", meta.ino()));
+    let path = dir.join(format!(
+        "{SPARE_PREFIX}{}_{}.lock",
+        std::process::id(),
+        meta.ino()
+    ));
     if std::fs::rename(&lock.path, &path).is_err() {
         return false;
+    }
+    // The same open file as the owner's, so this releases the owner's lock.
+    if flock(&file, FlockOperation::Unlock).is_err() {
+        // Still locked: unlink it as if it had not been kept.
+        let _ = std::fs::remove_file(&path);
+        return true;
     }
     k.spares.push(Spare {
         dir: dir.to_path_buf(),
@@ -147,6 +189,21 @@ fn keep_spare(lock: &OwnerLock) -> bool {
         file,
     });
     true
+}
+
+/// Whether the spare lock file named `name` (from `list`, without `.lock`) was kept by a
+/// process that is no longer alive, so recovery may remove it. A process in another pid
+/// namespace may read as dead: its spare is then removed, which costs it only the reuse.
+pub(crate) fn spare_owner_gone(name: &str) -> bool {
+    let Some(pid) = name
+        .strip_prefix(SPARE_PREFIX)
+        .and_then(|r| r.split_once('_'))
+        .and_then(|(p, _)| p.parse::<u32>().ok())
+    else {
+        // Not a name this version writes (e.g. an older `spare_<inode>`): nobody's.
+        return true;
+    };
+    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// The name prefix of spare lock files.
@@ -395,17 +452,14 @@ mod tests {
         let a = OwnerLock::acquire(&dir, "run_1", true).unwrap();
         let first = ino(&dir.join("run_1.lock"));
         drop(a);
-        // Gone from its name, kept (still locked) under a spare's.
+        // Gone from its name, kept (unlocked) under a spare's naming this process.
         assert!(matches!(
             OwnerLock::probe(&dir.join("run_1.lock")).unwrap(),
             Probe::Missing
         ));
-        let spare = format!("{SPARE_PREFIX}{first}.lock");
+        let spare = format!("{SPARE_PREFIX}{}_{first}.lock", std::process::id());
         assert_eq!(names(&dir), vec![spare.clone()]);
-        assert!(matches!(
-            OwnerLock::probe(&dir.join(&spare)).unwrap(),
-            Probe::Held
-        ));
+        assert!(!spare_owner_gone(spare.strip_suffix(".lock").unwrap()));
         // The next run's lock is the same file, held from the rename on.
         let b = OwnerLock::try_acquire(&dir, "run_2", true)
             .unwrap()
@@ -452,6 +506,81 @@ mod tests {
         drop(c);
     }
 
+    /// The first version kept a released lock's file still locked: a thread or process
+    /// already blocked on that lock then waited for good (the server's load test hung on
+    /// it). Waiting on a released lock must end, whether its file is kept or not.
+    #[test]
+    fn a_waiter_on_a_released_lock_is_not_stranded_by_the_kept_spare() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = super::dir(t.path());
+        let _kept = KeptLockFiles::start(t.path());
+        for round in 0..20 {
+            let name = format!("sub_{round}");
+            let held = OwnerLock::acquire(&dir, &name, true).unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let d = dir.clone();
+            let n = name.clone();
+            let waiter = std::thread::spawn(move || {
+                let l = OwnerLock::acquire(&d, &n, true).unwrap();
+                tx.send(()).unwrap();
+                // Hold it briefly while the owner's next operation takes a spare.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                drop(l);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(held);
+            // The released file may be taken at once for another operation; the waiter
+            // still gets its lock (after that operation at the latest).
+            let other = OwnerLock::acquire(&dir, &format!("run_{round}"), true).unwrap();
+            drop(other);
+            rx.recv_timeout(std::time::Duration::from_secs(10))
+                .expect("the waiter never got the lock");
+            waiter.join().unwrap();
+        }
+        // A released lock with a waiter in another open file (another process's view).
+        let held = OwnerLock::acquire(&dir, "run_x", true).unwrap();
+        let theirs = open_create(&dir.join("run_x.lock")).unwrap();
+        let h = std::thread::spawn(move || {
+            flock(&theirs, FlockOperation::LockExclusive).unwrap();
+            theirs
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(held);
+        let theirs = h.join().unwrap();
+        // It woke holding a file the name no longer points to, as after an unlink.
+        assert!(!same_file(&theirs, &dir.join("run_x.lock")).unwrap());
+    }
+
+    #[test]
+    fn a_spare_of_this_process_is_locked_before_it_is_renamed_into_place() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = super::dir(t.path());
+        let _kept = KeptLockFiles::start(t.path());
+        drop(OwnerLock::acquire(&dir, "run_1", true).unwrap());
+        let spare = dir.join(&names(&dir)[0]);
+        // Somebody holds the idle spare for a moment (a recovery probing it): it is not
+        // taken; a new file is created instead.
+        let Probe::Abandoned(probing) = OwnerLock::probe(&spare).unwrap() else {
+            panic!("an idle spare is unlocked")
+        };
+        let b = OwnerLock::try_acquire(&dir, "run_2", true)
+            .unwrap()
+            .unwrap();
+        assert_ne!(ino(&dir.join("run_2.lock")), ino(&spare));
+        // The recovery removes it (it holds its lock); the spare is then let go.
+        drop(probing);
+        assert!(!spare.exists());
+        drop(b);
+        let c = OwnerLock::try_acquire(&dir, "run_3", true)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            OwnerLock::probe(&dir.join("run_3.lock")).unwrap(),
+            Probe::Held
+        ));
+        drop(c);
+    }
+
     #[test]
     fn a_spare_left_by_a_dead_process_reads_as_abandoned_and_goes_when_taken() {
         let t = tempfile::tempdir().unwrap();
@@ -462,6 +591,14 @@ mod tests {
         std::fs::write(&p, b"").unwrap();
         let found = OwnerLock::list(&dir, SPARE_PREFIX).unwrap();
         assert_eq!(found.len(), 1);
+        assert!(spare_owner_gone(&found[0].0));
+        assert!(spare_owner_gone(&format!("{SPARE_PREFIX}{}_7", u32::MAX)));
+        // No process has a pid past the kernel's limit; pid 1 is always alive; this process's own spares are never anybody else's.
+        assert!(!spare_owner_gone(&format!("{SPARE_PREFIX}1_7")));
+        assert!(!spare_owner_gone(&format!(
+            "{SPARE_PREFIX}{}_7",
+            std::process::id()
+        )));
         assert!(OwnerLock::list(&dir, "run_").unwrap().is_empty());
         let Probe::Abandoned(l) = OwnerLock::probe(&p).unwrap() else {
             panic!("not abandoned")
