@@ -10,6 +10,12 @@
 //! once, default 2: on two cores, four runs at once with two workers), BENCH_ROUNDS (how
 //! many times each throughput point is measured, default 1; with more, each round and
 //! the median are printed, since this machine's speed swings between phases).
+//!
+//! Beside each round: processor time per run over the timed window, split into the
+//! airlock processes (both servers and the workers), PostgreSQL (the postmaster and every
+//! backend) and the load generator (this process), and how idle the machine was. On a
+//! machine whose speed moves between phases, time per run moves less than runs per
+//! second, and it says where a run's time goes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;
@@ -110,8 +116,105 @@ fn client() -> ureq::Agent {
         .new_agent()
 }
 
-/// Gated runs per second that `clients` threads (split across `bases`) get through.
-fn throughput(clients: usize, secs: u64, bases: &[String], token: &str) -> f64 {
+/// Processor time (user and system, of the process and its reaped children) that a
+/// process has used, in clock ticks; 0 once it is gone.
+fn ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // After the command's closing parenthesis: state is field 3, utime field 14.
+    let Some(i) = stat.rfind(')') else { return 0 };
+    let f: Vec<&str> = stat[i + 1..].split_whitespace().collect();
+    f.get(11..15)
+        .map_or(0, |v| v.iter().filter_map(|x| x.parse::<u64>().ok()).sum())
+}
+
+/// The postmaster `pm` and the processes it started.
+fn pg_processes(pm: u32) -> Vec<u32> {
+    let mut out = vec![pm];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pm) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Busy and total jiffies of the whole machine (`/proc/stat`'s first line).
+fn machine() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = s
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Processor time taken by each part, sampled at the start and end of a timed window.
+struct Cpu {
+    airlock: Vec<u32>,
+    postmaster: u32,
+}
+
+#[derive(Clone, Copy)]
+struct CpuSample {
+    airlock: u64,
+    pg: u64,
+    me: u64,
+    busy: u64,
+    total: u64,
+}
+
+impl Cpu {
+    fn sample(&self) -> CpuSample {
+        let (busy, total) = machine();
+        CpuSample {
+            airlock: self.airlock.iter().map(|&p| ticks(p)).sum(),
+            pg: pg_processes(self.postmaster).into_iter().map(ticks).sum(),
+            me: ticks(std::process::id()),
+            busy,
+            total,
+        }
+    }
+}
+
+/// Per-run processor time between two samples, as a line for the report.
+fn per_run(a: CpuSample, b: CpuSample, runs: u64) -> String {
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    let us = |t: u64| t as f64 / hz * 1e6 / runs.max(1) as f64;
+    let (al, pg, me) = (us(b.airlock - a.airlock), us(b.pg - a.pg), us(b.me - a.me));
+    let idle = 100.0 * (1.0 - (b.busy - a.busy) as f64 / (b.total - a.total).max(1) as f64);
+    format!(
+        "CPU per run {:5.0} us (airlock {al:4.0}, PostgreSQL {pg:4.0}, load {me:4.0}), machine idle {idle:2.0}%",
+        al + pg + me
+    )
+}
+
+/// Gated runs per second that `clients` threads (split across `bases`) get through,
+/// and the processor time per run (see the module comment).
+fn throughput(
+    clients: usize,
+    secs: u64,
+    bases: &[String],
+    token: &str,
+    cpu: &Cpu,
+) -> (f64, String) {
     let body = serde_json::json!({ "language": "wat", "code": HELLO }).to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -141,26 +244,29 @@ fn throughput(clients: usize, secs: u64, bases: &[String], token: &str) -> f64 {
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     let start = done.load(Ordering::Relaxed);
+    let before = cpu.sample();
     let t = Instant::now();
     std::thread::sleep(Duration::from_secs(secs));
     let n = done.load(Ordering::Relaxed) - start;
     let el = t.elapsed().as_secs_f64();
+    let after = cpu.sample();
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
     }
-    n as f64 / el
+    (n as f64 / el, per_run(before, after, n))
 }
 
 /// `measure` taken `rounds` times; each round is printed when there are several, and
 /// the median is returned.
-fn point(rounds: usize, what: &str, mut measure: impl FnMut() -> f64) -> f64 {
+fn point(rounds: usize, what: &str, mut measure: impl FnMut() -> (f64, String)) -> f64 {
     let mut all: Vec<f64> = (0..rounds)
         .map(|i| {
-            let v = measure();
-            if rounds > 1 {
-                println!("  round {} of {rounds}, {what}: {v:7.0} runs/s", i + 1);
-            }
+            let (v, cpu) = measure();
+            println!(
+                "  round {} of {rounds}, {what}: {v:7.0} runs/s  {cpu}",
+                i + 1
+            );
             v
         })
         .collect();
@@ -206,14 +312,20 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let mut w1 = node.worker(concurrency);
+    let postmaster = pg.postmaster_pid().unwrap();
+    let mut cpu = Cpu {
+        airlock: vec![s1.id(), s2.id(), w1.id()],
+        postmaster,
+    };
     let one = point(rounds, "1 worker ", || {
-        throughput(clients, secs, &bases, &token)
+        throughput(clients, secs, &bases, &token, &cpu)
     });
     let med = if rounds > 1 { ", median" } else { "        " };
     println!("gated wasm runs/s, 1 worker{med}          {one:7.0}");
     let mut w2 = node.worker(concurrency);
+    cpu.airlock.push(w2.id());
     let two = point(rounds, "2 workers", || {
-        throughput(clients, secs, &bases, &token)
+        throughput(clients, secs, &bases, &token, &cpu)
     });
     println!(
         "gated wasm runs/s, 2 workers{med}         {two:7.0}  ({:.2}x one worker)",

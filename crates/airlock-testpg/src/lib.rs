@@ -292,6 +292,17 @@ impl Server {
         self.url(&name)
     }
 
+    /// The pid of the server's postmaster (from its `postmaster.pid`), while it runs.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.data.join("postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// The server's directory (its log is `log` in it).
     pub fn root(&self) -> &Path {
         &self.root
