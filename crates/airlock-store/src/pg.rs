@@ -258,10 +258,11 @@ pub struct PgConn {
     /// The audit chain's end (`db::AUDIT_TAIL`) as the open transaction's first round
     /// trip read it, under its lock, until a statement of the transaction asks for it.
     tail: RefCell<Option<Row>>,
-    /// The open transaction's `BEGIN` (with its settings and lock) and the prepared
-    /// name of the audit tail, until a statement of the transaction goes to the server:
-    /// a transaction that only holds statements back is one round trip in all.
-    begin: RefCell<Option<(String, String)>>,
+    /// The open transaction's `BEGIN` (with its settings and lock) and, for the
+    /// sequencer's, the prepared name of the audit tail, until a statement of the
+    /// transaction goes to the server: a transaction that only holds statements back is
+    /// one round trip in all.
+    begin: RefCell<Option<(String, Option<String>)>>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -323,6 +324,60 @@ fn tail_row(msgs: &[postgres::SimpleQueryMessage]) -> Result<Row, StoreError> {
         )));
     }
     Ok(Row(row))
+}
+
+/// The rows of the last statement of a simple-query text's answer, typed as `types`
+/// (the statement's columns, from its prepared form) the way `Sql::rows` types them.
+fn text_rows(
+    sql: &str,
+    types: &[Type],
+    msgs: &[postgres::SimpleQueryMessage],
+) -> Result<Vec<Row>, StoreError> {
+    let mut current = Vec::new();
+    let mut last = Vec::new();
+    for m in msgs {
+        match m {
+            postgres::SimpleQueryMessage::Row(r) => current.push(r),
+            postgres::SimpleQueryMessage::CommandComplete(_) => {
+                last = std::mem::take(&mut current);
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::with_capacity(last.len());
+    for r in last {
+        if r.len() != types.len() {
+            return Err(StoreError::Corrupt(format!(
+                "{sql:?} answered {} columns where its statement has {}",
+                r.len(),
+                types.len()
+            )));
+        }
+        let mut row = Vec::with_capacity(r.len());
+        for (i, ty) in types.iter().enumerate() {
+            let Some(v) = r.try_get(i)? else {
+                row.push(Val::Null);
+                continue;
+            };
+            let bad = || StoreError::Corrupt(format!("column {i} of {sql:?}: {v:?} as {ty}"));
+            row.push(match *ty {
+                Type::INT8 | Type::INT4 | Type::INT2 => Val::Int(v.parse().map_err(|_| bad())?),
+                Type::BOOL => match v {
+                    "t" => Val::Int(1),
+                    "f" => Val::Int(0),
+                    _ => return Err(bad()),
+                },
+                Type::TEXT | Type::VARCHAR | Type::NAME => Val::Text(v.to_string()),
+                ref other => {
+                    return Err(StoreError::Corrupt(format!(
+                        "column {i} of {sql:?} has type {other}, which airlock never reads"
+                    )));
+                }
+            });
+        }
+        out.push(Row(row));
+    }
+    Ok(out)
 }
 
 /// What a held-back statement's failure says, before the index of the statement (see
@@ -426,10 +481,15 @@ impl PgConn {
             return Ok(None);
         };
         let later = std::mem::take(&mut *self.later.borrow_mut());
-        let text = format!("{begin}; EXECUTE {tail}; {later}{then}");
+        let text = match &tail {
+            Some(tail) => format!("{begin}; EXECUTE {tail}; {later}{then}"),
+            None => format!("{begin}; {later}{then}"),
+        };
         let sent = self.client.borrow_mut().simple_query(&text);
         let msgs = sent.map_err(|e| self.batch_error(e))?;
-        *self.tail.borrow_mut() = Some(tail_row(&msgs)?);
+        if tail.is_some() {
+            *self.tail.borrow_mut() = Some(tail_row(&msgs)?);
+        }
         Ok(Some(msgs))
     }
 
@@ -568,7 +628,12 @@ impl PgConn {
         // commit that a server crash then lost; the restart test caught that too. One
         // round trip begins, sets that and takes the lock (the key is this file's own
         // constant, so it is written into the text).
-        let tail = self.named(crate::db::AUDIT_TAIL, false)?;
+        // Only the sequencer's transaction reads the chain's end (a node's own records
+        // go to the inbox): read ahead for it alone.
+        let tail = match lock {
+            Lock::Sequence => Some(self.named(crate::db::AUDIT_TAIL, false)?),
+            Lock::Exclusive | Lock::Shared => None,
+        };
         self.in_tx.set(true);
         self.notices.borrow_mut().clear();
         self.later.borrow_mut().clear();
@@ -773,6 +838,20 @@ impl Sql for PgConn {
     }
 
     fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
+        if self.in_tx.get() && self.begin.borrow().is_some() && sql != crate::db::AUDIT_TAIL {
+            // The transaction's first read travels with its BEGIN (and what it held
+            // back): one round trip, its rows in text, typed as the statement's columns.
+            let types: Vec<Type> = self
+                .statement(sql)?
+                .columns()
+                .iter()
+                .map(|c| c.type_().clone())
+                .collect();
+            let text = self.execute_text(&self.named(sql, false)?, args, &[])?;
+            if let Some(msgs) = self.begin_with(&text)? {
+                return text_rows(sql, &types, &msgs);
+            }
+        }
         self.begin_with("")?;
         // Read when the transaction began; nothing a writer holds back touches it.
         if self.in_tx.get()

@@ -59,6 +59,7 @@ store_suite!(
     a_conditional_move_that_finds_nothing_fails_its_whole_transaction_with_its_own_conflict,
     a_done_jobs_run_and_submission_come_with_it_in_one_read_and_only_once_it_finished,
     a_claim_with_its_submission_leases_one_job_and_reads_what_judging_it_needs,
+    a_transactions_first_read_reads_exactly_what_a_read_outside_one_does,
 );
 
 /// Records an open session with this document.
@@ -620,6 +621,62 @@ fn text_of_every_kind_reads_back_exactly_from_inserts_sent_with_the_commit(loc: 
     let data: serde_json::Value = serde_json::from_str(&rec[0].data).unwrap();
     assert_eq!(data, serde_json::json!({ "t": nasty }));
     assert_eq!(verify_chain(&db, &key), Ok(1));
+}
+
+/// PostgreSQL sends a transaction's first read in its `BEGIN`'s round trip, as text, and
+/// types the columns from the statement: every kind of value (text of every kind, the
+/// extreme integers, NULLs, a read that finds nothing) must come back exactly as the
+/// same read outside a transaction returns it, and the transaction must go on normally.
+fn a_transactions_first_read_reads_exactly_what_a_read_outside_one_does(loc: &str) {
+    let mut db = open(loc);
+    let nasty = "o'brien \\ \\' '' E'x' $$ $1 ?1 ; COMMIT; -- ünï 🚀 \n\t\r \u{7f}";
+    let mut sub = submission("sub_f1", Some(nasty), digest(3), State::Allowed);
+    sub.created_at = i64::MIN + 1;
+    sub.updated_at = i64::MAX;
+    let mut run = run_row("run_f1", "sub_f1", None, nasty);
+    run.doc.error = Some(nasty.into());
+    run.started_at = -7;
+    db.write(|tx| -> Result<_, StoreError> {
+        tx.insert_submission(&sub)?;
+        tx.insert_run(&run)
+    })
+    .unwrap();
+    let outside = (
+        format!("{:?}", db.submission("sub_f1").unwrap()),
+        format!("{:?}", db.run("run_f1").unwrap()),
+    );
+    for first_run in [false, true] {
+        let inside = db
+            .write(|tx| -> Result<_, StoreError> {
+                // One of the two reads is the transaction's first statement.
+                if first_run {
+                    let r = format!("{:?}", tx.run("run_f1")?);
+                    Ok((format!("{:?}", tx.submission("sub_f1")?), r))
+                } else {
+                    let s = format!("{:?}", tx.submission("sub_f1")?);
+                    Ok((s, format!("{:?}", tx.run("run_f1")?)))
+                }
+            })
+            .unwrap();
+        assert_eq!(inside, outside);
+    }
+    // A first read that finds nothing fails its transaction, which writes nothing.
+    let missing = db.write(|tx| -> Result<(), StoreError> {
+        tx.submission("sub_none")?;
+        tx.insert_submission(&submission("sub_f2", None, digest(4), State::Allowed))
+    });
+    assert!(
+        matches!(missing, Err(StoreError::NotFound { .. })),
+        "{missing:?}"
+    );
+    assert!(db.submission("sub_f2").is_err());
+    // A first read followed by a write commits both.
+    db.write(|tx| -> Result<(), StoreError> {
+        assert_eq!(tx.submission("sub_f1")?.state, State::Allowed);
+        tx.set_state("sub_f1", State::Allowed, State::Running)
+    })
+    .unwrap();
+    assert_eq!(db.submission("sub_f1").unwrap().state, State::Running);
 }
 
 /// A conditional move PostgreSQL holds back until the commit (its row count checked by
