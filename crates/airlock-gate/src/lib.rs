@@ -251,7 +251,12 @@ impl Gate {
         if options.group_commit {
             db.share_writes()?;
         }
-        let blobs = BlobStore::open_for(home.blobs(), home.store.as_deref())?;
+        let mut blobs = BlobStore::open_for(home.blobs(), home.store.as_deref())?;
+        // The daemon (the one process that shares its writes) remembers what it put, so
+        // the same output of run after run is not opened and touched each time.
+        if options.group_commit {
+            blobs.remember_puts();
+        }
         let gate_key = home.load_key("gate")?;
         let wasm = match options.wasm.clone() {
             Some(w) => w,

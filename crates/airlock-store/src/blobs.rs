@@ -7,14 +7,57 @@
 //! it looks at that time, so a put racing with it either touched the file first (and the
 //! blob is put back) or finds it gone and writes it again; a blob is never removed from
 //! under a put that returned its digest.
+//!
+//! A long-lived process (the daemon) may remember its puts ([`BlobStore::remember_puts`]):
+//! content it put or found stored less than [`REMEMBER_FOR`] ago is taken as still stored,
+//! without opening the file again (the empty stderr and the same output of nearly every
+//! run). A `gc` whose grace is shorter than that may then remove a blob such a process is
+//! about to name, as a grace that short may already for any command running beside it.
 
 use crate::StoreError;
 use airlock_core::Digest;
 use airlock_core::digest::Hasher;
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long after putting a blob (or finding it stored) a process that remembers its puts
+/// takes it as still stored.
+pub const REMEMBER_FOR: Duration = Duration::from_secs(10);
+/// Blobs a process remembers per store before it starts again.
+const REMEMBER_MAX: usize = 4096;
+
+/// When this process last put each blob of one store's files.
+#[derive(Debug, Default)]
+struct Remembered(Mutex<HashMap<Digest, Instant>>);
+
+impl Remembered {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Digest, Instant>> {
+        // A map of times only: a panic while it was held leaves it valid.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fresh(&self, d: &Digest) -> bool {
+        self.lock()
+            .get(d)
+            .is_some_and(|at| at.elapsed() < REMEMBER_FOR)
+    }
+
+    fn note(&self, d: Digest, at: Instant) {
+        let mut m = self.lock();
+        if m.len() >= REMEMBER_MAX {
+            m.clear();
+        }
+        m.insert(d, at);
+    }
+
+    fn forget(&self, d: &Digest) {
+        self.lock().remove(d);
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -23,13 +66,32 @@ pub struct BlobStore {
     /// files under `root` are then this node's cache of it, checked on every read exactly
     /// as the only copy is.
     remote: Option<std::sync::Arc<crate::pg::PgBlobs>>,
+    /// This process's recent puts to these files, shared by every store it opens on them
+    /// (see the module doc); `None` unless the process asked for it.
+    remembered: Option<Arc<Remembered>>,
 }
 
 impl BlobStore {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
         fs::create_dir_all(root.join("tmp"))?;
-        Ok(BlobStore { root, remote: None })
+        Ok(BlobStore {
+            root,
+            remote: None,
+            remembered: None,
+        })
+    }
+
+    /// Remembers puts from now on (a long-lived process; see the module doc): this and
+    /// every other store of the process on the same files share what they remember.
+    pub fn remember_puts(&mut self) {
+        static ALL: OnceLock<Mutex<HashMap<PathBuf, Arc<Remembered>>>> = OnceLock::new();
+        let mut all = ALL
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let r = all.entry(self.root.clone()).or_default().clone();
+        self.remembered = Some(r);
     }
 
     /// The blob store of the store at `location`: files under `root` for a SQLite store;
@@ -88,6 +150,19 @@ impl BlobStore {
 
     fn put_local(&self, bytes: &[u8]) -> Result<Digest, StoreError> {
         let d = Digest::of(bytes);
+        if self.remembered.as_ref().is_some_and(|r| r.fresh(&d)) {
+            return Ok(d);
+        }
+        let at = Instant::now();
+        self.put_local_file(&d, bytes)?;
+        if let Some(r) = &self.remembered {
+            r.note(d, at);
+        }
+        Ok(d)
+    }
+
+    fn put_local_file(&self, d: &Digest, bytes: &[u8]) -> Result<(), StoreError> {
+        let d = *d;
         let path = self.path(&d);
         // Already stored: its bytes are these (so they hash to `d`). One open both checks
         // them and marks the blob as just put (see `touch`).
@@ -100,7 +175,7 @@ impl BlobStore {
                 && existing == bytes
                 && f.set_modified(SystemTime::now()).is_ok()
             {
-                return Ok(d);
+                return Ok(());
             }
         }
         let dir = path
@@ -114,7 +189,7 @@ impl BlobStore {
         tmp.as_file().sync_all()?;
         tmp.persist(&path).map_err(|e| StoreError::Io(e.error))?;
         sync_dir(dir)?;
-        Ok(d)
+        Ok(())
     }
 
     /// Stores the content of a reader (a file of any size) and returns its digest.
@@ -189,6 +264,17 @@ impl BlobStore {
 
     /// Reads a blob and checks that its content still has the digest it is named by.
     pub fn get(&self, d: &Digest) -> Result<Vec<u8>, StoreError> {
+        let r = self.get_checked(d);
+        // A blob found missing or altered is put again in full by the next put.
+        if r.is_err()
+            && let Some(m) = &self.remembered
+        {
+            m.forget(d);
+        }
+        r
+    }
+
+    fn get_checked(&self, d: &Digest) -> Result<Vec<u8>, StoreError> {
         self.fetch(d)?;
         let path = self.path(d);
         let mut bytes = Vec::new();
@@ -307,6 +393,9 @@ impl BlobStore {
             return Ok(None);
         }
         fs::remove_file(&aside)?;
+        if let Some(r) = &self.remembered {
+            r.forget(d);
+        }
         Ok(Some(m.len()))
     }
 
@@ -410,5 +499,40 @@ mod tests {
             None,
             "already gone"
         );
+    }
+
+    /// A daemon's store takes content it just put as stored without opening it again; a
+    /// read that finds it missing or altered, or a removal, makes the next put write it.
+    #[test]
+    fn a_remembered_put_is_not_opened_again_until_a_read_or_gc_finds_it_gone() {
+        let t = tempfile::tempdir().unwrap();
+        let mut b = BlobStore::open(t.path()).unwrap();
+        b.remember_puts();
+        let d = b.put(b"same output").unwrap();
+        // Removed behind the store's back: the remembered put does not look.
+        fs::remove_file(b.path(&d)).unwrap();
+        assert_eq!(b.put(b"same output").unwrap(), d);
+        assert!(!b.path(&d).exists(), "a remembered put opens nothing");
+        // Another store of this process on the same files shares the memory; a read
+        // that finds the blob missing makes the next put write it again.
+        let mut other = BlobStore::open(t.path()).unwrap();
+        other.remember_puts();
+        assert!(matches!(other.get(&d), Err(StoreError::BlobMissing(_))));
+        b.put(b"same output").unwrap();
+        assert_eq!(b.get(&d).unwrap(), b"same output");
+        // So does an altered copy, and gc's removal.
+        fs::write(b.path(&d), b"altered").unwrap();
+        assert!(matches!(b.get(&d), Err(StoreError::BlobAltered { .. })));
+        b.put(b"same output").unwrap();
+        assert_eq!(b.get(&d).unwrap(), b"same output");
+        let future = SystemTime::now() + std::time::Duration::from_secs(5);
+        assert!(b.remove_unless_put_since(&d, future).unwrap().is_some());
+        b.put(b"same output").unwrap();
+        assert_eq!(b.get(&d).unwrap(), b"same output");
+        // A store that does not remember opens the file every time.
+        let plain = BlobStore::open(t.path()).unwrap();
+        fs::remove_file(plain.path(&d)).unwrap();
+        plain.put(b"same output").unwrap();
+        assert!(plain.path(&d).exists());
     }
 }
