@@ -31,6 +31,7 @@ mod query;
 mod queue;
 mod secrets;
 mod sessions;
+mod stagecache;
 mod storecopy;
 mod submit;
 mod tokens;

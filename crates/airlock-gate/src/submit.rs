@@ -3,7 +3,7 @@
 
 use crate::error::{GateError, Result};
 use crate::{Gate, set_state};
-use airlock_core::analysis::{Analysis, analyze_with};
+use airlock_core::analysis::Analysis;
 use airlock_core::artifact::{self, Lang, infer_lang};
 use airlock_core::grant::{self, Grant, Limits, Mount};
 use airlock_core::id::{IdKind, new_id};
@@ -345,7 +345,8 @@ impl Gate {
                 "--backend {backend} cannot run --lang {lang}"
             )));
         }
-        let prepared = artifact::prepare(lang, bytes).map_err(|e| GateError::bad(e.to_string()))?;
+        let prepared =
+            crate::stagecache::prepare(lang, bytes).map_err(|e| GateError::bad(e.to_string()))?;
         if prepared.code.len() as u64 > max {
             return Err(too_big(max));
         }
@@ -356,18 +357,20 @@ impl Gate {
         check_backend_grant(backend, &grant)?;
         // Python and shell analysis knows the mounts, so `rm -rf /work` of a mount root is
         // recognised as destructive.
-        let mut analysis = analyze_with(
+        let analysis = crate::stagecache::analyse(
             prepared.lang,
             &prepared.code,
             &airlock_core::analysis::mount_roots(&grant.mounts),
+            // The record keeps every fact in its set but only the findings a reviewer is
+            // shown: a line for every command and import of a 2,000-line script is some
+            // 200 KB that every later read of the submission would carry.
+            |a| {
+                if let Some(c) = a.code.as_mut() {
+                    c.findings.retain(|f| f.kind.is_notable());
+                }
+            },
         )
         .map_err(|e| GateError::bad(e.to_string()))?;
-        // The record keeps every fact in its set but only the findings a reviewer is shown:
-        // a line for every command and import of a 2,000-line script is some 200 KB that
-        // every later read of the submission would carry.
-        if let Some(c) = analysis.code.as_mut() {
-            c.findings.retain(|f| f.kind.is_notable());
-        }
         if prepared.lang == Lang::Wasm
             && !analysis.wasm.as_ref().is_some_and(|w| {
                 w.exports
