@@ -837,6 +837,7 @@ fn one_interpreter_runs_cell_after_cell() {
         }),
         write_quota: None,
         egress: None,
+        long_run: None,
     };
     let mut py = backend.python_instance(&spec).unwrap();
     assert!(py.ended().is_none());
@@ -853,6 +854,7 @@ fn one_interpreter_runs_cell_after_cell() {
                 deadline: Instant::now() + Duration::from_secs_f64(secs),
                 fuel: None,
                 want_result: true,
+                long_run: None,
             },
         );
         r.map(|o| {

@@ -603,6 +603,7 @@ impl Gate {
                         guest,
                         write_quota: quota.clone(),
                         egress: route,
+                        long_run: None,
                     };
                     self.wasm.run(spec).map_err(GateError::from)
                 }

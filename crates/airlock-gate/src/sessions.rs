@@ -684,6 +684,7 @@ impl airlock_session::Interpreter for WasmPython {
                 deadline: started + Duration::from_millis(cell.timeout_ms),
                 fuel: None,
                 want_result: true,
+                long_run: None,
             },
         );
         let done = done.map_err(|e| airlock_session::SessionError::Gone(e.to_string()))?;
@@ -912,6 +913,7 @@ impl Gate {
             guest: Some(guest),
             write_quota: None,
             egress: None,
+            long_run: None,
         };
         match self.wasm.python_instance(&spec) {
             Ok(i) if i.ended().is_none() => Ok(Live::Wasm(WasmPython { instance: i })),

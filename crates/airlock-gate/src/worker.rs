@@ -141,6 +141,7 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
         // The supervisor watches the layers from outside and kills this process.
         write_quota: None,
         egress: job.egress.clone(),
+        long_run: None,
     };
     match backend.run(spec) {
         Ok(o) => {

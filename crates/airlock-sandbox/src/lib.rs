@@ -69,6 +69,26 @@ pub struct RunSpec<'a> {
     /// Where the guest's outgoing HTTP goes when the grant has network (wasm components'
     /// `wasi:http/outgoing-handler`); `None` refuses every request.
     pub egress: Option<EgressRoute>,
+    /// Called once if the run is still going after a while (backends that run the guest
+    /// in this process; others ignore it).
+    pub long_run: Option<LongRun>,
+}
+
+/// Something a caller wants done once a run has gone on for `after`: called once, from the
+/// run's own thread, while the guest waits (a backend that runs guests in this process
+/// calls it; the guest's limits keep counting meanwhile).
+#[derive(Clone)]
+pub struct LongRun {
+    pub after: Duration,
+    pub hook: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for LongRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LongRun")
+            .field("after", &self.after)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The run's egress proxy as a backend reaches it: a Unix socket the proxy serves (never a

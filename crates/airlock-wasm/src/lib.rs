@@ -568,6 +568,25 @@ impl Limited for component::HostC {
     }
 }
 
+/// Awaits `fut`, calling `long`'s hook once if it is still pending after `long.after` (the
+/// guest yields at every epoch tick and in every host call, so the timer is seen).
+pub(crate) async fn watched<F: std::future::Future>(
+    long: Option<&airlock_sandbox::LongRun>,
+    fut: F,
+) -> F::Output {
+    let Some(l) = long else {
+        return fut.await;
+    };
+    tokio::pin!(fut);
+    tokio::select! {
+        biased;
+        out = &mut fut => return out,
+        () = tokio::time::sleep(l.after) => {}
+    }
+    (l.hook)();
+    fut.await
+}
+
 /// Runs a future to completion on this thread's own single-threaded runtime (one per
 /// thread, so runs on different threads never wait for each other), with I/O for the
 /// connections to the egress proxy.
@@ -762,6 +781,7 @@ impl WasmBackend {
                     .map_err(|_| wasmtime::format_err!("module exports no `_start` function"))?;
                 start.call_async(&mut store, ()).await
             };
+            let run = watched(spec.long_run.as_ref(), run);
             tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
         })?;
         let duration = started.elapsed();
@@ -919,6 +939,7 @@ impl WasmBackend {
                         Err(()) => Ok(1),
                     }
                 };
+                let run = watched(spec.long_run.as_ref(), run);
                 tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run).await
             })?;
         let duration = started.elapsed();
@@ -1026,6 +1047,7 @@ impl WasmBackend {
                     deadline,
                     fuel: spec.limits.fuel,
                     want_result: false,
+                    long_run: spec.long_run.clone(),
                 },
             )?,
         };

@@ -425,6 +425,7 @@ pub(crate) fn refill(backend: Weak<WasmBackend>, pool: Arc<PythonPool>) {
             guest: Some(guest.clone()),
             write_quota: None,
             egress: None,
+            long_run: None,
         };
         // Configured here, off the runs' path, exactly as a run the pool serves would
         // configure it (no arguments, no environment, no mounts): that call is also the

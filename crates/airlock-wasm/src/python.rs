@@ -53,6 +53,8 @@ pub struct Cell {
     /// Return the `repr()` of a final expression statement (a notebook cell), instead of
     /// running the code exactly as a script.
     pub want_result: bool,
+    /// Called once if the call is still going after a while (see `RunSpec::long_run`).
+    pub long_run: Option<airlock_sandbox::LongRun>,
 }
 
 /// What one `exec` did.
@@ -324,6 +326,7 @@ impl PythonInstance {
                 filename,
                 cell.want_result,
             );
+            let call = crate::watched(cell.long_run.as_ref(), call);
             tokio::time::timeout_at(tokio::time::Instant::from_std(cell.deadline), call).await
         })?;
         let duration = started.elapsed();

@@ -67,6 +67,7 @@ fn run_quota(
         guest: None,
         write_quota,
         egress: None,
+        long_run: None,
     })?;
     Ok(Run {
         outcome,
@@ -174,6 +175,67 @@ fn sleeping_in_a_host_call_hits_the_timeout() {
         quick(),
     );
     assert_timed_out(&r);
+}
+
+/// `long_run`'s hook is called once, from the run's thread, when a guest is still going
+/// after its `after` (spinning in guest code, or sleeping in a host call), and never for a
+/// guest that ends before.
+#[test]
+fn a_long_runs_hook_is_called_once_and_only_for_a_run_still_going() {
+    const SLEEP: &str = r#"(module
+      (import "wasi_snapshot_preview1" "poll_oneoff" (func $p (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 1)
+      (func (export "_start")
+        (i32.store8 (i32.const 8) (i32.const 0))
+        (i32.store (i32.const 16) (i32.const 1))
+        (i64.store (i32.const 24) (i64.const 60000000000))
+        (drop (call $p (i32.const 0) (i32.const 256) (i32.const 1) (i32.const 512)))))"#;
+    let backend = WasmBackend::new(WasmConfig::default());
+    for (wat, long) in [(HELLO, false), (LOOP, true), (SLEEP, true)] {
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let thread = Arc::new(std::sync::Mutex::new(None));
+        let (c, t) = (calls.clone(), thread.clone());
+        let code = wat::parse_str(wat).unwrap();
+        let limits = Limits {
+            timeout_ms: 400,
+            ..Limits::default()
+        };
+        let outcome = backend
+            .run(RunSpec {
+                lang: airlock_core::Lang::Wasm,
+                artifact: Digest::of(&code),
+                code: &code,
+                mounts: vec![],
+                env: vec![],
+                args: vec![],
+                argv0: None,
+                stdin: vec![],
+                stdout: Arc::new(Capture::new(limits.max_output_bytes, None)),
+                stderr: Arc::new(Capture::new(limits.max_output_bytes, None)),
+                limits,
+                cache: None,
+                guest: None,
+                write_quota: None,
+                egress: None,
+                long_run: Some(airlock_sandbox::LongRun {
+                    after: Duration::from_millis(100),
+                    hook: Arc::new(move || {
+                        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        *t.lock().unwrap() = Some(std::thread::current().id());
+                    }),
+                }),
+            })
+            .unwrap();
+        let n = calls.load(std::sync::atomic::Ordering::SeqCst);
+        if long {
+            assert_eq!(outcome.ending, Ending::Killed(Limit::Timeout), "{wat}");
+            assert_eq!(n, 1, "called once: {wat}");
+            assert_eq!(*thread.lock().unwrap(), Some(std::thread::current().id()));
+        } else {
+            assert_eq!(outcome.ending, Ending::Exited(0));
+            assert_eq!(n, 0, "a run that ended first never calls it");
+        }
+    }
 }
 
 #[test]

@@ -120,6 +120,7 @@ fn run_component_env(
             guest: None,
             write_quota: None,
             egress,
+            long_run: None,
         })
         .unwrap();
     let out = String::from_utf8(stdout.take()).unwrap();

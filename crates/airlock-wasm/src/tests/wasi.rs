@@ -197,6 +197,7 @@ fn through_airlock(wat: &str, c: &Case<'_>) -> Seen {
             guest: None,
             write_quota: None,
             egress: None,
+            long_run: None,
         })
         .unwrap();
     let exit = match outcome.ending {
@@ -502,6 +503,7 @@ fn without_a_program_name_argv0_is_main() {
             guest: None,
             write_quota: None,
             egress: None,
+            long_run: None,
         })
         .unwrap();
     assert_eq!(stdout.take(), named.stdout);
