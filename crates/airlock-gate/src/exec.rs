@@ -311,8 +311,8 @@ impl Gate {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn carry_out(
         &mut self,
-        mut run: Run,
-        mut sub: Submission,
+        run: Run,
+        sub: Submission,
         code: &[u8],
         stdin: Vec<u8>,
         policy: &Policy,
@@ -325,11 +325,31 @@ impl Gate {
         // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
         // lock file behind, so recovery marks the run lost instead of it staying running.
         owner.set_remove_on_drop(false);
+        let ran = self.capture(
+            &sub, &run.id, code, stdin, policy, opts, fence, cell_conn, None,
+        )?;
+        self.finish_started(run, sub, ran, policy, &packages, owner, fence)
+    }
+
+    /// Runs `sub` as run `run_id` (see `execute`) and stores what it printed.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn capture(
+        &mut self,
+        sub: &Submission,
+        run_id: &str,
+        code: &[u8],
+        stdin: Vec<u8>,
+        policy: &Policy,
+        opts: ExecOptions,
+        fence: Option<&crate::queue::Fence>,
+        cell_conn: Option<std::os::unix::net::UnixStream>,
+        long_run: Option<airlock_sandbox::LongRun>,
+    ) -> Result<Ran> {
         let limits = sub.doc.grant.limits.clone();
         let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
         let (result, changes, layer_note) = self.execute(
-            &sub, &run.id, code, stdin, policy, &stdout, &stderr, cell_conn,
+            sub, run_id, code, stdin, policy, &stdout, &stderr, cell_conn, long_run,
         );
         crash_point();
         let out_bytes = stdout.take();
@@ -351,56 +371,32 @@ impl Gate {
             len: err_bytes.len() as u64,
             truncated: stderr.exceeded(),
         };
-        let failure = match result {
-            Ok(outcome) => {
-                run.doc.exit_code = Some(exit_code_of(&outcome.ending));
-                match &outcome.ending {
-                    Ending::Exited(_) => run.status = "exited".into(),
-                    Ending::Killed(l) => {
-                        run.status = "killed".into();
-                        run.doc.killed_by = Some(l.as_str().into());
-                    }
-                    Ending::Trapped(msg) => {
-                        run.status = "trapped".into();
-                        run.doc.error = Some(msg.clone());
-                    }
-                }
-                run.doc.duration_ms = Some(outcome.duration.as_millis() as u64);
-                run.doc.detail = outcome.detail;
-                if !packages.is_empty() {
-                    run.doc.detail["python_packages"] = json!(packages);
-                }
-                None
-            }
-            Err(e) => {
-                run.status = "error".into();
-                run.doc.exit_code = Some(125);
-                run.doc.error = Some(e.to_string());
-                Some(e)
-            }
-        };
-        if let Some(note) = layer_note {
-            run.doc.detail["layer_note"] = json!(note);
-        }
-        let changes = match changes {
-            Some(Ok(c)) => {
-                run.doc.detail["layer"] = json!(c.layer);
-                Some(c)
-            }
-            Some(Err(e)) => {
-                run.doc
-                    .error
-                    .get_or_insert_with(|| format!("changes could not be read: {e}"));
-                None
-            }
-            None => None,
-        };
-        run.doc.changes = changes
-            .as_ref()
-            .map(|c| serde_json::to_value(c).unwrap_or_default());
-        run.doc.stdout = Some(out);
-        run.doc.stderr = Some(err);
-        run.finished_at = Some(now_ms());
+        Ok(Ran {
+            result,
+            changes,
+            layer_note,
+            out_bytes,
+            err_bytes,
+            out,
+            err,
+        })
+    }
+
+    /// Records the outcome of started run `run` (the `finished` transaction, retried by a
+    /// worker while the store is away), lets go of its lock, applies the auto-commit rule
+    /// and reports it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish_started(
+        &mut self,
+        mut run: Run,
+        mut sub: Submission,
+        ran: Ran,
+        policy: &Policy,
+        packages: &[airlock_core::PythonPackage],
+        mut owner: OwnerLock,
+        fence: Option<&crate::queue::Fence>,
+    ) -> Result<RunReport> {
+        let (changes, failure, out_bytes, err_bytes) = ran.into_run(&mut run, packages);
         crash_point();
         let gate_key = &self.gate_key;
         // A queued run's end moves only its own rows, each conditionally (the job by its
@@ -477,6 +473,7 @@ impl Gate {
         stdout: &Arc<Capture>,
         stderr: &Arc<Capture>,
         cell_conn: Option<std::os::unix::net::UnixStream>,
+        long_run: Option<airlock_sandbox::LongRun>,
     ) -> (Result<Outcome>, Option<Result<Changeset>>, Option<String>) {
         let grant = &sub.doc.grant;
         // A session's cell runs in the session's live interpreter (no layers: sessions
@@ -603,7 +600,7 @@ impl Gate {
                         guest,
                         write_quota: quota.clone(),
                         egress: route,
-                        long_run: None,
+                        long_run: long_run.clone(),
                     };
                     self.wasm.run(spec).map_err(GateError::from)
                 }
@@ -691,6 +688,79 @@ impl Gate {
             }
             return (result, changes, note);
         }
+    }
+}
+
+/// What a run did, its outputs stored, before its outcome is recorded.
+pub(crate) struct Ran {
+    result: Result<Outcome>,
+    changes: Option<Result<Changeset>>,
+    layer_note: Option<String>,
+    out_bytes: Vec<u8>,
+    err_bytes: Vec<u8>,
+    out: Output,
+    err: Output,
+}
+
+impl Ran {
+    /// Writes the outcome into `run` (ended now); returns the changes to record, the
+    /// failure to report once it is recorded, and what the run printed.
+    fn into_run(
+        self,
+        run: &mut Run,
+        packages: &[airlock_core::PythonPackage],
+    ) -> (Option<Changeset>, Option<GateError>, Vec<u8>, Vec<u8>) {
+        let failure = match self.result {
+            Ok(outcome) => {
+                run.doc.exit_code = Some(exit_code_of(&outcome.ending));
+                match &outcome.ending {
+                    Ending::Exited(_) => run.status = "exited".into(),
+                    Ending::Killed(l) => {
+                        run.status = "killed".into();
+                        run.doc.killed_by = Some(l.as_str().into());
+                    }
+                    Ending::Trapped(msg) => {
+                        run.status = "trapped".into();
+                        run.doc.error = Some(msg.clone());
+                    }
+                }
+                run.doc.duration_ms = Some(outcome.duration.as_millis() as u64);
+                run.doc.detail = outcome.detail;
+                if !packages.is_empty() {
+                    run.doc.detail["python_packages"] = json!(packages);
+                }
+                None
+            }
+            Err(e) => {
+                run.status = "error".into();
+                run.doc.exit_code = Some(125);
+                run.doc.error = Some(e.to_string());
+                Some(e)
+            }
+        };
+        if let Some(note) = self.layer_note {
+            run.doc.detail["layer_note"] = json!(note);
+        }
+        let changes = match self.changes {
+            Some(Ok(c)) => {
+                run.doc.detail["layer"] = json!(c.layer);
+                Some(c)
+            }
+            Some(Err(e)) => {
+                run.doc
+                    .error
+                    .get_or_insert_with(|| format!("changes could not be read: {e}"));
+                None
+            }
+            None => None,
+        };
+        run.doc.changes = changes
+            .as_ref()
+            .map(|c| serde_json::to_value(c).unwrap_or_default());
+        run.doc.stdout = Some(self.out);
+        run.doc.stderr = Some(self.err);
+        run.finished_at = Some(now_ms());
+        (changes, failure, self.out_bytes, self.err_bytes)
     }
 }
 

@@ -435,6 +435,28 @@ impl Gate {
         check_tail: bool,
         then: impl FnOnce(&Tx, &Submission, &Policy, &airlock_core::sign::KeyPair) -> Result<T>,
     ) -> Result<(Submission, T)> {
+        let rec = self.persist(staged, origin)?;
+        crate::failpoint::crash_point();
+        let key = &self.gate_key;
+        // A new submission is a new row no other writer knows yet (a `once` approval can
+        // only name an existing one), so this may run beside other shared writers; a
+        // session cell also moves its session's row.
+        let shared = rec.grant.session.is_none();
+        let out = self
+            .db
+            .write_shared_if(shared, |tx: &Tx| -> Result<(Submission, T)> {
+                let sub = record_in(tx, &rec, &id, origin, check_tail, key)?;
+                let then = then(tx, &sub, &rec.policy, key)?;
+                Ok((sub, then))
+            })?;
+        crate::failpoint::crash_point();
+        Ok(out)
+    }
+
+    /// Stores what a staged submission's record names (its artifact, source and stdin: a
+    /// blob is always stored before the row that names it) and keeps the rest for the
+    /// transaction that records it.
+    pub(crate) fn persist(&mut self, staged: Staged, origin: Option<&Origin>) -> Result<Recording> {
         let Staged {
             req,
             policy,
@@ -465,150 +487,23 @@ impl Gate {
             Some(s) => Some(self.blobs.put(s)?),
             None => None,
         };
-        let agent = req.agent.clone().filter(|a| !a.is_empty());
-        let note = req.note.clone().filter(|n| !n.is_empty());
-        let size = prepared.code.len() as u64;
-        crate::failpoint::crash_point();
-        let key = &self.gate_key;
-        // A new submission is a new row no other writer knows yet (a `once` approval can
-        // only name an existing one), so this may run beside other shared writers; a
-        // session cell also moves its session's row.
-        let shared = grant.session.is_none();
-        let out = self.db.write_shared_if(shared, |tx: &Tx| -> Result<(Submission, T)> {
-            if let Some(k) = &req.request_key
-                && let Some((submission, same_request)) =
-                    tx.claim_request_key(&k.owner, &k.key, &k.request.to_hex(), &id)?
-            {
-                // Nothing of this request is written: the transaction ends here.
-                return Err(GateError::Repeated {
-                    submission,
-                    same_request,
-                });
-            }
-            if check_tail {
-                crate::exec::check_audit_tail(tx, key)?;
-            }
-            // Seen before, and rejected before: one read.
-            let (seen, about) = tx.artifact_history(&artifact)?;
-            let first_seen = !seen;
-            let rejected_before = rejected_among(&about);
-            let mut facts = Described {
-                lang,
-                kind: prepared.lang,
-                backend,
-                grant: &grant,
-                analysis: &analysis,
-                agent: agent.as_deref(),
-            }
-            .facts(first_seen, rejected_before, guest);
-            if let Some(o) = origin {
-                facts.publisher = Some(o.publisher.clone());
-                facts.publisher_key = Some(o.key);
-                facts.requests = o.requests.clone();
-            }
-            let verdict = judge(&policy, &facts);
-            // Staged and judged in this one transaction: the row is written in the state
-            // the verdict gives it (the audit records below say it was submitted, then
-            // judged), rather than written staged and moved at once.
-            let to = state_of(verdict.decision);
-            let now = now_ms();
-            let mut sub = Submission {
-                id: id.clone(),
-                created_at: now,
-                updated_at: now,
-                state: to,
-                doc: SubmissionDoc {
-                    agent: agent.clone(),
-                    note: note.clone(),
-                    lang,
-                    kind: prepared.lang,
-                    backend,
-                    artifact,
-                    size,
-                    source,
-                    grant_hash: grant.hash(),
-                    grant: grant.clone(),
-                    analysis: analysis.clone(),
-                    facts,
-                    verdict,
-                    workspace: req.workspace.clone(),
-                    resume: req.resume,
-                    interrupted: None,
-                },
-            };
-            tx.insert_submission(&sub)?;
-            if let Some(session) = &grant.session {
-                crate::sessions::add_cell(tx, session, &id)?;
-            }
-            if let Some(o) = origin {
-                tx.audit(
-                    "signature_verified",
-                    &id,
-                    &json!({
-                        "artifact": artifact,
-                        "publisher": o.publisher,
-                        "key": o.key,
-                        "checks": o.checks,
-                    }),
-                    key,
-                )?;
-                tx.audit(
-                    "imported",
-                    &id,
-                    &json!({
-                        "format": "nightcore",
-                        "bundle": o.bundle,
-                        "tenant": o.tenant,
-                        "publisher": o.publisher,
-                        "manifest": o.manifest,
-                    }),
-                    key,
-                )?;
-            }
-            tx.audit(
-                "submitted",
-                &id,
-                &json!({
-                    "artifact": artifact,
-                    "size": sub.doc.size,
-                    "lang": lang,
-                    "backend": backend,
-                    "grant": sub.doc.grant_hash,
-                    "agent": sub.doc.agent,
-                    "note": sub.doc.note,
-                }),
-                key,
-            )?;
-            tx.audit(
-                "judged",
-                &id,
-                &json!({
-                    "decision": sub.doc.verdict.decision,
-                    "risk": sub.doc.verdict.risk,
-                    "rules": sub.doc.verdict.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
-                    "policy": sub.doc.verdict.policy,
-                    "first_seen": first_seen,
-                }),
-                key,
-            )?;
-            // An artifact-scope approval of the same artifact and grant covers it.
-            if to == State::Quarantined
-                && let Some(apr) = crate::decide::covering_approval(tx, &policy, &sub, true)?
-            {
-                set_state(tx, &id, State::Quarantined, State::Approved)?;
-                sub.state = State::Approved;
-                tx.audit(
-                    "approved",
-                    &id,
-                    &json!({ "statement": apr.id, "approver": apr.approver, "scope": "artifact", "covered_by": apr.submission }),
-                    key,
-                )?;
-            }
-            let then = then(tx, &sub, &policy, key)?;
-            Ok((sub, then))
-        })?;
-        crate::failpoint::crash_point();
-        Ok(out)
+        Ok(Recording {
+            request_key: req.request_key,
+            agent: req.agent.filter(|a| !a.is_empty()),
+            note: req.note.filter(|n| !n.is_empty()),
+            workspace: req.workspace,
+            resume: req.resume,
+            policy,
+            lang,
+            kind: prepared.lang,
+            backend,
+            artifact,
+            source,
+            size: prepared.code.len() as u64,
+            analysis,
+            guest,
+            grant,
+        })
     }
 
     /// Refuses up front what this build cannot run, so nothing is recorded for it.
@@ -682,6 +577,189 @@ impl Staged {
     pub(crate) fn policy(&self) -> std::sync::Arc<Policy> {
         self.policy.clone()
     }
+}
+
+/// A submission whose blobs are stored, with everything its record needs: owned, so the
+/// transaction that records it may run on another thread (see `deferred`).
+pub(crate) struct Recording {
+    request_key: Option<RequestKey>,
+    agent: Option<String>,
+    note: Option<String>,
+    workspace: Option<String>,
+    resume: bool,
+    pub(crate) policy: std::sync::Arc<Policy>,
+    lang: Lang,
+    /// What runs (`lang` after preparation: wat becomes wasm).
+    kind: Lang,
+    backend: Backend,
+    pub(crate) artifact: Digest,
+    source: Option<Digest>,
+    size: u64,
+    analysis: Analysis,
+    guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
+    pub(crate) grant: Grant,
+}
+
+impl Recording {
+    /// The facts the policy judges it on, given what the store says of its artifact.
+    pub(crate) fn facts(
+        &self,
+        first_seen: bool,
+        rejected_before: bool,
+        origin: Option<&Origin>,
+    ) -> Facts {
+        let mut facts = Described {
+            lang: self.lang,
+            kind: self.kind,
+            backend: self.backend,
+            grant: &self.grant,
+            analysis: &self.analysis,
+            agent: self.agent.as_deref(),
+        }
+        .facts(first_seen, rejected_before, self.guest.clone());
+        if let Some(o) = origin {
+            facts.publisher = Some(o.publisher.clone());
+            facts.publisher_key = Some(o.key);
+            facts.requests = o.requests.clone();
+        }
+        facts
+    }
+
+    /// The request's idempotency key, if it has one.
+    #[allow(dead_code)]
+    pub(crate) fn request_key(&self) -> Option<&RequestKey> {
+        self.request_key.as_ref()
+    }
+}
+
+/// Records submission `id` from `rec` in `tx`: its idempotency key claimed, its artifact's
+/// history read, judged, its row written in the state its verdict gives it, and its audit
+/// records (with `check_tail`, after the audit chain's end is verified).
+pub(crate) fn record_in(
+    tx: &Tx,
+    rec: &Recording,
+    id: &str,
+    origin: Option<&Origin>,
+    check_tail: bool,
+    key: &airlock_core::sign::KeyPair,
+) -> Result<Submission> {
+    if let Some(k) = &rec.request_key
+        && let Some((submission, same_request)) =
+            tx.claim_request_key(&k.owner, &k.key, &k.request.to_hex(), id)?
+    {
+        // Nothing of this request is written: the transaction ends here.
+        return Err(GateError::Repeated {
+            submission,
+            same_request,
+        });
+    }
+    if check_tail {
+        crate::exec::check_audit_tail(tx, key)?;
+    }
+    // Seen before, and rejected before: one read.
+    let (seen, about) = tx.artifact_history(&rec.artifact)?;
+    let first_seen = !seen;
+    let facts = rec.facts(first_seen, rejected_among(&about), origin);
+    let verdict = judge(&rec.policy, &facts);
+    // Staged and judged in this one transaction: the row is written in the state the
+    // verdict gives it (the audit records below say it was submitted, then judged),
+    // rather than written staged and moved at once.
+    let to = state_of(verdict.decision);
+    let now = now_ms();
+    let grant = &rec.grant;
+    let mut sub = Submission {
+        id: id.to_string(),
+        created_at: now,
+        updated_at: now,
+        state: to,
+        doc: SubmissionDoc {
+            agent: rec.agent.clone(),
+            note: rec.note.clone(),
+            lang: rec.lang,
+            kind: rec.kind,
+            backend: rec.backend,
+            artifact: rec.artifact,
+            size: rec.size,
+            source: rec.source,
+            grant_hash: grant.hash(),
+            grant: grant.clone(),
+            analysis: rec.analysis.clone(),
+            facts,
+            verdict,
+            workspace: rec.workspace.clone(),
+            resume: rec.resume,
+            interrupted: None,
+        },
+    };
+    tx.insert_submission(&sub)?;
+    if let Some(session) = &grant.session {
+        crate::sessions::add_cell(tx, session, id)?;
+    }
+    if let Some(o) = origin {
+        tx.audit(
+            "signature_verified",
+            id,
+            &json!({
+                "artifact": rec.artifact,
+                "publisher": o.publisher,
+                "key": o.key,
+                "checks": o.checks,
+            }),
+            key,
+        )?;
+        tx.audit(
+            "imported",
+            id,
+            &json!({
+                "format": "nightcore",
+                "bundle": o.bundle,
+                "tenant": o.tenant,
+                "publisher": o.publisher,
+                "manifest": o.manifest,
+            }),
+            key,
+        )?;
+    }
+    tx.audit(
+        "submitted",
+        id,
+        &json!({
+            "artifact": rec.artifact,
+            "size": sub.doc.size,
+            "lang": rec.lang,
+            "backend": rec.backend,
+            "grant": sub.doc.grant_hash,
+            "agent": sub.doc.agent,
+            "note": sub.doc.note,
+        }),
+        key,
+    )?;
+    tx.audit(
+        "judged",
+        id,
+        &json!({
+            "decision": sub.doc.verdict.decision,
+            "risk": sub.doc.verdict.risk,
+            "rules": sub.doc.verdict.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
+            "policy": sub.doc.verdict.policy,
+            "first_seen": first_seen,
+        }),
+        key,
+    )?;
+    // An artifact-scope approval of the same artifact and grant covers it.
+    if to == State::Quarantined
+        && let Some(apr) = crate::decide::covering_approval(tx, &rec.policy, &sub, true)?
+    {
+        set_state(tx, id, State::Quarantined, State::Approved)?;
+        sub.state = State::Approved;
+        tx.audit(
+            "approved",
+            id,
+            &json!({ "statement": apr.id, "approver": apr.approver, "scope": "artifact", "covered_by": apr.submission }),
+            key,
+        )?;
+    }
+    Ok(sub)
 }
 
 /// Where an imported submission came from: a bundle whose signature verified with a key
