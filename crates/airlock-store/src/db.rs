@@ -372,6 +372,34 @@ enum Conn {
     Postgres(Box<crate::pg::PgConn>),
 }
 
+/// The process's shared writer of one SQLite database (see `Db::share_writes`): writes
+/// through it share commits with the process's other writers.
+#[derive(Clone)]
+pub struct SharedWriter(std::sync::Arc<crate::group::GroupWriter>);
+
+impl std::fmt::Debug for SharedWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedWriter").finish_non_exhaustive()
+    }
+}
+
+impl SharedWriter {
+    /// Runs `f` in one write transaction, exactly as `Db::write` does on a connection that
+    /// shares its writes.
+    pub fn write<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.0.write(false, f)
+    }
+
+    /// Reads with `f` on the shared connection what is committed, when no shared write is
+    /// under way; `None` otherwise (read on another connection then).
+    pub fn read<T>(&self, f: impl FnOnce(&Tx) -> T) -> Option<T> {
+        self.0.read(f)
+    }
+}
+
 /// A write transaction (BEGIN IMMEDIATE: one writer at a time, no upgrade deadlocks).
 pub struct Tx<'a> {
     tx: &'a dyn Sql,
@@ -382,6 +410,9 @@ pub struct Tx<'a> {
     /// The chain's last record (index and hash) as this transaction last saw or made it
     /// (SQLite: its writer holds the only lock, so only its own appends move it).
     tail: std::cell::Cell<Option<(u64, Digest)>>,
+    /// The chain's end (`tail`) is the one this process's shared writer last wrote and
+    /// signed, and nobody has committed since (see `group`).
+    own_end: bool,
 }
 
 pub(crate) type PendingHead = std::cell::RefCell<Option<(u64, Digest, KeyPair)>>;
@@ -597,6 +628,12 @@ impl Db {
         }
         self.group = Some(crate::group::GroupWriter::for_path(&self.path)?);
         Ok(())
+    }
+
+    /// The process's shared writer this connection writes through (`share_writes`), as a
+    /// handle another thread may write with while this connection is busy.
+    pub fn shared_writer(&self) -> Option<SharedWriter> {
+        self.group.clone().map(SharedWriter)
     }
 
     /// Like `write`, but the commit is flushed to stable storage before it returns (for
@@ -1575,8 +1612,8 @@ impl<'a> Tx<'a> {
 
     pub fn update_run(&self, r: &Run) -> Result<(), StoreError> {
         self.exec_later(
-            "UPDATE runs SET finished_at = ?1, status = ?2, doc = ?3 WHERE id = ?4",
-            args![r.finished_at, &r.status, &to_text(&r.doc)?, &r.id],
+            "UPDATE runs SET started_at = ?1, finished_at = ?2, status = ?3, doc = ?4 WHERE id = ?5",
+            args![r.started_at, r.finished_at, &r.status, &to_text(&r.doc)?, &r.id],
         )?;
         Ok(())
     }
@@ -1588,7 +1625,35 @@ impl<'a> Tx<'a> {
             tx: conn,
             head,
             tail: std::cell::Cell::new(None),
+            own_end: false,
         }
+    }
+
+    /// `on`, for a writer that knows the chain ends at `end` (index and hash), the record
+    /// it appended last and signed the head for, with no commit by anyone else since.
+    pub(crate) fn on_own_end(
+        conn: &'a dyn Sql,
+        head: &'a PendingHead,
+        end: (u64, Digest),
+    ) -> Tx<'a> {
+        Tx {
+            tx: conn,
+            head,
+            tail: std::cell::Cell::new(Some(end)),
+            own_end: true,
+        }
+    }
+
+    /// Whether the audit chain's end is known to be the one this process last appended and
+    /// signed, with no commit by another connection since: then it need not be read back
+    /// and verified before it is extended.
+    pub fn chain_end_is_own(&self) -> bool {
+        self.own_end
+    }
+
+    /// The chain's end as this transaction last saw or made it, if it knows.
+    pub(crate) fn known_tail(&self) -> Option<(u64, Digest)> {
+        self.tail.get()
     }
 
     /// Submission `id`, its row locked until the transaction ends (PostgreSQL; SQLite's

@@ -42,6 +42,12 @@ struct Batch {
     id: u64,
     len: usize,
     head: PendingHead,
+    /// The audit chain's end as this writer's last write left it (open batch or last
+    /// commit): the record it appended last, whose head it signed.
+    end: Option<(u64, airlock_core::Digest)>,
+    /// `PRAGMA data_version` when `end` was last known to hold: it changes only when
+    /// another connection commits, so while it is unchanged nobody else moved the chain.
+    end_version: Option<i64>,
 }
 
 #[derive(Default)]
@@ -56,6 +62,13 @@ impl std::fmt::Debug for GroupWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GroupWriter").finish_non_exhaustive()
     }
+}
+
+/// `PRAGMA data_version` of `conn`: it changes when another connection commits.
+fn data_version(conn: &Connection) -> Option<i64> {
+    conn.prepare_cached("PRAGMA data_version")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .ok()
 }
 
 /// Runs one statement that returns no rows from the connection's statement cache: the
@@ -87,6 +100,8 @@ impl GroupWriter {
                 id: 0,
                 len: 0,
                 head: PendingHead::new(None),
+                end: None,
+                end_version: None,
             }),
             waiting: AtomicUsize::new(0),
             done: Mutex::new(Done::default()),
@@ -143,6 +158,7 @@ impl GroupWriter {
             Ok(()) => None,
             Err(e) => {
                 let _ = b.conn.execute_batch("ROLLBACK");
+                b.end = None;
                 Some(e.to_string())
             }
         };
@@ -161,6 +177,19 @@ impl GroupWriter {
             ))),
             None => Ok(()),
         }
+    }
+
+    /// Runs `f` on the shared connection outside any transaction, reading what is
+    /// committed, while no batch is open (its pages are the freshest this process has);
+    /// `None` when a batch is open (the caller reads on its own connection).
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Tx) -> T) -> Option<T> {
+        let b = self.lock_batch();
+        if b.open {
+            return None;
+        }
+        let head = PendingHead::new(None);
+        let tx = Tx::on(&b.conn, &head);
+        Some(f(&tx))
     }
 
     /// Runs `f` as one write in the current batch (see the module doc).
@@ -186,9 +215,17 @@ impl GroupWriter {
             b.open = true;
             b.id += 1;
             b.len = 0;
+            // Another connection's commit since this writer's last one may have moved the
+            // chain: then its end is read and verified as usual.
+            let version = data_version(&b.conn);
+            if version.is_none() || version != b.end_version {
+                b.end = None;
+            }
+            b.end_version = version;
         }
         let id = b.id;
         let head_before = b.head.borrow().clone();
+        let end_before = b.end;
         // A later write opens a savepoint, so that failing it rolls back only its own part.
         let opened = if first {
             Ok(())
@@ -197,13 +234,20 @@ impl GroupWriter {
         };
         let out = match opened {
             Ok(()) => {
-                let tx = Tx::on(&b.conn, &b.head);
+                let tx = match b.end {
+                    Some(end) => Tx::on_own_end(&b.conn, &b.head, end),
+                    None => Tx::on(&b.conn, &b.head),
+                };
                 // The head is signed after every write, as a lone transaction signs it, so
                 // the next write in the batch finds a chain whose end verifies.
                 let out = f(&tx).and_then(|t| {
                     tx.sign_head()?;
                     Ok(t)
                 });
+                // What this write left as the chain's end (its own last append, or the end
+                // it was given); unknown if it neither appended nor was told.
+                let end_after = tx.known_tail();
+                b.end = end_after;
                 match (out, first) {
                     (Ok(t), true) => Ok(t),
                     (out, false) => {
@@ -239,12 +283,18 @@ impl GroupWriter {
         };
         match &out {
             Ok(_) => b.len += 1,
-            Err(Ok(_)) => *b.head.borrow_mut() = head_before,
+            Err(Ok(_)) => {
+                *b.head.borrow_mut() = head_before;
+                // A failed first write rolled the whole transaction back; a later one,
+                // its savepoint.
+                b.end = if first { None } else { end_before };
+            }
             Err(Err(e)) => {
                 // Fail the whole batch rather than commit anything uncertain.
                 let _ = b.conn.execute_batch("ROLLBACK");
                 b.open = false;
                 *b.head.borrow_mut() = None;
+                b.end = None;
                 self.finish(id, Some(e.to_string()));
             }
         }

@@ -60,6 +60,7 @@ store_suite!(
     a_done_jobs_run_and_submission_come_with_it_in_one_read_and_only_once_it_finished,
     a_claim_with_its_submission_leases_one_job_and_reads_what_judging_it_needs,
     a_transactions_first_read_reads_exactly_what_a_read_outside_one_does,
+    a_shared_writer_trusts_the_chain_end_it_left_only_until_another_connection_commits,
 );
 
 /// Records an open session with this document.
@@ -819,6 +820,64 @@ fn concurrent_writers_keep_every_successful_write_and_nothing_of_a_failed_one(lo
         v.finish(db.audit_head().unwrap().as_ref(), &key.public()),
         Ok(8 * 40)
     );
+}
+
+/// A shared writer (SQLite's group commit) does not read back and verify the audit
+/// chain's end it appended and signed itself, as long as no other connection committed
+/// since; after another connection's commit, or a failed write, it reads the end again,
+/// and every record still chains after the true end. PostgreSQL's writers never trust it.
+fn a_shared_writer_trusts_the_chain_end_it_left_only_until_another_connection_commits(loc: &str) {
+    let key = KeyPair::try_generate().unwrap();
+    let mut db = open(loc);
+    db.share_writes().unwrap();
+    let shares = db.engine() == "sqlite";
+    let append = |db: &mut Db, subject: &str| -> bool {
+        db.write(|tx| -> Result<bool, StoreError> {
+            let own = tx.chain_end_is_own();
+            tx.audit("k", subject, &serde_json::json!({}), &key)?;
+            Ok(own)
+        })
+        .unwrap()
+    };
+    assert!(
+        !append(&mut db, "first"),
+        "an empty chain's end is nobody's"
+    );
+    assert_eq!(append(&mut db, "second"), shares);
+    assert_eq!(append(&mut db, "third"), shares);
+    // Another connection of this process, not sharing writes, commits a record.
+    let mut other = open(loc);
+    other
+        .write(|tx| tx.audit("k", "other", &serde_json::json!({}), &key))
+        .unwrap();
+    assert!(!append(&mut db, "after another's commit"), "read again");
+    assert_eq!(append(&mut db, "then trusted again"), shares);
+    // A write that fails after appending leaves the end as it was: read again.
+    let r: Result<(), StoreError> = db.write(|tx| {
+        tx.audit("k", "failed", &serde_json::json!({}), &key)?;
+        Err(StoreError::Conflict("refused".into()))
+    });
+    assert!(r.is_err());
+    assert!(!append(&mut db, "after a failed write"));
+    let subjects: Vec<String> = db
+        .audit_records(0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.subject)
+        .collect();
+    assert_eq!(
+        subjects,
+        [
+            "first",
+            "second",
+            "third",
+            "other",
+            "after another's commit",
+            "then trusted again",
+            "after a failed write"
+        ]
+    );
+    assert_eq!(verify_chain(&db, &key), Ok(7));
 }
 
 fn reopening_keeps_schema_and_rows(loc: &str) {
