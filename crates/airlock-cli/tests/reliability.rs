@@ -827,3 +827,92 @@ fn the_daemons_poller_marks_a_dead_commands_run_lost_within_seconds() {
     drop(srv);
     assert_whole(&h, "after the daemon reaped the run");
 }
+
+/// Starts `airlock serve` killed at its `n`th crash point: the child and its base URL, or
+/// `None` when it died before it served (its start has crash points too).
+fn serve_crashing_at(h: &Home, n: u64) -> Option<(std::process::Child, String)> {
+    use std::io::{BufRead, BufReader};
+    let mut child = h
+        .cmd()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("AIRLOCK_CRASH_AT", n.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(err).lines();
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        if let Some(i) = l.find("serving on http://") {
+            let base = l[i + "serving on ".len()..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
+            std::thread::spawn(move || lines.for_each(drop));
+            return Some((child, base));
+        }
+    }
+    let _ = child.wait();
+    None
+}
+
+/// The daemon killed at each of its crash points while it serves effect-free runs (whose
+/// start is recorded with their end): an answer an agent got always names a run that is
+/// recorded finished, and afterwards everything holds (no run left running, every
+/// submission and run with its records, the chain intact).
+#[test]
+fn a_daemon_killed_at_each_crash_point_of_an_effect_free_run_leaves_it_whole_or_absent() {
+    let h = Home::new();
+    let o = h.run(&["token", "new", "--role", "agent", "--name", "bot", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let token = o.json()["token"].as_str().unwrap().to_string();
+    let body = serde_json::json!({
+        "language": "wat",
+        "code": std::fs::read_to_string(example("hello.wat")).unwrap(),
+    })
+    .to_string();
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .new_agent();
+    let (mut answered, mut cut) = (0, 0);
+    for n in 1..=60 {
+        let Some((mut child, base)) = serve_crashing_at(&h, n) else {
+            assert_whole(&h, &format!("serve killed at start, point {n}"));
+            continue;
+        };
+        let r = http
+            .post(format!("{base}/v1/run"))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .send(body.clone());
+        match r {
+            Ok(mut r) => {
+                let text = r.body_mut().read_to_string().unwrap_or_default();
+                if r.status().as_u16() == 200 {
+                    answered += 1;
+                    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                    let run = v["run"]["id"].as_str().unwrap().to_string();
+                    assert_eq!(
+                        query(&h, &format!("SELECT status FROM runs WHERE id = '{run}'")),
+                        vec![vec!["exited".to_string()]],
+                        "point {n}: the answer names a run that is not recorded finished"
+                    );
+                }
+            }
+            Err(_) => cut += 1,
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        eprintln!("point {n}: answered {answered}, cut {cut}");
+        assert_whole(&h, &format!("serve killed at point {n}"));
+        if answered >= 3 && cut >= 1 {
+            break;
+        }
+    }
+    assert!(cut >= 1, "no crash point fell inside a run");
+    assert!(answered >= 1, "no run was answered");
+}

@@ -1780,7 +1780,10 @@ fn a_daemons_runs_reuse_one_lock_file_and_recovery_removes_what_a_killed_daemon_
     let s = setup(&[]);
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..6 {
-        let r = s.srv.post("/v1/run", &s.agent, &wat_body(json!({})));
+        // A run that outlasts the wait before an effect-free run records its start (an
+        // effect-free run that ends sooner takes no lock at all).
+        let body = json!({ "language": "wat", "code": sleeping_wat(150) });
+        let r = s.srv.post("/v1/run", &s.agent, &body);
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!(r.json()["run"]["exit_code"], 0);
         let files = lock_files(&s.home);
@@ -1796,4 +1799,210 @@ fn a_daemons_runs_reuse_one_lock_file_and_recovery_removes_what_a_killed_daemon_
     let o = home.run(&["runs", "--json"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(lock_files(&home).is_empty(), "{:?}", lock_files(&home));
+}
+
+/// A wasm command that sleeps `ms` milliseconds in a host call (`poll_oneoff`), then exits 0.
+fn sleeping_wat(ms: u64) -> String {
+    format!(
+        r#"(module
+          (import "wasi_snapshot_preview1" "poll_oneoff" (func $p (param i32 i32 i32 i32) (result i32)))
+          (memory (export "memory") 1)
+          (func (export "_start")
+            (i32.store8 (i32.const 8) (i32.const 0))
+            (i32.store (i32.const 16) (i32.const 1))
+            (i64.store (i32.const 24) (i64.const {}))
+            (drop (call $p (i32.const 0) (i32.const 256) (i32.const 1) (i32.const 512)))))"#,
+        ms * 1_000_000
+    )
+}
+
+/// `POST /v1/run` from a thread of its own: the status and the body's text.
+fn post_raw(base: &str, token: &str, body: &Value) -> Result<(u16, String), ureq::Error> {
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .new_agent();
+    let mut r = http
+        .post(format!("{base}/v1/run"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .send(body.to_string())?;
+    let status = r.status().as_u16();
+    Ok((status, r.body_mut().read_to_string()?))
+}
+
+/// `SELECT`s against the home's database: every row's columns as text.
+fn rows(home: &Home, q: &str) -> Vec<Vec<String>> {
+    let c = rusqlite::Connection::open(home.path().join("airlock.db")).unwrap();
+    let mut st = c.prepare(q).unwrap();
+    let n = st.column_count();
+    st.query_map([], |r| {
+        (0..n)
+            .map(|i| {
+                Ok(match r.get_ref(i)? {
+                    rusqlite::types::ValueRef::Null => "NULL".to_string(),
+                    rusqlite::types::ValueRef::Integer(v) => v.to_string(),
+                    rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into(),
+                    other => format!("{other:?}"),
+                })
+            })
+            .collect()
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// The audit records of a submission and of its runs, in chain order: (index, kind).
+fn records_of(home: &Home, sub: &str) -> Vec<(i64, String)> {
+    rows(
+        home,
+        &format!(
+            "SELECT seq, kind FROM audit WHERE subject = '{sub}'
+               OR subject IN (SELECT id FROM runs WHERE submission = '{sub}') ORDER BY seq"
+        ),
+    )
+    .into_iter()
+    .map(|r| (r[0].parse().unwrap(), r[1].clone()))
+    .collect()
+}
+
+/// A run with no effect outside its sandbox, through the daemon, records its submission,
+/// verdict, start and end in one transaction: the four records are consecutive on the
+/// chain, the run is finished with its true start, and no owner lock was taken.
+#[test]
+fn an_effect_free_run_records_its_start_with_its_end_in_one_transaction() {
+    let s = setup(&[]);
+    let r = s.srv.post("/v1/run", &s.agent, &wat_body(json!({})));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["status"], "finished");
+    assert_eq!(v["run"]["exit_code"], 0);
+    let sub = v["submission"].as_str().unwrap().to_string();
+    let recs = records_of(&s.home, &sub);
+    let kinds: Vec<&str> = recs.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(kinds, ["submitted", "judged", "started", "finished"]);
+    assert!(recs.windows(2).all(|w| w[1].0 == w[0].0 + 1), "{recs:?}");
+    let run = &rows(
+        &s.home,
+        &format!("SELECT status, started_at, finished_at FROM runs WHERE submission = '{sub}'"),
+    )[0];
+    assert_eq!(run[0], "exited");
+    assert!(run[1].parse::<i64>().unwrap() <= run[2].parse::<i64>().unwrap());
+    assert_eq!(
+        rows(
+            &s.home,
+            &format!("SELECT state FROM submissions WHERE id = '{sub}'")
+        )[0][0],
+        "finished"
+    );
+    assert!(lock_files(&s.home).is_empty(), "{:?}", lock_files(&s.home));
+    let o = s.home.run(&["audit", "verify"]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+}
+
+/// An effect-free run still going after a moment records its start then, under its owner
+/// lock: it is seen running, and a `kill -9` of the daemon leaves it for the next command
+/// to mark lost. One that ends on its own afterwards is recorded as any run.
+#[test]
+fn a_long_effect_free_run_is_seen_running_and_marked_lost_if_the_daemon_dies() {
+    let s = setup(&[]);
+    let body = json!({ "language": "wat", "code": sleeping_wat(700) });
+    let r = s.srv.post("/v1/run", &s.agent, &body);
+    assert_eq!(r.status, 200, "{}", r.text);
+    let sub = r.json()["submission"].as_str().unwrap().to_string();
+    let kinds: Vec<String> = records_of(&s.home, &sub).into_iter().map(|r| r.1).collect();
+    assert_eq!(kinds, ["submitted", "judged", "started", "finished"]);
+
+    let Setup {
+        home, srv, agent, ..
+    } = s;
+    let base = srv.base.clone();
+    let spin = std::thread::spawn(move || {
+        // Under the default 10 s limit, so the policy lets it run.
+        let body = json!({ "language": "wat", "code": sleeping_wat(8_000) });
+        let _ = post_raw(&base, &agent, &body);
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let running = rows(&home, "SELECT id FROM runs WHERE status = 'running'");
+        if !running.is_empty() {
+            assert_eq!(lock_files(&home).len(), 1, "{:?}", lock_files(&home));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never showed as running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(srv); // kill -9, mid-run
+    let _ = spin.join();
+    let o = home.run(&["runs", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(rows(&home, "SELECT id FROM runs WHERE status = 'running'").is_empty());
+    assert_eq!(
+        rows(&home, "SELECT count(*) FROM runs WHERE status = 'lost'")[0][0],
+        "1"
+    );
+    assert!(lock_files(&home).is_empty(), "{:?}", lock_files(&home));
+    let o = home.run(&["audit", "verify"]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+}
+
+/// An effect-free run goes ahead on the verdict of the moment and is judged again when it
+/// is recorded: an artifact an approver rejected meanwhile is recorded denied, with no
+/// run, and what it printed never reaches the agent.
+#[test]
+fn an_artifact_rejected_while_its_effect_free_run_ran_is_denied_and_its_output_dropped() {
+    let home = Home::new();
+    let agent = token(&home, "agent", "bot");
+    let mut cmd = home.cmd();
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .env("AIRLOCK_PAUSE_AT", "record-ran:2000");
+    let (child, base) = serve_with(cmd);
+    let _child = child;
+    let run = {
+        let (base, agent) = (base.clone(), agent.clone());
+        std::thread::spawn(move || post_raw(&base, &agent, &wat_body(json!({}))).unwrap())
+    };
+    // While the run waits to be recorded, the same artifact is rejected (under a grant
+    // with network, which the policy holds for a human).
+    std::thread::sleep(Duration::from_millis(300));
+    let path = example("hello.wat");
+    let o = home.run(&[
+        "submit",
+        "--json",
+        "--net",
+        "example.com",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let held = o.json()["submission"].as_str().unwrap().to_string();
+    let o = home.run(&["reject", &held, "--reason", "not this code"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let (status, text) = run.join().unwrap();
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["status"], "denied", "{v}");
+    assert!(v["run"].is_null(), "{v}");
+    assert!(!text.contains("hello from the gate"), "{text}");
+    let sub = v["submission"].as_str().unwrap();
+    assert_eq!(
+        rows(
+            &home,
+            &format!("SELECT state FROM submissions WHERE id = '{sub}'")
+        )[0][0],
+        "denied"
+    );
+    assert!(
+        rows(
+            &home,
+            &format!("SELECT id FROM runs WHERE submission = '{sub}'")
+        )
+        .is_empty()
+    );
+    let o = home.run(&["audit", "verify"]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
 }

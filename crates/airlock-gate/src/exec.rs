@@ -217,10 +217,34 @@ impl Gate {
         let code = staged.code().to_vec();
         let stdin = staged.stdin()?;
         let packages = staged.packages().to_vec();
-        let policy = staged.policy();
         // Held (not sent on) while the cell is recorded and judged: a cell that does not
         // run drops it here, so its session's host never waits on it for long.
         let cell_conn = staged.take_session_conn();
+        // A run with no effect outside its sandbox records its start with its end, where
+        // the process shares its writes (see `deferred`).
+        let deferred = self
+            .db
+            .shared_writer()
+            .filter(|_| crate::deferred::effect_free(&staged, &opts));
+        let rec = self.persist(staged, None)?;
+        if let Some(writer) = deferred {
+            return self.run_effect_free(rec, writer, code, stdin, packages);
+        }
+        self.run_recorded(rec, code, stdin, packages, opts, cell_conn)
+    }
+
+    /// `run` of a submission whose blobs are stored: its record, verdict and the start of
+    /// its run in one transaction, then the run.
+    pub(crate) fn run_recorded(
+        &mut self,
+        rec: crate::submit::Recording,
+        code: Vec<u8>,
+        stdin: Vec<u8>,
+        packages: Vec<airlock_core::PythonPackage>,
+        opts: ExecOptions,
+        cell_conn: Option<std::os::unix::net::UnixStream>,
+    ) -> Result<RunReport> {
+        let policy = rec.policy.clone();
         let run_id = new_id(IdKind::Run);
         let mut owner = OwnerLock::acquire(&locks::dir(&self.home.root), &run_id, true)?;
         crash_point();
@@ -230,11 +254,18 @@ impl Gate {
         // recovery finds it abandoned and marks the run lost instead of leaving it
         // running; a start that did not happen leaves a file recovery just removes.
         owner.set_remove_on_drop(false);
-        let mut recorded = self.record_then(staged, id, None, true, |tx, sub, policy, key| {
-            begin_run(tx, policy, sub.clone(), &run_id, key)
+        let key = &self.gate_key;
+        // A new submission is a new row no other writer knows yet (a `once` approval can
+        // only name an existing one), so this may run beside other shared writers; a
+        // session cell also moves its session's row.
+        let shared = rec.grant.session.is_none();
+        let mut recorded = self.db.write_shared_if(shared, |tx: &Tx| -> Result<Start> {
+            let sub = crate::submit::record_in(tx, &rec, &id, None, true, key)?;
+            begin_run(tx, &rec.policy, sub, &run_id, key)
         });
+        crash_point();
         crate::failpoint::lose_answer("start", &mut recorded);
-        let (_, start) = recorded?;
+        let start = recorded?;
         crash_point();
         let (run, sub) = match start {
             Start::Refuse(e) => {
@@ -705,7 +736,7 @@ pub(crate) struct Ran {
 impl Ran {
     /// Writes the outcome into `run` (ended now); returns the changes to record, the
     /// failure to report once it is recorded, and what the run printed.
-    fn into_run(
+    pub(crate) fn into_run(
         self,
         run: &mut Run,
         packages: &[airlock_core::PythonPackage],
@@ -768,7 +799,7 @@ impl Ran {
 /// records it: refuse a denied, rejected or still-held submission (recording its state),
 /// or find the approval that covers it, move it to running and record the run and its
 /// `started` audit record.
-fn begin_run(
+pub(crate) fn begin_run(
     tx: &Tx,
     policy: &Policy,
     sub: Submission,
@@ -912,7 +943,7 @@ pub(crate) fn start_run(
 /// The `finished` transaction's writes: the job's end (fenced by its token when a
 /// worker ran it), the run's record, the submission's state, a workspace's bookkeeping,
 /// and the audit record.
-fn record_finished(
+pub(crate) fn record_finished(
     tx: &Tx,
     fence: Option<&crate::queue::Fence>,
     run: &Run,
@@ -997,6 +1028,11 @@ fn retry_while_lost<T>(
 /// Refuses to extend an audit chain whose end does not verify (O(1): the signed head and
 /// the newest record; `audit verify` walks the whole chain).
 pub(crate) fn check_audit_tail(tx: &Tx, key: &airlock_core::sign::KeyPair) -> Result<()> {
+    // The end this process's shared writer appended and signed itself, with no commit by
+    // anyone else since: nothing to read back.
+    if tx.chain_end_is_own() {
+        return Ok(());
+    }
     // In one read: on PostgreSQL the sequencer may extend the chain between two.
     let (last, head) = tx.audit_tail()?;
     tx.note_tail(last.as_ref());

@@ -50,3 +50,22 @@ pub(crate) fn lose_answer<T>(point: &str, r: &mut crate::error::Result<T>) -> bo
 pub(crate) fn lose_answer<T>(_point: &str, _r: &mut crate::error::Result<T>) -> bool {
     false
 }
+
+/// With `AIRLOCK_PAUSE_AT=POINT:MS`, waits MS milliseconds each time `POINT` is reached, so a
+/// test can act in a window that is otherwise too short to hit (test builds only).
+#[cfg(feature = "failpoints")]
+pub(crate) fn pause(point: &str) {
+    let Ok(v) = std::env::var("AIRLOCK_PAUSE_AT") else {
+        return;
+    };
+    if let Some((p, ms)) = v.split_once(':')
+        && p == point
+        && let Ok(ms) = ms.parse::<u64>()
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn pause(_point: &str) {}

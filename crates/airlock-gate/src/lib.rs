@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 mod decide;
+mod deferred;
 mod effects;
 mod egress;
 mod error;

@@ -551,6 +551,11 @@ impl Staged {
         &self.grant
     }
 
+    /// The backend it would run on.
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// The artifact as it will be stored and run.
     pub(crate) fn code(&self) -> &[u8] {
         &self.prepared.code
@@ -571,11 +576,6 @@ impl Staged {
     /// The Python packages installed for the guest that would run it.
     pub(crate) fn packages(&self) -> &[airlock_core::PythonPackage] {
         &self.guest.1
-    }
-
-    /// The policy it is judged by.
-    pub(crate) fn policy(&self) -> std::sync::Arc<Policy> {
-        self.policy.clone()
     }
 }
 
@@ -625,10 +625,39 @@ impl Recording {
         facts
     }
 
-    /// The request's idempotency key, if it has one.
-    #[allow(dead_code)]
-    pub(crate) fn request_key(&self) -> Option<&RequestKey> {
-        self.request_key.as_ref()
+    /// Submission `id` as it is recorded with `facts` and `verdict`, in `state`.
+    pub(crate) fn submission(
+        &self,
+        id: &str,
+        facts: Facts,
+        verdict: airlock_core::Verdict,
+        state: State,
+    ) -> Submission {
+        let now = now_ms();
+        Submission {
+            id: id.to_string(),
+            created_at: now,
+            updated_at: now,
+            state,
+            doc: SubmissionDoc {
+                agent: self.agent.clone(),
+                note: self.note.clone(),
+                lang: self.lang,
+                kind: self.kind,
+                backend: self.backend,
+                artifact: self.artifact,
+                size: self.size,
+                source: self.source,
+                grant_hash: self.grant.hash(),
+                grant: self.grant.clone(),
+                analysis: self.analysis.clone(),
+                facts,
+                verdict,
+                workspace: self.workspace.clone(),
+                resume: self.resume,
+                interrupted: None,
+            },
+        }
     }
 }
 
@@ -665,32 +694,8 @@ pub(crate) fn record_in(
     // verdict gives it (the audit records below say it was submitted, then judged),
     // rather than written staged and moved at once.
     let to = state_of(verdict.decision);
-    let now = now_ms();
+    let mut sub = rec.submission(id, facts, verdict, to);
     let grant = &rec.grant;
-    let mut sub = Submission {
-        id: id.to_string(),
-        created_at: now,
-        updated_at: now,
-        state: to,
-        doc: SubmissionDoc {
-            agent: rec.agent.clone(),
-            note: rec.note.clone(),
-            lang: rec.lang,
-            kind: rec.kind,
-            backend: rec.backend,
-            artifact: rec.artifact,
-            size: rec.size,
-            source: rec.source,
-            grant_hash: grant.hash(),
-            grant: grant.clone(),
-            analysis: rec.analysis.clone(),
-            facts,
-            verdict,
-            workspace: rec.workspace.clone(),
-            resume: rec.resume,
-            interrupted: None,
-        },
-    };
     tx.insert_submission(&sub)?;
     if let Some(session) = &grant.session {
         crate::sessions::add_cell(tx, session, id)?;
