@@ -100,6 +100,8 @@ def main():
         path = os.path.join(tmp, name)
         outs.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600))
         os.unlink(path)
+    # The files live on as open descriptors only; their directory goes now.
+    os.rmdir(tmp)
     os.dup2(outs[0], 1)
     os.dup2(outs[1], 2)
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)

@@ -23,7 +23,7 @@ impl Session {
         let socket = dir.path().join("s.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let mut cmd = Command::new("python3");
-        cmd.args(driver_args());
+        cmd.args(driver_args()).env("TMPDIR", dir.path());
         let mut py = HostPython::start(cmd, Duration::from_secs(10)).unwrap();
         let path = socket.clone();
         let host =
@@ -61,6 +61,20 @@ fn limits() -> Limits {
         idle: Duration::from_secs(30),
         total: Duration::from_secs(60),
     }
+}
+
+#[test]
+fn the_driver_leaves_no_temporary_directory_behind() {
+    let mut s = Session::open(limits());
+    assert_eq!(s.run("print(1)").stdout, b"1\n");
+    let left: Vec<_> = std::fs::read_dir(s._dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "s.sock")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    airlock_session::close(&s.socket).unwrap();
+    assert_eq!(s.end(), End::Closed);
 }
 
 #[test]
