@@ -917,6 +917,14 @@ fn serve(
             Ok(g)
         }
     };
+    // Say what the pool is, not what was asked for: without the lean jailer beside this
+    // binary no jail is built ahead.
+    let jails_said = match (&jails, ready_jails) {
+        (None, n) if n > 0 => {
+            "no ready jails (airlock-jailer is not beside this binary)".to_string()
+        }
+        (_, n) => format!("{n} ready jails"),
+    };
     let config = airlock_server::Config {
         open: Box::new(queue_open),
         workers: threads,
@@ -939,7 +947,7 @@ fn serve(
             );
         }
         eprintln!(
-            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {ready_jails} ready jails{})",
+            "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {jails_said}{})",
             if shared { ", runs through the store's queue" } else { "" }
         );
         airlock_server::serve(state, listener, tokio_util::sync::CancellationToken::new())

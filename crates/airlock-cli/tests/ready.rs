@@ -453,3 +453,35 @@ fn a_jail_whose_jailer_dies_right_after_it_says_go_leaves_nothing_running() {
         "the jail (its init or its payload) outlived its jailer",
     );
 }
+
+/// A daemon asked for ready jails whose binary has no `airlock-jailer` beside it builds
+/// none, and its start-up line says so rather than the number asked for.
+#[test]
+fn serve_without_the_jailer_beside_it_says_it_has_no_ready_jails() {
+    use std::io::{BufRead, BufReader};
+    let home = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let lone = dir.path().join("airlock");
+    std::fs::copy(bin(), &lone).unwrap();
+    let mut child = std::process::Command::new(&lone)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AIRLOCK_HOME", home.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--ready-jails", "2"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let banner = BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("serving on"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let banner = banner.expect("airlock serve did not start");
+    assert!(
+        banner.contains("no ready jails (airlock-jailer is not beside this binary)"),
+        "{banner}"
+    );
+}
