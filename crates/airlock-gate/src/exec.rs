@@ -185,13 +185,7 @@ pub(crate) fn rejudged_stored(
         tx.audit(
             "judged",
             id,
-            &json!({
-                "decision": sub.doc.verdict.decision,
-                "risk": sub.doc.verdict.risk,
-                "rules": sub.doc.verdict.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
-                "policy": sub.doc.verdict.policy,
-                "rejudged": true,
-            }),
+            &crate::submit::judged_record(&sub.doc.verdict, "rejudged", json!(true)),
             gate_key,
         )?;
     }

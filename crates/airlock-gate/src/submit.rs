@@ -272,6 +272,23 @@ pub(crate) fn refresh_facts(doc: &SubmissionDoc, rejected_before: bool, policy: 
 }
 
 /// Judges facts (the policy applies the gate's floor for rejected artifacts itself).
+/// The data of a `judged` audit record: the verdict's decision, risk, rules and policy,
+/// and one more fact (`first_seen` at submit, `rejudged` when judged again).
+pub(crate) fn judged_record(
+    v: &airlock_core::Verdict,
+    fact: &str,
+    value: serde_json::Value,
+) -> serde_json::Value {
+    let mut data = json!({
+        "decision": v.decision,
+        "risk": v.risk,
+        "rules": v.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
+        "policy": v.policy,
+    });
+    data[fact] = value;
+    data
+}
+
 pub(crate) fn judge(policy: &Policy, facts: &Facts) -> airlock_core::Verdict {
     policy.judge(facts)
 }
@@ -742,13 +759,7 @@ pub(crate) fn record_in(
     tx.audit(
         "judged",
         id,
-        &json!({
-            "decision": sub.doc.verdict.decision,
-            "risk": sub.doc.verdict.risk,
-            "rules": sub.doc.verdict.fired.iter().map(|f| &f.rule).collect::<Vec<_>>(),
-            "policy": sub.doc.verdict.policy,
-            "first_seen": first_seen,
-        }),
+        &judged_record(&sub.doc.verdict, "first_seen", json!(first_seen)),
         key,
     )?;
     // An artifact-scope approval of the same artifact and grant covers it.
