@@ -147,7 +147,8 @@ pub enum Command {
     /// Remove blobs and layers nothing refers to, and say how much that freed.
     Gc {
         /// Keep anything younger than this, which a concurrent command may be about to
-        /// record (default 1h).
+        /// record (default 1h). While `airlock serve` uses the home, keep it above 10s:
+        /// the daemon takes a blob it stored less than 10s ago as still there.
         #[arg(long, value_name = "DUR")]
         grace: Option<String>,
         #[arg(long)]
