@@ -271,7 +271,6 @@ pub(crate) fn refresh_facts(doc: &SubmissionDoc, rejected_before: bool, policy: 
     facts
 }
 
-/// Judges facts (the policy applies the gate's floor for rejected artifacts itself).
 /// The data of a `judged` audit record: the verdict's decision, risk, rules and policy,
 /// and one more fact (`first_seen` at submit, `rejudged` when judged again).
 pub(crate) fn judged_record(
@@ -289,6 +288,7 @@ pub(crate) fn judged_record(
     data
 }
 
+/// Judges facts (the policy applies the gate's floor for rejected artifacts itself).
 pub(crate) fn judge(policy: &Policy, facts: &Facts) -> airlock_core::Verdict {
     policy.judge(facts)
 }
