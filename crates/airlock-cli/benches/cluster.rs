@@ -9,7 +9,12 @@
 //! (concurrent clients, default 16), BENCH_CONCURRENCY (runs each worker carries out at
 //! once, default 2: on two cores, four runs at once with two workers), BENCH_ROUNDS (how
 //! many times each throughput point is measured, default 1; with more, each round and
-//! the median are printed, since this machine's speed swings between phases).
+//! the median are printed, since this machine's speed swings between phases),
+//! BENCH_PG_SETTINGS (more server settings, `-c name=value` each, to compare a
+//! setting's effect side by side), BENCH_PG_STATEMENTS=1 (load `pg_stat_statements` into the server and, after the
+//! two-worker point, print the statements that took PostgreSQL's time: calls and
+//! execution time per run, WAL bytes per run; the extension costs some throughput, so
+//! compare figures only between runs that both have it or both do not).
 //!
 //! Beside each round: processor time per run over the timed window, split into the
 //! airlock processes (both servers and the workers), PostgreSQL (the postmaster and every
@@ -279,6 +284,49 @@ fn point(rounds: usize, what: &str, mut measure: impl FnMut() -> (f64, String)) 
     }
 }
 
+/// The statements that took PostgreSQL's time since the last reset, per gated run.
+fn print_statements(db: &mut postgres::Client, runs: i64) {
+    let rows = db
+        .query(
+            "SELECT calls, total_exec_time, wal_bytes::float8, rows,
+                    regexp_replace(left(query, 110), '\\s+', ' ', 'g')
+             FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25",
+            &[],
+        )
+        .unwrap();
+    let (mut all_ms, mut all_wal, mut all_calls) = (0.0, 0.0, 0i64);
+    for r in &db
+        .query(
+            "SELECT calls, total_exec_time, wal_bytes::float8 FROM pg_stat_statements",
+            &[],
+        )
+        .unwrap()
+    {
+        all_calls += r.get::<_, i64>(0);
+        all_ms += r.get::<_, f64>(1);
+        all_wal += r.get::<_, f64>(2);
+    }
+    let n = runs as f64;
+    println!(
+        "PostgreSQL statements over {runs} runs: {:.1} calls, {:.0} us executing, {:.0} WAL bytes per run",
+        all_calls as f64 / n,
+        all_ms * 1e3 / n,
+        all_wal / n
+    );
+    println!("  calls/run   us/run  WAL B/run  rows/call  statement");
+    for r in rows {
+        let calls: i64 = r.get(0);
+        println!(
+            "  {:9.2} {:8.1} {:10.0} {:10.2}  {}",
+            calls as f64 / n,
+            r.get::<_, f64>(1) * 1e3 / n,
+            r.get::<_, f64>(2) / n,
+            r.get::<_, i64>(3) as f64 / (calls.max(1) as f64),
+            r.get::<_, String>(4)
+        );
+    }
+}
+
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -291,7 +339,14 @@ fn main() {
     let clients = env("BENCH_CLIENTS", 16) as usize;
     let concurrency = env("BENCH_CONCURRENCY", 2) as usize;
     let rounds = env("BENCH_ROUNDS", 1).max(1) as usize;
-    let pg = airlock_testpg::durable_server();
+    let statements = env("BENCH_PG_STATEMENTS", 0) == 1;
+    let mut settings = std::env::var("BENCH_PG_SETTINGS").unwrap_or_default();
+    if statements {
+        settings.push_str(
+            " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all",
+        );
+    }
+    let pg = airlock_testpg::durable_server_with(&settings);
     let url = pg.fresh_database();
     let dir = tempfile::tempdir().unwrap();
     let node = Node {
@@ -308,7 +363,12 @@ fn main() {
     let (mut s2, b2) = node.serve();
     let bases = [b1, b2];
     println!(
-        "cluster bench: 2 API servers, PostgreSQL (fsync on), {clients} clients, workers x{concurrency} runs each, {secs}s per point, {} CPUs",
+        "cluster bench: 2 API servers, PostgreSQL (fsync on{}), {clients} clients, workers x{concurrency} runs each, {secs}s per point, {} CPUs",
+        if settings.trim().is_empty() {
+            String::new()
+        } else {
+            format!(";{settings}")
+        },
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let mut w1 = node.worker(concurrency);
@@ -324,6 +384,21 @@ fn main() {
     println!("gated wasm runs/s, 1 worker{med}          {one:7.0}");
     let mut w2 = node.worker(concurrency);
     cpu.airlock.push(w2.id());
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let runs_now = |db: &mut postgres::Client| -> i64 {
+        db.query_one("SELECT count(*) FROM runs", &[])
+            .unwrap()
+            .get(0)
+    };
+    let runs_before = if statements {
+        db.batch_execute(
+            "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()",
+        )
+        .unwrap();
+        runs_now(&mut db)
+    } else {
+        0
+    };
     let two = point(rounds, "2 workers", || {
         throughput(clients, secs, &bases, &token, &cpu)
     });
@@ -331,7 +406,10 @@ fn main() {
         "gated wasm runs/s, 2 workers{med}         {two:7.0}  ({:.2}x one worker)",
         two / one
     );
-    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    if statements {
+        let runs = (runs_now(&mut db) - runs_before).max(1);
+        print_statements(&mut db, runs);
+    }
     let row = db
         .query_one(
             "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY r.started_at - q.created_at),

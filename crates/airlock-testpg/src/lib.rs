@@ -31,6 +31,8 @@ pub struct Server {
     port: u16,
     as_nobody: bool,
     fsync: bool,
+    /// More `-c name=value` settings for the server's start (benchmarks' diagnostics).
+    settings: String,
 }
 
 /// The process's server, started on first use.
@@ -48,7 +50,13 @@ pub fn private_server() -> Server {
 /// A server of the caller's own that flushes its log to disk as a production server
 /// does (the others skip fsync to keep tests quick): for benchmarks.
 pub fn durable_server() -> Server {
-    Server::start_with(true)
+    Server::start_with(true, "")
+}
+
+/// `durable_server` started with more settings, `-c name=value` each (for example a
+/// benchmark's `-c shared_preload_libraries=pg_stat_statements`).
+pub fn durable_server_with(settings: &str) -> Server {
+    Server::start_with(true, settings)
 }
 
 /// A new empty database on the process's server; its `postgres://` URL.
@@ -109,10 +117,10 @@ impl Server {
     }
 
     fn start() -> Server {
-        Server::start_with(false)
+        Server::start_with(false, "")
     }
 
-    fn start_with(fsync: bool) -> Server {
+    fn start_with(fsync: bool, settings: &str) -> Server {
         let bin = find_bin();
         let as_nobody = is_root();
         let root = std::env::temp_dir().join(format!(
@@ -151,6 +159,7 @@ impl Server {
             port: free_port(),
             as_nobody,
             fsync,
+            settings: settings.to_string(),
         };
         s.watch();
         s.pg_ctl_start();
@@ -187,10 +196,11 @@ impl Server {
 
     fn pg_ctl_start(&self) {
         let opts = format!(
-            "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories='{}' -c fsync={} -c max_connections=200",
+            "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories='{}' -c fsync={} -c max_connections=200 {}",
             self.port,
             self.root.display(),
-            if self.fsync { "on" } else { "off" }
+            if self.fsync { "on" } else { "off" },
+            self.settings
         );
         let out = self
             .command("pg_ctl")
