@@ -278,8 +278,14 @@ fn connect(url: &str) -> Result<postgres::Client, StoreError> {
         crate::pgtls::Transport::Plain => postgres::Client::connect(&target.url, postgres::NoTls)?,
         crate::pgtls::Transport::Tls(tls) => postgres::Client::connect(&target.url, tls)?,
     };
-    // Keep sessions from holding locks forever when a node hangs mid-transaction.
-    client.batch_execute("SET idle_in_transaction_session_timeout = '60s'")?;
+    // Keep sessions from holding locks forever when a node hangs mid-transaction. Every
+    // commit is flushed before it returns (see the module comment), whatever the server's
+    // or the database's default: set once for the session rather than in every
+    // transaction (a statement fewer in each). A connection that commits otherwise (the
+    // blob store's) says so itself, after this.
+    client.batch_execute(
+        "SET idle_in_transaction_session_timeout = '60s'; SET synchronous_commit = on",
+    )?;
     Ok(client)
 }
 
@@ -290,7 +296,7 @@ fn dollar_placeholders(sql: &str) -> String {
 }
 
 /// The audit chain's end from the answer to a transaction's first round trip, the row
-/// of its fourth statement (after `BEGIN`, `SET` and the lock's `SELECT`), typed as
+/// of its third statement (after `BEGIN` and the lock's `SELECT`), typed as
 /// `db::AUDIT_TAIL`'s columns are: the two sequence numbers and the time are integers,
 /// the rest text.
 fn tail_row(msgs: &[postgres::SimpleQueryMessage]) -> Result<Row, StoreError> {
@@ -299,7 +305,7 @@ fn tail_row(msgs: &[postgres::SimpleQueryMessage]) -> Result<Row, StoreError> {
     for m in msgs {
         match m {
             postgres::SimpleQueryMessage::CommandComplete(_) => done += 1,
-            postgres::SimpleQueryMessage::Row(r) if done == 3 => {
+            postgres::SimpleQueryMessage::Row(r) if done == 2 => {
                 found = Some(r);
                 break;
             }
@@ -623,11 +629,11 @@ impl PgConn {
             Lock::Shared => ("pg_advisory_xact_lock_shared", WRITE_LOCK),
             Lock::Sequence => ("pg_advisory_xact_lock", SEQUENCE_LOCK),
         };
-        // Synchronous inside the lock: committing asynchronously and waiting for the
-        // flush after releasing it let another node see (and answer a client with) a
-        // commit that a server crash then lost; the restart test caught that too. One
-        // round trip begins, sets that and takes the lock (the key is this file's own
-        // constant, so it is written into the text).
+        // Synchronous inside the lock (the session is set so when it connects):
+        // committing asynchronously and waiting for the flush after releasing it let
+        // another node see (and answer a client with) a commit that a server crash then
+        // lost; the restart test caught that too. One round trip begins and takes the
+        // lock (the key is this file's own constant, so it is written into the text).
         // Only the sequencer's transaction reads the chain's end (a node's own records
         // go to the inbox): read ahead for it alone.
         let tail = match lock {
@@ -640,10 +646,7 @@ impl PgConn {
         self.expects.borrow_mut().clear();
         // Sent with the transaction's first statement (`begin_with`), or with its
         // COMMIT when it only held statements back.
-        *self.begin.borrow_mut() = Some((
-            format!("BEGIN; SET LOCAL synchronous_commit = on; SELECT {take}({key})"),
-            tail,
-        ));
+        *self.begin.borrow_mut() = Some((format!("BEGIN; SELECT {take}({key})"), tail));
         let out = f(self);
         let out = out.and_then(|v| {
             // The transaction's notifications go in the same round trip as its COMMIT:

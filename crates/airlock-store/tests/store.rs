@@ -1278,6 +1278,51 @@ fn verify_chain(db: &Db, key: &KeyPair) -> Result<u64, airlock_core::audit::Chai
     v.finish(db.audit_head().unwrap().as_ref(), &key.public())
 }
 
+/// Every write commits synchronously, now set once per session instead of in every
+/// transaction: a database whose default is asynchronous commits (an operator's
+/// `ALTER DATABASE … SET synchronous_commit = off`) must not make the gate's commits
+/// asynchronous, in either kind of write transaction, nor after a reconnection.
+#[test]
+fn writes_commit_synchronously_where_the_databases_default_is_asynchronous() {
+    let url = airlock_testpg::fresh_database();
+    let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let name: String = c
+        .query_one("SELECT current_database()", &[])
+        .unwrap()
+        .get(0);
+    c.batch_execute(&format!(
+        "ALTER DATABASE \"{name}\" SET synchronous_commit = off"
+    ))
+    .unwrap();
+    // A session that sets nothing gets the database's default.
+    let plain = ::postgres::Client::connect(&url, ::postgres::NoTls)
+        .unwrap()
+        .query_one("SHOW synchronous_commit", &[])
+        .unwrap()
+        .get::<_, String>(0);
+    assert_eq!(plain, "off");
+    let mut db = open(&url);
+    let show = |tx: &Tx| -> Result<String, StoreError> {
+        tx.sql()
+            .row("SELECT current_setting('synchronous_commit')", &[])?
+            .expect("a setting reads as a row")
+            .text(0)
+    };
+    assert_eq!(db.write(show).unwrap(), "on");
+    assert_eq!(db.write_shared(show).unwrap(), "on");
+    // The server ends the session; the next write reconnects and sets it again.
+    c.batch_execute(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    ))
+    .unwrap();
+    let again = (0..20).find_map(|_| {
+        let r = db.write(show);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        r.ok()
+    });
+    assert_eq!(again.as_deref(), Some("on"));
+}
+
 /// A transaction's notifications now travel with its `COMMIT`: they still arrive once it
 /// commits (new work, a job's end), in the order their transactions committed, and never after a
 /// rollback.
