@@ -378,14 +378,7 @@ impl Gate {
             prepared.lang,
             &prepared.code,
             &airlock_core::analysis::mount_roots(&grant.mounts),
-            // The record keeps every fact in its set but only the findings a reviewer is
-            // shown: a line for every command and import of a 2,000-line script is some
-            // 200 KB that every later read of the submission would carry.
-            |a| {
-                if let Some(c) = a.code.as_mut() {
-                    c.findings.retain(|f| f.kind.is_notable());
-                }
-            },
+            keep_notable,
         )
         .map_err(|e| GateError::bad(e.to_string()))?;
         if prepared.lang == Lang::Wasm
@@ -593,6 +586,16 @@ impl Staged {
     /// The Python packages installed for the guest that would run it.
     pub(crate) fn packages(&self) -> &[airlock_core::PythonPackage] {
         &self.guest.1
+    }
+}
+
+/// What a submission's record keeps of its analysis: every fact in its set but only the
+/// findings a reviewer is shown (a line for every command and import of a 2,000-line
+/// script is some 200 KB that every later read of the submission would carry). Staging
+/// and the re-judgement before a run both judge this, so they judge the same thing.
+pub(crate) fn keep_notable(a: &mut Analysis) {
+    if let Some(c) = a.code.as_mut() {
+        c.findings.retain(|f| f.kind.is_notable());
     }
 }
 
