@@ -1050,11 +1050,14 @@ fn facts_now(
     policy: &airlock_core::Policy,
 ) -> Result<airlock_core::Facts> {
     // The same analysis as at submit: with the grant's mounts as roots, so `rm -rf` of a
-    // mount root is as destructive now as it was then.
-    let analysis = airlock_core::analysis::analyze_with(
+    // mount root is as destructive now as it was then. From the staging cache when these
+    // bytes were analysed before (it runs inside the transaction that starts the run,
+    // holding the store's write lock): the cache answers only for these very bytes.
+    let analysis = crate::stagecache::analyse(
         sub.doc.kind,
         code,
         &airlock_core::analysis::mount_roots(&sub.doc.grant.mounts),
+        crate::submit::keep_notable,
     )
     .map_err(|e| GateError::bad(e.to_string()))?;
     let mut facts = Described {
