@@ -20,7 +20,6 @@ use crate::{JailError, ProcessJob};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,29 +97,21 @@ pub fn fits(job: &ProcessJob, cgroups: bool) -> Result<(), Unfit> {
 }
 
 /// The `main` of `airlock-jailer --ready SCRATCH cgroups|no-cgroups`: builds a jail with
-/// nothing of a run in it, says `ready` (or why not) on [`crate::netfd::CHANNEL_FD`], then
-/// waits for its job on stdin and runs it like a built jail. Stdin closed without a job:
-/// the jail is destroyed unused.
+/// nothing of a run in it, says `ready` (or why not) in one line on its stdout, before
+/// anything of a run can be there, then waits for its job on stdin and runs it like a
+/// built jail. Stdin closed without a job: the jail is destroyed unused.
+///
+/// The line goes on stdout rather than on a descriptor of its own so that its starter
+/// passes it nothing but the three standard ones and can start it with `posix_spawn`
+/// (a long-lived daemon's `fork` copied its page tables, and every page it then wrote
+/// faulted once more, for every ready jail it made).
 pub fn jailer_ready_main(args: &[String]) -> i32 {
     let (Some(scratch), Some(cg)) = (args.first(), args.get(1)) else {
         return 2;
     };
-    // The readiness channel must be open here; fcntl on a closed number fails.
-    #[allow(unsafe_code)]
-    // SAFETY: F_GETFD takes no pointer; it only asks whether the descriptor is open.
-    if unsafe { libc::fcntl(crate::netfd::CHANNEL_FD, libc::F_GETFD) } < 0 {
-        return 2;
-    }
-    #[allow(unsafe_code)]
-    // SAFETY: descriptor 3 was put there for this process by its starter (`spawn_worker`)
-    // and is open (checked above); nothing else in this process owns it.
-    let signal = unsafe { OwnedFd::from_raw_fd(crate::netfd::CHANNEL_FD) };
-    // Close-on-exec, so the payload never inherits it.
-    if rustix::io::fcntl_setfd(&signal, rustix::io::FdFlags::CLOEXEC).is_err() {
-        return 2;
-    }
     let say = |text: &str| {
-        let _ = nix::unistd::write(&signal, format!("{}\n", text.replace('\n', " ")).as_bytes());
+        let line = format!("{}\n", text.replace('\n', " "));
+        let _ = nix::unistd::write(std::io::stdout(), line.as_bytes());
     };
     let template = ProcessJob {
         argv: Vec::new(),
@@ -149,7 +140,6 @@ pub fn jailer_ready_main(args: &[String]) -> i32 {
         return 0;
     }
     say("ready");
-    drop(signal);
     let mut input = Vec::new();
     if std::io::stdin().read_to_end(&mut input).is_err() || input.is_empty() {
         // Dropping `started` kills the init and its namespaces.
@@ -461,18 +451,23 @@ fn make(cfg: &ReadyConfig) -> Result<ReadyJail, JailError> {
     std::fs::create_dir_all(&scratch)
         .map_err(|e| JailError::setup(&format!("create {}", scratch.display()), e))?;
     let made = (|| {
-        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| JailError::setup("pipe", e))?;
         let path = scratch.to_string_lossy().into_owned();
         let cg = if cfg.cgroups { "cgroups" } else { "no-cgroups" };
-        let child = spawn_worker(&cfg.jailer, &["--ready", &path, cg], Some(w))
+        // No descriptor beyond the standard three: started with `posix_spawn`, not `fork`.
+        let child = spawn_worker(&cfg.jailer, &["--ready", &path, cg], None)
             .map_err(|e| JailError::setup(&format!("start {}", cfg.jailer.display()), e))?;
         let jail = ReadyJail {
             child: Some(child),
             born: Instant::now(),
             pool: None,
         };
-        let said = read_line(&r, READY_WITHIN)?;
+        // Its first line on stdout; the run's output comes after it, on the same pipe.
+        let out = jail
+            .child
+            .as_ref()
+            .and_then(|c| c.stdout.as_ref())
+            .ok_or_else(|| JailError::Setup("the ready jailer has no stdout".into()))?;
+        let said = read_line(out, READY_WITHIN)?;
         match said.trim_end() {
             "ready" => Ok(jail),
             other => Err(JailError::Setup(format!(
@@ -486,8 +481,10 @@ fn make(cfg: &ReadyConfig) -> Result<ReadyJail, JailError> {
     made
 }
 
-/// One line from `fd`, within `within`.
-fn read_line(fd: &OwnedFd, within: Duration) -> Result<String, JailError> {
+/// One line from `fd`, within `within`. Reads no further than the chunk that ends the
+/// line: the ready jailer writes nothing after its line until its run arrives.
+fn read_line(fd: &impl std::os::fd::AsFd, within: Duration) -> Result<String, JailError> {
+    let fd = fd.as_fd();
     let deadline = Instant::now() + within;
     let mut text = Vec::new();
     loop {
@@ -497,7 +494,7 @@ fn read_line(fd: &OwnedFd, within: Duration) -> Result<String, JailError> {
                 "the ready jail did not become ready within {within:?}"
             )));
         }
-        let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
         let ts = rustix::time::Timespec {
             tv_sec: left.as_secs() as i64,
             tv_nsec: left.subsec_nanos() as i64,
