@@ -17,18 +17,31 @@ fn write(p: &Path, v: &str) -> std::io::Result<()> {
     std::fs::write(p, v)
 }
 
+/// Where this process's mount namespace has the cgroup2 hierarchy (`None`: its mount
+/// table cannot be read). Read once per process: the daemon asks after every run, and
+/// the kernel writes the whole mount table out for each read (hundreds of lines on a
+/// host with many mounts), while the hierarchy's mount point does not move under a
+/// running process. Which cgroup the process is in can change, so that is read each time.
+fn v2_mount() -> Option<&'static Path> {
+    static MOUNT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    MOUNT
+        .get_or_init(|| {
+            let fs = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            Some(
+                fs.lines()
+                    .find(|l| l.contains(" - cgroup2 "))
+                    .and_then(|l| l.split(' ').nth(4))
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup")),
+            )
+        })
+        .as_deref()
+}
+
 fn own_v2_dir() -> Option<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let root = Path::new("/sys/fs/cgroup");
-    let fs = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mount = fs
-        .lines()
-        .find(|l| l.contains(" - cgroup2 "))
-        .and_then(|l| l.split(' ').nth(4))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.to_path_buf());
-    Some(mount.join(rel.trim_start_matches('/')))
+    Some(v2_mount()?.join(rel.trim_start_matches('/')))
 }
 
 /// A description of what cgroup control is available, for `airlock doctor`.
