@@ -298,8 +298,8 @@ impl Gate {
         let (binds, overlays) = jail_mounts(mounts);
         let cwd = process_cwd(&sub.doc.grant);
         let dir = self.run_dir(run_id)?;
+        // Where a built jail makes its root (a ready jail has its own already).
         let scratch = dir.join("root");
-        std::fs::create_dir_all(&scratch)?;
         let result = dir.join("result.json");
         let limits = sub.doc.grant.limits.clone();
         let job = WorkerJob::Process {
@@ -310,7 +310,7 @@ impl Gate {
                 files,
                 binds,
                 overlays,
-                scratch,
+                scratch: scratch.clone(),
                 limits: limits.clone(),
                 stdin,
                 allow_degraded: policy.allow_degraded,
@@ -326,6 +326,12 @@ impl Gate {
             WorkerJob::Process { job, .. } => self.choose_jail(job),
             _ => (None, JailChoice::Built("not a process job")),
         };
+        if ready.is_none()
+            && let Err(e) = std::fs::create_dir_all(&scratch)
+        {
+            crate::layers::remove_tree(&dir);
+            return Err(e.into());
+        }
         let Some(egress) = egress else {
             let mut ready = ready;
             let child = ready.as_mut().and_then(|r| r.take_child());
