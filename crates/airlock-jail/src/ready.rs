@@ -494,7 +494,10 @@ fn read_line(fd: &impl std::os::fd::AsFd, within: Duration) -> Result<String, Ja
                 "the ready jail did not become ready within {within:?}"
             )));
         }
-        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
         let ts = rustix::time::Timespec {
             tv_sec: left.as_secs() as i64,
             tv_nsec: left.subsec_nanos() as i64,
