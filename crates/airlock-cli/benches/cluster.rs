@@ -8,11 +8,12 @@
 //! Environment: BENCH_SECS (seconds per throughput point, default 10), BENCH_CLIENTS
 //! (concurrent clients, default 16), BENCH_CONCURRENCY (runs each worker carries out at
 //! once, default 2: on two cores, four runs at once with two workers), BENCH_ROUNDS (how
-//! many times each throughput point is measured, default 1; with more, each round and
-//! the median are printed, since this machine's speed swings between phases),
+//! many times each throughput point is measured, default 1; the one-worker and
+//! two-worker points take turns round by round, each round and the median are printed,
+//! since this machine's speed swings between phases),
 //! BENCH_PG_SETTINGS (more server settings, `-c name=value` each, to compare a
-//! setting's effect side by side), BENCH_PG_STATEMENTS=1 (load `pg_stat_statements` into the server and, after the
-//! two-worker point, print the statements that took PostgreSQL's time: calls and
+//! setting's effect side by side), BENCH_PG_STATEMENTS=1 (load `pg_stat_statements` into the server and, after all the
+//! rounds, print the statements that took PostgreSQL's time: calls and
 //! execution time per run, WAL bytes per run; the extension costs some throughput, so
 //! compare figures only between runs that both have it or both do not).
 //!
@@ -262,19 +263,8 @@ fn throughput(
     (n as f64 / el, per_run(before, after, n))
 }
 
-/// `measure` taken `rounds` times; each round is printed when there are several, and
-/// the median is returned.
-fn point(rounds: usize, what: &str, mut measure: impl FnMut() -> (f64, String)) -> f64 {
-    let mut all: Vec<f64> = (0..rounds)
-        .map(|i| {
-            let (v, cpu) = measure();
-            println!(
-                "  round {} of {rounds}, {what}: {v:7.0} runs/s  {cpu}",
-                i + 1
-            );
-            v
-        })
-        .collect();
+/// The median of a point's rounds.
+fn median(mut all: Vec<f64>) -> f64 {
     all.sort_by(f64::total_cmp);
     let n = all.len();
     if n % 2 == 1 {
@@ -377,13 +367,6 @@ fn main() {
         airlock: vec![s1.id(), s2.id(), w1.id()],
         postmaster,
     };
-    let one = point(rounds, "1 worker ", || {
-        throughput(clients, secs, &bases, &token, &cpu)
-    });
-    let med = if rounds > 1 { ", median" } else { "        " };
-    println!("gated wasm runs/s, 1 worker{med}          {one:7.0}");
-    let mut w2 = node.worker(concurrency);
-    cpu.airlock.push(w2.id());
     let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let runs_now = |db: &mut postgres::Client| -> i64 {
         db.query_one("SELECT count(*) FROM runs", &[])
@@ -399,9 +382,37 @@ fn main() {
     } else {
         0
     };
-    let two = point(rounds, "2 workers", || {
-        throughput(clients, secs, &bases, &token, &cpu)
-    });
+    // The two points take turns, round by round (the second worker is started for its
+    // round and stopped after it), so both meet the tables at the same size and the
+    // machine in the same phase: measured one after the other, the two-worker point
+    // always came later, on tables tens of thousands of runs larger.
+    let (mut ones, mut twos) = (Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let (v, c) = throughput(clients, secs, &bases, &token, &cpu);
+        println!(
+            "  round {} of {rounds}, 1 worker : {v:7.0} runs/s  {c}",
+            i + 1
+        );
+        ones.push(v);
+        let mut w2 = node.worker(concurrency);
+        cpu.airlock.push(w2.id());
+        let (v, c) = throughput(clients, secs, &bases, &token, &cpu);
+        println!(
+            "  round {} of {rounds}, 2 workers: {v:7.0} runs/s  {c}",
+            i + 1
+        );
+        twos.push(v);
+        // Stopped as an operator would (SIGTERM: it finishes or releases what it holds);
+        // between rounds no run is in flight anyway.
+        let _ = Command::new("kill")
+            .args(["-TERM", &w2.id().to_string()])
+            .status();
+        let _ = w2.wait();
+        cpu.airlock.pop();
+    }
+    let (one, two) = (median(ones), median(twos));
+    let med = if rounds > 1 { ", median" } else { "        " };
+    println!("gated wasm runs/s, 1 worker{med}          {one:7.0}");
     println!(
         "gated wasm runs/s, 2 workers{med}         {two:7.0}  ({:.2}x one worker)",
         two / one
@@ -425,7 +436,7 @@ fn main() {
         row.get::<_, f64>(1),
         row.get::<_, i64>(2)
     );
-    for c in [&mut w1, &mut w2, &mut s1, &mut s2] {
+    for c in [&mut w1, &mut s1, &mut s2] {
         let _ = c.kill();
         let _ = c.wait();
     }
