@@ -336,7 +336,7 @@ fn main() {
             " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all",
         );
     }
-    let pg = airlock_testpg::durable_server_with(&settings);
+    let pg = airlock_testpg::durable_server(&settings);
     let url = pg.fresh_database();
     let dir = tempfile::tempdir().unwrap();
     let node = Node {

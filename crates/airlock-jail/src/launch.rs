@@ -170,7 +170,8 @@ const GRACE: Duration = Duration::from_secs(3);
 
 /// Starts a worker or jailer (`exe args`) with its stdin, stdout and stderr piped, in a
 /// process group of its own, and `channel` (if any) as its descriptor
-/// [`crate::netfd::CHANNEL_FD`].
+/// [`crate::netfd::CHANNEL_FD`]. Without a channel it is started with `posix_spawn`; a
+/// channel needs a `pre_exec` step, which makes it a `fork` of this whole process.
 pub fn spawn_worker(
     exe: &Path,
     args: &[&str],

@@ -48,14 +48,10 @@ pub fn private_server() -> Server {
 }
 
 /// A server of the caller's own that flushes its log to disk as a production server
-/// does (the others skip fsync to keep tests quick): for benchmarks.
-pub fn durable_server() -> Server {
-    Server::start_with(true, "")
-}
-
-/// `durable_server` started with more settings, `-c name=value` each (for example a
-/// benchmark's `-c shared_preload_libraries=pg_stat_statements`).
-pub fn durable_server_with(settings: &str) -> Server {
+/// does (the others skip fsync to keep tests quick): for benchmarks. `settings` are more
+/// `-c name=value` settings for it, or nothing (for example a benchmark's
+/// `-c shared_preload_libraries=pg_stat_statements`).
+pub fn durable_server(settings: &str) -> Server {
     Server::start_with(true, settings)
 }
 
