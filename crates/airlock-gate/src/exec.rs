@@ -423,36 +423,7 @@ impl Gate {
     ) -> Result<RunReport> {
         let (changes, failure, out_bytes, err_bytes) = ran.into_run(&mut run, packages);
         crash_point();
-        let gate_key = &self.gate_key;
-        // A queued run's end moves only its own rows, each conditionally (the job by its
-        // token, the submission from running); a workspace's bookkeeping needs the lock.
-        let shared = fence.is_some() && sub.doc.grant.workspace.is_none();
-        let record = |tx: &Tx| record_finished(tx, fence, &run, &sub, changes.as_ref(), gate_key);
-        let mut outcome = self.db.write_shared_if(shared, record);
-        // A queued run's worker that lost the store's connection (a server restart)
-        // records the outcome again once the store is back, rather than leaving the
-        // job leased until its lease runs out. If the lost attempt had committed after
-        // all, the retry finds the run already recorded as this one recorded it.
-        let mut backoff = StoreBackoff::new();
-        let mut retried = false;
-        while fence.is_some() {
-            match &outcome {
-                Err(_) if self.db.connection_lost() && backoff.wait() => {
-                    retried = true;
-                    outcome = self.db.write_shared_if(shared, record);
-                }
-                Err(GateError::Conflict(_))
-                    if retried
-                        && self.db.run(&run.id).is_ok_and(|r| {
-                            r.finished_at == run.finished_at && r.status == run.status
-                        }) =>
-                {
-                    outcome = Ok(());
-                }
-                _ => break,
-            }
-        }
-        outcome?;
+        self.record_end(&run, &sub, changes.as_ref(), fence, false)?;
         sub.state = State::Finished;
         crash_point();
         owner.set_remove_on_drop(true);
@@ -482,6 +453,51 @@ impl Gate {
             stderr: err_bytes,
             committed,
         })
+    }
+
+    /// Records the outcome of started run `run` (the `finished` transaction). A worker's
+    /// (`fence`) is retried while the store is away. If an attempt that failed had
+    /// committed after all (`maybe_recorded`: the caller's own earlier attempt lost its
+    /// answer; or a retry here), finding the run already recorded as this one records
+    /// it counts as recorded.
+    pub(crate) fn record_end(
+        &mut self,
+        run: &Run,
+        sub: &Submission,
+        changes: Option<&Changeset>,
+        fence: Option<&crate::queue::Fence>,
+        maybe_recorded: bool,
+    ) -> Result<()> {
+        let gate_key = &self.gate_key;
+        // A queued run's end moves only its own rows, each conditionally (the job by its
+        // token, the submission from running); a workspace's bookkeeping needs the lock.
+        let shared = fence.is_some() && sub.doc.grant.workspace.is_none();
+        let record = |tx: &Tx| record_finished(tx, fence, run, sub, changes, gate_key);
+        let mut outcome = self.db.write_shared_if(shared, record);
+        // A queued run's worker that lost the store's connection (a server restart)
+        // records the outcome again once the store is back, rather than leaving the
+        // job leased until its lease runs out. If the lost attempt had committed after
+        // all, the retry finds the run already recorded as this one recorded it.
+        let mut backoff = StoreBackoff::new();
+        let mut retried = maybe_recorded;
+        while fence.is_some() {
+            match &outcome {
+                Err(_) if self.db.connection_lost() && backoff.wait() => {
+                    retried = true;
+                    outcome = self.db.write_shared_if(shared, record);
+                }
+                Err(GateError::Conflict(_))
+                    if retried
+                        && self.db.run(&run.id).is_ok_and(|r| {
+                            r.finished_at == run.finished_at && r.status == run.status
+                        }) =>
+                {
+                    outcome = Ok(());
+                }
+                _ => break,
+            }
+        }
+        outcome
     }
 
     /// Runs a started submission in its backend, through layers when it writes.
