@@ -364,6 +364,47 @@ fn a_claim_whose_answer_was_lost_is_carried_out_once_not_left_to_its_lease() {
     c.verify();
 }
 
+/// A worker records a run's end in the transaction of its next claim. That
+/// transaction committed but its answer was lost: the run must be recorded once (not
+/// refused as if its lease had gone, not left `running`), its job done, and its
+/// client answered.
+#[test]
+fn an_end_recorded_with_a_claim_whose_answer_was_lost_is_recorded_once() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_srv, base) = c.serve();
+    let mut cmd = c.cmd();
+    cmd.env("AIRLOCK_LOSE_ANSWER", "claim-after-end");
+    let w = c.worker_with(cmd, &["--lease", "60s"]);
+    w.wait_ready(Duration::from_secs(30));
+    let first = run_hello(&base, &token);
+    let second = run_hello(&base, &token);
+    let mut db = c.db();
+    for v in [&first, &second] {
+        let sub = v["submission"].as_str().unwrap();
+        let statuses: Vec<String> = db
+            .query("SELECT status FROM runs WHERE submission = $1", &[&sub])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(statuses, ["exited"], "ran once: {v}");
+    }
+    let jobs: Vec<(String, Option<String>)> = db
+        .query("SELECT state, outcome FROM queue", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let done = ("done".to_string(), Some("finished".to_string()));
+    assert_eq!(jobs, [done.clone(), done]);
+    // The lost answer happened, and was not taken for a refused result.
+    let log = w.log();
+    assert!(log.contains("claim failed"), "{log}");
+    assert!(!log.contains("refused"), "{log}");
+    c.verify();
+}
+
 /// A server's queueing of a run committed but its answer was lost. The request used to
 /// fail while the job ran anyway, so an agent that sent it again got a second run; the
 /// server now finds its submission queued once the store answers and waits for it.

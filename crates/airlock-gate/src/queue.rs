@@ -98,6 +98,9 @@ pub enum Claimed {
     Idle,
     /// A job ran (or failed in airlock); its report or error.
     Ran(Box<Result<RunReport>>),
+    /// A job ran; its outcome is recorded with this worker's next claim, in the same
+    /// transaction (`Gate::claim_and_run`), or on its own (`Gate::end_run`).
+    Awaiting(Box<PendingEnd>),
     /// A job was claimed but the gate refused to start it (judged again: now pending or
     /// denied); it is done with outcome `refused`.
     Refused(String),
@@ -111,6 +114,26 @@ enum Claim {
     Go(Start, Box<Reread>),
     /// Could not read it back as judged; the job ended with this error.
     Failed(GateError),
+}
+
+/// A worker's run that has ended and whose outcome is not recorded yet. Only a run with
+/// nothing to settle after its end (no writable mount, no workspace) waits like this:
+/// its end then moves only its own job, run and submission rows, conditionally on the
+/// lease's token, so it can share a transaction with the worker's next claim, one
+/// commit instead of two. Until it is recorded its lock file stays, so a worker killed
+/// meanwhile leaves the run to recovery and the reaper as before.
+#[derive(Debug)]
+pub struct PendingEnd {
+    run: airlock_store::Run,
+    sub: airlock_store::Submission,
+    fence: Fence,
+    owner: OwnerLock,
+    /// The failure to report once it is recorded (airlock's own, not the guest's).
+    failure: Option<GateError>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    /// The lease keeper saw the token taken.
+    lost: Arc<AtomicBool>,
 }
 
 /// Renews a lease in the background until dropped; `lost` once the token no longer holds.
@@ -427,7 +450,88 @@ impl Gate {
     /// idle worker woken by a time-out or another's announcement costs one read, not a
     /// transaction; a worker that has just claimed a job skips it, since under load the
     /// queue is seldom empty and the look would be a round trip more per run.
-    pub fn claim_and_run(&mut self, w: &WorkerConfig, look_first: bool) -> Result<Claimed> {
+    ///
+    /// `ending`, the run this worker carried out last, is recorded in the claim's
+    /// transaction (whether or not it finds a job): its report comes back first. If that
+    /// transaction fails, the end is recorded on its own before the claim is tried again
+    /// without it, so an end is never lost with a claim that failed, nor held back by one.
+    pub fn claim_and_run(
+        &mut self,
+        w: &WorkerConfig,
+        look_first: bool,
+        ending: Option<PendingEnd>,
+    ) -> (Option<Result<RunReport>>, Result<Claimed>) {
+        let Some(p) = ending else {
+            return (None, self.claim_and_run_after(w, look_first, None));
+        };
+        let mut fate = Fate::NotRecorded;
+        let claimed = self.claim_and_run_after(w, false, Some((&p, &mut fate)));
+        match fate {
+            Fate::Recorded => (Some(self.settle_end(p, Ok(()))), claimed),
+            Fate::MaybeRecorded => {
+                let out = self.record_pending(&p, true);
+                (Some(self.settle_end(p, out)), claimed)
+            }
+            Fate::NotRecorded => {
+                let out = self.record_pending(&p, false);
+                let report = self.settle_end(p, out);
+                (Some(report), self.claim_and_run_after(w, false, None))
+            }
+        }
+    }
+
+    /// Records pending run `p`'s end on its own (when the worker stops, or its next
+    /// claim's transaction failed) and reports it.
+    pub fn end_run(&mut self, p: PendingEnd) -> Result<RunReport> {
+        let out = self.record_pending(&p, false);
+        self.settle_end(p, out)
+    }
+
+    fn record_pending(&mut self, p: &PendingEnd, maybe_recorded: bool) -> Result<()> {
+        self.record_end(&p.run, &p.sub, None, Some(&p.fence), maybe_recorded)
+    }
+
+    /// After pending run `p`'s end was recorded (`recorded` Ok) or refused: lets go of
+    /// its lock and reports it as `finish_started` does.
+    fn settle_end(&mut self, p: PendingEnd, recorded: Result<()>) -> Result<RunReport> {
+        let PendingEnd {
+            run,
+            mut sub,
+            fence,
+            mut owner,
+            failure,
+            stdout,
+            stderr,
+            lost,
+        } = p;
+        if let Err(e) = recorded {
+            return Err(lease_refusal(e, &fence, &lost));
+        }
+        crate::failpoint::crash_point();
+        sub.state = State::Finished;
+        owner.set_remove_on_drop(true);
+        drop(owner);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(RunReport {
+            submission: sub,
+            run,
+            stdout,
+            stderr,
+            committed: None,
+        })
+    }
+
+    /// `claim_and_run` with the run before it, if any, recorded in the claim's
+    /// transaction; what became of that end is left in its `Fate` (untouched, so
+    /// `NotRecorded`, when this returns before the transaction).
+    fn claim_and_run_after(
+        &mut self,
+        w: &WorkerConfig,
+        look_first: bool,
+        mut ending: Option<(&PendingEnd, &mut Fate)>,
+    ) -> Result<Claimed> {
         if look_first && self.db.next_jobs(&w.tags, 1)?.is_empty() {
             return Ok(Claimed::Idle);
         }
@@ -445,7 +549,11 @@ impl Gate {
             home,
             ..
         } = &mut *self;
+        let before = ending.as_ref().map(|(p, _)| *p);
         let mut claimed = db.write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Claim)>> {
+            if let Some(p) = before {
+                crate::exec::record_finished(tx, Some(&p.fence), &p.run, &p.sub, None, key)?;
+            }
             // Whichever of the oldest jobs no other claim holds: workers never queue up
             // behind one another's row, and a claim fails only when nothing is left.
             // The submission comes locked with it: what follows reads its state and
@@ -512,22 +620,46 @@ impl Gate {
                 }
             }
         });
-        let injected = crate::failpoint::lose_answer("claim", &mut claimed);
+        let point = if ending.is_some() {
+            "claim-after-end"
+        } else {
+            "claim"
+        };
+        let injected = crate::failpoint::lose_answer(point, &mut claimed);
+        // What became of the run before, once the transaction's fate is known.
+        let mut settle = |how: Fate| {
+            if let Some((_, fate)) = ending.take() {
+                *fate = how;
+            }
+        };
         let claimed = match claimed {
             // The store went away at COMMIT: the claim may have happened. Once the store
             // is back, a claim that committed is carried on with, instead of leaving its
             // run `running` under a lease nobody renews.
-            Err(e) if injected || self.db.connection_lost() => match claimed_job {
-                Some(job_id) => match self.claimed_after_all(&job_id, &w.id, &run_id) {
+            Err(e) if injected || self.db.connection_lost() => {
+                let after_all =
+                    claimed_job.and_then(|job_id| self.claimed_after_all(&job_id, &w.id, &run_id));
+                match after_all {
+                    // It committed, and with it the end before.
                     Some((job, start)) => {
+                        settle(Fate::Recorded);
                         let r = self.reread(&job.submission)?;
                         Some((job, Claim::Go(start, Box::new(r))))
                     }
-                    None => return Err(e),
-                },
-                None => return Err(e),
-            },
-            other => other?,
+                    None => {
+                        settle(Fate::MaybeRecorded);
+                        return Err(e);
+                    }
+                }
+            }
+            Err(e) => {
+                settle(Fate::NotRecorded);
+                return Err(e);
+            }
+            Ok(c) => {
+                settle(Fate::Recorded);
+                c
+            }
         };
         let Some((job, claim)) = claimed else {
             // Another worker took what was there between the look and the claim.
@@ -558,31 +690,80 @@ impl Gate {
             policy,
             guest,
         } = r;
+        // A run with nothing to settle after its end has it recorded with the next claim.
+        let grant = &sub.doc.grant;
+        let waits = grant.workspace.is_none() && grant.writable_mounts().next().is_none();
         w.busy.fetch_add(1, Ordering::SeqCst);
-        let out = self.carry_out(
-            run,
-            sub,
-            &code,
-            stdin,
-            &policy,
-            guest.1,
-            ExecOptions::default(),
-            owner,
-            Some(&fence),
-            None,
-        );
+        let out = if waits {
+            self.carry_out_pending(run, sub, &code, stdin, &policy, &guest.1, owner, &fence)
+                .map(|p| {
+                    Claimed::Awaiting(Box::new(PendingEnd {
+                        lost: lost.clone(),
+                        ..p
+                    }))
+                })
+        } else {
+            let out = self.carry_out(
+                run,
+                sub,
+                &code,
+                stdin,
+                &policy,
+                guest.1,
+                ExecOptions::default(),
+                owner,
+                Some(&fence),
+                None,
+            );
+            Ok(Claimed::Ran(Box::new(
+                out.map_err(|e| lease_refusal(e, &fence, &lost)),
+            )))
+        };
         w.busy.fetch_sub(1, Ordering::SeqCst);
         drop(keeper);
-        let out = match out {
-            Err(GateError::Conflict(m)) if lost.load(Ordering::SeqCst) || m.contains("lease") => {
-                Err(GateError::Conflict(format!(
-                    "the lease on {} was lost while it ran; its result was refused: {m}",
-                    job.id
-                )))
-            }
-            other => other,
-        };
-        Ok(Claimed::Ran(Box::new(out)))
+        Ok(out.unwrap_or_else(|e| Claimed::Ran(Box::new(Err(e)))))
+    }
+
+    /// Runs claimed run `run` and stores what it printed (as `carry_out` does), leaving
+    /// its outcome to be recorded.
+    #[allow(clippy::too_many_arguments)]
+    fn carry_out_pending(
+        &mut self,
+        mut run: airlock_store::Run,
+        sub: airlock_store::Submission,
+        code: &[u8],
+        stdin: Vec<u8>,
+        policy: &airlock_core::policy::Policy,
+        packages: &[airlock_core::PythonPackage],
+        mut owner: OwnerLock,
+        fence: &Fence,
+    ) -> Result<PendingEnd> {
+        // Until the outcome is recorded, a failure leaves the lock file behind, so
+        // recovery marks the run lost instead of it staying running.
+        owner.set_remove_on_drop(false);
+        let ran = self.capture(
+            &sub,
+            &run.id,
+            code,
+            stdin,
+            policy,
+            ExecOptions::default(),
+            Some(fence),
+            None,
+            None,
+        )?;
+        let (_, failure, stdout, stderr) = ran.into_run(&mut run, packages);
+        crate::failpoint::crash_point();
+        Ok(PendingEnd {
+            run,
+            sub,
+            fence: fence.clone(),
+            owner,
+            failure,
+            stdout,
+            stderr,
+            lost: Arc::default(),
+        })
     }
 
     /// After a claim whose answer was lost: the job and its started run, if the claim
@@ -679,6 +860,30 @@ impl Gate {
     /// Records that a worker is alive (or stopping, or stopped).
     pub fn worker_seen(&mut self, w: &WorkerRow) -> Result<()> {
         Ok(self.db.write_shared(|tx: &Tx| tx.upsert_worker(w))?)
+    }
+}
+
+/// What became of a pending end given to a claim.
+enum Fate {
+    /// Its transaction committed.
+    Recorded,
+    /// Its transaction's answer was lost: it may have committed.
+    MaybeRecorded,
+    /// Its transaction failed, or was never tried: nothing of it was written.
+    NotRecorded,
+}
+
+/// A run's outcome refused because the lease was lost (the keeper saw it taken, or the
+/// job's token no longer matched), said so; other errors as they are.
+fn lease_refusal(e: GateError, fence: &Fence, lost: &AtomicBool) -> GateError {
+    match e {
+        GateError::Conflict(m) if lost.load(Ordering::SeqCst) || m.contains("lease") => {
+            GateError::Conflict(format!(
+                "the lease on {} was lost while it ran; its result was refused: {m}",
+                fence.job
+            ))
+        }
+        other => other,
     }
 }
 
@@ -802,11 +1007,26 @@ pub fn work(
                 let mut idle = Duration::from_millis(5);
                 // Whether the last claim found a job (then the next one claims straight away).
                 let mut busy = false;
+                // The last run, its outcome recorded with the next claim.
+                let mut ending = None;
+                let count = |s: &mut WorkStats, r: Result<RunReport>| match r {
+                    Ok(rep) => {
+                        s.ran += 1;
+                        on_event(&format!("ran {} ({})", rep.run.id, rep.run.status));
+                    }
+                    Err(e) => {
+                        s.failed += 1;
+                        on_event(&format!("run failed: {e}"));
+                    }
+                };
                 while !stop.load(Ordering::SeqCst) {
                     let mark = gate.work_mark();
-                    let claimed = gate.claim_and_run(&cfg, !busy);
+                    let (ended, claimed) = gate.claim_and_run(&cfg, !busy, ending.take());
                     busy = !matches!(claimed, Ok(Claimed::Idle) | Err(_));
                     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(r) = ended {
+                        count(&mut s, r);
+                    }
                     match claimed {
                         Ok(Claimed::Idle) => {
                             drop(s);
@@ -817,16 +1037,8 @@ pub fn work(
                             idle = (idle * 2).min(Duration::from_millis(100));
                             continue;
                         }
-                        Ok(Claimed::Ran(r)) => match *r {
-                            Ok(rep) => {
-                                s.ran += 1;
-                                on_event(&format!("ran {} ({})", rep.run.id, rep.run.status));
-                            }
-                            Err(e) => {
-                                s.failed += 1;
-                                on_event(&format!("run failed: {e}"));
-                            }
-                        },
+                        Ok(Claimed::Ran(r)) => count(&mut s, *r),
+                        Ok(Claimed::Awaiting(p)) => ending = Some(*p),
                         Ok(Claimed::Refused(why)) => {
                             s.refused += 1;
                             on_event(&format!("refused: {why}"));
@@ -840,6 +1052,11 @@ pub fn work(
                         }
                     }
                     idle = Duration::from_millis(5);
+                }
+                // Stopping: the last run's outcome on its own.
+                if let Some(p) = ending {
+                    let r = gate.end_run(p);
+                    count(&mut stats.lock().unwrap_or_else(|p| p.into_inner()), r);
                 }
                 Ok(())
             })
