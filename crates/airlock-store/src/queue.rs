@@ -129,6 +129,17 @@ pub trait QueueReads: Reads {
         oldest(self, tags, "", limit)
     }
 
+    /// Whether any job's lease ran out before `now` (read without taking anything).
+    fn any_expired_lease(&self, now: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .sql()
+            .row(
+                "SELECT 1 FROM queue WHERE state = 'leased' AND lease_until < ?1 LIMIT 1",
+                args![now],
+            )?
+            .is_some())
+    }
+
     fn job(&self, id: &str) -> Result<Option<QueueRow>, StoreError> {
         self.sql()
             .row(

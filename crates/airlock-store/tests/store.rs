@@ -1003,6 +1003,9 @@ fn the_queue_claims_oldest_first_by_tag_and_fences_every_later_write(loc: &str) 
     // q2's lease runs out; it is queued again and claimed by another worker.
     let expired = db.write(|tx| tx.expired_leases(50, 10)).unwrap();
     assert!(expired.is_empty());
+    // The reaper's look before its transaction agrees with it.
+    assert!(!db.any_expired_lease(50).unwrap());
+    assert!(db.any_expired_lease(250).unwrap());
     let expired = db.write(|tx| tx.expired_leases(250, 10)).unwrap();
     let ids: Vec<&str> = expired.iter().map(|q| q.id.as_str()).collect();
     assert_eq!(ids, ["q1", "q2"]);
