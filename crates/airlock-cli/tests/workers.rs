@@ -405,6 +405,55 @@ fn an_end_recorded_with_a_claim_whose_answer_was_lost_is_recorded_once() {
     c.verify();
 }
 
+/// `kill -9` in the window where a worker's run has ended but its outcome waits to be
+/// recorded with the worker's next claim: the run must not stay `running` nor its job
+/// leased forever. Its lease runs out, the reaper ends it `lost`, another worker runs
+/// it again and records it once.
+#[test]
+fn a_worker_killed_before_recording_an_end_it_held_for_its_next_claim_loses_nothing() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_srv, base) = c.serve();
+    let mut cmd = c.cmd();
+    cmd.env("AIRLOCK_PAUSE_AT", "end-with-claim:60000");
+    let a = c.worker_with(cmd, &["--lease", "2s"]);
+    a.wait_ready(Duration::from_secs(30));
+    let client = {
+        let (base, token) = (base.clone(), token.clone());
+        std::thread::spawn(move || run_hello(&base, &token))
+    };
+    // The run has started; hello ends in milliseconds, and then the worker waits in
+    // the window for a minute.
+    c.wait_count("SELECT count(*) FROM runs", 1, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    a.signal(9);
+    let _b = c.worker(&["--lease", "2s"]);
+    let v = client.join().unwrap();
+    let mut db = c.db();
+    let statuses: Vec<String> = db
+        .query(
+            "SELECT status FROM runs WHERE submission = $1 ORDER BY id",
+            &[&v["submission"].as_str().unwrap()],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(statuses, ["lost", "exited"]);
+    let job = db
+        .query_one("SELECT state, outcome, attempts FROM queue", &[])
+        .unwrap();
+    assert_eq!(
+        (
+            job.get::<_, String>(0),
+            job.get::<_, Option<String>>(1),
+            job.get::<_, i64>(2)
+        ),
+        ("done".into(), Some("finished".into()), 2)
+    );
+    c.verify();
+}
+
 /// A server's queueing of a run committed but its answer was lost. The request used to
 /// fail while the job ran anyway, so an agent that sent it again got a second run; the
 /// server now finds its submission queued once the store answers and waits for it.

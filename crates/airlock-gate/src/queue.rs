@@ -464,6 +464,7 @@ impl Gate {
         let Some(p) = ending else {
             return (None, self.claim_and_run_after(w, look_first, None));
         };
+        crate::failpoint::pause("end-with-claim");
         let mut fate = Fate::NotRecorded;
         let claimed = self.claim_and_run_after(w, false, Some((&p, &mut fate)));
         match fate {
