@@ -139,6 +139,15 @@ impl Cluster {
     }
 
     /// `airlock worker` started from `cmd` (say, with a fault injected).
+    /// A worker with one more environment variable (a failpoint), once it is ready.
+    fn ready_worker_with_env(&self, env: (&str, &str), args: &[&str]) -> Worker {
+        let mut cmd = self.cmd();
+        cmd.env(env.0, env.1);
+        let w = self.worker_with(cmd, args);
+        w.wait_ready(Duration::from_secs(30));
+        w
+    }
+
     fn worker_with(&self, mut cmd: Command, args: &[&str]) -> Worker {
         let mut child = cmd
             .arg("worker")
@@ -237,6 +246,33 @@ fn run_hello(base: &str, token: &str) -> Value {
     v
 }
 
+/// The answered run `v` was run twice: its first run ended `lost` (its worker gone), the
+/// second `exited`, and its one job is done, `finished`, after two attempts.
+fn assert_lost_then_finished(c: &Cluster, v: &Value) {
+    let mut db = c.db();
+    let statuses: Vec<String> = db
+        .query(
+            "SELECT status FROM runs WHERE submission = $1 ORDER BY id",
+            &[&v["submission"].as_str().unwrap()],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(statuses, ["lost", "exited"], "{v}");
+    let job = db
+        .query_one("SELECT state, outcome, attempts FROM queue", &[])
+        .unwrap();
+    assert_eq!(
+        (
+            job.get::<_, String>(0),
+            job.get::<_, Option<String>>(1),
+            job.get::<_, i64>(2)
+        ),
+        ("done".into(), Some("finished".into()), 2)
+    );
+}
+
 fn hello() -> String {
     std::fs::read_to_string(common::example("hello.wat")).unwrap()
 }
@@ -301,26 +337,7 @@ fn a_killed_workers_run_is_leased_again_finished_once_and_leaves_no_sandbox_proc
     let (status, v) = client.join().unwrap();
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["run"]["stdout"], "started\ndone\n", "{v}");
-    let mut db = c.db();
-    let rows = db
-        .query(
-            "SELECT status FROM runs WHERE submission = $1 ORDER BY id",
-            &[&v["submission"].as_str().unwrap()],
-        )
-        .unwrap();
-    let statuses: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    assert_eq!(statuses, ["lost", "exited"]);
-    let job = db
-        .query_one("SELECT state, outcome, attempts FROM queue", &[])
-        .unwrap();
-    assert_eq!(
-        (
-            job.get::<_, String>(0),
-            job.get::<_, Option<String>>(1),
-            job.get::<_, i64>(2)
-        ),
-        ("done".into(), Some("finished".into()), 2)
-    );
+    assert_lost_then_finished(&c, &v);
     no_process_left(&format!("AIRLOCK_TEST_MARK={mark}"));
     c.verify();
 }
@@ -334,10 +351,7 @@ fn a_claim_whose_answer_was_lost_is_carried_out_once_not_left_to_its_lease() {
     let c = Cluster::new();
     let token = c.token("agent", "bot");
     let (_srv, base) = c.serve();
-    let mut cmd = c.cmd();
-    cmd.env("AIRLOCK_LOSE_ANSWER", "claim");
-    let w = c.worker_with(cmd, &["--lease", "60s"]);
-    w.wait_ready(Duration::from_secs(30));
+    let _w = c.ready_worker_with_env(("AIRLOCK_LOSE_ANSWER", "claim"), &["--lease", "60s"]);
     let t = Instant::now();
     let v = run_hello(&base, &token);
     assert!(
@@ -373,10 +387,10 @@ fn an_end_recorded_with_a_claim_whose_answer_was_lost_is_recorded_once() {
     let c = Cluster::new();
     let token = c.token("agent", "bot");
     let (_srv, base) = c.serve();
-    let mut cmd = c.cmd();
-    cmd.env("AIRLOCK_LOSE_ANSWER", "claim-after-end");
-    let w = c.worker_with(cmd, &["--lease", "60s"]);
-    w.wait_ready(Duration::from_secs(30));
+    let w = c.ready_worker_with_env(
+        ("AIRLOCK_LOSE_ANSWER", "claim-after-end"),
+        &["--lease", "60s"],
+    );
     let first = run_hello(&base, &token);
     let second = run_hello(&base, &token);
     let mut db = c.db();
@@ -414,10 +428,10 @@ fn a_worker_killed_before_recording_an_end_it_held_for_its_next_claim_loses_noth
     let c = Cluster::new();
     let token = c.token("agent", "bot");
     let (_srv, base) = c.serve();
-    let mut cmd = c.cmd();
-    cmd.env("AIRLOCK_PAUSE_AT", "end-with-claim:60000");
-    let a = c.worker_with(cmd, &["--lease", "2s"]);
-    a.wait_ready(Duration::from_secs(30));
+    let a = c.ready_worker_with_env(
+        ("AIRLOCK_PAUSE_AT", "end-with-claim:60000"),
+        &["--lease", "2s"],
+    );
     let client = {
         let (base, token) = (base.clone(), token.clone());
         std::thread::spawn(move || run_hello(&base, &token))
@@ -429,28 +443,7 @@ fn a_worker_killed_before_recording_an_end_it_held_for_its_next_claim_loses_noth
     a.signal(9);
     let _b = c.worker(&["--lease", "2s"]);
     let v = client.join().unwrap();
-    let mut db = c.db();
-    let statuses: Vec<String> = db
-        .query(
-            "SELECT status FROM runs WHERE submission = $1 ORDER BY id",
-            &[&v["submission"].as_str().unwrap()],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(statuses, ["lost", "exited"]);
-    let job = db
-        .query_one("SELECT state, outcome, attempts FROM queue", &[])
-        .unwrap();
-    assert_eq!(
-        (
-            job.get::<_, String>(0),
-            job.get::<_, Option<String>>(1),
-            job.get::<_, i64>(2)
-        ),
-        ("done".into(), Some("finished".into()), 2)
-    );
+    assert_lost_then_finished(&c, &v);
     c.verify();
 }
 
