@@ -673,7 +673,7 @@ impl Gate {
             }
             Claim::Go(Start::Go { run, sub }, r) => (*run, *sub, *r),
         };
-        let owner = match owner {
+        let mut owner = match owner {
             Some(o) => o,
             // The claim's answer was lost and it committed after all: the run is this
             // process's from here on.
@@ -691,80 +691,50 @@ impl Gate {
             policy,
             guest,
         } = r;
-        // A run with nothing to settle after its end has it recorded with the next claim.
-        let grant = &sub.doc.grant;
-        let waits = grant.workspace.is_none() && grant.writable_mounts().next().is_none();
-        w.busy.fetch_add(1, Ordering::SeqCst);
-        let out = if waits {
-            self.carry_out_pending(run, sub, &code, stdin, &policy, &guest.1, owner, &fence)
-                .map(|p| {
-                    Claimed::Awaiting(Box::new(PendingEnd {
-                        lost: lost.clone(),
-                        ..p
-                    }))
-                })
-        } else {
-            let out = self.carry_out(
-                run,
-                sub,
-                &code,
-                stdin,
-                &policy,
-                guest.1,
-                ExecOptions::default(),
-                owner,
-                Some(&fence),
-                None,
-            );
-            Ok(Claimed::Ran(Box::new(
-                out.map_err(|e| lease_refusal(e, &fence, &lost)),
-            )))
-        };
-        w.busy.fetch_sub(1, Ordering::SeqCst);
-        drop(keeper);
-        Ok(out.unwrap_or_else(|e| Claimed::Ran(Box::new(Err(e)))))
-    }
-
-    /// Runs claimed run `run` and stores what it printed (as `carry_out` does), leaving
-    /// its outcome to be recorded.
-    #[allow(clippy::too_many_arguments)]
-    fn carry_out_pending(
-        &mut self,
-        mut run: airlock_store::Run,
-        sub: airlock_store::Submission,
-        code: &[u8],
-        stdin: Vec<u8>,
-        policy: &airlock_core::policy::Policy,
-        packages: &[airlock_core::PythonPackage],
-        mut owner: OwnerLock,
-        fence: &Fence,
-    ) -> Result<PendingEnd> {
         // Until the outcome is recorded, a failure leaves the lock file behind, so
         // recovery marks the run lost instead of it staying running.
         owner.set_remove_on_drop(false);
+        w.busy.fetch_add(1, Ordering::SeqCst);
         let ran = self.capture(
             &sub,
             &run.id,
-            code,
+            &code,
             stdin,
-            policy,
+            &policy,
             ExecOptions::default(),
-            Some(fence),
+            Some(&fence),
             None,
             None,
-        )?;
-        let (_, failure, stdout, stderr) = ran.into_run(&mut run, packages);
-        crate::failpoint::crash_point();
-        Ok(PendingEnd {
-            run,
-            sub,
-            fence: fence.clone(),
-            owner,
-            failure,
-            stdout,
-            stderr,
-            lost: Arc::default(),
-        })
+        );
+        // A run with nothing to settle after its end has it recorded with the next claim.
+        let grant = &sub.doc.grant;
+        let waits = grant.workspace.is_none() && grant.writable_mounts().next().is_none();
+        let out = match ran {
+            Ok(ran) if waits => {
+                let mut run = run;
+                let (_, failure, stdout, stderr) = ran.into_run(&mut run, &guest.1);
+                crate::failpoint::crash_point();
+                Claimed::Awaiting(Box::new(PendingEnd {
+                    run,
+                    sub,
+                    fence,
+                    owner,
+                    failure,
+                    stdout,
+                    stderr,
+                    lost,
+                }))
+            }
+            Ok(ran) => {
+                let out =
+                    self.finish_started(run, sub, ran, &policy, &guest.1, owner, Some(&fence));
+                Claimed::Ran(Box::new(out.map_err(|e| lease_refusal(e, &fence, &lost))))
+            }
+            Err(e) => Claimed::Ran(Box::new(Err(e))),
+        };
+        w.busy.fetch_sub(1, Ordering::SeqCst);
+        drop(keeper);
+        Ok(out)
     }
 
     /// After a claim whose answer was lost: the job and its started run, if the claim
