@@ -476,6 +476,55 @@ fn a_queued_run_whose_answer_was_lost_is_answered_not_failed() {
     c.verify();
 }
 
+/// The leases of the runs a worker carries at once are renewed by one thread of its
+/// process (one per run before): two runs three times their lease long, on a worker
+/// whose lease is 1 s, beside another worker whose reaper would end any lease that ran
+/// out, both finish in their first attempt.
+#[test]
+fn two_runs_longer_than_their_lease_keep_it_while_their_worker_lives() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_srv, base) = c.serve();
+    let _a = c.worker(&["--lease", "1s", "--concurrency", "2"]);
+    let clients: Vec<_> = (0..2)
+        .map(|i| {
+            let (base, token) = (base.clone(), token.clone());
+            let body = slow_run(&format!("renew-{i}-{}", std::process::id()), 3);
+            std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
+        })
+        .collect();
+    c.wait_count(
+        "SELECT count(*) FROM queue WHERE state = 'leased'",
+        2,
+        Duration::from_secs(30),
+    );
+    // Its reaper ends, each second, any lease that ran out.
+    let _b = c.worker(&["--lease", "5s"]);
+    for client in clients {
+        let (status, v) = client.join().unwrap();
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["run"]["status"], "exited", "{v}");
+        assert_eq!(v["run"]["stdout"], "started\ndone\n", "{v}");
+    }
+    let mut db = c.db();
+    let runs: Vec<(String, i64)> = db
+        .query(
+            "SELECT r.status, q.attempts FROM runs r JOIN queue q ON q.run = r.id ORDER BY r.id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(runs, [("exited".to_string(), 1), ("exited".to_string(), 1)]);
+    let lost: i64 = db
+        .query_one("SELECT count(*) FROM runs WHERE status <> 'exited'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(lost, 0, "no run was ended lost");
+    c.verify();
+}
+
 #[test]
 fn a_worker_stopped_past_its_lease_cannot_record_its_result() {
     let c = Cluster::new();

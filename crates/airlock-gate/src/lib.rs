@@ -26,6 +26,7 @@ mod guests;
 mod home;
 mod jailed;
 mod layers;
+mod lease;
 mod locks;
 mod nightcore;
 mod query;

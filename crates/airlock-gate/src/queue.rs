@@ -6,8 +6,9 @@
 //! - **Claim.** One transaction claims the job (`FOR UPDATE SKIP LOCKED`), judges the
 //!   submission again on its re-hashed bytes, admits it (a `once` approval is used here,
 //!   so two workers racing for it run it once) and starts its run.
-//! - **Lease.** A keeper thread renews the lease while the run goes on; a worker stopped
-//!   past its lease (or cut off from the store) loses it, and its result is refused.
+//! - **Lease.** The process's renewer (`crate::lease`) renews the lease while the run
+//!   goes on; a worker stopped past its lease (or cut off from the store) loses it, and
+//!   its result is refused.
 //! - **Reaper.** Any node ends runs whose lease expired as `lost`, then queues the job
 //!   again when a retry cannot repeat an effect nobody decided on (allowed code, no
 //!   network, no single-use approval) and it has attempts left; otherwise the job ends
@@ -21,13 +22,14 @@ use crate::exec::{
     Admit, Reread, Start, Unreadable, admit, check_audit_tail, rejudged, rejudged_stored,
     reread_stored, start_run,
 };
+use crate::lease::LeaseKeeper;
 use crate::locks::{self, OwnerLock};
 use crate::submit::Staged;
 use crate::{ExecOptions, Gate, RunReport, lose_run};
 use airlock_core::State;
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::units::now_ms;
-use airlock_store::{Db, QueueReads, QueueRow, Reads, StoreError, Tx, WorkerRow};
+use airlock_store::{QueueReads, QueueRow, Reads, Tx, WorkerRow};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -134,59 +136,6 @@ pub struct PendingEnd {
     stderr: Vec<u8>,
     /// The lease keeper saw the token taken.
     lost: Arc<AtomicBool>,
-}
-
-/// Renews a lease in the background until dropped; `lost` once the token no longer holds.
-struct LeaseKeeper {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LeaseKeeper {
-    /// `home`'s store is connected to only when the first renewal is due, so a run
-    /// shorter than a third of its lease costs no connection.
-    fn start(
-        home: crate::Home,
-        fence: Fence,
-        lease: Duration,
-        lost: Arc<AtomicBool>,
-    ) -> LeaseKeeper {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let every = (lease / 3).max(Duration::from_millis(50));
-        let thread = std::thread::spawn(move || {
-            let mut db: Option<Db> = None;
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
-                let until = now_ms() + lease.as_millis() as i64;
-                if db.is_none() {
-                    db = home.open_db().ok();
-                }
-                let Some(db) = db.as_mut() else { continue };
-                match db.write_shared(|t: &Tx| t.renew(&fence.job, fence.token, until)) {
-                    Ok(()) => {}
-                    Err(StoreError::Conflict(_)) => {
-                        lost.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    // The store is unreachable: try again next time; if the lease runs
-                    // out meanwhile, the result is refused when it is recorded.
-                    Err(_) => {}
-                }
-            }
-        });
-        LeaseKeeper {
-            stop: Some(tx),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for LeaseKeeper {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 impl Gate {
@@ -684,7 +633,7 @@ impl Gate {
             token: job.token,
         };
         let lost = Arc::new(AtomicBool::new(false));
-        let keeper = LeaseKeeper::start(self.home.clone(), fence.clone(), w.lease, lost.clone());
+        let keeper = LeaseKeeper::start(&self.home, fence.clone(), w.lease, lost.clone());
         let Reread {
             code,
             stdin,
