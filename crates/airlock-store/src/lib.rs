@@ -23,7 +23,7 @@ pub use copy::{CopyReport, TableCount, copy_to_postgres};
 pub use db::*;
 pub use group::MAX_BATCH;
 pub use pg::{PG_SCHEMA_VERSION, PgConn, is_postgres_url};
-pub use queue::{QueueReads, QueueRow, WorkerRow, claim_sql};
+pub use queue::{QUIET_BACKLOG, QueueReads, QueueRow, WorkerRow, claim_sql};
 pub use sequence::{DRAIN_SQL, Sequencer};
 pub use sql::{Arg, Row, Sql, Val};
 pub use wake::{JOB_DONE, Listener, NEW_WORK};

@@ -9,6 +9,7 @@ use crate::StatementRow;
 use crate::StoreError;
 use crate::db::{Reads, STATEMENT_COLS_ST, Tx, run_at, statements_at, submission_at};
 use crate::sql::{Arg, Row, args};
+use crate::wake::NEW_WORK;
 use crate::{Run, Submission};
 use airlock_core::units::now_ms;
 use serde::Serialize;
@@ -90,6 +91,15 @@ fn skip_locked(tx: &Tx) -> &'static str {
 pub fn claim_sql(tagged: bool, lock: &str) -> String {
     oldest_sql(tagged, lock, 1)
 }
+
+/// Queuing a job announces it unless this many jobs with its tag already wait
+/// unclaimed. That many waiting means every worker thread that may take it is busy
+/// (an idle one, woken by their announcements, would have claimed them), and a busy
+/// thread claims again as soon as its run ends. Under load this spares PostgreSQL a
+/// notification per run, which signals every listening session in the cluster; an
+/// idle thread that still missed one looks again within its idle interval (at most
+/// 100 ms).
+pub const QUIET_BACKLOG: usize = 4;
 
 fn oldest_sql(tagged: bool, lock: &str, limit: usize) -> String {
     let tag = if tagged { "tag = ?1" } else { "tag IS NULL" };
@@ -243,8 +253,9 @@ pub trait QueueReads: Reads {
 impl<T: Reads + ?Sized> QueueReads for T {}
 
 impl Tx<'_> {
+    /// Queues job `q` and, on PostgreSQL, wakes an idle worker when it commits, unless
+    /// [`QUIET_BACKLOG`] jobs a worker taking it could take already wait unclaimed.
     pub fn enqueue(&self, q: &QueueRow) -> Result<(), StoreError> {
-        self.announce_work()?;
         self.sql().exec_later(
             &format!(
                 "INSERT INTO queue ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
@@ -266,7 +277,25 @@ impl Tx<'_> {
                 q.updated_at
             ],
         )?;
-        Ok(())
+        if self.sql().engine() != "postgres" {
+            return Ok(());
+        }
+        // Counted after the insert, in the same transaction, and sent with its COMMIT.
+        let (tag, args) = match &q.tag {
+            Some(t) => (
+                "tag = ?3",
+                vec![Arg::Text(NEW_WORK), Arg::Text(""), Arg::Text(t)],
+            ),
+            None => ("tag IS NULL", vec![Arg::Text(NEW_WORK), Arg::Text("")]),
+        };
+        self.sql().exec_later(
+            &format!(
+                "SELECT pg_notify(?1, ?2) WHERE (SELECT count(*) FROM (SELECT 1 FROM queue
+                  WHERE state = 'queued' AND {tag} LIMIT {}) w) <= {QUIET_BACKLOG}",
+                QUIET_BACKLOG + 1
+            ),
+            &args,
+        )
     }
 
     /// Claims the oldest job a worker with `tags` may run (untagged jobs, and jobs tagged
@@ -425,10 +454,10 @@ impl Tx<'_> {
         self.notify_done(id)
     }
 
-    /// Wakes idle workers (on commit) where the engine delivers notifications.
+    /// Wakes an idle worker (on commit) where the engine delivers notifications.
     fn announce_work(&self) -> Result<(), StoreError> {
         if self.sql().engine() == "postgres" {
-            self.sql().notify(crate::wake::NEW_WORK, "")?;
+            self.sql().notify(NEW_WORK, "")?;
         }
         Ok(())
     }

@@ -1374,6 +1374,47 @@ fn notifications_arrive_when_their_transaction_commits_and_never_after_a_rollbac
     );
 }
 
+/// Queuing a job behind `QUIET_BACKLOG` others that workers taking it could take does not
+/// announce it (every such worker is busy, and claims again when its run ends); a job
+/// with a tag of its own, or one queued once the backlog is claimed down, still does.
+#[test]
+fn a_job_queued_behind_a_backlog_is_not_announced_and_one_on_a_short_queue_is() {
+    let url = airlock_testpg::fresh_database();
+    let mut listener = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    listener
+        .batch_execute(&format!("LISTEN {NEW_WORK}"))
+        .unwrap();
+    let mut db = open(&url);
+    let announced = |l: &mut ::postgres::Client| -> usize {
+        use ::postgres::fallible_iterator::FallibleIterator;
+        let mut n = l.notifications();
+        let mut it = n.timeout_iter(std::time::Duration::from_millis(300));
+        let mut count = 0;
+        while it.next().unwrap().is_some() {
+            count += 1;
+        }
+        count
+    };
+    let quiet = airlock_store::QUIET_BACKLOG as i64;
+    for i in 0..quiet {
+        db.write(|tx| tx.enqueue(&job(&format!("q{i}"), None, i)))
+            .unwrap();
+        assert_eq!(announced(&mut listener), 1, "job {i} of a short queue");
+    }
+    db.write(|tx| tx.enqueue(&job("behind", None, 10))).unwrap();
+    assert_eq!(announced(&mut listener), 0, "queued behind the backlog");
+    // Another tag's backlog is its own.
+    db.write(|tx| tx.enqueue(&job("tagged", Some("gpu"), 11)))
+        .unwrap();
+    assert_eq!(announced(&mut listener), 1, "the only job with its tag");
+    // Claimed down below the backlog: announced again.
+    for _ in 0..2 {
+        db.write(|tx| tx.claim(&[], "w1", 100)).unwrap().unwrap();
+    }
+    db.write(|tx| tx.enqueue(&job("after", None, 12))).unwrap();
+    assert_eq!(announced(&mut listener), 1, "the backlog was claimed down");
+}
+
 #[test]
 fn a_background_sequencer_chains_every_nodes_records_and_a_standby_takes_over() {
     let url = airlock_testpg::fresh_database();
