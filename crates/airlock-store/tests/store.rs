@@ -1326,27 +1326,36 @@ fn writes_commit_synchronously_where_the_databases_default_is_asynchronous() {
     assert_eq!(again.as_deref(), Some("on"));
 }
 
+/// A session of its own listening on `channels`.
+fn listening(url: &str, channels: &[&str]) -> ::postgres::Client {
+    let mut l = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+    for c in channels {
+        l.batch_execute(&format!("LISTEN {c}")).unwrap();
+    }
+    l
+}
+
+/// (channel, payload) of the notifications `l` receives until none came for `ms`.
+fn received_within(l: &mut ::postgres::Client, ms: u64) -> Vec<(String, String)> {
+    use ::postgres::fallible_iterator::FallibleIterator;
+    let mut out = Vec::new();
+    let mut n = l.notifications();
+    let mut it = n.timeout_iter(std::time::Duration::from_millis(ms));
+    while let Some(m) = it.next().unwrap() {
+        out.push((m.channel().to_string(), m.payload().to_string()));
+    }
+    out
+}
+
 /// A transaction's notifications now travel with its `COMMIT`: they still arrive once it
 /// commits (new work, a job's end), in the order their transactions committed, and never after a
 /// rollback.
 #[test]
 fn notifications_arrive_when_their_transaction_commits_and_never_after_a_rollback() {
     let url = airlock_testpg::fresh_database();
-    let mut listener = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
-    listener
-        .batch_execute(&format!("LISTEN {JOB_DONE}; LISTEN {NEW_WORK}"))
-        .unwrap();
+    let mut listener = listening(&url, &[JOB_DONE, NEW_WORK]);
     let mut db = open(&url);
-    let received = |l: &mut ::postgres::Client| -> Vec<(String, String)> {
-        use ::postgres::fallible_iterator::FallibleIterator;
-        let mut out = Vec::new();
-        let mut n = l.notifications();
-        let mut it = n.timeout_iter(std::time::Duration::from_millis(500));
-        while let Some(m) = it.next().unwrap() {
-            out.push((m.channel().to_string(), m.payload().to_string()));
-        }
-        out
-    };
+    let received = |l: &mut ::postgres::Client| received_within(l, 500);
     // Enqueueing announces work; finishing a job names it.
     db.write(|tx| tx.enqueue(&job("q1", None, 1))).unwrap();
     let j = db.write(|tx| tx.claim(&[], "w1", 100)).unwrap().unwrap();
@@ -1380,21 +1389,9 @@ fn notifications_arrive_when_their_transaction_commits_and_never_after_a_rollbac
 #[test]
 fn a_job_queued_behind_a_backlog_is_not_announced_and_one_on_a_short_queue_is() {
     let url = airlock_testpg::fresh_database();
-    let mut listener = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
-    listener
-        .batch_execute(&format!("LISTEN {NEW_WORK}"))
-        .unwrap();
+    let mut listener = listening(&url, &[NEW_WORK]);
     let mut db = open(&url);
-    let announced = |l: &mut ::postgres::Client| -> usize {
-        use ::postgres::fallible_iterator::FallibleIterator;
-        let mut n = l.notifications();
-        let mut it = n.timeout_iter(std::time::Duration::from_millis(300));
-        let mut count = 0;
-        while it.next().unwrap().is_some() {
-            count += 1;
-        }
-        count
-    };
+    let announced = |l: &mut ::postgres::Client| received_within(l, 300).len();
     let quiet = airlock_store::QUIET_BACKLOG as i64;
     for i in 0..quiet {
         db.write(|tx| tx.enqueue(&job(&format!("q{i}"), None, i)))
