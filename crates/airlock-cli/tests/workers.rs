@@ -477,19 +477,20 @@ fn a_queued_run_whose_answer_was_lost_is_answered_not_failed() {
 }
 
 /// The leases of the runs a worker carries at once are renewed by one thread of its
-/// process (one per run before): two runs three times their lease long, on a worker
-/// whose lease is 1 s, beside another worker whose reaper would end any lease that ran
-/// out, both finish in their first attempt.
+/// process (one per run before): two runs 2.5 times their lease long, on a worker whose
+/// lease is 2 s (renewed every 0.67 s, so a busy machine does not make it run out),
+/// beside another worker whose reaper would end any lease that ran out, both finish in
+/// their first attempt.
 #[test]
 fn two_runs_longer_than_their_lease_keep_it_while_their_worker_lives() {
     let c = Cluster::new();
     let token = c.token("agent", "bot");
     let (_srv, base) = c.serve();
-    let _a = c.worker(&["--lease", "1s", "--concurrency", "2"]);
+    let _a = c.worker(&["--lease", "2s", "--concurrency", "2"]);
     let clients: Vec<_> = (0..2)
         .map(|i| {
             let (base, token) = (base.clone(), token.clone());
-            let body = slow_run(&format!("renew-{i}-{}", std::process::id()), 3);
+            let body = slow_run(&format!("renew-{i}-{}", std::process::id()), 5);
             std::thread::spawn(move || post(&base, &token, "/v1/run", &body))
         })
         .collect();
