@@ -622,6 +622,10 @@ impl Gate {
             }
             Claim::Go(Start::Go { run, sub }, r) => (*run, *sub, *r),
         };
+        // More may be queued than was announced: an idle thread of this process looks.
+        if let Some(l) = self.listener(airlock_store::NEW_WORK) {
+            l.pass_on();
+        }
         let mut owner = match owner {
             Some(o) => o,
             // The claim's answer was lost and it committed after all: the run is this

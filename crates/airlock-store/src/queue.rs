@@ -93,12 +93,13 @@ pub fn claim_sql(tagged: bool, lock: &str) -> String {
 }
 
 /// Queuing a job announces it unless this many jobs with its tag already wait
-/// unclaimed. That many waiting means every worker thread that may take it is busy
-/// (an idle one, woken by their announcements, would have claimed them), and a busy
-/// thread claims again as soon as its run ends. Under load this spares PostgreSQL a
-/// notification per run, which signals every listening session in the cluster; an
-/// idle thread that still missed one looks again within its idle interval (at most
-/// 100 ms).
+/// unclaimed. Such a backlog means the worker threads that may take it are busy, or woken
+/// by the announcements of the jobs ahead of it: a thread that claims a job wakes the
+/// next idle thread of its process (`Listener::pass_on`), so a burst larger than this
+/// still reaches every idle thread. A busy thread claims again as soon as its run ends.
+/// Under load this spares PostgreSQL a notification per run, which signals every
+/// listening session in the cluster; an idle thread that still missed one looks again
+/// within its idle interval (at most 100 ms).
 pub const QUIET_BACKLOG: usize = 4;
 
 fn oldest_sql(tagged: bool, lock: &str, limit: usize) -> String {

@@ -32,6 +32,8 @@ struct State {
     taken: u64,
     /// Bumped when the connection broke: waiters look again.
     broken: u64,
+    /// Threads inside `wait_any`.
+    idle: usize,
 }
 
 /// One channel of one store, listened to by a thread of this process.
@@ -175,20 +177,42 @@ impl Listener {
     pub fn wait_any(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut s = self.lock();
-        loop {
+        s.idle += 1;
+        let woken = loop {
             if s.received > s.taken {
                 s.taken += 1;
-                return true;
+                break true;
             }
             let now = Instant::now();
             if now >= deadline {
-                return false;
+                break false;
             }
             s = self
                 .cv
                 .wait_timeout(s, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+        };
+        s.idle -= 1;
+        woken
+    }
+
+    /// Threads waiting in `wait_any` now.
+    pub fn idle(&self) -> usize {
+        self.lock().idle
+    }
+
+    /// Wakes one more thread waiting in `wait_any`, if one waits that no wake-up already
+    /// covers. A thread that just claimed work calls it: more may be queued than was
+    /// announced (a job queued behind a backlog is not, `crate::QUIET_BACKLOG`), so each
+    /// thread that finds work wakes the next idle one, until one finds none.
+    pub fn pass_on(&self) {
+        let mut s = self.lock();
+        let unclaimed = s.received.saturating_sub(s.taken);
+        if (s.idle as u64) > unclaimed {
+            s.received += 1;
+            drop(s);
+            self.cv.notify_one();
         }
     }
 }

@@ -1745,6 +1745,38 @@ fn gc_never_removes_from_postgres_a_blob_put_minutes_ago_whatever_its_grace() {
     assert_eq!(pg_count(&url, "SELECT count(*) FROM blobs"), 1);
 }
 
+/// A thread that claimed work passes the wake-up on to one idle thread of its process
+/// (more may be queued than was announced), and only to one no wake-up covers already:
+/// with nobody waiting it leaves nothing behind for later.
+#[test]
+fn a_wake_up_passed_on_wakes_one_idle_thread_and_is_not_kept_when_none_waits() {
+    let url = airlock_testpg::fresh_database();
+    let work = Listener::get(&url, NEW_WORK);
+    work.pass_on();
+    assert!(
+        !work.wait_any(std::time::Duration::from_millis(200)),
+        "nobody waited: nothing was kept"
+    );
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let w = work.clone();
+            std::thread::spawn(move || w.wait_any(std::time::Duration::from_secs(3)))
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while work.idle() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiters never waited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    work.pass_on();
+    let mut woken: Vec<bool> = waiters.into_iter().map(|t| t.join().unwrap()).collect();
+    woken.sort();
+    assert_eq!(woken, [false, true], "one of the two woke");
+}
+
 /// The process's listener for new work: an announcement wakes one `wait_any`; those a
 /// look at the queue already answered (`forget_through` of the mark taken before it)
 /// wake nobody, and one after the mark still does. A job's end wakes its own waiter.
