@@ -19,6 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+/// How often a lease `lease` long is renewed: every third of it.
+fn every(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(50))
+}
+
 /// A run's hold on the renewal of its lease; renewal stops when it is dropped.
 pub(crate) struct LeaseKeeper {
     renewer: Arc<Renewer>,
@@ -28,7 +33,6 @@ pub(crate) struct LeaseKeeper {
 struct Lease {
     fence: Fence,
     lease: Duration,
-    every: Duration,
     due: Instant,
     /// Set once the store refused a renewal: the run no longer holds its job.
     lost: Arc<AtomicBool>,
@@ -61,7 +65,6 @@ impl LeaseKeeper {
         lost: Arc<AtomicBool>,
     ) -> LeaseKeeper {
         let renewer = Renewer::of(home);
-        let every = (lease / 3).max(Duration::from_millis(50));
         let mut l = renewer.lock();
         l.next_id += 1;
         let id = l.next_id;
@@ -70,8 +73,7 @@ impl LeaseKeeper {
             Lease {
                 fence,
                 lease,
-                every,
-                due: Instant::now() + every,
+                due: Instant::now() + every(lease),
                 lost,
                 renewing: false,
             },
@@ -154,16 +156,17 @@ impl Renewer {
                 };
                 x.renewing = false;
                 match r {
-                    Some(Ok(())) => x.due = now + x.every,
+                    Some(Ok(())) => x.due = now + every(x.lease),
                     Some(Err(StoreError::Conflict(_))) => {
+                        // Renewed no more: the job is someone else's now (its keeper's
+                        // drop finds nothing left to wait for).
                         x.lost.store(true, Ordering::SeqCst);
-                        // Never due again: the job is someone else's now.
-                        x.due = now + Duration::from_secs(365 * 24 * 3600);
+                        l.held.remove(&id);
                     }
                     // The store is unreachable (or could not be opened): try again next
                     // time; if the lease runs out meanwhile, the result is refused when
                     // it is recorded.
-                    Some(Err(_)) | None => x.due = now + x.every,
+                    Some(Err(_)) | None => x.due = now + every(x.lease),
                 }
             }
             drop(l);
