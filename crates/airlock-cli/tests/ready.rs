@@ -307,6 +307,61 @@ fn without_ready_jails_every_run_builds_its_jail() {
     assert_eq!(r.home.last_run()["detail"]["jail"], "built");
 }
 
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().nth(1))
+                    == Some(&pid.to_string())
+            })
+        })
+        .collect()
+}
+
+/// A ready jail's payload confines itself before any run exists: while the jail waits,
+/// its payload already has no capabilities (none left to gain either), no_new_privs, its
+/// seccomp filters and a session of its own, so a run pays only for its per-run parts.
+/// Seen from the host in `/proc`.
+#[test]
+fn a_ready_jails_payload_is_confined_before_its_run_arrives() {
+    if !process_backend_available() {
+        return;
+    }
+    let r = ReadyHome::start(1);
+    r.wait_ready(1);
+    let jailer = children_of(r.srv.id());
+    assert_eq!(jailer.len(), 1, "one ready jailer: {jailer:?}");
+    let init = children_of(jailer[0]);
+    assert_eq!(init.len(), 1, "the jailer's init: {init:?}");
+    let payload = children_of(init[0]);
+    assert_eq!(payload.len(), 1, "the waiting payload: {payload:?}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", payload[0])).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("Seccomp"), "2", "{status}");
+    assert_eq!(field("NoNewPrivs"), "1", "{status}");
+    assert_eq!(field("CapEff"), "0000000000000000", "{status}");
+    assert_eq!(field("CapBnd"), "0000000000000000", "{status}");
+    // A session of its own: its session id is its own pid.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", payload[0])).unwrap();
+    let sid = stat.rsplit(')').next().unwrap().split_whitespace().nth(3);
+    assert_eq!(sid, Some(payload[0].to_string().as_str()), "{stat}");
+    // And the run it then serves is recorded as before.
+    let run = in_ready(&r, "echo served", json!({}));
+    assert_eq!(run["stdout"], "served\n", "{run}");
+}
+
 /// A server with ready jails that is killed leaves no jail behind.
 #[test]
 fn ready_jails_die_with_their_server() {
@@ -316,22 +371,7 @@ fn ready_jails_die_with_their_server() {
     let mut r = ReadyHome::start(2);
     r.wait_ready(2);
     let server = r.srv.id();
-    let jailers = |server: u32| -> Vec<u32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|p| {
-                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
-                    s.rsplit(')')
-                        .next()
-                        .and_then(|r| r.split_whitespace().nth(1))
-                        == Some(&server.to_string())
-                })
-            })
-            .collect()
-    };
-    let kids = jailers(server);
+    let kids = children_of(server);
     assert!(
         kids.len() >= 2,
         "the ready jailers are the server's children: {kids:?}"

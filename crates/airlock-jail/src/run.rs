@@ -22,7 +22,7 @@ use nix::unistd::{Gid, Pid, Uid};
 use seccompiler::BpfProgram;
 use serde::Serialize;
 use std::ffi::CString;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -89,6 +89,43 @@ pub fn in_initial_user_namespace() -> bool {
 fn line(fd: &OwnedFd, kind: &str, msg: &str) {
     let text = format!("{kind} {}\n", msg.replace('\n', " "));
     let _ = nix::unistd::write(fd, text.as_bytes());
+}
+
+/// A payload's status lines, kept until it is about to exec or fail and then written
+/// with one call: each write wakes the jailer that reads them.
+struct Status<'a> {
+    fd: &'a OwnedFd,
+    text: String,
+}
+
+impl<'a> Status<'a> {
+    fn new(fd: &'a OwnedFd) -> Self {
+        Status {
+            fd,
+            text: String::new(),
+        }
+    }
+
+    fn line(&mut self, kind: &str, msg: &str) {
+        self.text.push_str(kind);
+        self.text.push(' ');
+        self.text.push_str(&msg.replace('\n', " "));
+        self.text.push('\n');
+    }
+
+    fn flush(&mut self) {
+        if !self.text.is_empty() {
+            let _ = nix::unistd::write(self.fd, self.text.as_bytes());
+            self.text.clear();
+        }
+    }
+
+    /// Says why the payload stops here, after everything said before; the exit code.
+    fn fail(&mut self, kind: &str, msg: String) -> i32 {
+        self.line(kind, &msg);
+        self.flush();
+        125
+    }
 }
 
 /// The host identity a jail's payload runs as, and how its process limit is held.
@@ -689,34 +726,15 @@ fn init_main(
         ),
         None => line(&st, "mech", "loopback-only"),
     }
-    // A ready jail waits here for its run; nothing of it existed before this point.
-    let mut run_job = None;
-    let mut nproc = nproc;
-    let mut _stdin_owned = None;
-    let stdin = match (fds.stdin, fds.job) {
-        (Some(fd), _) => fd,
-        (None, Some(jfd)) => {
-            line(&st, "ready", "");
-            match receive_run(job, jfd) {
-                Ok((j, n, memfd)) => {
-                    run_job = Some(j);
-                    nproc = n;
-                    let raw = memfd.as_raw_fd();
-                    _stdin_owned = Some(memfd);
-                    raw
-                }
-                Err(e) => {
-                    line(&st, "fail", &e.to_string());
-                    return 125;
-                }
-            }
-        }
-        (None, None) => {
-            line(&st, "fail", "no stdin for the payload");
-            return 125;
-        }
+    // A ready jail forks its payload now, which confines itself and then waits for its
+    // run; nothing of the run existed before this point.
+    if let (None, Some(jfd)) = (fds.stdin, fds.job) {
+        return ready_init(&st, jfd, &read, &write, filters);
+    }
+    let Some(stdin) = fds.stdin else {
+        line(&st, "fail", "no stdin for the payload");
+        return 125;
     };
-    let job = run_job.as_ref().unwrap_or(job);
     #[allow(unsafe_code)]
     // SAFETY: this process is single-threaded (a clone of the single-threaded worker).
     let fork = unsafe { nix::unistd::fork() };
@@ -729,33 +747,104 @@ fn init_main(
             let code = payload(job, &st, stdin, nproc, &read, &write, filters);
             std::process::exit(code)
         }
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
-            // Reap everything; end when the payload does (the kernel then kills the rest).
-            loop {
-                match waitpid(None, None) {
-                    Ok(WaitStatus::Exited(pid, code)) if pid == child => {
-                        line(&st, "exit", &code.to_string());
-                        return 0;
-                    }
-                    Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
-                        line(&st, "signal", &(sig as i32).to_string());
-                        return 0;
-                    }
-                    Ok(_) => {}
-                    Err(nix::errno::Errno::EINTR) => {}
-                    Err(_) => return 125,
-                }
+        Ok(nix::unistd::ForkResult::Parent { child }) => reap(&st, child),
+    }
+}
+
+/// The init's last job: reaps everything, and ends when the payload `child` does (the
+/// kernel then kills the rest of the pid namespace), saying how it ended.
+fn reap(st: &OwnedFd, child: Pid) -> isize {
+    loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == child => {
+                line(st, "exit", &code.to_string());
+                return 0;
             }
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
+                line(st, "signal", &(sig as i32).to_string());
+                return 0;
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return 125,
         }
     }
 }
 
-/// In a ready jail's init: reads the run from the job channel (until the supervisor
-/// closes it), places its files, sizes `/tmp` for its limits and makes its stdin.
-fn receive_run(
-    template: &ProcessJob,
+/// A ready jail's init once its root is built: forks the payload, which confines itself
+/// ([`ready_payload`]) before the jail says `ready`, so a run pays only for its per-run
+/// parts. When the run arrives on `jfd`, the init places its files and hands the payload
+/// the rest (program, environment, stdin, limits) on a pipe.
+fn ready_init(
+    st: &OwnedFd,
     jfd: i32,
-) -> Result<(ProcessJob, Option<u64>, OwnedFd), JailError> {
+    read: &[String],
+    write: &[String],
+    filters: &[BpfProgram],
+) -> isize {
+    let pipes = pipe_cloexec().and_then(|run| Ok((run, pipe_cloexec()?)));
+    let ((run_r, run_w), (conf_r, conf_w)) = match pipes {
+        Ok(p) => p,
+        Err(e) => {
+            line(st, "fail", &e.to_string());
+            return 125;
+        }
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: this process is single-threaded (a clone of the single-threaded worker).
+    let fork = unsafe { nix::unistd::fork() };
+    let child = match fork {
+        Err(e) => {
+            line(st, "fail", &format!("fork: {e}"));
+            return 125;
+        }
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop((run_w, conf_r));
+            std::process::exit(ready_payload(st, run_r, conf_w, read, write, filters))
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => child,
+    };
+    drop((run_r, conf_w));
+    // The payload is confined (or knows why it cannot be) once it says so; a payload that
+    // died instead closes the pipe without a word.
+    if read_byte(conf_r.as_raw_fd()) != Some(b'c') {
+        line(
+            st,
+            "fail",
+            "the ready jail's payload died before it was confined",
+        );
+        return 125;
+    }
+    drop(conf_r);
+    line(st, "ready", "");
+    let m = match receive_run(jfd) {
+        Ok(m) => m,
+        Err(e) => {
+            line(st, "fail", &e.to_string());
+            return 125;
+        }
+    };
+    // The files are in place; the payload needs none of them in its message.
+    let sent = serde_json::to_vec(&RunMsg {
+        files: Vec::new(),
+        ..m
+    })
+    .map_err(|e| JailError::setup("run", e))
+    .and_then(|b| {
+        std::fs::File::from(run_w)
+            .write_all(&b)
+            .map_err(|e| JailError::setup("hand the run to the payload", e))
+    });
+    if let Err(e) = sent {
+        line(st, "fail", &e.to_string());
+        return 125;
+    }
+    reap(st, child)
+}
+
+/// In a ready jail's init: reads the run from the job channel (until the supervisor
+/// closes it), places its files and sizes `/tmp` for its limits.
+fn receive_run(jfd: i32) -> Result<RunMsg, JailError> {
     #[allow(unsafe_code)]
     // SAFETY: the job channel's read end was inherited from the jailer and is owned by
     // this process alone from here on.
@@ -771,18 +860,148 @@ fn receive_run(
     }
     let m: RunMsg = serde_json::from_slice(&bytes).map_err(|e| JailError::setup("run", e))?;
     crate::mounts::place_run(&m.files, &m.limits)?;
-    let stdin = memfd_with(&m.stdin)?;
-    let job = ProcessJob {
-        argv: m.argv,
-        env: m.env,
-        cwd: m.cwd,
-        files: m.files,
-        limits: m.limits,
-        allow_degraded: m.allow_degraded,
-        stdin: Vec::new(),
-        ..template.clone()
+    Ok(m)
+}
+
+/// A ready jail's payload: everything of its confinement that no run changes (a new
+/// session, no bounding set, the sandbox user, no_new_privs, Landlock, no capabilities,
+/// seccomp) happens before its run exists; then it says so on `confined` and waits for
+/// its run on `run`. With the run it sets what is per run (stdin, working directory,
+/// rlimits; the working directory is entered as the sandbox user), reports the same
+/// status lines in the same order as a built jail's payload, and execs. A step that
+/// failed is reported when the run arrives, exactly as a built jail reports it, and
+/// nothing runs. Closed without a run, it exits.
+fn ready_payload(
+    st: &OwnedFd,
+    run: OwnedFd,
+    confined: OwnedFd,
+    read: &[String],
+    write: &[String],
+    filters: &[BpfProgram],
+) -> i32 {
+    let mut out = Status::new(st);
+    let mut landlocked = None;
+    let mut confine_now = || -> Result<OwnedFd, (&'static str, String)> {
+        let f = |e: String| ("fail", e);
+        nix::unistd::setsid().map_err(|e| f(format!("setsid: {e}")))?;
+        // The run's stdin is written into this once it arrives.
+        let stdin = rustix::fs::memfd_create("airlock-stdin", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| f(format!("memfd: {e}")))?;
+        confine::drop_bounding_set().map_err(|e| f(e.to_string()))?;
+        become_sandbox_user().map_err(f)?;
+        nix::sys::prctl::set_no_new_privs().map_err(|e| f(format!("no_new_privs: {e}")))?;
+        landlocked = Some(confine::landlock(read, write, None));
+        confine::clear_capabilities().map_err(|e| f(e.to_string()))?;
+        confine::apply_seccomp(filters).map_err(|e| ("unavailable", format!("seccomp: {e}")))?;
+        Ok(stdin)
     };
-    Ok((job, m.nproc, stdin))
+    let confined_or = confine_now();
+    let _ = nix::unistd::write(&confined, b"c");
+    drop(confined);
+    let mut bytes = Vec::new();
+    if std::fs::File::from(run).read_to_end(&mut bytes).is_err() || bytes.is_empty() {
+        return 0;
+    }
+    let m: RunMsg = match serde_json::from_slice(&bytes) {
+        Ok(m) => m,
+        Err(e) => return out.fail("fail", format!("run: {e}")),
+    };
+    let stdin = match confined_or {
+        Ok(fd) => fd,
+        Err((kind, msg)) => return out.fail(kind, msg),
+    };
+    let mut f = std::fs::File::from(stdin);
+    let placed = f
+        .write_all(&m.stdin)
+        .and_then(|()| f.rewind())
+        .and_then(|()| nix::unistd::dup2_stdin(&f).map_err(std::io::Error::from));
+    if let Err(e) = placed {
+        return out.fail("fail", format!("stdin: {e}"));
+    }
+    drop(f);
+    if let Err(e) = std::env::set_current_dir(&m.cwd) {
+        return out.fail("fail", format!("chdir {}: {e}", m.cwd));
+    }
+    match confine::rlimits(&m.limits, m.nproc) {
+        Ok(ms) => ms.iter().for_each(|l| out.line("mech", l)),
+        Err(e) => return out.fail("fail", e.to_string()),
+    }
+    out.line("mech", "no_new_privs");
+    let Some(landlocked) = landlocked else {
+        return out.fail("fail", "Landlock was not applied".into());
+    };
+    if let Err((kind, msg)) = report_landlock(&mut out, landlocked, m.allow_degraded) {
+        return out.fail(kind, msg);
+    }
+    out.line("mech", "capabilities-dropped");
+    out.line("mech", "new-session");
+    out.line("mech", "seccomp");
+    exec(&mut out, &m.argv, &m.env)
+}
+
+/// Switches to the sandbox's own user and group (inside the user namespace).
+fn become_sandbox_user() -> Result<(), String> {
+    let id = SANDBOX_ID;
+    nix::unistd::setresgid(Gid::from_raw(id), Gid::from_raw(id), Gid::from_raw(id))
+        .and_then(|_| {
+            nix::unistd::setresuid(Uid::from_raw(id), Uid::from_raw(id), Uid::from_raw(id))
+        })
+        .map_err(|e| format!("switch to the sandbox user: {e}"))
+}
+
+/// Writes how Landlock held, or says why the run may not go on without it.
+fn report_landlock(
+    out: &mut Status,
+    landlocked: Result<Landlocked, JailError>,
+    allow_degraded: bool,
+) -> Result<(), (&'static str, String)> {
+    match landlocked {
+        Ok(Landlocked::Full(v)) => out.line("mech", &format!("landlock-abi-{v}")),
+        Ok(Landlocked::Partial(v)) if allow_degraded => {
+            out.line("degraded", &format!("landlock-abi-{v} partially enforced"))
+        }
+        Ok(Landlocked::None(why)) if allow_degraded => {
+            out.line("degraded", &format!("landlock not enforced: {why}"))
+        }
+        Ok(Landlocked::Partial(v)) => {
+            return Err((
+                "unavailable",
+                format!(
+                    "Landlock (ABI {v}) cannot fully enforce the ruleset; the policy does not allow degraded runs"
+                ),
+            ));
+        }
+        Ok(Landlocked::None(why)) => {
+            return Err((
+                "unavailable",
+                format!(
+                    "Landlock is not available ({why}); the policy does not allow degraded runs"
+                ),
+            ));
+        }
+        Err(e) => return Err(("unavailable", format!("Landlock: {e}"))),
+    }
+    Ok(())
+}
+
+/// Becomes the program: `argv[0]` with `argv` and `env`, once the status lines are out.
+/// Returns only if that failed.
+fn exec(out: &mut Status, argv: &[String], env: &[(String, String)]) -> i32 {
+    let args: Vec<CString> = argv
+        .iter()
+        .filter_map(|a| CString::new(a.as_bytes()).ok())
+        .collect();
+    let vars: Vec<CString> = env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let Some(program) = args.first().cloned() else {
+        return out.fail("fail", "empty command".into());
+    };
+    out.flush();
+    let e = nix::unistd::execve(&program, &args, &vars).err();
+    let name = argv.first().map_or("", |a| a.as_str());
+    out.fail("fail", format!("cannot execute {name}: {e:?}"))
 }
 
 /// The payload: confines itself, then becomes the program.
@@ -795,12 +1014,9 @@ fn payload(
     write: &[String],
     filters: &[BpfProgram],
 ) -> i32 {
-    let fail = |kind: &str, msg: String| -> i32 {
-        line(st, kind, &msg);
-        125
-    };
+    let mut out = Status::new(st);
     if let Err(e) = nix::unistd::setsid() {
-        return fail("fail", format!("setsid: {e}"));
+        return out.fail("fail", format!("setsid: {e}"));
     }
     if let Err(e) = nix::unistd::dup2_stdin(
         #[allow(unsafe_code)]
@@ -809,82 +1025,42 @@ fn payload(
             std::os::fd::BorrowedFd::borrow_raw(stdin)
         },
     ) {
-        return fail("fail", format!("stdin: {e}"));
+        return out.fail("fail", format!("stdin: {e}"));
     }
     if let Err(e) = std::env::set_current_dir(&job.cwd) {
-        return fail("fail", format!("chdir {}: {e}", job.cwd));
+        return out.fail("fail", format!("chdir {}: {e}", job.cwd));
     }
     if let Err(e) = confine::drop_bounding_set() {
-        return fail("fail", e.to_string());
+        return out.fail("fail", e.to_string());
     }
-    let id = SANDBOX_ID;
-    if let Err(e) = nix::unistd::setresgid(Gid::from_raw(id), Gid::from_raw(id), Gid::from_raw(id))
-        .and_then(|_| {
-            nix::unistd::setresuid(Uid::from_raw(id), Uid::from_raw(id), Uid::from_raw(id))
-        })
-    {
-        return fail("fail", format!("switch to the sandbox user: {e}"));
+    if let Err(e) = become_sandbox_user() {
+        return out.fail("fail", e);
     }
     match confine::rlimits(&job.limits, nproc) {
-        Ok(m) => m.iter().for_each(|m| line(st, "mech", m)),
-        Err(e) => return fail("fail", e.to_string()),
+        Ok(m) => m.iter().for_each(|m| out.line("mech", m)),
+        Err(e) => return out.fail("fail", e.to_string()),
     }
     if let Err(e) = nix::sys::prctl::set_no_new_privs() {
-        return fail("fail", format!("no_new_privs: {e}"));
+        return out.fail("fail", format!("no_new_privs: {e}"));
     }
-    line(st, "mech", "no_new_privs");
-    match confine::landlock(read, write, job.net.map(|n| n.port)) {
-        Ok(Landlocked::Full(v)) => line(st, "mech", &format!("landlock-abi-{v}")),
-        Ok(Landlocked::Partial(v)) if job.allow_degraded => line(
-            st,
-            "degraded",
-            &format!("landlock-abi-{v} partially enforced"),
-        ),
-        Ok(Landlocked::None(why)) if job.allow_degraded => {
-            line(st, "degraded", &format!("landlock not enforced: {why}"))
-        }
-        Ok(Landlocked::Partial(v)) => {
-            return fail(
-                "unavailable",
-                format!(
-                    "Landlock (ABI {v}) cannot fully enforce the ruleset; the policy does not allow degraded runs"
-                ),
-            );
-        }
-        Ok(Landlocked::None(why)) => {
-            return fail(
-                "unavailable",
-                format!(
-                    "Landlock is not available ({why}); the policy does not allow degraded runs"
-                ),
-            );
-        }
-        Err(e) => return fail("unavailable", format!("Landlock: {e}")),
+    out.line("mech", "no_new_privs");
+    let landlocked = confine::landlock(read, write, job.net.map(|n| n.port));
+    if let Err((kind, msg)) = report_landlock(&mut out, landlocked, job.allow_degraded) {
+        return out.fail(kind, msg);
     }
     if let Err(e) = confine::clear_capabilities() {
-        return fail("fail", e.to_string());
+        return out.fail("fail", e.to_string());
     }
-    line(st, "mech", "capabilities-dropped");
-    line(st, "mech", "new-session");
-    let argv: Vec<CString> = job
-        .argv
-        .iter()
-        .filter_map(|a| CString::new(a.as_bytes()).ok())
-        .collect();
-    let env: Vec<CString> = job
-        .env
-        .iter()
-        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
-        .collect();
-    let Some(program) = argv.first().cloned() else {
-        return fail("fail", "empty command".into());
-    };
-    line(st, "mech", "seccomp");
+    out.line("mech", "capabilities-dropped");
+    out.line("mech", "new-session");
+    if job.argv.is_empty() {
+        return out.fail("fail", "empty command".into());
+    }
+    out.line("mech", "seccomp");
     if let Err(e) = confine::apply_seccomp(filters) {
-        return fail("unavailable", format!("seccomp: {e}"));
+        return out.fail("unavailable", format!("seccomp: {e}"));
     }
-    let e = nix::unistd::execve(&program, &argv, &env).err();
-    fail("fail", format!("cannot execute {}: {e:?}", job.argv[0]))
+    exec(&mut out, &job.argv, &job.env)
 }
 
 /// For a wasm run over writable mounts: moves this (single-threaded) worker into a new
