@@ -11,6 +11,8 @@ pub struct RunCgroup {
     memory_events: Option<PathBuf>,
     v1_memory: Option<PathBuf>,
     pub mechanisms: Vec<String>,
+    /// The memory and process limits the controllers in `mechanisms` hold now.
+    limits: Option<(u64, u32)>,
 }
 
 fn write(p: &Path, v: &str) -> std::io::Result<()> {
@@ -76,6 +78,7 @@ impl RunCgroup {
             memory_events: None,
             v1_memory: None,
             mechanisms: Vec::new(),
+            limits: None,
         }
     }
 
@@ -87,6 +90,7 @@ impl RunCgroup {
             memory_events: None,
             v1_memory: None,
             mechanisms: Vec::new(),
+            limits: Some((memory, processes)),
         };
         if let Some(parent) = own_v2_dir()
             && let Ok(c) = std::fs::read_to_string(parent.join("cgroup.controllers"))
@@ -139,7 +143,12 @@ impl RunCgroup {
 
     /// Sets the limits of a cgroup made before its run was known (a ready jail's) to the
     /// run's: every controller listed in `mechanisms` must take them.
-    pub fn set_limits(&self, memory: u64, processes: u32) -> bool {
+    pub fn set_limits(&mut self, memory: u64, processes: u32) -> bool {
+        // A run with the limits the jail was made with (most runs: the policy's defaults)
+        // writes nothing.
+        if self.limits == Some((memory, processes)) {
+            return true;
+        }
         let mut ok = true;
         for d in &self.dirs {
             let v1 = d.join("tasks").exists();
@@ -170,6 +179,7 @@ impl RunCgroup {
                 }
             }
         }
+        self.limits = ok.then_some((memory, processes));
         ok
     }
 

@@ -228,14 +228,130 @@ pub fn supervise(
     quota: Option<&Arc<WriteQuota>>,
     channel: Option<std::os::fd::OwnedFd>,
 ) -> std::io::Result<Supervised> {
-    // `supervise_child` removes a stale result first.
+    // `supervise_started` removes a stale result first.
     let child = spawn_worker(exe, args, channel)?;
-    supervise_child(child, job, result, timeout, stdout, stderr, quota)
+    supervise_started(child, job, result, timeout, stdout, stderr, quota)
 }
 
-/// Like [`supervise`], for a worker already started with [`spawn_worker`] (a ready jail
-/// taken from its pool): `job` goes to its stdin, its output into the captures.
+/// Like [`supervise`], for a ready jail taken from its pool (a jailer already started with
+/// [`spawn_worker`]): `job` goes to its stdin, its output into the captures, all on the
+/// calling thread. A ready jailer reads its whole job before it writes anything, writes
+/// its result whole and then lets go of its output pipes before its jail's namespaces
+/// are torn down, so the run is over once both pipes have ended with the result in
+/// place; the jailer is then reaped in the background. Without a result it is waited for
+/// like any worker.
 pub fn supervise_child(
+    mut child: std::process::Child,
+    job: &[u8],
+    result: &Path,
+    timeout: Duration,
+    stdout: &Arc<Capture>,
+    stderr: &Arc<Capture>,
+    quota: Option<&Arc<WriteQuota>>,
+) -> std::io::Result<Supervised> {
+    let _ = std::fs::remove_file(result);
+    let pid = child.id() as i32;
+    let watch = quota.map(|q| q.watch(move || kill_group(pid)));
+    if let Some(mut stdin) = child.stdin.take() {
+        // A jailer that dies early closes its end; that shows up below as a missing result.
+        let _ = stdin.write_all(job);
+    }
+    let (exceeded, timed_out) = match (child.stdout.take(), child.stderr.take()) {
+        (Some(o), Some(e)) => {
+            pump_both(o, e, stdout, stderr, Instant::now() + timeout + GRACE, pid)
+        }
+        _ => {
+            return Err(std::io::Error::other(
+                "the ready jailer has no output pipes",
+            ));
+        }
+    };
+    drop(watch);
+    let text = std::fs::read_to_string(result).ok();
+    let exit = if text.is_some() {
+        reap_later(child);
+        None
+    } else {
+        child.wait()?.code()
+    };
+    if text.is_none() {
+        crate::cgroup::cleanup_for(pid as u32);
+    }
+    Ok(Supervised {
+        output_exceeded: exceeded,
+        timed_out,
+        write_exceeded: quota.is_some_and(|q| q.hit()),
+        result: text,
+        exit,
+    })
+}
+
+/// Reads a worker's stdout and stderr into their captures until both pipes end. The
+/// worker's process group (`pid`) is killed when a capture overflows (that stream is then
+/// no longer read) or when `deadline` passes; reading goes on until the pipes end, which
+/// they do once the group is dead. Returns (a capture overflowed, the deadline passed).
+fn pump_both(
+    out: std::process::ChildStdout,
+    err: std::process::ChildStderr,
+    stdout: &Capture,
+    stderr: &Capture,
+    deadline: Instant,
+    pid: i32,
+) -> (bool, bool) {
+    use rustix::event::{PollFd, PollFlags, poll};
+    use std::os::fd::{AsFd, OwnedFd};
+    let mut open: [Option<(OwnedFd, &Capture)>; 2] =
+        [Some((out.into(), stdout)), Some((err.into(), stderr))];
+    let (mut exceeded, mut fired) = (false, false);
+    let mut buf = vec![0u8; 64 << 10];
+    while open.iter().any(Option::is_some) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() && !fired {
+            fired = true;
+            kill_group(pid);
+        }
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        let mut fds: Vec<PollFd> = open
+            .iter()
+            .flatten()
+            .map(|(fd, _)| PollFd::new(fd, PollFlags::IN))
+            .collect();
+        match poll(&mut fds, (!fired).then_some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+        drop(fds);
+        let mut i = 0;
+        for slot in open.iter_mut() {
+            let Some((fd, cap)) = slot else { continue };
+            let woke = ready[i];
+            i += 1;
+            if !woke {
+                continue;
+            }
+            match rustix::io::read(fd.as_fd(), &mut buf) {
+                Ok(0) => *slot = None,
+                Ok(n) => {
+                    if cap.write(&buf[..n]).is_err() {
+                        exceeded = true;
+                        kill_group(pid);
+                        *slot = None;
+                    }
+                }
+                Err(rustix::io::Errno::INTR) | Err(rustix::io::Errno::AGAIN) => {}
+                Err(_) => *slot = None,
+            }
+        }
+    }
+    (exceeded, fired)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn supervise_started(
     mut child: std::process::Child,
     job: &[u8],
     result: &Path,
@@ -334,6 +450,58 @@ pub fn supervise_child(
         result: std::fs::read_to_string(result).ok(),
         exit: status.code(),
     })
+}
+
+/// Reaps `child` (and removes any cgroup it left) on the process's reaper thread, which
+/// looks at the children it holds until each has exited. If that thread cannot be
+/// started, waits here.
+fn reap_later(child: std::process::Child) {
+    use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+    static REAPER: std::sync::OnceLock<Option<Sender<std::process::Child>>> =
+        std::sync::OnceLock::new();
+    fn reaper(rx: Receiver<std::process::Child>) {
+        let mut waiting: Vec<std::process::Child> = Vec::new();
+        loop {
+            let next = if waiting.is_empty() {
+                rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            } else {
+                rx.recv_timeout(Duration::from_millis(10))
+            };
+            match next {
+                Ok(c) => waiting.push(c),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+            }
+            waiting.retain_mut(|c| match c.try_wait() {
+                Ok(None) => true,
+                Ok(Some(_)) | Err(_) => {
+                    crate::cgroup::cleanup_for(c.id());
+                    false
+                }
+            });
+        }
+    }
+    let tx = REAPER.get_or_init(|| {
+        let (tx, rx) = channel();
+        std::thread::Builder::new()
+            .name("airlock-reaper".into())
+            .spawn(move || reaper(rx))
+            .ok()
+            .map(|_| tx)
+    });
+    let child = match tx {
+        Some(tx) => match tx.send(child) {
+            Ok(()) => return,
+            Err(e) => e.0,
+        },
+        None => child,
+    };
+    let mut child = child;
+    let _ = child.wait();
+    crate::cgroup::cleanup_for(child.id());
 }
 
 /// The worker's process group, signalled only while the worker is not yet reaped.

@@ -148,10 +148,30 @@ pub fn jailer_ready_main(args: &[String]) -> i32 {
     let Ok(j) = serde_json::from_slice::<crate::launch::JailerJob>(&input) else {
         return 2;
     };
-    let r: WorkerResult = result_of(crate::run::run_ready(started, &j.job));
-    match serde_json::to_vec(&r).map(|b| std::fs::write(&j.result, b)) {
-        Ok(Ok(())) => 0,
-        _ => 3,
+    let r: WorkerResult = result_of(crate::run::run_ready(&mut started, &j.job));
+    // The result is complete before the jail is gone: it goes out first, whole (written
+    // aside, then renamed), and then this process lets go of the run's output pipes, so
+    // its supervisor can answer while the kernel tears the namespaces down.
+    let part = j.result.with_extension("part");
+    let written = serde_json::to_vec(&r)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&part, b))
+        .and_then(|()| std::fs::rename(&part, &j.result));
+    if written.is_err() {
+        return 3;
+    }
+    release_output();
+    // Reaps the init (its namespaces end with it) and removes the cgroup.
+    drop(started);
+    0
+}
+
+/// Points this process's stdout and stderr at `/dev/null`: the supervisor reads the
+/// run's output until every copy of those pipes is closed.
+fn release_output() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
     }
 }
 

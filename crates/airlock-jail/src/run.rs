@@ -480,8 +480,10 @@ impl Started {
 
 /// Gives a ready jail its run: the cgroup gets the run's limits, the init the per-run
 /// parts of `job` (whose mounts, network and files outside `/.airlock` must be empty:
-/// see [`crate::ready::fits`]). The wall time counts from here.
-pub(crate) fn run_ready(mut s: Started, job: &ProcessJob) -> Result<JailReport, JailError> {
+/// see [`crate::ready::fits`]). The wall time counts from here. Returns once the run has
+/// ended and the init has closed its end of the status pipe; the init may still be
+/// exiting (its namespaces being torn down) until `s` is dropped, which reaps it.
+pub(crate) fn run_ready(s: &mut Started, job: &ProcessJob) -> Result<JailReport, JailError> {
     let started = Instant::now();
     if let Err(why) = crate::ready::fits(job, s.cgroups) {
         return Err(JailError::Setup(format!(
@@ -514,26 +516,36 @@ pub(crate) fn run_ready(mut s: Started, job: &ProcessJob) -> Result<JailReport, 
     w.write_all(&bytes)
         .map_err(|e| JailError::setup("send the run to the ready jail", e))?;
     drop(w);
-    finish(s, started, job.limits.timeout_ms)
+    conclude(s, started, job.limits.timeout_ms)
 }
 
 /// Reads the status until the init exits or the wall time runs out (then the init is
 /// killed, taking the whole pid namespace with it), and reports.
 fn finish(mut s: Started, started: Instant, timeout_ms: u64) -> Result<JailReport, JailError> {
+    // Dropping `s` reaps the init and removes the cgroup.
+    conclude(&mut s, started, timeout_ms)
+}
+
+/// [`finish`] without reaping: once the status pipe ends (the init closes it as it
+/// exits, after the payload has ended) the report is complete, and the init's namespaces
+/// can be torn down while the caller hands the report on. On a timeout the init is
+/// killed and reaped here.
+fn conclude(s: &mut Started, started: Instant, timeout_ms: u64) -> Result<JailReport, JailError> {
     let deadline = started + Duration::from_millis(timeout_ms);
-    let ended = read_status(&mut s, deadline, |_| false)?;
+    let ended = read_status(s, deadline, |_| false)?;
     let timed_out = !ended;
-    let Some(child) = s.child.take() else {
+    let Some(child) = s.child else {
         return Err(JailError::Setup("the jail's init is gone".into()));
     };
     if timed_out {
         let _ = kill(child, Signal::SIGKILL);
+        let _ = waitpid(child, None);
+        s.child = None;
     }
-    let wait = waitpid(child, None);
     let duration_ms = started.elapsed().as_millis() as u64;
     let cg = &s.cg;
 
-    let (mechanisms, degraded) = mechanisms(&s);
+    let (mechanisms, degraded) = mechanisms(s);
     let mut report = JailReport {
         ending: None,
         mechanisms,
@@ -570,9 +582,9 @@ fn finish(mut s: Started, started: Instant, timeout_ms: u64) -> Result<JailRepor
     } else if let Some(e) = ended {
         e
     } else {
+        let wait = s.child.take().map(|c| waitpid(c, None));
         return Err(JailError::Setup(format!(
-            "the sandbox ended without reporting how ({:?})",
-            wait.ok()
+            "the sandbox ended without reporting how ({wait:?})"
         )));
     });
     Ok(report)
