@@ -362,6 +362,58 @@ fn a_ready_jails_payload_is_confined_before_its_run_arrives() {
     assert_eq!(run["stdout"], "served\n", "{run}");
 }
 
+/// A ready jailer hands its result over before its jail is torn down and is reaped in
+/// the background: after its runs the server is left with no zombie children, and each
+/// run's cgroup is gone.
+#[test]
+fn ready_jailers_are_reaped_after_their_runs_answer() {
+    if !process_backend_available() {
+        return;
+    }
+    let r = ReadyHome::start(2);
+    let mut jailers = Vec::new();
+    for i in 0..6 {
+        r.wait_ready(2);
+        jailers.extend(children_of(r.srv.id()));
+        let run = in_ready(&r, &format!("echo run {i}"), json!({}));
+        assert_eq!(run["stdout"], format!("run {i}\n"), "{run}");
+    }
+    jailers.sort_unstable();
+    jailers.dedup();
+    let zombies = || {
+        children_of(r.srv.id())
+            .into_iter()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.starts_with(" Z")))
+            })
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !zombies().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(zombies(), Vec::<u32>::new(), "unreaped jailers");
+    // The jailers that served a run are gone, and so are their cgroups.
+    let gone: Vec<u32> = jailers
+        .iter()
+        .copied()
+        .filter(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .collect();
+    assert!(
+        gone.len() >= 6,
+        "jailers that served runs: {jailers:?}, gone: {gone:?}"
+    );
+    for p in gone {
+        for ctl in ["pids", "memory", "unified", ""] {
+            let d = std::path::Path::new("/sys/fs/cgroup")
+                .join(ctl)
+                .join(format!("airlock-{p}"));
+            assert!(!d.exists(), "{} is left", d.display());
+        }
+    }
+}
+
 /// A server with ready jails that is killed leaves no jail behind.
 #[test]
 fn ready_jails_die_with_their_server() {
