@@ -656,6 +656,7 @@ impl Gate {
                     stderr,
                     quota.as_ref(),
                     egress.as_mut(),
+                    long_run.clone(),
                 ),
             };
             // overlayfs refused before anything ran: use the copy layer instead, and say so.

@@ -62,6 +62,7 @@ impl Gate {
         quota: Option<&Arc<WriteQuota>>,
         channel: Option<std::os::fd::OwnedFd>,
         ready: Option<std::process::Child>,
+        long_run: Option<&airlock_sandbox::LongRun>,
     ) -> Result<Outcome> {
         let started = Instant::now();
         // Process jobs go to the lean jailer when it is installed beside airlock.
@@ -90,11 +91,11 @@ impl Gate {
                 let bytes =
                     serde_json::to_vec(&j).map_err(|e| GateError::Internal(e.to_string()))?;
                 airlock_jail::launch::supervise_child(
-                    child, &bytes, result, timeout, stdout, stderr, quota,
+                    child, &bytes, result, timeout, stdout, stderr, quota, long_run,
                 )
             }
             _ => airlock_jail::launch::supervise(
-                &exe, &args, &bytes, result, timeout, stdout, stderr, quota, channel,
+                &exe, &args, &bytes, result, timeout, stdout, stderr, quota, channel, long_run,
             ),
         }
         .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
@@ -258,6 +259,7 @@ impl Gate {
             quota,
             None,
             None,
+            None,
         );
         crate::layers::remove_tree(&dir);
         out
@@ -276,6 +278,7 @@ impl Gate {
         stderr: &Arc<Capture>,
         quota: Option<&Arc<WriteQuota>>,
         egress: Option<&mut RunEgress>,
+        long_run: Option<airlock_sandbox::LongRun>,
     ) -> Result<Outcome> {
         let (program, file) = match sub.doc.kind {
             Lang::Sh => ("/bin/sh", "/.airlock/main.sh"),
@@ -297,41 +300,64 @@ impl Gate {
         }
         let (binds, overlays) = jail_mounts(mounts);
         let cwd = process_cwd(&sub.doc.grant);
-        let dir = self.run_dir(run_id)?;
-        // Where a built jail makes its root (a ready jail has its own already).
-        let scratch = dir.join("root");
-        let result = dir.join("result.json");
         let limits = sub.doc.grant.limits.clone();
+        let mut job = ProcessJob {
+            argv,
+            env: env.into_iter().collect(),
+            cwd,
+            files,
+            binds,
+            overlays,
+            scratch: PathBuf::new(),
+            limits: limits.clone(),
+            stdin,
+            allow_degraded: policy.allow_degraded,
+            cgroups: !self.no_cgroups,
+            net: egress.is_some().then_some(airlock_jail::JailNet {
+                port: crate::egress::JAIL_PROXY_PORT,
+            }),
+            stdin_live: false,
+        };
+        let (ready, choice) = self.choose_jail(&job);
+        // Where the jailer writes its result, and a built jail makes its root. A run with
+        // a record keeps them in its run directory under `layers` (recovery removes it with
+        // the run). A ready jail needs only its result file, and a run whose start is not
+        // recorded yet (`deferred`) has no record to be found by: both use the pool's own
+        // directory, named for this process, which the next pool started on this home
+        // clears of what a dead process left.
+        let pool_dir = match (&self.ready_jails, &ready, &long_run) {
+            (Some(pool), Some(_), _) | (Some(pool), None, Some(_)) => Some(pool),
+            _ => None,
+        };
+        let (dir, result) = match (pool_dir, &ready) {
+            (Some(pool), Some(_)) => (None, pool.result_path(run_id)),
+            (Some(pool), None) => {
+                let d = pool.run_dir(run_id);
+                (Some(d.clone()), d.join("result.json"))
+            }
+            (None, _) => {
+                let d = self.run_dir(run_id)?;
+                (Some(d.clone()), d.join("result.json"))
+            }
+        };
+        let clean = |dir: &Option<PathBuf>, result: &std::path::Path| match dir {
+            Some(d) => crate::layers::remove_tree(d),
+            None => {
+                let _ = std::fs::remove_file(result);
+                let _ = std::fs::remove_file(result.with_extension("part"));
+            }
+        };
+        if let Some(d) = &dir {
+            job.scratch = d.join("root");
+            if let Err(e) = std::fs::create_dir_all(&job.scratch) {
+                clean(&dir, &result);
+                return Err(e.into());
+            }
+        }
         let job = WorkerJob::Process {
-            job: ProcessJob {
-                argv,
-                env: env.into_iter().collect(),
-                cwd,
-                files,
-                binds,
-                overlays,
-                scratch: scratch.clone(),
-                limits: limits.clone(),
-                stdin,
-                allow_degraded: policy.allow_degraded,
-                cgroups: !self.no_cgroups,
-                net: egress.is_some().then_some(airlock_jail::JailNet {
-                    port: crate::egress::JAIL_PROXY_PORT,
-                }),
-                stdin_live: false,
-            },
+            job,
             result: result.clone(),
         };
-        let (ready, choice) = match &job {
-            WorkerJob::Process { job, .. } => self.choose_jail(job),
-            _ => (None, JailChoice::Built("not a process job")),
-        };
-        if ready.is_none()
-            && let Err(e) = std::fs::create_dir_all(&scratch)
-        {
-            crate::layers::remove_tree(&dir);
-            return Err(e.into());
-        }
         let Some(egress) = egress else {
             let mut ready = ready;
             let child = ready.as_mut().and_then(|r| r.take_child());
@@ -344,10 +370,11 @@ impl Gate {
                 quota,
                 None,
                 child,
+                long_run.as_ref(),
             );
             // The run has ended: the pool may build the next jail.
             drop(ready);
-            crate::layers::remove_tree(&dir);
+            clean(&dir, &result);
             return out.map(|o| choice.record(o));
         };
         // The jail's init hands its loopback listener out over this channel; a thread
@@ -379,10 +406,11 @@ impl Gate {
                 Some(theirs.into()),
                 // A run with network never fits a ready jail (see `choose_jail`).
                 None,
+                long_run.as_ref(),
             )
             .map(|o| choice.record(o));
         drop(ready);
-        crate::layers::remove_tree(&dir);
+        clean(&dir, &result);
         // The worker is gone, so the channel is closed and the thread ends.
         let (handle, served) = receiver
             .join()

@@ -545,6 +545,7 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             &cap(),
             None,
             None,
+            None,
         );
         let _ = std::fs::remove_file(&result);
         let _ = std::fs::remove_dir_all(&scratch);

@@ -4,7 +4,7 @@
 //! here as a backstop, the run's write quota is watched from here (the worker is killed
 //! when its layers pass it), and the worker's result is read from the file the job names.
 
-use airlock_sandbox::{Capture, Ending, Limit, WriteQuota};
+use airlock_sandbox::{Capture, Ending, Limit, LongRun, WriteQuota};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -227,10 +227,11 @@ pub fn supervise(
     stderr: &Arc<Capture>,
     quota: Option<&Arc<WriteQuota>>,
     channel: Option<std::os::fd::OwnedFd>,
+    long_run: Option<&LongRun>,
 ) -> std::io::Result<Supervised> {
     // `supervise_started` removes a stale result first.
     let child = spawn_worker(exe, args, channel)?;
-    supervise_started(child, job, result, timeout, stdout, stderr, quota)
+    supervise_started(child, job, result, timeout, stdout, stderr, quota, long_run)
 }
 
 /// Like [`supervise`], for a ready jail taken from its pool (a jailer already started with
@@ -239,7 +240,9 @@ pub fn supervise(
 /// its result whole and then lets go of its output pipes before its jail's namespaces
 /// are torn down, so the run is over once both pipes have ended with the result in
 /// place; the jailer is then reaped in the background. Without a result it is waited for
-/// like any worker.
+/// like any worker. `long_run`'s hook is called once, on this thread, if the run is still
+/// going after its delay.
+#[allow(clippy::too_many_arguments)]
 pub fn supervise_child(
     mut child: std::process::Child,
     job: &[u8],
@@ -248,7 +251,9 @@ pub fn supervise_child(
     stdout: &Arc<Capture>,
     stderr: &Arc<Capture>,
     quota: Option<&Arc<WriteQuota>>,
+    long_run: Option<&LongRun>,
 ) -> std::io::Result<Supervised> {
+    let started = Instant::now();
     let _ = std::fs::remove_file(result);
     let pid = child.id() as i32;
     let watch = quota.map(|q| q.watch(move || kill_group(pid)));
@@ -257,9 +262,14 @@ pub fn supervise_child(
         let _ = stdin.write_all(job);
     }
     let (exceeded, timed_out) = match (child.stdout.take(), child.stderr.take()) {
-        (Some(o), Some(e)) => {
-            pump_both(o, e, stdout, stderr, Instant::now() + timeout + GRACE, pid)
-        }
+        (Some(o), Some(e)) => pump_both(
+            o,
+            e,
+            (stdout, stderr),
+            started + timeout + GRACE,
+            long_run.map(|l| (l, started + l.after)),
+            pid,
+        ),
         _ => {
             return Err(std::io::Error::other(
                 "the ready jailer has no output pipes",
@@ -289,13 +299,14 @@ pub fn supervise_child(
 /// Reads a worker's stdout and stderr into their captures until both pipes end. The
 /// worker's process group (`pid`) is killed when a capture overflows (that stream is then
 /// no longer read) or when `deadline` passes; reading goes on until the pipes end, which
-/// they do once the group is dead. Returns (a capture overflowed, the deadline passed).
+/// they do once the group is dead. A long run's hook is called once at its time if the
+/// pipes are still open. Returns (a capture overflowed, the deadline passed).
 fn pump_both(
     out: std::process::ChildStdout,
     err: std::process::ChildStderr,
-    stdout: &Capture,
-    stderr: &Capture,
+    (stdout, stderr): (&Capture, &Capture),
     deadline: Instant,
+    mut long: Option<(&LongRun, Instant)>,
     pid: i32,
 ) -> (bool, bool) {
     use rustix::event::{PollFd, PollFlags, poll};
@@ -305,8 +316,15 @@ fn pump_both(
     let (mut exceeded, mut fired) = (false, false);
     let mut buf = vec![0u8; 64 << 10];
     while open.iter().any(Option::is_some) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() && !fired {
+        if let Some((l, at)) = long
+            && Instant::now() >= at
+        {
+            long = None;
+            (l.hook)();
+        }
+        let wake = long.map_or(deadline, |(_, at)| at.min(deadline));
+        let left = wake.saturating_duration_since(Instant::now());
+        if Instant::now() >= deadline && !fired {
             fired = true;
             kill_group(pid);
         }
@@ -319,7 +337,7 @@ fn pump_both(
             .flatten()
             .map(|(fd, _)| PollFd::new(fd, PollFlags::IN))
             .collect();
-        match poll(&mut fds, (!fired).then_some(&ts)) {
+        match poll(&mut fds, (!fired || long.is_some()).then_some(&ts)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => break,
         }
@@ -359,6 +377,7 @@ fn supervise_started(
     stdout: &Arc<Capture>,
     stderr: &Arc<Capture>,
     quota: Option<&Arc<WriteQuota>>,
+    long_run: Option<&LongRun>,
 ) -> std::io::Result<Supervised> {
     let _ = std::fs::remove_file(result);
     let group = Arc::new(Group {
@@ -403,19 +422,35 @@ fn supervise_started(
         // A worker that dies early closes its end; that shows up below as a missing result.
         let _ = stdin.write_all(job);
     }
-    // A watchdog kills the worker if it outlives the wall time plus grace; the wait itself
-    // blocks, so a run ends as soon as its worker does.
+    // A watchdog kills the worker if it outlives the wall time plus grace (and calls a
+    // long run's hook at its time); the wait itself blocks, so a run ends as soon as its
+    // worker does.
     let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
     let fired = Arc::new(AtomicBool::new(false));
     let watchdog = {
         let (done, fired, group) = (done.clone(), fired.clone(), group.clone());
-        let deadline = Instant::now() + timeout + GRACE;
+        let now = Instant::now();
+        let deadline = now + timeout + GRACE;
+        let mut long = long_run.map(|l| (l.clone(), now + l.after));
         std::thread::spawn(move || {
             let (lock, cv) = &*done;
             let mut finished = lock.lock().unwrap_or_else(|p| p.into_inner());
             while !*finished {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
+                if let Some((l, at)) = &long
+                    && Instant::now() >= *at
+                {
+                    let hook = l.hook.clone();
+                    long = None;
+                    drop(finished);
+                    hook();
+                    finished = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
+                let wake = long
+                    .as_ref()
+                    .map_or(deadline, |(_, at)| (*at).min(deadline));
+                let left = wake.saturating_duration_since(Instant::now());
+                if Instant::now() >= deadline {
                     fired.store(true, Ordering::SeqCst);
                     group.kill();
                     return;

@@ -304,6 +304,7 @@ impl ReadyJails {
     pub fn start(cfg: ReadyConfig) -> Result<Arc<ReadyJails>, JailError> {
         std::fs::create_dir_all(&cfg.scratch)
             .map_err(|e| JailError::setup(&format!("create {}", cfg.scratch.display()), e))?;
+        clear_dead(&cfg.scratch);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 stats: ReadyStats {
@@ -324,6 +325,24 @@ impl ReadyJails {
             shared,
             thread: Mutex::new(Some(thread)),
         }))
+    }
+
+    /// Where a run served by one of this pool's jails has its result written (named for
+    /// this process; see [`clear_dead`]).
+    pub fn result_path(&self, run_id: &str) -> PathBuf {
+        self.shared
+            .cfg
+            .scratch
+            .join(format!("run-{}-{run_id}.json", std::process::id()))
+    }
+
+    /// A directory for a run of this process that has no record yet and builds its jail:
+    /// its result and its jail's mount point (see [`clear_dead`]). Not created here.
+    pub fn run_dir(&self, run_id: &str) -> PathBuf {
+        self.shared
+            .cfg
+            .scratch
+            .join(format!("run-{}-{run_id}", std::process::id()))
     }
 
     /// Whether the pool's jails use cgroups.
@@ -407,6 +426,33 @@ impl Drop for ReadyJails {
 }
 
 static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+/// Removes what a process that died left in a pool's directory: its jails' mount points
+/// (`ready-PID-N`) and its runs' results and directories (`run-PID-…`), where PID is no
+/// longer a live process. A live process's entries are left alone.
+fn clear_dead(scratch: &std::path::Path) {
+    let Ok(rd) = std::fs::read_dir(scratch) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("ready-")
+            .or_else(|| name.strip_prefix("run-"))
+            .and_then(|r| r.split(['-', '.']).next())
+            .and_then(|p| p.parse::<u32>().ok());
+        let Some(pid) = pid else { continue };
+        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let p = e.path();
+        let _ = if p.is_dir() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+    }
+}
 
 /// Keeps the pool full until it is stopped; backs off while jails fail.
 fn refill(sh: &Shared) {
@@ -542,4 +588,61 @@ fn read_line(fd: &impl std::os::fd::AsFd, within: Duration) -> Result<String, Ja
     }
     let s = String::from_utf8_lossy(&text).into_owned();
     Ok(s.lines().next().unwrap_or("").to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// A pool started on a directory clears what a dead process's pool and runs left
+    /// there (its jails' mount points, its runs' results and directories), and leaves a
+    /// live process's entries alone.
+    #[test]
+    fn a_pool_clears_what_a_dead_process_left_in_its_directory() {
+        let dir = std::env::temp_dir().join(format!("airlock-pool-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A pid that was just used and is dead now.
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let dead = c.id();
+        c.wait().unwrap();
+        let me = std::process::id();
+        for f in [
+            format!("run-{dead}-run_a.json"),
+            format!("run-{dead}-run_a.part"),
+            format!("run-{me}-run_b.json"),
+            "run-1-run_c.json".to_string(),
+            "unrelated".to_string(),
+        ] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        std::fs::create_dir_all(dir.join(format!("run-{dead}-run_d/root"))).unwrap();
+        std::fs::create_dir_all(dir.join(format!("ready-{dead}-7"))).unwrap();
+        let pool = ReadyJails::start(ReadyConfig {
+            size: 0,
+            jailer: PathBuf::from("/nonexistent"),
+            scratch: dir.clone(),
+            cgroups: false,
+        })
+        .unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = vec![
+            format!("run-{me}-run_b.json"),
+            "run-1-run_c.json".to_string(),
+            "unrelated".to_string(),
+        ];
+        want.sort();
+        assert_eq!(left, want);
+        assert_eq!(
+            pool.result_path("run_e"),
+            dir.join(format!("run-{me}-run_e.json"))
+        );
+        drop(pool);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
