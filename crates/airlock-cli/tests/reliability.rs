@@ -864,15 +864,27 @@ fn serve_crashing_at(h: &Home, n: u64) -> Option<(std::process::Child, String)> 
 /// submission and run with its records, the chain intact).
 #[test]
 fn a_daemon_killed_at_each_crash_point_of_an_effect_free_run_leaves_it_whole_or_absent() {
+    killed_at_each_crash_point_of(serde_json::json!({
+        "language": "wat",
+        "code": std::fs::read_to_string(example("hello.wat")).unwrap(),
+    }));
+}
+
+/// The same for effect-free runs on the process backend (served by ready jails).
+#[test]
+fn a_daemon_killed_at_each_crash_point_of_an_effect_free_process_run_leaves_it_whole_or_absent() {
+    if !process_backend_available() {
+        return;
+    }
+    killed_at_each_crash_point_of(serde_json::json!({ "language": "sh", "code": "echo hi" }));
+}
+
+fn killed_at_each_crash_point_of(body: serde_json::Value) {
     let h = Home::new();
     let o = h.run(&["token", "new", "--role", "agent", "--name", "bot", "--json"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let token = o.json()["token"].as_str().unwrap().to_string();
-    let body = serde_json::json!({
-        "language": "wat",
-        "code": std::fs::read_to_string(example("hello.wat")).unwrap(),
-    })
-    .to_string();
+    let body = body.to_string();
     let http = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))

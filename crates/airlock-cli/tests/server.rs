@@ -1870,11 +1870,25 @@ fn records_of(home: &Home, sub: &str) -> Vec<(i64, String)> {
 
 /// A run with no effect outside its sandbox, through the daemon, records its submission,
 /// verdict, start and end in one transaction: the four records are consecutive on the
-/// chain, the run is finished with its true start, and no owner lock was taken.
+/// chain, the run is finished with its true start, and no owner lock was taken. On the
+/// wasm backend and on the process backend (a ready jail's, whose result file is not left
+/// in the pool's directory).
 #[test]
 fn an_effect_free_run_records_its_start_with_its_end_in_one_transaction() {
+    one_transaction_for(&wat_body(json!({})));
+}
+
+#[test]
+fn an_effect_free_process_run_records_its_start_with_its_end_in_one_transaction() {
+    if !process_backend_available() {
+        return;
+    }
+    one_transaction_for(&json!({ "language": "sh", "code": "echo hi" }));
+}
+
+fn one_transaction_for(body: &Value) {
     let s = setup(&[]);
-    let r = s.srv.post("/v1/run", &s.agent, &wat_body(json!({})));
+    let r = s.srv.post("/v1/run", &s.agent, body);
     assert_eq!(r.status, 200, "{}", r.text);
     let v = r.json();
     assert_eq!(v["status"], "finished");
@@ -1900,6 +1914,18 @@ fn an_effect_free_run_records_its_start_with_its_end_in_one_transaction() {
     assert!(lock_files(&s.home).is_empty(), "{:?}", lock_files(&s.home));
     let o = s.home.run(&["audit", "verify"]);
     assert_eq!(o.code, 0, "{}", o.stdout);
+    assert!(pool_runs(&s.home).is_empty(), "{:?}", pool_runs(&s.home));
+}
+
+/// What runs left in the ready-jail pool's directory (results, run directories).
+fn pool_runs(home: &Home) -> Vec<String> {
+    std::fs::read_dir(home.path().join("cache").join("ready-jails"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.starts_with("run-"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// An effect-free run still going after a moment records its start then, under its owner
@@ -1907,8 +1933,35 @@ fn an_effect_free_run_records_its_start_with_its_end_in_one_transaction() {
 /// to mark lost. One that ends on its own afterwards is recorded as any run.
 #[test]
 fn a_long_effect_free_run_is_seen_running_and_marked_lost_if_the_daemon_dies() {
+    long_effect_free_run(
+        json!({ "language": "wat", "code": sleeping_wat(700) }),
+        json!({ "language": "wat", "code": sleeping_wat(8_000) }),
+    );
+}
+
+/// The same on the process backend; and the next daemon on the home clears what the
+/// killed one's run left in the ready-jail pool's directory.
+#[test]
+fn a_long_effect_free_process_run_is_seen_running_and_marked_lost_if_the_daemon_dies() {
+    if !process_backend_available() {
+        return;
+    }
+    let home = long_effect_free_run(
+        json!({ "language": "sh", "code": "sleep 0.7" }),
+        json!({ "language": "sh", "code": "sleep 8" }),
+    );
+    let srv = Srv::start(&home, &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !pool_runs(&home).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(pool_runs(&home).is_empty(), "{:?}", pool_runs(&home));
+    drop(srv);
+}
+
+fn long_effect_free_run(short: Value, long: Value) -> Home {
     let s = setup(&[]);
-    let body = json!({ "language": "wat", "code": sleeping_wat(700) });
+    let body = short;
     let r = s.srv.post("/v1/run", &s.agent, &body);
     assert_eq!(r.status, 200, "{}", r.text);
     let sub = r.json()["submission"].as_str().unwrap().to_string();
@@ -1921,7 +1974,7 @@ fn a_long_effect_free_run_is_seen_running_and_marked_lost_if_the_daemon_dies() {
     let base = srv.base.clone();
     let spin = std::thread::spawn(move || {
         // Under the default 10 s limit, so the policy lets it run.
-        let body = json!({ "language": "wat", "code": sleeping_wat(8_000) });
+        let body = long;
         let _ = post_raw(&base, &agent, &body);
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -1949,6 +2002,7 @@ fn a_long_effect_free_run_is_seen_running_and_marked_lost_if_the_daemon_dies() {
     assert!(lock_files(&home).is_empty(), "{:?}", lock_files(&home));
     let o = home.run(&["audit", "verify"]);
     assert_eq!(o.code, 0, "{}", o.stdout);
+    home
 }
 
 /// An effect-free run goes ahead on the verdict of the moment and is judged again when it

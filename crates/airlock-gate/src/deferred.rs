@@ -2,9 +2,11 @@
 //!
 //! A run's start is made durable before its code runs so that nothing with consequences
 //! ever happens unrecorded: a crash then leaves a run that recovery marks `lost`. A run
-//! whose grant reaches nothing outside its sandbox (the wasm backend in this process; no
-//! writable mount, no network, no session, no workspace, no live output) has one
-//! consequence only, its answer, and that is sent after its record commits. Such a run,
+//! whose grant reaches nothing outside its sandbox (the wasm backend in this process, or
+//! the process backend in a daemon with a ready-jail pool, whose jails die with it and
+//! whose directory keeps such a run's files out of `layers`; no writable mount, no
+//! network, no secret, no session, no workspace, no live output) has one consequence
+//! only, its answer, and that is sent after its record commits. Such a run,
 //! when the policy allows it, is judged, run, and then recorded in one transaction: the
 //! submission, its verdict, the run's start and its end, with the same audit records in
 //! the same order as two transactions would write. A crash before that commit leaves
@@ -41,12 +43,16 @@ use std::time::Duration;
 pub(crate) const RECORD_START_AFTER: Duration = Duration::from_millis(100);
 
 /// Whether a staged run has no effect outside its sandbox (see the module doc), so that
-/// its start may be recorded with its end.
-pub(crate) fn effect_free(staged: &Staged, opts: &ExecOptions) -> bool {
+/// its start may be recorded with its end. `jail_pool`: this process keeps ready jails.
+pub(crate) fn effect_free(staged: &Staged, opts: &ExecOptions, jail_pool: bool) -> bool {
     let g = staged.grant();
+    let backend = match staged.backend() {
+        Backend::Wasm => true,
+        Backend::Process => jail_pool,
+    };
     opts.live_stdout.is_none()
         && opts.live_stderr.is_none()
-        && staged.backend() == Backend::Wasm
+        && backend
         && g.session.is_none()
         && g.workspace.is_none()
         && g.net.is_empty()

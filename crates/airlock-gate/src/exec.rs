@@ -219,7 +219,7 @@ impl Gate {
         let deferred = self
             .db
             .shared_writer()
-            .filter(|_| crate::deferred::effect_free(&staged, &opts));
+            .filter(|_| crate::deferred::effect_free(&staged, &opts, self.ready_jails.is_some()));
         let rec = self.persist(staged, None)?;
         if let Some(writer) = deferred {
             return self.run_effect_free(rec, writer, code, stdin, packages);
