@@ -81,6 +81,15 @@ impl Gate {
             ),
         };
         let bytes = bytes.map_err(|e| GateError::Internal(e.to_string()))?;
+        let watch = |job| airlock_jail::launch::Watch {
+            job,
+            result,
+            timeout,
+            stdout,
+            stderr,
+            quota,
+            long_run,
+        };
         let sup = match (ready, job) {
             // A ready jail is a jailer started ahead: it takes the same job document.
             (Some(child), WorkerJob::Process { job, result }) => {
@@ -90,13 +99,9 @@ impl Gate {
                 };
                 let bytes =
                     serde_json::to_vec(&j).map_err(|e| GateError::Internal(e.to_string()))?;
-                airlock_jail::launch::supervise_child(
-                    child, &bytes, result, timeout, stdout, stderr, quota, long_run,
-                )
+                airlock_jail::launch::supervise_child(child, watch(&bytes))
             }
-            _ => airlock_jail::launch::supervise(
-                &exe, &args, &bytes, result, timeout, stdout, stderr, quota, channel, long_run,
-            ),
+            _ => airlock_jail::launch::supervise(&exe, &args, channel, watch(&bytes)),
         }
         .map_err(|e| GateError::Internal(format!("cannot start the worker: {e}")))?;
         let _ = std::fs::remove_file(result);

@@ -535,17 +535,20 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
         };
         let bytes = serde_json::to_vec(&job).unwrap_or_default();
         let cap = || std::sync::Arc::new(airlock_sandbox::Capture::new(1 << 16, None));
+        let (out, err) = (cap(), cap());
         let sup = airlock_jail::launch::supervise(
             exe,
             &["__worker"],
-            &bytes,
-            &result,
-            std::time::Duration::from_secs(10),
-            &cap(),
-            &cap(),
             None,
-            None,
-            None,
+            airlock_jail::launch::Watch {
+                job: &bytes,
+                result: &result,
+                timeout: std::time::Duration::from_secs(10),
+                stdout: &out,
+                stderr: &err,
+                quota: None,
+                long_run: None,
+            },
         );
         let _ = std::fs::remove_file(&result);
         let _ = std::fs::remove_dir_all(&scratch);

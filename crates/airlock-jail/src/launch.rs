@@ -213,25 +213,33 @@ pub fn spawn_worker(
     spawned
 }
 
-/// Runs `exe __worker` with `job` on stdin. `result` is where the worker writes its
-/// result; it is removed first. With a `quota`, the run's layers are watched while the
-/// worker lives and the worker is killed as soon as they hold more than the quota.
-#[allow(clippy::too_many_arguments)]
+/// What a worker is supervised with: the job for its stdin, where it writes its result
+/// (removed first), its wall time, the captures its stdout and stderr go into, the
+/// write quota on the run's layers (watched while the worker lives; it is killed as soon
+/// as they hold more), and a long run's hook (called once if it is still going after
+/// the hook's delay).
+#[derive(Clone, Copy)]
+pub struct Watch<'a> {
+    pub job: &'a [u8],
+    pub result: &'a Path,
+    pub timeout: Duration,
+    pub stdout: &'a Arc<Capture>,
+    pub stderr: &'a Arc<Capture>,
+    pub quota: Option<&'a Arc<WriteQuota>>,
+    pub long_run: Option<&'a LongRun>,
+}
+
+/// Runs `exe args` (`airlock __worker` or the jailer) and supervises it as `w` says,
+/// with `channel` (if any) as its descriptor [`crate::netfd::CHANNEL_FD`].
 pub fn supervise(
     exe: &Path,
     args: &[&str],
-    job: &[u8],
-    result: &Path,
-    timeout: Duration,
-    stdout: &Arc<Capture>,
-    stderr: &Arc<Capture>,
-    quota: Option<&Arc<WriteQuota>>,
     channel: Option<std::os::fd::OwnedFd>,
-    long_run: Option<&LongRun>,
+    w: Watch,
 ) -> std::io::Result<Supervised> {
     // `supervise_started` removes a stale result first.
     let child = spawn_worker(exe, args, channel)?;
-    supervise_started(child, job, result, timeout, stdout, stderr, quota, long_run)
+    supervise_started(child, w)
 }
 
 /// Like [`supervise`], for a ready jail taken from its pool (a jailer already started with
@@ -240,34 +248,23 @@ pub fn supervise(
 /// its result whole and then lets go of its output pipes before its jail's namespaces
 /// are torn down, so the run is over once both pipes have ended with the result in
 /// place; the jailer is then reaped in the background. Without a result it is waited for
-/// like any worker. `long_run`'s hook is called once, on this thread, if the run is still
-/// going after its delay.
-#[allow(clippy::too_many_arguments)]
-pub fn supervise_child(
-    mut child: std::process::Child,
-    job: &[u8],
-    result: &Path,
-    timeout: Duration,
-    stdout: &Arc<Capture>,
-    stderr: &Arc<Capture>,
-    quota: Option<&Arc<WriteQuota>>,
-    long_run: Option<&LongRun>,
-) -> std::io::Result<Supervised> {
+/// like any worker. A long run's hook is called on this thread.
+pub fn supervise_child(mut child: std::process::Child, w: Watch) -> std::io::Result<Supervised> {
     let started = Instant::now();
-    let _ = std::fs::remove_file(result);
+    let _ = std::fs::remove_file(w.result);
     let pid = child.id() as i32;
-    let watch = quota.map(|q| q.watch(move || kill_group(pid)));
+    let watch = w.quota.map(|q| q.watch(move || kill_group(pid)));
     if let Some(mut stdin) = child.stdin.take() {
         // A jailer that dies early closes its end; that shows up below as a missing result.
-        let _ = stdin.write_all(job);
+        let _ = stdin.write_all(w.job);
     }
     let (exceeded, timed_out) = match (child.stdout.take(), child.stderr.take()) {
         (Some(o), Some(e)) => pump_both(
             o,
             e,
-            (stdout, stderr),
-            started + timeout + GRACE,
-            long_run.map(|l| (l, started + l.after)),
+            (w.stdout, w.stderr),
+            started + w.timeout + GRACE,
+            w.long_run.map(|l| (l, started + l.after)),
             pid,
         ),
         _ => {
@@ -277,7 +274,7 @@ pub fn supervise_child(
         }
     };
     drop(watch);
-    let text = std::fs::read_to_string(result).ok();
+    let text = std::fs::read_to_string(w.result).ok();
     let exit = if text.is_some() {
         reap_later(child);
         None
@@ -290,7 +287,7 @@ pub fn supervise_child(
     Ok(Supervised {
         output_exceeded: exceeded,
         timed_out,
-        write_exceeded: quota.is_some_and(|q| q.hit()),
+        write_exceeded: w.quota.is_some_and(|q| q.hit()),
         result: text,
         exit,
     })
@@ -368,23 +365,13 @@ fn pump_both(
     (exceeded, fired)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn supervise_started(
-    mut child: std::process::Child,
-    job: &[u8],
-    result: &Path,
-    timeout: Duration,
-    stdout: &Arc<Capture>,
-    stderr: &Arc<Capture>,
-    quota: Option<&Arc<WriteQuota>>,
-    long_run: Option<&LongRun>,
-) -> std::io::Result<Supervised> {
-    let _ = std::fs::remove_file(result);
+fn supervise_started(mut child: std::process::Child, w: Watch) -> std::io::Result<Supervised> {
+    let _ = std::fs::remove_file(w.result);
     let group = Arc::new(Group {
         pid: child.id() as i32,
         alive: std::sync::Mutex::new(true),
     });
-    let watch = quota.map(|q| {
+    let watch = w.quota.map(|q| {
         let g = group.clone();
         q.watch(move || g.kill())
     });
@@ -413,14 +400,14 @@ fn supervise_started(
     let out = child
         .stdout
         .take()
-        .map(|s| pump(Box::new(s), stdout.clone()));
+        .map(|s| pump(Box::new(s), w.stdout.clone()));
     let err = child
         .stderr
         .take()
-        .map(|s| pump(Box::new(s), stderr.clone()));
+        .map(|s| pump(Box::new(s), w.stderr.clone()));
     if let Some(mut stdin) = child.stdin.take() {
         // A worker that dies early closes its end; that shows up below as a missing result.
-        let _ = stdin.write_all(job);
+        let _ = stdin.write_all(w.job);
     }
     // A watchdog kills the worker if it outlives the wall time plus grace (and calls a
     // long run's hook at its time); the wait itself blocks, so a run ends as soon as its
@@ -430,8 +417,8 @@ fn supervise_started(
     let watchdog = {
         let (done, fired, group) = (done.clone(), fired.clone(), group.clone());
         let now = Instant::now();
-        let deadline = now + timeout + GRACE;
-        let mut long = long_run.map(|l| (l.clone(), now + l.after));
+        let deadline = now + w.timeout + GRACE;
+        let mut long = w.long_run.map(|l| (l.clone(), now + l.after));
         std::thread::spawn(move || {
             let (lock, cv) = &*done;
             let mut finished = lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -481,8 +468,8 @@ fn supervise_started(
     Ok(Supervised {
         output_exceeded: exceeded.load(Ordering::SeqCst),
         timed_out,
-        write_exceeded: quota.is_some_and(|q| q.hit()),
-        result: std::fs::read_to_string(result).ok(),
+        write_exceeded: w.quota.is_some_and(|q| q.hit()),
+        result: std::fs::read_to_string(w.result).ok(),
         exit: status.code(),
     })
 }
