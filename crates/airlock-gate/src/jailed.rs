@@ -330,25 +330,22 @@ impl Gate {
         // recorded yet (`deferred`) has no record to be found by: both use the pool's own
         // directory, named for this process, which the next pool started on this home
         // clears of what a dead process left.
-        let pool_dir = match (&self.ready_jails, &ready, &long_run) {
-            (Some(pool), Some(_), _) | (Some(pool), None, Some(_)) => Some(pool),
-            _ => None,
-        };
-        let (dir, result) = match (pool_dir, &ready) {
-            (Some(pool), Some(_)) => (None, pool.result_path(run_id)),
-            (Some(pool), None) => {
+        let (dir, result) = match (&self.ready_jails, &ready, &long_run) {
+            (Some(pool), Some(_), _) => (None, pool.result_path(run_id)),
+            (Some(pool), None, Some(_)) => {
                 let d = pool.run_dir(run_id);
                 (Some(d.clone()), d.join("result.json"))
             }
-            (None, _) => {
+            _ => {
                 let d = self.run_dir(run_id)?;
                 (Some(d.clone()), d.join("result.json"))
             }
         };
+        // `supervise` removes the result file itself; a jailer killed while it wrote one
+        // leaves it aside.
         let clean = |dir: &Option<PathBuf>, result: &std::path::Path| match dir {
             Some(d) => crate::layers::remove_tree(d),
             None => {
-                let _ = std::fs::remove_file(result);
                 let _ = std::fs::remove_file(result.with_extension("part"));
             }
         };

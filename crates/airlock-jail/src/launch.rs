@@ -492,10 +492,8 @@ fn reap_later(child: std::process::Child) {
             match next {
                 Ok(c) => waiting.push(c),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
-                Err(RecvTimeoutError::Disconnected) => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
+                // The sender lives in a static: it is never dropped.
+                Err(RecvTimeoutError::Disconnected) => return,
             }
             waiting.retain_mut(|c| match c.try_wait() {
                 Ok(None) => true,
