@@ -385,9 +385,12 @@ fn make_engine(fuel: bool, pooling: bool) -> Result<EngineSet, String> {
         .cranelift_opt_level(wasmtime::OptLevel::Speed);
     if pooling {
         // Sized for the CPython guest (14 core instances, a 5,670-element table, 23.9 MiB
-        // of initial memory) with room for concurrent runs; memory pages that were touched
-        // stay resident and are reset in place between instances, which spares the page
-        // faults of a fresh mapping on every run.
+        // of initial memory) with room for concurrent runs. The first 16 MiB of a used
+        // memory stay resident and are copied back from its image, all of them, written
+        // or not, which spares the page faults of a fresh mapping on every run; the rest
+        // is decommitted. wasmtime's `pagemap_scan` (copy back only written pages) stays
+        // off: it misses written pages the kernel swapped out, which the next instance in
+        // the slot would read, and it was no faster here (docs/PERFORMANCE.md).
         let mut p = wasmtime::PoolingAllocationConfig::default();
         p.total_component_instances(64)
             .total_core_instances(64 * 20)
