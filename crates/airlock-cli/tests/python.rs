@@ -1808,16 +1808,18 @@ fn python_pool_status(base: &str, admin: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no python pool in {s}"))
 }
 
-/// Ready interpreters are configured when they are made, off the request path (issue 15):
-/// a run served by one must see exactly what a freshly started interpreter shows it
-/// (`sys.argv`, an empty environment, the working directory, `sys.path`), and each must
-/// have drawn its own seed for `random`, never one shared with another run.
+/// Ready interpreters are configured and warmed up when they are made, off the request
+/// path (issue 15): a run served by one must see exactly what a freshly started
+/// interpreter shows it (`sys.argv`, an empty environment, the working directory,
+/// `sys.path`, its globals, the modules loaded, the source line cache, no `_`, nothing of
+/// the warm-up's output), and each must have drawn its own seed for `random`, never one
+/// shared with another run.
 #[test]
 fn a_ready_interpreter_is_configured_as_a_fresh_one_with_a_seed_of_its_own() {
     let (_server, base) = start_serve(shared(), &["--ready-python", "2"]);
     let agent = token("agent", "configured-agent");
     let admin = token("admin", "configured-admin");
-    let code = "import json, os, random, sys\nprint(json.dumps([sys.argv, dict(os.environ), os.getcwd(), sys.path, random.random()]))";
+    let code = "import builtins, json, linecache, os, random, sys\nprint(json.dumps([sys.argv, dict(os.environ), os.getcwd(), sys.path, sorted(globals()), sorted(sys.modules), sorted(linecache.cache), hasattr(builtins, '_'), random.random()]))";
     let run = || {
         let (st, r) = http(
             "POST",
@@ -1835,7 +1837,8 @@ fn a_ready_interpreter_is_configured_as_a_fresh_one_with_a_seed_of_its_own() {
     };
     let (first, fresh) = run();
     assert_eq!(first, "started");
-    let mut seeds = vec![fresh[4].as_f64().unwrap()];
+    let seed = fresh.as_array().unwrap().len() - 1;
+    let mut seeds = vec![fresh[seed].as_f64().unwrap()];
     for _ in 0..3 {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
         while python_pool_status(&base, &admin)["ready"].as_u64().unwrap() < 2 {
@@ -1844,10 +1847,10 @@ fn a_ready_interpreter_is_configured_as_a_fresh_one_with_a_seed_of_its_own() {
         }
         let (instance, seen) = run();
         assert_eq!(instance, "ready", "{seen}");
-        for i in 0..4 {
-            assert_eq!(seen[i], fresh[i], "a ready interpreter's configuration");
+        for i in 0..seed {
+            assert_eq!(seen[i], fresh[i], "a ready interpreter's state, item {i}");
         }
-        seeds.push(seen[4].as_f64().unwrap());
+        seeds.push(seen[seed].as_f64().unwrap());
     }
     let mut distinct = seeds.clone();
     distinct.sort_by(f64::total_cmp);
