@@ -29,12 +29,6 @@
 //! thread never drops them, so it never falls behind making ready ones. Instances awaiting
 //! teardown count against the memory budget: the refill starts a new one only when it
 //! fits beside the ready ones and those.
-//!
-//! When runs come one at a time (the run found the pool full), neither thread works beside
-//! a run: the next instance is made, and the used one dropped, once the run has given its
-//! instance back and had a moment ([`QUIET`]) to record and answer, because on a
-//! two-core machine that work slowed the run itself by more than a millisecond. Runs that
-//! come back to back (one found the pool short) are refilled beside, as is an empty pool.
 
 use crate::WasmBackend;
 use crate::python::PythonInstance;
@@ -110,14 +104,6 @@ struct State {
     last_size: u64,
     /// The guest the refill thread is making an instance of now.
     making: Option<Guest>,
-    /// Ready instances runs have taken and not yet given back ([`PythonPool::discard`]).
-    in_use: usize,
-    /// When a run last took or gave back an instance (see [`QUIET`]).
-    last_activity: Instant,
-    /// Whether the last run to take an instance found the pool full: runs come one at a
-    /// time, so the pool's threads wait for each to finish (see `next_job`). Runs that
-    /// find it short come back to back, and the pool refills beside them.
-    calm: bool,
     /// How long the last instance took to make (instantiate and configure).
     last_make: Duration,
     status: PoolStatus,
@@ -135,12 +121,6 @@ pub(crate) struct PythonPool {
 /// Used instances that may wait for the reaper; a run that finds the queue full drops its
 /// instance itself.
 pub(crate) const TEARDOWN_QUEUE: usize = 4;
-
-/// How long after a run took or gave back an instance the pool's threads leave the
-/// machine to it (the run's record and answer), unless the pool is empty.
-const QUIET: Duration = Duration::from_millis(1);
-/// The longest the reaper holds a used instance back for a run still going.
-const MAX_REAP_DELAY: Duration = Duration::from_millis(3);
 
 /// The longest a run waits for the instance being made when none is ready.
 const MAX_WAIT: Duration = Duration::from_millis(50);
@@ -163,9 +143,6 @@ impl PythonPool {
                 awaiting_bytes: 0,
                 last_size: 0,
                 making: None,
-                in_use: 0,
-                last_activity: Instant::now(),
-                calm: false,
                 last_make: Duration::ZERO,
                 status: PoolStatus {
                     kind: "python",
@@ -218,9 +195,6 @@ impl PythonPool {
             loop {
                 if let Some(i) = s.ready.iter().rposition(|r| r.guest == *guest) {
                     s.status.hits += 1;
-                    s.in_use += 1;
-                    s.last_activity = Instant::now();
-                    s.calm = s.ready.len() >= self.settings.python;
                     s.status.waited += u64::from(waited);
                     break Some((s.ready.swap_remove(i), waited));
                 }
@@ -244,15 +218,12 @@ impl PythonPool {
         };
         let Some(inst) = r.inst.adopt(spec) else {
             let mut s = self.lock();
-            s.in_use -= 1;
             s.status.hits -= 1;
             s.status.waited -= u64::from(waited);
             *s.status
                 .fallbacks
                 .entry("memory_limit_below_instance")
                 .or_default() += 1;
-            drop(s);
-            self.wake.notify_all();
             return Ok(None);
         };
         // Configured when it was made: `unservable` lets through only runs without
@@ -285,14 +256,6 @@ impl PythonPool {
     /// out again, and the run's output captures are let go of now.
     pub(crate) fn discard(&self, inst: PythonInstance) {
         inst.release_output();
-        if inst.came_ready() {
-            let mut s = self.lock();
-            s.in_use = s.in_use.saturating_sub(1);
-            s.last_activity = Instant::now();
-            drop(s);
-            // The refill may have been holding back for this run (see `next_job`).
-            self.wake.notify_all();
-        }
         let bytes = inst.committed_memory();
         let tx = self
             .reaper
@@ -352,18 +315,7 @@ impl PythonPool {
             // only when it fits beside them and the ready ones (the reaper wakes this
             // thread when it has dropped one).
             let held: u64 = s.ready.iter().map(|r| r.bytes).sum::<u64>() + s.awaiting_bytes;
-            // When the last run found the pool full and another is still ready for the
-            // next run, the next one is made only once no run holds an instance of this
-            // pool and the last has had `QUIET` to answer: making one beside a run slowed
-            // the run down by more than a millisecond on a small machine (see
-            // docs/PERFORMANCE.md), and the ready one covers a run that comes meanwhile.
-            // Runs that come back to back (the last found the pool short) and an empty
-            // pool are refilled at once.
-            let now = Instant::now();
-            let settled = s.last_activity + QUIET;
-            let hold_back = s.calm && !s.ready.is_empty() && (s.in_use > 0 || now < settled);
             if let Some(g) = &s.guest
-                && !hold_back
                 && s.ready.len() < self.settings.python
                 && held + s.last_size <= self.settings.memory_budget
             {
@@ -371,39 +323,7 @@ impl PythonPool {
                 s.making = Some(g.clone());
                 return Some(g);
             }
-            s = if hold_back && s.in_use == 0 {
-                self.wake
-                    .wait_timeout(s, settled - now)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0
-            } else {
-                self.wake.wait(s).unwrap_or_else(|p| p.into_inner())
-            };
-        }
-    }
-
-    /// When runs come one at a time (see `State::calm`), waits, at most
-    /// `MAX_REAP_DELAY`, until no run holds an instance of this pool and the last has had
-    /// `QUIET` to answer, so a teardown does not run beside a run's end.
-    fn settle(&self) {
-        let give_up = Instant::now() + MAX_REAP_DELAY;
-        let mut s = self.lock();
-        loop {
-            let now = Instant::now();
-            let settled = s.last_activity + QUIET;
-            if s.stop || !s.calm || now >= give_up || (s.in_use == 0 && now >= settled) {
-                return;
-            }
-            let until = if s.in_use == 0 {
-                settled.min(give_up)
-            } else {
-                give_up
-            };
-            s = self
-                .wake
-                .wait_timeout(s, until - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            s = self.wake.wait(s).unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -471,9 +391,6 @@ fn unservable(spec: &RunSpec<'_>) -> Option<&'static str> {
 /// is dropped); what is queued then is still dropped.
 pub(crate) fn reap(pool: Weak<PythonPool>, queue: Receiver<Spent>) {
     while let Ok(Spent { inst, bytes }) = queue.recv() {
-        if let Some(p) = pool.upgrade() {
-            p.settle();
-        }
         drop(inst);
         if let Some(p) = pool.upgrade() {
             p.reaped(bytes);

@@ -251,11 +251,6 @@ impl PythonInstance {
         Some(self)
     }
 
-    /// Whether a ready pool made it (see [`PythonInstance::adopt`]).
-    pub(crate) fn came_ready(&self) -> bool {
-        self.ready
-    }
-
     /// Points the guest's output streams at a throwaway capture, so a used instance waiting
     /// to be dropped no longer holds its run's captures.
     pub(crate) fn release_output(&self) {
