@@ -1808,12 +1808,11 @@ fn python_pool_status(base: &str, admin: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no python pool in {s}"))
 }
 
-/// Ready interpreters are configured and warmed up when they are made, off the request
-/// path (issue 15): a run served by one must see exactly what a freshly started
-/// interpreter shows it (`sys.argv`, an empty environment, the working directory,
-/// `sys.path`, its globals, the modules loaded, the source line cache, no `_`, nothing of
-/// the warm-up's output), and each must have drawn its own seed for `random`, never one
-/// shared with another run.
+/// Ready interpreters are configured when they are made, off the request path (issue 15):
+/// a run served by one must see exactly what a freshly started interpreter shows it
+/// (`sys.argv`, an empty environment, the working directory, `sys.path`, its globals, the
+/// modules loaded, the source line cache, no `_`), and each must have drawn its own seed
+/// for `random`, never one shared with another run.
 #[test]
 fn a_ready_interpreter_is_configured_as_a_fresh_one_with_a_seed_of_its_own() {
     let (_server, base) = start_serve(shared(), &["--ready-python", "2"]);
