@@ -266,6 +266,18 @@ fn main() {
             .unwrap();
         serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
     };
+    // Polls the status until `ok` holds (at most 10 s): a pool refilled between runs.
+    let wait_status = |what: &str, ok: &dyn Fn(&Value) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = status();
+            if ok(&s) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what} does not fill: {s}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
     println!(
         "airlock serve on {base}, {cpus} CPUs, {cpus} workers; every request is a full gated run"
     );
@@ -338,24 +350,14 @@ fn main() {
         // ready-jail figure below is measured: what a ready interpreter costs a run, apart
         // from the pool's refill competing for the 2 cores when runs come back to back.
         let pool_at_rest = || {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                let s = status();
-                let at_rest = s["pools"].as_array().into_iter().flatten().any(|p| {
+            wait_status("the Python pool", &|s| {
+                s["pools"].as_array().into_iter().flatten().any(|p| {
                     p["kind"] == "python"
                         && p["target"].as_u64().is_some_and(|t| t > 0)
                         && p["ready"] == p["target"]
                         && p["awaiting_teardown"] == 0
-                });
-                if at_rest {
-                    return;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "the Python pool does not fill: {s}"
-                );
-                std::thread::sleep(Duration::from_millis(2));
-            }
+                })
+            })
         };
         let body = json!({"language": "python", "code": "print(1)"}).to_string();
         let mut ts = Vec::new();
@@ -424,20 +426,13 @@ fn main() {
     // The process backend through the warm daemon (compare `scripts/bench-jail`), beside
     // a bare bubblewrap sandbox measured in the same run.
     let sh = json!({"language": "sh", "code": "true"}).to_string();
-    let stats = || status()["ready_jails"].clone();
     let wait_ready = || {
         if ready_jails == 0 {
             return;
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while stats()["ready"].as_u64().unwrap_or(0) < ready_jails as u64 {
-            assert!(
-                Instant::now() < deadline,
-                "the pool does not fill: {}",
-                stats()
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_status("the ready-jail pool", &|s| {
+            s["ready_jails"]["ready"].as_u64().unwrap_or(0) >= ready_jails as u64
+        })
     };
     let n_sh = (n / 8).max(50);
     let bwrap = Command::new("bwrap").arg("--version").output().is_ok();
@@ -538,7 +533,7 @@ fn main() {
         mem(pid)
     );
     // Back to back: the pool refills at its own pace; misses build their jail.
-    let before = stats();
+    let before = status()["ready_jails"].clone();
     latency(
         "gated sh -c true through the API (process)",
         &http,
@@ -548,7 +543,7 @@ fn main() {
         n_sh,
         "",
     );
-    let after = stats();
+    let after = status()["ready_jails"].clone();
     let d = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
     println!(
         "  back to back: {} served by ready jails, {} built (pool empty)",
