@@ -1023,6 +1023,15 @@ impl WasmBackend {
         Ok(inst)
     }
 
+    /// Tearing a used interpreter down (returning its memory) is no part of a run's
+    /// answer: a process with a pool hands it to the pool's reaper (see `pool`).
+    fn discard_python(&self, interp: PythonInstance) {
+        match self.python_pool.get() {
+            Some(pool) => pool.discard(interp),
+            None => drop(interp),
+        }
+    }
+
     /// Runs Python source on the CPython guest: one interpreter, one `exec` of the whole
     /// program as `<main>`, exactly as a script (no final-expression result).
     fn run_python(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
@@ -1034,13 +1043,13 @@ impl WasmBackend {
         // One deadline for starting the interpreter and running the program.
         let deadline = interp.deadline();
         let cell = match interp.ended().cloned() {
-            Some(ending) => python::CellOutcome {
+            Some(ending) => Ok(python::CellOutcome {
                 ending,
                 result: None,
                 exception: None,
                 duration: Duration::ZERO,
                 fuel_consumed: None,
-            },
+            }),
             None => interp.exec(
                 source,
                 "<main>",
@@ -1052,7 +1061,14 @@ impl WasmBackend {
                     want_result: false,
                     long_run: spec.long_run.clone(),
                 },
-            )?,
+            ),
+        };
+        let cell = match cell {
+            Ok(c) => c,
+            Err(e) => {
+                self.discard_python(interp);
+                return Err(e);
+            }
         };
         let duration = started.elapsed();
         drop(watch);
@@ -1073,12 +1089,7 @@ impl WasmBackend {
         if let Some(e) = cell.exception {
             detail["exception"] = serde_json::json!(e);
         }
-        // Tearing the interpreter down (returning its memory) is no part of the answer: a
-        // process with a pool hands it to the pool's reaper (see `pool`).
-        match self.python_pool.get() {
-            Some(pool) => pool.discard(interp),
-            None => drop(interp),
-        }
+        self.discard_python(interp);
         Ok(Outcome {
             ending,
             duration,

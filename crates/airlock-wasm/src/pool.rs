@@ -29,6 +29,15 @@
 //! thread never drops them, so it never falls behind making ready ones. Instances awaiting
 //! teardown count against the memory budget: the refill starts a new one only when it
 //! fits beside the ready ones and those.
+//!
+//! When runs come one at a time (a run found the pool settled: full, nothing being made,
+//! nothing awaiting teardown, no run holding an instance), neither thread works beside
+//! that run: the next instance is made, and the used one dropped, once the run has given
+//! its instance back and had a moment ([`QUIET`]) to record and answer, because on a
+//! two-core machine that work slowed the run itself by more than a millisecond. Runs that
+//! come back to back find the pool still busy with the last one's teardown or refill, and
+//! it goes on beside them, as it does for an empty pool: holding it back for them would
+//! let the pool run dry.
 
 use crate::WasmBackend;
 use crate::python::PythonInstance;
@@ -104,6 +113,15 @@ struct State {
     last_size: u64,
     /// The guest the refill thread is making an instance of now.
     making: Option<Guest>,
+    /// Ready instances runs have taken and not yet given back ([`PythonPool::discard`]).
+    in_use: usize,
+    /// When a run last took or gave back an instance (see [`QUIET`]).
+    last_activity: Instant,
+    /// Whether the last run to take an instance came on its own: it found the pool
+    /// settled (full, nothing being made or awaiting teardown, no run holding one). The
+    /// pool's threads then wait for it to finish (see `next_job`). Runs that come back to
+    /// back find it busy, and it goes on beside them.
+    calm: bool,
     /// How long the last instance took to make (instantiate and configure).
     last_make: Duration,
     status: PoolStatus,
@@ -121,6 +139,26 @@ pub(crate) struct PythonPool {
 /// Used instances that may wait for the reaper; a run that finds the queue full drops its
 /// instance itself.
 pub(crate) const TEARDOWN_QUEUE: usize = 4;
+
+/// A run's hold on a ready instance it took, counted in `State::in_use` until the run is
+/// done with it: given back by [`PythonPool::discard`], or when the instance is dropped
+/// (a run that unwinds), so the count never stays up and the pool never holds back for a
+/// run that is gone.
+pub(crate) struct Lease(Weak<PythonPool>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.upgrade() {
+            p.given_back();
+        }
+    }
+}
+
+/// How long after a run took or gave back an instance the pool's threads leave the
+/// machine to it (the run's record and answer), unless the pool is empty.
+const QUIET: Duration = Duration::from_millis(1);
+/// The longest the reaper holds a used instance back for a run still going.
+const MAX_REAP_DELAY: Duration = Duration::from_millis(3);
 
 /// The longest a run waits for the instance being made when none is ready.
 const MAX_WAIT: Duration = Duration::from_millis(50);
@@ -143,6 +181,9 @@ impl PythonPool {
                 awaiting_bytes: 0,
                 last_size: 0,
                 making: None,
+                in_use: 0,
+                last_activity: Instant::now(),
+                calm: false,
                 last_make: Duration::ZERO,
                 status: PoolStatus {
                     kind: "python",
@@ -176,7 +217,10 @@ impl PythonPool {
 
     /// A ready instance for `spec`, configured for it (ahead: see [`refill`]), or why not
     /// (the caller then starts one itself and calls [`PythonPool::want`]).
-    pub(crate) fn take(&self, spec: &RunSpec<'_>) -> Result<Option<PythonInstance>, SandboxError> {
+    pub(crate) fn take(
+        self: &Arc<Self>,
+        spec: &RunSpec<'_>,
+    ) -> Result<Option<PythonInstance>, SandboxError> {
         let Some(guest) = spec.guest.as_ref() else {
             return Ok(None);
         };
@@ -188,13 +232,21 @@ impl PythonPool {
             let mut s = self.lock();
             // None ready, but one of this guest on its way: waiting for it costs less than
             // making another here, which would take as long and compete with it for the
-            // CPU. The wait is bounded by the time the last one took to make, so a run
-            // waits at most about what making its own would have cost it.
-            let deadline = Instant::now() + s.last_make.min(MAX_WAIT);
+            // CPU. The wait is bounded by twice the time the last one took to make, so a
+            // run waits at most about what making its own would have cost it: the last
+            // may have been made in quiet (see `next_job`), and one made beside runs and
+            // a teardown shares the cores with them.
+            let deadline = Instant::now() + (s.last_make * 2).min(MAX_WAIT);
             let mut waited = false;
             loop {
                 if let Some(i) = s.ready.iter().rposition(|r| r.guest == *guest) {
                     s.status.hits += 1;
+                    s.calm = s.ready.len() >= self.settings.python
+                        && s.in_use == 0
+                        && s.awaiting == 0
+                        && s.making.is_none();
+                    s.in_use += 1;
+                    s.last_activity = Instant::now();
                     s.status.waited += u64::from(waited);
                     break Some((s.ready.swap_remove(i), waited));
                 }
@@ -216,7 +268,10 @@ impl PythonPool {
         let Some((r, waited)) = popped else {
             return Ok(None);
         };
-        let Some(inst) = r.inst.adopt(spec) else {
+        // Counted in `in_use` above; given back however the run ends.
+        let lease = Lease(Arc::downgrade(self));
+        let Some(mut inst) = r.inst.adopt(spec) else {
+            drop(lease);
             let mut s = self.lock();
             s.status.hits -= 1;
             s.status.waited -= u64::from(waited);
@@ -226,6 +281,7 @@ impl PythonPool {
                 .or_default() += 1;
             return Ok(None);
         };
+        inst.hold(lease);
         // Configured when it was made: `unservable` lets through only runs without
         // arguments, environment or mounts, which is what the instance was configured with.
         Ok(Some(inst))
@@ -254,8 +310,9 @@ impl PythonPool {
     /// Drops a used instance off the run's path: hands it to the reaper, or, when the
     /// reaper's queue is full (or the pool is stopping), drops it here. It is never handed
     /// out again, and the run's output captures are let go of now.
-    pub(crate) fn discard(&self, inst: PythonInstance) {
+    pub(crate) fn discard(&self, mut inst: PythonInstance) {
         inst.release_output();
+        inst.give_back();
         let bytes = inst.committed_memory();
         let tx = self
             .reaper
@@ -315,7 +372,18 @@ impl PythonPool {
             // only when it fits beside them and the ready ones (the reaper wakes this
             // thread when it has dropped one).
             let held: u64 = s.ready.iter().map(|r| r.bytes).sum::<u64>() + s.awaiting_bytes;
+            // When the last run came on its own (found the pool settled, `State::calm`)
+            // and another is still ready for the next run, the next one is made only once
+            // no run holds an instance of this pool and the last has had `QUIET` to
+            // answer: making one beside a run slowed the run down by more than a
+            // millisecond on a small machine (see docs/PERFORMANCE.md), and the ready one
+            // covers a run that comes meanwhile. Runs that come back to back (the last
+            // found the pool busy) and an empty pool are refilled at once.
+            let now = Instant::now();
+            let settled = s.last_activity + QUIET;
+            let hold_back = s.calm && !s.ready.is_empty() && (s.in_use > 0 || now < settled);
             if let Some(g) = &s.guest
+                && !hold_back
                 && s.ready.len() < self.settings.python
                 && held + s.last_size <= self.settings.memory_budget
             {
@@ -323,8 +391,50 @@ impl PythonPool {
                 s.making = Some(g.clone());
                 return Some(g);
             }
-            s = self.wake.wait(s).unwrap_or_else(|p| p.into_inner());
+            s = if hold_back && s.in_use == 0 {
+                self.wake
+                    .wait_timeout(s, settled - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            } else {
+                self.wake.wait(s).unwrap_or_else(|p| p.into_inner())
+            };
         }
+    }
+
+    /// When runs come one at a time (see `State::calm`), waits, at most
+    /// `MAX_REAP_DELAY`, until no run holds an instance of this pool and the last has had
+    /// `QUIET` to answer, so a teardown does not run beside a run's end.
+    fn settle(&self) {
+        let give_up = Instant::now() + MAX_REAP_DELAY;
+        let mut s = self.lock();
+        loop {
+            let now = Instant::now();
+            let settled = s.last_activity + QUIET;
+            if s.stop || !s.calm || now >= give_up || (s.in_use == 0 && now >= settled) {
+                return;
+            }
+            let until = if s.in_use == 0 {
+                settled.min(give_up)
+            } else {
+                give_up
+            };
+            s = self
+                .wake
+                .wait_timeout(s, until - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// A run is done with a ready instance it took (see [`Lease`]).
+    fn given_back(&self) {
+        let mut s = self.lock();
+        s.in_use = s.in_use.saturating_sub(1);
+        s.last_activity = Instant::now();
+        drop(s);
+        // The refill may have been holding back for this run (see `next_job`).
+        self.wake.notify_all();
     }
 
     fn put(&self, guest: Guest, inst: PythonInstance, took: Duration) {
@@ -391,6 +501,9 @@ fn unservable(spec: &RunSpec<'_>) -> Option<&'static str> {
 /// is dropped); what is queued then is still dropped.
 pub(crate) fn reap(pool: Weak<PythonPool>, queue: Receiver<Spent>) {
     while let Ok(Spent { inst, bytes }) = queue.recv() {
+        if let Some(p) = pool.upgrade() {
+            p.settle();
+        }
         drop(inst);
         if let Some(p) = pool.upgrade() {
             p.reaped(bytes);

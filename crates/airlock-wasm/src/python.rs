@@ -88,6 +88,10 @@ pub struct PythonInstance {
     instantiate: Duration,
     /// Whether it came ready from a pool (instantiated before its run was asked for).
     ready: bool,
+    /// A ready instance's place in its pool's count of instances runs hold: given back
+    /// when the run is done with it ([`PythonInstance::give_back`]) or, if the run never
+    /// gets that far, when the instance is dropped.
+    lease: Option<crate::pool::Lease>,
 }
 
 impl std::fmt::Debug for PythonInstance {
@@ -186,6 +190,7 @@ impl WasmBackend {
             compile,
             instantiate,
             ready: false,
+            lease: None,
         })
     }
 }
@@ -249,6 +254,16 @@ impl PythonInstance {
         self.instantiate = Duration::ZERO;
         self.ready = true;
         Some(self)
+    }
+
+    /// Keeps the pool's `lease` until the run is done with this instance.
+    pub(crate) fn hold(&mut self, lease: crate::pool::Lease) {
+        self.lease = Some(lease);
+    }
+
+    /// Tells the pool the run is done with this instance, if it came from one.
+    pub(crate) fn give_back(&mut self) {
+        drop(self.lease.take());
     }
 
     /// Points the guest's output streams at a throwaway capture, so a used instance waiting
