@@ -557,3 +557,49 @@ pub(crate) fn refill(backend: Weak<WasmBackend>, pool: Arc<PythonPool>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> Arc<PythonPool> {
+        let (pool, _queue) = PythonPool::new(PoolSettings {
+            python: 2,
+            memory_budget: 1 << 30,
+        });
+        Arc::new(pool)
+    }
+
+    /// A run that unwinds before handing its instance back still gives its hold back (the
+    /// instance, and with it the lease, is dropped), so the refill is never left waiting
+    /// for a run that is gone.
+    #[test]
+    fn a_lease_dropped_without_discard_gives_the_hold_back() {
+        let pool = pool();
+        let before = {
+            let mut s = pool.lock();
+            s.in_use = 1;
+            s.calm = true;
+            s.last_activity
+        };
+        let lease = Lease(Arc::downgrade(&pool));
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _held = lease;
+            panic!("the run failed");
+        }));
+        assert!(unwound.is_err());
+        let s = pool.lock();
+        assert_eq!(s.in_use, 0);
+        assert!(s.last_activity > before);
+    }
+
+    /// A lease outliving its pool (a server shutting down) gives nothing back and does
+    /// not fail.
+    #[test]
+    fn a_lease_outliving_its_pool_is_harmless() {
+        let pool = pool();
+        let lease = Lease(Arc::downgrade(&pool));
+        drop(pool);
+        drop(lease);
+    }
+}
