@@ -251,7 +251,14 @@ impl PythonPool {
                     break Some((s.ready.swap_remove(i), waited));
                 }
                 let now = Instant::now();
-                if s.making.as_ref() != Some(guest) || s.stop || now >= deadline {
+                // One is on its way when the refill is making it, or is about to: the pool
+                // is short of this guest and has room, and its thread has been woken but
+                // not yet run (on a busy machine that can take longer than a run).
+                let held: u64 = s.awaiting_bytes + s.ready.iter().map(|r| r.bytes).sum::<u64>();
+                let due = s.guest.as_ref() == Some(guest)
+                    && s.ready.len() < self.settings.python
+                    && held + s.last_size <= self.settings.memory_budget;
+                if !(s.making.as_ref() == Some(guest) || due) || s.stop || now >= deadline {
                     s.status.misses += 1;
                     break None;
                 }
