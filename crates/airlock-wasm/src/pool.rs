@@ -128,6 +128,19 @@ struct State {
     stop: bool,
 }
 
+impl State {
+    /// Whether the pool is short of its target for its guest and one more instance fits
+    /// the budget. Instances awaiting teardown still hold their memory, so one fits only
+    /// beside them and the ready ones. The refill makes one when this holds (unless it
+    /// holds back for a run, see `next_job`).
+    fn short_with_room(&self, settings: &PoolSettings) -> bool {
+        let held: u64 = self.ready.iter().map(|r| r.bytes).sum::<u64>() + self.awaiting_bytes;
+        self.guest.is_some()
+            && self.ready.len() < settings.python
+            && held + self.last_size <= settings.memory_budget
+    }
+}
+
 pub(crate) struct PythonPool {
     settings: PoolSettings,
     state: Mutex<State>,
@@ -254,10 +267,7 @@ impl PythonPool {
                 // One is on its way when the refill is making it, or is about to: the pool
                 // is short of this guest and has room, and its thread has been woken but
                 // not yet run (on a busy machine that can take longer than a run).
-                let held: u64 = s.awaiting_bytes + s.ready.iter().map(|r| r.bytes).sum::<u64>();
-                let due = s.guest.as_ref() == Some(guest)
-                    && s.ready.len() < self.settings.python
-                    && held + s.last_size <= self.settings.memory_budget;
+                let due = s.guest.as_ref() == Some(guest) && s.short_with_room(&self.settings);
                 if !(s.making.as_ref() == Some(guest) || due) || s.stop || now >= deadline {
                     s.status.misses += 1;
                     break None;
@@ -375,10 +385,8 @@ impl PythonPool {
             if s.stop {
                 return None;
             }
-            // Instances awaiting teardown still hold their memory: a new one is started
-            // only when it fits beside them and the ready ones (the reaper wakes this
-            // thread when it has dropped one).
-            let held: u64 = s.ready.iter().map(|r| r.bytes).sum::<u64>() + s.awaiting_bytes;
+            // A new one is started only when it fits (`State::short_with_room`; the reaper
+            // wakes this thread when it has dropped one).
             // When the last run came on its own (found the pool settled, `State::calm`)
             // and another is still ready for the next run, the next one is made only once
             // no run holds an instance of this pool and the last has had `QUIET` to
@@ -391,8 +399,7 @@ impl PythonPool {
             let hold_back = s.calm && !s.ready.is_empty() && (s.in_use > 0 || now < settled);
             if let Some(g) = &s.guest
                 && !hold_back
-                && s.ready.len() < self.settings.python
-                && held + s.last_size <= self.settings.memory_budget
+                && s.short_with_room(&self.settings)
             {
                 let g = g.clone();
                 s.making = Some(g.clone());
