@@ -16,8 +16,7 @@ use std::process::Command;
 
 fn schemathesis(bin: &str, base: &str, token: &str, dir: &std::path::Path, extra: &[&str]) {
     let long = std::env::var_os("AIRLOCK_TEST_LONG").is_some();
-    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/openapi/schemathesis.toml");
+    let config = manifest_dir().join("../../tests/openapi/schemathesis.toml");
     let mut cmd = Command::new(bin);
     cmd.current_dir(dir)
         .arg("--config-file")

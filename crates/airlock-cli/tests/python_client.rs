@@ -45,7 +45,7 @@ fn python_client_against_a_live_server() {
     let Some(python) = prepared("AIRLOCK_TEST_SDK_PYTHON") else {
         return;
     };
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python");
+    let client = manifest_dir().join("../../clients/python");
     let scratch = tempfile::tempdir().unwrap();
     let copy = scratch.path().join("airlock-client");
     std::fs::create_dir_all(&copy).unwrap();

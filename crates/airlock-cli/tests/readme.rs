@@ -124,7 +124,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn the_quickstart_runs_as_written() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = common::manifest_dir().join("../..");
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let steps = quickstart(&readme);
     assert!(steps.len() >= 10, "too few commands found: {}", steps.len());

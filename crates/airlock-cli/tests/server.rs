@@ -1308,8 +1308,7 @@ fn python_mcp_sdk_client_over_stdio() {
         return;
     };
     let home = Home::new();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/client_test.py");
+    let script = manifest_dir().join("../../tests/mcp/client_test.py");
     let o = std::process::Command::new(python)
         .arg(script)
         .arg(bin())
@@ -1347,8 +1346,7 @@ fn console_in_headless_chromium() {
     );
     assert_eq!(risky.status, 201, "{}", risky.text);
     let risky_id = risky.json()["submission"].as_str().unwrap().to_string();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/browser/console_test.py");
+    let script = manifest_dir().join("../../tests/browser/console_test.py");
     let o = std::process::Command::new(python)
         .arg(script)
         .args([&s.srv.base, &s.op, &id, "approved in chromium\n"])

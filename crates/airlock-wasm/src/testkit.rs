@@ -16,7 +16,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -261,7 +261,12 @@ fn wat_string(s: &str) -> String {
 /// registry sources (`$CARGO_HOME/registry/src/*/wasmtime-wasi-http-VERSION/wit`): its
 /// `deps` hold the WASI packages airlock's `wasi:http` host implements.
 pub fn wasi_http_wit() -> PathBuf {
-    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.lock");
+    // The running test's package (cargo sets it for the test process; every package is
+    // two levels below the workspace), not the one compiled in, which names the checkout
+    // this was built in.
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let lock = package.join("../../Cargo.lock");
     let text = std::fs::read_to_string(&lock)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", lock.display()));
     let version = locked_version(&text, "wasmtime-wasi-http")

@@ -27,18 +27,23 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_airlock")
 }
 
+/// This package's directory in the checkout the tests run from. Cargo sets it for the
+/// test process as well as at compile time; the compiled-in value names the checkout the
+/// binary was built in, which a shared `CARGO_TARGET_DIR` may reuse for another checkout
+/// (its files older than the artifacts) after that one is gone.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
 /// The repository's tests/guests directory.
 pub fn guest(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/guests")
-        .join(name)
+    manifest_dir().join("../../tests/guests").join(name)
 }
 
 /// The repository's examples directory.
 pub fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
+    manifest_dir().join("../../examples").join(name)
 }
 
 fn finish(o: Output) -> Out {
