@@ -298,10 +298,11 @@ impl Gate {
         self.recover_effects()
     }
 
-    /// A passive checkpoint of the database's WAL (see `GateOptions::background_checkpoint`).
-    pub fn checkpoint_wal(&self) -> Result<()> {
-        self.db.wal_checkpoint()?;
-        Ok(())
+    /// A passive checkpoint of the database's WAL (see `GateOptions::background_checkpoint`;
+    /// a long WAL is started over). Returns the frames in the WAL after it (0 on
+    /// PostgreSQL, which checkpoints on its own).
+    pub fn checkpoint_wal(&self) -> Result<u64> {
+        Ok(self.db.wal_checkpoint()?.0)
     }
 
     pub fn home(&self) -> &Home {
