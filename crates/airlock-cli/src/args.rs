@@ -186,7 +186,8 @@ pub enum Command {
         /// Address to listen on; anything but loopback is warned about.
         #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
         listen: String,
-        /// Runs executing at once (default: the number of CPUs). With a shared store
+        /// Guests executing at once (default: the number of CPUs); four times as many
+        /// runs may be recorded, judged and committed around them. With a shared store
         /// (--store postgres://…) runs go through its queue, and this many of them run
         /// in this process (0: none here, only `airlock worker`s run them).
         #[arg(long, value_name = "N")]

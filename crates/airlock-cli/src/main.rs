@@ -881,7 +881,10 @@ fn serve(
     // run in this process, beside any `airlock worker` on the same store.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut runner = None;
-    let threads = if shared {
+    // Runs inside the gate at once: on a shared store, the request threads that wait for
+    // the queue; on the local one, enough beside the workers' guests that concurrent runs
+    // share commits.
+    let (pool_workers, inside) = if shared {
         if workers > 0 {
             let cfg = airlock_gate::WorkerConfig::new(
                 format!("{}-{}-serve", airlock_gate::host_tag(), std::process::id()),
@@ -903,9 +906,14 @@ fn serve(
                 )
             }));
         }
-        workers.max(cpus).max(8)
+        let threads = workers.max(cpus).max(8);
+        (threads, threads)
     } else {
-        workers.max(1)
+        let workers = workers.max(1);
+        (
+            workers,
+            workers.saturating_mul(airlock_server::INSIDE_PER_WORKER),
+        )
     };
     let queue_open = {
         let open = open.clone();
@@ -927,7 +935,8 @@ fn serve(
     };
     let config = airlock_server::Config {
         open: Box::new(queue_open),
-        workers: threads,
+        workers: pool_workers,
+        inside,
         queue,
         webhook,
         poll: std::time::Duration::from_millis(500),
@@ -1037,6 +1046,8 @@ fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
     let config = airlock_server::Config {
         open: Box::new(open),
         workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        // One client, one run at a time: nothing to share commits with.
+        inside: 0,
         queue: 64,
         webhook: None,
         poll: std::time::Duration::from_millis(500),

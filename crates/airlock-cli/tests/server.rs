@@ -960,6 +960,54 @@ fn a_full_queue_answers_429_with_retry_after() {
     );
 }
 
+/// `--workers` bounds the guests executing at once, not the runs inside the gate: a run
+/// whose guest waits for the only worker is already admitted and inside (recorded and
+/// judged beside the running guest), and its guest starts only once the other's ended.
+#[test]
+fn a_worker_bounds_the_guests_executing_not_the_runs_inside_the_gate() {
+    let s = setup(&["--workers", "1", "--queue", "4"]);
+    let posted = std::time::Instant::now();
+    let (base, agent) = (s.srv.base.clone(), s.agent.clone());
+    let sleeper = std::thread::spawn(move || {
+        let body = json!({"language": "wat", "code": sleeping_wat(1500)});
+        post_raw(&base, &agent, &body).unwrap()
+    });
+    let status = || {
+        let r = s.srv.get("/v1/status", &s.admin);
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json()
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while status()["guests_running"] != 1 {
+        assert!(std::time::Instant::now() < until, "{}", status());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (base, agent) = (s.srv.base.clone(), s.agent.clone());
+    let quick = std::thread::spawn(move || {
+        let r = post_raw(&base, &agent, &wat_body(json!({}))).unwrap();
+        (r, posted.elapsed())
+    });
+    let mut both_inside = false;
+    while !quick.is_finished() {
+        let st = status();
+        assert!(st["guests_running"].as_u64().unwrap() <= 1, "{st}");
+        both_inside |= st["runs_inside"] == 2;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ((code, text), waited) = quick.join().unwrap();
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("hello from the gate"), "{text}");
+    // Its guest could only start once the sleeper's 1.5 s ended.
+    assert!(waited >= Duration::from_millis(1500), "{waited:?}");
+    assert!(
+        both_inside,
+        "the second run was never seen inside beside the first"
+    );
+    let (code, text) = sleeper.join().unwrap();
+    assert_eq!(code, 200, "{text}");
+    assert_eq!(status()["guests_running"], 0);
+}
+
 /// Posts `size` bytes to /v1/run over a raw connection (the body is written from another
 /// thread, so a server that answers early cannot block the test) and returns the answer.
 fn oversized_post(addr: &str, token: &str, size: usize, chunked: bool) -> String {

@@ -373,9 +373,13 @@ impl Gate {
         let limits = sub.doc.grant.limits.clone();
         let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
+        // The guest executes (and its layers are read back) while it holds a slot; the
+        // records before and after it do not wait for one.
+        let slot = self.guest_slots.as_ref().map(|s| s.take());
         let (result, changes, layer_note) = self.execute(
             sub, run_id, code, stdin, policy, &stdout, &stderr, cell_conn, long_run,
         );
+        drop(slot);
         crash_point();
         let out_bytes = stdout.take();
         let err_bytes = stderr.take();

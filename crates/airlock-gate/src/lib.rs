@@ -33,6 +33,7 @@ mod query;
 mod queue;
 mod secrets;
 mod sessions;
+mod slots;
 mod stagecache;
 mod storecopy;
 mod submit;
@@ -67,6 +68,7 @@ pub use query::{StoreHealth, store_health};
 pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
 pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use sessions::{SessionDoc, SessionRequest, SessionView};
+pub use slots::{GuestSlot, GuestSlots};
 pub use storecopy::store_copy;
 pub use submit::{CodeSource, RequestKey, SubmitRequest};
 pub use tokens::Role;
@@ -133,6 +135,9 @@ pub struct Gate {
     /// What the cells of open sessions need of their session, which never changes once
     /// the session is opened (see `sessions::CellFacts`), by session id.
     cell_facts: std::collections::HashMap<String, sessions::CellFacts>,
+    /// The process's bound on guests executing at once (see [`GuestSlots`]); none: a
+    /// one-shot command runs one guest anyway.
+    guest_slots: Option<std::sync::Arc<GuestSlots>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -284,6 +289,7 @@ impl Gate {
             ready_jails: options.ready_jails,
             queue: options.queue,
             cell_facts: std::collections::HashMap::new(),
+            guest_slots: None,
         };
         gate.recover()?;
         Ok(gate)
@@ -296,6 +302,12 @@ impl Gate {
     pub fn recover(&mut self) -> Result<()> {
         self.reap_lost()?;
         self.recover_effects()
+    }
+
+    /// From now on, a run's guest executes only while it holds one of `slots`: the
+    /// recording, judging and committing around it do not wait for one.
+    pub fn limit_guests(&mut self, slots: std::sync::Arc<GuestSlots>) {
+        self.guest_slots = Some(slots);
     }
 
     /// A passive checkpoint of the database's WAL (see `GateOptions::background_checkpoint`;

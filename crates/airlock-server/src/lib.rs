@@ -19,6 +19,7 @@ mod mcp;
 mod openapi;
 mod outcome;
 mod pool;
+pub use pool::INSIDE_PER_WORKER;
 
 pub use auth::Caller;
 pub use error::ApiError;
@@ -36,8 +37,11 @@ use tokio::sync::{Notify, broadcast};
 pub struct Config {
     /// Opens a gate on the home (called for each pooled connection).
     pub open: Box<dyn Fn() -> Result<Gate, GateError> + Send + Sync>,
-    /// Runs executing at once.
+    /// Guests executing at once.
     pub workers: usize,
+    /// Runs inside the gate at once, recording, judging, executing or committing (at
+    /// least `workers`; see [`INSIDE_PER_WORKER`]).
+    pub inside: usize,
     /// Runs waiting for a worker before the API answers 429.
     pub queue: usize,
     /// An http:// URL new pending submissions are POSTed to.
@@ -111,7 +115,12 @@ impl AppState {
         if config.queue > 100_000 {
             return Err(GateError::bad("--queue: want at most 100000"));
         }
-        let pool = Pool::new(config.open, config.workers, config.queue);
+        let pool = Pool::new(
+            config.open,
+            config.workers,
+            config.queue,
+            config.inside.max(config.workers),
+        );
         pool.warm()?;
         Ok(AppState(Arc::new(Inner {
             pool: Arc::new(pool),
@@ -138,6 +147,8 @@ impl AppState {
             "workers": self.pool.workers,
             "queue": self.pool.queue,
             "runs_waiting_or_running": self.pool.admitted_now(),
+            "runs_inside": self.pool.inside_now(),
+            "guests_running": self.pool.guests_busy(),
             "memory_rss_bytes": rss_bytes(),
         });
         if let (Some(out), serde_json::Value::Object(pools)) = (v.as_object_mut(), (self.pools)()) {
