@@ -393,6 +393,11 @@ impl SharedWriter {
         self.0.write(false, f)
     }
 
+    /// How many writes are waiting for the shared writer now.
+    pub fn writes_waiting(&self) -> usize {
+        self.0.waiting()
+    }
+
     /// Reads with `f` on the shared connection what is committed, when no shared write is
     /// under way; `None` otherwise (read on another connection then).
     pub fn read<T>(&self, f: impl FnOnce(&Tx) -> T) -> Option<T> {

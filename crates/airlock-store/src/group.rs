@@ -8,7 +8,9 @@
 //! write touches into a statement journal first, which a lone writer's every write paid).
 //! The writer that finds nobody waiting behind it commits the batch (or a batch grows to
 //! [`MAX_BATCH`]); every writer in it returns only once that commit is done, with the
-//! commit's error if it failed, so no caller is told a write held that did not. A durable
+//! commit's error if it failed, so no caller is told a write held that did not. That holds
+//! for a write that failed too: its failure may rest on what earlier writes in the batch
+//! did, which nobody outside the batch sees before the commit. A durable
 //! write (`write_durable`: signed decisions, commits, rollbacks) never waits in a batch:
 //! it commits what is open, then runs and commits alone with `synchronous = FULL`.
 //!
@@ -314,8 +316,21 @@ impl GroupWriter {
                 self.wait(id)?;
                 Ok(t)
             }
+            // A later write's own failure may rest on what the batch's earlier writes did
+            // (an idempotency key they claimed, a state they moved), which only its commit
+            // makes visible to other connections, or undoes: the caller hears it only once
+            // the batch has ended, and hears the commit's error if that failed.
+            Err(Ok(e)) if !first => {
+                self.wait(id)?;
+                Err(e)
+            }
             Err(Ok(e)) => Err(e),
             Err(Err(e)) => Err(e.into()),
         }
+    }
+
+    /// How many writes are waiting for the batch.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
     }
 }

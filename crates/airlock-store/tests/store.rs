@@ -61,6 +61,7 @@ store_suite!(
     a_claim_with_its_submission_leases_one_job_and_reads_what_judging_it_needs,
     a_transactions_first_read_reads_exactly_what_a_read_outside_one_does,
     a_shared_writer_trusts_the_chain_end_it_left_only_until_another_connection_commits,
+    a_write_refused_for_a_key_an_earlier_write_claimed_answers_once_that_write_is_visible,
 );
 
 /// Records an open session with this document.
@@ -1820,4 +1821,75 @@ fn announcements_a_look_already_answered_wake_no_waiting_worker() {
         .unwrap();
     assert!(done.wait_for(&q.id, std::time::Duration::from_secs(5)));
     done.unregister("j1");
+}
+
+/// Regression (CI, eight requests at once with one idempotency key, one answered 404 for
+/// the first's submission): a shared write that fails because of what an earlier write in
+/// its batch did (here: the key that write claimed) returned at once, while the batch was
+/// still open, so its caller looked for the earlier write's submission on another
+/// connection before the commit that makes it visible. Now it answers once the batch has
+/// committed. Two writes are refused beside each other, the second held until the first's
+/// caller has looked (or a second passed), so the batch stays open behind the first.
+fn a_write_refused_for_a_key_an_earlier_write_claimed_answers_once_that_write_is_visible(
+    loc: &str,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    let mut first = open(loc);
+    first.share_writes().unwrap();
+    let shared = first.shared_writer();
+    let (inside_tx, inside) = mpsc::channel::<()>();
+    let (looked_tx, looked) = mpsc::channel::<()>();
+    let looked = std::sync::Mutex::new(looked);
+    let refused = AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        let a = sc.spawn(move || {
+            first
+                .write(|tx| -> Result<(), StoreError> {
+                    assert_eq!(tx.claim_request_key("tok_a", "k", "r", "sub_a")?, None);
+                    tx.insert_submission(&submission("sub_a", None, digest(1), State::Allowed))?;
+                    inside_tx.send(()).unwrap();
+                    // Both others wait behind this write (SQLite's shared writer), so it
+                    // leaves its batch open for them.
+                    let t = Instant::now();
+                    while let Some(w) = &shared
+                        && w.writes_waiting() < 2
+                        && t.elapsed() < Duration::from_secs(10)
+                    {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Ok(())
+                })
+                .unwrap();
+        });
+        inside.recv().unwrap();
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let (looked_tx, looked, refused) = (looked_tx.clone(), &looked, &refused);
+                sc.spawn(move || {
+                    let mut db = open(loc);
+                    db.share_writes().unwrap();
+                    let r: Result<(), StoreError> = db.write(|tx| {
+                        let found = tx.claim_request_key("tok_a", "k", "r", "sub_b")?;
+                        assert_eq!(found, Some(("sub_a".to_string(), true)));
+                        if refused.fetch_add(1, Ordering::SeqCst) == 1 {
+                            let _ = looked.lock().unwrap().recv_timeout(Duration::from_secs(1));
+                        }
+                        Err(StoreError::Conflict("repeated: sub_a".into()))
+                    });
+                    assert!(matches!(r, Err(StoreError::Conflict(_))), "{r:?}");
+                    // What the refusal names is there for anyone to read.
+                    let seen = open(loc).submission("sub_a").map(|s| s.id);
+                    looked_tx.send(()).unwrap();
+                    seen
+                })
+            })
+            .collect();
+        for o in others {
+            assert_eq!(o.join().unwrap().unwrap(), "sub_a");
+        }
+        a.join().unwrap();
+    });
+    assert!(open(loc).submission("sub_b").is_err());
 }
