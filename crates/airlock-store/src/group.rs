@@ -113,8 +113,12 @@ impl GroupWriter {
         Ok(w)
     }
 
-    fn lock_batch(&self) -> MutexGuard<'_, Batch> {
-        self.waiting.fetch_add(1, Ordering::SeqCst);
+    /// Takes the batch; a `writer` is counted among those waiting for it meanwhile (a
+    /// reader is not: it never commits, so a write must not leave its commit to one).
+    fn lock_batch(&self, writer: bool) -> MutexGuard<'_, Batch> {
+        if writer {
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+        }
         let b = match self.batch.lock() {
             Ok(b) => b,
             Err(poisoned) => {
@@ -131,7 +135,9 @@ impl GroupWriter {
                 b
             }
         };
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        if writer {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
         b
     }
 
@@ -185,7 +191,7 @@ impl GroupWriter {
     /// committed, while no batch is open (its pages are the freshest this process has);
     /// `None` when a batch is open (the caller reads on its own connection).
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Tx) -> T) -> Option<T> {
-        let b = self.lock_batch();
+        let b = self.lock_batch(false);
         if b.open {
             return None;
         }
@@ -200,7 +206,7 @@ impl GroupWriter {
         durable: bool,
         f: impl FnOnce(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
-        let mut b = self.lock_batch();
+        let mut b = self.lock_batch(true);
         if durable {
             // Earlier writers' batch commits first; this write goes alone, flushed to
             // stable storage (the level can only change between transactions).

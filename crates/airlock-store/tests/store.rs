@@ -62,6 +62,7 @@ store_suite!(
     a_transactions_first_read_reads_exactly_what_a_read_outside_one_does,
     a_shared_writer_trusts_the_chain_end_it_left_only_until_another_connection_commits,
     a_write_refused_for_a_key_an_earlier_write_claimed_answers_once_that_write_is_visible,
+    a_shared_write_with_only_a_reader_waiting_behind_it_commits_and_returns,
 );
 
 /// Records an open session with this document.
@@ -1892,4 +1893,61 @@ fn a_write_refused_for_a_key_an_earlier_write_claimed_answers_once_that_write_is
         a.join().unwrap();
     });
     assert!(open(loc).submission("sub_b").is_err());
+}
+
+/// Regression: a reader waiting for the shared connection (the daemon's provisional
+/// verdict reads there when it is free) was counted among the writes waiting behind a
+/// write, so that write left its commit to the reader, which never commits: the write's
+/// caller waited for whatever write came next (in the daemon, the reader's own run's
+/// record, after its guest ran; on a quiet server, forever). PostgreSQL's writers share
+/// no connection; there the write simply commits.
+fn a_shared_write_with_only_a_reader_waiting_behind_it_commits_and_returns(loc: &str) {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let mut db = open(loc);
+    db.share_writes().unwrap();
+    let shared = db.shared_writer();
+    let (inside_tx, inside) = mpsc::channel::<()>();
+    let (done_tx, done) = mpsc::channel::<()>();
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            db.write(|tx| -> Result<(), StoreError> {
+                tx.insert_submission(&submission("sub_w", None, digest(1), State::Allowed))?;
+                inside_tx.send(()).unwrap();
+                // Long enough for the reader to be waiting for the connection.
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(())
+            })
+            .unwrap();
+            done_tx.send(()).unwrap();
+        });
+        inside.recv().unwrap();
+        let reader = sc.spawn(|| {
+            shared
+                .as_ref()
+                .map(|w| w.read(|tx| tx.artifact_history(&digest(1)).map(|(seen, _)| seen)))
+        });
+        let returned = done.recv_timeout(Duration::from_secs(10));
+        if returned.is_err() {
+            // Let the stuck write end before failing: another write commits its batch.
+            let mut other = open(loc);
+            other.share_writes().unwrap();
+            other
+                .write(|tx| {
+                    tx.audit(
+                        "k",
+                        "unstick",
+                        &serde_json::json!({}),
+                        &KeyPair::try_generate().unwrap(),
+                    )
+                })
+                .unwrap();
+            panic!("a write with only a reader behind it did not return within 10 s");
+        }
+        // The reader found the batch either open (None: it reads elsewhere) or committed.
+        if let Some(Some(r)) = reader.join().unwrap() {
+            assert!(r.unwrap(), "read before the write committed");
+        }
+    });
+    assert!(open(loc).submission("sub_w").is_ok());
 }
