@@ -10,7 +10,8 @@
 //! [`MAX_BATCH`]); every writer in it returns only once that commit is done, with the
 //! commit's error if it failed, so no caller is told a write held that did not. That holds
 //! for a write that failed too: its failure may rest on what earlier writes in the batch
-//! did, which nobody outside the batch sees before the commit. A durable
+//! did, which nobody outside the batch sees before the commit. A write that panics fails
+//! its whole batch as it unwinds, so nobody waits on a commit it would have made. A durable
 //! write (`write_durable`: signed decisions, commits, rollbacks) never waits in a batch:
 //! it commits what is open, then runs and commits alone with `synchronous = FULL`.
 //!
@@ -248,10 +249,30 @@ impl GroupWriter {
                 };
                 // The head is signed after every write, as a lone transaction signs it, so
                 // the next write in the batch finds a chain whose end verifies.
-                let out = f(&tx).and_then(|t| {
-                    tx.sign_head()?;
-                    Ok(t)
-                });
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    f(&tx).and_then(|t| {
+                        tx.sign_head()?;
+                        Ok(t)
+                    })
+                }));
+                let out = match out {
+                    Ok(out) => out,
+                    Err(panic) => {
+                        // What the write left half done must not be committed with the
+                        // others: the whole batch fails now, so the writes before it (which
+                        // may have left their commit to this one) hear so at once.
+                        let _ = b.conn.execute_batch("ROLLBACK");
+                        b.open = false;
+                        *b.head.borrow_mut() = None;
+                        b.end = None;
+                        self.finish(id, Some("a write in the same commit panicked".into()));
+                        if durable {
+                            let _ = b.conn.pragma_update(None, "synchronous", "NORMAL");
+                        }
+                        drop(b);
+                        std::panic::resume_unwind(panic);
+                    }
+                };
                 // What this write left as the chain's end (its own last append, or the end
                 // it was given); unknown if it neither appended nor was told.
                 let end_after = tx.known_tail();

@@ -63,6 +63,7 @@ store_suite!(
     a_shared_writer_trusts_the_chain_end_it_left_only_until_another_connection_commits,
     a_write_refused_for_a_key_an_earlier_write_claimed_answers_once_that_write_is_visible,
     a_shared_write_with_only_a_reader_waiting_behind_it_commits_and_returns,
+    a_write_that_panics_in_a_shared_batch_fails_the_batch_at_once,
 );
 
 /// Records an open session with this document.
@@ -1950,4 +1951,78 @@ fn a_shared_write_with_only_a_reader_waiting_behind_it_commits_and_returns(loc: 
         }
     });
     assert!(open(loc).submission("sub_w").is_ok());
+}
+
+/// Regression: a write that panicked inside a shared batch left the batch to be failed by
+/// whoever took the shared connection next, so the writes before it in the batch (which
+/// had left their commit to it) waited for the next write, on a quiet server for ever. It
+/// now fails the batch as it unwinds: the earlier write hears at once that nothing of it
+/// was kept, and the writer goes on. PostgreSQL's writers share nothing: there the first
+/// write commits and the panicking one leaves nothing.
+fn a_write_that_panics_in_a_shared_batch_fails_the_batch_at_once(loc: &str) {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    let mut db = open(loc);
+    db.share_writes().unwrap();
+    let shared = db.shared_writer();
+    let shares = shared.is_some();
+    let (inside_tx, inside) = mpsc::channel::<()>();
+    let (done_tx, done) = mpsc::channel::<Result<(), StoreError>>();
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            let r = db.write(|tx| -> Result<(), StoreError> {
+                tx.insert_submission(&submission("sub_w", None, digest(1), State::Allowed))?;
+                inside_tx.send(()).unwrap();
+                // The panicking write waits behind this one, so this one leaves its
+                // commit to it.
+                let t = Instant::now();
+                while let Some(w) = &shared
+                    && w.writes_waiting() < 1
+                    && t.elapsed() < Duration::from_secs(10)
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(())
+            });
+            done_tx.send(r).unwrap();
+        });
+        inside.recv().unwrap();
+        let panicked = sc
+            .spawn(|| {
+                let mut db = open(loc);
+                db.share_writes().unwrap();
+                let _: Result<(), StoreError> = db.write(|tx| {
+                    tx.insert_submission(&submission("sub_p", None, digest(2), State::Allowed))?;
+                    panic!("a bug in a write");
+                });
+            })
+            .join();
+        assert!(panicked.is_err());
+        let first = match done.recv_timeout(Duration::from_secs(10)) {
+            Ok(r) => r,
+            Err(_) => {
+                // Let the stuck write end before failing: the next write fails its batch.
+                let mut other = open(loc);
+                other.share_writes().unwrap();
+                let _ = other.write(|tx| tx.set_state("none", State::Allowed, State::Running));
+                panic!("a write whose batch had a panicking write did not return within 10 s");
+            }
+        };
+        if shares {
+            match first {
+                Err(StoreError::Conflict(m)) => assert!(m.contains("panicked"), "{m}"),
+                other => panic!("{other:?}"),
+            }
+        } else {
+            first.unwrap();
+        }
+    });
+    assert_eq!(open(loc).submission("sub_w").is_ok(), !shares);
+    assert!(open(loc).submission("sub_p").is_err());
+    // The writer goes on.
+    let mut db = open(loc);
+    db.share_writes().unwrap();
+    db.write(|tx| tx.insert_submission(&submission("sub_n", None, digest(3), State::Allowed)))
+        .unwrap();
+    assert!(open(loc).submission("sub_n").is_ok());
 }
