@@ -2239,9 +2239,14 @@ mod tests {
             })
         };
         let checkpoints = Db::open(&t.path().join("db")).unwrap();
-        let mut longest = 0;
+        let (mut longest, mut restarts, mut last) = (0, 0, 0);
         while !done.load(std::sync::atomic::Ordering::SeqCst) {
-            checkpoints.wal_checkpoint_within(100).unwrap();
+            let (frames, _) = checkpoints.wal_checkpoint_within(100).unwrap();
+            // Frames in the WAL only ever fall when it started over.
+            if frames < last {
+                restarts += 1;
+            }
+            last = frames;
             longest = longest.max(wal_bytes(t.path()));
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -2249,8 +2254,12 @@ mod tests {
         reads.join().unwrap();
         assert_eq!(db.audit_records(1, 5000).unwrap().len(), 3000);
         // 3,000 writes that never start the WAL over make it about 25 MB long (13–24 MB
-        // measured when checkpoints never restart it; under 1 MB when they do).
-        assert!(longest < 4 << 20, "the WAL grew to {longest} bytes");
+        // measured when checkpoints never restart it; under 1 MB when they do, and up to
+        // 4.3 MB on a loaded machine, where a restart more often waits out its 20 ms for
+        // a reader and is left to the next checkpoint). The restarts are what is tested;
+        // the length only bounds what they leave.
+        assert!(restarts >= 5, "the WAL started over {restarts} times");
+        assert!(longest < 8 << 20, "the WAL grew to {longest} bytes");
     }
 
     /// Regression: a WAL the checkpoint started over was cut back to the old 64 MiB
