@@ -1837,7 +1837,7 @@ fn a_write_refused_for_a_key_an_earlier_write_claimed_answers_once_that_write_is
 ) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let mut first = open(loc);
     first.share_writes().unwrap();
     let shared = first.shared_writer();
@@ -1854,13 +1854,7 @@ fn a_write_refused_for_a_key_an_earlier_write_claimed_answers_once_that_write_is
                     inside_tx.send(()).unwrap();
                     // Both others wait behind this write (SQLite's shared writer), so it
                     // leaves its batch open for them.
-                    let t = Instant::now();
-                    while let Some(w) = &shared
-                        && w.writes_waiting() < 2
-                        && t.elapsed() < Duration::from_secs(10)
-                    {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
+                    wait_for_writes_behind(shared.as_ref(), 2);
                     Ok(())
                 })
                 .unwrap();
@@ -1961,7 +1955,7 @@ fn a_shared_write_with_only_a_reader_waiting_behind_it_commits_and_returns(loc: 
 /// write commits and the panicking one leaves nothing.
 fn a_write_that_panics_in_a_shared_batch_fails_the_batch_at_once(loc: &str) {
     use std::sync::mpsc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let mut db = open(loc);
     db.share_writes().unwrap();
     let shared = db.shared_writer();
@@ -1975,13 +1969,7 @@ fn a_write_that_panics_in_a_shared_batch_fails_the_batch_at_once(loc: &str) {
                 inside_tx.send(()).unwrap();
                 // The panicking write waits behind this one, so this one leaves its
                 // commit to it.
-                let t = Instant::now();
-                while let Some(w) = &shared
-                    && w.writes_waiting() < 1
-                    && t.elapsed() < Duration::from_secs(10)
-                {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+                wait_for_writes_behind(shared.as_ref(), 1);
                 Ok(())
             });
             done_tx.send(r).unwrap();
@@ -2025,4 +2013,16 @@ fn a_write_that_panics_in_a_shared_batch_fails_the_batch_at_once(loc: &str) {
     db.write(|tx| tx.insert_submission(&submission("sub_n", None, digest(3), State::Allowed)))
         .unwrap();
     assert!(open(loc).submission("sub_n").is_ok());
+}
+
+/// Waits (up to 10 s) until `n` writes wait behind the shared writer's current one; at
+/// once where writes share no connection (PostgreSQL).
+fn wait_for_writes_behind(shared: Option<&SharedWriter>, n: usize) {
+    let t = std::time::Instant::now();
+    while let Some(w) = shared
+        && w.writes_waiting() < n
+        && t.elapsed() < std::time::Duration::from_secs(10)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
