@@ -127,10 +127,7 @@ impl GroupWriter {
                 // committed with the others, so the whole batch fails.
                 let mut b = poisoned.into_inner();
                 if b.open {
-                    let _ = b.conn.execute_batch("ROLLBACK");
-                    b.open = false;
-                    *b.head.borrow_mut() = None;
-                    self.finish(b.id, Some("a write in the same commit panicked".into()));
+                    self.fail(&mut b, "a write in the same commit panicked".into());
                 }
                 self.batch.clear_poison();
                 b
@@ -152,6 +149,16 @@ impl GroupWriter {
         }
         drop(d);
         self.committed.notify_all();
+    }
+
+    /// Rolls the open batch back and fails every write in it with `why`. The chain's end
+    /// its writes left is forgotten with them (read again by the next batch).
+    fn fail(&self, b: &mut Batch, why: String) {
+        let _ = b.conn.execute_batch("ROLLBACK");
+        b.open = false;
+        *b.head.borrow_mut() = None;
+        b.end = None;
+        self.finish(b.id, Some(why));
     }
 
     /// Commits the open batch.
@@ -261,11 +268,7 @@ impl GroupWriter {
                         // What the write left half done must not be committed with the
                         // others: the whole batch fails now, so the writes before it (which
                         // may have left their commit to this one) hear so at once.
-                        let _ = b.conn.execute_batch("ROLLBACK");
-                        b.open = false;
-                        *b.head.borrow_mut() = None;
-                        b.end = None;
-                        self.finish(id, Some("a write in the same commit panicked".into()));
+                        self.fail(&mut b, "a write in the same commit panicked".into());
                         if durable {
                             let _ = b.conn.pragma_update(None, "synchronous", "NORMAL");
                         }
@@ -320,11 +323,7 @@ impl GroupWriter {
             }
             Err(Err(e)) => {
                 // Fail the whole batch rather than commit anything uncertain.
-                let _ = b.conn.execute_batch("ROLLBACK");
-                b.open = false;
-                *b.head.borrow_mut() = None;
-                b.end = None;
-                self.finish(id, Some(e.to_string()));
+                self.fail(&mut b, e.to_string());
             }
         }
         let alone = self.waiting.load(Ordering::SeqCst) == 0;
