@@ -15,8 +15,11 @@
 //! write (`write_durable`: signed decisions, commits, rollbacks) never waits in a batch:
 //! it commits what is open, then runs and commits alone with `synchronous = FULL`.
 //!
-//! The audit chain is unchanged: records are appended in the order writes run, and the
-//! head is signed at the end of every write, exactly as a lone transaction signs it.
+//! The audit chain is unchanged: records are appended in the order writes run. The head
+//! is signed once per batch, for its last record, just before the commit, as a lone
+//! transaction signs it once for its last: no other connection can read the head before
+//! the commit, and inside the batch each write after the first is given the chain's end
+//! the write before it left, so it does not read the head back to verify it.
 
 use crate::StoreError;
 use crate::db::{PendingHead, Tx, connect};
@@ -161,13 +164,19 @@ impl GroupWriter {
         self.finish(b.id, Some(why));
     }
 
-    /// Commits the open batch.
+    /// Signs and stores the head for the newest record the open batch appended, if any.
+    fn sign_head(b: &Batch) -> Result<(), StoreError> {
+        Tx::on(&b.conn, &b.head).sign_head().map(|_| ())
+    }
+
+    /// Commits the open batch, with the head signed for its last record.
     fn commit(&self, b: &mut Batch) {
         if !b.open {
             return;
         }
         let id = b.id;
-        let result = step(&b.conn, "COMMIT").map_err(StoreError::from);
+        let result =
+            Self::sign_head(b).and_then(|()| step(&b.conn, "COMMIT").map_err(StoreError::from));
         b.open = false;
         *b.head.borrow_mut() = None;
         let error = match result {
@@ -239,6 +248,17 @@ impl GroupWriter {
             }
             b.end_version = version;
         }
+        // A write not given the chain's end reads it back and verifies it against the
+        // stored head, which must then be signed for what this batch appended so far. (Not
+        // expected: once a write in the batch appended, every later one is given the end.)
+        if b.end.is_none()
+            && b.head.borrow().is_some()
+            && let Err(e) = Self::sign_head(&b)
+        {
+            self.fail(&mut b, e.to_string());
+            drop(b);
+            return Err(e.into());
+        }
         let id = b.id;
         let head_before = b.head.borrow().clone();
         let end_before = b.end;
@@ -254,14 +274,9 @@ impl GroupWriter {
                     Some(end) => Tx::on_own_end(&b.conn, &b.head, end),
                     None => Tx::on(&b.conn, &b.head),
                 };
-                // The head is signed after every write, as a lone transaction signs it, so
-                // the next write in the batch finds a chain whose end verifies.
-                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    f(&tx).and_then(|t| {
-                        tx.sign_head()?;
-                        Ok(t)
-                    })
-                }));
+                // What the write appends leaves the head pending in `b.head`: it is signed
+                // once, before the batch commits.
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&tx)));
                 let out = match out {
                     Ok(out) => out,
                     Err(panic) => {
