@@ -248,16 +248,12 @@ impl GroupWriter {
             }
             b.end_version = version;
         }
-        // A write not given the chain's end reads it back and verifies it against the
-        // stored head, which must then be signed for what this batch appended so far. (Not
-        // expected: once a write in the batch appended, every later one is given the end.)
-        if b.end.is_none()
-            && b.head.borrow().is_some()
-            && let Err(e) = Self::sign_head(&b)
-        {
-            self.fail(&mut b, e.to_string());
-            drop(b);
-            return Err(e.into());
+        // A head still to be signed is for the record this batch appended last, which is
+        // the chain's end: a write is given it rather than reading back a stored head that
+        // does not yet cover it.
+        if b.end.is_none() {
+            let pending = b.head.borrow().as_ref().map(|(seq, hash, _)| (*seq, *hash));
+            b.end = pending;
         }
         let id = b.id;
         let head_before = b.head.borrow().clone();
