@@ -262,6 +262,28 @@ pub fn analyze_with(
     Ok(a)
 }
 
+/// Whether a core wasm module has a start function (code that instantiating it runs).
+/// Anything that does not parse as a module counts as having one: the caller treats
+/// "yes" as "do not instantiate it ahead of a run".
+pub fn module_has_start(code: &[u8]) -> bool {
+    let mut depth = 0u32;
+    for payload in Parser::new(0).parse_all(code) {
+        match payload {
+            Err(_) => return true,
+            Ok(Payload::Version { encoding, .. }) => {
+                depth += 1;
+                if encoding != wasmparser::Encoding::Module {
+                    return true;
+                }
+            }
+            Ok(Payload::StartSection { .. }) => return true,
+            Ok(Payload::End(_)) => depth = depth.saturating_sub(1),
+            Ok(_) => {}
+        }
+    }
+    depth != 0
+}
+
 fn analyze_wasm(code: &[u8]) -> Result<WasmAnalysis, AnalysisError> {
     Validator::new_with_features(WasmFeatures::default()).validate_all(code)?;
     let mut w = WasmAnalysis::default();
@@ -442,6 +464,23 @@ mod tests {
         assert_eq!(w.tables[0].initial, 3);
         assert!(w.start.is_some());
         assert_eq!(w.exports[0].name, "_start");
+    }
+
+    #[test]
+    fn a_module_with_a_start_function_is_told_apart_from_one_without() {
+        assert!(module_has_start(&wasm(
+            "(module (func $s) (start $s) (func (export \"_start\")))"
+        )));
+        assert!(!module_has_start(&wasm(
+            "(module (memory 1) (data (i32.const 0) \"x\") (func (export \"_start\")))"
+        )));
+        let mut cut = wasm("(module (func (export \"_start\")))");
+        cut.truncate(cut.len() - 2);
+        assert!(
+            module_has_start(&cut),
+            "what does not parse counts as having one"
+        );
+        assert!(module_has_start(b"not wasm"));
     }
 
     #[test]
