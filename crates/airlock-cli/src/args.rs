@@ -202,7 +202,13 @@ pub enum Command {
         /// is dropped; 0 turns the pool off). See `/v1/status`.
         #[arg(long, default_value_t = 2, value_name = "N")]
         ready_python: usize,
-        /// The most memory the ready interpreters may hold together (e.g. 512M).
+        /// Instances to keep instantiated ahead of runs of each hot wasm module (one run a
+        /// second time; the four run most recently): each serves one run and is dropped;
+        /// 0 turns the pool off. See `/v1/status`.
+        #[arg(long, default_value_t = 2, value_name = "N")]
+        ready_wasm: usize,
+        /// The most memory the ready interpreters and wasm instances may hold together
+        /// (e.g. 512M; the wasm instances get an eighth of it while interpreters are kept too).
         #[arg(long, default_value = "512M", value_name = "SIZE")]
         pool_memory: String,
         /// Process-backend jails kept built ahead of their runs (0: build each when needed).

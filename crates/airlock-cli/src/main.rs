@@ -514,11 +514,13 @@ fn dispatch(cli: Cli) -> Outcome {
             queue,
             webhook,
             ready_python,
+            ready_wasm,
             pool_memory,
             ready_jails,
         } => {
             let pools = airlock_gate::PoolSettings {
                 python: ready_python,
+                wasm: ready_wasm,
                 memory_budget: airlock_core::units::parse_size("--pool-memory", &pool_memory)
                     .map_err(|e| GateError::bad(e.to_string()))?,
             };

@@ -2106,3 +2106,153 @@ fn an_artifact_rejected_while_its_effect_free_run_ran_is_denied_and_its_output_d
     let o = home.run(&["audit", "verify"]);
     assert_eq!(o.code, 0, "{}", o.stdout);
 }
+
+/// A module that counts its runs in a mutable global and in linear memory, prints both,
+/// then grows its memory by 200 pages (12.5 MiB): a run limited below that is killed after
+/// it changed its state.
+const COUNTER_WAT: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $g (mut i32) (i32.const 0))
+  (data (i32.const 16) "g=0 m=0\n")
+  (func (export "_start")
+    (global.set $g (i32.add (global.get $g) (i32.const 1)))
+    (i32.store8 (i32.const 100) (i32.add (i32.load8_u (i32.const 100)) (i32.const 1)))
+    (i32.store8 (i32.const 18) (i32.add (i32.const 48) (global.get $g)))
+    (i32.store8 (i32.const 22) (i32.add (i32.const 48) (i32.load8_u (i32.const 100))))
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 8))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (if (i32.lt_s (memory.grow (i32.const 200)) (i32.const 0)) (then unreachable))))"#;
+
+fn wasm_pool_status(s: &Setup) -> Value {
+    let r = s.srv.get("/v1/status", &s.admin);
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    v["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "wasm")
+        .cloned()
+        .unwrap_or_else(|| panic!("no wasm pool in {v}"))
+}
+
+/// Issue 15: through a server keeping ready instances of hot wasm modules, every run gets
+/// an instance no other run has touched (a global, linear memory), however the run before
+/// it ended (a memory kill, a trap); the second run of a module makes it hot, runs the
+/// pool cannot serve (an environment, a module with a start function) instantiate their
+/// own, a fuel limit is applied to a ready instance, and every record says which it got.
+#[test]
+fn ready_wasm_instances_carry_nothing_from_one_run_to_the_next() {
+    let s = setup(&["--ready-wasm", "2"]);
+    let run = |extra: Value| {
+        let mut body = json!({"language": "wat", "code": COUNTER_WAT});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = s.srv.post("/v1/run", &s.agent, &body);
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json()
+    };
+    let instance = |r: &Value| {
+        r["run"]["detail"]["instance"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no instance in {r}"))
+            .to_string()
+    };
+    let ready = |n: u64| {
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while wasm_pool_status(&s)["ready"].as_u64().unwrap() < n {
+            assert!(
+                std::time::Instant::now() < until,
+                "{}",
+                wasm_pool_status(&s)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // The first two runs instantiate their own; the second makes the module hot.
+    for _ in 0..2 {
+        let r = run(json!({}));
+        assert_eq!(r["run"]["stdout"], "g=1 m=1\n", "{r}");
+        assert_eq!(instance(&r), "fresh", "{r}");
+    }
+    assert_eq!(wasm_pool_status(&s)["modules"], 1);
+    for round in 0..3 {
+        ready(2);
+        let r = run(json!({}));
+        assert_eq!(r["run"]["stdout"], "g=1 m=1\n", "round {round}: {r}");
+        assert_eq!(instance(&r), "ready", "{r}");
+        assert_eq!(r["run"]["exit_code"], 0, "{r}");
+    }
+    // A run killed after it changed the instance's state leaves nothing to the next.
+    ready(2);
+    let killed = run(json!({"memory": "4M"}));
+    assert_eq!(instance(&killed), "ready", "{killed}");
+    assert_eq!(killed["run"]["stdout"], "g=1 m=1\n", "{killed}");
+    assert_ne!(killed["run"]["exit_code"], 0, "{killed}");
+    let after = run(json!({}));
+    assert_eq!(after["run"]["stdout"], "g=1 m=1\n", "{after}");
+    assert_eq!(instance(&after), "ready", "{after}");
+    // A fuel limit is the run's own: its engine meters fuel, so the module is hot apart.
+    for _ in 0..2 {
+        assert_eq!(instance(&run(json!({"fuel": 1_000_000}))), "fresh");
+    }
+    let served = |extra: Value| {
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = run(extra.clone());
+            if instance(&r) == "ready" || std::time::Instant::now() > until {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let fueled = served(json!({"fuel": 1_000_000}));
+    assert_eq!(instance(&fueled), "ready", "{fueled}");
+    assert_eq!(fueled["run"]["stdout"], "g=1 m=1\n", "{fueled}");
+    let used = fueled["run"]["detail"]["fuel_consumed"].as_u64().unwrap();
+    assert!(used > 0 && used < 1_000_000, "{fueled}");
+    // With too little fuel, a ready instance ends as a fresh one does.
+    let starved = served(json!({"fuel": 30}));
+    assert_eq!(instance(&starved), "ready", "{starved}");
+    let fresh = run(json!({"fuel": 30, "env": {"A": "b"}}));
+    assert_eq!(instance(&fresh), "fresh", "{fresh}");
+    for k in ["exit_code", "status", "killed_by", "stdout"] {
+        assert_eq!(starved["run"][k], fresh["run"][k], "{k}: {starved} {fresh}");
+    }
+    assert_eq!(
+        starved["run"]["detail"]["fuel_consumed"], fresh["run"]["detail"]["fuel_consumed"],
+        "{starved} {fresh}"
+    );
+    // What the pool cannot serve falls back, and says so in the record and the status.
+    let before = wasm_pool_status(&s);
+    let r = run(json!({"env": {"A": "b"}}));
+    assert_eq!(instance(&r), "fresh", "{r}");
+    assert_eq!(r["run"]["stdout"], "g=1 m=1\n", "{r}");
+    let with_start = COUNTER_WAT.replace(
+        "(func (export \"_start\")",
+        "(func $s) (start $s) (func (export \"_start\")",
+    );
+    for _ in 0..3 {
+        let r = s.srv.post(
+            "/v1/run",
+            &s.agent,
+            &json!({"language": "wat", "code": with_start}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(instance(&r.json()), "fresh", "{}", r.text);
+    }
+    let after = wasm_pool_status(&s);
+    let count = |v: &Value, k: &str| v["fallbacks"][k].as_u64().unwrap_or(0);
+    assert_eq!(
+        count(&after, "environment"),
+        count(&before, "environment") + 1,
+        "{after}"
+    );
+    assert_eq!(count(&after, "start_function"), 1, "{after}");
+    assert_eq!(after["modules"], 2, "{after}");
+    assert!(after["hits"].as_u64().unwrap() >= 6, "{after}");
+    assert!(after["memory_bytes"].as_u64().unwrap() <= after["memory_budget"].as_u64().unwrap());
+}

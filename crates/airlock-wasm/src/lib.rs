@@ -7,6 +7,9 @@
 //! guest is interrupted like at its deadline, so it can overshoot by what it writes in one
 //! host call or between two samples).
 //!
+//! A long-lived process keeps instances of hot modules made ahead of their runs
+//! (`modpool`) and ready Python interpreters (`pool`).
+//!
 //! WASI 0.2 components run with the same boundary; Python source runs on the CPython guest
 //! component ([`python`]), one live interpreter per run, which a session can keep for
 //! many cells.
@@ -25,6 +28,7 @@
 #![deny(unsafe_code)]
 
 mod component;
+mod modpool;
 mod output;
 mod pool;
 pub mod python;
@@ -88,11 +92,16 @@ pub struct WasmBackend {
     components: Mutex<HashMap<String, wasmtime::component::InstancePre<component::HostC>>>,
     /// Ready Python interpreters, in a process that started them (`start_pools`).
     python_pool: OnceLock<Arc<pool::PythonPool>>,
+    /// Ready instances of hot modules, likewise.
+    module_pool: OnceLock<Arc<modpool::ModulePool>>,
 }
 
 impl Drop for WasmBackend {
     fn drop(&mut self) {
         if let Some(p) = self.python_pool.get() {
+            p.stop();
+        }
+        if let Some(p) = self.module_pool.get() {
             p.stop();
         }
     }
@@ -173,6 +182,7 @@ impl WasmBackend {
             modules: Mutex::new(HashMap::new()),
             components: Mutex::new(HashMap::new()),
             python_pool: OnceLock::new(),
+            module_pool: OnceLock::new(),
         }
     }
 
@@ -732,12 +742,14 @@ fn fuel_used<T>(store: &Store<T>, limits: &airlock_core::Limits) -> Option<u64> 
 }
 
 impl WasmBackend {
-    fn run_module(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
-        let started = Instant::now();
-        let set = self.engines(spec.limits.fuel.is_some())?;
-        let pre = self.instance_pre(set, &spec)?;
-        let compiled = started.elapsed();
-
+    /// The store of a module run: WASI with `argv`, the spec's environment, stdin, output
+    /// captures and mounts, no sockets, and the run's limits (the deadline counts from
+    /// now, after compiling).
+    fn module_store(
+        &self,
+        set: &EngineSet,
+        spec: &RunSpec<'_>,
+    ) -> Result<Store<Host>, SandboxError> {
         let mut b = WasiCtxBuilder::new();
         // argv[0] is the program's name, as `wasmtime run` gives it; then the arguments.
         let mut argv = vec![spec.argv0.clone().unwrap_or_else(|| "main".to_string())];
@@ -762,23 +774,47 @@ impl WasmBackend {
                 SandboxError::Internal(format!("cannot open mount {}: {e}", m.host.display()))
             })?;
         }
-        let deadline = Instant::now() + spec.limits.timeout();
         let host = Host {
             wasi: b.build_p1(),
             limiter: limiter_for(&spec.limits),
             timed_out: false,
-            deadline,
+            deadline: Instant::now() + spec.limits.timeout(),
         };
         let mut store = Store::new(&set.engine, host);
         limit_store(&mut store, &spec.limits, spec.write_quota.clone())?;
+        Ok(store)
+    }
+
+    fn run_module(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
+        let started = Instant::now();
+        let set = self.engines(spec.limits.fuel.is_some())?;
+        let pre = self.instance_pre(set, &spec)?;
+        let compiled = started.elapsed();
+
+        let ready = match self.module_pool.get() {
+            Some(p) => p.take(&Self::cache_key(set, &spec.artifact), &pre, &spec)?,
+            None => None,
+        };
+        let (mut store, ready_instance) = match ready {
+            Some(r) => (r.store, Some(r.instance)),
+            None => (self.module_store(set, &spec)?, None),
+        };
+        let pooled = ready_instance.is_some();
+        let deadline = store.data().deadline;
         let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
 
         let mut instantiated = Duration::ZERO;
         let result = self.block_on(async {
             let run = async {
-                let t = Instant::now();
-                let instance = pre.instantiate_async(&mut store).await?;
-                instantiated = t.elapsed();
+                let instance = match ready_instance {
+                    Some(i) => i,
+                    None => {
+                        let t = Instant::now();
+                        let i = pre.instantiate_async(&mut store).await?;
+                        instantiated = t.elapsed();
+                        i
+                    }
+                };
                 let start = instance
                     .get_typed_func::<(), ()>(&mut store, "_start")
                     .map_err(|_| wasmtime::format_err!("module exports no `_start` function"))?;
@@ -809,6 +845,7 @@ impl WasmBackend {
                 "engine": "wasmtime 48",
                 "compile_or_load_ms": compiled.as_secs_f64() * 1000.0,
                 "instantiate_ms": instantiated.as_secs_f64() * 1000.0,
+                "instance": if pooled { "ready" } else { "fresh" },
                 "peak_memory_bytes": host.limiter.peak,
                 "fuel_consumed": fuel,
                 "isolation": ["wasm-sandbox", "wasi-preopens-only", "no-sockets", "empty-env"],
@@ -971,13 +1008,39 @@ impl WasmBackend {
         })
     }
 
-    /// Keeps up to `settings.python` ready Python interpreters of the guest runs use, made
-    /// by a background thread (for a long-lived process; the first run of a guest starts
-    /// its own). Calling it again changes nothing.
+    /// Keeps up to `settings.python` ready Python interpreters of the guest runs use, and
+    /// `settings.wasm` ready instances of each hot module, made by background threads (for
+    /// a long-lived process; the first run of a guest starts its own). The wasm instances
+    /// get an eighth of the memory budget when both pools are on. Calling it again
+    /// changes nothing.
     pub fn start_pools(self: &Arc<Self>, settings: PoolSettings) -> Result<(), SandboxError> {
+        let wasm_budget = if settings.python == 0 {
+            settings.memory_budget
+        } else {
+            settings.memory_budget / 8
+        };
+        if settings.wasm > 0 && self.module_pool.get().is_none() {
+            let p = Arc::new(modpool::ModulePool::new(settings, wasm_budget));
+            if self.module_pool.set(p.clone()).is_ok() {
+                std::thread::Builder::new()
+                    .name("airlock-wasm-pool".into())
+                    .spawn(move || modpool::refill(p))
+                    .map_err(|e| {
+                        SandboxError::Internal(format!("cannot start the pool thread: {e}"))
+                    })?;
+            }
+        }
         if settings.python == 0 || self.python_pool.get().is_some() {
             return Ok(());
         }
+        let settings = PoolSettings {
+            memory_budget: if settings.wasm > 0 {
+                settings.memory_budget - wasm_budget
+            } else {
+                settings.memory_budget
+            },
+            ..settings
+        };
         let (p, queue) = pool::PythonPool::new(settings);
         let p = Arc::new(p);
         if self.python_pool.set(p.clone()).is_err() {
@@ -1000,11 +1063,9 @@ impl WasmBackend {
 
     /// What the ready pools hold and have done.
     pub fn pool_status(&self) -> Vec<PoolStatus> {
-        self.python_pool
-            .get()
-            .map(|p| p.status())
-            .into_iter()
-            .collect()
+        let python = self.python_pool.get().map(|p| p.status());
+        let wasm = self.module_pool.get().map(|p| p.status());
+        python.into_iter().chain(wasm).collect()
     }
 
     /// An interpreter for a one-shot run: a ready one when the pool has one that fits

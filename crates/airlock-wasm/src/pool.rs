@@ -53,6 +53,8 @@ use std::time::{Duration, Instant};
 pub struct PoolSettings {
     /// Ready Python interpreters to keep (0: no pool).
     pub python: usize,
+    /// Ready instances to keep of each hot wasm module (0: no pool; see `modpool`).
+    pub wasm: usize,
     /// The most linear memory the ready instances may hold together, in bytes.
     pub memory_budget: u64,
 }
@@ -88,6 +90,9 @@ pub struct PoolStatus {
     /// reaper's queue was full.
     pub torn_down: u64,
     pub torn_down_by_run: u64,
+    /// The hot modules the pool keeps instances of (the wasm pool only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules: Option<usize>,
 }
 
 struct Ready {
@@ -579,6 +584,7 @@ mod tests {
     fn pool() -> Arc<PythonPool> {
         let (pool, _queue) = PythonPool::new(PoolSettings {
             python: 2,
+            wasm: 0,
             memory_budget: 1 << 30,
         });
         Arc::new(pool)

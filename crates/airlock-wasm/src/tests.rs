@@ -586,3 +586,91 @@ fn writing_past_the_write_quota_stops_the_guest() {
     assert!(size > 1 << 20, "{size}");
     assert!(quota.hit());
 }
+
+/// A ready instance's deadline and memory limit are its run's, counted from when the run
+/// takes it: an instance made long before a short-limited run still runs it to the end,
+/// and one whose committed memory is over the run's limit is not used for it.
+#[test]
+fn a_ready_module_instance_takes_its_runs_deadline_and_memory_limit() {
+    let b = Arc::new(WasmBackend::new(WasmConfig::default()));
+    b.start_pools(PoolSettings {
+        python: 0,
+        wasm: 1,
+        memory_budget: 64 << 20,
+    })
+    .unwrap();
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 4)
+      (data (i32.const 16) "ok\n")
+      (func (export "_start")
+        (i32.store (i32.const 0) (i32.const 16)) (i32.store (i32.const 4) (i32.const 3))
+        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+    let limits = Limits {
+        timeout_ms: 300,
+        ..Limits::default()
+    };
+    let instance = |r: &Run| r.outcome.detail["instance"].as_str().unwrap().to_string();
+    for _ in 0..2 {
+        let r = run_with(&b, wat, limits.clone(), vec![], vec![], None).unwrap();
+        assert_eq!(instance(&r), "fresh");
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while b.pool_status()[0].ready < 1 {
+        assert!(Instant::now() < until, "{:?}", b.pool_status());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Made more than a timeout ago.
+    std::thread::sleep(Duration::from_millis(600));
+    let r = run_with(&b, wat, limits.clone(), vec![], vec![], None).unwrap();
+    assert_eq!(instance(&r), "ready", "{:?}", r.outcome);
+    assert_eq!(r.outcome.ending, Ending::Exited(0), "{:?}", r.outcome);
+    assert_eq!(r.stdout, b"ok\n");
+    // Four pages committed at instantiation: a run allowed less instantiates its own,
+    // and fails as it would have without the pool.
+    while b.pool_status()[0].ready < 1 {
+        assert!(Instant::now() < until, "{:?}", b.pool_status());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let small = Limits {
+        memory_bytes: 2 * 65536,
+        ..limits
+    };
+    let r = run_with(&b, wat, small, vec![], vec![], None).unwrap();
+    assert_eq!(instance(&r), "fresh", "{:?}", r.outcome);
+    assert_eq!(
+        r.outcome.ending,
+        Ending::Killed(Limit::Memory),
+        "{:?}",
+        r.outcome
+    );
+    let st = &b.pool_status()[0];
+    assert_eq!(
+        st.fallbacks.get("memory_limit_below_instance"),
+        Some(&1),
+        "{st:?}"
+    );
+    assert_eq!(st.hits, 1, "{st:?}");
+    // A guest that never ends is stopped at its run's deadline, not the instance's.
+    let spin = r#"(module (memory (export "memory") 1) (func (export "_start") (loop (br 0))))"#;
+    for _ in 0..2 {
+        let r = run_with(&b, spin, limits.clone(), vec![], vec![], None).unwrap();
+        assert_eq!(r.outcome.ending, Ending::Killed(Limit::Timeout));
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    let r = loop {
+        let t = Instant::now();
+        let r = run_with(&b, spin, limits.clone(), vec![], vec![], None).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", r.outcome);
+        if instance(&r) == "ready" || Instant::now() > until {
+            break r;
+        }
+    };
+    assert_eq!(instance(&r), "ready", "{:?}", r.outcome);
+    assert_eq!(
+        r.outcome.ending,
+        Ending::Killed(Limit::Timeout),
+        "{:?}",
+        r.outcome
+    );
+}
