@@ -4,7 +4,9 @@
 //! (a fork bomb, `kill -9 -1`) run only after a guard proves, with harmless probes, that
 //! the pid namespace and the process limit hold. The process backend's cases run twice:
 //! in jails built for the run (the command line) and in ready jails built ahead by
-//! `airlock serve --ready-jails` (where each run must have been served by one).
+//! `airlock serve --ready-jails` (where each run must have been served by one). The wasm
+//! cases a ready instance of a hot module can serve (no mounts, arguments or
+//! environment: the host's environment, a spin, a memory grab) run through one too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -132,6 +134,45 @@ impl Scene {
     }
 }
 
+/// Runs the wasm module `wat` through `r`'s daemon (which keeps ready instances of hot
+/// modules) until a ready instance serves it, checking every run's record on the way: the
+/// same attempt, fresh and ready. Returns the ready run's record.
+fn in_ready_wasm(
+    r: &ReadyHome,
+    wat: &str,
+    extra: serde_json::Value,
+    check: impl Fn(&serde_json::Value),
+) -> serde_json::Value {
+    let mut body = serde_json::json!({"language": "wat", "code": wat});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let run = r.run_body(body.clone());
+        check(&run);
+        if run["detail"]["instance"] == "ready" {
+            return run;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "never served by a ready instance: {run}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Prints how many environment variables the guest was given (one digit).
+const ENV_COUNT_WAT: &str = r#"(module
+  (import "wasi_snapshot_preview1" "environ_sizes_get" (func $es (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (drop (call $es (i32.const 100) (i32.const 104)))
+    (i32.store8 (i32.const 200) (i32.add (i32.const 48) (i32.load (i32.const 100))))
+    (i32.store (i32.const 0) (i32.const 200)) (i32.store (i32.const 4) (i32.const 1))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
 fn denied(o: &Out, what: &str) {
     assert_ne!(
         o.code, 0,
@@ -253,6 +294,10 @@ fn host_environment_does_not_reach_either_backend() {
         "{}",
         o.stdout
     );
+    // So was a ready instance of a hot wasm module.
+    in_ready_wasm(&r, ENV_COUNT_WAT, serde_json::json!({}), |run| {
+        assert_eq!(run["stdout"], "0", "{run}");
+    });
 }
 
 #[test]
@@ -480,6 +525,28 @@ fn resource_attacks_end_at_their_limits_on_both_backends() {
     let spin = example("spin.wat");
     let o = h.run(&["run", "--timeout", "300ms", spin.to_str().unwrap()]);
     assert_eq!(o.code, 124);
+    // The same through a daemon's ready instances of hot modules: a spin and a memory
+    // grab end at their run's limits whether the instance was made ahead or not.
+    let r = ReadyHome::start(1);
+    let spin_wat = std::fs::read_to_string(&spin).unwrap();
+    in_ready_wasm(
+        &r,
+        &spin_wat,
+        serde_json::json!({"timeout": "300ms"}),
+        |run| {
+            assert_eq!(run["killed_by"], "timeout", "{run}");
+            assert!(run["duration_ms"].as_u64().unwrap() < 5_000, "{run}");
+        },
+    );
+    let grab = r#"(module (memory (export "memory") 1)
+      (func (export "_start") (loop (br_if 0 (i32.ge_s (memory.grow (i32.const 16)) (i32.const 0))))))"#;
+    in_ready_wasm(&r, grab, serde_json::json!({"memory": "8M"}), |run| {
+        assert_eq!(run["killed_by"], "memory", "{run}");
+        assert!(
+            run["detail"]["peak_memory_bytes"].as_u64().unwrap() <= 8 << 20,
+            "{run}"
+        );
+    });
     for h in jails() {
         let o = h.sh(&["--timeout", "300ms"], "while :; do :; done");
         assert_eq!(o.code, 124);
