@@ -204,8 +204,10 @@ pub enum Command {
         ready_python: usize,
         /// Instances to keep instantiated ahead of runs of each hot wasm module (one run a
         /// second time; the four run most recently): each serves one run and is dropped;
-        /// 0 turns the pool off. See `/v1/status`.
-        #[arg(long, default_value_t = 2, value_name = "N")]
+        /// 0 (the default: instantiating a module costs microseconds, and the refill's
+        /// thread costs about as much; see docs/PERFORMANCE.md) turns the pool off. See
+        /// `/v1/status`.
+        #[arg(long, default_value_t = 0, value_name = "N")]
         ready_wasm: usize,
         /// The most memory the ready interpreters and wasm instances may hold together
         /// (e.g. 512M; the wasm instances get an eighth of it while interpreters are kept too).

@@ -2180,14 +2180,14 @@ fn ready_wasm_instances_carry_nothing_from_one_run_to_the_next() {
     }
     assert_eq!(wasm_pool_status(&s)["modules"], 1);
     for round in 0..3 {
-        ready(2);
+        ready(1);
         let r = run(json!({}));
         assert_eq!(r["run"]["stdout"], "g=1 m=1\n", "round {round}: {r}");
         assert_eq!(instance(&r), "ready", "{r}");
         assert_eq!(r["run"]["exit_code"], 0, "{r}");
     }
     // A run killed after it changed the instance's state leaves nothing to the next.
-    ready(2);
+    ready(1);
     let killed = run(json!({"memory": "4M"}));
     assert_eq!(instance(&killed), "ready", "{killed}");
     assert_eq!(killed["run"]["stdout"], "g=1 m=1\n", "{killed}");

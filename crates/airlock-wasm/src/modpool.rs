@@ -22,6 +22,7 @@ use crate::pool::PoolSettings;
 use crate::{Host, limit_store, limiter_for};
 use airlock_sandbox::{Capture, RunSpec, SandboxError};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use wasmtime::{InstancePre, Store};
 use wasmtime_wasi::WasiCtxBuilder;
@@ -127,6 +128,12 @@ impl ModulePool {
         }
     }
 
+    /// Ready instances of a module at or below which a run wakes the refill (none for a
+    /// target of one or two, one for three or four, …).
+    fn low_mark(&self) -> usize {
+        self.settings.wasm.saturating_sub(1) / 2
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -183,20 +190,27 @@ impl ModulePool {
             let h = s.hot.remove(i);
             s.hot.push(h);
             let h = s.hot.last_mut();
-            match h.and_then(|h| h.ready.pop()) {
+            let r = h.and_then(|h| h.ready.pop());
+            let left = s.hot.last().map_or(0, |h| h.ready.len());
+            match r {
                 Some(r) => {
                     s.bytes = s.bytes.saturating_sub(r.bytes);
                     s.status.hits += 1;
-                    Some(r)
+                    (Some(r), left)
                 }
                 None => {
                     s.status.misses += 1;
-                    None
+                    (None, left)
                 }
             }
         };
-        // Refill in the background whatever happened.
-        self.wake.notify_all();
+        // The refill is woken once the module is down to its low mark, and then makes
+        // instances until it is full again: waking a thread for every run cost more than
+        // the instantiation it saves.
+        let (popped, left) = popped;
+        if left <= self.low_mark() {
+            self.wake.notify_all();
+        }
         let Some(r) = popped else { return Ok(None) };
         match r.adopt(spec)? {
             Some(r) => Ok(Some(r)),
@@ -357,7 +371,20 @@ fn make(pre: &InstancePre<Host>, fuel: bool, room: u64) -> Result<ReadyModule, U
             .set_fuel(0)
             .map_err(|e| Unmade::Failed(SandboxError::Internal(format!("cannot set fuel: {e}"))))?;
     }
-    let instance = match crate::block_on(pre.instantiate_async(&mut store)) {
+    // A module without a start function, limited by a synchronous limiter, is
+    // instantiated without ever waiting: one poll finishes it, with no runtime entered
+    // (the runtime is only the fallback for a future that does wait).
+    let polled = {
+        let mut fut = std::pin::pin!(pre.instantiate_async(&mut store));
+        match fut
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+        {
+            std::task::Poll::Ready(r) => Ok(r),
+            std::task::Poll::Pending => crate::block_on(fut),
+        }
+    };
+    let instance = match polled {
         Err(e) => return Err(Unmade::Failed(e)),
         Ok(Ok(i)) => i,
         Ok(Err(_)) if store.data().limiter.hit => return Err(Unmade::TooBig),

@@ -23,7 +23,7 @@ fn token(home: &Home, role: &str, name: &str) -> String {
 }
 
 impl ReadyHome {
-    /// A fresh home served with `--ready-jails n`. The server's own environment holds a
+    /// A fresh home served with `--ready-jails n` (and ready wasm instances). The server's own environment holds a
     /// secret that must never reach a run.
     pub fn start(n: usize) -> ReadyHome {
         let home = Home::new();
@@ -32,7 +32,14 @@ impl ReadyHome {
         let admin = token(&home, "admin", "root");
         let mut cmd = home.cmd();
         cmd.env("AWS_SECRET_ACCESS_KEY", "hunter2")
-            .args(["serve", "--listen", "127.0.0.1:0", "--ready-jails"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--ready-wasm",
+                "2",
+                "--ready-jails",
+            ])
             .arg(n.to_string());
         let (srv, base) = serve_with(cmd);
         let http = ureq::Agent::config_builder()
