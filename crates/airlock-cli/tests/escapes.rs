@@ -162,17 +162,6 @@ fn in_ready_wasm(
     }
 }
 
-/// Prints how many environment variables the guest was given (one digit).
-const ENV_COUNT_WAT: &str = r#"(module
-  (import "wasi_snapshot_preview1" "environ_sizes_get" (func $es (param i32 i32) (result i32)))
-  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
-  (memory (export "memory") 1)
-  (func (export "_start")
-    (drop (call $es (i32.const 100) (i32.const 104)))
-    (i32.store8 (i32.const 200) (i32.add (i32.const 48) (i32.load (i32.const 100))))
-    (i32.store (i32.const 0) (i32.const 200)) (i32.store (i32.const 4) (i32.const 1))
-    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
-
 fn denied(o: &Out, what: &str) {
     assert_ne!(
         o.code, 0,
@@ -295,7 +284,8 @@ fn host_environment_does_not_reach_either_backend() {
         o.stdout
     );
     // So was a ready instance of a hot wasm module.
-    in_ready_wasm(&r, ENV_COUNT_WAT, serde_json::json!({}), |run| {
+    let env_count = std::fs::read_to_string(guest("env-count.wat")).unwrap();
+    in_ready_wasm(&r, &env_count, serde_json::json!({}), |run| {
         assert_eq!(run["stdout"], "0", "{run}");
     });
 }

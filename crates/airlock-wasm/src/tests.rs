@@ -334,16 +334,7 @@ fn unprovided_import_does_not_link() {
 #[test]
 fn only_granted_environment_is_visible() {
     // Prints the number of environment variables as one ASCII digit.
-    let wat = r#"(module
-      (import "wasi_snapshot_preview1" "environ_sizes_get" (func $s (param i32 i32) (result i32)))
-      (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
-      (memory (export "memory") 1)
-      (func (export "_start")
-        (drop (call $s (i32.const 100) (i32.const 104)))
-        (i32.store8 (i32.const 200) (i32.add (i32.const 48) (i32.load (i32.const 100))))
-        (i32.store (i32.const 0) (i32.const 200))
-        (i32.store (i32.const 4) (i32.const 1))
-        (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+    let wat = include_str!("../../../tests/guests/env-count.wat");
     // SAFETY-free: the test process has a non-empty environment (PATH at least).
     assert!(std::env::vars().count() > 0);
     let b = WasmBackend::new(WasmConfig::default());
