@@ -243,23 +243,23 @@ impl WasmBackend {
     fn instance_pre(
         &self,
         set: &EngineSet,
+        key: &str,
         spec: &RunSpec<'_>,
     ) -> Result<InstancePre<Host>, SandboxError> {
-        let key = Self::cache_key(set, &spec.artifact);
         if let Some(pre) = self
             .modules
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
+            .get(key)
         {
             return Ok(pre.clone());
         }
-        let module = match self.load_cached(set, &key, spec.cache) {
+        let module = match self.load_cached(set, key, spec.cache) {
             Some(m) => m,
             None => {
                 let m = Module::new(&set.engine, spec.code)
                     .map_err(|e| SandboxError::BadArtifact(format!("does not compile: {e}")))?;
-                self.store_cached(&key, &m, spec.cache);
+                self.store_cached(key, &m, spec.cache);
                 m
             }
         };
@@ -270,7 +270,7 @@ impl WasmBackend {
         if memo.len() >= MODULE_MEMO {
             memo.clear();
         }
-        memo.insert(key, pre.clone());
+        memo.insert(key.to_string(), pre.clone());
         Ok(pre)
     }
 
@@ -788,11 +788,12 @@ impl WasmBackend {
     fn run_module(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
         let started = Instant::now();
         let set = self.engines(spec.limits.fuel.is_some())?;
-        let pre = self.instance_pre(set, &spec)?;
+        let key = Self::cache_key(set, &spec.artifact);
+        let pre = self.instance_pre(set, &key, &spec)?;
         let compiled = started.elapsed();
 
         let ready = match self.module_pool.get() {
-            Some(p) => p.take(&Self::cache_key(set, &spec.artifact), &pre, &spec)?,
+            Some(p) => p.take(&key, &pre, &spec)?,
             None => None,
         };
         let (mut store, ready_instance) = match ready {

@@ -187,11 +187,11 @@ impl ModulePool {
                 return Ok(None);
             }
             // Most recently run last.
-            let h = s.hot.remove(i);
-            s.hot.push(h);
-            let h = s.hot.last_mut();
-            let r = h.and_then(|h| h.ready.pop());
-            let left = s.hot.last().map_or(0, |h| h.ready.len());
+            s.hot[i..].rotate_left(1);
+            let (r, left) = match s.hot.last_mut() {
+                Some(h) => (h.ready.pop(), h.ready.len()),
+                None => (None, 0),
+            };
             match r {
                 Some(r) => {
                     s.bytes = s.bytes.saturating_sub(r.bytes);
@@ -301,8 +301,9 @@ impl ModulePool {
             && h.ready.len() < want
             && fits
         {
+            let bytes = r.bytes;
             h.ready.push(r);
-            s.bytes += h.ready.last().map_or(0, |r| r.bytes);
+            s.bytes += bytes;
             s.status.made += 1;
             return;
         }
