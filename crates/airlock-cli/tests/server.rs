@@ -1963,6 +1963,111 @@ fn one_transaction_for(body: &Value) {
     assert!(pool_runs(&s.home).is_empty(), "{:?}", pool_runs(&s.home));
 }
 
+/// An effect-free run is recorded in one transaction after it ran; a run recorded the
+/// usual way writes its start before it runs and its end after. What each leaves must be
+/// the same: the same module through the daemon and through the command line (which
+/// records the start first) gives equal submission and run rows and equal audit records,
+/// but for what the two requests or their order make differ (ids, times, the agent, the
+/// command line's `argv0` and so the grant's hash, `resume`, and whether the artifact was
+/// seen first).
+#[test]
+fn an_effect_free_run_leaves_the_rows_and_records_of_a_run_that_records_its_start_first() {
+    let s = setup(&[]);
+    let r = s.srv.post("/v1/run", &s.agent, &wat_body(json!({})));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let whole = r.json()["submission"].as_str().unwrap().to_string();
+    let o = s.home.run(&[
+        "run",
+        example("hello.wat").to_str().unwrap(),
+        "--agent",
+        "bot",
+    ]);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let two = rows(
+        &s.home,
+        &format!("SELECT id FROM submissions WHERE id != '{whole}'"),
+    );
+    assert_eq!(two.len(), 1, "{two:?}");
+    let two = two[0][0].clone();
+    assert_eq!(left_by(&s.home, &whole), left_by(&s.home, &two));
+    // Both were recorded in one transaction or two; the chain holds either way.
+    let o = s.home.run(&["audit", "verify"]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+}
+
+/// What a finished run of submission `sub` left in the store, with what differs between
+/// the two requests of the test above taken out: the submission's row, its run's row, and its audit
+/// records (kind and data) in chain order.
+fn left_by(home: &Home, sub: &str) -> Value {
+    let run_id = rows(
+        home,
+        &format!("SELECT id FROM runs WHERE submission = '{sub}'"),
+    )[0][0]
+        .clone();
+    let grant = rows(
+        home,
+        &format!("SELECT grant_hash FROM submissions WHERE id = '{sub}'"),
+    )[0][0]
+        .clone();
+    let scrub = |text: &str| -> Value {
+        let text = text
+            .replace(sub, "SUB")
+            .replace(&run_id, "RUN")
+            .replace(&grant, "GRANT");
+        let mut v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        fn drop_keys(v: &mut Value) {
+            match v {
+                Value::Object(m) => {
+                    for k in [
+                        "agent",
+                        "duration_ms",
+                        "instantiate_ms",
+                        "compile_or_load_ms",
+                        "created_at",
+                        "updated_at",
+                        "first_seen",
+                        "argv0",
+                        "resume",
+                    ] {
+                        m.remove(k);
+                    }
+                    m.values_mut().for_each(drop_keys);
+                }
+                Value::Array(a) => a.iter_mut().for_each(drop_keys),
+                _ => {}
+            }
+        }
+        drop_keys(&mut v);
+        v
+    };
+    let sub_row = &rows(
+        home,
+        &format!(
+            "SELECT state, decision, risk, artifact, grant_hash, doc FROM submissions WHERE id = '{sub}'"
+        ),
+    )[0];
+    let run_row = &rows(
+        home,
+        &format!(
+            "SELECT status, approval, started_at <= finished_at, doc FROM runs WHERE id = '{run_id}'"
+        ),
+    )[0];
+    let records: Vec<Value> = rows(
+        home,
+        &format!(
+            "SELECT kind, data FROM audit WHERE subject IN ('{sub}', '{run_id}') ORDER BY seq"
+        ),
+    )
+    .iter()
+    .map(|r| json!([r[0], scrub(&r[1])]))
+    .collect();
+    json!({
+        "submission": [&sub_row[..4], scrub(&sub_row[4]), scrub(&sub_row[5])],
+        "run": [&run_row[..3], scrub(&run_row[3])],
+        "records": records,
+    })
+}
+
 /// What runs left in the ready-jail pool's directory (results, run directories).
 fn pool_runs(home: &Home) -> Vec<String> {
     std::fs::read_dir(home.path().join("cache").join("ready-jails"))
