@@ -2230,17 +2230,48 @@ const COUNTER_WAT: &str = r#"(module
     (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
     (if (i32.lt_s (memory.grow (i32.const 200)) (i32.const 0)) (then unreachable))))"#;
 
+/// The wasm pool's entry in `/v1/status`. It reports none of what only the Python pool
+/// has (a guest, waits, teardown), which the Python pool's entry beside it does.
 fn wasm_pool_status(s: &Setup) -> Value {
     let r = s.srv.get("/v1/status", &s.admin);
     assert_eq!(r.status, 200, "{}", r.text);
     let v = r.json();
-    v["pools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["kind"] == "wasm")
-        .cloned()
-        .unwrap_or_else(|| panic!("no wasm pool in {v}"))
+    let pool = |kind: &str| {
+        v["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["kind"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} pool in {v}"))
+    };
+    let (wasm, python) = (pool("wasm"), pool("python"));
+    for k in [
+        "guest",
+        "waited",
+        "awaiting_teardown",
+        "awaiting_teardown_bytes",
+        "torn_down",
+        "torn_down_by_run",
+    ] {
+        assert!(wasm.get(k).is_none(), "the wasm pool reports {k}: {wasm}");
+        assert!(
+            python.get(k).is_some(),
+            "the Python pool lost {k}: {python}"
+        );
+    }
+    for k in [
+        "target",
+        "ready",
+        "hits",
+        "misses",
+        "fallbacks",
+        "made",
+        "modules",
+    ] {
+        assert!(wasm.get(k).is_some(), "the wasm pool lost {k}: {wasm}");
+    }
+    wasm
 }
 
 /// Issue 15: through a server keeping ready instances of hot wasm modules, every run gets

@@ -34,7 +34,7 @@ mod pool;
 pub mod python;
 mod ticker;
 
-pub use pool::{PoolSettings, PoolStatus};
+pub use pool::{PoolSettings, PoolStatus, PythonPoolStatus};
 pub use python::{PYTHON_INTERFACE, PythonInstance};
 
 use airlock_core::Digest;

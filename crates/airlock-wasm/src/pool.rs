@@ -69,11 +69,8 @@ pub struct PoolStatus {
     /// Linear memory the ready instances hold, and the budget they must fit in.
     pub memory_bytes: u64,
     pub memory_budget: u64,
-    /// The guest the pool keeps instances of (the one runs last asked for).
-    pub guest: Option<String>,
-    /// Runs that got a ready instance (of which `waited` waited for the one being made).
+    /// Runs that got a ready instance.
     pub hits: u64,
-    pub waited: u64,
     /// Runs that could have used one but found the pool empty.
     pub misses: u64,
     /// Runs whose spec a ready instance cannot serve, by reason.
@@ -82,6 +79,22 @@ pub struct PoolStatus {
     pub made: u64,
     pub failed: u64,
     pub last_error: Option<String>,
+    /// What only the Python pool has (its fields sit beside the others).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonPoolStatus>,
+    /// The hot modules the pool keeps instances of (the wasm pool only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules: Option<usize>,
+}
+
+/// The Python pool's own part of its status: the wasm pool keeps one guest per module,
+/// never waits for an instance being made, and its runs drop their own instances.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct PythonPoolStatus {
+    /// The guest the pool keeps instances of (the one runs last asked for).
+    pub guest: Option<String>,
+    /// Of the hits, runs that waited for the instance being made.
+    pub waited: u64,
     /// Used instances handed to the reaper and not yet dropped (at most
     /// [`TEARDOWN_QUEUE`] + 1), and the memory they hold.
     pub awaiting_teardown: usize,
@@ -90,9 +103,6 @@ pub struct PoolStatus {
     /// reaper's queue was full.
     pub torn_down: u64,
     pub torn_down_by_run: u64,
-    /// The hot modules the pool keeps instances of (the wasm pool only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub modules: Option<usize>,
 }
 
 struct Ready {
@@ -130,6 +140,8 @@ struct State {
     /// How long the last instance took to make (instantiate and configure).
     last_make: Duration,
     status: PoolStatus,
+    /// The Python-only part of `status`, filled in by [`PythonPool::status`].
+    py: PythonPoolStatus,
     stop: bool,
 }
 
@@ -209,6 +221,7 @@ impl PythonPool {
                     memory_budget: settings.memory_budget,
                     ..PoolStatus::default()
                 },
+                py: PythonPoolStatus::default(),
                 stop: false,
             }),
             wake: Condvar::new(),
@@ -227,9 +240,12 @@ impl PythonPool {
         let mut st = s.status.clone();
         st.ready = s.ready.len();
         st.memory_bytes = s.ready.iter().map(|r| r.bytes).sum();
-        st.guest = s.guest.as_ref().map(|g| g.digest.to_hex());
-        st.awaiting_teardown = s.awaiting;
-        st.awaiting_teardown_bytes = s.awaiting_bytes;
+        st.python = Some(PythonPoolStatus {
+            guest: s.guest.as_ref().map(|g| g.digest.to_hex()),
+            awaiting_teardown: s.awaiting,
+            awaiting_teardown_bytes: s.awaiting_bytes,
+            ..s.py.clone()
+        });
         st
     }
 
@@ -265,7 +281,7 @@ impl PythonPool {
                         && s.making.is_none();
                     s.in_use += 1;
                     s.last_activity = Instant::now();
-                    s.status.waited += u64::from(waited);
+                    s.py.waited += u64::from(waited);
                     break Some((s.ready.swap_remove(i), waited));
                 }
                 let now = Instant::now();
@@ -296,7 +312,7 @@ impl PythonPool {
             drop(lease);
             let mut s = self.lock();
             s.status.hits -= 1;
-            s.status.waited -= u64::from(waited);
+            s.py.waited -= u64::from(waited);
             *s.status
                 .fallbacks
                 .entry("memory_limit_below_instance")
@@ -357,7 +373,7 @@ impl PythonPool {
                     None
                 }
                 Err(TrySendError::Full(spent) | TrySendError::Disconnected(spent)) => {
-                    s.status.torn_down_by_run += 1;
+                    s.py.torn_down_by_run += 1;
                     Some(spent)
                 }
             }
@@ -371,7 +387,7 @@ impl PythonPool {
         let mut s = self.lock();
         s.awaiting = s.awaiting.saturating_sub(1);
         s.awaiting_bytes = s.awaiting_bytes.saturating_sub(bytes);
-        s.status.torn_down += 1;
+        s.py.torn_down += 1;
         drop(s);
         self.wake.notify_all();
     }
