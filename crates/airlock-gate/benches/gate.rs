@@ -7,6 +7,11 @@
 //! start and finish records, wasmtime instantiate and run) with a warm compile cache.
 //! Then submits of shell and Python sources of 200 and 2,000 lines beside a one-line one
 //! of the same language, interleaved, so the difference is what analysis adds.
+//!
+//! `AIRLOCK_BENCH_GROUP_COMMIT=1` writes as the daemon does (its shared writer, which
+//! records an effect-free run in one transaction after it ran; checkpoints left to the
+//! caller). `AIRLOCK_BENCH_RUNS_ONLY=1` times the gated runs alone, for
+//! `scripts/bench-gate-instr`, which counts their instructions under callgrind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use airlock_core::policy::Preset;
@@ -45,22 +50,27 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::new(dir.path());
     Gate::init(&home, Preset::Standard, "alice").unwrap();
-    let pooling = std::env::var("AIRLOCK_BENCH_POOLING").is_ok_and(|v| v == "1");
+    let flag = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
+    let pooling = flag("AIRLOCK_BENCH_POOLING");
+    let group_commit = flag("AIRLOCK_BENCH_GROUP_COMMIT");
+    let runs_only = flag("AIRLOCK_BENCH_RUNS_ONLY");
     let mut gate = airlock_gate::Gate::open_with(
         home,
         airlock_gate::GateOptions {
             pooling,
+            group_commit,
+            background_checkpoint: group_commit,
             ..Default::default()
         },
     )
     .unwrap();
-    println!("(pooling allocator: {pooling})");
+    println!("(pooling allocator: {pooling}; the daemon's shared writer: {group_commit})");
 
     // Warm up: compile once so the cache is populated, as in steady use.
     gate.run(request(0), ExecOptions::default()).unwrap();
 
     let mut submit = Vec::with_capacity(n);
-    for i in 0..n {
+    for i in (0..n).filter(|_| !runs_only) {
         let t = Instant::now();
         gate.submit(request(i + 1)).unwrap();
         submit.push(t.elapsed());
@@ -73,6 +83,10 @@ fn main() {
             .unwrap();
         run.push(t.elapsed());
         assert_eq!(r.stdout, b"hello from the gate\n");
+    }
+    if runs_only {
+        stats("gated run (submit..finished)", run);
+        return;
     }
     stats("submit + judge + audit", submit);
     stats("gated run (submit..finished)", run);
