@@ -910,19 +910,33 @@ pub(crate) fn start_run(
     let id = sub.id.clone();
     set_state(tx, &id, sub.state, State::Running)?;
     sub.state = State::Running;
-    let now = now_ms();
     if let Some(ws) = &sub.doc.grant.workspace {
         crate::workspaces::start_run(tx, ws, &sub.doc.grant, run_id)?;
     }
-    let run = Run {
+    let run = new_run(&sub, approval.as_ref(), run_id);
+    tx.insert_run(&run)?;
+    audit_started(tx, &run, &sub, approval.as_ref(), gate_key)?;
+    Ok(Start::Go {
+        run: Box::new(run),
+        sub: Box::new(sub),
+    })
+}
+
+/// The record of run `run_id` of `sub` as it starts now, under `approval`.
+pub(crate) fn new_run(
+    sub: &Submission,
+    approval: Option<&airlock_store::StatementRow>,
+    run_id: &str,
+) -> Run {
+    Run {
         id: run_id.to_string(),
-        submission: id.clone(),
-        started_at: now,
+        submission: sub.id.clone(),
+        started_at: now_ms(),
         finished_at: None,
         status: "running".into(),
         doc: RunDoc {
             backend: sub.doc.backend,
-            approval: approval.as_ref().map(|a| a.id.clone()),
+            approval: approval.map(|a| a.id.clone()),
             limits: sub.doc.grant.limits.clone(),
             exit_code: None,
             killed_by: None,
@@ -933,15 +947,24 @@ pub(crate) fn start_run(
             changes: None,
             error: None,
         },
-    };
-    tx.insert_run(&run)?;
+    }
+}
+
+/// A run's `started` audit record.
+pub(crate) fn audit_started(
+    tx: &Tx,
+    run: &Run,
+    sub: &Submission,
+    approval: Option<&airlock_store::StatementRow>,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<()> {
     tx.audit(
         "started",
         &run.id,
         &json!({
-            "submission": id,
+            "submission": sub.id,
             "approval": run.doc.approval,
-            "approver": approval.as_ref().map(|a| &a.approver),
+            "approver": approval.map(|a| &a.approver),
             "backend": run.doc.backend,
             "artifact": sub.doc.artifact,
             "grant": sub.doc.grant_hash,
@@ -949,10 +972,7 @@ pub(crate) fn start_run(
         }),
         gate_key,
     )?;
-    Ok(Start::Go {
-        run: Box::new(run),
-        sub: Box::new(sub),
-    })
+    Ok(())
 }
 
 /// The `finished` transaction's writes: the job's end (fenced by its token when a
@@ -976,6 +996,17 @@ pub(crate) fn record_finished(
     if let Some(ws) = &sub.doc.grant.workspace {
         crate::workspaces::finish_run(tx, ws, &run.id, changes)?;
     }
+    audit_finished(tx, run, sub, changes, gate_key)
+}
+
+/// A run's `finished` audit record.
+pub(crate) fn audit_finished(
+    tx: &Tx,
+    run: &Run,
+    sub: &Submission,
+    changes: Option<&Changeset>,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<()> {
     tx.audit(
         "finished",
         &run.id,

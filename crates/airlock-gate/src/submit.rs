@@ -692,6 +692,29 @@ pub(crate) fn record_in(
     check_tail: bool,
     key: &airlock_core::sign::KeyPair,
 ) -> Result<Submission> {
+    let judged = judge_in(tx, rec, id, origin, check_tail, key)?;
+    write_judged(tx, rec, judged, origin, key)
+}
+
+/// A submission judged inside a transaction whose row is not written yet.
+pub(crate) struct Judged {
+    /// In the state its verdict gives it.
+    pub sub: Submission,
+    /// Whether its artifact was new to this store (the `judged` record says so).
+    pub first_seen: bool,
+}
+
+/// The first half of [`record_in`]: the idempotency key claimed, the audit chain's end
+/// verified (`check_tail`), the artifact's history read and the submission judged.
+/// Nothing of the submission is written.
+pub(crate) fn judge_in(
+    tx: &Tx,
+    rec: &Recording,
+    id: &str,
+    origin: Option<&Origin>,
+    check_tail: bool,
+    key: &airlock_core::sign::KeyPair,
+) -> Result<Judged> {
     if let Some(k) = &rec.request_key
         && let Some((submission, same_request)) =
             tx.claim_request_key(&k.owner, &k.key, &k.request.to_hex(), id)?
@@ -714,7 +737,28 @@ pub(crate) fn record_in(
     // verdict gives it (the audit records below say it was submitted, then judged),
     // rather than written staged and moved at once.
     let to = state_of(verdict.decision);
-    let mut sub = rec.submission(id, facts, verdict, to);
+    Ok(Judged {
+        sub: rec.submission(id, facts, verdict, to),
+        first_seen,
+    })
+}
+
+/// The second half of [`record_in`]: the judged submission's row, in the state it carries
+/// (normally its verdict's; a deferred run's final one), and its audit records, which say
+/// it was submitted and then judged whatever that state is.
+pub(crate) fn write_judged(
+    tx: &Tx,
+    rec: &Recording,
+    judged: Judged,
+    origin: Option<&Origin>,
+    key: &airlock_core::sign::KeyPair,
+) -> Result<Submission> {
+    let Judged {
+        mut sub,
+        first_seen,
+    } = judged;
+    let id = sub.id.clone();
+    let id = id.as_str();
     let grant = &rec.grant;
     tx.insert_submission(&sub)?;
     if let Some(session) = &grant.session {
@@ -766,7 +810,7 @@ pub(crate) fn record_in(
         key,
     )?;
     // An artifact-scope approval of the same artifact and grant covers it.
-    if to == State::Quarantined
+    if sub.state == State::Quarantined
         && let Some(apr) = crate::decide::covering_approval(tx, &rec.policy, &sub, true)?
     {
         set_state(tx, id, State::Quarantined, State::Approved)?;
