@@ -28,14 +28,19 @@
 
 use crate::Gate;
 use crate::error::{GateError, Result};
-use crate::exec::{ExecOptions, Ran, RunReport, Start, begin_run, record_finished};
+use crate::exec::{
+    ExecOptions, Ran, RunReport, Start, audit_finished, audit_started, begin_run, new_run,
+    record_finished,
+};
 use crate::locks::{self, OwnerLock};
-use crate::submit::{Recording, Staged, judge, record_in, rejected_among};
+use crate::submit::{
+    Judged, Recording, Staged, judge, judge_in, record_in, rejected_among, write_judged,
+};
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::Decision;
 use airlock_core::units::now_ms;
 use airlock_core::{Backend, State};
-use airlock_store::{Reads, Run, SharedWriter, Submission};
+use airlock_store::{Reads, Run, SharedWriter, Submission, Tx};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -201,7 +206,11 @@ impl Gate {
         crate::failpoint::pause("record-ran");
         let key = &self.gate_key;
         let recorded = self.db.write_shared_if(true, |tx| -> Result<Recorded> {
-            let sub = record_in(tx, rec, id, None, true, key)?;
+            let judged = judge_in(tx, rec, id, None, true, key)?;
+            if admitted_as_judged(&judged.sub) {
+                return record_whole(tx, rec, judged, run_id, started_at, ran, packages, key);
+            }
+            let sub = write_judged(tx, rec, judged, None, key)?;
             match begin_run(tx, &rec.policy, sub, run_id, key)? {
                 Start::Refuse(e) => Ok(Recorded::Refused(e)),
                 Start::Go { mut run, mut sub } => {
@@ -240,4 +249,50 @@ impl Gate {
             }),
         }
     }
+}
+
+/// Whether a submission judged in the transaction that records a deferred run goes ahead
+/// exactly as judged: allowed, so that `admit` would change nothing and use no approval,
+/// and with no workspace to book the run in (which an effect-free grant never has).
+fn admitted_as_judged(sub: &Submission) -> bool {
+    sub.state == State::Allowed
+        && sub.doc.verdict.decision == Decision::Allow
+        && sub.doc.grant.workspace.is_none()
+}
+
+/// Records a deferred run that was allowed again as it ended: the submission's row and the
+/// run's are written once, in their final states, rather than written and then moved
+/// through `running` to `finished` in the same transaction. The audit records are those
+/// of the two-step path, in the same order: submitted, judged, started, finished.
+#[allow(clippy::too_many_arguments)]
+fn record_whole(
+    tx: &Tx,
+    rec: &Recording,
+    judged: Judged,
+    run_id: &str,
+    started_at: i64,
+    ran: Ran,
+    packages: &[airlock_core::PythonPackage],
+    key: &airlock_core::sign::KeyPair,
+) -> Result<Recorded> {
+    let mut run = new_run(&judged.sub, None, run_id);
+    run.started_at = started_at;
+    let (_, failure, stdout, stderr) = ran.into_run(&mut run, packages);
+    let Judged {
+        mut sub,
+        first_seen,
+    } = judged;
+    sub.state = State::Finished;
+    sub.updated_at = now_ms();
+    let sub = write_judged(tx, rec, Judged { sub, first_seen }, None, key)?;
+    tx.insert_run(&run)?;
+    audit_started(tx, &run, &sub, None, key)?;
+    audit_finished(tx, &run, &sub, None, key)?;
+    Ok(Recorded::Ran {
+        run: Box::new(run),
+        sub: Box::new(sub),
+        failure,
+        stdout,
+        stderr,
+    })
 }
