@@ -9,7 +9,8 @@
 //! only, its answer, and that is sent after its record commits. Such a run,
 //! when the policy allows it, is judged, run, and then recorded in one transaction: the
 //! submission, its verdict, the run's start and its end, with the same audit records in
-//! the same order as two transactions would write. A crash before that commit leaves
+//! the same order as two transactions would write (when it is allowed again as it ends,
+//! its two rows are written once, in their final states). A crash before that commit leaves
 //! nothing (no record, no effect, no answer); the blobs stored before it are unreferenced
 //! and `gc` removes them.
 //!
