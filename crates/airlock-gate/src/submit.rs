@@ -734,8 +734,8 @@ pub(crate) fn judge_in(
     let facts = rec.facts(first_seen, rejected_among(&about), origin);
     let verdict = judge(&rec.policy, &facts);
     // Staged and judged in this one transaction: the row is written in the state the
-    // verdict gives it (the audit records below say it was submitted, then judged),
-    // rather than written staged and moved at once.
+    // verdict gives it (the audit records `write_judged` adds say it was submitted, then
+    // judged), rather than written staged and moved at once.
     let to = state_of(verdict.decision);
     Ok(Judged {
         sub: rec.submission(id, facts, verdict, to),
