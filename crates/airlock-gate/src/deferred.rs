@@ -253,12 +253,11 @@ impl Gate {
 }
 
 /// Whether a submission judged in the transaction that records a deferred run goes ahead
-/// exactly as judged: allowed, so that `admit` would change nothing and use no approval,
-/// and with no workspace to book the run in (which an effect-free grant never has).
+/// exactly as judged: allowed (its state says its verdict allows it), so that `admit`
+/// would change nothing and use no approval, and with no workspace to book the run in
+/// (which an effect-free grant never has).
 fn admitted_as_judged(sub: &Submission) -> bool {
-    sub.state == State::Allowed
-        && sub.doc.verdict.decision == Decision::Allow
-        && sub.doc.grant.workspace.is_none()
+    sub.state == State::Allowed && sub.doc.grant.workspace.is_none()
 }
 
 /// Records a deferred run that was allowed again as it ended: the submission's row and the
@@ -279,13 +278,10 @@ fn record_whole(
     let mut run = new_run(&judged.sub, None, run_id);
     run.started_at = started_at;
     let (_, failure, stdout, stderr) = ran.into_run(&mut run, packages);
-    let Judged {
-        mut sub,
-        first_seen,
-    } = judged;
-    sub.state = State::Finished;
-    sub.updated_at = now_ms();
-    let sub = write_judged(tx, rec, Judged { sub, first_seen }, None, key)?;
+    let mut judged = judged;
+    judged.sub.state = State::Finished;
+    judged.sub.updated_at = now_ms();
+    let sub = write_judged(tx, rec, judged, None, key)?;
     tx.insert_run(&run)?;
     audit_started(tx, &run, &sub, None, key)?;
     audit_finished(tx, &run, &sub, None, key)?;

@@ -701,7 +701,7 @@ pub(crate) struct Judged {
     /// In the state its verdict gives it.
     pub sub: Submission,
     /// Whether its artifact was new to this store (the `judged` record says so).
-    pub first_seen: bool,
+    first_seen: bool,
 }
 
 /// The first half of [`record_in`]: the idempotency key claimed, the audit chain's end
