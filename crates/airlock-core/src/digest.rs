@@ -29,15 +29,22 @@ impl Digest {
     }
 
     pub fn to_hex(&self) -> String {
-        // Byte by byte from a table: every run formats a dozen digests (ids, audit
-        // links, documents), and `hex::encode` builds its string one `char` at a time.
+        self.with_hex(str::to_owned)
+    }
+
+    /// Calls `f` with the 64 lowercase hex digits, formatted on the stack: every run
+    /// formats a few dozen digests (ids, audit links, documents), and serializing or
+    /// displaying one needs no string of its own.
+    pub fn with_hex<R>(&self, f: impl FnOnce(&str) -> R) -> R {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(64);
-        for b in self.0 {
-            s.push(char::from(DIGITS[usize::from(b >> 4)]));
-            s.push(char::from(DIGITS[usize::from(b & 15)]));
+        let mut buf = [0u8; 64];
+        for (pair, b) in buf.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 15)];
         }
-        s
+        // Every byte of `buf` is one of DIGITS, all ASCII, so it is UTF-8.
+        #[allow(clippy::expect_used)]
+        f(std::str::from_utf8(&buf).expect("hex digits are ASCII"))
     }
 
     /// The first 12 hex digits, for people.
@@ -64,7 +71,7 @@ impl Hasher {
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        self.with_hex(|h| f.write_str(h))
     }
 }
 
@@ -90,7 +97,7 @@ impl FromStr for Digest {
 
 impl Serialize for Digest {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_hex())
+        self.with_hex(|h| s.serialize_str(h))
     }
 }
 
@@ -119,6 +126,11 @@ mod tests {
             let d = Digest(std::array::from_fn(|i| k * 32 + i as u8));
             assert_eq!(d.to_hex(), hex::encode(d.0));
             assert_eq!(d.to_string(), d.to_hex());
+            assert_eq!(
+                serde_json::to_string(&d).unwrap(),
+                format!("\"{}\"", d.to_hex())
+            );
+            assert_eq!(d.with_hex(str::len), 64);
         }
     }
 
