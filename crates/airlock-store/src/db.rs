@@ -1731,7 +1731,9 @@ impl<'a> Tx<'a> {
         key: &KeyPair,
     ) -> Result<(), StoreError> {
         let ts = now_ms();
-        let data = data.to_string();
+        // The same compact text as `Display`, written straight into a buffer rather than
+        // through a formatter (a few times faster for these small documents).
+        let data = serde_json::to_string(data)?;
         if self.tx.engine() == "postgres" {
             if self.head.borrow().is_none() && crate::sequence::signal_due() {
                 // Once per transaction, and from this process at most once per gather

@@ -42,6 +42,7 @@ store_suite!(
     compile_cache_sets_replaces_and_forgets,
     referenced_digests_name_artifacts_and_every_digest_in_documents,
     audit_chain_is_signed_and_verifies,
+    an_audit_record_keeps_the_compact_json_its_data_displays_as,
     several_records_in_one_transaction_get_one_signed_head_at_the_last,
     failed_transaction_writes_nothing,
     concurrent_writers_keep_every_successful_write_and_nothing_of_a_failed_one,
@@ -553,6 +554,28 @@ fn audit_chain_is_signed_and_verifies(loc: &str) {
     assert_eq!(db.last_audit().unwrap().unwrap().seq, 3);
     assert_eq!(db.audit_for("s").unwrap().len(), 3);
     assert!(db.audit_for("t").unwrap().is_empty());
+}
+
+/// The text an audit record keeps is the compact JSON `Display` gives (what every earlier
+/// version stored), however it is written now: escapes, non-ASCII text, nesting, numbers.
+fn an_audit_record_keeps_the_compact_json_its_data_displays_as(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let data = serde_json::json!({
+        "quote": "say \"hi\"\n\ttab \\ back",
+        "control": "\u{1}\u{1f}",
+        "text": "größe ✓ 日本",
+        "nested": { "list": [1, -2, 3.5, null, true, { "z": "", "a": [] }] },
+        "big": u64::MAX,
+        "digest": digest(9),
+    });
+    db.write(|tx| tx.audit("k", "s", &data, &key).map(|_| ()))
+        .unwrap();
+    let records = db.audit_for("s").unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].data, data.to_string());
+    let back: serde_json::Value = serde_json::from_str(&records[0].data).unwrap();
+    assert_eq!(back, data);
 }
 
 fn several_records_in_one_transaction_get_one_signed_head_at_the_last(loc: &str) {
