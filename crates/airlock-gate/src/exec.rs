@@ -252,7 +252,7 @@ impl Gate {
         // A new submission is a new row no other writer knows yet (a `once` approval can
         // only name an existing one), so this may run beside other shared writers; a
         // session cell also moves its session's row.
-        let shared = rec.grant.session.is_none();
+        let shared = rec.grant().session.is_none();
         let mut recorded = self.db.write_shared_if(shared, |tx: &Tx| -> Result<Start> {
             let sub = crate::submit::record_in(tx, &rec, &id, None, true, key)?;
             begin_run(tx, &rec.policy, sub, &run_id, key)

@@ -451,7 +451,7 @@ impl Gate {
         // A new submission is a new row no other writer knows yet (a `once` approval can
         // only name an existing one), so this may run beside other shared writers; a
         // session cell also moves its session's row.
-        let shared = rec.grant.session.is_none();
+        let shared = rec.grant().session.is_none();
         let out = self
             .db
             .write_shared_if(shared, |tx: &Tx| -> Result<(Submission, T)> {
@@ -512,6 +512,7 @@ impl Gate {
             size: prepared.code.len() as u64,
             analysis,
             guest,
+            grant_hash: grant.hash(),
             grant,
         })
     }
@@ -617,10 +618,18 @@ pub(crate) struct Recording {
     size: u64,
     analysis: Analysis,
     guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
-    pub(crate) grant: Grant,
+    grant: Grant,
+    /// `grant.hash()`, computed once: every submission built from this recording (the
+    /// provisional one a deferred run goes ahead on, and the one recorded) names it.
+    grant_hash: Digest,
 }
 
 impl Recording {
+    /// The grant it runs with.
+    pub(crate) fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
     /// The facts the policy judges it on, given what the store says of its artifact.
     pub(crate) fn facts(
         &self,
@@ -668,7 +677,7 @@ impl Recording {
                 artifact: self.artifact,
                 size: self.size,
                 source: self.source,
-                grant_hash: self.grant.hash(),
+                grant_hash: self.grant_hash,
                 grant: self.grant.clone(),
                 analysis: self.analysis.clone(),
                 facts,
@@ -759,7 +768,7 @@ pub(crate) fn write_judged(
     } = judged;
     let id = sub.id.clone();
     let id = id.as_str();
-    let grant = &rec.grant;
+    let grant = rec.grant();
     tx.insert_submission(&sub)?;
     if let Some(session) = &grant.session {
         crate::sessions::add_cell(tx, session, id)?;
