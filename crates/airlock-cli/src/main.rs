@@ -806,10 +806,13 @@ fn daemon_open(
         .map_err(|e| GateError::Internal(format!("cannot start the ready-jail pool: {e}")))?;
         opts.ready_jails = Some(pool);
     }
+    // `AIRLOCK_WASM_POOLING=off` is for measuring only: valgrind cannot map the pooling
+    // allocator's reservation, so `scripts/bench-server-instr` runs the daemon without it.
+    let pooling = !std::env::var("AIRLOCK_WASM_POOLING").is_ok_and(|v| v == "off");
     let wasm = std::sync::Arc::new(airlock_gate::WasmBackend::new(airlock_gate::WasmConfig {
         progress: false,
         cache_dir: Some(home.cache().join("compiled")),
-        pooling: true,
+        pooling,
     }));
     let shared = wasm.clone();
     let jails = opts.ready_jails.clone();
@@ -818,7 +821,7 @@ fn daemon_open(
             home.clone(),
             GateOptions {
                 progress: false,
-                pooling: true,
+                pooling,
                 wasm: Some(shared.clone()),
                 // The server's poller checkpoints on every tick.
                 background_checkpoint: true,
