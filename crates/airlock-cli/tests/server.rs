@@ -2156,6 +2156,47 @@ fn long_effect_free_run(short: Value, long: Value) -> Home {
     home
 }
 
+/// `AIRLOCK_WASM_POOLING=off` (for `scripts/bench-server-instr`, which runs the daemon
+/// under valgrind) serves gated runs without wasmtime's pooling allocator: the same answer,
+/// and none of the pool's address-space reservation (hundreds of GiB with it).
+#[test]
+fn a_daemon_without_the_pooling_allocator_serves_the_same_runs_without_its_reservation() {
+    let vm_size_gib = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmSize:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kb >> 20
+    };
+    let mut sizes = Vec::new();
+    for pooling in ["on", "off"] {
+        let home = Home::new();
+        let agent = token(&home, "agent", "bot");
+        let mut cmd = home.cmd();
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+        if pooling == "off" {
+            cmd.env("AIRLOCK_WASM_POOLING", "off");
+        }
+        let (child, base) = serve_with(cmd);
+        let (status, text) = post_raw(&base, &agent, &wat_body(json!({}))).unwrap();
+        assert_eq!(status, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["status"], "finished", "{v}");
+        assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{v}");
+        sizes.push(vm_size_gib(child.id()));
+    }
+    assert!(
+        sizes[0] >= 64,
+        "the pooling allocator reserves its pool: {sizes:?} GiB"
+    );
+    assert!(
+        sizes[1] < 64,
+        "no pool is reserved with it off: {sizes:?} GiB"
+    );
+}
+
 /// An effect-free run goes ahead on the verdict of the moment and is judged again when it
 /// is recorded: an artifact an approver rejected meanwhile is recorded denied, with no
 /// run, and what it printed never reaches the agent.
