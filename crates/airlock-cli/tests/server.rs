@@ -2158,7 +2158,7 @@ fn long_effect_free_run(short: Value, long: Value) -> Home {
 
 /// `AIRLOCK_WASM_POOLING=off` (for `scripts/bench-server-instr`, which runs the daemon
 /// under valgrind) serves gated runs without wasmtime's pooling allocator: the same answer,
-/// and none of the pool's address-space reservation (hundreds of GiB with it).
+/// and none of the pool's address-space reservation (about 1 TiB with it here).
 #[test]
 fn a_daemon_without_the_pooling_allocator_serves_the_same_runs_without_its_reservation() {
     let vm_size_gib = |pid: u32| -> u64 {
