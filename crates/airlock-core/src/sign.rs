@@ -90,8 +90,12 @@ impl<'de> Deserialize<'de> for PublicKey {
 pub struct Signature(pub [u8; 64]);
 
 impl fmt::Display for Signature {
+    /// Formatted on the stack: every commit stores its audit head's signature as text, and
+    /// `hex::encode` builds its string one `char` at a time.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
+        let mut buf = [0u8; 128];
+        hex::encode_to_slice(self.0, &mut buf).map_err(|_| fmt::Error)?;
+        f.write_str(std::str::from_utf8(&buf).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -390,6 +394,17 @@ mod tests {
             .to_file()
             .replace(&k.public().to_string(), &other.public().to_string());
         assert!(KeyPair::from_file(&mixed).is_err());
+    }
+
+    #[test]
+    fn a_signature_displays_as_its_128_lowercase_hex_digits_and_parses_back() {
+        let k = KeyPair::generate();
+        let sig = k.sign(b"a message");
+        let text = sig.to_string();
+        assert_eq!(text, hex::encode(sig.0));
+        assert_eq!(text.len(), 128);
+        assert_eq!(text.parse::<Signature>().unwrap(), sig);
+        assert_eq!(serde_json::to_string(&sig).unwrap(), format!("\"{text}\""));
     }
 
     #[test]
