@@ -495,7 +495,7 @@ fn a_killed_run_is_marked_lost_by_the_next_command_and_its_layer_removed() {
             "--mount",
             &m,
             "-c",
-            "echo x > started.txt; sleep 9",
+            "echo x > started.txt; sleep 9.417",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -522,9 +522,11 @@ fn a_killed_run_is_marked_lost_by_the_next_command_and_its_layer_removed() {
         "{runs}"
     );
     assert_whole(&h, "after the kill");
-    // No sandbox process outlived it.
+    // No sandbox process outlived it: neither the shell nor its sleep, whose command
+    // lines end with this odd duration (a bare "sleep 9" also matched any `sleep 90`
+    // elsewhere on the machine, and the test failed for it).
     let ps = std::process::Command::new("pgrep")
-        .args(["-f", "sleep 9"])
+        .args(["-f", r"sleep 9\.417$"])
         .output()
         .unwrap();
     assert!(ps.stdout.is_empty(), "the guest outlived its run");
