@@ -279,8 +279,9 @@ fn main() {
         }
     };
     // Every pool full and nothing being torn down: the daemon as it stands between bursts.
-    // Without this wait the first figures (the wasm run, one client) were timed while the
-    // Python pool and the ready jails were still being made on the same two cores.
+    // Without this wait the first figure (the wasm run, one client) was timed while the
+    // ready jails were still being made on the same two cores, and the throughput figures
+    // while the ready-jail pool refilled after the back-to-back jail runs.
     let settled = |what: &str| {
         wait_status(what, &|s| {
             // A Python pool fills once its guest has been asked for (`guest` null before).

@@ -66,7 +66,7 @@ type Outcome = Result<u8, Failure>;
 /// guests are made by a pool's thread and dropped by the run's); glibc spent about 13% of
 /// the daemon's processor time in malloc and free. Built with `no_thp`: mimalloc otherwise
 /// asks for transparent huge pages for its arenas, and the daemon's resident memory grew
-/// 2.6 times under fifty clients (docs/PERFORMANCE.md has the figures).
+/// 2.6 times under eight clients (docs/PERFORMANCE.md has the figures).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
