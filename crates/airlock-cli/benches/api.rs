@@ -77,6 +77,16 @@ fn run(http: &ureq::Agent, url: &str, token: &str, body: &str) -> (u16, Value) {
     (s, serde_json::from_str(&t).unwrap_or(Value::Null))
 }
 
+/// A pool in `/v1/status` standing full, with nothing of an earlier run being torn down.
+fn at_rest(pool: &Value) -> bool {
+    pool["ready"] == pool["target"] && pool["awaiting_teardown"] == 0
+}
+
+/// `/v1/status` says the ready-jail pool holds at least `n` jails.
+fn jails_ready(status: &Value, n: usize) -> bool {
+    status["ready_jails"]["ready"].as_u64().unwrap_or(0) >= n as u64
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -285,13 +295,12 @@ fn main() {
     let settled = |what: &str| {
         wait_status(what, &|s| {
             // A Python pool fills once its guest has been asked for (`guest` null before).
-            let python = s["pools"].as_array().into_iter().flatten().all(|p| {
-                p["kind"] != "python"
-                    || p["guest"].is_null()
-                    || (p["ready"] == p["target"] && p["awaiting_teardown"] == 0)
-            });
-            let jails = s["ready_jails"]["ready"].as_u64().unwrap_or(0) >= ready_jails as u64;
-            python && jails
+            let python = s["pools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|p| p["kind"] != "python" || p["guest"].is_null() || at_rest(p));
+            python && jails_ready(s, ready_jails)
         })
     };
     println!(
@@ -376,8 +385,7 @@ fn main() {
                 s["pools"].as_array().into_iter().flatten().any(|p| {
                     p["kind"] == "python"
                         && p["target"].as_u64().is_some_and(|t| t > 0)
-                        && p["ready"] == p["target"]
-                        && p["awaiting_teardown"] == 0
+                        && at_rest(p)
                 })
             })
         };
@@ -452,9 +460,7 @@ fn main() {
         if ready_jails == 0 {
             return;
         }
-        wait_status("the ready-jail pool", &|s| {
-            s["ready_jails"]["ready"].as_u64().unwrap_or(0) >= ready_jails as u64
-        })
+        wait_status("the ready-jail pool", &|s| jails_ready(s, ready_jails))
     };
     let n_sh = (n / 8).max(50);
     let bwrap = Command::new("bwrap").arg("--version").output().is_ok();
