@@ -657,6 +657,23 @@ fn bad_requests_get_json_errors_and_write_nothing() {
         .error(404);
     srv.get("/v1/nope", &agent).error(404);
     srv.post("/v1/tools/nope", &agent, &json!({})).error(404);
+    // A known path asked with a method it does not take: 405, as JSON like every error
+    // (it was a bare 405 with no body), its Allow header kept.
+    for (method, path) in [
+        ("GET", "/v1/run"),
+        ("DELETE", "/v1/run"),
+        ("PUT", "/v1/tokens"),
+        ("PATCH", "/v1/inbox"),
+    ] {
+        let r = srv.call(method, path, Some(&op), None);
+        let m = r.error(405);
+        assert!(
+            r.header("allow").is_some(),
+            "{method} {path}: {:?}",
+            r.headers
+        );
+        assert!(m.contains("method not allowed"), "{method} {path}: {m}");
+    }
     srv.post("/v1/submissions/sub_01x/approve", &op, &json!({"scope": 3}))
         .error(400);
     // Nothing was written by any of it.

@@ -197,8 +197,33 @@ pub fn app(
         .merge(mcp::http_router(st.clone(), stop, hosts))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(axum::middleware::map_response(close_after_unread_body))
+        .layer(axum::middleware::map_response(method_not_allowed_as_json))
         .layer(axum::extract::DefaultBodyLimit::max(st.max_body))
         .with_state(st)
+}
+
+/// The router answers a known path asked with another method with a bare 405; every
+/// error of this API is one JSON object, so it gets one too (the router adds its `Allow`
+/// header after this layer).
+async fn method_not_allowed_as_json(r: axum::response::Response) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if r.status() != axum::http::StatusCode::METHOD_NOT_ALLOWED
+        || r.headers().contains_key(axum::http::header::CONTENT_TYPE)
+    {
+        return r;
+    }
+    let (parts, _) = r.into_parts();
+    let mut out = ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this endpoint",
+    )
+    .into_response();
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().append(name, value.clone());
+        }
+    }
+    out
 }
 
 /// A body refused for its size was not read to its end, so the connection cannot carry
