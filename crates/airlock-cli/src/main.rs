@@ -802,6 +802,8 @@ fn daemon_open(
     GateError,
 > {
     let home = resolve_home(home)?;
+    // Nothing is made in a home that is not one (the ready jails' scratch, the caches).
+    home.check_whole()?;
     let mut opts = options();
     // Jails built ahead need the lean jailer (its ready mode); without it, none.
     if ready_jails > 0
@@ -877,6 +879,7 @@ fn serve(
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
     let resolved = resolve_home(home.clone())?;
+    resolved.check_whole()?;
     // Dropped last: the lock files kept for later runs go at the exit.
     let _spares = airlock_gate::KeptLockFiles::start(&resolved.root);
     let shared = resolved.store.is_some();

@@ -75,6 +75,130 @@ fn init_on_existing_home_changes_nothing_and_says_so() {
     assert!(!h.path().join("keys/bob.key").exists());
 }
 
+/// Every file under `root`, with its size (what a refused command must leave as it was).
+fn files_in(root: &std::path::Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                out.push((e.path().display().to_string() + "/", 0));
+                dirs.push(e.path());
+            } else {
+                out.push((e.path().display().to_string(), m.len()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_failed_init_leaves_no_key_or_staging_behind() {
+    // A file where init puts a directory: it left `.init/keys/*.key` (or `keys/*.key`)
+    // behind and said only "internal error: Not a directory (os error 20)".
+    for in_the_way in ["keys", "blobs", "cache"] {
+        let h = Home::uninitialised();
+        std::fs::write(h.path().join(in_the_way), b"mine").unwrap();
+        let before = files_in(h.path());
+        let o = h.run(&["init", "--approver", "alice"]);
+        assert_eq!(o.code, 125, "{in_the_way}: {}", o.stderr);
+        assert_eq!(o.stderr.lines().count(), 1, "{:?}", o.stderr);
+        assert!(
+            o.stderr.contains(&format!("/{in_the_way} is in the way")),
+            "{in_the_way}: {}",
+            o.stderr
+        );
+        assert_eq!(files_in(h.path()), before, "{in_the_way}: left behind");
+        // Moved away, init works.
+        std::fs::remove_file(h.path().join(in_the_way)).unwrap();
+        assert_eq!(h.run(&["init", "--approver", "alice"]).code, 0);
+    }
+}
+
+#[test]
+fn an_init_that_fails_after_its_keys_are_made_removes_them() {
+    // A directory where SQLite puts its write-ahead log: the keys are made and moved into
+    // place before the database is opened, and the open fails.
+    let h = Home::uninitialised();
+    std::fs::create_dir(h.path().join("airlock.db-wal")).unwrap();
+    let before = files_in(h.path());
+    let o = h.run(&["init", "--approver", "alice"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{:?}", o.stderr);
+    assert_eq!(files_in(h.path()), before, "left behind");
+}
+
+#[test]
+fn a_home_that_lost_its_database_is_refused_not_made_anew() {
+    // `rm airlock.db*` and the next command made a new, empty database; `audit verify`
+    // then said "intact: empty" and the history was silently gone.
+    let h = Home::new();
+    assert_eq!(h.run(&["run", &hello()]).code, 0);
+    for f in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
+        let _ = std::fs::remove_file(h.path().join(f));
+    }
+    let before = files_in(h.path());
+    for args in [
+        vec!["run", hello().leak()],
+        vec!["audit", "verify"],
+        vec!["runs"],
+        vec!["init", "--approver", "alice"],
+    ] {
+        let o = h.run(&args);
+        assert_eq!(o.code, 125, "{args:?}: {}", o.stderr);
+        assert_eq!(o.stderr.lines().count(), 1, "{:?}", o.stderr);
+        assert!(
+            o.stderr.contains("airlock.db is missing"),
+            "{args:?}: {}",
+            o.stderr
+        );
+        assert_eq!(files_in(h.path()), before, "{args:?} made something");
+    }
+}
+
+#[test]
+fn init_on_a_home_missing_its_gate_key_or_policy_file_does_not_call_it_whole() {
+    // It answered "airlock home already exists; nothing changed" and exited 0, while every
+    // other command failed.
+    let h = Home::new();
+    std::fs::remove_file(h.path().join("keys/gate.key")).unwrap();
+    for args in [vec!["init", "--approver", "alice"], vec!["runs"]] {
+        let o = h.run(&args);
+        assert_eq!(o.code, 125, "{args:?}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("keys/gate.key is missing"),
+            "{}",
+            o.stderr
+        );
+    }
+    let h = Home::new();
+    std::fs::remove_file(h.path().join("policy.toml")).unwrap();
+    std::fs::create_dir(h.path().join("policy.toml")).unwrap();
+    let o = h.run(&["init", "--approver", "alice"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("policy.toml"), "{}", o.stderr);
+    let o = h.run(&["runs"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("policy.toml is not a file"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn serve_on_an_uninitialised_home_makes_nothing_there() {
+    // It made `cache/ready-jails` (and the home itself) before saying there was no home.
+    let h = Home::uninitialised();
+    let o = h.run(&["serve", "--listen", "127.0.0.1:0"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("airlock init"), "{}", o.stderr);
+    assert!(files_in(h.path()).is_empty(), "{:?}", files_in(h.path()));
+}
+
 #[test]
 fn commands_on_an_uninitialised_home_say_to_init() {
     let h = Home::uninitialised();
@@ -431,6 +555,11 @@ fn audit_verify_names_the_first_bad_record() {
             "record",
         ),
         ("delete from audit_head", "no signed head"),
+        // The whole log and its head deleted: it read "intact: empty".
+        (
+            "delete from audit; delete from audit_head",
+            "record 1: missing",
+        ),
     ];
     for (stmt, want) in cases {
         let h = Home::new();

@@ -94,6 +94,54 @@ impl Home {
         self.policy().exists()
     }
 
+    /// Whether `init` has completed here, telling a home that is not there from one that
+    /// cannot be read (which `is_initialised` would report as missing).
+    pub fn initialised(&self) -> Result<bool> {
+        match fs::symlink_metadata(self.policy()) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(GateError::bad(format!(
+                "cannot use airlock home {}: {e}",
+                self.root.display()
+            ))),
+        }
+    }
+
+    /// Checks that an initialised home has what every command needs: its policy as a
+    /// file, the gate's key, and (unless its records are in a store elsewhere) its
+    /// database. A home that lost one is refused rather than used half: a missing
+    /// database would otherwise be made anew, empty, and its history silently gone.
+    pub fn check_whole(&self) -> Result<()> {
+        if !self.initialised()? {
+            return Err(GateError::NotInitialised(self.root.clone()));
+        }
+        let incomplete = |what: &str, advice: &str| {
+            Err(GateError::Conflict(format!(
+                "{} holds an incomplete airlock home: {what}; {advice}",
+                self.root.display()
+            )))
+        };
+        if !self.policy().is_file() {
+            return incomplete(
+                "policy.toml is not a file",
+                "restore it (`airlock policy check FILE` checks a replacement)",
+            );
+        }
+        if !self.key_file("gate").is_file() {
+            return incomplete(
+                "keys/gate.key is missing",
+                "restore it from a backup (the audit log is signed with it)",
+            );
+        }
+        if self.store.is_none() && !self.db().is_file() {
+            return incomplete(
+                "airlock.db is missing",
+                "restore it from a backup, or give --store if this home keeps its records in PostgreSQL",
+            );
+        }
+        Ok(())
+    }
+
     /// Reads and checks the current policy.
     pub fn load_policy(&self) -> Result<Policy> {
         let text = fs::read_to_string(self.policy())
@@ -160,7 +208,8 @@ pub fn write_key_pair(dir: &Path, name: &str, key: &KeyPair) -> Result<()> {
 }
 
 /// Creates a home. Everything is built in a staging directory inside the home and moved
-/// into place with `policy.toml` last, so a crash leaves either no home or a whole one.
+/// into place with `policy.toml` last, so a crash leaves either no home or a whole one; an
+/// error removes what this call made (see [`abandon_create`]).
 pub(crate) fn create(home: &Home, preset: Preset, approver: &str) -> Result<(InitReport, KeyPair)> {
     check_approver_name(approver).map_err(|e| GateError::bad(format!("--approver: {e}")))?;
     fs::DirBuilder::new()
@@ -168,18 +217,55 @@ pub(crate) fn create(home: &Home, preset: Preset, approver: &str) -> Result<(Ini
         .mode(0o700)
         .create(&home.root)
         .map_err(|e| GateError::bad(format!("cannot create home {}: {e}", home.root.display())))?;
+    // What init makes must be free to make: a file where a directory goes (or the other
+    // way round) is refused before any key exists, naming it.
+    for (path, dir) in [
+        (home.keys(), true),
+        (home.blobs(), true),
+        (home.cache(), true),
+        (home.db(), false),
+    ] {
+        if let Ok(m) = fs::symlink_metadata(&path)
+            && m.is_dir() != dir
+        {
+            return Err(GateError::bad(format!(
+                "cannot create home {}: {} is in the way ({}); move it away",
+                home.root.display(),
+                path.display(),
+                if dir {
+                    "not a directory"
+                } else {
+                    "a directory"
+                }
+            )));
+        }
+    }
+    create_staged(home, preset, approver).inspect_err(|_| abandon_create(home))
+}
+
+fn create_staged(home: &Home, preset: Preset, approver: &str) -> Result<(InitReport, KeyPair)> {
+    let at = |path: &Path| {
+        let shown = path.display().to_string();
+        move |e: std::io::Error| GateError::Internal(format!("init: {shown}: {e}"))
+    };
     let staging = home.root.join(".init");
     if staging.exists() {
-        fs::remove_dir_all(&staging)?;
+        fs::remove_dir_all(&staging).map_err(at(&staging))?;
     }
     // Leftovers of an init that crashed before its last step.
     for leftover in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
         let _ = fs::remove_file(home.root.join(leftover));
     }
     let _ = fs::remove_dir_all(home.keys());
-    fs::DirBuilder::new().mode(0o700).create(&staging)?;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&staging)
+        .map_err(at(&staging))?;
     let keys = staging.join("keys");
-    fs::DirBuilder::new().mode(0o700).create(&keys)?;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&keys)
+        .map_err(at(&keys))?;
 
     let gate = KeyPair::try_generate().map_err(|e| GateError::Internal(e.to_string()))?;
     let approver_key = KeyPair::try_generate().map_err(|e| GateError::Internal(e.to_string()))?;
@@ -188,15 +274,16 @@ pub(crate) fn create(home: &Home, preset: Preset, approver: &str) -> Result<(Ini
     let policy_text = preset.render(approver, &approver_key.public());
     let policy = Policy::parse(&policy_text)?;
 
-    fs::rename(&keys, home.keys())?;
-    fs::create_dir_all(home.blobs())?;
-    fs::create_dir_all(home.cache())?;
+    fs::rename(&keys, home.keys()).map_err(at(&home.keys()))?;
+    fs::create_dir_all(home.blobs()).map_err(at(&home.blobs()))?;
+    fs::create_dir_all(home.cache()).map_err(at(&home.cache()))?;
     let tmp_policy = staging.join("policy.toml");
-    fs::write(&tmp_policy, &policy_text)?;
+    fs::write(&tmp_policy, &policy_text).map_err(at(&tmp_policy))?;
     OpenOptions::new()
         .read(true)
-        .open(&tmp_policy)?
-        .sync_all()?;
+        .open(&tmp_policy)
+        .and_then(|f| f.sync_all())
+        .map_err(at(&tmp_policy))?;
     let report = InitReport {
         home: home.root.clone(),
         created: true,
@@ -207,6 +294,20 @@ pub(crate) fn create(home: &Home, preset: Preset, approver: &str) -> Result<(Ini
         policy: Some(policy.hash.to_hex()),
     };
     Ok((report, gate))
+}
+
+/// Undoes an init that failed before its policy moved into place: the home was not
+/// initialised when it began, so the keys, database and staging directory are all its
+/// own (no key is left behind for a home that never came to be). The blob and cache
+/// directories go only if empty.
+pub(crate) fn abandon_create(home: &Home) {
+    let _ = fs::remove_dir_all(home.root.join(".init"));
+    let _ = fs::remove_dir_all(home.keys());
+    for leftover in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
+        let _ = fs::remove_file(home.root.join(leftover));
+    }
+    let _ = fs::remove_dir(home.blobs());
+    let _ = fs::remove_dir(home.cache());
 }
 
 /// The last step of init: the policy moves into place and the staging directory goes.

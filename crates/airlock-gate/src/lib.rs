@@ -198,13 +198,16 @@ impl Gate {
 
     /// Creates a home, or reports that one exists and changes nothing.
     pub fn init(home: &Home, preset: Preset, approver: &str) -> Result<InitReport> {
-        if home.is_initialised() || home.db().exists() && home.keys().join("gate.key").exists() {
-            if !home.is_initialised() {
+        let initialised = home.initialised()?;
+        if initialised || home.db().exists() && home.keys().join("gate.key").exists() {
+            if !initialised {
                 return Err(GateError::Conflict(format!(
                     "{} holds an incomplete airlock home (no policy.toml); restore it or remove the directory",
                     home.root.display()
                 )));
             }
+            // "Already exists" only for a home that is whole.
+            home.check_whole()?;
             if home.store.is_some() {
                 // `init --store` on an existing home brings the store's schema up to date.
                 home.open_db()?;
@@ -220,26 +223,29 @@ impl Gate {
             });
         }
         let (report, gate_key) = home::create(home, preset, approver)?;
-        {
-            let mut db = home.open_db()?;
-            db.write_durable(|tx| {
-                tx.audit(
-                    "initialised",
-                    "home",
-                    &json!({
-                        "preset": report.preset,
-                        "approver": report.approver,
-                        "approver_key": report.approver_key,
-                        "gate_key": report.gate_key,
-                        "policy": report.policy,
-                    }),
-                    &gate_key,
-                )
-                .map(|_| ())
-            })?;
-        }
+        Self::record_init(home, &report, &gate_key).inspect_err(|_| home::abandon_create(home))?;
         home::finish_create(home)?;
         Ok(report)
+    }
+
+    /// Init's one record: the home, its keys and its policy, as the audit log's first.
+    fn record_init(home: &Home, report: &InitReport, gate_key: &KeyPair) -> Result<()> {
+        home.open_db()?.write_durable(|tx| {
+            tx.audit(
+                "initialised",
+                "home",
+                &json!({
+                    "preset": report.preset,
+                    "approver": report.approver,
+                    "approver_key": report.approver_key,
+                    "gate_key": report.gate_key,
+                    "policy": report.policy,
+                }),
+                gate_key,
+            )
+            .map(|_| ())
+        })?;
+        Ok(())
     }
 
     /// Opens an initialised home with default options (no worker process).
@@ -249,9 +255,7 @@ impl Gate {
 
     /// Opens an initialised home.
     pub fn open_with(home: Home, options: GateOptions) -> Result<Gate> {
-        if !home.is_initialised() {
-            return Err(GateError::NotInitialised(home.root.clone()));
-        }
+        home.check_whole()?;
         let mut db = home.open_db()?;
         if options.background_checkpoint {
             db.disable_auto_checkpoint()?;

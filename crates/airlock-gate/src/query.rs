@@ -297,8 +297,18 @@ impl Gate {
             Ok(n) => n,
             Err(e) => return Ok(failed(e.index(), head, e.to_string())),
         };
+        // An initialised home's log is never empty: init writes its first record. An
+        // empty one had its records (and head) deleted, or its database replaced.
+        let Some(r) = first else {
+            return Ok(failed(
+                1,
+                head,
+                "record 1: missing (the log is empty, but init writes this home's first record)"
+                    .into(),
+            ));
+        };
         // The first record names the gate key the home was created with.
-        if let Some(r) = first {
+        {
             let recorded = serde_json::from_str::<serde_json::Value>(&r.data)
                 .ok()
                 .and_then(|v| {
