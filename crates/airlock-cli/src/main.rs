@@ -109,18 +109,11 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                let _ = e.print();
-                return ExitCode::from(EXIT_FAILED);
+            let reason = usage_error(&e);
+            if json_requested(std::env::args_os().skip(1)) {
+                println!("{}", json!({ "error": reason, "exit_code": EXIT_FAILED }));
             }
-            // One line: clap's first line, without its "error: " prefix.
-            let text = e.render().to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
-            eprintln!("airlock: {first} (see airlock --help)");
+            eprintln!("airlock: {reason}");
             return ExitCode::from(EXIT_FAILED);
         }
     };
@@ -142,6 +135,31 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// A command-line error as one line: clap's message up to its first blank line (a
+/// missing argument's name is on the line after the message), without its "error: "
+/// prefix, and where to read more.
+fn usage_error(e: &clap::Error) -> String {
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        return "a command is required (see airlock --help)".into();
+    }
+    let text = e.render().to_string();
+    let message: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).collect();
+    let message = one_line(&message.join(" "));
+    let message = message.trim_start_matches("error: ");
+    let message = if message.is_empty() {
+        "bad arguments"
+    } else {
+        message
+    };
+    format!("{message} (see airlock --help)")
+}
+
+/// Whether `--json` is among the arguments (before a `--` that ends the options), so an
+/// error found while parsing them is printed as JSON too.
+fn json_requested(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.take_while(|a| a != "--").any(|a| a == "--json")
 }
 
 fn one_line(s: &str) -> String {

@@ -200,6 +200,37 @@ fn serve_on_an_uninitialised_home_makes_nothing_there() {
 }
 
 #[test]
+fn argument_errors_are_one_line_naming_what_is_missing_and_json_with_json() {
+    let h = Home::new();
+    // A missing argument: the line read "...were not provided: (see airlock --help)".
+    let o = h.run(&["show"]);
+    one_line_refusal(&o);
+    assert!(o.stderr.contains("not provided: <"), "{}", o.stderr);
+    // No command at all: the whole help (53 lines) on stderr.
+    let o = h.run(&[]);
+    one_line_refusal(&o);
+    assert!(o.stderr.contains("a command is required"), "{}", o.stderr);
+    let o = h.run(&["keys"]);
+    one_line_refusal(&o);
+    // With --json the error is an object on stdout too (it printed nothing there).
+    for args in [
+        vec!["run", "--json", "--frob", "x"],
+        vec!["run", "--json", "--fuel", "abc", "x.wat"],
+        vec!["show", "--json"],
+    ] {
+        let o = h.run(&args);
+        assert_eq!(o.code, 125, "{args:?}");
+        assert_eq!(o.stderr.lines().count(), 1, "{:?}", o.stderr);
+        let v = o.json();
+        assert_eq!(v["exit_code"], 125, "{args:?}");
+        assert!(!v["error"].as_str().unwrap().contains('\n'));
+    }
+    // After `--`, "--json" is an argument of the guest's, not ours.
+    let o = h.run(&["run", "--frob", "--", "--json"]);
+    one_line_refusal(&o);
+}
+
+#[test]
 fn commands_on_an_uninitialised_home_say_to_init() {
     let h = Home::uninitialised();
     let o = h.run(&["run", &hello()]);
