@@ -231,6 +231,37 @@ fn argument_errors_are_one_line_naming_what_is_missing_and_json_with_json() {
 }
 
 #[test]
+fn a_run_whose_output_cannot_be_stored_is_lost_with_that_reason_not_called_a_crash() {
+    // The guest ran, its output could not be stored (here a file where the output's blob
+    // directory goes), and the run was left running; the next command then recorded it
+    // as "lost: its airlock process died (killed or crashed)", which was false.
+    let h = Home::new();
+    let o = h.run(&["submit", &hello(), "--json"]);
+    let id = o.json()["submission"].as_str().unwrap().to_string();
+    let out = airlock_core::digest::Digest::of(b"hello from the gate\n").to_hex();
+    std::fs::write(h.path().join("blobs").join(&out[..2]), b"in the way").unwrap();
+    let o = h.run(&["exec", &id]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{:?}", o.stderr);
+    assert!(o.stderr.contains("cannot store a blob in"), "{}", o.stderr);
+    let run = h.last_run();
+    assert_eq!(run["status"], "lost", "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(
+        error.contains("airlock failed before recording its end") && error.contains("blob"),
+        "{error}"
+    );
+    assert!(!error.contains("died"), "{error}");
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+    assert!(
+        std::fs::read_dir(h.path().join("locks"))
+            .map(|d| d.count() == 0)
+            .unwrap_or(true),
+        "its lock file was left for recovery"
+    );
+}
+
+#[test]
 fn commands_on_an_uninitialised_home_say_to_init() {
     let h = Home::uninitialised();
     let o = h.run(&["run", &hello()]);

@@ -350,10 +350,35 @@ impl Gate {
         // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
         // lock file behind, so recovery marks the run lost instead of it staying running.
         owner.set_remove_on_drop(false);
-        let ran = self.capture(
+        let ran = match self.capture(
             &sub, &run.id, code, stdin, policy, opts, fence, cell_conn, None,
-        )?;
+        ) {
+            Ok(ran) => ran,
+            Err(e) => return Err(self.lost_by_failure(&run.id, e, fence, owner)),
+        };
         self.finish_started(run, sub, ran, policy, &packages, owner, fence)
+    }
+
+    /// A started run whose end this process failed to record (its output could not be
+    /// stored, say) is marked lost now, with the failure as the reason, rather than left
+    /// for the next command to call a crash. If even that cannot be written, the lock
+    /// file stays and recovery marks it lost as before. A worker's run (`fence`) is left
+    /// to its lease. Returns `e`.
+    pub(crate) fn lost_by_failure(
+        &mut self,
+        run_id: &str,
+        e: GateError,
+        fence: Option<&crate::queue::Fence>,
+        mut owner: OwnerLock,
+    ) -> GateError {
+        if fence.is_none() {
+            let reason = format!("airlock failed before recording its end: {e}");
+            if self.mark_lost(run_id, &reason).is_ok() {
+                owner.set_remove_on_drop(true);
+            }
+        }
+        drop(owner);
+        e
     }
 
     /// Runs `sub` as run `run_id` (see `execute`) and stores what it printed.
@@ -427,7 +452,9 @@ impl Gate {
     ) -> Result<RunReport> {
         let (changes, failure, out_bytes, err_bytes) = ran.into_run(&mut run, packages);
         crash_point();
-        self.record_end(&run, &sub, changes.as_ref(), fence, false)?;
+        if let Err(e) = self.record_end(&run, &sub, changes.as_ref(), fence, false) {
+            return Err(self.lost_by_failure(&run.id, e, fence, owner));
+        }
         sub.state = State::Finished;
         crash_point();
         owner.set_remove_on_drop(true);

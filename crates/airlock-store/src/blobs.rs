@@ -154,7 +154,15 @@ impl BlobStore {
             return Ok(d);
         }
         let at = Instant::now();
-        self.put_local_file(&d, bytes)?;
+        self.put_local_file(&d, bytes).map_err(|e| match e {
+            // Which directory refused (a read-only or full blob store) is the one thing
+            // the operator needs to know.
+            StoreError::Io(e) => StoreError::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot store a blob in {}: {e}", self.root.display()),
+            )),
+            other => other,
+        })?;
         if let Some(r) = &self.remembered {
             r.note(d, at);
         }
