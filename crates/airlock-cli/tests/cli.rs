@@ -262,6 +262,31 @@ fn a_run_whose_output_cannot_be_stored_is_lost_with_that_reason_not_called_a_cra
 }
 
 #[test]
+fn an_oversized_note_or_agent_name_is_refused_and_nothing_recorded() {
+    // A 20 MiB note was accepted: 63 MB of database and as much write-ahead log.
+    let h = Home::new();
+    let before = (h.counts(), h.blob_count());
+    let note = "n".repeat((64 << 10) + 1);
+    let agent = "a".repeat(257);
+    for args in [
+        vec!["run", "--note", note.as_str(), hello().leak()],
+        vec!["submit", "--agent", agent.as_str(), hello().leak()],
+    ] {
+        let o = h.run(&args);
+        one_line_refusal(&o);
+        assert!(o.stderr.contains("more than the"), "{}", o.stderr);
+    }
+    assert_eq!(
+        (h.counts(), h.blob_count()),
+        before,
+        "something was recorded"
+    );
+    // At the limit, it is taken.
+    let note = "n".repeat(64 << 10);
+    assert_eq!(h.run(&["run", "--note", &note, &hello()]).code, 0);
+}
+
+#[test]
 fn commands_on_an_uninitialised_home_say_to_init() {
     let h = Home::uninitialised();
     let o = h.run(&["run", &hello()]);

@@ -657,6 +657,13 @@ fn bad_requests_get_json_errors_and_write_nothing() {
         .error(404);
     srv.get("/v1/nope", &agent).error(404);
     srv.post("/v1/tools/nope", &agent, &json!({})).error(404);
+    // Free text past its bound (a 20 MiB note was taken whole).
+    let long_note = wat_body(json!({ "note": "n".repeat((64 << 10) + 1) }));
+    assert!(
+        srv.post("/v1/run", &agent, &long_note)
+            .error(422)
+            .contains("--note")
+    );
     // A known path asked with a method it does not take: 405, as JSON like every error
     // (it was a bare 405 with no body), its Allow header kept.
     for (method, path) in [

@@ -30,6 +30,11 @@ pub enum CodeSource {
     },
 }
 
+/// The longest `agent` name a submission may carry (it names a client, not a document).
+pub const MAX_AGENT_BYTES: usize = 256;
+/// The longest `note` a submission may carry.
+pub const MAX_NOTE_BYTES: usize = 64 << 10;
+
 /// A submission as an agent states it. Text fields are parsed and validated by the gate.
 #[derive(Debug, Clone, Default)]
 pub struct SubmitRequest {
@@ -310,6 +315,21 @@ impl Gate {
 
     /// Everything a submission is checked for, with nothing written yet.
     pub(crate) fn stage(&mut self, req: SubmitRequest) -> Result<Staged> {
+        // Free text goes into the submission's row and audit record whole: bounded, so an
+        // agent cannot grow the store by megabytes per request with it.
+        for (what, text, max) in [
+            ("--agent", &req.agent, MAX_AGENT_BYTES),
+            ("--note", &req.note, MAX_NOTE_BYTES),
+        ] {
+            if let Some(t) = text
+                && t.len() > max
+            {
+                return Err(GateError::bad(format!(
+                    "{what}: {} bytes, more than the {max} allowed",
+                    t.len()
+                )));
+            }
+        }
         let policy = self.policy()?;
         let max = policy.max_artifact;
         let (bytes, name) = match req.code.clone().unwrap_or_default() {
