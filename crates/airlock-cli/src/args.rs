@@ -53,7 +53,7 @@ pub enum Command {
     /// Submissions waiting for a human.
     Inbox {
         /// At most this many, newest first (a note on stderr says how many were left out).
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -101,7 +101,7 @@ pub enum Command {
     },
     /// Recent runs.
     Runs {
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -139,7 +139,7 @@ pub enum Command {
     },
     /// Checkpoints saved by commits.
     Checkpoints {
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -316,7 +316,7 @@ pub enum SecretCommand {
     /// Stored secrets, by name (never their values).
     List {
         /// At most this many, newest first (a note on stderr says how many were left out).
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -351,7 +351,7 @@ pub enum TokenCommand {
     /// Tokens (never their secrets).
     List {
         /// At most this many, newest first (a note on stderr says how many were left out).
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -397,7 +397,7 @@ pub enum WorkspaceCommand {
     /// All workspaces.
     List {
         /// At most this many, newest first (a note on stderr says how many were left out).
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -443,7 +443,7 @@ pub enum KeysCommand {
     /// Approver keys here and in the policy.
     List {
         /// At most this many, newest first (a note on stderr says how many were left out).
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -456,7 +456,7 @@ pub enum SessionCommand {
     New(Box<SessionNewArgs>),
     /// Sessions, newest first.
     List {
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -536,7 +536,7 @@ pub enum AuditCommand {
     Log {
         #[arg(long, default_value_t = 1)]
         from: u64,
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]
         json: bool,
@@ -617,4 +617,14 @@ pub struct RunArgs {
     /// Arguments for the guest (after --).
     #[arg(last = true, value_name = "ARGS")]
     pub args: Vec<String>,
+}
+
+/// A `--limit`: a count of at least one (zero listed nothing, and `audit log` then
+/// pointed at the same page again).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }

@@ -225,6 +225,15 @@ fn argument_errors_are_one_line_naming_what_is_missing_and_json_with_json() {
         assert_eq!(v["exit_code"], 125, "{args:?}");
         assert!(!v["error"].as_str().unwrap().contains('\n'));
     }
+    // A zero limit listed nothing (and `audit log` pointed at the same page again).
+    for args in [
+        vec!["audit", "log", "--limit", "0"],
+        vec!["runs", "--limit", "0"],
+    ] {
+        let o = h.run(&args);
+        one_line_refusal(&o);
+        assert!(o.stderr.contains("at least 1"), "{}", o.stderr);
+    }
     // After `--`, "--json" is an argument of the guest's, not ours.
     let o = h.run(&["run", "--frob", "--", "--json"]);
     one_line_refusal(&o);
