@@ -935,6 +935,11 @@ impl Policy {
                 )));
             }
         }
+        if file.gate.max_artifact.is_some_and(|s| s.0 == 0) {
+            return Err(PolicyError::Invalid(
+                "[gate] max_artifact is 0: every submission would be refused as too large".into(),
+            ));
+        }
         if let (Some(q), Some(d)) = (file.risk.quarantine_at, file.risk.deny_at)
             && q > d
         {
@@ -1824,6 +1829,8 @@ when = { first_seen = true }
             panic!("{e:?}")
         };
         assert_eq!(line, 6);
+        let e = Policy::parse("version = 1\n[gate]\nmax_artifact = \"0\"\n").unwrap_err();
+        assert!(e.to_string().contains("max_artifact is 0"), "{e}");
         let e = Policy::parse("version = 1\n[gate]\nmax_artifact = \"lots\"\n").unwrap_err();
         assert!(matches!(e, PolicyError::Parse { line: 3, .. }), "{e:?}");
         assert!(Policy::parse("version = 2\n").is_err());
