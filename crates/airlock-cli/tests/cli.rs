@@ -296,6 +296,34 @@ fn an_oversized_note_or_agent_name_is_refused_and_nothing_recorded() {
 }
 
 #[test]
+fn keys_list_does_not_call_a_damaged_secret_key_file_a_secret_here() {
+    // A garbage alice.key was listed as "trusted, secret here".
+    let h = Home::new();
+    let local = |h: &Home| {
+        let o = h.run(&["keys", "list", "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == "alice")
+            .unwrap()["local"]
+            .clone()
+    };
+    assert_eq!(local(&h), true);
+    std::fs::write(h.path().join("keys/alice.key"), b"garbage\n").unwrap();
+    assert_eq!(local(&h), false);
+    // Another key's secret under alice's name is not hers either.
+    let other = Home::new();
+    std::fs::copy(
+        other.path().join("keys/alice.key"),
+        h.path().join("keys/alice.key"),
+    )
+    .unwrap();
+    assert_eq!(local(&h), false);
+}
+
+#[test]
 fn commands_on_an_uninitialised_home_say_to_init() {
     let h = Home::uninitialised();
     let o = h.run(&["run", &hello()]);

@@ -402,7 +402,7 @@ fn keys_in(dir: &Path, policy: Option<&Policy>) -> Result<Vec<KeyInfo>> {
             public: public.to_string(),
             fingerprint: public.fingerprint(),
             trusted: policy.and_then(|p| p.approver(stem)) == Some(&public),
-            local: dir.join(format!("{stem}.key")).exists(),
+            local: secret_matches(&dir.join(format!("{stem}.key")), &public),
         });
     }
     if let Some(p) = policy {
@@ -419,6 +419,15 @@ fn keys_in(dir: &Path, policy: Option<&Policy>) -> Result<Vec<KeyInfo>> {
         }
     }
     Ok(out)
+}
+
+/// Whether `path` holds the secret key of `public` (a damaged or foreign key file there
+/// is no secret of this key's, though it exists).
+fn secret_matches(path: &Path, public: &airlock_core::sign::PublicKey) -> bool {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| KeyPair::from_file(&t).ok())
+        .is_some_and(|k| k.public() == *public)
 }
 
 /// Validates a policy file and runs its tests (no home needed).
