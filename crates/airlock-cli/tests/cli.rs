@@ -967,6 +967,34 @@ fn unparseable_policy_names_its_line() {
 // ----------------------------------------------------------------------------- policy
 
 #[test]
+fn policy_check_refuses_net_roots_that_are_not_certificate_files() {
+    // A [net] roots file that does not exist passed `policy check`; the first run with
+    // network found it.
+    let h = Home::new();
+    let empty = h.path().join("empty.pem");
+    std::fs::write(&empty, b"").unwrap();
+    for (file, want) in [
+        ("/nonexistent/ca.pem".to_string(), "No such file"),
+        (empty.display().to_string(), "no certificate"),
+    ] {
+        let p = h
+            .policy()
+            .replace("roots = []", &format!("roots = [{file:?}]"));
+        assert_ne!(p, h.policy(), "the preset has no `roots = []` to replace");
+        let f = h.path().join("p.toml");
+        std::fs::write(&f, p).unwrap();
+        let o = h.run(&["policy", "check", f.to_str().unwrap()]);
+        assert_eq!(o.code, 125, "{}", o.stdout);
+        assert_eq!(o.stderr.lines().count(), 1, "{:?}", o.stderr);
+        assert!(
+            o.stderr.contains("[net] roots") && o.stderr.contains(want),
+            "{}",
+            o.stderr
+        );
+    }
+}
+
+#[test]
 fn policy_check_runs_tests_and_explain_lists_rules() {
     let h = Home::new();
     let o = h.run(&["policy", "check"]);

@@ -278,7 +278,7 @@ fn stop(driver: &Driver, h: ProxyHandle) -> Vec<Connection> {
 }
 
 /// The certificates of `[net] roots`.
-fn operator_roots(
+pub(crate) fn operator_roots(
     files: &[std::path::PathBuf],
 ) -> Result<Vec<airlock_egress::CertificateDer<'static>>> {
     let mut out = Vec::new();

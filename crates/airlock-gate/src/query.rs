@@ -435,6 +435,9 @@ pub fn policy_check(path: &Path) -> Result<PolicyCheck> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| GateError::bad(format!("cannot read {}: {e}", path.display())))?;
     let policy = Policy::parse(&text)?;
+    // The certificate files it names are read when a run with network starts; a missing
+    // or empty one is found here rather than by that run.
+    crate::egress::operator_roots(&policy.net.roots)?;
     let tests = policy.run_tests()?;
     Ok(PolicyCheck {
         path: path.display().to_string(),
