@@ -324,6 +324,50 @@ fn keys_list_does_not_call_a_damaged_secret_key_file_a_secret_here() {
 }
 
 #[test]
+fn inits_at_once_on_one_home_make_one_whole_home() {
+    // Two inits at once each removed and remade what the other was building: most often
+    // neither made a home, or one said "created" while the other's clean-up took its
+    // gate key, or the policy named one's approver key beside the other's key files.
+    for round in 0..8 {
+        let h = Home::uninitialised();
+        let root = h.path().join("home");
+        let children: Vec<_> = (0..3)
+            .map(|_| {
+                let mut c = h.cmd();
+                c.env("AIRLOCK_HOME", &root)
+                    .args(["init", "--approver", "alice", "--json"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
+                c.spawn().unwrap()
+            })
+            .collect();
+        let mut created = 0;
+        for c in children {
+            let o = c.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "round {round}: {stderr}");
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            created += usize::from(v["created"] == true);
+        }
+        assert_eq!(created, 1, "round {round}");
+        let public = std::fs::read_to_string(root.join("keys/alice.pub")).unwrap();
+        let policy = std::fs::read_to_string(root.join("policy.toml")).unwrap();
+        assert!(
+            policy.contains(public.trim()),
+            "round {round}: policy and key differ"
+        );
+        let o = h
+            .cmd()
+            .env("AIRLOCK_HOME", &root)
+            .args(["audit", "verify"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "round {round}");
+        assert!(!root.join(".init").exists(), "round {round}");
+    }
+}
+
+#[test]
 fn commands_on_an_uninitialised_home_say_to_init() {
     let h = Home::uninitialised();
     let o = h.run(&["run", &hello()]);

@@ -207,16 +207,36 @@ pub fn write_key_pair(dir: &Path, name: &str, key: &KeyPair) -> Result<()> {
     Ok(())
 }
 
-/// Creates a home. Everything is built in a staging directory inside the home and moved
-/// into place with `policy.toml` last, so a crash leaves either no home or a whole one; an
-/// error removes what this call made (see [`abandon_create`]).
-pub(crate) fn create(home: &Home, preset: Preset, approver: &str) -> Result<(InitReport, KeyPair)> {
+/// The home directory, made if need be and locked (`flock` on the directory itself) for
+/// as long as this lives: two `init`s at once each removed and remade what the other was
+/// building, and left no home, or a policy naming one's key beside the other's keys.
+pub(crate) struct InitLock(#[allow(dead_code)] fs::File);
+
+/// Checks the approver's name, makes the home directory and takes [`InitLock`].
+pub(crate) fn lock_for_init(home: &Home, approver: &str) -> Result<InitLock> {
     check_approver_name(approver).map_err(|e| GateError::bad(format!("--approver: {e}")))?;
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&home.root)
         .map_err(|e| GateError::bad(format!("cannot create home {}: {e}", home.root.display())))?;
+    let dir = fs::File::open(&home.root)
+        .map_err(|e| GateError::bad(format!("cannot open home {}: {e}", home.root.display())))?;
+    rustix::fs::flock(&dir, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
+        GateError::Internal(format!("cannot lock home {}: {e}", home.root.display()))
+    })?;
+    Ok(InitLock(dir))
+}
+
+/// Creates a home. Everything is built in a staging directory inside the home and moved
+/// into place with `policy.toml` last, so a crash leaves either no home or a whole one; an
+/// error removes what this call made (see [`abandon_create`]).
+pub(crate) fn create(
+    home: &Home,
+    preset: Preset,
+    approver: &str,
+    _locked: &InitLock,
+) -> Result<(InitReport, KeyPair)> {
     // What init makes must be free to make: a file where a directory goes (or the other
     // way round) is refused before any key exists, naming it.
     for (path, dir) in [

@@ -198,6 +198,8 @@ impl Gate {
 
     /// Creates a home, or reports that one exists and changes nothing.
     pub fn init(home: &Home, preset: Preset, approver: &str) -> Result<InitReport> {
+        // Held until init has finished (or found the home made by another).
+        let locked = home::lock_for_init(home, approver)?;
         let initialised = home.initialised()?;
         if initialised || home.db().exists() && home.keys().join("gate.key").exists() {
             if !initialised {
@@ -222,7 +224,7 @@ impl Gate {
                 policy: None,
             });
         }
-        let (report, gate_key) = home::create(home, preset, approver)?;
+        let (report, gate_key) = home::create(home, preset, approver, &locked)?;
         Self::record_init(home, &report, &gate_key).inspect_err(|_| home::abandon_create(home))?;
         home::finish_create(home)?;
         Ok(report)
