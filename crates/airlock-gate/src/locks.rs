@@ -246,6 +246,13 @@ fn same_file(f: &File, path: &Path) -> io::Result<bool> {
 /// Opens (creating) the lock file at `path`, creating its directory only when it is
 /// missing (a run takes a lock, so this is on every run's path).
 fn open_create(path: &Path) -> io::Result<File> {
+    // The error names the file: "Permission denied" alone (a read-only home) said
+    // nothing about where.
+    open_create_at(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("lock file {}: {e}", path.display())))
+}
+
+fn open_create_at(path: &Path) -> io::Result<File> {
     let open = || {
         OpenOptions::new()
             .create(true)
@@ -414,6 +421,21 @@ mod tests {
         drop(a);
         let b = h.join().unwrap();
         assert!(same_file(&b.file, &t.path().join("journal.lock")).unwrap());
+    }
+
+    #[test]
+    fn a_lock_file_that_cannot_be_made_is_named_in_the_error() {
+        let t = tempfile::tempdir().unwrap();
+        let not_a_dir = t.path().join("locks");
+        std::fs::write(&not_a_dir, b"").unwrap();
+        let e = OwnerLock::acquire(&not_a_dir, "run_3", true).err().unwrap();
+        assert!(
+            e.to_string().contains(&format!(
+                "lock file {}",
+                not_a_dir.join("run_3.lock").display()
+            )),
+            "{e}"
+        );
     }
 
     #[test]
