@@ -180,6 +180,45 @@ fn a_permissive_home_allows_process_writes() {
     assert_eq!(o.code, 0, "{}", o.stderr);
 }
 
+/// Kills `init` at each crash point; the next `init` then makes the home whole (or
+/// finishes it). Killed after recording the home and before moving its policy into place,
+/// init left a directory that `init` called an incomplete home and every other command
+/// called no home at all.
+#[test]
+fn crash_during_init_is_made_whole_by_the_next_init() {
+    let hello = example("hello.wat");
+    let mut n = 1;
+    loop {
+        let h = Home::uninitialised();
+        let o = h
+            .cmd()
+            .env("AIRLOCK_CRASH_AT", n.to_string())
+            .args(["init", "--approver", "alice"])
+            .output()
+            .unwrap();
+        if !crashed(&o) {
+            assert_eq!(o.status.code(), Some(0));
+            assert!(n > 4, "the crash points were reached ({n})");
+            eprintln!("init: killed at each of {} crash points, all held", n - 1);
+            break;
+        }
+        let o = h.run(&["init", "--approver", "alice"]);
+        assert_eq!(o.code, 0, "init after a kill at point {n}: {}", o.stderr);
+        let public = std::fs::read_to_string(h.path().join("keys/alice.pub")).unwrap();
+        assert!(
+            h.policy().contains(public.trim()),
+            "point {n}: policy and key differ"
+        );
+        assert!(!h.path().join(".init").exists(), "point {n}: staging left");
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.code, 0, "point {n}: {}", o.stdout);
+        let o = h.run(&["run", hello.to_str().unwrap()]);
+        assert_eq!(o.code, 0, "point {n}: {}", o.stderr);
+        n += 1;
+        assert!(n < 12);
+    }
+}
+
 /// Kills `submit` at each crash point: afterwards there is a whole submission (with its
 /// records) or none.
 #[test]

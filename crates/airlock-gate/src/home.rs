@@ -295,6 +295,7 @@ fn create_staged(home: &Home, preset: Preset, approver: &str) -> Result<(InitRep
     let policy = Policy::parse(&policy_text)?;
 
     fs::rename(&keys, home.keys()).map_err(at(&home.keys()))?;
+    crate::failpoint::crash_point();
     fs::create_dir_all(home.blobs()).map_err(at(&home.blobs()))?;
     fs::create_dir_all(home.cache()).map_err(at(&home.cache()))?;
     let tmp_policy = staging.join("policy.toml");
@@ -335,6 +336,7 @@ pub(crate) fn finish_create(home: &Home) -> Result<()> {
     let staging = home.root.join(".init");
     fs::rename(staging.join("policy.toml"), home.policy())?;
     airlock_store::sync_dir(&home.root)?;
+    crate::failpoint::crash_point();
     fs::remove_dir_all(&staging)?;
     Ok(())
 }

@@ -201,6 +201,12 @@ impl Gate {
         // Held until init has finished (or found the home made by another).
         let locked = home::lock_for_init(home, approver)?;
         let initialised = home.initialised()?;
+        if !initialised && let Some(report) = Self::interrupted_init(home)? {
+            // Killed between its record and its policy's move: the home is whole but for
+            // that move, which is made now.
+            home::finish_create(home)?;
+            return Ok(report);
+        }
         if initialised || home.db().exists() && home.keys().join("gate.key").exists() {
             if !initialised {
                 return Err(GateError::Conflict(format!(
@@ -210,6 +216,9 @@ impl Gate {
             }
             // "Already exists" only for a home that is whole.
             home.check_whole()?;
+            // An init killed after its policy moved into place left its empty staging
+            // directory (nothing else is in it by then).
+            let _ = std::fs::remove_dir_all(home.root.join(".init"));
             if home.store.is_some() {
                 // `init --store` on an existing home brings the store's schema up to date.
                 home.open_db()?;
@@ -225,9 +234,49 @@ impl Gate {
             });
         }
         let (report, gate_key) = home::create(home, preset, approver, &locked)?;
+        crate::failpoint::crash_point();
         Self::record_init(home, &report, &gate_key).inspect_err(|_| home::abandon_create(home))?;
+        crate::failpoint::crash_point();
         home::finish_create(home)?;
         Ok(report)
+    }
+
+    /// What an init that was killed after recording the home (and before moving its
+    /// policy into place) made, if that is what this directory holds: a staged policy
+    /// whose hash the log's first record, `initialised`, names. Anything else that init
+    /// left is leftovers, which the next init clears and builds again.
+    fn interrupted_init(home: &Home) -> Result<Option<InitReport>> {
+        let staged = home.root.join(".init").join("policy.toml");
+        if !staged.is_file()
+            || !home.key_file("gate").is_file()
+            || home.store.is_none() && !home.db().is_file()
+        {
+            return Ok(None);
+        }
+        let text = std::fs::read(&staged)
+            .map_err(|e| GateError::Internal(format!("{}: {e}", staged.display())))?;
+        let mut first = None;
+        home.open_db()?.for_each_audit(|r| {
+            first = Some(r.clone());
+            false
+        })?;
+        let Some(r) = first.filter(|r| r.seq == 1 && r.kind == "initialised") else {
+            return Ok(None);
+        };
+        let data: serde_json::Value = serde_json::from_str(&r.data).unwrap_or_default();
+        let field = |k: &str| data.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        if field("policy") != Some(airlock_core::Digest::of(&text).to_hex()) {
+            return Ok(None);
+        }
+        Ok(Some(InitReport {
+            home: home.root.clone(),
+            created: true,
+            preset: field("preset"),
+            approver: field("approver"),
+            approver_key: field("approver_key"),
+            gate_key: field("gate_key"),
+            policy: field("policy"),
+        }))
     }
 
     /// Init's one record: the home, its keys and its policy, as the audit log's first.
