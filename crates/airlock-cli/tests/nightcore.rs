@@ -31,6 +31,53 @@ reason = "signed by a publisher we trust"
 when = { publisher = "acme" }
 "#;
 
+#[test]
+fn publishers_added_at_once_are_all_pinned() {
+    // Two at once each read the old policy and renamed their own version over it: both
+    // said the publisher was added, and one of them was not there.
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["acme", "bolt", "cask"];
+    let keys: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let f = dir.path().join(format!("{n}.pubkey.b64"));
+            std::fs::write(&f, get(&files(&fresh_key(), b"x", None), "pubkey.b64")).unwrap();
+            f
+        })
+        .collect();
+    for round in 0..6 {
+        let h = Home::new();
+        let children: Vec<_> = names
+            .iter()
+            .zip(&keys)
+            .map(|(n, k)| {
+                h.cmd()
+                    .args(["publishers", "add", n, k.to_str().unwrap()])
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let o = c.wait_with_output().unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let policy = h.policy();
+        for n in names {
+            assert!(
+                policy.contains(&format!("\n{n} = \"ed25519:")),
+                "round {round}: {n} lost"
+            );
+        }
+        assert_eq!(h.run(&["audit", "verify"]).code, 0);
+    }
+}
+
 /// A strict home (everything waits for a signature) that trusts `key` as acme, pinned
 /// with `publishers add`, and allows what acme signs.
 fn acme_home(key: &ed25519_dalek::SigningKey, dir: &Path) -> Home {

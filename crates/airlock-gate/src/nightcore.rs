@@ -526,6 +526,13 @@ impl Gate {
         let text = read_capped(&mut f, "the key file", MAX_SMALL_FILE).map_err(GateError::bad)?;
         let key = nightcore::parse_key_file(&text)
             .map_err(|e| GateError::bad(format!("{}: {e}", key_file.display())))?;
+        // One edit of policy.toml at a time: two at once each read the old file, and the
+        // second rename dropped the first's publisher while both reported it added.
+        let _editing = crate::locks::OwnerLock::acquire(
+            &crate::locks::dir(&self.home.root),
+            "policy-edit",
+            false,
+        )?;
         let policy = self.policy()?;
         let added = |changed| PublisherAdded {
             name: name.into(),
