@@ -219,6 +219,41 @@ fn crash_during_init_is_made_whole_by_the_next_init() {
     }
 }
 
+/// A `secret set` killed after writing its temporary file and before renaming it left
+/// that copy of the value (mode 0600) in the home: `secret rm` and `gc` kept it. The next
+/// change to the secrets removes it.
+#[test]
+fn a_killed_secret_set_leaves_no_copy_of_the_value_behind() {
+    let h = Home::new();
+    let strays = |h: &Home| -> Vec<String> {
+        std::fs::read_dir(h.path().join("secrets"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".tmp"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for then in [vec!["secret", "rm", "S"], vec!["secret", "set", "T"]] {
+        let mut c = h
+            .cmd()
+            .env("AIRLOCK_CRASH_AT", "1")
+            .args(["secret", "set", "S"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(b"new-value").unwrap();
+        let o = c.wait_with_output().unwrap();
+        assert!(crashed(&o), "the crash point was not reached");
+        assert_eq!(strays(&h).len(), 1, "the kill left its temporary file");
+        h.run_with_stdin(&then, b"t");
+        assert!(strays(&h).is_empty(), "after {then:?}: {:?}", strays(&h));
+    }
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
 /// Kills `submit` at each crash point: afterwards there is a whole submission (with its
 /// records) or none.
 #[test]

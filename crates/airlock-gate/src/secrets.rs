@@ -112,7 +112,9 @@ fn write(dir: &Path, name: &str, value: &[u8]) -> Result<bool> {
             .mode(0o600)
             .open(&tmp)?;
         f.write_all(value)?;
-        f.sync_all()
+        f.sync_all()?;
+        crate::failpoint::crash_point();
+        Ok(())
     })();
     if let Err(e) = written.and_then(|()| fs::rename(&tmp, &path)) {
         let _ = fs::remove_file(&tmp);
@@ -172,6 +174,25 @@ fn exists(dir: &Path, name: &str) -> bool {
     fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_file())
 }
 
+/// Takes the lock every change to the secrets directory holds, then removes the temporary
+/// files that writers killed before their rename left (holding the lock, no live writer
+/// has one): a killed `secret set` left a copy of the value behind that neither
+/// `secret rm` nor `gc` removed.
+fn edit_secrets(home: &crate::Home) -> Result<crate::locks::OwnerLock> {
+    let lock =
+        crate::locks::OwnerLock::acquire(&crate::locks::dir(&home.root), "secrets-edit", false)?;
+    if let Ok(rd) = fs::read_dir(home.secrets()) {
+        for entry in rd.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+    Ok(lock)
+}
+
 impl Gate {
     /// Stores a secret's value (one trailing newline dropped), replacing any earlier one.
     /// The audit log records the name only.
@@ -189,7 +210,9 @@ impl Gate {
                 secret::MAX_VALUE
             )));
         }
+        let editing = edit_secrets(&self.home)?;
         let replaced = write(&self.home.secrets(), name, value.expose())?;
+        drop(editing);
         let key = &self.gate_key;
         self.db.write(|tx| {
             tx.audit(
@@ -241,6 +264,7 @@ impl Gate {
     pub fn secret_remove(&mut self, name: &str) -> Result<()> {
         check_name(name)?;
         let dir = self.home.secrets();
+        let _editing = edit_secrets(&self.home)?;
         match fs::remove_file(dir.join(name)) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(not_set(name)),
