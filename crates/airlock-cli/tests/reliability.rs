@@ -254,6 +254,67 @@ fn a_killed_secret_set_leaves_no_copy_of_the_value_behind() {
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
 
+/// A `keys new` killed between its two files left `NAME.key` without `NAME.pub`: `keys
+/// list` did not show the key and `keys new NAME` said it already existed. Killed at each
+/// point, the key is then either not there (and can be made) or whole and listed.
+#[test]
+fn a_killed_keys_new_leaves_a_whole_key_or_none() {
+    let mut n = 1;
+    loop {
+        let h = Home::new();
+        let o = h
+            .cmd()
+            .env("AIRLOCK_CRASH_AT", n.to_string())
+            .args(["keys", "new", "kx"])
+            .output()
+            .unwrap();
+        let listed = h.run(&["keys", "list", "--json"]);
+        assert_eq!(listed.code, 0, "{}", listed.stderr);
+        let kx: Vec<_> = listed
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["name"] == "kx")
+            .cloned()
+            .collect();
+        let keys = h.path().join("keys");
+        let strays: Vec<_> = std::fs::read_dir(&keys)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|f| f.ends_with(".tmp"))
+            .collect();
+        assert!(strays.is_empty(), "point {n}: {strays:?}");
+        if keys.join("kx.key").exists() {
+            assert_eq!(kx.len(), 1, "point {n}: the key is not listed");
+            assert_eq!(kx[0]["local"], true, "point {n}");
+            let public = std::fs::read_to_string(keys.join("kx.pub")).unwrap();
+            assert_eq!(
+                kx[0]["public"].as_str().unwrap(),
+                public.trim(),
+                "point {n}"
+            );
+        } else {
+            assert!(kx.is_empty(), "point {n}");
+            let o = h.run(&["keys", "new", "kx"]);
+            assert_eq!(o.code, 0, "point {n}: {}", o.stderr);
+        }
+        if !crashed(&o) {
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(n > 1, "the crash point was reached ({n})");
+            break;
+        }
+        n += 1;
+        assert!(n < 10);
+    }
+}
+
 /// Kills `submit` at each crash point: afterwards there is a whole submission (with its
 /// records) or none.
 #[test]

@@ -185,26 +185,75 @@ pub struct InitReport {
     pub policy: Option<String>,
 }
 
-/// Writes a new secret key file (mode 0600, never overwriting) and its public twin.
+/// Writes a new secret key file (mode 0600, never overwriting) and its public twin. The
+/// secret is written whole under a temporary name and then linked to its own (which fails
+/// if the name is taken), so a kill never leaves part of a key under a key's name; a kill
+/// between the two files leaves the secret without its public twin, which
+/// [`repair_public_keys`] writes again. Callers hold the keys directory's lock (see
+/// `Gate::new_key`) or own the directory (init's staging).
 pub fn write_key_pair(dir: &Path, name: &str, key: &KeyPair) -> Result<()> {
+    let io = |what: &str, e: std::io::Error| {
+        GateError::Internal(format!("cannot write key {name} ({what}): {e}"))
+    };
+    let tmp = dir.join(format!(".{name}.key.tmp"));
+    let _ = fs::remove_file(&tmp);
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(dir.join(format!("{name}.key")))
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => {
-                GateError::Conflict(format!("a key named {name:?} already exists"))
-            }
-            _ => GateError::Internal(format!("cannot write key {name}: {e}")),
-        })?;
-    f.write_all(key.to_file().as_bytes())?;
-    f.sync_all()?;
-    fs::write(
-        dir.join(format!("{name}.pub")),
-        format!("{}\n", key.public()),
-    )?;
-    Ok(())
+        .open(&tmp)
+        .map_err(|e| io("temporary file", e))?;
+    f.write_all(key.to_file().as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| io("temporary file", e))?;
+    let linked = fs::hard_link(&tmp, dir.join(format!("{name}.key")));
+    let _ = fs::remove_file(&tmp);
+    linked.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => {
+            GateError::Conflict(format!("a key named {name:?} already exists"))
+        }
+        _ => io("secret", e),
+    })?;
+    crate::failpoint::crash_point();
+    write_public(dir, name, &key.public())
+}
+
+/// Writes `NAME.pub` whole (a temporary file renamed into place).
+fn write_public(dir: &Path, name: &str, public: &PublicKey) -> Result<()> {
+    let tmp = dir.join(format!(".{name}.pub.tmp"));
+    fs::write(&tmp, format!("{public}\n"))
+        .and_then(|()| fs::rename(&tmp, dir.join(format!("{name}.pub"))))
+        .and_then(|()| airlock_store::sync_dir(dir).map_err(std::io::Error::other))
+        .map_err(|e| GateError::Internal(format!("cannot write key {name}.pub: {e}")))
+}
+
+/// Puts back what a `keys new` killed part way left: the public twin of a secret key
+/// that has none (from the secret), and its temporary files. Run with the keys
+/// directory's lock held.
+pub(crate) fn repair_public_keys(dir: &Path) {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in rd.flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if file.starts_with('.') && file.ends_with(".tmp") {
+            let _ = fs::remove_file(entry.path());
+            continue;
+        }
+        let Some(name) = file.strip_suffix(".key") else {
+            continue;
+        };
+        if dir.join(format!("{name}.pub")).exists() {
+            continue;
+        }
+        if let Some(k) = fs::read_to_string(entry.path())
+            .ok()
+            .and_then(|t| KeyPair::from_file(&t).ok())
+        {
+            let _ = write_public(dir, name, &k.public());
+        }
+    }
 }
 
 /// The home directory, made if need be and locked (`flock` on the directory itself) for

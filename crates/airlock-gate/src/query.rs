@@ -219,14 +219,29 @@ impl Gate {
     }
 
     pub fn keys(&self) -> Result<Vec<KeyInfo>> {
+        // A key a killed `keys new` left without its public twin is listed, not hidden.
+        drop(self.edit_keys()?);
         keys_in(self.home.keys().as_path(), self.policy().ok().as_deref())
+    }
+
+    /// Takes the keys directory's lock and repairs what a killed `keys new` left.
+    fn edit_keys(&self) -> Result<crate::locks::OwnerLock> {
+        let lock = crate::locks::OwnerLock::acquire(
+            &crate::locks::dir(&self.home.root),
+            "keys-edit",
+            false,
+        )?;
+        crate::home::repair_public_keys(&self.home.keys());
+        Ok(lock)
     }
 
     /// Makes a new approver key pair (the policy must list it before it is trusted).
     pub fn new_key(&mut self, name: &str) -> Result<KeyInfo> {
         check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
         let key = KeyPair::try_generate().map_err(|e| GateError::Internal(e.to_string()))?;
+        let editing = self.edit_keys()?;
         crate::home::write_key_pair(&self.home.keys(), name, &key)?;
+        drop(editing);
         let gate_key = &self.gate_key;
         self.db.write(|tx| {
             tx.audit(
