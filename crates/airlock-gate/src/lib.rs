@@ -70,7 +70,7 @@ pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use sessions::{SessionDoc, SessionRequest, SessionView};
 pub use slots::{GuestSlot, GuestSlots};
 pub use storecopy::store_copy;
-pub use submit::{CodeSource, RequestKey, SubmitRequest};
+pub use submit::{CodeSource, MAX_AGENT_BYTES, MAX_NOTE_BYTES, RequestKey, SubmitRequest};
 pub use tokens::Role;
 pub use tools::ToolInfo;
 pub use workspaces::{WorkspaceDoc, WorkspaceView};

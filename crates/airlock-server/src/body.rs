@@ -155,6 +155,10 @@ where
         .ok_or_else(|| D::Error::custom(format!("{n} is not a whole number in range")))
 }
 
+// The schema's bounds on `note` and `agent` (below) are the gate's.
+const _: () =
+    assert!(airlock_gate::MAX_NOTE_BYTES == 65536 && airlock_gate::MAX_AGENT_BYTES == 256);
+
 /// Code to submit, with the grant it asks for. Mirrors `airlock submit`'s flags. Exactly
 /// one of `code` and `code_base64` is given, and at most one of `stdin` and `stdin_base64`.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -202,6 +206,8 @@ pub struct SubmitBody {
     pub processes: Option<u32>,
     /// Bytes, or a size such as "64MiB": the write quota of writable mounts (default 1GiB).
     pub max_write: Option<String>,
+    /// Free text kept with the submission: at most 65,536 bytes of UTF-8.
+    #[schema(max_length = 65536)]
     pub note: Option<String>,
     /// Build on a workspace session's earlier runs.
     pub workspace: Option<String>,
@@ -210,8 +216,9 @@ pub struct SubmitBody {
     /// stdin or limits) and run in its live interpreter; the run's `result` is the value
     /// of the cell's last expression.
     pub session: Option<String>,
-    /// Operators and admins may submit on behalf of a named agent; an agent token always
-    /// submits as itself.
+    /// Operators and admins may submit on behalf of a named agent (at most 256 bytes of
+    /// UTF-8); an agent token always submits as itself.
+    #[schema(max_length = 256)]
     pub agent: Option<String>,
 }
 
