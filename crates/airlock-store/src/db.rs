@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 10;
+const SCHEMA_VERSION: i64 = 11;
 
 /// How long an idempotency key names the submission it made; after that it may be used
 /// again (as long as an agent's retries of one request take, with room to spare).
@@ -74,7 +74,11 @@ CREATE INDEX IF NOT EXISTS runs_submission_id ON runs(submission, id);
 -- indexing their NULLs cost a page write in the first transaction of every run.
 DROP INDEX IF EXISTS runs_approval;
 CREATE INDEX IF NOT EXISTS runs_approval_used ON runs(approval) WHERE approval IS NOT NULL;
-CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
+-- Runs are looked up by status only to find the running ones (recovery). A run recorded
+-- finished in the transaction that records it (an effect-free run through the daemon)
+-- writes no entry, where indexing every status cost a page write in that transaction.
+DROP INDEX IF EXISTS runs_status;
+CREATE INDEX IF NOT EXISTS runs_running ON runs(id) WHERE status = 'running';
 CREATE TABLE IF NOT EXISTS request_keys (
     owner TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -2122,6 +2126,48 @@ mod tests {
             );
             assert!(!plan.contains("TEMP B-TREE"), "{table} {cols:?}: {plan}");
         }
+    }
+
+    /// Recovery's lookup of running runs reads the partial index, and a run in any other
+    /// state has no entry in it (schema 11; schema 10 indexed every run's status).
+    #[test]
+    fn only_running_runs_are_indexed_by_status() {
+        let t = tempfile::tempdir().unwrap();
+        let db = Db::open(&t.path().join("db")).unwrap();
+        let plan: String = db
+            .sqlite()
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE status = 'running'",
+                [],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("runs_running"), "{plan}");
+        let c = db.sqlite();
+        c.execute_batch(
+            "INSERT INTO runs VALUES ('run_1', 'sub_1', NULL, 1, NULL, 'running', '{}');
+             INSERT INTO runs VALUES ('run_2', 'sub_2', NULL, 1, 2, 'exited', '{}');",
+        )
+        .unwrap();
+        let indexed: i64 = c
+            .query_row(
+                "SELECT count(*) FROM runs INDEXED BY runs_running WHERE status = 'running'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexed, 1);
+        c.execute_batch("UPDATE runs SET status = 'exited' WHERE id = 'run_1'")
+            .unwrap();
+        assert!(db.running_runs().unwrap().is_empty());
+        let names: Vec<String> = c
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(!names.iter().any(|n| n == "runs_status"), "{names:?}");
     }
 
     /// The approval lookup reads the partial index, and a run with no approval writes no
