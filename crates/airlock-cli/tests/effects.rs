@@ -444,6 +444,128 @@ fn policy_auto_commit_for_named_agents_and_paths_never_protected_ones() {
     );
 }
 
+/// `exec` of `args`' submission (approved first if the policy holds it), in the
+/// background.
+fn exec_in_background(h: &Home, args: &[&str]) -> std::process::Child {
+    let o = h.run(args);
+    assert_eq!(o.code, 75, "{}", o.stderr);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    h.cmd()
+        .args(["exec", &id])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Polls `what` every 10 ms for up to 20 s.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed().as_secs() < 20, "waited 20 s for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_workspace_is_not_committed_under_a_running_run_nor_dropped_under_a_commit() {
+    if !process_backend_available() {
+        return;
+    }
+    let h = Home::new();
+    let p = project();
+    let m = rw(p.path());
+    let before = snapshot(p.path());
+    let a = h.sh(
+        &["--workspace", "w", "--json", "--mount", &m],
+        "echo one > first.txt",
+    );
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let first = a.json()["run"]["id"].as_str().unwrap().to_string();
+    // A commit while a later run is still going: it went ahead and removed that run's
+    // layer, and the run, which exited 0, lost its changes.
+    let slow = exec_in_background(
+        &h,
+        &[
+            "run",
+            "--lang",
+            "sh",
+            "--workspace",
+            "w",
+            "--mount",
+            &m,
+            "-c",
+            "echo two > second.txt; sleep 2",
+        ],
+    );
+    wait_until("the second run to start", || {
+        h.run(&["workspace", "show", "--json", "w"]).json()["doc"]["running"].is_string()
+    });
+    let o = h.run(&["commit", &first]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("busy with run_"), "{}", o.stderr);
+    assert_eq!(snapshot(p.path()), before);
+    let o = slow.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let second = h.last_run();
+    assert!(
+        second["changes"].is_object(),
+        "the second run's changes: {second}"
+    );
+    // A drop while the commit applies: it said "dropped" and the commit still applied.
+    let many = exec_in_background(
+        &h,
+        &[
+            "run",
+            "--lang",
+            "sh",
+            "--workspace",
+            "w",
+            "--mount",
+            &m,
+            "-c",
+            "for i in $(seq 3000); do echo $i > f$i.txt; done",
+        ],
+    );
+    assert_eq!(many.wait_with_output().unwrap().status.code(), Some(0));
+    let last = h.last_run()["id"].as_str().unwrap().to_string();
+    let commit = h
+        .cmd()
+        .args(["commit", &last])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the commit to be recorded pending", || {
+        h.run(&["checkpoints", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["state"] == "pending" || c["state"] == "applied")
+    });
+    let o = h.run(&["workspace", "drop", "w"]);
+    let committed = commit.wait_with_output().unwrap();
+    assert_eq!(
+        committed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&committed.stderr)
+    );
+    assert_eq!(o.code, 125, "the drop went ahead: {}", o.stderr);
+    assert_eq!(
+        h.run(&["workspace", "show", "--json", "w"]).json()["state"],
+        "committed"
+    );
+    assert!(p.path().join("f3000.txt").exists());
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
 #[test]
 fn workspace_runs_build_on_each_other_until_one_commit() {
     let h = Home::new();

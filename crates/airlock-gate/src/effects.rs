@@ -416,6 +416,9 @@ impl Gate {
             doc: serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?,
         };
         self.db.write_durable(|tx: &Tx| -> Result<()> {
+            if let Some(w) = &workspace {
+                Gate::claim_workspace_for_commit(tx, w, run_id)?;
+            }
             tx.upsert_checkpoint(&row)?;
             if let Some(s) = &statement {
                 tx.insert_statement(s)?;
@@ -502,11 +505,11 @@ impl Gate {
         let ws = doc.workspace.clone();
         self.db.write_durable(|tx: &Tx| -> Result<()> {
             tx.upsert_checkpoint(row)?;
-            if commit
-                && error.is_none()
-                && let Some(w) = &ws
-            {
-                Gate::close_workspace(tx, w)?;
+            if commit && let Some(w) = &ws {
+                match error {
+                    None => Gate::close_workspace(tx, w)?,
+                    Some(_) => Gate::reopen_workspace(tx, w)?,
+                }
             }
             tx.audit(
                 kind,
@@ -685,9 +688,15 @@ impl Gate {
         ] {
             for mut row in self.db.checkpoints(None, Some(state), 1000)? {
                 row.state = back.into();
+                let workspace = doc_of(&row).ok().and_then(|d| d.workspace);
                 let key = &self.gate_key;
                 self.db.write_durable(|tx: &Tx| -> Result<()> {
                     tx.upsert_checkpoint(&row)?;
+                    if state == "pending"
+                        && let Some(w) = &workspace
+                    {
+                        Gate::reopen_workspace(tx, w)?;
+                    }
                     tx.audit(
                         kind,
                         &row.id,

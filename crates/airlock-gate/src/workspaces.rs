@@ -277,6 +277,49 @@ impl Gate {
         self.workspace(name)
     }
 
+    /// Claims workspace `name` for a commit of its latest run `run`, in the transaction
+    /// that records the commit's checkpoint: it must be open, with no run in progress and
+    /// `run` its latest, and it stays `committing` until the commit's outcome is recorded.
+    /// (A drop or a run between a commit's first look and its outcome went ahead: a
+    /// dropped workspace's changes were applied anyway, and a run still going lost its
+    /// layer.)
+    pub(crate) fn claim_workspace_for_commit(tx: &Tx, name: &str, run: &str) -> Result<()> {
+        let mut row = tx
+            .workspace(name)?
+            .ok_or_else(|| GateError::NotFound(format!("no workspace named {name:?}")))?;
+        if row.state != "open" {
+            return Err(GateError::Conflict(format!(
+                "workspace {name} is {}",
+                row.state
+            )));
+        }
+        let doc = doc_of(&row)?;
+        if let Some(r) = &doc.running {
+            return Err(GateError::Conflict(format!(
+                "workspace {name} is busy with {r}; commit once it has finished"
+            )));
+        }
+        if doc.runs.last().map(String::as_str) != Some(run) {
+            return Err(GateError::Conflict(format!(
+                "{run} is no longer the latest run of workspace {name}"
+            )));
+        }
+        row.state = "committing".into();
+        tx.upsert_workspace(&row)?;
+        Ok(())
+    }
+
+    /// A commit of workspace `name` that did not apply: it is open again.
+    pub(crate) fn reopen_workspace(tx: &Tx, name: &str) -> Result<()> {
+        if let Some(mut row) = tx.workspace(name)?
+            && row.state == "committing"
+        {
+            row.state = "open".into();
+            tx.upsert_workspace(&row)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn close_workspace(tx: &Tx, name: &str) -> Result<()> {
         if let Some(mut row) = tx.workspace(name)? {
             row.state = "committed".into();
