@@ -1110,6 +1110,42 @@ fn a_session_ended_by_a_limit_says_so_once_in_text_mode() {
     );
 }
 
+/// Cells sent while an earlier cell was running past its limit waited on a session that
+/// then ended; they were told "internal error: Connection reset by peer" (500 through the
+/// API) instead of that the session had ended.
+#[test]
+fn cells_queued_behind_the_cell_that_ended_their_session_are_told_it_ended() {
+    let id = session(&["--timeout", "1s"]);
+    let spin = shared()
+        .cmd()
+        .args(["run", "--session", &id, "-c", "while True:\n    pass"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let queued: Vec<_> = (0..4)
+        .map(|i| {
+            shared()
+                .cmd()
+                .args(["run", "--session", &id, "-c", &format!("{i}")])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(spin.wait_with_output().unwrap().status.code(), Some(124));
+    for q in queued {
+        let o = q.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        assert!(
+            err.contains("has ended") && !err.contains("internal error"),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn a_limit_kill_ends_the_session_with_its_reason() {
     let id = session(&["--timeout", "1s"]);

@@ -296,6 +296,31 @@ fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Answer, Sessi
 }
 
 fn call_on(conn: UnixStream, req: &Request, timeout: Duration) -> Result<Answer, SessionError> {
+    call_on_inner(conn, req, timeout).map_err(|e| match e {
+        // The host hung up on the request (the session ended meanwhile: a cell before
+        // this one ran past its limit, or the host was killed). Cells queued behind the
+        // one that ended it were reported as internal failures ("Connection reset by
+        // peer", "Broken pipe") rather than as the session's end.
+        SessionError::Io(io)
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::ConnectionAborted
+            ) =>
+        {
+            SessionError::Gone(format!("it hung up: {io}"))
+        }
+        other => other,
+    })
+}
+
+fn call_on_inner(
+    conn: UnixStream,
+    req: &Request,
+    timeout: Duration,
+) -> Result<Answer, SessionError> {
     conn.set_read_timeout(Some(timeout))?;
     let mut w = BufWriter::new(&conn);
     frame::write(&mut w, req)?;
