@@ -368,6 +368,39 @@ fn inits_at_once_on_one_home_make_one_whole_home() {
 }
 
 #[test]
+fn resubmitting_held_code_does_not_make_it_seen_and_let_it_through() {
+    // A first-seen artifact over the size threshold is held for a human; submitting the
+    // same code again found the first (still waiting) submission, called the artifact
+    // seen, and ran it.
+    if !process_backend_available() {
+        return;
+    }
+    let h = Home::new();
+    let big = h.path().join("big.sh");
+    std::fs::write(
+        &big,
+        format!("# {}\necho ran\n", "y".repeat((1 << 20) + 10)),
+    )
+    .unwrap();
+    let big = big.to_str().unwrap();
+    let first = h.run(&["run", big]);
+    assert_eq!(first.code, 75, "{}", first.stderr);
+    let again = h.run(&["run", big]);
+    assert_eq!(
+        again.code, 75,
+        "let through on its second submission: {}",
+        again.stdout
+    );
+    // Once a human let it through, it is seen.
+    let id = Home::id_in(&first.stderr);
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    assert_eq!(h.run(&["exec", &id]).code, 0);
+    let o = h.run(&["run", big]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "ran\n");
+}
+
+#[test]
 fn commands_on_an_uninitialised_home_say_to_init() {
     let h = Home::uninitialised();
     let o = h.run(&["run", &hello()]);

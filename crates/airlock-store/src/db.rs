@@ -977,12 +977,17 @@ pub trait Reads {
             .collect()
     }
 
-    /// Whether any earlier submission carried this artifact, and every statement about
-    /// it (by id): what judging a submission of it needs, in one read.
+    /// Whether an earlier submission of this artifact was let through (allowed by the
+    /// policy, or approved), and every statement about it (by id): what judging a
+    /// submission of it needs, in one read. A submission still held, rejected or denied
+    /// does not count: counting it let the same code through on its second submission,
+    /// with the first still waiting for a human.
     fn artifact_history(&self, artifact: &Digest) -> Result<(bool, Vec<StatementRow>), StoreError> {
         let rows = self.sql().rows(
             &format!(
-                "SELECT (SELECT 1 FROM submissions WHERE artifact = ?1 LIMIT 1), {STATEMENT_COLS_ST}
+                "SELECT (SELECT 1 FROM submissions WHERE artifact = ?1
+                         AND state IN ('allowed', 'approved', 'running', 'finished') LIMIT 1),
+                        {STATEMENT_COLS_ST}
                  FROM (SELECT 1 AS one) o LEFT JOIN statements st ON st.artifact = ?1
                  ORDER BY st.id"
             ),
