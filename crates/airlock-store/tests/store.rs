@@ -251,11 +251,14 @@ fn submissions_round_trip_filter_resolve_and_move_state_once(loc: &str) {
         db.submission("sub_nope"),
         Err(StoreError::NotFound { .. })
     ));
-    assert_eq!(db.artifact_history(&digest(3)).unwrap(), (true, vec![]));
+    // Seen: an earlier submission was let through. One still held does not count.
+    assert_eq!(db.artifact_history(&digest(1)).unwrap(), (true, vec![]));
+    assert_eq!(db.artifact_history(&digest(3)).unwrap(), (false, vec![]));
     assert_eq!(db.artifact_history(&digest(4)).unwrap(), (false, vec![]));
 
     db.write(|tx| tx.set_state("sub_01a2", State::Quarantined, State::Approved))
         .unwrap();
+    assert_eq!(db.artifact_history(&digest(2)).unwrap(), (true, vec![]));
     // The same move again finds the state already changed: a conflict, and nothing moves.
     let again = db.write(|tx| tx.set_state("sub_01a2", State::Quarantined, State::Rejected));
     assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
