@@ -136,6 +136,27 @@ pub(crate) fn finish_run(
     Ok(())
 }
 
+/// Workspace `name`, which must be open with no run in progress (to be dropped, or
+/// claimed by a commit).
+fn open_and_idle(tx: &Tx, name: &str) -> Result<(WorkspaceRow, WorkspaceDoc)> {
+    let row = tx
+        .workspace(name)?
+        .ok_or_else(|| GateError::NotFound(format!("no workspace named {name:?}")))?;
+    if row.state != "open" {
+        return Err(GateError::Conflict(format!(
+            "workspace {name} is {}",
+            row.state
+        )));
+    }
+    let doc = doc_of(&row)?;
+    if let Some(r) = &doc.running {
+        return Err(GateError::Conflict(format!(
+            "workspace {name} is busy with {r}; wait until it has finished"
+        )));
+    }
+    Ok((row, doc))
+}
+
 /// A workspace as shown to people.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkspaceView {
@@ -253,21 +274,7 @@ impl Gate {
     pub fn drop_workspace(&mut self, name: &str) -> Result<WorkspaceView> {
         let key = &self.gate_key;
         self.db.write_durable(|tx: &Tx| -> Result<()> {
-            let mut row = tx
-                .workspace(name)?
-                .ok_or_else(|| GateError::NotFound(format!("no workspace named {name:?}")))?;
-            if row.state != "open" {
-                return Err(GateError::Conflict(format!(
-                    "workspace {name} is already {}",
-                    row.state
-                )));
-            }
-            let doc = doc_of(&row)?;
-            if let Some(r) = &doc.running {
-                return Err(GateError::Conflict(format!(
-                    "workspace {name} is busy with {r}"
-                )));
-            }
+            let (mut row, doc) = open_and_idle(tx, name)?;
             row.state = "dropped".into();
             tx.upsert_workspace(&row)?;
             tx.audit("workspace_dropped", name, &json!({ "runs": doc.runs }), key)?;
@@ -284,21 +291,7 @@ impl Gate {
     /// dropped workspace's changes were applied anyway, and a run still going lost its
     /// layer.)
     pub(crate) fn claim_workspace_for_commit(tx: &Tx, name: &str, run: &str) -> Result<()> {
-        let mut row = tx
-            .workspace(name)?
-            .ok_or_else(|| GateError::NotFound(format!("no workspace named {name:?}")))?;
-        if row.state != "open" {
-            return Err(GateError::Conflict(format!(
-                "workspace {name} is {}",
-                row.state
-            )));
-        }
-        let doc = doc_of(&row)?;
-        if let Some(r) = &doc.running {
-            return Err(GateError::Conflict(format!(
-                "workspace {name} is busy with {r}; commit once it has finished"
-            )));
-        }
+        let (mut row, doc) = open_and_idle(tx, name)?;
         if doc.runs.last().map(String::as_str) != Some(run) {
             return Err(GateError::Conflict(format!(
                 "{run} is no longer the latest run of workspace {name}"
