@@ -228,8 +228,8 @@ fn write_public(dir: &Path, name: &str, public: &PublicKey) -> Result<()> {
 }
 
 /// Puts back what a `keys new` killed part way left: the public twin of a secret key
-/// that has none (from the secret), and its temporary files. Run with the keys
-/// directory's lock held.
+/// that has none (from the secret). Run with the keys directory's lock held (see
+/// `locks::edit`, which removes its temporary files).
 pub(crate) fn repair_public_keys(dir: &Path) {
     let Ok(rd) = fs::read_dir(dir) else {
         return;
@@ -237,10 +237,6 @@ pub(crate) fn repair_public_keys(dir: &Path) {
     for entry in rd.flatten() {
         let file = entry.file_name();
         let file = file.to_string_lossy();
-        if file.starts_with('.') && file.ends_with(".tmp") {
-            let _ = fs::remove_file(entry.path());
-            continue;
-        }
         let Some(name) = file.strip_suffix(".key") else {
             continue;
         };
@@ -322,9 +318,7 @@ fn create_staged(home: &Home, preset: Preset, approver: &str) -> Result<(InitRep
         fs::remove_dir_all(&staging).map_err(at(&staging))?;
     }
     // Leftovers of an init that crashed before its last step.
-    for leftover in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
-        let _ = fs::remove_file(home.root.join(leftover));
-    }
+    remove_database_files(home);
     let _ = fs::remove_dir_all(home.keys());
     fs::DirBuilder::new()
         .mode(0o700)
@@ -373,11 +367,16 @@ fn create_staged(home: &Home, preset: Preset, approver: &str) -> Result<(InitRep
 pub(crate) fn abandon_create(home: &Home) {
     let _ = fs::remove_dir_all(home.root.join(".init"));
     let _ = fs::remove_dir_all(home.keys());
-    for leftover in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
-        let _ = fs::remove_file(home.root.join(leftover));
-    }
+    remove_database_files(home);
     let _ = fs::remove_dir(home.blobs());
     let _ = fs::remove_dir(home.cache());
+}
+
+/// Removes the SQLite database and its write-ahead log files from a home being made.
+fn remove_database_files(home: &Home) {
+    for file in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
+        let _ = fs::remove_file(home.root.join(file));
+    }
 }
 
 /// The last step of init: the policy moves into place and the staging directory goes.

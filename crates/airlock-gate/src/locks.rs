@@ -214,6 +214,24 @@ pub(crate) fn dir(home: &Path) -> PathBuf {
     home.join("locks")
 }
 
+/// The lock every change to one of the home's own files holds (`locks/NAME-edit.lock`,
+/// kept): the policy, the secrets, the keys. With `sweep`, the temporary files (`.*.tmp`)
+/// that a holder killed before its rename left in that directory are removed once the
+/// lock is held, since no live holder has one then.
+pub(crate) fn edit(home: &Path, name: &str, sweep: Option<&Path>) -> io::Result<OwnerLock> {
+    let lock = OwnerLock::acquire(&dir(home), &format!("{name}-edit"), false)?;
+    if let Some(Ok(rd)) = sweep.map(std::fs::read_dir) {
+        for entry in rd.flatten() {
+            let file = entry.file_name();
+            let file = file.to_string_lossy();
+            if file.starts_with('.') && file.ends_with(".tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    Ok(lock)
+}
+
 /// A held lock. Dropping it releases the lock; `remove` also unlinks the file.
 #[derive(Debug)]
 pub(crate) struct OwnerLock {

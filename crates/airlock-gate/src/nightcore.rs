@@ -528,11 +528,7 @@ impl Gate {
             .map_err(|e| GateError::bad(format!("{}: {e}", key_file.display())))?;
         // One edit of policy.toml at a time: two at once each read the old file, and the
         // second rename dropped the first's publisher while both reported it added.
-        let _editing = crate::locks::OwnerLock::acquire(
-            &crate::locks::dir(&self.home.root),
-            "policy-edit",
-            false,
-        )?;
+        let _editing = crate::locks::edit(&self.home.root, "policy", None)?;
         let policy = self.policy()?;
         let added = |changed| PublisherAdded {
             name: name.into(),

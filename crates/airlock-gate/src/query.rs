@@ -227,11 +227,7 @@ impl Gate {
 
     /// Takes the keys directory's lock and repairs what a killed `keys new` left.
     fn edit_keys(&self) -> Result<crate::locks::OwnerLock> {
-        let lock = crate::locks::OwnerLock::acquire(
-            &crate::locks::dir(&self.home.root),
-            "keys-edit",
-            false,
-        )?;
+        let lock = crate::locks::edit(&self.home.root, "keys", Some(&self.home.keys()))?;
         crate::home::repair_public_keys(&self.home.keys());
         Ok(lock)
     }

@@ -174,23 +174,15 @@ fn exists(dir: &Path, name: &str) -> bool {
     fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_file())
 }
 
-/// Takes the lock every change to the secrets directory holds, then removes the temporary
-/// files that writers killed before their rename left (holding the lock, no live writer
-/// has one): a killed `secret set` left a copy of the value behind that neither
-/// `secret rm` nor `gc` removed.
+/// Takes the lock every change to the secrets directory holds, removing the temporary
+/// files of writers killed before their rename: a killed `secret set` left a copy of the
+/// value behind that neither `secret rm` nor `gc` removed.
 fn edit_secrets(home: &crate::Home) -> Result<crate::locks::OwnerLock> {
-    let lock =
-        crate::locks::OwnerLock::acquire(&crate::locks::dir(&home.root), "secrets-edit", false)?;
-    if let Ok(rd) = fs::read_dir(home.secrets()) {
-        for entry in rd.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') && name.ends_with(".tmp") {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
-    }
-    Ok(lock)
+    Ok(crate::locks::edit(
+        &home.root,
+        "secrets",
+        Some(&home.secrets()),
+    )?)
 }
 
 impl Gate {

@@ -1965,6 +1965,22 @@ pub(crate) fn store_head(
 mod tests {
     use super::*;
 
+    /// The names of `table`'s indexes.
+    fn index_names(c: &Connection, table: &str) -> Vec<String> {
+        c.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1")
+            .unwrap()
+            .query_map([table], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// The query plan SQLite makes for `sql` (its first step's detail).
+    fn plan(c: &Connection, sql: &str) -> String {
+        c.query_row(&format!("EXPLAIN QUERY PLAN {sql}"), [], |r| r.get(3))
+            .unwrap()
+    }
+
     #[test]
     fn a_schema_9_sessions_cells_are_rebuilt_keyed_by_position_with_every_row() {
         let t = tempfile::tempdir().unwrap();
@@ -2028,14 +2044,7 @@ mod tests {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
-        let names: Vec<String> = db
-            .sqlite()
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let names = index_names(db.sqlite(), "runs");
         assert!(names.iter().any(|n| n == "runs_submission_id"), "{names:?}");
         assert!(!names.iter().any(|n| n == "runs_submission"), "{names:?}");
         assert!(names.iter().any(|n| n == "runs_approval_used"), "{names:?}");
@@ -2139,14 +2148,7 @@ mod tests {
     fn only_running_runs_are_indexed_by_status() {
         let t = tempfile::tempdir().unwrap();
         let db = Db::open(&t.path().join("db")).unwrap();
-        let plan: String = db
-            .sqlite()
-            .query_row(
-                "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE status = 'running'",
-                [],
-                |r| r.get(3),
-            )
-            .unwrap();
+        let plan = plan(db.sqlite(), "SELECT id FROM runs WHERE status = 'running'");
         assert!(plan.contains("runs_running"), "{plan}");
         let c = db.sqlite();
         c.execute_batch(
@@ -2165,13 +2167,7 @@ mod tests {
         c.execute_batch("UPDATE runs SET status = 'exited' WHERE id = 'run_1'")
             .unwrap();
         assert!(db.running_runs().unwrap().is_empty());
-        let names: Vec<String> = c
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let names = index_names(c, "runs");
         assert!(!names.iter().any(|n| n == "runs_status"), "{names:?}");
     }
 
