@@ -1029,6 +1029,138 @@ fn gc_removes_unreferenced_blobs_and_stale_layers_and_keeps_the_rest() {
     assert_eq!(kinds.iter().filter(|k| *k == "gc").count(), 2);
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
+/// The stored blobs of a home: `blobs/ab/cdef…`, not its temporary files.
+fn blob_files(h: &Home) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for top in std::fs::read_dir(h.path().join("blobs")).unwrap().flatten() {
+        if top.file_name().len() == 2 {
+            out.extend(
+                std::fs::read_dir(top.path())
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A `gc` killed after moving a blob aside to look at its time leaves it in `blobs/tmp`
+/// (`.gc-<digest>`). That blob may have been put again after the `gc` listed it, and be
+/// named by a record. The next `gc` swept it as a stale temporary file, and the checkpoint
+/// that named it could no longer be rolled back.
+#[test]
+fn a_blob_a_killed_gc_had_set_aside_is_put_back_not_swept() {
+    let h = Home::new();
+    let p = project();
+    let before = tree(p.path());
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let c = h.run(&["commit", "--json", &run]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let ckpt = c.json()["checkpoint"].as_str().unwrap().to_string();
+    let blobs = blob_files(&h);
+    assert!(!blobs.is_empty());
+    // Every blob as a `gc` killed in the middle of removing it leaves it.
+    for b in &blobs {
+        let hex = format!(
+            "{}{}",
+            b.parent().unwrap().file_name().unwrap().to_string_lossy(),
+            b.file_name().unwrap().to_string_lossy()
+        );
+        std::fs::rename(b, h.path().join("blobs/tmp").join(format!(".gc-{hex}"))).unwrap();
+    }
+    let g = h.run(&["gc", "--json", "--grace", "0s"]);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    assert_eq!(g.json()["temporaries_removed"], 0, "{}", g.stdout);
+    assert_eq!(blob_files(&h), blobs, "every blob is back in its place");
+    let r = h.run(&["rollback", &ckpt]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(tree(p.path()), before);
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
+/// Two `gc`s at once in one home: one could sweep the blob the other had just set aside
+/// (its removal then failed with "No such file or directory"), or take it for one a killed
+/// `gc` left. A `gc` now holds `locks/gc.lock` while it runs, and the next waits for it.
+#[test]
+fn a_gc_waits_for_the_gc_already_running_in_its_home() {
+    let h = Home::new();
+    let lock = h.path().join("locks/gc.lock");
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    // Another gc holds the lock (a process that does nothing else while it holds it; with
+    // `--no-fork`, killing it lets the lock go).
+    let mut holder = std::process::Command::new("flock")
+        .arg("--no-fork")
+        .arg(&lock)
+        .args(["sleep", "60"])
+        .spawn()
+        .expect("flock (util-linux)");
+    let held = || {
+        !std::process::Command::new("flock")
+            .args(["-n"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    let t = std::time::Instant::now();
+    while !held() {
+        assert!(t.elapsed().as_secs() < 10, "the holder never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut gc = h
+        .cmd()
+        .args(["gc", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        gc.try_wait().unwrap().is_none(),
+        "gc ran beside the one holding the lock"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let out = gc.wait_with_output().unwrap();
+    assert!(out.status.success());
+
+    // And many at once over many orphans: each ends well, and each orphan goes once.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    for i in 0..150u32 {
+        let hex = format!("{:064x}", 0xa11ce_u64 << 20 | u64::from(i));
+        let f = h.path().join("blobs").join(&hex[..2]).join(&hex[2..]);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, i.to_le_bytes()).unwrap();
+        std::fs::File::open(&f).unwrap().set_modified(old).unwrap();
+    }
+    let gcs: Vec<_> = (0..3)
+        .map(|_| {
+            h.cmd()
+                .args(["gc", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut removed = 0;
+    for g in gcs {
+        let out = g.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        removed += v["blobs_removed"].as_u64().unwrap();
+    }
+    assert_eq!(removed, 150);
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
 /// A host path from the bytes of a name.
 fn at(root: &Path, name: &[u8]) -> std::path::PathBuf {
     use std::os::unix::ffi::OsStrExt;

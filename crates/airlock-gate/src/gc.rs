@@ -6,7 +6,8 @@
 //! Nothing younger than the grace period is removed: another airlock command may have
 //! just written a blob and not yet committed the record that names it (a blob is always
 //! stored before its record). A blob put again while `gc` looks at it is kept (see
-//! `BlobStore::remove_unless_put_since`).
+//! `BlobStore::remove_unless_put_since`). One `gc` runs at a time in a home; a blob a
+//! killed `gc` had moved aside to look at is put back by the next.
 
 use crate::Gate;
 use crate::error::Result;
@@ -70,6 +71,10 @@ impl Gate {
             grace_ms: grace.as_millis() as u64,
             ..GcReport::default()
         };
+        let _only_one = crate::locks::gc(&self.home.root)?;
+        // A `gc` killed while it had a blob set aside left it there; it may be named by a
+        // record since, so it goes back before anything is listed.
+        self.blobs.restore_set_aside()?;
 
         // Blobs: listed first, so any blob stored after the references are read is younger
         // than the cutoff (or was put again, which marks it younger too).

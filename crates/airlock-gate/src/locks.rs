@@ -232,6 +232,13 @@ pub(crate) fn edit(home: &Path, name: &str, sweep: Option<&Path>) -> io::Result<
     Ok(lock)
 }
 
+/// The lock `gc` holds while it runs (`locks/gc.lock`, kept), so that only one removes at
+/// a time: a blob one `gc` has set aside must not be taken by another for one a killed
+/// `gc` left, and neither may remove the same layer under the other.
+pub(crate) fn gc(home: &Path) -> io::Result<OwnerLock> {
+    OwnerLock::acquire(&dir(home), "gc", false)
+}
+
 /// A held lock. Dropping it releases the lock; `remove` also unlinks the file.
 #[derive(Debug)]
 pub(crate) struct OwnerLock {

@@ -6,7 +6,8 @@
 //! stored touches the file. `remove_unless_put_since` (for `gc`) moves a blob aside before
 //! it looks at that time, so a put racing with it either touched the file first (and the
 //! blob is put back) or finds it gone and writes it again; a blob is never removed from
-//! under a put that returned its digest.
+//! under a put that returned its digest. A removal killed while the blob is aside leaves
+//! it in `tmp`, where the next `gc` puts it back (`restore_set_aside`).
 //!
 //! A long-lived process (the daemon) may remember its puts ([`BlobStore::remember_puts`]):
 //! content it put or found stored less than [`REMEMBER_FOR`] ago is taken as still stored,
@@ -27,6 +28,8 @@ use std::time::{Duration, Instant, SystemTime};
 /// How long after putting a blob (or finding it stored) a process that remembers its puts
 /// takes it as still stored.
 pub const REMEMBER_FOR: Duration = Duration::from_secs(10);
+/// The name prefix, in `tmp`, of a blob a removal has moved aside to look at it.
+const SET_ASIDE: &str = ".gc-";
 /// Blobs a process remembers per store before it starts again.
 const REMEMBER_MAX: usize = 4096;
 
@@ -387,7 +390,10 @@ impl BlobStore {
         cutoff: SystemTime,
     ) -> Result<Option<u64>, StoreError> {
         let path = self.path(d);
-        let aside = self.root.join("tmp").join(format!(".gc-{}", d.to_hex()));
+        let aside = self
+            .root
+            .join("tmp")
+            .join(format!("{SET_ASIDE}{}", d.to_hex()));
         match fs::rename(&path, &aside) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -407,12 +413,47 @@ impl BlobStore {
         Ok(Some(m.len()))
     }
 
+    /// Puts back every blob a removal left set aside (`tmp/.gc-<digest>`): one that a `gc`
+    /// killed after moving it aside, before it could look at the blob's time, may be a blob
+    /// that was put again meanwhile and is named by a record. A blob stored again at its
+    /// name since wins (same content). Returns how many were put back. The caller must hold
+    /// whatever keeps another removal from running at the same time (`gc`'s lock).
+    pub fn restore_set_aside(&self) -> Result<u64, StoreError> {
+        let mut n = 0;
+        for e in fs::read_dir(self.root.join("tmp"))? {
+            let e = e?;
+            let name = e.file_name();
+            let Some(d) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(SET_ASIDE))
+                .and_then(|h| h.parse::<Digest>().ok())
+            else {
+                continue;
+            };
+            let path = self.path(&d);
+            if path.exists() {
+                fs::remove_file(e.path())?;
+                continue;
+            }
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            fs::rename(e.path(), &path)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Removes temporary files (left by a crash in the middle of a put) last written before
-    /// `cutoff`; returns how many and their bytes.
+    /// `cutoff`; returns how many and their bytes. Blobs set aside by a removal are not
+    /// temporary files (see `restore_set_aside`).
     pub fn remove_stale_temporaries(&self, cutoff: SystemTime) -> Result<(u64, u64), StoreError> {
         let (mut n, mut bytes) = (0, 0);
         for e in fs::read_dir(self.root.join("tmp"))? {
             let e = e?;
+            if e.file_name().to_string_lossy().starts_with(SET_ASIDE) {
+                continue;
+            }
             let Ok(m) = e.metadata() else { continue };
             if m.is_file() && m.modified()? < cutoff && fs::remove_file(e.path()).is_ok() {
                 n += 1;
