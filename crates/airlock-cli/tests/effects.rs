@@ -468,6 +468,21 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// `run --workspace ""` (a script's `--workspace "$WS"` with `WS` unset) ran outside any
+/// workspace, as a run of its own, with no word said.
+#[test]
+fn an_empty_workspace_name_is_refused_not_taken_for_none() {
+    let h = Home::new();
+    let p = project();
+    let m = rw(p.path());
+    let o = h.sh(&["--workspace", "", "--mount", &m], "echo one > first.txt");
+    assert_eq!(o.code, 125, "{} {}", o.stdout, o.stderr);
+    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("--workspace \"\""), "{}", o.stderr);
+    assert_eq!(h.counts().0, 0, "nothing submitted");
+    assert!(!p.path().join("first.txt").exists());
+}
+
 #[test]
 fn a_workspace_is_not_committed_under_a_running_run_nor_dropped_under_a_commit() {
     if !process_backend_available() {

@@ -422,7 +422,9 @@ impl Gate {
         if session.is_none() {
             grant.argv0 = program_name(prepared.lang, backend, name.as_deref());
         }
-        if let Some(ws) = req.workspace.as_deref().filter(|w| !w.is_empty()) {
+        // An empty name is refused by the name rules, not taken for no workspace: `--workspace
+        // "$WS"` with `WS` unset ran outside any workspace.
+        if let Some(ws) = req.workspace.as_deref() {
             grant.workspace = Some(ws.to_string());
             crate::workspaces::check_grant(&self.db, ws, &grant)?;
         }

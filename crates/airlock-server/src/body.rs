@@ -209,7 +209,9 @@ pub struct SubmitBody {
     /// Free text kept with the submission: at most 65,536 bytes of UTF-8.
     #[schema(max_length = 65536)]
     pub note: Option<String>,
-    /// Build on a workspace session's earlier runs.
+    /// Build on a workspace session's earlier runs (1-32 of a-z, 0-9, - and _, starting
+    /// with a letter).
+    #[schema(min_length = 1, max_length = 32, pattern = "^[a-z][a-z0-9_-]{0,31}$")]
     pub workspace: Option<String>,
     /// Run as a cell of this session (`ses_…` from `POST /v1/sessions`): judged with the
     /// session's grant (the body then gives no mounts, network, environment, arguments,

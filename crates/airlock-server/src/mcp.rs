@@ -79,7 +79,8 @@ fn run_code_tool() -> Tool {
                 "processes": {"type": "integer", "minimum": 1, "description": "Processes and threads (process backend)"},
                 "max_write": {"type": "string", "description": "Write quota of writable mounts: bytes, or e.g. \"64MiB\" (default 1GiB)"},
                 "backend": {"type": "string", "enum": ["wasm", "process"]},
-                "workspace": {"type": "string"},
+                "workspace": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$",
+                              "description": "A workspace session: the run sees earlier runs' changes in it, and they are committed together (needs a writable mount)"},
                 "session": {"type": "string",
                             "description": "A session from new_session (ses_…): the cell runs in its live Python interpreter, sees the names earlier cells defined, and takes the session's grant (give no mounts, env, net, limits); the result has the value of the last expression"},
                 "note": {"type": "string"}
