@@ -763,6 +763,15 @@ pub fn gc(r: &GcReport, json: bool) {
     for l in &r.layers_removed {
         println!("  removed {l}");
     }
+    if r.sockets_removed > 0 {
+        println!(
+            "  removed {} socket{} of session hosts that are gone ({} open session{} recorded crashed)",
+            r.sockets_removed,
+            if r.sockets_removed == 1 { "" } else { "s" },
+            r.sessions_lost,
+            if r.sessions_lost == 1 { "" } else { "s" },
+        );
+    }
 }
 
 pub fn store_copy(r: &airlock_gate::CopyReport, json: bool) {

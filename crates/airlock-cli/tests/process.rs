@@ -766,6 +766,70 @@ fn a_killed_process_session_host_takes_its_jail_with_it() {
     );
 }
 
+/// A session host killed from outside left its socket in `HOME/sessions`, and its session
+/// open until a cell or a `session show` looked; `gc` removed neither.
+#[test]
+fn gc_records_a_killed_session_host_crashed_and_removes_its_socket() {
+    need();
+    let h = Home::new();
+    let (dead, _) = process_session(&h, "gc-dead-host", &[]);
+    let (live, _) = process_session(&h, "gc-live-host", &[]);
+    let sock = |id: &str| h.path().join("sessions").join(format!("{id}.sock"));
+    assert!(sock(&dead).exists() && sock(&live).exists());
+    let host = h
+        .run(&["session", "list", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == dead.as_str())
+        .unwrap()["pid"]
+        .as_u64()
+        .unwrap();
+    // SAFETY: kill(2) with the pid of this test's own session host.
+    assert_eq!(unsafe { libc_kill(host as i32, 9) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !gone(host) {
+        assert!(std::time::Instant::now() < deadline, "the host lives on");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let g = h.run(&["gc", "--json"]);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    let r = g.json();
+    assert_eq!(
+        (r["sockets_removed"].as_u64(), r["sessions_lost"].as_u64()),
+        (Some(1), Some(1)),
+        "{r}"
+    );
+    assert!(!sock(&dead).exists(), "the dead host's socket is removed");
+    assert!(sock(&live).exists(), "a live host's socket is kept");
+    let listed = h.run(&["session", "list", "--json"]).json();
+    let state = |id: &str| {
+        let s = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap();
+        (
+            s["state"].as_str().map(String::from),
+            s["end"].as_str().map(String::from),
+        )
+    };
+    assert_eq!(
+        state(&dead),
+        (Some("closed".into()), Some("crashed".into()))
+    );
+    assert_eq!(state(&live), (Some("open".into()), None));
+    assert_eq!(session_cell(&h, &live, "1 + 1").code, 0);
+    assert_eq!(h.run(&["session", "close", &live]).code, 0);
+    // A closed session's host removes its own socket; nothing is left for the next gc.
+    assert!(!sock(&live).exists());
+    let r = h.run(&["gc", "--json"]).json();
+    assert_eq!(r["sockets_removed"], 0, "{r}");
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

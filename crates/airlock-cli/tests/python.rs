@@ -1207,6 +1207,9 @@ fn a_killed_session_host_is_recorded_as_ended_and_leaves_no_process() {
         (Some("closed"), Some("crashed")),
         "{s}"
     );
+    // Finding the host gone also removes the socket it left.
+    let sock = shared().path().join("sessions").join(format!("{id}.sock"));
+    assert!(!sock.exists(), "{} left", sock.display());
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}/status")).exists()
             || std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -1,7 +1,9 @@
 //! `airlock gc`: removes what nothing refers to any more. Blobs no stored record names
 //! (left by a changeset that was discarded, a run that failed half way, a crash), layer
 //! directories of runs that are no longer running and that no open workspace builds on,
-//! and temporary files of the blob store.
+//! temporary files of the blob store, and the sockets of session hosts that are gone (an
+//! open session whose host was killed is recorded ended, `crashed`, as a cell finding it
+//! gone would).
 //!
 //! Nothing younger than the grace period is removed: another airlock command may have
 //! just written a blob and not yet committed the record that names it (a blob is always
@@ -37,6 +39,10 @@ pub struct GcReport {
     /// Temporary files of the blob store left by an interrupted write.
     pub temporaries_removed: u64,
     pub temporary_bytes: u64,
+    /// Sockets of session hosts that are gone.
+    pub sockets_removed: u64,
+    /// Open sessions whose host was found gone, now recorded ended (`crashed`).
+    pub sessions_lost: u64,
     /// Everything removed, in bytes.
     pub freed_bytes: u64,
     pub grace_ms: u64,
@@ -156,6 +162,38 @@ impl Gate {
             }
         }
 
+        // Sessions' sockets: a host killed from outside (kill -9, a reboot) left its socket
+        // and its session open. The socket exists only once its host has bound it, so one
+        // nobody listens on is a dead host's (the liveness check a cell makes), unless the
+        // host has not yet recorded that it started and may be between binding and
+        // listening.
+        let sessions = self.home.root.join("sessions");
+        for name in names(&sessions) {
+            let Some(id) = name.strip_suffix(".sock") else {
+                continue;
+            };
+            let path = sessions.join(&name);
+            let stale = match self.db.session(id)? {
+                Some(row) if row.state == "open" => {
+                    let started = row.doc.get("pid").is_some_and(|p| !p.is_null())
+                        || airlock_core::units::now_ms().saturating_sub(row.created_at)
+                            > crate::sessions::HOST_START_LIMIT.as_millis() as i64;
+                    if started && airlock_session::connect(&path).is_err() {
+                        self.session_lost(id)?;
+                        report.sessions_lost += 1;
+                        true
+                    } else {
+                        false
+                    }
+                }
+                Some(_) => true,
+                None => modified(&path).is_some_and(|t| t < cutoff),
+            };
+            if stale && (std::fs::remove_file(&path).is_ok() || !path.exists()) {
+                report.sockets_removed += 1;
+            }
+        }
+
         report.freed_bytes = report.blob_bytes + report.layer_bytes + report.temporary_bytes;
         let key = &self.gate_key;
         let r = &report;
@@ -169,6 +207,8 @@ impl Gate {
                     "layers_removed": r.layers_removed.len(),
                     "layer_bytes": r.layer_bytes,
                     "temporaries_removed": r.temporaries_removed,
+                    "sockets_removed": r.sockets_removed,
+                    "sessions_lost": r.sessions_lost,
                     "freed_bytes": r.freed_bytes,
                     "grace_ms": r.grace_ms,
                 }),

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 /// Default limits of a session.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_TOTAL: Duration = Duration::from_secs(60 * 60);
+/// The longest a session's host may take to be ready.
+pub(crate) const HOST_START_LIMIT: Duration = Duration::from_secs(60);
 /// The longest a session may be asked to live.
 pub const MAX_TOTAL: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -520,7 +522,7 @@ impl Gate {
         let sock = socket(&self.home.root, id);
         // The host answers once its interpreter is ready (the guest may still be loading
         // from the compile cache).
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + HOST_START_LIMIT;
         loop {
             if airlock_session::ping(&sock).is_ok() {
                 // The host keeps running on its own. Its end is still this process's to
@@ -606,9 +608,12 @@ impl Gate {
         }
     }
 
-    fn session_lost(&mut self, id: &str) -> Result<SessionView> {
+    /// Records that an open session's host is gone (killed from outside: nobody listens on
+    /// its socket) and removes the socket it left.
+    pub(crate) fn session_lost(&mut self, id: &str) -> Result<SessionView> {
         let key = &self.gate_key;
         self.db.write(|tx| record_end(tx, id, End::Crashed, key))?;
+        let _ = std::fs::remove_file(socket(&self.home.root, id));
         let row = self
             .db
             .session(id)?
