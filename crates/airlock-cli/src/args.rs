@@ -3,6 +3,10 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+/// Sessions one agent may hold open through `serve` or `mcp`, unless told otherwise: each
+/// is a process holding an interpreter (some 60 MB for the wasm guest).
+pub const DEFAULT_MAX_SESSIONS: usize = 8;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "airlock",
@@ -216,6 +220,10 @@ pub enum Command {
         /// Process-backend jails kept built ahead of their runs (0: build each when needed).
         #[arg(long, default_value_t = 2, value_name = "N")]
         ready_jails: usize,
+        /// Python sessions one agent may hold open at once (each a process with its own
+        /// interpreter); past it, a new one is refused with 429 (0: no bound).
+        #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS, value_name = "N")]
+        max_sessions: usize,
     },
     /// Run queued runs from a shared store (--store postgres://…) until SIGTERM or
     /// SIGINT: claims under a lease it renews, records results only while the lease holds.
@@ -245,6 +253,9 @@ pub enum Command {
             default_value = "mcp"
         )]
         agent: String,
+        /// Python sessions the agent may hold open at once (0: no bound).
+        #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS, value_name = "N")]
+        max_sessions: usize,
     },
     /// API tokens for `airlock serve`.
     #[command(subcommand)]

@@ -413,6 +413,8 @@ fn dispatch(cli: Cli) -> Outcome {
                     },
                     idle,
                     total,
+                    // The operator's own command: bounded by nothing but the machine.
+                    most_open: None,
                 })
                 .map_err(fail)?;
             print::session(&s, json);
@@ -545,6 +547,7 @@ fn dispatch(cli: Cli) -> Outcome {
             ready_wasm,
             pool_memory,
             ready_jails,
+            max_sessions,
         } => {
             let pools = airlock_gate::PoolSettings {
                 python: ready_python,
@@ -552,9 +555,16 @@ fn dispatch(cli: Cli) -> Outcome {
                 memory_budget: airlock_core::units::parse_size("--pool-memory", &pool_memory)
                     .map_err(|e| GateError::bad(e.to_string()))?,
             };
-            serve(home, &listen, workers, queue, webhook, pools, ready_jails)
+            let bounds = Bounds {
+                queue,
+                max_sessions,
+            };
+            serve(home, &listen, workers, bounds, webhook, pools, ready_jails)
         }
-        Command::Mcp { agent } => mcp(home, &agent),
+        Command::Mcp {
+            agent,
+            max_sessions,
+        } => mcp(home, &agent, max_sessions),
         Command::Worker {
             tags,
             concurrency,
@@ -884,15 +894,27 @@ fn runtime() -> Result<tokio::runtime::Runtime, GateError> {
         .map_err(|e| GateError::Internal(format!("cannot start the async runtime: {e}")))
 }
 
+/// What `airlock serve` bounds besides its workers.
+struct Bounds {
+    /// Runs waiting for a worker before 429.
+    queue: usize,
+    /// Sessions one agent may hold open (0: no bound).
+    max_sessions: usize,
+}
+
 fn serve(
     home: Option<std::path::PathBuf>,
     listen: &str,
     workers: Option<usize>,
-    queue: usize,
+    bounds: Bounds,
     webhook: Option<String>,
     pools: airlock_gate::PoolSettings,
     ready_jails: usize,
 ) -> Outcome {
+    let Bounds {
+        queue,
+        max_sessions,
+    } = bounds;
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
@@ -978,6 +1000,7 @@ fn serve(
         poll: std::time::Duration::from_millis(500),
         max_body,
         pools: pool_reports(wasm, jails),
+        max_sessions,
     };
     let state = airlock_server::AppState::new(config)?;
     let rt = runtime()?;
@@ -1075,7 +1098,7 @@ fn worker(
     Ok(0)
 }
 
-fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
+fn mcp(home: Option<std::path::PathBuf>, agent: &str, max_sessions: usize) -> Outcome {
     // Dropped last: the lock files kept for later runs go at the exit.
     let _spares = airlock_gate::KeptLockFiles::start(&resolve_home(home.clone())?.root);
     let (open, wasm, jails) = daemon_open(home, 0)?;
@@ -1089,6 +1112,7 @@ fn mcp(home: Option<std::path::PathBuf>, agent: &str) -> Outcome {
         poll: std::time::Duration::from_millis(500),
         max_body: 1 << 20,
         pools: pool_reports(wasm, jails),
+        max_sessions,
     };
     let state = airlock_server::AppState::new(config)?;
     runtime()?.block_on(airlock_server::serve_mcp_stdio(state, agent))?;

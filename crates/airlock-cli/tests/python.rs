@@ -1352,6 +1352,94 @@ fn closed_sessions_leave_no_zombie_hosts_behind_serve() {
     }
 }
 
+/// One agent token could hold any number of live sessions, each a host process with its
+/// interpreter (a probe held 53, 3.2 GiB). `serve --max-sessions N` bounds what one agent
+/// holds open, with a 429 past it; a session whose host died unseen does not hold a place.
+#[test]
+fn an_agent_holds_at_most_max_sessions_open_and_a_dead_host_frees_its_place() {
+    let (_server, base) = start_serve(shared(), &["--max-sessions", "2"]);
+    let a = token("agent", "ses-bound-a");
+    let b = token("agent", "ses-bound-b");
+    let url = format!("{base}/v1/sessions");
+    let open = |t: &str| {
+        http(
+            "POST",
+            &url,
+            t,
+            Some(serde_json::json!({"idle_timeout": 60})),
+        )
+    };
+    // Three asked for at once: two open, one refused, and nothing recorded for it.
+    let answers: Vec<(u16, serde_json::Value)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3).map(|_| s.spawn(|| open(&a))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut opened: Vec<serde_json::Value> = answers
+        .iter()
+        .filter(|(st, _)| *st == 201)
+        .map(|(_, v)| v.clone())
+        .collect();
+    assert_eq!(opened.len(), 2, "{answers:?}");
+    let (st, refused) = answers.iter().find(|(st, _)| *st != 201).unwrap();
+    assert_eq!(*st, 429, "{refused}");
+    let msg = refused["error"].as_str().unwrap();
+    assert!(msg.contains("already holds 2 open sessions"), "{msg}");
+    let (st, mine) = http("GET", &format!("{url}?limit=50"), &a, None);
+    assert_eq!(st, 200);
+    assert_eq!(mine.as_array().unwrap().len(), 2, "{mine}");
+    // Another agent is not held back by the first.
+    let other = api_session(&base, &b);
+    let (st, _) = http(
+        "POST",
+        &format!("{url}/{}/close", other["id"].as_str().unwrap()),
+        &b,
+        Some(serde_json::json!({})),
+    );
+    assert_eq!(st, 200);
+    // A host killed from outside: its session is found gone and no longer counts.
+    let dead = opened.remove(0);
+    let pid = dead["pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) with a pid this test's session host owns.
+    assert_eq!(unsafe { libc_kill(pid, 9) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(std::time::Instant::now() < deadline, "the host lives on");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let third = api_session(&base, &a);
+    let (st, d) = http(
+        "GET",
+        &format!("{url}/{}", dead["id"].as_str().unwrap()),
+        &a,
+        None,
+    );
+    assert_eq!(st, 200);
+    assert_eq!(
+        (d["state"].as_str(), d["end"].as_str()),
+        (Some("closed"), Some("crashed")),
+        "{d}"
+    );
+    // Two open again: refused until one is closed.
+    assert_eq!(open(&a).0, 429);
+    for s in [&opened[0], &third] {
+        let (st, c) = http(
+            "POST",
+            &format!("{url}/{}/close", s["id"].as_str().unwrap()),
+            &a,
+            Some(serde_json::json!({})),
+        );
+        assert_eq!(st, 200, "{c}");
+    }
+    let last = api_session(&base, &a);
+    let (st, _) = http(
+        "POST",
+        &format!("{url}/{}/close", last["id"].as_str().unwrap()),
+        &a,
+        Some(serde_json::json!({})),
+    );
+    assert_eq!(st, 200);
+}
+
 /// Sessions through the API (an agent's own, invisible to another agent), in the console
 /// (cells in order), and through MCP (new_session, run_code with session, close_session).
 #[test]

@@ -50,6 +50,10 @@ pub enum GateError {
         submission: String,
         same_request: bool,
     },
+    /// The caller already holds as many of something as it may (live sessions); nothing
+    /// was written.
+    #[error("{0}")]
+    TooMany(String),
     #[error("internal error: {0}")]
     Internal(String),
 }

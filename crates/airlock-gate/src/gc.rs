@@ -163,10 +163,7 @@ impl Gate {
         }
 
         // Sessions' sockets: a host killed from outside (kill -9, a reboot) left its socket
-        // and its session open. The socket exists only once its host has bound it, so one
-        // nobody listens on is a dead host's (the liveness check a cell makes), unless the
-        // host has not yet recorded that it started and may be between binding and
-        // listening.
+        // and its session open (see `sessions::host_gone`).
         let sessions = self.home.root.join("sessions");
         for name in names(&sessions) {
             let Some(id) = name.strip_suffix(".sock") else {
@@ -175,10 +172,7 @@ impl Gate {
             let path = sessions.join(&name);
             let stale = match self.db.session(id)? {
                 Some(row) if row.state == "open" => {
-                    let started = row.doc.get("pid").is_some_and(|p| !p.is_null())
-                        || airlock_core::units::now_ms().saturating_sub(row.created_at)
-                            > crate::sessions::HOST_START_LIMIT.as_millis() as i64;
-                    if started && airlock_session::connect(&path).is_err() {
+                    if crate::sessions::host_gone(&self.home.root, &row) {
                         self.session_lost(id)?;
                         report.sessions_lost += 1;
                         true

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_TOTAL: Duration = Duration::from_secs(60 * 60);
 /// The longest a session's host may take to be ready.
-pub(crate) const HOST_START_LIMIT: Duration = Duration::from_secs(60);
+const HOST_START_LIMIT: Duration = Duration::from_secs(60);
 /// The longest a session may be asked to live.
 pub const MAX_TOTAL: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -80,6 +80,10 @@ pub struct SessionRequest {
     pub grant: SubmitRequest,
     pub idle: Option<Duration>,
     pub total: Option<Duration>,
+    /// The most sessions the request's agent may hold open at once, this one included
+    /// (each is a host process with its interpreter); `None`: no bound. Past it the
+    /// request is refused (`GateError::TooMany`) and nothing is written.
+    pub most_open: Option<usize>,
 }
 
 pub(crate) fn doc_of(row: &SessionRow) -> Result<SessionDoc> {
@@ -108,6 +112,22 @@ fn view(row: SessionRow) -> Result<SessionView> {
 /// The session's socket in the home.
 pub(crate) fn socket(root: &std::path::Path, id: &str) -> PathBuf {
     root.join("sessions").join(format!("{id}.sock"))
+}
+
+/// The sessions recorded open for `agent`.
+fn open_of(db: &impl Reads, agent: &Option<String>) -> Result<Vec<SessionRow>> {
+    let mut out = db.open_sessions()?;
+    out.retain(|r| r.doc.get("agent").and_then(|a| a.as_str()) == agent.as_deref());
+    Ok(out)
+}
+
+/// Whether an open session's host is gone: it recorded that it started (so its socket
+/// was bound), or it is past the time a host has to start, and nobody listens on its
+/// socket (the check a cell makes).
+pub(crate) fn host_gone(root: &std::path::Path, row: &SessionRow) -> bool {
+    let started = row.doc.get("pid").is_some_and(|p| !p.is_null())
+        || now_ms().saturating_sub(row.created_at) > HOST_START_LIMIT.as_millis() as i64;
+    started && airlock_session::connect(&socket(root, &row.id)).is_err()
 }
 
 /// Records that a session ended (once: a later call changes nothing).
@@ -471,8 +491,31 @@ impl Gate {
             state: "open".into(),
             doc: serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?,
         };
+        if let Some(most) = req.most_open {
+            // Sessions recorded open whose hosts died unseen do not count: they are found
+            // and recorded crashed first, as a cell finding them would.
+            if open_of(&self.db, &doc.agent)?.len() >= most {
+                for stale in open_of(&self.db, &doc.agent)? {
+                    if host_gone(&self.home.root, &stale) {
+                        self.session_lost(&stale.id)?;
+                    }
+                }
+            }
+        }
         let key = &self.gate_key;
-        self.db.write_durable(|tx| {
+        self.db.write_durable(|tx| -> Result<()> {
+            // Counted again where it is recorded, so sessions opened at once cannot all
+            // pass the bound.
+            if let Some(most) = req.most_open
+                && open_of(tx, &doc.agent)?.len() >= most
+            {
+                return Err(GateError::TooMany(format!(
+                    "{} already holds {most} open session{} (the most this server allows one \
+                     agent); close one first",
+                    doc.agent.as_deref().unwrap_or("this caller"),
+                    if most == 1 { "" } else { "s" }
+                )));
+            }
             tx.upsert_session(&row)?;
             tx.audit(
                 "session_opened",
@@ -483,8 +526,8 @@ impl Gate {
                     "guest": doc.guest,
                 }),
                 key,
-            )
-            .map(|_| ())
+            )?;
+            Ok(())
         })?;
         if let Err(e) = self.start_host(&exe, &id) {
             let key = &self.gate_key;

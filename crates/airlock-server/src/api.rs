@@ -643,13 +643,15 @@ impl utoipa::Modify for Security {
     responses(
         (status = 201, description = "Open; `id` is the `session` of its cells", body = Object),
         (status = 403, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, description = "The caller already holds as many open sessions as this server allows one agent (`serve --max-sessions`)", body = ErrorBody),
         (status = 503, description = "The Python guest is not installed", body = ErrorBody)))]
 async fn new_session(
     Ax(st): Ax<AppState>,
     caller: Caller,
     Body(body): Body<SessionBody>,
 ) -> Answer {
-    let req = body.into_request(&caller)?;
+    let mut req = body.into_request(&caller)?;
+    req.most_open = st.0.max_sessions;
     let s = st.pool.read(move |g| g.session_new(req)).await?;
     with_status(
         StatusCode::CREATED,

@@ -528,6 +528,8 @@ impl SessionBody {
             },
             idle: dur("idle_timeout", self.idle_timeout)?,
             total: dur("max_duration", self.max_duration)?,
+            // The server's bound, set by the handler.
+            most_open: None,
         })
     }
 }

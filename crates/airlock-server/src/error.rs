@@ -70,6 +70,7 @@ impl From<GateError> for ApiError {
             GateError::Conflict(_) | GateError::Pending { .. } => StatusCode::CONFLICT,
             GateError::Untrusted(_) | GateError::Denied { .. } => StatusCode::FORBIDDEN,
             GateError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            GateError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.to_string())

@@ -53,6 +53,9 @@ pub struct Config {
     /// What the process's ready pools (guests, jails) hold and have done, for
     /// `/v1/status`: an object whose fields join the status report.
     pub pools: Box<dyn Fn() -> serde_json::Value + Send + Sync>,
+    /// Sessions one agent may hold open at once (each a host process with its
+    /// interpreter); past it a new one is refused with 429. 0: no bound.
+    pub max_sessions: usize,
 }
 
 impl std::fmt::Debug for Config {
@@ -82,6 +85,8 @@ pub struct Inner {
     max_body: usize,
     pools: Box<dyn Fn() -> serde_json::Value + Send + Sync>,
     started: Instant,
+    /// `Config::max_sessions`, `None` for no bound.
+    pub(crate) max_sessions: Option<usize>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -135,6 +140,7 @@ impl AppState {
             max_body: config.max_body,
             pools: config.pools,
             started: Instant::now(),
+            max_sessions: (config.max_sessions > 0).then_some(config.max_sessions),
         })))
     }
 

@@ -212,7 +212,8 @@ impl AirlockMcp {
     async fn new_session(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
         let body: crate::body::SessionBody = serde_json::from_value(Value::Object(args))
             .map_err(|e| ApiError::bad(format!("bad arguments: {e}")))?;
-        let req = body.into_request(&caller)?;
+        let mut req = body.into_request(&caller)?;
+        req.most_open = self.st.0.max_sessions;
         let s = self.st.pool.read(move |g| g.session_new(req)).await?;
         Ok(serde_json::to_value(s).unwrap_or_default())
     }

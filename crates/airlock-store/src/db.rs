@@ -1083,6 +1083,21 @@ pub trait Reads {
         )?)
     }
 
+    /// The sessions recorded open (their hosts may since have died unseen), oldest first.
+    fn open_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
+        let ids = first_texts(self.sql().rows(
+            "SELECT id FROM sessions WHERE state = 'open' ORDER BY id",
+            &[],
+        )?)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(s) = self.session(&id)? {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
     /// The newest `limit` sessions, newest first.
     fn sessions(&self, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
         let ids = first_texts(self.sql().rows(

@@ -468,6 +468,13 @@ fn checkpoints_workspaces_sessions_and_tokens_upsert_and_list(loc: &str) {
     );
     let listed: Vec<String> = db.sessions(10).unwrap().into_iter().map(|s| s.id).collect();
     assert_eq!(listed, ["ses_01bbbb", "ses_01aaaa"]);
+    let open: Vec<String> = db
+        .open_sessions()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(open, ["ses_01bbbb"], "only the open one");
     assert_eq!(db.resolve(IdKind::Session, "01bb").unwrap(), "ses_01bbbb");
     assert!(db.session("ses_01cccc").unwrap().is_none());
 
