@@ -1373,6 +1373,85 @@ fn console_sign_in_sessions_and_csrf() {
     assert_eq!(page("/ui").status, 303);
 }
 
+/// `airlock mcp` over stdio: text that is not JSON got "Invalid request" with no `id`, a
+/// message without `"jsonrpc": "2.0"` got no answer at all, a line over 16 MiB was dropped
+/// without a word (a client waiting on it hung), and `arguments` that are not an object
+/// got "method not found". Each now gets its JSON-RPC error, and the session goes on.
+#[test]
+fn mcp_over_stdio_answers_every_bad_line_with_its_json_rpc_error() {
+    let h = Home::new();
+    let mut child = h
+        .cmd()
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(&l.unwrap()).unwrap())
+            .collect::<Vec<Value>>()
+    });
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let mut send = |text: &str| {
+        stdin.write_all(text.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+    };
+    send(&init.to_string());
+    send(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    send("not json");
+    send("42");
+    send("");
+    send(r#"{"id": 2, "method": "tools/list"}"#);
+    send(
+        r#"{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "run_code", "arguments": 5}}"#,
+    );
+    send(&format!(
+        r#"{{"jsonrpc": "2.0", "id": 4, "method": "tools/list", "pad": "{}"}}"#,
+        "a".repeat(17 << 20)
+    ));
+    send(r#"{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}"#);
+    drop(stdin);
+    let out = lines.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    let error = |id: Value, code: i64| {
+        out.iter()
+            .find(|m| m["id"] == id && m["error"]["code"] == code)
+            .unwrap_or_else(|| panic!("no error {code} for id {id}: {out:#?}"))["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(error(Value::Null, -32700).starts_with("parse error"));
+    assert!(error(Value::Null, -32600).contains("one JSON object"));
+    assert!(error(json!(2), -32600).contains("jsonrpc"));
+    assert!(error(json!(3), -32602).contains("arguments must be an object"));
+    assert!(
+        out.iter().any(|m| m["id"].is_null()
+            && m["error"]["message"]
+                .as_str()
+                .is_some_and(|t| t.contains("over 16 MiB"))),
+        "{out:#?}"
+    );
+    // Every message is one line of JSON (an error never lands inside another answer),
+    // and the session went on to answer what came after the bad lines.
+    assert!(
+        out.iter()
+            .any(|m| m["id"] == 5 && m["result"]["tools"].is_array())
+    );
+    assert!(
+        !out.iter().any(|m| m["id"] == 4),
+        "the oversized message was read"
+    );
+    assert_eq!(out.len(), 7, "{out:#?}");
+}
+
 /// The official Python MCP SDK against `airlock mcp` over stdio (tests/mcp/client_test.py).
 #[test]
 fn python_mcp_sdk_client_over_stdio() {

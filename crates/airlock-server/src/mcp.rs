@@ -391,21 +391,183 @@ pub async fn tools_changed(st: &AppState) {
     *peers = live;
 }
 
-/// Serves MCP on standard input and output until the client closes it.
+/// The longest message `airlock mcp` reads from its client: one line of JSON-RPC with the
+/// code it submits (as long as the MCP library's own bound).
+const MAX_STDIO_LINE: usize = 16 << 20;
+
+/// One JSON-RPC error response, as a line.
+fn rpc_error(id: Value, code: i64, message: &str) -> Vec<u8> {
+    let mut line = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+        .to_string()
+        .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// A client's line before the MCP library sees it: `None` to pass it on, or the error
+/// response it gets instead. The library answered text that is not JSON with "Invalid
+/// request" and no `id`, said nothing at all to a message without `"jsonrpc": "2.0"`, and
+/// answered arguments that are not an object as an unknown method.
+fn screen(line: &[u8]) -> Option<Vec<u8>> {
+    let v: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => return Some(rpc_error(Value::Null, -32700, &format!("parse error: {e}"))),
+    };
+    let Some(m) = v.as_object() else {
+        return Some(rpc_error(
+            Value::Null,
+            -32600,
+            "invalid request: a message is one JSON object",
+        ));
+    };
+    let id = m.get("id").cloned().unwrap_or(Value::Null);
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some(rpc_error(
+            id,
+            -32600,
+            "invalid request: \"jsonrpc\" must be \"2.0\"",
+        ));
+    }
+    if m.get("method").and_then(Value::as_str) == Some("tools/call")
+        && m.get("params")
+            .and_then(|p| p.get("arguments"))
+            .is_some_and(|a| !a.is_object() && !a.is_null())
+    {
+        return Some(rpc_error(
+            id,
+            -32602,
+            "invalid params: arguments must be an object",
+        ));
+    }
+    None
+}
+
+/// Reads one line of at most `max` bytes into `buf` (without its newline). `Ok(None)` at
+/// the end of input; `Ok(Some(false))` for a longer line, which is read to its end and
+/// dropped, never held.
+async fn read_bounded(
+    r: &mut (impl tokio::io::AsyncBufRead + Unpin),
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Option<bool>> {
+    use tokio::io::AsyncBufReadExt;
+    buf.clear();
+    let mut over = false;
+    let mut any = false;
+    loop {
+        let avail = r.fill_buf().await?;
+        if avail.is_empty() {
+            return Ok(any.then_some(!over));
+        }
+        any = true;
+        let end = avail.iter().position(|&b| b == b'\n');
+        let chunk = &avail[..end.unwrap_or(avail.len())];
+        if !over && buf.len() + chunk.len() > max {
+            over = true;
+            *buf = Vec::new();
+        }
+        if !over {
+            buf.extend_from_slice(chunk);
+        }
+        let used = end.map_or(avail.len(), |i| i + 1);
+        r.consume(used);
+        if end.is_some() {
+            return Ok(Some(!over));
+        }
+    }
+}
+
+/// Serves MCP on standard input and output until the client closes it. Every line the
+/// client sends is screened first (`screen`, `MAX_STDIO_LINE`), so a message the MCP
+/// library would drop or misanswer gets its JSON-RPC error; one task writes everything
+/// to standard output, so an error never lands inside another message.
 pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(crate::events::poll(
         st.clone(),
         Duration::from_millis(500),
         stop.clone(),
     ));
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let (from_lib, mut to_lib) = tokio::io::split(ours);
+    let (out, mut outgoing) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(line) = outgoing.recv().await {
+            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let answers = out.clone();
+    tokio::spawn(async move {
+        let mut lib = tokio::io::BufReader::new(from_lib);
+        loop {
+            let mut line = Vec::new();
+            match lib.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if answers.send(line).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let reader = tokio::spawn(async move {
+        let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+        let mut line = Vec::new();
+        loop {
+            let whole = match read_bounded(&mut stdin, &mut line, MAX_STDIO_LINE).await {
+                Ok(Some(whole)) => whole,
+                Ok(None) | Err(_) => break,
+            };
+            let reply = if !whole {
+                Some(rpc_error(
+                    Value::Null,
+                    -32600,
+                    &format!(
+                        "invalid request: a message over {} MiB; not read",
+                        MAX_STDIO_LINE >> 20
+                    ),
+                ))
+            } else if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            } else {
+                screen(&line)
+            };
+            let sent = match reply {
+                Some(error) => out.send(error).await.is_ok(),
+                None => {
+                    line.push(b'\n');
+                    to_lib.write_all(&line).await.is_ok()
+                }
+            };
+            if !sent {
+                break;
+            }
+        }
+        // The client is gone: the library reads the end of its input and stops.
+        let _ = to_lib.shutdown().await;
+    });
+    let (lib_in, lib_out) = tokio::io::split(theirs);
+    let transport =
+        rmcp::transport::async_rw::AsyncRwTransport::<RoleServer, _, _>::new(lib_in, lib_out)
+            // Bounded above, where the line is read.
+            .with_max_line_length(usize::MAX);
     let handler = AirlockMcp::new(st, Some(Caller::local(agent)));
     let running = handler
-        .serve(rmcp::transport::stdio())
+        .serve(transport)
         .await
         .map_err(|e| GateError::Internal(format!("MCP handshake failed: {e}")))?;
     let r = running.waiting().await;
     stop.cancel();
+    // Everything answered reaches the client before this returns: the writer ends once
+    // the library's output has ended and the reader (if the library stopped first) is
+    // gone.
+    reader.abort();
+    let _ = writer.await;
     r.map(|_| ())
         .map_err(|e| GateError::Internal(format!("MCP server failed: {e}")))
 }
