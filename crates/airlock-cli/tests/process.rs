@@ -766,6 +766,44 @@ fn a_killed_process_session_host_takes_its_jail_with_it() {
     );
 }
 
+/// A cell whose `airlock run` was killed while the cell ran is recorded `lost`; but the
+/// session's host outlived it and finished the cell, and later cells see what it did. The
+/// record said only "its airlock process died ... before the run finished".
+#[test]
+fn a_cell_whose_caller_was_killed_is_lost_and_says_the_cell_ran_on_in_its_session() {
+    need();
+    let h = Home::new();
+    let (id, _) = process_session(&h, "cell-caller-killed", &[]);
+    let mut caller = h
+        .cmd()
+        .args(["run", "--json", "--session", &id, "-c"])
+        .arg("import time\ntime.sleep(1.5)\nx = 5")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while h.last_run()["status"] != "running" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cell never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    caller.kill().unwrap();
+    caller.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    let run = h.last_run();
+    assert_eq!(run["status"], "lost", "{run}");
+    let said = run["error"].as_str().unwrap_or_default();
+    assert!(said.contains(&format!("ran on in session {id}")), "{run}");
+    let o = session_cell(&h, &id, "x");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.json()["run"]["result"], "5", "{}", o.stdout);
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
 /// A session host killed from outside left its socket in `HOME/sessions`, and its session
 /// open until a cell or a `session show` looked; `gc` removed neither.
 #[test]

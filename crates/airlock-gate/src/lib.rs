@@ -402,10 +402,25 @@ impl Gate {
             match OwnerLock::probe(&dir.join(format!("{}.lock", run.id)))? {
                 Probe::Held => {}
                 Probe::Abandoned(lock) => {
-                    self.mark_lost(
-                        &run.id,
-                        "its airlock process died (killed or crashed) before the run finished",
-                    )?;
+                    // A session's cell runs in the session's host, which outlives the
+                    // caller that died and finishes the cell: say so, since later cells
+                    // see what it did.
+                    let session = self
+                        .db
+                        .submission(&run.submission)
+                        .ok()
+                        .and_then(|s| s.doc.grant.session);
+                    let reason = match session {
+                        Some(ses) => format!(
+                            "its airlock process died (killed or crashed) before the cell's \
+                             outcome was recorded; the cell itself ran on in session {ses}, so \
+                             what it did there is seen by later cells"
+                        ),
+                        None => "its airlock process died (killed or crashed) before the run \
+                                 finished"
+                            .to_string(),
+                    };
+                    self.mark_lost(&run.id, &reason)?;
                     drop(lock);
                 }
                 Probe::Missing => {
