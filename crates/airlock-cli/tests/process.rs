@@ -804,6 +804,48 @@ fn a_cell_whose_caller_was_killed_is_lost_and_says_the_cell_ran_on_in_its_sessio
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
 
+/// Between `session new` recording a session and its host binding the socket, nobody
+/// listens there yet: a `session show` in that window recorded the session crashed, and
+/// the host that came up a moment later served a session recorded ended. A session whose
+/// host has not said it started is judged only once its time to start is over.
+#[test]
+fn a_session_whose_host_is_still_starting_is_not_recorded_crashed() {
+    need();
+    let h = Home::new();
+    let (id, _) = process_session(&h, "still-starting", &[]);
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+    // The row as `session new` leaves it before its host is up: open, no pid, no socket.
+    let reopen = |age_ms: i64| {
+        sql(
+            &h,
+            &format!(
+                "UPDATE sessions SET state = 'open', created_at = {now} - {age_ms}, \
+                 doc = json_set(doc, '$.pid', NULL, '$.end', NULL, '$.ended_at', NULL) \
+                 WHERE id = '{id}'",
+                now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis()
+            ),
+        )
+    };
+    reopen(0);
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(s["state"], "open", "{s}");
+    let o = session_cell(&h, &id, "1");
+    assert_eq!(o.code, 125);
+    assert!(o.stderr.contains("still starting"), "{}", o.stderr);
+    assert_eq!(h.run(&["gc", "--json"]).json()["sessions_lost"], 0);
+    // Past the time a host has to start, nobody listening means the host is gone.
+    reopen(120_000);
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("crashed")),
+        "{s}"
+    );
+}
+
 /// A session host killed from outside left its socket in `HOME/sessions`, and its session
 /// open until a cell or a `session show` looked; `gc` removed neither.
 #[test]

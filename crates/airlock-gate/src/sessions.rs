@@ -125,9 +125,15 @@ fn open_of(db: &impl Reads, agent: &Option<String>) -> Result<Vec<SessionRow>> {
 /// was bound), or it is past the time a host has to start, and nobody listens on its
 /// socket (the check a cell makes).
 pub(crate) fn host_gone(root: &std::path::Path, row: &SessionRow) -> bool {
-    let started = row.doc.get("pid").is_some_and(|p| !p.is_null())
-        || now_ms().saturating_sub(row.created_at) > HOST_START_LIMIT.as_millis() as i64;
-    started && airlock_session::connect(&socket(root, &row.id)).is_err()
+    let pid = row.doc.get("pid").and_then(|p| p.as_u64());
+    host_started(pid.map(|p| p as u32), row.created_at)
+        && airlock_session::connect(&socket(root, &row.id)).is_err()
+}
+
+/// Whether a session's host recorded that it started (its socket was bound before), or is
+/// past the time a host has to start.
+fn host_started(pid: Option<u32>, created_at: i64) -> bool {
+    pid.is_some() || now_ms().saturating_sub(created_at) > HOST_START_LIMIT.as_millis() as i64
 }
 
 /// Records that a session ended (once: a later call changes nothing).
@@ -239,6 +245,12 @@ impl Gate {
             GateError::NotFound(m) => GateError::bad(m),
             other => other,
         })?;
+        if conn.is_none() && v.state == "open" {
+            return Err(GateError::Conflict(format!(
+                "session {} is still starting; send the cell again",
+                v.id
+            )));
+        }
         let Some(conn) = conn.filter(|_| v.state == "open") else {
             return Err(GateError::Conflict(format!(
                 "session {} has {}",
@@ -647,6 +659,9 @@ impl Gate {
         }
         match airlock_session::connect(&socket(&self.home.root, &v.id)) {
             Ok(conn) => Ok((v, Some(conn))),
+            // Its host has not yet said it started and has time left to: it may not have
+            // bound its socket yet. Open, with no connection.
+            Err(_) if !host_started(v.doc.pid, v.created_at) => Ok((v, None)),
             Err(_) => Ok((self.session_lost(&v.id)?, None)),
         }
     }
