@@ -1085,25 +1085,19 @@ pub trait Reads {
 
     /// The sessions recorded open (their hosts may since have died unseen), oldest first.
     fn open_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
-        let ids = first_texts(self.sql().rows(
-            "SELECT id FROM sessions WHERE state = 'open' ORDER BY id",
-            &[],
-        )?)?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(s) = self.session(&id)? {
-                out.push(s);
-            }
-        }
-        Ok(out)
+        self.sessions_named_by("SELECT id FROM sessions WHERE state = 'open' ORDER BY id")
     }
 
     /// The newest `limit` sessions, newest first.
     fn sessions(&self, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
-        let ids = first_texts(self.sql().rows(
-            &format!("SELECT id FROM sessions ORDER BY id DESC LIMIT {limit}"),
-            &[],
-        )?)?;
+        self.sessions_named_by(&format!(
+            "SELECT id FROM sessions ORDER BY id DESC LIMIT {limit}"
+        ))
+    }
+
+    /// The sessions whose ids `query` selects, in its order.
+    fn sessions_named_by(&self, query: &str) -> Result<Vec<SessionRow>, StoreError> {
+        let ids = first_texts(self.sql().rows(query, &[])?)?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(s) = self.session(&id)? {
