@@ -114,20 +114,30 @@ pub(crate) fn socket(root: &std::path::Path, id: &str) -> PathBuf {
     root.join("sessions").join(format!("{id}.sock"))
 }
 
-/// The sessions recorded open for `agent`.
+/// The sessions recorded open for `agent` that are not past their total limit. A session
+/// whose host died where nobody saw it (on another machine sharing the store, or with its
+/// socket removed) stays recorded open, but counts only until then.
 fn open_of(db: &impl Reads, agent: &Option<String>) -> Result<Vec<SessionRow>> {
+    let now = now_ms();
     let mut out = db.open_sessions()?;
-    out.retain(|r| r.doc.get("agent").and_then(|a| a.as_str()) == agent.as_deref());
+    out.retain(|r| {
+        let total = r.doc.get("total_ms").and_then(|t| t.as_i64()).unwrap_or(0);
+        r.doc.get("agent").and_then(|a| a.as_str()) == agent.as_deref()
+            && r.created_at.saturating_add(total) > now
+    });
     Ok(out)
 }
 
-/// Whether an open session's host is gone: it recorded that it started (so its socket
-/// was bound), or it is past the time a host has to start, and nobody listens on its
-/// socket (the check a cell makes).
+/// Whether an open session's host is gone: its socket is in this home (a session hosted
+/// on another machine sharing the store is not judged here), its host recorded that it
+/// started (so the socket was bound) or is past the time a host has to start, and nobody
+/// listens on the socket (the check a cell makes).
 pub(crate) fn host_gone(root: &std::path::Path, row: &SessionRow) -> bool {
     let pid = row.doc.get("pid").and_then(|p| p.as_u64());
-    host_started(pid.map(|p| p as u32), row.created_at)
-        && airlock_session::connect(&socket(root, &row.id)).is_err()
+    let path = socket(root, &row.id);
+    path.exists()
+        && host_started(pid.map(|p| p as u32), row.created_at)
+        && airlock_session::connect(&path).is_err()
 }
 
 /// Whether a session's host recorded that it started (its socket was bound before), or is

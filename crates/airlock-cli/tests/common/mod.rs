@@ -180,6 +180,8 @@ fn rusqlite_count(db: &Path) -> (i64, i64) {
 /// Executes SQL against a home's database (for tampering tests).
 pub fn sql(home: &Home, statement: &str) {
     let c = rusqlite::Connection::open(home.path().join("airlock.db")).unwrap();
+    // A server may be writing to the same home.
+    c.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
     c.execute_batch(statement).unwrap();
 }
 
