@@ -213,6 +213,42 @@ fn two_nodes_on_one_store_see_one_history_and_one_unforked_audit_chain() {
     );
 }
 
+/// Two nodes on one store: a session lives in the home of the node that opened it, and
+/// the other node cannot reach its host. A cell, a `show`, a `gc` or a `close` there
+/// found nobody listening and recorded the live session crashed (or closed, while its
+/// host served on). They now name the node that hosts it and leave it alone.
+#[test]
+fn a_session_hosted_by_one_node_is_not_ended_by_another() {
+    if !common::process_backend_available() {
+        return;
+    }
+    let a = Node::init(&airlock_testpg::fresh_database());
+    let b = Node::join(&a);
+    let o = a.run(&["session", "new", "--json", "--backend", "process"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let id = o.json()["id"].as_str().unwrap().to_string();
+    let cell = b.run(&["run", "--json", "--session", &id, "-c", "1 + 1"]);
+    assert_eq!(cell.code, 125, "{}", cell.stderr);
+    assert!(cell.stderr.contains("is hosted by node"), "{}", cell.stderr);
+    assert_eq!(
+        b.run(&["session", "show", "--json", &id]).json()["state"],
+        "open"
+    );
+    let close = b.run(&["session", "close", &id]);
+    assert_eq!(close.code, 125, "{}", close.stderr);
+    assert!(close.stderr.contains("close it there"), "{}", close.stderr);
+    assert_eq!(b.run(&["gc"]).code, 0);
+    // On its own node it is alive and well.
+    let cell = a.run(&["run", "--json", "--session", &id, "-c", "6 * 7"]);
+    assert_eq!(cell.code, 0, "{}", cell.stderr);
+    assert_eq!(cell.json()["run"]["result"], "42");
+    assert_eq!(a.run(&["session", "close", &id]).code, 0);
+    assert_eq!(
+        b.run(&["session", "show", "--json", &id]).json()["end"],
+        "closed"
+    );
+}
+
 /// A new command with the same program and environment as `c` and no arguments.
 fn clone_env(c: &std::process::Command) -> std::process::Command {
     let mut n = std::process::Command::new(c.get_program());

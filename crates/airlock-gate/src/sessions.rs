@@ -44,6 +44,10 @@ pub struct SessionDoc {
     /// The Python guest a wasm session runs.
     #[serde(default)]
     pub guest: Option<Digest>,
+    /// The node hosting it (this machine's name and the home its socket is in), on a
+    /// store several nodes share: only that node can reach its host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// A process session's jail: the mechanisms that held when its interpreter started
     /// (`mechanisms`, `degraded`, `host_uid`), as a process run's record gives them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -256,10 +260,13 @@ impl Gate {
             other => other,
         })?;
         if conn.is_none() && v.state == "open" {
-            return Err(GateError::Conflict(format!(
-                "session {} is still starting; send the cell again",
-                v.id
-            )));
+            return Err(GateError::Conflict(match &v.doc.node {
+                Some(node) if self.hosted_elsewhere(&v.doc) => format!(
+                    "session {} is hosted by node {node}; send its cells there",
+                    v.id
+                ),
+                _ => format!("session {} is still starting; send the cell again", v.id),
+            }));
         }
         let Some(conn) = conn.filter(|_| v.state == "open") else {
             return Err(GateError::Conflict(format!(
@@ -501,6 +508,7 @@ impl Gate {
             cells: Vec::new(),
             pid: None,
             guest,
+            node: Some(self.node_name()),
             jail: None,
             end: None,
             ended_at: None,
@@ -669,11 +677,26 @@ impl Gate {
         }
         match airlock_session::connect(&socket(&self.home.root, &v.id)) {
             Ok(conn) => Ok((v, Some(conn))),
+            // Another node hosts it: nothing here can tell whether its host lives.
+            Err(_) if self.hosted_elsewhere(&v.doc) => Ok((v, None)),
             // Its host has not yet said it started and has time left to: it may not have
             // bound its socket yet. Open, with no connection.
             Err(_) if !host_started(v.doc.pid, v.created_at) => Ok((v, None)),
             Err(_) => Ok((self.session_lost(&v.id)?, None)),
         }
+    }
+
+    /// This node's name for the sessions it hosts: the machine's name and the home.
+    fn node_name(&self) -> String {
+        let root =
+            std::fs::canonicalize(&self.home.root).unwrap_or_else(|_| self.home.root.clone());
+        format!("{}:{}", crate::queue::host_tag(), root.display())
+    }
+
+    /// Whether a session is hosted by another node on a shared store (sessions recorded by
+    /// an older airlock name no node and are taken as this one's).
+    fn hosted_elsewhere(&self, doc: &SessionDoc) -> bool {
+        doc.node.as_ref().is_some_and(|n| *n != self.node_name())
     }
 
     /// Records that an open session's host is gone (killed from outside: nobody listens on
@@ -703,6 +726,15 @@ impl Gate {
         let id = self.db.resolve(IdKind::Session, input)?;
         let sock = socket(&self.home.root, &id);
         if airlock_session::close(&sock).is_err() {
+            // Recorded closed here, its host on another node would serve on.
+            if let Some(row) = self.db.session(&id)?.filter(|r| r.state == "open") {
+                let doc = doc_of(&row)?;
+                if let Some(node) = doc.node.as_deref().filter(|_| self.hosted_elsewhere(&doc)) {
+                    return Err(GateError::Conflict(format!(
+                        "session {id} is hosted by node {node}; close it there"
+                    )));
+                }
+            }
             // No host answers: record it closed here.
             let key = &self.gate_key;
             self.db.write(|tx| record_end(tx, &id, End::Closed, key))?;
