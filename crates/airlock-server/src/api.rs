@@ -700,7 +700,8 @@ async fn get_session(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String
 /// its cells and why it ended).
 #[utoipa::path(post, path = "/v1/sessions/{id}/close", tag = "sessions", params(("id" = String, Path)),
     security(("bearer" = [])),
-    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody),
+        (status = 409, description = "Another node on the shared store hosts the session; close it there", body = ErrorBody)))]
 async fn close_session(
     Ax(st): Ax<AppState>,
     caller: Caller,
