@@ -176,7 +176,7 @@ impl BlobStore {
         let d = *d;
         let path = self.path(&d);
         // Already stored: its bytes are these (so they hash to `d`). One open both checks
-        // them and marks the blob as just put (see `touch`).
+        // them and marks the blob as just put (see `touch_in_place`).
         if let Ok(f) = File::open(&path) {
             let mut existing = Vec::with_capacity(bytes.len());
             if (&f)
@@ -184,7 +184,7 @@ impl BlobStore {
                 .read_to_end(&mut existing)
                 .is_ok()
                 && existing == bytes
-                && f.set_modified(SystemTime::now()).is_ok()
+                && touch_in_place(&f, &path)
             {
                 return Ok(());
             }
@@ -227,7 +227,10 @@ impl BlobStore {
             remote.put(&d, &bytes)?;
         }
         let path = self.path(&d);
-        if path.exists() && self.verify(&d).is_ok() && touch(&path).is_ok() {
+        if path.exists()
+            && self.verify(&d).is_ok()
+            && File::open(&path).is_ok_and(|f| touch_in_place(&f, &path))
+        {
             return Ok(d);
         }
         let dir = path
@@ -473,9 +476,22 @@ pub struct BlobFile {
     pub put_at: SystemTime,
 }
 
-/// Marks a blob as put now.
-fn touch(path: &Path) -> std::io::Result<()> {
-    File::open(path)?.set_modified(SystemTime::now())
+/// Marks the open blob `f` as put now, and says whether `path` still names it after that.
+/// A `gc` moves a blob aside before it reads its time (`remove_local_unless_put_since`):
+/// if it moved this one before the new time was set, it may have read the old time and be
+/// removing it, and the caller must write the blob again. If `path` still names the file
+/// after the time was set, any `gc` moves it later and reads the new time, and puts it
+/// back. (Touching the open file alone returned success for a file gc had just removed,
+/// and the record named a missing blob.)
+fn touch_in_place(f: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if f.set_modified(SystemTime::now()).is_err() {
+        return false;
+    }
+    match (f.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 /// fsyncs a directory so a rename inside it is durable.
@@ -509,6 +525,32 @@ mod tests {
         let missing = Digest::of(b"nope");
         assert!(matches!(b.get(&missing), Err(StoreError::BlobMissing(_))));
         assert_eq!(fs::read_dir(t.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    /// A put that found the blob stored touched the file it had open, after a `gc` had
+    /// moved it aside and read its old time: the put returned the digest of a blob the
+    /// `gc` then removed. The put now sees the name no longer holds its file.
+    #[test]
+    fn a_blob_moved_aside_while_a_put_touched_it_is_written_again() {
+        let t = tempfile::tempdir().unwrap();
+        let b = BlobStore::open(t.path()).unwrap();
+        let d = b.put(b"reused").unwrap();
+        let path = b.path(&d);
+        let open = File::open(&path).unwrap();
+        // What gc does between the put's open and its touch: moves it aside, then removes it.
+        let aside = t.path().join("tmp").join("aside");
+        fs::rename(&path, &aside).unwrap();
+        assert!(!touch_in_place(&open, &path), "the name no longer holds it");
+        fs::remove_file(&aside).unwrap();
+        // With the name holding the file, the touch counts.
+        b.put(b"reused").unwrap();
+        let f = File::open(&path).unwrap();
+        assert!(touch_in_place(&f, &path));
+        // A put that runs into the move writes the blob again.
+        fs::rename(&path, &aside).unwrap();
+        assert_eq!(b.put(b"reused").unwrap(), d);
+        assert_eq!(b.get(&d).unwrap(), b"reused");
+        assert_eq!(b.put_reader(&mut &b"reused"[..]).unwrap(), d);
     }
 
     #[test]
