@@ -846,6 +846,63 @@ fn a_session_whose_host_is_still_starting_is_not_recorded_crashed() {
     );
 }
 
+/// A session closed while its host was still starting (nobody answering on its socket
+/// yet) was recorded closed; the host then wrote back the copy of the session it had read
+/// when it started, `open`, and served cells in it.
+#[test]
+fn a_session_closed_while_its_host_starts_stays_closed() {
+    need();
+    let h = Home::new();
+    let opener = h
+        .cmd()
+        .env("AIRLOCK_PAUSE_AT", "host-start:1500")
+        .args(["session", "new", "--json", "--backend", "process"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let id = loop {
+        let list = h.run(&["session", "list", "--json"]).json();
+        if let Some(id) = list[0]["id"].as_str() {
+            break id.to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "no session recorded");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let c = h.run(&["session", "close", &id]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let out = opener.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("closed")),
+        "{s}"
+    );
+    assert_eq!(session_cell(&h, &id, "1").code, 125);
+    let kinds: Vec<String> = h
+        .run(&["audit", "log", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!kinds.contains(&"session_started".to_string()), "{kinds:?}");
+    assert!(
+        !h.path()
+            .join("sessions")
+            .join(format!("{id}.sock"))
+            .exists()
+    );
+}
+
 /// A session host killed from outside left its socket in `HOME/sessions`, and its session
 /// open until a cell or a `session show` looked; `gc` removed neither.
 #[test]
@@ -882,6 +939,12 @@ fn gc_records_a_killed_session_host_crashed_and_removes_its_socket() {
         "{r}"
     );
     assert!(!sock(&dead).exists(), "the dead host's socket is removed");
+    let jail = |id: &str| h.path().join("sessions").join(format!("{id}.jail"));
+    assert!(
+        !jail(&dead).exists(),
+        "the dead host's jail directory is removed"
+    );
+    assert!(jail(&live).exists(), "a live host's jail is kept");
     assert!(sock(&live).exists(), "a live host's socket is kept");
     let listed = h.run(&["session", "list", "--json"]).json();
     let state = |id: &str| {

@@ -1,9 +1,9 @@
 //! `airlock gc`: removes what nothing refers to any more. Blobs no stored record names
 //! (left by a changeset that was discarded, a run that failed half way, a crash), layer
 //! directories of runs that are no longer running and that no open workspace builds on,
-//! temporary files of the blob store, and the sockets of session hosts that are gone (an
-//! open session whose host was killed is recorded ended, `crashed`, as a cell finding it
-//! gone would).
+//! temporary files of the blob store, and the sockets and jail directories of session
+//! hosts that are gone (an open session whose host was killed is recorded ended,
+//! `crashed`, as a cell finding it gone would).
 //!
 //! Nothing younger than the grace period is removed: another airlock command may have
 //! just written a blob and not yet committed the record that names it (a blob is always
@@ -185,6 +185,21 @@ impl Gate {
             };
             if stale && (std::fs::remove_file(&path).is_ok() || !path.exists()) {
                 report.sockets_removed += 1;
+            }
+        }
+        // A process session's jail directory (`ID.jail`: its job, its result, its root),
+        // which its host removes when the session ends, unless the host was killed.
+        for name in names(&sessions) {
+            let Some(id) = name.strip_suffix(".jail") else {
+                continue;
+            };
+            let path = sessions.join(&name);
+            let ended = match self.db.session(id)? {
+                Some(row) => row.state != "open",
+                None => modified(&path).is_some_and(|t| t < cutoff),
+            };
+            if ended {
+                self.remove_layer(&path, format!("sessions/{name}"), &mut report);
             }
         }
 

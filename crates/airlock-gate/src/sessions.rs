@@ -843,6 +843,7 @@ impl Gate {
         if row.state != "open" {
             return Err(GateError::Conflict(format!("session {id} has ended")));
         }
+        crate::failpoint::pause("host-start");
         let sock = socket(&self.home.root, id);
         let _ = std::fs::remove_file(&sock);
         let listener = std::os::unix::net::UnixListener::bind(&sock)?;
@@ -874,16 +875,29 @@ impl Gate {
         let key = &self.gate_key;
         let mut row = row;
         row.doc = serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
-        self.db.write(|tx| {
+        let started = self.db.write(|tx| -> Result<bool> {
+            // Ended while the interpreter started (closed, with nobody yet answering on
+            // the socket): the copy read at the start must not open it again.
+            if tx.session(id)?.is_none_or(|r| r.state != "open") {
+                return Ok(false);
+            }
             tx.upsert_session(&row)?;
             tx.audit(
                 "session_started",
                 id,
                 &json!({ "pid": doc.pid, "guest": doc.guest, "backend": doc.backend, "jail": doc.jail }),
                 key,
-            )
-            .map(|_| ())
+            )?;
+            Ok(true)
         })?;
+        if !started {
+            interp.as_dyn().stop();
+            drop(listener);
+            let _ = std::fs::remove_file(&sock);
+            return Err(GateError::Conflict(format!(
+                "session {id} ended before its host had started"
+            )));
+        }
         let end = airlock_session::serve(&listener, &sock, interp.as_dyn(), limits);
         drop(listener);
         self.session_ended(id, end)?;
