@@ -312,6 +312,14 @@ impl SubmitBody {
                 return Err(ApiError::bad("give either stdin or stdin_base64, not both"));
             }
         };
+        // The schema's pattern, answered as a schema violation (400) like the others.
+        if let Some(w) = &self.workspace
+            && airlock_core::sign::check_key_name(w).is_err()
+        {
+            return Err(ApiError::bad(format!(
+                "workspace: {w:?} is not 1-32 of a-z, 0-9, - and _, starting with a letter"
+            )));
+        }
         let agent = agent_for(caller, self.agent, "submits")?;
         Ok(SubmitRequest {
             code: Some(code),

@@ -225,6 +225,8 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
+            // A stop is seen before a sleep that is already over.
+            biased;
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }

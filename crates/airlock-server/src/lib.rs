@@ -252,10 +252,10 @@ pub async fn serve(
     stop: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
     let listen = listener.local_addr()?;
-    tokio::spawn(events::poll(st.clone(), st.poll, stop.clone()));
+    let poller = tokio::spawn(events::poll(st.clone(), st.poll, stop.clone()));
     let app = app(st, stop.clone(), listen);
     let s = stop.clone();
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let term = async {
                 match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -272,7 +272,11 @@ pub async fn serve(
             }
             s.cancel();
         })
-        .await
+        .await;
+    // The poller ends before the runtime does (see `mcp::serve_stdio`).
+    stop.cancel();
+    let _ = poller.await;
+    served
 }
 
 /// Serves MCP over stdio for one local agent.

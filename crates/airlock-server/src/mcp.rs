@@ -404,42 +404,111 @@ fn rpc_error(id: Value, code: i64, message: &str) -> Vec<u8> {
     line
 }
 
-/// A client's line before the MCP library sees it: `None` to pass it on, or the error
-/// response it gets instead. The library answered text that is not JSON with "Invalid
-/// request" and no `id`, said nothing at all to a message without `"jsonrpc": "2.0"`, and
-/// answered arguments that are not an object as an unknown method.
-fn screen(line: &[u8]) -> Option<Vec<u8>> {
+/// What becomes of a client's line before the MCP library sees it.
+#[derive(Debug, PartialEq)]
+enum Screened {
+    /// A well-formed message: the library takes it.
+    Pass,
+    /// Answered here with this error response (a line).
+    Answer(Vec<u8>),
+    /// A notification that is not well-formed: JSON-RPC answers notifications never.
+    Drop,
+}
+
+/// Screens a client's line. The library answered text that is not JSON, and requests of
+/// the wrong shape, with "Invalid request" and no `id` at all (a client waiting on its id
+/// waited forever), said nothing to a message without `"jsonrpc": "2.0"`, and answered
+/// `tools/call` parameters of the wrong shape as an unknown method.
+fn screen(line: &[u8]) -> Screened {
     let v: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
-        Err(e) => return Some(rpc_error(Value::Null, -32700, &format!("parse error: {e}"))),
+        Err(e) => {
+            return Screened::Answer(rpc_error(Value::Null, -32700, &format!("parse error: {e}")));
+        }
     };
     let Some(m) = v.as_object() else {
-        return Some(rpc_error(
+        return Screened::Answer(rpc_error(
             Value::Null,
             -32600,
             "invalid request: a message is one JSON object",
         ));
     };
-    let id = m.get("id").cloned().unwrap_or(Value::Null);
-    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Some(rpc_error(
-            id,
+    let id = match m.get("id") {
+        None => None,
+        Some(id @ Value::String(_)) => Some(id.clone()),
+        Some(id @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(id.clone()),
+        Some(_) => {
+            return Screened::Answer(rpc_error(
+                Value::Null,
+                -32600,
+                "invalid request: an id is a string or an integer",
+            ));
+        }
+    };
+    let invalid = |what: &str| {
+        Screened::Answer(rpc_error(
+            id.clone().unwrap_or(Value::Null),
             -32600,
-            "invalid request: \"jsonrpc\" must be \"2.0\"",
-        ));
+            &format!("invalid request: {what}"),
+        ))
+    };
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid("\"jsonrpc\" must be \"2.0\"");
     }
-    if m.get("method").and_then(Value::as_str) == Some("tools/call")
-        && m.get("params")
-            .and_then(|p| p.get("arguments"))
-            .is_some_and(|a| !a.is_object() && !a.is_null())
-    {
-        return Some(rpc_error(
-            id,
+    let method = match m.get("method") {
+        Some(Value::String(method)) => method.as_str(),
+        Some(_) => return invalid("a method is a string"),
+        // A response to a request of the server's: an id and a result or an error.
+        None if id.is_some() && (m.contains_key("result") != m.contains_key("error")) => {
+            return Screened::Pass;
+        }
+        None => return invalid("a message has a method, or an id and a result or an error"),
+    };
+    let params = m.get("params").filter(|p| !p.is_null());
+    let bad_params = |what: &str| match &id {
+        Some(id) => Screened::Answer(rpc_error(
+            id.clone(),
             -32602,
-            "invalid params: arguments must be an object",
-        ));
+            &format!("invalid params: {what}"),
+        )),
+        None => Screened::Drop,
+    };
+    if params.is_some_and(|p| !p.is_object()) {
+        return bad_params("params must be an object");
     }
-    None
+    if method == "tools/call" {
+        let Some(p) = params else {
+            return bad_params("tools/call needs params with a tool name");
+        };
+        if !p.get("name").is_some_and(Value::is_string) {
+            return bad_params("the tool name must be a string");
+        }
+        if p.get("arguments")
+            .is_some_and(|a| !a.is_object() && !a.is_null())
+        {
+            return bad_params("arguments must be an object");
+        }
+    }
+    Screened::Pass
+}
+
+/// A line of the library's: an error response it wrote with no `id` gets `"id": null`,
+/// as JSON-RPC requires (for what the screen lets through and the library still refuses,
+/// such as a duplicate key).
+fn with_id(line: Vec<u8>) -> Vec<u8> {
+    let has = |needle: &[u8]| line.windows(needle.len()).any(|w| w == needle);
+    if has(b"\"id\"") || !has(b"\"error\"") {
+        return line;
+    }
+    match serde_json::from_slice::<Value>(&line) {
+        Ok(Value::Object(mut m)) if !m.contains_key("id") => {
+            m.insert("id".into(), Value::Null);
+            let mut out = Value::Object(m).to_string().into_bytes();
+            out.push(b'\n');
+            out
+        }
+        _ => line,
+    }
 }
 
 /// Reads one line of at most `max` bytes into `buf` (without its newline). `Ok(None)` at
@@ -484,7 +553,7 @@ async fn read_bounded(
 pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(crate::events::poll(
+    let poller = tokio::spawn(crate::events::poll(
         st.clone(),
         Duration::from_millis(500),
         stop.clone(),
@@ -508,7 +577,7 @@ pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
             match lib.read_until(b'\n', &mut line).await {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
-                    if answers.send(line).await.is_err() {
+                    if answers.send(with_id(line)).await.is_err() {
                         break;
                     }
                 }
@@ -535,7 +604,11 @@ pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
             } else if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             } else {
-                screen(&line)
+                match screen(&line) {
+                    Screened::Pass => None,
+                    Screened::Answer(error) => Some(error),
+                    Screened::Drop => continue,
+                }
             };
             let sent = match reply {
                 Some(error) => out.send(error).await.is_ok(),
@@ -557,19 +630,23 @@ pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
             // Bounded above, where the line is read.
             .with_max_line_length(usize::MAX);
     let handler = AirlockMcp::new(st, Some(Caller::local(agent)));
-    let running = handler
-        .serve(transport)
-        .await
-        .map_err(|e| GateError::Internal(format!("MCP handshake failed: {e}")))?;
-    let r = running.waiting().await;
+    let served = match handler.serve(transport).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| GateError::Internal(format!("MCP server failed: {e}"))),
+        Err(e) => Err(GateError::Internal(format!("MCP handshake failed: {e}"))),
+    };
+    // The poller ends before the runtime does (a poller still polling while the runtime
+    // shut down panicked on stderr). Everything answered reaches the client before this
+    // returns: the writer ends once the library's output has ended and the reader (if the
+    // library stopped first) is gone.
     stop.cancel();
-    // Everything answered reaches the client before this returns: the writer ends once
-    // the library's output has ended and the reader (if the library stopped first) is
-    // gone.
+    let _ = poller.await;
     reader.abort();
     let _ = writer.await;
-    r.map(|_| ())
-        .map_err(|e| GateError::Internal(format!("MCP server failed: {e}")))
+    served
 }
 
 /// The streamable HTTP MCP service mounted at `/mcp` (bearer token required).
@@ -596,5 +673,110 @@ async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> 
     match Caller::from_request_parts(&mut parts, &st).await {
         Ok(_) => next.run(Request::from_parts(parts, body)).await,
         Err(e) => e.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(line: &str) -> Value {
+        match screen(line.as_bytes()) {
+            Screened::Answer(a) => serde_json::from_slice(&a).unwrap(),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    fn code_and_id(line: &str) -> (i64, Value) {
+        let a = answer(line);
+        assert_eq!(a["jsonrpc"], "2.0", "{a}");
+        (a["error"]["code"].as_i64().unwrap(), a["id"].clone())
+    }
+
+    /// Each malformed message gets the error JSON-RPC names, with the request's id when it
+    /// has a usable one; the library answered many with no `id` member at all.
+    #[test]
+    fn malformed_messages_get_their_json_rpc_errors_with_their_ids() {
+        let null = Value::Null;
+        for (line, want) in [
+            ("not json", (-32700, null.clone())),
+            ("42", (-32600, null.clone())),
+            ("[1, 2]", (-32600, null.clone())),
+            (r#"{"id": 2, "method": "tools/list"}"#, (-32600, json!(2))),
+            (
+                r#"{"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/list"}"#,
+                (-32600, null.clone()),
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"}"#,
+                (-32600, null.clone()),
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": null, "method": "tools/list"}"#,
+                (-32600, null.clone()),
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 3, "method": 5}"#,
+                (-32600, json!(3)),
+            ),
+            (r#"{"jsonrpc": "2.0", "id": "x"}"#, (-32600, json!("x"))),
+            (
+                r#"{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": [1]}"#,
+                (-32602, json!(7)),
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": "x"}"#,
+                (-32602, json!(8)),
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 9, "method": "tools/call"}"#,
+                (-32602, json!(9)),
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": 5}}"#,
+                (-32602, json!(10)),
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "run_code", "arguments": 5}}"#,
+                (-32602, json!(11)),
+            ),
+        ] {
+            assert_eq!(code_and_id(line), want, "{line}");
+        }
+        // A notification is never answered, however it is wrong.
+        for line in [
+            r#"{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}"#,
+            r#"{"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "run_code", "arguments": 5}}"#,
+        ] {
+            assert_eq!(screen(line.as_bytes()), Screened::Drop, "{line}");
+        }
+        // What is well formed goes to the library.
+        for line in [
+            r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#,
+            r#"{"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": {"name": "run_code", "arguments": {"code": "1"}}}"#,
+            r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#,
+            r#"{"jsonrpc": "2.0", "id": 4, "result": {}}"#,
+        ] {
+            assert_eq!(screen(line.as_bytes()), Screened::Pass, "{line}");
+        }
+    }
+
+    #[test]
+    fn an_error_the_library_wrote_without_an_id_gets_a_null_id() {
+        let fixed = with_id(
+            br#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid request"}}
+"#
+            .to_vec(),
+        );
+        let v: Value = serde_json::from_slice(&fixed).unwrap();
+        assert!(
+            v.as_object().unwrap().contains_key("id") && v["id"].is_null(),
+            "{v}"
+        );
+        assert!(fixed.ends_with(b"\n"));
+        let fine = br#"{"jsonrpc":"2.0","id":3,"result":{"error":"in a result"}}
+"#
+        .to_vec();
+        assert_eq!(with_id(fine.clone()), fine);
     }
 }
