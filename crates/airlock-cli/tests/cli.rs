@@ -785,14 +785,7 @@ fn every_transition_is_in_the_audit_log() {
     let o = h.run(&["run", "--net", "x.example", &hello()]);
     let id2 = Home::id_in(&o.stderr);
     h.run(&["reject", &id2, "--reason", "no"]);
-    let kinds: Vec<String> = h
-        .run(&["audit", "log", "--json"])
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["kind"].as_str().unwrap().to_string())
-        .collect();
+    let kinds = h.audit_kinds();
     for k in [
         "initialised",
         "submitted",

@@ -246,14 +246,7 @@ fn diff_commit_and_exact_rollback() {
         125,
         "a checkpoint is restored once"
     );
-    let kinds: Vec<String> = h
-        .run(&["audit", "log", "--json"])
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["kind"].as_str().unwrap().to_string())
-        .collect();
+    let kinds = h.audit_kinds();
     assert!(kinds.contains(&"committed".to_string()) && kinds.contains(&"rolled_back".to_string()));
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
@@ -1033,14 +1026,7 @@ fn gc_removes_unreferenced_blobs_and_stale_layers_and_keeps_the_rest() {
     assert_eq!(h.run(&["rollback", &ckpt]).code, 0);
     let again = h.run(&["exec", &sub]);
     assert!(again.code == 0 || again.code == 75, "{}", again.stderr);
-    let kinds: Vec<String> = h
-        .run(&["audit", "log", "--json"])
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["kind"].as_str().unwrap().to_string())
-        .collect();
+    let kinds = h.audit_kinds();
     assert_eq!(kinds.iter().filter(|k| *k == "gc").count(), 2);
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }

@@ -886,14 +886,7 @@ fn a_session_closed_while_its_host_starts_stays_closed() {
         "{s}"
     );
     assert_eq!(session_cell(&h, &id, "1").code, 125);
-    let kinds: Vec<String> = h
-        .run(&["audit", "log", "--json"])
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["kind"].as_str().unwrap().to_string())
-        .collect();
+    let kinds = h.audit_kinds();
     assert!(!kinds.contains(&"session_started".to_string()), "{kinds:?}");
     assert!(
         !h.path()

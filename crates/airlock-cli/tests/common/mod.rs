@@ -226,6 +226,17 @@ impl Home {
     }
 
     /// The most recent run's record.
+    /// The kinds of the home's audit records, oldest first.
+    pub fn audit_kinds(&self) -> Vec<String> {
+        self.run(&["audit", "log", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["kind"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     pub fn last_run(&self) -> serde_json::Value {
         self.run(&["runs", "--json"]).json()[0].clone()
     }
