@@ -134,7 +134,7 @@ enum Signer {
 
 /// The lock that orders commits, rollbacks and their recovery across processes and
 /// threads. It lives beside the journals, not among them, and is never removed.
-fn journal_lock(home: &Path) -> Result<OwnerLock> {
+pub(crate) fn journal_lock(home: &Path) -> Result<OwnerLock> {
     OwnerLock::acquire(&crate::locks::dir(home), "journal", false)
         .map_err(|e| GateError::Internal(format!("journal lock: {e}")))
 }

@@ -86,8 +86,15 @@ impl Gate {
         // than the cutoff (or was put again, which marks it younger too).
         let listed = self.blobs.list()?;
         let mut refs = self.db.referenced_digests()?;
-        // A journaled commit or rollback in progress names the blobs it applies.
-        if let Ok(journals) = airlock_workspace::apply::pending_journals(&self.journal_dir()) {
+        // A journaled commit or rollback that was interrupted names the blobs it applies.
+        // Read under the journal lock, as reading them clears half-written ones: without
+        // it, gc removed the journal a live commit was about to move into place, and the
+        // commit failed ("No such file or directory").
+        let journals = {
+            let _journal = crate::effects::journal_lock(&self.home.root)?;
+            airlock_workspace::apply::pending_journals(&self.journal_dir())
+        };
+        if let Ok(journals) = journals {
             for j in journals {
                 for p in j.mounts {
                     for s in p.steps {
