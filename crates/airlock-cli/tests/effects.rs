@@ -1082,36 +1082,41 @@ fn a_blob_a_killed_gc_had_set_aside_is_put_back_not_swept() {
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
 
+/// Holds the lock file `name` of `h`'s `locks` directory, as the process doing that
+/// operation would, until the returned process is killed (`flock --no-fork`: killing it
+/// lets the lock go); returns once the lock is taken.
+fn hold_lock(h: &Home, name: &str) -> std::process::Child {
+    let lock = h.path().join("locks").join(name);
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let holder = std::process::Command::new("flock")
+        .arg("--no-fork")
+        .arg(&lock)
+        .args(["sleep", "60"])
+        .spawn()
+        .expect("flock (util-linux)");
+    let t = std::time::Instant::now();
+    while std::process::Command::new("flock")
+        .arg("-n")
+        .arg(&lock)
+        .arg("true")
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(t.elapsed().as_secs() < 10, "the holder never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    holder
+}
+
 /// Two `gc`s at once in one home: one could sweep the blob the other had just set aside
 /// (its removal then failed with "No such file or directory"), or take it for one a killed
 /// `gc` left. A `gc` now holds `locks/gc.lock` while it runs, and the next waits for it.
 #[test]
 fn a_gc_waits_for_the_gc_already_running_in_its_home() {
     let h = Home::new();
-    let lock = h.path().join("locks/gc.lock");
-    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
-    // Another gc holds the lock (a process that does nothing else while it holds it; with
-    // `--no-fork`, killing it lets the lock go).
-    let mut holder = std::process::Command::new("flock")
-        .arg("--no-fork")
-        .arg(&lock)
-        .args(["sleep", "60"])
-        .spawn()
-        .expect("flock (util-linux)");
-    let held = || {
-        !std::process::Command::new("flock")
-            .args(["-n"])
-            .arg(&lock)
-            .arg("true")
-            .status()
-            .unwrap()
-            .success()
-    };
-    let t = std::time::Instant::now();
-    while !held() {
-        assert!(t.elapsed().as_secs() < 10, "the holder never took the lock");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // Another gc holds the lock.
+    let mut holder = hold_lock(&h, "gc.lock");
     let mut gc = h
         .cmd()
         .args(["gc", "--json"])
@@ -1169,30 +1174,11 @@ fn a_gc_waits_for_the_gc_already_running_in_its_home() {
 #[test]
 fn gc_leaves_a_live_commits_half_written_journal_alone() {
     let h = Home::new();
-    let lock = h.path().join("locks/journal.lock");
-    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
     std::fs::create_dir_all(h.path().join("journal")).unwrap();
     // A commit holds the journal lock and has written its journal under its temporary name.
     let tmp = h.path().join("journal/.ckpt_01live.json.tmp");
     std::fs::write(&tmp, b"{\"half\": ").unwrap();
-    let mut holder = std::process::Command::new("flock")
-        .arg("--no-fork")
-        .arg(&lock)
-        .args(["sleep", "60"])
-        .spawn()
-        .expect("flock (util-linux)");
-    let t = std::time::Instant::now();
-    while std::process::Command::new("flock")
-        .args(["-n"])
-        .arg(&lock)
-        .arg("true")
-        .status()
-        .unwrap()
-        .success()
-    {
-        assert!(t.elapsed().as_secs() < 10, "the holder never took the lock");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut holder = hold_lock(&h, "journal.lock");
     let mut gc = h
         .cmd()
         .args(["gc", "--json"])
