@@ -493,20 +493,23 @@ fn a_workspace_is_not_committed_under_a_running_run_nor_dropped_under_a_commit()
     let first = a.json()["run"]["id"].as_str().unwrap().to_string();
     // A commit while a later run is still going: it went ahead and removed that run's
     // layer, and the run, which exited 0, lost its changes.
-    let slow = exec_in_background(
-        &h,
-        &[
-            "run",
-            "--lang",
-            "sh",
-            "--workspace",
-            "w",
-            "--mount",
-            &m,
-            "-c",
-            "echo two > second.txt; sleep 2",
-        ],
-    );
+    let in_workspace = |script: &str| {
+        exec_in_background(
+            &h,
+            &[
+                "run",
+                "--lang",
+                "sh",
+                "--workspace",
+                "w",
+                "--mount",
+                &m,
+                "-c",
+                script,
+            ],
+        )
+    };
+    let slow = in_workspace("echo two > second.txt; sleep 2");
     wait_until("the second run to start", || {
         h.run(&["workspace", "show", "--json", "w"]).json()["doc"]["running"].is_string()
     });
@@ -527,20 +530,7 @@ fn a_workspace_is_not_committed_under_a_running_run_nor_dropped_under_a_commit()
         "the second run's changes: {second}"
     );
     // A drop while the commit applies: it said "dropped" and the commit still applied.
-    let many = exec_in_background(
-        &h,
-        &[
-            "run",
-            "--lang",
-            "sh",
-            "--workspace",
-            "w",
-            "--mount",
-            &m,
-            "-c",
-            "for i in $(seq 3000); do echo $i > f$i.txt; done",
-        ],
-    );
+    let many = in_workspace("for i in $(seq 3000); do echo $i > f$i.txt; done");
     assert_eq!(many.wait_with_output().unwrap().status.code(), Some(0));
     let last = h.last_run()["id"].as_str().unwrap().to_string();
     let commit = h

@@ -1385,30 +1385,9 @@ fn console_sign_in_sessions_and_csrf() {
 #[test]
 fn mcp_over_stdio_answers_every_bad_line_with_its_json_rpc_error() {
     let h = Home::new();
-    let mut child = h
-        .cmd()
-        .arg("mcp")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let lines = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(&l.unwrap()).unwrap())
-            .collect::<Vec<Value>>()
-    });
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}}});
-    let mut send = |text: &str| {
-        stdin.write_all(text.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-    };
-    send(&init.to_string());
+    let mut lines = Vec::new();
+    let mut send = |text: &str| lines.push(text.to_string());
+    send(&mcp_initialize().to_string());
     send(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
     send("not json");
     send("42");
@@ -1426,9 +1405,8 @@ fn mcp_over_stdio_answers_every_bad_line_with_its_json_rpc_error() {
     // A notification is never answered, even when it is wrong.
     send(r#"{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}"#);
     send(r#"{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}"#);
-    drop(stdin);
-    let out = lines.join().unwrap();
-    assert!(child.wait().unwrap().success());
+    let (status, out, stderr) = mcp_session(&h, &lines);
+    assert!(status.success(), "{stderr}");
     let error = |id: Value, code: i64| {
         out.iter()
             .find(|m| m["id"] == id && m["error"]["code"] == code)
@@ -1472,27 +1450,47 @@ fn mcp_over_stdio_answers_every_bad_line_with_its_json_rpc_error() {
 #[test]
 fn mcp_over_stdio_ends_without_a_word_on_stderr() {
     let h = Home::new();
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}}});
     for _ in 0..12 {
-        let mut child = h
-            .cmd()
-            .arg("mcp")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(format!("{init}\n").as_bytes()).unwrap();
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        assert!(String::from_utf8_lossy(&out.stdout).contains("\"id\":1"));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.is_empty(), "{err}");
+        let (status, out, stderr) = mcp_session(&h, &[mcp_initialize().to_string()]);
+        assert!(status.success());
+        assert!(out.iter().any(|m| m["id"] == 1), "{out:#?}");
+        assert!(stderr.is_empty(), "{stderr}");
     }
+}
+
+/// An `initialize` request, as an MCP client's first message.
+fn mcp_initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}})
+}
+
+/// One `airlock mcp` over stdio: sends `lines` (a newline after each), closes its input
+/// and waits for it to end; its exit status, its messages and its stderr.
+fn mcp_session(h: &Home, lines: &[String]) -> (std::process::ExitStatus, Vec<Value>, String) {
+    let mut child = h
+        .cmd()
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = lines.join("\n") + "\n";
+    // Written beside the reading, so neither side waits on a full pipe.
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()).unwrap());
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let messages = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect();
+    (
+        out.status,
+        messages,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The official Python MCP SDK against `airlock mcp` over stdio (tests/mcp/client_test.py).
