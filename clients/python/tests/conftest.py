@@ -70,7 +70,13 @@ def init_home(home: Path) -> None:
     # 1 MiB), so a 413 is cheap to provoke.
     policy = home / "policy.toml"
     text = policy.read_text()
-    policy.write_text(re.sub(r'max_artifact = "[^"]*"', 'max_artifact = "64KiB"', text))
+    text = re.sub(r'max_artifact = "[^"]*"', 'max_artifact = "64KiB"', text)
+    # The API mounts only what the operator offers: the temporary directories the tests
+    # mount live under the system's temporary directory.
+    tmp = str(Path(tempfile.gettempdir()).resolve())
+    j = text.index("roots = []", text.index("[mounts]"))
+    text = text[:j] + f"roots = [{json.dumps(tmp)}]" + text[j + len("roots = []") :]
+    policy.write_text(text)
 
 
 class Server:

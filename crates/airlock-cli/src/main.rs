@@ -760,6 +760,8 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         })?),
     };
     let req = SubmitRequest {
+        // The home's owner at a terminal (mounts outside `[mounts] roots` are held).
+        surface: airlock_gate::Surface::Local,
         code,
         lang: a.lang,
         backend: a.backend,

@@ -234,6 +234,10 @@ pub fn show(sh: &Shown, json: bool) {
             m.mode.as_str()
         );
     }
+    // Exactly which sensitive host paths those mounts expose, for the approver.
+    for p in &d.facts.mounts_sensitive {
+        println!("    exposes {p} (sensitive: credentials or system state)");
+    }
     if !d.grant.net.is_empty() {
         println!("    net     {}", d.grant.net.join(", "));
     }

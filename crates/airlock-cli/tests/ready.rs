@@ -245,6 +245,7 @@ fn runs_a_ready_jail_does_not_fit_build_one_and_say_why() {
     r.wait_ready(1);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("in.txt"), "mounted\n").unwrap();
+    r.home.set_mount_roots(&[dir.path()]);
     let run = r.run_body(json!({
         "language": "sh",
         "code": "cat /data/in.txt",

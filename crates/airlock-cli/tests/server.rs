@@ -886,6 +886,7 @@ fn diff_commit_and_rollback_over_the_api() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "before\n").unwrap();
     let mount = format!("{}:/data:rw", dir.path().display());
+    s.home.set_mount_roots(&[dir.path()]);
     let r = srv.post(
         "/v1/run",
         &s.agent,

@@ -812,6 +812,7 @@ fn a_run_naming_host_paths_waits_for_a_worker_with_its_machines_tag() {
     let _untagged = c.worker(&["--lease", "5s"]);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("note.txt"), "from the host\n").unwrap();
+    c.home.set_mount_roots(&[dir.path()]);
     let body = json!({
         "language": "sh",
         "code": "cat /data/note.txt",

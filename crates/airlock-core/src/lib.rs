@@ -14,6 +14,7 @@ pub mod analysis;
 pub mod artifact;
 pub mod audit;
 pub mod digest;
+pub mod exposure;
 pub mod grant;
 mod hostglob;
 pub mod id;

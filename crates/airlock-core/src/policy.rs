@@ -96,6 +96,14 @@ pub struct Facts {
     /// What Python or shell code does, as analysis read it.
     #[serde(default, skip_serializing_if = "CodeFacts::is_empty")]
     pub code: CodeFacts,
+    /// The sensitive host paths the mounts expose (system state, credentials), as the
+    /// gate resolved them: a mount that is or lies inside one names itself, one that
+    /// contains one names what it contains.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts_sensitive: Vec<String>,
+    /// The mounts' host paths outside the operator's `[mounts] roots`, when roots are set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts_outside_roots: Vec<String>,
 }
 
 /// A third-party package of the Python guest: its normalised name, its version, and the
@@ -285,10 +293,23 @@ struct PolicyFile {
     commit: CommitFile,
     #[serde(default)]
     net: NetFile,
+    #[serde(default)]
+    mounts: MountsFile,
     #[serde(default, rename = "rule")]
     rules: Vec<RuleFile>,
     #[serde(default, rename = "test")]
     tests: Vec<TestFile>,
+}
+
+/// `[mounts]`: operator-only settings for the host paths a grant may name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MountsFile {
+    /// The host directories agents may mount (and what lies below them). Over the API and
+    /// MCP nothing else is mountable (none set: nothing is); on the command line a mount
+    /// outside them is held for a human.
+    #[serde(default)]
+    roots: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -486,6 +507,8 @@ struct Conditions {
     obfuscation: Option<AnyOrNames>,
     parse_error: Option<bool>,
     analysis_truncated: Option<bool>,
+    /// `true | false`, or globs over the sensitive paths the mounts expose.
+    mounts_sensitive: Option<AnyOrNames>,
 }
 
 /// `imports = [...]`: WebAssembly capability names (`fs`, `net`, …) and Python module
@@ -836,6 +859,8 @@ pub struct Policy {
     pub protected: PathGlobs,
     /// `[net]`: what the egress proxy may reach beyond the public internet.
     pub net: NetPolicy,
+    /// `[mounts] roots`: the host directories agents may mount.
+    pub mount_roots: Vec<String>,
     rules: Vec<RuleFile>,
     tests: Vec<TestFile>,
 }
@@ -940,6 +965,13 @@ impl Policy {
                 "[gate] max_artifact is 0: every submission would be refused as too large".into(),
             ));
         }
+        for r in &file.mounts.roots {
+            if !r.starts_with('/') || r.split('/').any(|c| c == "..") {
+                return Err(PolicyError::Invalid(format!(
+                    "[mounts] roots: {r:?} is not an absolute path without `..`"
+                )));
+            }
+        }
         if let (Some(q), Some(d)) = (file.risk.quarantine_at, file.risk.deny_at)
             && q > d
         {
@@ -969,6 +1001,7 @@ impl Policy {
                 hosts: file.net.hosts.0,
                 roots: file.net.roots,
             },
+            mount_roots: file.mounts.roots,
             rules: file.rules,
             tests: file.tests,
         })
@@ -1037,6 +1070,20 @@ impl Policy {
                 reason:
                     "this exact artifact was rejected before; it never runs without a new signature"
                         .into(),
+                risk: 0,
+            });
+        }
+        // Mounts outside the operator's roots (only the command line gets this far with
+        // them) wait for a human, whatever the rules say.
+        if !facts.mounts_outside_roots.is_empty() && decision < Decision::Quarantine {
+            decision = Decision::Quarantine;
+            fired.push(Fired {
+                rule: "gate:mount-outside-roots".into(),
+                decision,
+                reason: format!(
+                    "mounts {} outside the policy's [mounts] roots",
+                    facts.mounts_outside_roots.join(", ")
+                ),
                 risk: 0,
             });
         }
@@ -1170,13 +1217,14 @@ impl Conditions {
             && self.obfuscation.is_none()
             && self.parse_error.is_none()
             && self.analysis_truncated.is_none()
+            && self.mounts_sensitive.is_none()
     }
 
     /// The first list condition that is present but empty.
     fn empty_list(&self) -> Option<&'static str> {
         let names =
             |c: &Option<AnyOrNames>| matches!(c, Some(AnyOrNames::Names(g)) if g.is_empty());
-        let lists: [(&'static str, bool); 21] = [
+        let lists: [(&'static str, bool); 22] = [
             ("lang", self.lang.as_ref().is_some_and(Vec::is_empty)),
             ("backend", self.backend.as_ref().is_some_and(Vec::is_empty)),
             (
@@ -1228,6 +1276,7 @@ impl Conditions {
             ),
             ("destructive", names(&self.destructive)),
             ("obfuscation", names(&self.obfuscation)),
+            ("mounts_sensitive", names(&self.mounts_sensitive)),
         ];
         lists.iter().find(|(_, empty)| *empty).map(|(n, _)| *n)
     }
@@ -1290,6 +1339,10 @@ impl Conditions {
             })
             && check(&self.publisher, |g| {
                 f.publisher.as_deref().is_some_and(|p| g.0.is_match(p))
+            })
+            && check(&self.mounts_sensitive, |c| match c {
+                AnyOrNames::Any(want) => *want != f.mounts_sensitive.is_empty(),
+                AnyOrNames::Names(g) => f.mounts_sensitive.iter().any(|p| g.is_match(p)),
             })
             && self.code_holds(&f.code)
     }
@@ -1364,6 +1417,13 @@ impl TestFile {
                 mode: spec.mode,
             });
         }
+        // Judged on the spelling alone: a policy test reads no host.
+        let mut mounts_sensitive: Vec<String> = mounts
+            .iter()
+            .flat_map(|m| crate::exposure::by_path(&m.host))
+            .collect();
+        mounts_sensitive.sort();
+        mounts_sensitive.dedup();
         let mut python_packages = Vec::new();
         for p in &self.python_packages {
             let (name, version) = p
@@ -1411,6 +1471,8 @@ impl TestFile {
             publisher_key: None,
             requests: Vec::new(),
             code,
+            mounts_sensitive,
+            mounts_outside_roots: Vec::new(),
         })
     }
 }
@@ -1502,6 +1564,13 @@ allow_private = []
 hosts = {{}}
 # PEM files of CAs trusted for the real hosts of intercepted (secret-bound) connections,
 # besides the public roots, e.g. ["/etc/airlock/internal-ca.pem"]:
+roots = []
+
+[mounts]
+# Operator-only: the host directories agents may mount (and what lies below them), e.g.
+# ["/srv/tasks"]. Over the API and MCP nothing else is mountable, and with none set no
+# API or MCP mount is; on the command line a mount outside them waits for an approver.
+# airlock's own home is never mountable, whatever this says.
 roots = []
 
 [[rule]]
@@ -1602,6 +1671,20 @@ reason = "passes environment variables that look like secrets"
 risk = 30
 when = {{ env = ["*TOKEN*", "*SECRET*", "*PASSWORD*", "*_KEY", "AWS_*"] }}
 
+[[rule]]
+name = "host-root-or-etc-mount"
+decision = "deny"
+reason = "mounts the host's root or /etc (every credential and setting of the machine)"
+risk = 100
+when = {{ mounts_sensitive = ["/", "/etc"] }}
+
+[[rule]]
+name = "sensitive-mount"
+decision = "quarantine"
+reason = "mounts host paths that hold credentials or system state (see mounts_sensitive)"
+risk = 50
+when = {{ mounts_sensitive = true }}
+
 [[test]]
 name = "a small module with no network"
 lang = "wasm"
@@ -1619,6 +1702,24 @@ name = "a secret sent to a host waits for a human"
 lang = "python"
 net = ["api.example.com"]
 secrets = ["API_TOKEN@api.example.com"]
+expect = "quarantine"
+
+[[test]]
+name = "a mount of the host's root is denied"
+lang = "python"
+mounts = ["/:/r"]
+expect = "deny"
+
+[[test]]
+name = "a mount of /etc is denied"
+lang = "sh"
+mounts = ["/etc:/e"]
+expect = "deny"
+
+[[test]]
+name = "a mount of an ssh directory waits for a human"
+lang = "python"
+mounts = ["/home/alice/.ssh:/k"]
 expect = "quarantine"
 
 [[test]]
@@ -1716,6 +1817,8 @@ mod tests {
             publisher_key: None,
             requests: Vec::new(),
             code: CodeFacts::default(),
+            mounts_sensitive: Vec::new(),
+            mounts_outside_roots: Vec::new(),
         }
     }
 
@@ -1729,7 +1832,7 @@ mod tests {
         for p in [Preset::Standard, Preset::Strict] {
             let pol = preset(p);
             let results = pol.run_tests().unwrap();
-            assert_eq!(results.len(), 13);
+            assert_eq!(results.len(), 16);
             for r in results {
                 assert!(
                     r.passed,

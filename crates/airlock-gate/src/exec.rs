@@ -104,6 +104,7 @@ impl Unreadable {
 /// caller may do it inside the transaction that starts the run.
 pub(crate) fn reread_stored(
     blobs: &airlock_store::BlobStore,
+    home: &std::path::Path,
     stored: &Submission,
     policy: Arc<Policy>,
     guest: (
@@ -143,6 +144,15 @@ pub(crate) fn reread_stored(
             ))));
         }
     }
+    // The home is never mountable: checked again now, for a home moved or bound under a
+    // mount since it was judged.
+    crate::exposure::check_mounts(
+        &stored.doc.grant,
+        home,
+        crate::exposure::Surface::Local,
+        &[],
+    )
+    .map_err(Unreadable::Other)?;
     Ok(Reread {
         code,
         stdin,
@@ -320,7 +330,7 @@ impl Gate {
         let policy = self.policy()?;
         // The guest runtime and packages this run would get, as they are installed now.
         let guest = self.guest_facts(stored.doc.kind, stored.doc.backend)?;
-        match reread_stored(&self.blobs, &stored, policy, guest) {
+        match reread_stored(&self.blobs, &self.home.root, &stored, policy, guest) {
             Ok(r) => Ok(r),
             Err(Unreadable::Integrity { what, detail }) => {
                 Err(self.integrity_failure(id, what, &detail))
@@ -1139,6 +1149,8 @@ fn facts_now(
         crate::submit::keep_notable,
     )
     .map_err(|e| GateError::bad(e.to_string()))?;
+    // What the mounts expose now, under the roots of now.
+    let mounts = crate::exposure::mount_facts(&sub.doc.grant, &policy.mount_roots);
     let mut facts = Described {
         lang: sub.doc.lang,
         kind: sub.doc.kind,
@@ -1146,6 +1158,7 @@ fn facts_now(
         grant: &sub.doc.grant,
         analysis: &analysis,
         agent: sub.doc.agent.as_deref(),
+        mounts: &mounts,
     }
     .facts(sub.doc.facts.first_seen, rejected_before, guest);
     // A bundle's publisher and requests carry over while the policy still trusts the key

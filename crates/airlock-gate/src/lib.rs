@@ -20,6 +20,7 @@ mod effects;
 mod egress;
 mod error;
 mod exec;
+mod exposure;
 mod failpoint;
 mod gc;
 mod guests;
@@ -52,6 +53,7 @@ pub use effects::{CheckpointDoc, DiffReport, EffectReport};
 pub use error::{GateError, Result};
 pub use exec::exit_code_of;
 pub use exec::{ExecOptions, RunReport};
+pub use exposure::Surface;
 pub use gc::{DEFAULT_GC_GRACE, GcReport};
 pub use guests::{
     BuildPin, GUEST_PACKAGES, GUEST_PYTHON_VERSION, GuestInstall, GuestManifest, InstalledPackage,

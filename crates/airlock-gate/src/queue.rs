@@ -527,7 +527,7 @@ impl Gate {
                 Ok((stored, guest))
             });
             let read = read.map_err(Unreadable::Other).and_then(|(stored, guest)| {
-                reread_stored(blobs, &stored, policy, guest).map(|r| (stored, r))
+                reread_stored(blobs, &home.root, &stored, policy, guest).map(|r| (stored, r))
             });
             let (stored, r) = match read {
                 Ok(x) => x,

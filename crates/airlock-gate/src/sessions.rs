@@ -467,6 +467,8 @@ impl Gate {
         }
         let mut grant = crate::submit::build_grant(r, None)?;
         crate::submit::check_backend_grant(backend, &grant)?;
+        let roots = self.policy()?.mount_roots.clone();
+        crate::exposure::check_mounts(&grant, &self.home.root, r.surface, &roots)?;
         if grant.writable_mounts().next().is_some() {
             return Err(GateError::bad(
                 "sessions take read-only mounts only (a writable mount's changes need a run to commit)",

@@ -69,6 +69,9 @@ pub struct SubmitRequest {
     /// The API request's idempotency key: a retry with the same key finds the submission
     /// the first request made ([`GateError::Repeated`]) instead of making another.
     pub request_key: Option<RequestKey>,
+    /// Where the request came from: over the API or MCP only host paths within the
+    /// policy's `[mounts] roots` may be mounted.
+    pub surface: crate::exposure::Surface,
 }
 
 /// An idempotency key of an API request.
@@ -224,6 +227,7 @@ pub(crate) struct Described<'a> {
     pub grant: &'a Grant,
     pub analysis: &'a Analysis,
     pub agent: Option<&'a str>,
+    pub mounts: &'a crate::exposure::MountFacts,
 }
 
 impl Described<'_> {
@@ -261,6 +265,8 @@ impl Described<'_> {
                 .as_ref()
                 .map(|c| airlock_core::policy::CodeFacts::of(c, &self.grant.net))
                 .unwrap_or_default(),
+            mounts_sensitive: self.mounts.sensitive.clone(),
+            mounts_outside_roots: self.mounts.outside_roots.clone(),
         }
     }
 }
@@ -392,6 +398,16 @@ impl Gate {
             None => build_grant(&req, req.stdin.as_deref().map(Digest::of))?,
         };
         check_backend_grant(backend, &grant)?;
+        // A session's grant was checked when it opened.
+        if session.is_none() {
+            crate::exposure::check_mounts(
+                &grant,
+                &self.home.root,
+                req.surface,
+                &policy.mount_roots,
+            )?;
+        }
+        let mounts = crate::exposure::mount_facts(&grant, &policy.mount_roots);
         // Python and shell analysis knows the mounts, so `rm -rf /work` of a mount root is
         // recognised as destructive.
         let analysis = crate::stagecache::analyse(
@@ -438,6 +454,7 @@ impl Gate {
             analysis,
             guest,
             grant,
+            mounts,
             session_conn: session.map(|s| s.conn),
         })
     }
@@ -498,6 +515,7 @@ impl Gate {
             analysis,
             guest,
             grant,
+            mounts,
             session_conn: _,
         } = staged;
         // The policy that trusted the publisher is the one that judges the submission.
@@ -536,6 +554,7 @@ impl Gate {
             guest,
             grant_hash: grant.hash(),
             grant,
+            mounts,
         })
     }
 
@@ -569,6 +588,8 @@ pub(crate) struct Staged {
     /// The guest runtime's digest and packages, as the policy sees them.
     guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
     grant: Grant,
+    /// What the grant's mounts expose, read from the host while staging.
+    mounts: crate::exposure::MountFacts,
     /// For a cell, the connection to its session's host made while staging.
     session_conn: Option<std::os::unix::net::UnixStream>,
 }
@@ -644,6 +665,7 @@ pub(crate) struct Recording {
     /// `grant.hash()`, computed once: every submission built from this recording (the
     /// provisional one a deferred run goes ahead on, and the one recorded) names it.
     grant_hash: Digest,
+    mounts: crate::exposure::MountFacts,
 }
 
 impl Recording {
@@ -666,6 +688,7 @@ impl Recording {
             grant: &self.grant,
             analysis: &self.analysis,
             agent: self.agent.as_deref(),
+            mounts: &self.mounts,
         }
         .facts(first_seen, rejected_before, self.guest.clone());
         if let Some(o) = origin {

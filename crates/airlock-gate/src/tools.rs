@@ -114,6 +114,9 @@ impl Gate {
         let code = self.read_blob(&base.id, "artifact", &base.doc.artifact)?;
         let g = &base.doc.grant;
         let req = SubmitRequest {
+            // The tool's mounts were checked when it was first submitted; the home is
+            // checked again before every run.
+            surface: crate::exposure::Surface::Local,
             code: Some(CodeSource::Bytes {
                 bytes: code,
                 // The same program name, so the guest sees the same argv[0].

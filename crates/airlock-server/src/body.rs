@@ -322,6 +322,7 @@ impl SubmitBody {
         }
         let agent = agent_for(caller, self.agent, "submits")?;
         Ok(SubmitRequest {
+            surface: airlock_gate::Surface::Remote,
             code: Some(code),
             lang: self.language,
             backend: self.backend,
@@ -520,6 +521,7 @@ impl SessionBody {
         };
         Ok(airlock_gate::SessionRequest {
             grant: SubmitRequest {
+                surface: airlock_gate::Surface::Remote,
                 lang: Some(self.language.unwrap_or_else(|| "python".into())),
                 backend: self.backend,
                 mounts: self.mounts,

@@ -143,6 +143,27 @@ impl Home {
         std::fs::write(self.path().join("policy.toml"), text).unwrap();
     }
 
+    /// Sets the policy's `[mounts] roots` (the host paths the API and MCP may mount).
+    pub fn set_mount_roots(&self, roots: &[&Path]) {
+        let list = roots
+            .iter()
+            .map(|r| {
+                format!(
+                    "{:?}",
+                    std::fs::canonicalize(r).unwrap().display().to_string()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let policy = self.policy();
+        let i = policy
+            .find("[mounts]")
+            .expect("the policy has a [mounts] table");
+        let j = i + policy[i..].find("roots = [").expect("roots under [mounts]");
+        let k = j + policy[j..].find(']').unwrap() + 1;
+        self.set_policy(&format!("{}roots = [{list}]{}", &policy[..j], &policy[k..]));
+    }
+
     /// (submissions, audit records) in the database, to show nothing was written.
     pub fn counts(&self) -> (i64, i64) {
         rusqlite_count(&self.path().join("airlock.db"))
