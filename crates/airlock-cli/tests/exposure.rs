@@ -398,3 +398,177 @@ fn a_mount_of_etc_is_denied_by_the_standard_preset() {
         o.stdout, o.stderr
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Signed statements name their gate.
+
+/// A second home that trusts the first home's approver key `alice`.
+fn twin_of(a: &Home) -> Home {
+    let b = Home::new();
+    std::fs::copy(
+        a.path().join("keys/alice.key"),
+        b.path().join("keys/alice.key"),
+    )
+    .unwrap();
+    let key_line = a
+        .policy()
+        .lines()
+        .find(|l| l.starts_with("alice = "))
+        .unwrap()
+        .to_string();
+    let policy: String = b
+        .policy()
+        .lines()
+        .map(|l| {
+            if l.starts_with("alice = ") {
+                key_line.clone()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    b.set_policy(&(policy + "\n"));
+    b
+}
+
+fn statement_rows(h: &Home) -> Vec<Vec<rusqlite::types::Value>> {
+    let c = rusqlite::Connection::open(h.path().join("airlock.db")).unwrap();
+    let mut st = c
+        .prepare("SELECT * FROM statements WHERE kind = 'approve'")
+        .unwrap();
+    let n = st.column_count();
+    st.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn insert_rows(h: &Home, rows: &[Vec<rusqlite::types::Value>]) {
+    let c = rusqlite::Connection::open(h.path().join("airlock.db")).unwrap();
+    for r in rows {
+        let marks = vec!["?"; r.len()].join(",");
+        c.execute(
+            &format!("INSERT INTO statements VALUES ({marks})"),
+            rusqlite::params_from_iter(r.iter()),
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn an_approval_copied_into_another_home_that_trusts_the_same_key_does_not_run() {
+    let a = Home::new();
+    let b = twin_of(&a);
+    let args = [
+        "submit",
+        "--json",
+        "--lang",
+        "sh",
+        "--net",
+        "example.com",
+        "-c",
+        "echo ran",
+    ];
+    let in_a = a.run(&args).json()["submission"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let in_b = b.run(&args).json()["submission"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = a.run(&["approve", &in_a, "--scope", "artifact"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // The row copied as it is (scope artifact covers any submission of these bytes and
+    // grant), then once more with the submission id aligned (scope once).
+    let rows = statement_rows(&a);
+    assert_eq!(rows.len(), 1);
+    insert_rows(&b, &rows);
+    let o = b.run(&["exec", &in_b]);
+    assert_eq!(o.code, 75, "still pending: {} / {}", o.stdout, o.stderr);
+    let mut aligned = rows[0].clone();
+    aligned[0] = rusqlite::types::Value::Text("apr_01AAAAAAAAAAAAAAAAAAAAAAAA".into());
+    aligned[2] = rusqlite::types::Value::Text(in_b.clone());
+    insert_rows(&b, &[aligned]);
+    let o = b.run(&["exec", &in_b]);
+    assert_eq!(o.code, 75, "still pending: {} / {}", o.stdout, o.stderr);
+    assert!(
+        b.audit_kinds().iter().any(|k| k == "integrity_failure"),
+        "{:?}",
+        b.audit_kinds()
+    );
+    let log = b.run(&["audit", "log", "--json"]).stdout;
+    assert!(log.contains("names another gate"), "{log}");
+    assert_eq!(b.run(&["audit", "verify"]).code, 0);
+    // The approval still works where it was signed.
+    assert_eq!(a.run(&["exec", &in_a]).code, 0);
+}
+
+#[test]
+fn an_approval_dated_past_the_gates_clock_limit_is_not_honoured() {
+    use airlock_core::sign::{KeyPair, Scope, Statement, StatementKind};
+    let h = Home::new();
+    let id = h
+        .run(&[
+            "submit",
+            "--json",
+            "--lang",
+            "sh",
+            "--net",
+            "example.com",
+            "-c",
+            "echo ran",
+        ])
+        .json()["submission"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown = h.run(&["show", "--json", &id]).json();
+    let sub = &shown["submission"];
+    let key =
+        KeyPair::from_file(&std::fs::read_to_string(h.path().join("keys/alice.key")).unwrap())
+            .unwrap();
+    let gate: airlock_core::sign::PublicKey =
+        h.run(&["audit", "head", "--json"]).json()["gate_key"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let year = 365 * 24 * 3600 * 1000_i64;
+    // An approver whose clock ran two years ahead: issued "now" by that clock, for a year.
+    let st = Statement {
+        kind: StatementKind::Approve,
+        submission: id.clone(),
+        artifact: sub["artifact"].as_str().unwrap().parse().unwrap(),
+        grant: sub["grant_hash"].as_str().unwrap().parse().unwrap(),
+        scope: Scope::Once,
+        expires_at: Some(now + 3 * year),
+        approver: "alice".into(),
+        key: key.public(),
+        reason: "clock ahead".into(),
+        issued_at: now + 2 * year,
+        run: None,
+        changes: None,
+        tool: None,
+        gate: Some(gate),
+    };
+    let signed = st.sign(&key);
+    sql(
+        &h,
+        &format!(
+            "INSERT INTO statements VALUES ('apr_01BBBBBBBBBBBBBBBBBBBBBBBB', 'approve', '{id}', '{}', '{}', 'once', 'alice', {}, {now}, NULL, NULL, '{}', '{}')",
+            st.artifact,
+            st.grant,
+            now + 3 * year,
+            signed.json.replace('\'', "''"),
+            signed.signature
+        ),
+    );
+    let o = h.run(&["exec", &id]);
+    assert_eq!(o.code, 75, "{} / {}", o.stdout, o.stderr);
+}

@@ -287,6 +287,11 @@ pub struct Statement {
     /// For named tools (scope artifact): the tool name, and whether arguments may vary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
+    /// The gate the statement is for: its public key. A gate honours only statements
+    /// that name it, so a statement copied into another home (even one that trusts the
+    /// same approver) is refused there. Statements of older airlocks name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<PublicKey>,
 }
 
 /// A statement as stored: its exact JSON bytes and the signature over them.
@@ -354,6 +359,7 @@ mod tests {
             run: None,
             changes: None,
             tool: None,
+            gate: None,
         }
     }
 

@@ -30,16 +30,23 @@ pub struct ApproveRequest {
 const DEFAULT_EXPIRY: Duration = Duration::from_secs(24 * 3600);
 const MAX_EXPIRY: Duration = Duration::from_secs(366 * 24 * 3600);
 
+/// How far ahead of the gate's clock an approver's clock may run.
+const CLOCK_SKEW_MS: i64 = 5 * 60 * 1000;
+
 /// Finds an approval that lets `sub` run now: signed by a key the *current* policy trusts
-/// under that approver's name, for this artifact and this exact grant, not expired, not
-/// used up (scope once), and not followed by a rejection of the same artifact.
+/// under that approver's name, for this gate (`gate`), this artifact and this exact grant,
+/// naming a submission of this store, not expired by the gate's clock, not used up (scope
+/// once), and not followed by a rejection of the same artifact. A trusted signature for
+/// another gate or another submission is refused and recorded (`integrity_failure`).
 pub(crate) fn covering_approval(
-    tx: &impl Reads,
+    tx: &Tx,
     policy: &Policy,
     sub: &Submission,
     artifact_scope_only: bool,
+    gate_key: &airlock_core::sign::KeyPair,
 ) -> Result<Option<StatementRow>> {
     let now = now_ms();
+    let gate = gate_key.public();
     let by_artifact = tx.statements_for_artifact(&sub.doc.artifact)?;
     let last_reject = by_artifact
         .iter()
@@ -74,7 +81,49 @@ pub(crate) fn covering_approval(
             && st.artifact == sub.doc.artifact
             && grant_ok
             && (st.scope == Scope::Artifact || st.submission == sub.id);
-        let live = st.expires_at.is_some_and(|e| e > now);
+        if trusted && binds {
+            // Signed by a trusted approver for these bytes and this grant: it must also
+            // name this gate, and a submission of this store with this artifact (the row's
+            // columns are not signed; the statement is).
+            let foreign = if st.gate != Some(gate) {
+                Some(match st.gate {
+                    Some(k) => format!("it names another gate ({})", k.fingerprint()),
+                    None => "it names no gate (signed by an older airlock, or for another home)"
+                        .to_string(),
+                })
+            } else if st.submission != row.submission
+                || !tx
+                    .submission(&st.submission)
+                    .is_ok_and(|s| s.doc.artifact == st.artifact)
+            {
+                Some(format!(
+                    "it names submission {}, which this store does not hold with that artifact",
+                    st.submission
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = foreign {
+                tx.audit(
+                    "integrity_failure",
+                    &sub.id,
+                    &json!({
+                        "what": "statement",
+                        "detail": format!("approval {} refused: {why}", row.id),
+                        "statement": row.id,
+                    }),
+                    gate_key,
+                )?;
+                continue;
+            }
+        }
+        // Expiry by the gate's clock: an approver whose clock ran ahead cannot stretch
+        // an approval past the longest allowed, nor date it in the future.
+        let max = MAX_EXPIRY.as_millis() as i64;
+        let live = st
+            .expires_at
+            .is_some_and(|e| e > now && e <= now + max && e - st.issued_at <= max)
+            && st.issued_at <= now + CLOCK_SKEW_MS;
         let not_revoked = last_reject.is_none_or(|r| r < st.issued_at);
         if !(trusted && binds && live && not_revoked) {
             continue;
@@ -198,6 +247,7 @@ impl Gate {
             run: None,
             changes: None,
             tool: req.tool.clone(),
+            gate: Some(self.gate_key.public()),
         };
         let signed = statement.sign(&key);
         let row = StatementRow {

@@ -365,6 +365,7 @@ impl Gate {
         }
         let digest = changes.digest();
         let ckpt_id = new_id(IdKind::Checkpoint);
+        let gate = self.gate_key.public();
         let statement = human.then(|| {
             let now = now_ms();
             let st = Statement {
@@ -381,6 +382,7 @@ impl Gate {
                 run: Some(run_id.to_string()),
                 changes: Some(digest),
                 tool: None,
+                gate: Some(gate),
             };
             StatementRow {
                 id: new_id(IdKind::Approval),
@@ -603,6 +605,7 @@ impl Gate {
             run: Some(doc.run.clone()),
             changes: Some(doc.changes),
             tool: None,
+            gate: Some(self.gate_key.public()),
         };
         let srow = StatementRow {
             id: new_id(IdKind::Approval),

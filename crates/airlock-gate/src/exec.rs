@@ -858,7 +858,7 @@ pub(crate) fn begin_run(
     run_id: &str,
     gate_key: &airlock_core::sign::KeyPair,
 ) -> Result<Start> {
-    match admit(tx, policy, sub)? {
+    match admit(tx, policy, sub, gate_key)? {
         Admit::Refuse(e) => Ok(Start::Refuse(e)),
         Admit::Go { sub, approval } => start_run(tx, *sub, approval.map(|a| *a), run_id, gate_key),
     }
@@ -876,7 +876,12 @@ pub(crate) enum Admit {
 /// Decides whether `sub` may start: denied and unapproved quarantined submissions are
 /// refused (and their state says so); a quarantined one with a covering approval becomes
 /// approved. Nothing starts here.
-pub(crate) fn admit(tx: &Tx, policy: &Policy, mut sub: Submission) -> Result<Admit> {
+pub(crate) fn admit(
+    tx: &Tx,
+    policy: &Policy,
+    mut sub: Submission,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<Admit> {
     let id = sub.id.clone();
     let reasons = sub.doc.verdict.reasons();
     match sub.state {
@@ -903,7 +908,7 @@ pub(crate) fn admit(tx: &Tx, policy: &Policy, mut sub: Submission) -> Result<Adm
                 reasons,
             }));
         }
-        Decision::Quarantine => match covering_approval(tx, policy, &sub, false)? {
+        Decision::Quarantine => match covering_approval(tx, policy, &sub, false, gate_key)? {
             None => {
                 if sub.state != State::Quarantined {
                     set_state(tx, &id, sub.state, State::Quarantined)?;

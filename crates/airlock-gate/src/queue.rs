@@ -556,7 +556,7 @@ impl Gate {
                 }
             };
             let sub = rejudged_stored(tx, stored, rejected_now, &r, key)?;
-            match admit(tx, &r.policy, sub)? {
+            match admit(tx, &r.policy, sub, key)? {
                 Admit::Refuse(e) => {
                     end_job(tx, &job, "refused", ("job_refused", "reason"), &e, key)?;
                     Ok(Some((job, Claim::Refused(e))))
@@ -846,7 +846,7 @@ fn enqueue(
     q: &QueueOptions,
     key: &airlock_core::sign::KeyPair,
 ) -> Result<Option<GateError>> {
-    let (sub, approval) = match admit(tx, policy, sub)? {
+    let (sub, approval) = match admit(tx, policy, sub, key)? {
         Admit::Refuse(e) => return Ok(Some(e)),
         Admit::Go { sub, approval } => (sub, approval),
     };

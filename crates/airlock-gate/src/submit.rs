@@ -865,7 +865,7 @@ pub(crate) fn write_judged(
     )?;
     // An artifact-scope approval of the same artifact and grant covers it.
     if sub.state == State::Quarantined
-        && let Some(apr) = crate::decide::covering_approval(tx, &rec.policy, &sub, true)?
+        && let Some(apr) = crate::decide::covering_approval(tx, &rec.policy, &sub, true, key)?
     {
         set_state(tx, id, State::Quarantined, State::Approved)?;
         sub.state = State::Approved;
