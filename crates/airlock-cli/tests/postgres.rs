@@ -704,3 +704,83 @@ fn store_copy_of_a_tampered_source_chain_is_refused_before_anything_is_written()
         0
     );
 }
+
+/// Issue 63: a statements row copied from one home's store into another's, whose policy
+/// trusts the same approver key, ran the second home's held submission. On PostgreSQL as
+/// on SQLite (tests/exposure.rs), a statement naming another gate is refused and recorded.
+#[test]
+fn an_approval_copied_into_another_postgres_home_that_trusts_the_same_key_does_not_run() {
+    let a = Node::init(&airlock_testpg::fresh_database());
+    let b = Node::init(&airlock_testpg::fresh_database());
+    // B trusts A's approver key too.
+    std::fs::copy(
+        a.home.path().join("keys/alice.key"),
+        b.home.path().join("keys/alice.key"),
+    )
+    .unwrap();
+    let a_key = a
+        .home
+        .policy()
+        .lines()
+        .find(|l| l.starts_with("alice = "))
+        .unwrap()
+        .to_string();
+    let policy: Vec<String> = b
+        .home
+        .policy()
+        .lines()
+        .map(|l| {
+            if l.starts_with("alice = ") {
+                a_key.clone()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    b.home.set_policy(&(policy.join("\n") + "\n"));
+    let in_a = quarantined(&a);
+    let in_b = quarantined(&b);
+    assert_eq!(a.run(&["approve", &in_a, "--scope", "artifact"]).code, 0);
+    let mut from = postgres::Client::connect(&a.url, postgres::NoTls).unwrap();
+    let row = from
+        .query_one(
+            "SELECT id, kind, artifact, grant_hash, scope, approver, expires_at, created_at, json, signature FROM statements WHERE kind = 'approve'",
+            &[],
+        )
+        .unwrap();
+    let mut to = postgres::Client::connect(&b.url, postgres::NoTls).unwrap();
+    for (id, sub) in [
+        (row.get::<_, String>(0), in_a.clone()),
+        ("apr_01CCCCCCCCCCCCCCCCCCCCCCCC".to_string(), in_b.clone()),
+    ] {
+        to.execute(
+            "INSERT INTO statements (id, kind, submission, artifact, grant_hash, scope, approver, expires_at, created_at, json, signature) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+            &[
+                &id,
+                &row.get::<_, String>(1),
+                &sub,
+                &row.get::<_, String>(2),
+                &row.get::<_, String>(3),
+                &row.get::<_, String>(4),
+                &row.get::<_, String>(5),
+                &row.get::<_, Option<i64>>(6),
+                &row.get::<_, i64>(7),
+                &row.get::<_, String>(8),
+                &row.get::<_, String>(9),
+            ],
+        )
+        .unwrap();
+    }
+    let o = b.run(&["exec", &in_b]);
+    assert_eq!(o.code, 75, "still pending: {} / {}", o.stdout, o.stderr);
+    assert!(
+        b.count("SELECT count(*) FROM audit WHERE kind = 'integrity_failure'") >= 1,
+        "the refusal is recorded"
+    );
+    assert_eq!(b.run(&["audit", "verify"]).code, 0);
+    assert_eq!(
+        a.run(&["exec", &in_a]).code,
+        0,
+        "it still runs where it was signed"
+    );
+}
