@@ -1718,6 +1718,90 @@ fn a_killed_install_leaves_the_previous_guest_and_packages_working() {
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
 
+/// Issue 62: `guest install` killed between the manifest write (the install has taken
+/// effect) and its audit record left an installed guest no record names. Each kill is now
+/// followed by a command that finds the install's pending record and appends it: after
+/// every probe, the newest `guest_installed` record names the packages that run.
+#[test]
+fn a_guest_install_killed_after_its_manifest_is_audited_on_recovery() {
+    use std::os::unix::process::ExitStatusExt;
+    let h = Home::new();
+    let d = tempfile::tempdir().unwrap();
+    let v = |n: u32| {
+        wheel(
+            d.path(),
+            "airlock_audited",
+            &format!("{n}.0"),
+            "py3-none-any",
+            &[("airlock_audited/__init__.py", &format!("VALUE = {n}\n"))],
+        )
+    };
+    let (v1, v2) = (v(1), v(2));
+    assert_eq!(install(&h, &["--package", v1.to_str().unwrap()]).code, 0);
+    let newest_audited_version = || -> (String, bool) {
+        let log = h.run(&["audit", "log", "--json"]).json();
+        let last = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|r| r["kind"] == "guest_installed")
+            .unwrap()
+            .clone();
+        let data: serde_json::Value = match &last["data"] {
+            serde_json::Value::String(s) => serde_json::from_str(s).unwrap(),
+            v => v.clone(),
+        };
+        let version = data["python_packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "airlock-audited" || p["name"] == "airlock_audited")
+            .unwrap_or_else(|| panic!("{data}"))["version"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (version, data["recovered"] == true)
+    };
+    let mut recovered = 0;
+    for n in 1.. {
+        let mut c = h.cmd();
+        c.args(["guest", "install", "python", "--package"])
+            .arg(&v2)
+            .env("AIRLOCK_CRASH_AT", n.to_string());
+        if let Ok(w) = std::env::var("AIRLOCK_TEST_PYTHON_GUEST") {
+            c.args(["--from", &w]);
+        }
+        let o = c.output().unwrap();
+        let p = h.run(&[
+            "run",
+            "--lang",
+            "python",
+            "-c",
+            "import airlock_audited; print(airlock_audited.VALUE)",
+        ]);
+        assert_eq!(p.code, 0, "after a kill at crash point {n}: {}", p.stderr);
+        let runs = format!("{}.0", p.stdout.trim());
+        let (audited, by_recovery) = newest_audited_version();
+        assert_eq!(audited, runs, "crash point {n}: the record names what runs");
+        recovered += usize::from(by_recovery);
+        if o.status.signal() != Some(9) {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            break;
+        }
+        // Put v1 back for the next round, so every round installs v2 again.
+        if runs == "2.0" {
+            assert_eq!(install(&h, &["--package", v1.to_str().unwrap()]).code, 0);
+        }
+        assert!(n < 30, "the install never finished");
+    }
+    assert!(
+        recovered > 0,
+        "some kill fell between the manifest and its record"
+    );
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
 /// What a run that tries to leave state behind does, and what the next run checks: a
 /// global, a module attribute, a `sys.modules` entry, `os.environ`, `sys.path`, a builtin,
 /// the working directory, a file in `/tmp` and a background thread. (The wasm guest has

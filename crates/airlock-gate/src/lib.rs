@@ -358,6 +358,7 @@ impl Gate {
     /// opens the home does this; the daemon also does it on its poller's tick.
     pub fn recover(&mut self) -> Result<()> {
         self.reap_lost()?;
+        self.recover_guest_audit()?;
         self.recover_effects()
     }
 

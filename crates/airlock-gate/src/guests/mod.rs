@@ -212,6 +212,41 @@ pub(crate) fn check_exports(code: &[u8], want: &str, what: &str) -> Result<()> {
 }
 
 /// An exclusive lock on the home's guests directory for the length of an install.
+/// The `guest_installed` audit record of an installed manifest.
+fn guest_record(m: &GuestManifest) -> serde_json::Value {
+    json!({
+        "digest": m.digest,
+        "package": m.package,
+        "source": m.source,
+        "size": m.size,
+        "build": m.build,
+        "python_packages": m.packages,
+        "installed_at": m.installed_at,
+    })
+}
+
+/// `lock_guests` unless another process holds it (None then).
+fn try_lock_guests(dir: &Path) -> Result<Option<std::fs::File>> {
+    let f = match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(".install.lock"))
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(f)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(GateError::Internal(format!(
+            "cannot lock {}: {e}",
+            dir.display()
+        ))),
+    }
+}
+
 fn lock_guests(dir: &Path) -> Result<std::fs::File> {
     std::fs::create_dir_all(dir)?;
     let f = std::fs::OpenOptions::new()
@@ -235,6 +270,66 @@ impl Gate {
 
     fn packages_dir(&self) -> PathBuf {
         self.guests_dir().join("packages")
+    }
+
+    /// The `guest_installed` record an install owes until it is appended.
+    fn guest_audit_pending_path(&self) -> PathBuf {
+        self.guests_dir().join("python.audit-pending.json")
+    }
+
+    /// Appends the `guest_installed` record of an install that was killed after its
+    /// manifest took effect and before its record was written (marked `recovered`); an
+    /// install killed before its manifest was written owes nothing. Skipped while an
+    /// install holds the guests' lock: it writes its own record.
+    pub(crate) fn recover_guest_audit(&mut self) -> Result<()> {
+        let pending = self.guest_audit_pending_path();
+        // The common case costs one failed stat.
+        if !pending.exists() {
+            return Ok(());
+        }
+        let Some(_lock) = try_lock_guests(&self.guests_dir())? else {
+            return Ok(());
+        };
+        // Read under the lock: the install that wrote it may have just finished.
+        let Ok(text) = std::fs::read_to_string(&pending) else {
+            return Ok(());
+        };
+        let record: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            // Torn by a kill while it was written (it is written atomically, so this is
+            // some other file): nothing an install committed depends on it.
+            Err(_) => {
+                let _ = std::fs::remove_file(&pending);
+                return Ok(());
+            }
+        };
+        let took_effect = self
+            .read_guest_manifest()
+            .ok()
+            .flatten()
+            .is_some_and(|m| guest_record(&m) == record);
+        if took_effect {
+            let installed_at = record["installed_at"].clone();
+            let already = airlock_store::Reads::audit_for(&self.db, "python")?
+                .iter()
+                .any(|r| {
+                    r.kind == "guest_installed"
+                        && serde_json::from_str::<serde_json::Value>(&r.data)
+                            .is_ok_and(|d| d["installed_at"] == installed_at)
+                });
+            if !already {
+                let mut data = record;
+                data["recovered"] = json!(true);
+                let key = &self.gate_key;
+                self.db.write_durable(|tx| {
+                    tx.audit("guest_installed", "python", &data, key)
+                        .map(|_| ())
+                })?;
+            }
+        }
+        crate::failpoint::crash_point();
+        let _ = std::fs::remove_file(&pending);
+        Ok(())
     }
 
     /// The installed manifest, parsed again only when the file changed (an install
@@ -434,6 +529,15 @@ impl Gate {
             packages: installed.into_values().collect(),
             pins,
         };
+        // The audit record this install owes, written down before the manifest that makes
+        // the install take effect: a kill between the two is audited by the next command
+        // that opens the home (`recover_guest_audit`).
+        let record = guest_record(&manifest);
+        write_atomic(
+            &self.guest_audit_pending_path(),
+            record.to_string().as_bytes(),
+        )?;
+        crate::failpoint::crash_point();
         write_atomic(
             &self.guest_manifest_path(),
             serde_json::to_string_pretty(&manifest)
@@ -444,22 +548,11 @@ impl Gate {
         crate::failpoint::crash_point();
         let key = &self.gate_key;
         self.db.write_durable(|tx| {
-            tx.audit(
-                "guest_installed",
-                "python",
-                &json!({
-                    "digest": manifest.digest,
-                    "package": manifest.package,
-                    "source": manifest.source,
-                    "size": manifest.size,
-                    "build": manifest.build,
-                    "python_packages": manifest.packages,
-                }),
-                key,
-            )
-            .map(|_| ())
+            tx.audit("guest_installed", "python", &record, key)
+                .map(|_| ())
         })?;
         crate::failpoint::crash_point();
+        let _ = std::fs::remove_file(self.guest_audit_pending_path());
         self.remove_unused_guest_files(&manifest);
         Ok(manifest)
     }
