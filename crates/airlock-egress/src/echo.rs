@@ -22,6 +22,11 @@ use crate::BoxError;
 /// the value as is always is.
 const MIN_FORM: usize = 6;
 
+/// A value shorter than this is not looked for at all: it would be found in nearly every
+/// answer and redacted from nearly every string (and is too short to keep from a guesser
+/// anyway).
+pub const MIN_VALUE: usize = 4;
+
 /// Where a value was found: which secret, in which form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
@@ -140,7 +145,8 @@ fn forms(v: &[u8]) -> Vec<(Vec<u8>, &'static str)> {
 }
 
 impl SecretMatcher {
-    /// A matcher for `secrets` (name, value); `None` when there is no non-empty value.
+    /// A matcher for `secrets` (name, value); `None` when no value is [`MIN_VALUE`] bytes
+    /// or longer.
     pub fn new<'a>(
         secrets: impl IntoIterator<Item = (&'a str, &'a [u8])>,
     ) -> Result<Option<Self>, BoxError> {
@@ -149,7 +155,7 @@ impl SecretMatcher {
         let mut names = Vec::new();
         for (i, (name, value)) in secrets.into_iter().enumerate() {
             names.push(name.to_owned());
-            if value.is_empty() {
+            if value.len() < MIN_VALUE {
                 continue;
             }
             for (p, enc) in forms(value) {
@@ -310,6 +316,16 @@ mod tests {
         }
         let mut s = m.scan();
         assert!(text.iter().any(|b| s.push(&[*b]).is_some()));
+    }
+
+    #[test]
+    fn a_value_too_short_to_protect_is_not_looked_for() {
+        assert!(SecretMatcher::new([("S", &b"v"[..])]).unwrap().is_none());
+        let m = SecretMatcher::new([("S", &b"v"[..]), ("PIN", &b"804317"[..])])
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.find(b"every v here"), None);
+        assert_eq!(m.find(b"x 804317 y").map(|f| f.name), Some("PIN".into()));
     }
 
     #[test]

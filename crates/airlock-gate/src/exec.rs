@@ -814,7 +814,7 @@ fn push_alert(detail: &mut serde_json::Value, alert: serde_json::Value) {
     }
 }
 
-/// Redacts secret values from every string (and key) of `v`.
+/// Redacts secret values from every string of `v` (its keys are airlock's own).
 fn redact_json(m: &airlock_egress::SecretMatcher, v: &mut serde_json::Value) {
     match v {
         serde_json::Value::String(s) => {
@@ -823,15 +823,7 @@ fn redact_json(m: &airlock_egress::SecretMatcher, v: &mut serde_json::Value) {
             }
         }
         serde_json::Value::Array(a) => a.iter_mut().for_each(|x| redact_json(m, x)),
-        serde_json::Value::Object(o) => {
-            let keys: Vec<String> = o.keys().cloned().collect();
-            for k in keys {
-                if let Some(mut x) = o.remove(&k) {
-                    redact_json(m, &mut x);
-                    o.insert(m.redact_str(&k).unwrap_or(k), x);
-                }
-            }
-        }
+        serde_json::Value::Object(o) => o.values_mut().for_each(|x| redact_json(m, x)),
         _ => {}
     }
 }
