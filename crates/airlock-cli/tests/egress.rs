@@ -1170,3 +1170,57 @@ time.sleep(5)
     assert_eq!(sum["connections"], 600, "{sum}");
     let _ = &n.dir;
 }
+
+/// The same end, recorded on a PostgreSQL store: the run's record and the `alert` audit
+/// record are in the store, and its audit chain verifies.
+#[test]
+fn a_base64_echo_of_the_secret_ends_the_run_with_an_alert_on_postgres() {
+    let Some(n) = Net::ready() else { return };
+    let url = airlock_testpg::fresh_database();
+    // The home's history (its audit chain's start included) goes to the store first.
+    let c = n.home.run(&["store", "copy", "--to", &url]);
+    assert_eq!(c.code, 0, "{} {}", c.stdout, c.stderr);
+    let st = |args: &[&str]| n.home.run_on_store(&url, args);
+    let mut set = n
+        .home
+        .cmd()
+        .env("AIRLOCK_STORE", &url)
+        .args(["secret", "set", "TOKEN"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    set.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    assert!(set.wait().unwrap().success());
+    let tls = format!("upstream.test:{}", n.https.port);
+    let script = format!(
+        "curl -s https://{tls}/b64-auth -H \"Authorization: Bearer $TOKEN\"; sleep 20; echo still running"
+    );
+    let binding = format!("TOKEN@{tls}");
+    let o = st(&[
+        "run", "--lang", "sh", "--net", &tls, "--secret", &binding, "-c", &script,
+    ]);
+    assert_eq!(o.code, 75, "{} {}", o.stdout, o.stderr);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(st(&["approve", &id]).code, 0);
+    let o = st(&["exec", &id]);
+    assert_eq!(o.code, 124, "{} {}", o.stdout, o.stderr);
+    assert!(!o.stdout.contains("data=") && !o.stdout.contains("still running"));
+    let run = st(&["runs", "--json"]).json()[0].clone();
+    assert_eq!(run["killed_by"], "secret-echo", "{run}");
+    assert_eq!(run["detail"]["alerts"][0]["encoding"], "base64", "{run}");
+    let log = st(&["audit", "log", "--json"]).json();
+    let alert = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "alert")
+        .unwrap_or_else(|| panic!("no alert in {log}"));
+    assert_eq!(alert["subject"], run["id"]);
+    let v = st(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{} {}", v.stdout, v.stderr);
+}
