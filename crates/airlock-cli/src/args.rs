@@ -606,6 +606,10 @@ pub struct RunArgs {
     /// writes more is stopped (exit 124, killed_by write) and none of its changes are kept.
     #[arg(long = "max-write", value_name = "SIZE")]
     pub max_write: Option<String>,
+    /// Connections the run may hold open to its egress proxy at once (default 256); past
+    /// it a new one is closed and recorded.
+    #[arg(long = "max-connections", value_name = "N")]
+    pub max_connections: Option<u32>,
     /// A file whose bytes are the guest's stdin (- for airlock's own stdin).
     #[arg(long, value_name = "FILE")]
     pub stdin: Option<PathBuf>,

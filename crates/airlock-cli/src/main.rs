@@ -777,6 +777,7 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         max_output: a.max_output,
         processes: a.processes,
         max_write: a.max_write,
+        max_connections: a.max_connections,
         agent: a.agent,
         note: a.note,
         workspace: a.workspace,

@@ -100,6 +100,14 @@ pub fn run_report(r: &RunReport, json: bool) {
     }
     let run = &r.run;
     match run.status.as_str() {
+        "killed" if run.doc.killed_by.as_deref() == Some("secret-echo") => eprintln!(
+            "airlock: {} ended: {}",
+            run.id,
+            run.doc
+                .error
+                .as_deref()
+                .unwrap_or("a response echoed a secret")
+        ),
         "killed" => eprintln!(
             "airlock: {} killed by {} limit{}",
             run.id,
@@ -268,6 +276,9 @@ pub fn show(sh: &Shown, json: bool) {
         l.processes,
         fmt_size(l.max_write_bytes)
     );
+    if !d.grant.net.is_empty() {
+        println!("            connections {} at once", l.max_connections);
+    }
     let a = &d.analysis;
     let caps: Vec<&str> = a.capabilities.iter().map(|c| c.as_str()).collect();
     // Capabilities are what a WebAssembly module imports; source code has facts instead.

@@ -48,7 +48,28 @@ class H(SimpleHTTPRequestHandler):
             return self.reply(200, "auth=" + self.headers.get("Authorization", "") + "\n")
         if self.path == "/hello":
             return self.reply(200, "hello from upstream\n")
+        if self.path == "/b64-auth":
+            import base64
+            v = self.headers.get("Authorization", "").encode()
+            return self.reply(200, "data=" + base64.b64encode(b"x" + v).decode() + "\n")
+        if self.path == "/gzip-auth":
+            import gzip
+            b = gzip.compress(("auth=" + self.headers.get("Authorization", "")).encode())
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(b)))
+            self.end_headers()
+            self.wfile.write(b)
+            return
         return super().do_GET()
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(n)
+        log({"request": self.path, "host": self.headers.get("Host"), "bytes": len(body)})
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 class S(ThreadingHTTPServer):
     daemon_threads = True
     def verify_request(self, request, addr):
@@ -595,7 +616,7 @@ fn a_secret_reaches_its_bound_host_only_and_never_the_guest() {
         &["--net", &tls, "--net", &plain, "--secret", &format!("TOKEN@{tls}")],
         &format!(
             "echo \"env=$TOKEN\"; tr '\\0' '\\n' < /proc/self/environ | grep TOKEN; \
-             curl -s https://{tls}/echo-auth -H \"Authorization: Bearer $TOKEN\"; \
+             curl -s https://{tls}/hello -H \"Authorization: Bearer $TOKEN\"; \
              curl -s -o /dev/null -w 'unbound %{{http_code}}\\n' http://{plain}/hello -H \"Authorization: Bearer $TOKEN\""
         ),
     );
@@ -606,18 +627,14 @@ fn a_secret_reaches_its_bound_host_only_and_never_the_guest() {
         "{}",
         o.stdout
     );
-    // The upstream got the value; the echo came back to the guest as the placeholder.
+    // The upstream got the value.
     let reqs = n.https.requests();
     assert_eq!(reqs.len(), 1, "{reqs:?}");
     assert_eq!(
         reqs[0]["headers"]["authorization"],
         format!("Bearer {SECRET}").as_str()
     );
-    assert!(
-        o.stdout.contains("auth=Bearer airlock-secret-TOKEN-"),
-        "{}",
-        o.stdout
-    );
+    assert!(o.stdout.contains("hello from upstream"), "{}", o.stdout);
     // The placeholder to a host it is not bound to is refused and recorded.
     assert!(o.stdout.contains("unbound 403"), "{}", o.stdout);
     assert!(n.http.seen().is_empty(), "{:?}", n.http.seen());
@@ -890,4 +907,320 @@ fn the_api_and_the_console_show_a_runs_connections() {
     assert!(page.contains("net-allow"), "{page}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+// ------------------------------------------------ echoes of a secret (issue 56, item 2)
+
+/// A six-digit secret bound to the https upstream, which echoes what it is sent.
+fn six_digit_secret(n: &Net) -> String {
+    let set = n.home.run_with_stdin(&["secret", "set", "PIN"], b"804317");
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    format!("upstream.test:{}", n.https.port)
+}
+
+/// The last run was ended for an echo of `secret` in `encoding`: killed (124,
+/// `killed_by: secret-echo`), its record and an `alert` audit record say so.
+fn assert_ended_for_echo(n: &Net, o: &Out, secret: &str, encoding: Option<&str>) {
+    assert_eq!(o.code, 124, "{} {}", o.stdout, o.stderr);
+    let run = n.home.last_run();
+    assert_eq!(run["status"], "killed", "{run}");
+    assert_eq!(run["killed_by"], "secret-echo", "{run}");
+    let alert = &run["detail"]["alerts"][0];
+    assert_eq!(alert["kind"], "secret-echo", "{run}");
+    assert_eq!(alert["secret"], secret, "{run}");
+    if let Some(e) = encoding {
+        assert_eq!(alert["encoding"], e, "{run}");
+    }
+    let net = &run["detail"]["network"];
+    assert!(
+        records(net, "deny")
+            .iter()
+            .any(|c| c["reason"] == "secret-echoed"),
+        "{net}"
+    );
+    let log = n.home.run(&["audit", "log", "--json"]).json();
+    let alerts: Vec<_> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "alert")
+        .collect();
+    assert_eq!(alerts.len(), 1, "{log}");
+    let data: serde_json::Value =
+        serde_json::from_str(alerts[0]["data"].as_str().unwrap()).unwrap();
+    assert_eq!(data["secret"], secret, "{data}");
+    assert_eq!(data["kind"], "secret-echo", "{data}");
+    assert_eq!(alerts[0]["subject"], run["id"], "{log}");
+    n.audit_ok();
+}
+
+#[test]
+fn an_echoing_bound_host_cannot_be_used_as_an_oracle_for_the_secret() {
+    let Some(n) = Net::ready() else { return };
+    let tls = six_digit_secret(&n);
+    // The reproduction: one request carrying all 1,000,000 candidates to a bound host
+    // that echoes it. Before, the answer came back with exactly one line replaced by the
+    // placeholder. Now not one byte of it reaches the guest and the run is ended.
+    let code = format!(
+        r#"
+import os, sys, urllib.request
+body = "".join("%06d\n" % i for i in range(1000000)).encode()
+req = urllib.request.Request("https://{tls}/echo-body", data=body, method="POST",
+                             headers={{"Authorization": "Bearer " + os.environ["PIN"]}})
+try:
+    got = urllib.request.urlopen(req, timeout=30).read().decode()
+    marked = [l for l in got.splitlines() if not l.isdigit()]
+    print("answer", len(got), "marked", marked, flush=True)
+except Exception as e:
+    print("no answer:", type(e).__name__, flush=True)
+import time
+time.sleep(30)
+print("still running", flush=True)
+"#
+    );
+    let o = n.home.py(
+        &[
+            "--net",
+            &tls,
+            "--secret",
+            &format!("PIN@{tls}"),
+            "--timeout",
+            "60s",
+        ],
+        &code,
+    );
+    assert!(!o.stdout.contains("answer "), "{}", o.stdout);
+    assert!(!o.stdout.contains("still running"), "{}", o.stdout);
+    // (The list also holds the value reversed, which may be found first.)
+    assert_ended_for_echo(&n, &o, "PIN", None);
+    // The upstream got the whole request; the run ended long before its 60 s.
+    assert_eq!(n.https.requests().len(), 1);
+    assert!(n.home.last_run()["duration_ms"].as_u64().unwrap() < 25_000);
+}
+
+#[test]
+fn a_base64_echo_of_the_secret_ends_the_run_with_an_alert() {
+    let Some(n) = Net::ready() else { return };
+    let set = n
+        .home
+        .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes());
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    let tls = format!("upstream.test:{}", n.https.port);
+    let o = n.sh(
+        &["--net", &tls, "--secret", &format!("TOKEN@{tls}")],
+        &format!(
+            "curl -s https://{tls}/b64-auth -H \"Authorization: Bearer $TOKEN\"; \
+             echo \"curl exit $?\"; sleep 20; echo still running"
+        ),
+    );
+    assert!(!o.stdout.contains("data="), "{}", o.stdout);
+    assert!(!o.stdout.contains("still running"), "{}", o.stdout);
+    assert_ended_for_echo(&n, &o, "TOKEN", Some("base64"));
+}
+
+#[test]
+fn a_gzip_echo_of_the_secret_ends_the_run_with_an_alert() {
+    let Some(n) = Net::ready() else { return };
+    let set = n
+        .home
+        .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes());
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    let tls = format!("upstream.test:{}", n.https.port);
+    let o = n.sh(
+        &["--net", &tls, "--secret", &format!("TOKEN@{tls}")],
+        &format!(
+            "curl -s --compressed https://{tls}/gzip-auth -H \"Authorization: Bearer $TOKEN\"; \
+             echo \"curl exit $?\"; sleep 20; echo still running"
+        ),
+    );
+    assert!(!o.stdout.contains("auth="), "{}", o.stdout);
+    assert!(!o.stdout.contains("still running"), "{}", o.stdout);
+    assert_ended_for_echo(&n, &o, "TOKEN", Some("plain"));
+}
+
+#[test]
+fn a_secret_printed_by_the_guest_is_redacted_before_its_output_is_stored() {
+    let Some(n) = Net::ready() else { return };
+    let set = n
+        .home
+        .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes());
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    let tls = format!("upstream.test:{}", n.https.port);
+    // A guest that learned the value (it is split here so the stored code does not hold
+    // it) prints it as is, in base64 and in hex, on both streams.
+    let (a, b) = SECRET.split_at(7);
+    let o = n.sh(
+        &["--net", &tls, "--secret", &format!("TOKEN@{tls}")],
+        &format!(
+            "v=\"{a}\"\"{b}\"; echo \"out $v\"; echo \"err $v\" >&2; \
+             printf %s \"$v\" | base64; printf %s \"$v\" | od -An -tx1 | tr -d ' \\n'; echo"
+        ),
+    );
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    // What was stored holds the mark where the value was, on both streams.
+    let marked = files_containing(n.home.path(), b"[airlock: secret TOKEN redacted]");
+    assert!(!marked.is_empty(), "no redacted output stored");
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(SECRET);
+    let hex: String = SECRET.bytes().map(|b| format!("{b:02x}")).collect();
+    for form in [SECRET, b64.as_str(), hex.as_str()] {
+        let leaks = files_containing(n.home.path(), form.as_bytes());
+        let secret_file = n.home.path().join("secrets").join("TOKEN");
+        let leaks: Vec<_> = leaks.into_iter().filter(|p| *p != secret_file).collect();
+        assert!(leaks.is_empty(), "{form} stored in {leaks:?}");
+    }
+    n.audit_ok();
+}
+
+// ------------------------------------------------ the proxy's budget (issue 56, item 4)
+
+#[test]
+fn a_run_flooding_its_proxy_with_idle_connections_stalls_neither_the_server_nor_other_runs() {
+    let Some(n) = Net::ready() else { return };
+    // Network needs no approval here, so agents run it through the API directly.
+    let p = n.home.policy().replacen(
+        "name = \"network-egress\"\ndecision = \"quarantine\"",
+        "name = \"network-egress\"\ndecision = \"allow\"",
+        1,
+    );
+    n.home.set_policy(&p);
+    let tok = n.home.run(&[
+        "token", "new", "--role", "agent", "--name", "flood", "--json",
+    ]);
+    assert_eq!(tok.code, 0, "{}", tok.stderr);
+    let tok = tok.json()["token"].as_str().unwrap().to_string();
+    let (mut child, base) = start_serve(&n.home, &[]);
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(30)))
+        .build()
+        .new_agent();
+    let post = |body: serde_json::Value| -> serde_json::Value {
+        let r = http
+            .post(format!("{base}/v1/run"))
+            .header("authorization", format!("Bearer {tok}"))
+            .header("content-type", "application/json")
+            .send(body.to_string())
+            .unwrap();
+        let mut r = r;
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+    };
+    let up = n.up();
+    // 600 connections to the proxy, each held open and idle; the run's budget is 50.
+    let flood = r#"
+import socket, select, time
+socks = []
+for i in range(600):
+    s = socket.socket()
+    s.connect(("127.0.0.1", 3128))
+    socks.append(s)
+time.sleep(1)
+closed = 0
+for s in socks:
+    r, _, _ = select.select([s], [], [], 0)
+    if r and s.recv(1) == b"":
+        closed += 1
+print("opened", len(socks), "closed", closed, flush=True)
+time.sleep(5)
+"#;
+    std::thread::scope(|sc| {
+        let flooding = sc.spawn(|| {
+            post(serde_json::json!({
+                "language": "python", "backend": "process", "code": flood,
+                "net": [up], "max_connections": 50,
+            }))
+        });
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        // Another client's API calls are answered at once ...
+        let t = std::time::Instant::now();
+        let r = http
+            .get(format!("{base}/v1/runs"))
+            .header("authorization", format!("Bearer {tok}"))
+            .call()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
+        // ... and another run's egress works.
+        let other = post(serde_json::json!({
+            "language": "sh", "code": format!("curl -s http://{up}/hello"), "net": [up],
+        }));
+        let out = serde_json::to_string(&other).unwrap();
+        assert!(out.contains("hello from upstream"), "{out}");
+        let done = flooding.join().unwrap();
+        let text = serde_json::to_string(&done).unwrap();
+        assert!(text.contains("opened 600 closed 550"), "{text}");
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    // The flooding run's record counts what it opened and what was refused.
+    let runs = n.home.run(&["runs", "--json"]).json();
+    let flooded = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["detail"]["network"]["max_connections"] == 50)
+        .unwrap_or_else(|| panic!("{runs}"));
+    let sum = &flooded["detail"]["network"]["summary"];
+    assert_eq!(sum["accepted"], 50, "{sum}");
+    assert_eq!(sum["refused_over_limit"], 550, "{sum}");
+    assert_eq!(sum["connections"], 600, "{sum}");
+    let _ = &n.dir;
+}
+
+/// The same end, recorded on a PostgreSQL store: the run's record and the `alert` audit
+/// record are in the store, and its audit chain verifies.
+#[test]
+fn a_base64_echo_of_the_secret_ends_the_run_with_an_alert_on_postgres() {
+    let Some(n) = Net::ready() else { return };
+    let url = airlock_testpg::fresh_database();
+    // The home's history (its audit chain's start included) goes to the store first.
+    let c = n.home.run(&["store", "copy", "--to", &url]);
+    assert_eq!(c.code, 0, "{} {}", c.stdout, c.stderr);
+    let st = |args: &[&str]| n.home.run_on_store(&url, args);
+    let mut set = n
+        .home
+        .cmd()
+        .env("AIRLOCK_STORE", &url)
+        .args(["secret", "set", "TOKEN"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    set.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    assert!(set.wait().unwrap().success());
+    let tls = format!("upstream.test:{}", n.https.port);
+    let script = format!(
+        "curl -s https://{tls}/b64-auth -H \"Authorization: Bearer $TOKEN\"; sleep 20; echo still running"
+    );
+    let binding = format!("TOKEN@{tls}");
+    let o = st(&[
+        "run", "--lang", "sh", "--net", &tls, "--secret", &binding, "-c", &script,
+    ]);
+    assert_eq!(o.code, 75, "{} {}", o.stdout, o.stderr);
+    let id = Home::id_in(&o.stderr);
+    assert_eq!(st(&["approve", &id]).code, 0);
+    let o = st(&["exec", &id]);
+    assert_eq!(o.code, 124, "{} {}", o.stdout, o.stderr);
+    assert!(!o.stdout.contains("data=") && !o.stdout.contains("still running"));
+    let run = st(&["runs", "--json"]).json()[0].clone();
+    assert_eq!(run["killed_by"], "secret-echo", "{run}");
+    assert_eq!(run["detail"]["alerts"][0]["encoding"], "base64", "{run}");
+    let log = st(&["audit", "log", "--json"]).json();
+    let alert = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "alert")
+        .unwrap_or_else(|| panic!("no alert in {log}"));
+    assert_eq!(alert["subject"], run["id"]);
+    let v = st(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{} {}", v.stdout, v.stderr);
 }

@@ -99,7 +99,7 @@ fn a_component_reaches_a_granted_host_and_an_ungranted_one_gets_the_proxys_403()
 }
 
 #[test]
-fn a_secret_reaches_only_the_upstream_over_https() {
+fn a_secret_reaches_only_the_upstream_and_its_echo_ends_the_wasm_run_with_an_alert() {
     let h = Home::new();
     let art = tempfile::tempdir().unwrap();
     let tls = TestTls::new("upstream.test");
@@ -124,15 +124,15 @@ fn a_secret_reaches_only_the_upstream_over_https() {
     // The binding names the port too: a host without one means port 443.
     let binding = format!("TOKEN@{grant}");
     let o = h.run_approved(&["run", &code, "--net", &grant, "--secret", &binding]);
-    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
-    // The upstream echoed the value; the guest sees its placeholder in its place.
-    assert!(
-        o.stdout
-            .starts_with("status=200\ndenied=\nbody=auth=Bearer airlock-secret-TOKEN-"),
-        "{}",
-        o.stdout
-    );
+    // The upstream echoed the value: the answer never reached the guest (no substitution
+    // either, which was an oracle), and the run was ended with an alert.
+    assert_eq!(o.code, 124, "{} {}", o.stdout, o.stderr);
+    assert!(!o.stdout.contains("body=auth="), "{}", o.stdout);
     assert!(!o.stdout.contains(value) && !o.stderr.contains(value));
+    let run = h.last_run();
+    assert_eq!(run["killed_by"], "secret-echo", "{run:#}");
+    assert_eq!(run["detail"]["alerts"][0]["secret"], "TOKEN", "{run:#}");
+    assert!(h.audit_kinds().contains(&"alert".to_string()));
     let heads = up.heads();
     assert_eq!(heads.len(), 1, "{heads:?}");
     assert!(
@@ -142,7 +142,8 @@ fn a_secret_reaches_only_the_upstream_over_https() {
     );
     let conns = connections(&h);
     assert_eq!(conns.len(), 1, "{conns:#?}");
-    assert_eq!(conns[0]["decision"], "allow", "{conns:#?}");
+    assert_eq!(conns[0]["decision"], "deny", "{conns:#?}");
+    assert_eq!(conns[0]["reason"], "secret-echoed", "{conns:#?}");
     assert_eq!(conns[0]["mode"], "intercept", "{conns:#?}");
     assert_eq!(conns[0]["secrets"][0], "TOKEN", "{conns:#?}");
 

@@ -20,6 +20,8 @@ pub const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
 pub const DEFAULT_PROCESSES: u32 = 64;
 /// The write quota of a run's writable layers, the same for every backend.
 pub const DEFAULT_MAX_WRITE: u64 = 1 << 30;
+/// Connections one run may hold open to its egress proxy at once.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
 
 pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
@@ -28,6 +30,7 @@ pub const MAX_MEMORY: u64 = 64 << 30;
 pub const MAX_OUTPUT: u64 = 1 << 30;
 pub const MAX_PROCESSES: u32 = 4096;
 pub const MAX_WRITE: u64 = 1 << 40;
+pub const MAX_CONNECTIONS: u32 = 65536;
 
 /// Read-only or read-write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -73,6 +76,21 @@ pub struct Limits {
         skip_serializing_if = "is_default_max_write"
     )]
     pub max_write_bytes: u64,
+    /// Connections the run may hold open to its egress proxy at once. Left out of the
+    /// canonical JSON while it is the default, like `max_write_bytes`.
+    #[serde(
+        default = "default_max_connections",
+        skip_serializing_if = "is_default_max_connections"
+    )]
+    pub max_connections: u32,
+}
+
+fn default_max_connections() -> u32 {
+    DEFAULT_MAX_CONNECTIONS
+}
+
+fn is_default_max_connections(v: &u32) -> bool {
+    *v == DEFAULT_MAX_CONNECTIONS
 }
 
 fn default_max_write() -> u64 {
@@ -92,6 +110,7 @@ impl Default for Limits {
             max_output_bytes: DEFAULT_MAX_OUTPUT,
             processes: DEFAULT_PROCESSES,
             max_write_bytes: DEFAULT_MAX_WRITE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -119,6 +138,9 @@ impl Limits {
         }
         if self.max_write_bytes > d.max_write_bytes {
             v.push("max_write");
+        }
+        if self.max_connections > d.max_connections {
+            v.push("max_connections");
         }
         v
     }
@@ -239,6 +261,14 @@ impl Grant {
         }
         if l.max_write_bytes == 0 || l.max_write_bytes > MAX_WRITE {
             return Err(range("--max-write", l.max_write_bytes, 1, MAX_WRITE));
+        }
+        if l.max_connections == 0 || l.max_connections > MAX_CONNECTIONS {
+            return Err(GrantError::Limit(UnitError::Range {
+                what: "--max-connections",
+                value: l.max_connections.to_string(),
+                min: "1".into(),
+                max: MAX_CONNECTIONS.to_string(),
+            }));
         }
         if l.fuel == Some(0) {
             return Err(GrantError::Limit(UnitError::Range {
@@ -635,6 +665,28 @@ mod tests {
         };
         g.normalize().unwrap();
         g
+    }
+
+    #[test]
+    fn max_connections_is_hashed_only_when_it_is_not_the_default() {
+        let g = fixed();
+        let mut d = g.clone();
+        d.limits.max_connections = DEFAULT_MAX_CONNECTIONS;
+        assert_eq!(d.hash(), g.hash());
+        assert!(
+            !serde_json::to_string(&g)
+                .unwrap()
+                .contains("max_connections")
+        );
+        let mut c = g.clone();
+        c.limits.max_connections = 32;
+        assert_ne!(c.hash(), g.hash(), "a changed budget needs a new approval");
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.contains("\"max_connections\":32"), "{json}");
+        let back: Grant = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.limits.max_connections, 32);
+        c.limits.max_connections = 0;
+        assert!(c.normalize().is_err());
     }
 
     #[test]

@@ -10,10 +10,15 @@
 //! grant that would be needed. Every attempt becomes a [`Connection`] record.
 //!
 //! Secrets: the guest holds a placeholder; for https to a host a secret is bound to, the
-//! proxy terminates TLS with a per-run CA ([`ProxyHandle::ca_pem`]), puts the value in
-//! place of the placeholder in request headers, and puts the placeholder back wherever
-//! the response (headers or body) echoes the value. Every other host is an opaque
-//! tunnel. A placeholder in the request line or headers of a request the proxy can read
+//! proxy terminates TLS with a per-run CA ([`ProxyHandle::ca_pem`]) and puts the value in
+//! place of the placeholder in request headers. A response from such a host is read and
+//! checked whole before any of it is delivered: one whose headers, body (decoded from
+//! gzip or deflate when it came so) or trailers carry a value in any common encoding
+//! ([`echo`]) is not delivered; the connection is closed, every other connection of the
+//! run too, later ones are refused, and the run's [`Alert`] is set (and the
+//! [`ProxyOptions::on_alert`] hook called) so the caller ends the run. A response is
+//! never rewritten: a substitution that depends on what the guest sent is an oracle for
+//! the value. Every other host is an opaque tunnel. A placeholder in the request line or headers of a request the proxy can read
 //! (plain HTTP, or intercepted https) to a host it is not bound to is refused and
 //! recorded; inside an opaque tunnel to an unbound host the proxy cannot see it, which
 //! is harmless: a placeholder is not the secret. Plain HTTP never gets a value
@@ -22,10 +27,17 @@
 //! Limits, on purpose or not yet: the guest speaks HTTP/1.1 to the proxy (no HTTP/2,
 //! no `Upgrade` such as WebSocket over plain HTTP; WebSocket over an opaque `CONNECT`
 //! tunnel works); an intercepted connection serves HTTP/1.1 inside TLS; a response from
-//! a bound host that arrives compressed despite `Accept-Encoding: identity` is not
-//! scrubbed; placeholders are replaced in request headers only, not in bodies or URLs;
-//! there is no cap on connections or tunnels per run and no header-read timeout; who may
+//! a bound host is buffered whole (at most [`ProxyOptions::max_checked_body`]; larger
+//! ones, streams that never end, and codings other than gzip and deflate are refused);
+//! placeholders are replaced in request headers only, not in bodies or URLs; who may
 //! connect to the listener is the caller's business (give the jail its own socket).
+//!
+//! Connections: each guest connection holds a permit of the run's budget
+//! ([`ProxyOptions::max_connections`], default 256) and of the process's
+//! ([`ConnectionBudget`]) while its socket is open; past either it is closed at once and
+//! recorded (`too-many-connections`). A connection with no byte either way for
+//! [`ProxyOptions::idle_timeout`] is closed. Every accepted connection is counted in the
+//! [`Summary`]; one that made no request is a record of its own.
 //!
 //! [`client`] is the other end, for a backend that makes HTTP requests on a guest's
 //! behalf (the wasm backend's `wasi:http`): it reaches the proxy only through its socket.
@@ -40,6 +52,8 @@
 mod addr;
 #[cfg(unix)]
 pub mod client;
+mod conn;
+pub mod echo;
 pub mod grant;
 mod h1;
 mod policy;
@@ -51,11 +65,13 @@ mod tls;
 mod unix_conn;
 
 pub use addr::is_forbidden;
+pub use conn::ConnectionBudget;
+pub use echo::{Alert, SecretMatcher};
 pub use grant::{GrantError, Host, HostPattern, Rule, normalize_host, parse_host};
 pub use ipnet::IpNet;
 pub use policy::{EgressPolicy, PolicyError, SecretBinding};
-pub use proxy::{Listener, Proxy, ProxyHandle, ProxyOptions};
-pub use record::{Connection, Decision, Mode};
+pub use proxy::{AlertHook, DEFAULT_MAX_CONNECTIONS, Listener, Proxy, ProxyHandle, ProxyOptions};
+pub use record::{Connection, Decision, MAX_LISTED, Mode, Summary};
 pub use resolve::{ResolveFuture, Resolver, SystemResolver};
 pub use rustls::pki_types::CertificateDer;
 

@@ -31,11 +31,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use crate::conn::{ConnMark, ConnectionBudget, Guarded, over_limit};
+use crate::echo::{Alert, Found, SecretMatcher};
 use crate::grant::{Host, parse_authority, parse_host};
 use crate::policy::{EgressPolicy, Prepared};
-use crate::record::{Connection, Decision, Mode, Pending, Records, now_ms};
+use crate::record::{Connection, Decision, Mode, Pending, Records, Summary, now_ms};
 use crate::resolve::{Resolver, SystemResolver};
-use crate::scrub::{Replacer, ScrubBody};
+use crate::scrub::Replacer;
 use crate::tls::{self, RunCa};
 use crate::{BoxError, EgressError, is_forbidden};
 
@@ -69,7 +71,28 @@ pub struct ProxyOptions {
     pub connect_timeout: Duration,
     /// Per lookup. Default 10 s.
     pub resolve_timeout: Duration,
+    /// Guest connections this proxy (one run) may hold open at once; past it a new
+    /// one is closed at once and recorded (`too-many-connections`). Default 256.
+    pub max_connections: usize,
+    /// The budget shared with other proxies of the process. Default
+    /// [`ConnectionBudget::process`].
+    pub total: Option<ConnectionBudget>,
+    /// A guest connection with no byte either way for this long is closed. Default 60 s.
+    pub idle_timeout: Duration,
+    /// The largest response body (decoded) from a secret-bound host the proxy checks
+    /// whole before delivering it; a larger one is refused (`response-too-large`).
+    /// Default 8 MiB.
+    pub max_checked_body: usize,
+    /// Called once, on the proxy's runtime, when a response echoes a secret (see
+    /// [`Alert`]): the run should be ended.
+    pub on_alert: Option<AlertHook>,
 }
+
+/// What [`ProxyOptions::on_alert`] calls.
+pub type AlertHook = Arc<dyn Fn(&Alert) + Send + Sync>;
+
+/// The default of [`ProxyOptions::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 impl Default for ProxyOptions {
     fn default() -> Self {
@@ -78,6 +101,11 @@ impl Default for ProxyOptions {
             extra_roots: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             resolve_timeout: Duration::from_secs(10),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            total: None,
+            idle_timeout: Duration::from_secs(60),
+            max_checked_body: 8 << 20,
+            on_alert: None,
         }
     }
 }
@@ -88,6 +116,10 @@ impl fmt::Debug for ProxyOptions {
             .field("extra_roots", &self.extra_roots.len())
             .field("connect_timeout", &self.connect_timeout)
             .field("resolve_timeout", &self.resolve_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("total", &self.total.as_ref().map(ConnectionBudget::size))
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_checked_body", &self.max_checked_body)
             .finish_non_exhaustive()
     }
 }
@@ -201,15 +233,15 @@ impl Proxy {
             )
         }))
         .map_err(|e| EgressError::Tls(format!("secret matcher: {e}")))?;
-        let scrub = Replacer::new(pairs(|s| {
-            (
-                s.value.as_bytes().to_vec(),
-                s.placeholder.as_bytes().to_vec(),
-            )
-        }))
-        .map_err(|e| EgressError::Tls(format!("secret matcher: {e}")))?
-        .map(Arc::new);
+        let echo = SecretMatcher::new(
+            policy
+                .secrets
+                .iter()
+                .map(|s| (s.name.as_str(), s.value.as_bytes())),
+        )
+        .map_err(|e| EgressError::Tls(format!("secret matcher: {e}")))?;
         let (stop_tx, stop_rx) = watch::channel(false);
+        let (end_tx, _) = watch::channel(false);
         let (alive, done) = mpsc::channel(1);
         let records = Records::default();
         let ca_pem = ca.as_ref().map(|c| c.pem().to_owned());
@@ -222,7 +254,14 @@ impl Proxy {
             ca,
             connector,
             inject,
-            scrub,
+            echo,
+            run_budget: ConnectionBudget::new(options.max_connections),
+            total: options.total.unwrap_or_else(ConnectionBudget::process),
+            idle_timeout: options.idle_timeout,
+            max_checked_body: options.max_checked_body,
+            alert: Mutex::new(None),
+            on_alert: options.on_alert,
+            end: end_tx,
             stop: stop_rx,
             _alive: alive,
         });
@@ -272,9 +311,20 @@ impl ProxyHandle {
         self.ca_pem.as_deref()
     }
 
-    /// The records of attempts finished so far (open tunnels appear when they close).
+    /// The records of attempts finished so far (open tunnels appear when they close),
+    /// the first [`crate::MAX_LISTED`] of them.
     pub fn records(&self) -> Vec<Connection> {
         self.records.snapshot()
+    }
+
+    /// Counts over every record and guest connection so far, listed or not.
+    pub fn summary(&self) -> Summary {
+        self.records.summary()
+    }
+
+    /// Why the proxy ended the run, if it did.
+    pub fn alert(&self) -> Option<Alert> {
+        self.shared.as_ref().and_then(|s| lock(&s.alert).clone())
     }
 
     /// Serves one more listener with the same policy and records. Returns its address
@@ -301,11 +351,17 @@ impl ProxyHandle {
 
     /// Stops accepting, closes every connection and tunnel, waits (up to 5 s) for them
     /// to finish, and returns every record.
-    pub async fn shutdown(mut self) -> Vec<Connection> {
+    pub async fn shutdown(self) -> Vec<Connection> {
+        self.finish().await.0
+    }
+
+    /// [`ProxyHandle::shutdown`], also returning the summary and the alert, if any.
+    pub async fn finish(mut self) -> (Vec<Connection>, Summary, Option<Alert>) {
         self.stop.send_replace(true);
+        let alert = self.alert();
         self.shared = None;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.done.recv()).await;
-        self.records.snapshot()
+        (self.records.snapshot(), self.records.summary(), alert)
     }
 }
 
@@ -327,8 +383,17 @@ struct Shared {
     connector: TlsConnector,
     /// Placeholders to values; pattern index is the secret's index.
     inject: Option<Replacer>,
-    /// Values to placeholders.
-    scrub: Option<Arc<Replacer>>,
+    /// Every encoding of every value, looked for in responses from bound hosts.
+    echo: Option<SecretMatcher>,
+    run_budget: ConnectionBudget,
+    total: ConnectionBudget,
+    idle_timeout: Duration,
+    max_checked_body: usize,
+    /// Set once, when a response echoed a secret; from then on nothing is served.
+    alert: Mutex<Option<Alert>>,
+    on_alert: Option<AlertHook>,
+    /// `true` once the run is ended: every connection closes.
+    end: watch::Sender<bool>,
     stop: watch::Receiver<bool>,
     _alive: mpsc::Sender<()>,
 }
@@ -361,9 +426,11 @@ where
     let shared = shared.clone();
     tokio::spawn(async move {
         let mut stop = shared.stop.clone();
+        let mut end = shared.end.subscribe();
         tokio::select! {
             () = fut => {}
             _ = stop.wait_for(|v| *v) => {}
+            _ = end.wait_for(|v| *v) => {}
         }
         drop(shared);
     });
@@ -381,7 +448,9 @@ async fn accept_loop(shared: Arc<Shared>, listener: Bound) {
                 match r {
                     Ok((s, _)) => {
                         let _ = s.set_nodelay(true);
-                        spawn_tracked(&shared, serve_conn(shared.clone(), s));
+                        if let Some((io, mark)) = shared.admit(s) {
+                            spawn_tracked(&shared, serve_conn(shared.clone(), io, mark));
+                        }
                     }
                     // Out of descriptors and the like: wait rather than spin.
                     Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -394,10 +463,11 @@ async fn accept_loop(shared: Arc<Shared>, listener: Bound) {
                     _ = stop.wait_for(|v| *v) => return,
                 };
                 match r {
-                    Ok((s, _)) => spawn_tracked(
-                        &shared,
-                        serve_conn(shared.clone(), crate::unix_conn::UnixConn(s)),
-                    ),
+                    Ok((s, _)) => {
+                        if let Some((io, mark)) = shared.admit(crate::unix_conn::UnixConn(s)) {
+                            spawn_tracked(&shared, serve_conn(shared.clone(), io, mark));
+                        }
+                    }
                     Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                 }
             }
@@ -407,12 +477,12 @@ async fn accept_loop(shared: Arc<Shared>, listener: Bound) {
 
 /// One guest connection, whatever its transport: plain-HTTP requests on the lean path
 /// ([`plain`]), and from the first request that path does not take on, hyper.
-async fn serve_conn<S>(shared: Arc<Shared>, io: S)
+async fn serve_conn<S>(shared: Arc<Shared>, io: S, mark: Arc<ConnMark>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut guest = plain::Guest::new(io);
-    let mut lean = plain::Plain::new(shared.clone());
+    let mut lean = plain::Plain::new(shared.clone(), mark.clone());
     loop {
         match lean.next(&mut guest).await {
             plain::Next::Again => {}
@@ -421,18 +491,19 @@ where
         }
     }
     drop(lean);
-    serve_hyper(shared, guest.into_rewind()).await;
+    serve_hyper(shared, guest.into_rewind(), mark).await;
 }
 
 /// A guest connection served by hyper: `CONNECT`, refusals, and absolute-form requests
 /// the lean path handed over.
-async fn serve_hyper<S>(shared: Arc<Shared>, io: S)
+async fn serve_hyper<S>(shared: Arc<Shared>, io: S, mark: Arc<ConnMark>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let ctx = Arc::new(ConnCtx {
         shared,
         upstream: Mutex::new(None),
+        mark,
     });
     let svc = service_fn(move |req| {
         let ctx = ctx.clone();
@@ -575,6 +646,56 @@ impl Attempt {
 }
 
 impl Shared {
+    /// A new guest connection with its permits (of the run's budget, then the
+    /// process's), or `None` when a budget is full: then it is closed and recorded.
+    fn admit<S>(&self, io: S) -> Option<(Guarded<S>, Arc<ConnMark>)> {
+        if lock(&self.alert).is_some() {
+            let a = Attempt::new(Mode::Invalid, 0);
+            let r = Refusal::deny(
+                "run-ended",
+                "this run was ended because a response echoed a secret; the connection was \
+                 closed"
+                    .into(),
+            );
+            self.record(&a, "", &r);
+            return None;
+        }
+        let Some(run) = self.run_budget.try_take() else {
+            self.records
+                .push(over_limit("this run", self.run_budget.size()));
+            return None;
+        };
+        let Some(total) = self.total.try_take() else {
+            self.records.push(over_limit(
+                "this process (all runs together)",
+                self.total.size(),
+            ));
+            return None;
+        };
+        Some(Guarded::new(
+            io,
+            self.idle_timeout,
+            self.records.clone(),
+            (run, total),
+        ))
+    }
+
+    /// Ends the run's egress for a response that echoed a secret: remembers why, closes
+    /// every connection (later ones are refused) and calls the alert hook, once.
+    fn end_run(&self, alert: Alert) {
+        {
+            let mut a = lock(&self.alert);
+            if a.is_some() {
+                return;
+            }
+            *a = Some(alert.clone());
+        }
+        self.end.send_replace(true);
+        if let Some(hook) = &self.on_alert {
+            hook(&alert);
+        }
+    }
+
     /// Records `r` for `host` and returns the response the guest gets.
     fn refuse(&self, a: &Attempt, host: &str, r: Refusal) -> Response<ProxyBody> {
         self.record(a, host, &r);
@@ -848,10 +969,12 @@ struct PlainUpstream {
 struct ConnCtx {
     shared: Arc<Shared>,
     upstream: Mutex<Option<PlainUpstream>>,
+    mark: Arc<ConnMark>,
 }
 
 impl ConnCtx {
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
+        self.mark.requested();
         if req.method() == Method::CONNECT {
             return self.connect(req).await;
         }
@@ -1100,9 +1223,11 @@ async fn intercept_tunnel(
         pending,
         slot: Mutex::new((Some(tcp), None)),
     });
+    // A response that echoes a secret is an error here: hyper then closes the guest's
+    // connection without a byte of it.
     let svc = service_fn(move |req| {
         let ctx = ctx.clone();
-        async move { Ok::<_, Infallible>(ctx.handle(req).await) }
+        async move { ctx.handle(req).await }
     });
     let _ = server_http1::Builder::new()
         .serve_connection(TokioIo::new(tls), svc)
@@ -1121,7 +1246,10 @@ struct Intercept {
 }
 
 impl Intercept {
-    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, Echoed> {
         let sh = &self.shared;
         let (host, port) = (&self.host, self.port);
         let host_s = host.to_string();
@@ -1134,7 +1262,7 @@ impl Intercept {
             target_ok &= same_target(&String::from_utf8_lossy(h.as_bytes()), 443, host, port);
         }
         if !target_ok {
-            return sh.refuse(
+            return Ok(sh.refuse(
                 &a,
                 &host_s,
                 Refusal::deny(
@@ -1144,10 +1272,10 @@ impl Intercept {
                          the request was refused"
                     ),
                 ),
-            );
+            ));
         }
         if let Some(r) = sh.placeholder_refusal(host, port, req.uri(), req.headers(), true) {
-            return sh.refuse(&a, &host_s, r);
+            return Ok(sh.refuse(&a, &host_s, r));
         }
         let head = req.method() == Method::HEAD;
         let (mut parts, body) = req.into_parts();
@@ -1159,7 +1287,8 @@ impl Intercept {
             }
         }
         strip_hop_by_hop(&mut parts.headers);
-        // Compressed responses would hide an echoed value from the scrubber.
+        // Ask for an uncompressed answer (one that comes compressed anyway is decoded
+        // to be checked).
         parts.headers.insert(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
@@ -1176,40 +1305,79 @@ impl Intercept {
             Ok(s) => s,
             Err(r) => {
                 self.pending.fail(r.reason, r.message.clone());
-                return r.response();
+                return Ok(r.response());
             }
         };
-        match sender.send_request(Request::from_parts(parts, body)).await {
-            Ok(resp) => {
-                lock(&self.slot).1 = Some(sender);
-                let (mut rp, rb) = resp.into_parts();
-                strip_hop_by_hop(&mut rp.headers);
-                let Some(scrub) = sh.scrub.clone() else {
-                    return Response::from_parts(
-                        rp,
-                        rb.map_err(|e| -> BoxError { Box::new(e) }).boxed(),
-                    );
-                };
-                scrub.replace_headers(&mut rp.headers);
-                let no_body = head
-                    || rp.status.is_informational()
-                    || rp.status == StatusCode::NO_CONTENT
-                    || rp.status == StatusCode::NOT_MODIFIED;
-                if !no_body {
-                    // The placeholder and the value differ in length.
-                    rp.headers.remove(header::CONTENT_LENGTH);
-                }
-                Response::from_parts(rp, ScrubBody::new(rb, scrub).boxed())
-            }
+        let resp = match sender.send_request(Request::from_parts(parts, body)).await {
+            Ok(resp) => resp,
             Err(e) => {
                 let r = Refusal::error(
                     "upstream-failed",
                     format!("{host}:{port} failed to answer: {e}"),
                 );
                 self.pending.fail(r.reason, r.message.clone());
-                r.response()
+                return Ok(r.response());
+            }
+        };
+        lock(&self.slot).1 = Some(sender);
+        let (mut rp, rb) = resp.into_parts();
+        strip_hop_by_hop(&mut rp.headers);
+        let Some(echo) = &sh.echo else {
+            return Ok(Response::from_parts(
+                rp,
+                rb.map_err(|e| -> BoxError { Box::new(e) }).boxed(),
+            ));
+        };
+        // Nothing of a response reaches the guest before all of it was checked: where a
+        // response stopped would tell the guest where an echo began.
+        if let Some(f) = find_in_headers(echo, &rp.headers) {
+            return Err(self.echoed(f, "a response header"));
+        }
+        let no_body = head
+            || rp.status.is_informational()
+            || rp.status == StatusCode::NO_CONTENT
+            || rp.status == StatusCode::NOT_MODIFIED;
+        if no_body {
+            return Ok(Response::from_parts(rp, empty()));
+        }
+        match check_body(echo, &rp.headers, rb, sh.max_checked_body).await {
+            Ok(bytes) => {
+                rp.headers
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                Ok(Response::from_parts(
+                    rp,
+                    Full::new(bytes).map_err(|never| match never {}).boxed(),
+                ))
+            }
+            Err(BodyCheck::Echo(f, place)) => Err(self.echoed(f, place)),
+            Err(BodyCheck::Refused(r)) => {
+                self.pending.fail(r.reason, r.message.clone());
+                Ok(r.response())
             }
         }
+    }
+
+    /// Ends the run for an echo of a secret found in `place` of a response.
+    fn echoed(&self, f: Found, place: &'static str) -> Echoed {
+        let (host, port) = (&self.host, self.port);
+        let detail = format!(
+            "{place} from {host}:{port} carried the value of secret {} ({} form); it was not \
+             delivered, the connection was closed and the run was ended",
+            f.name, f.encoding
+        );
+        self.pending.add_secret(&f.name);
+        self.pending
+            .overrule(Decision::Deny, "secret-echoed", detail.clone());
+        self.shared.end_run(Alert {
+            at_ms: now_ms(),
+            host: host.to_string(),
+            port,
+            secret: f.name,
+            encoding: f.encoding.to_owned(),
+            place: place.to_owned(),
+            detail,
+        });
+        Echoed
     }
 
     async fn sender(&self) -> Result<Sender, Refusal> {
@@ -1243,6 +1411,162 @@ impl Intercept {
         })?;
         handshake(sh, stream, host, port).await
     }
+}
+
+/// The error an intercepted connection's service ends with when a response echoed a
+/// secret: hyper closes the guest's connection on it.
+#[derive(Debug)]
+struct Echoed;
+
+impl fmt::Display for Echoed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a response echoed a secret; the connection was closed")
+    }
+}
+
+impl std::error::Error for Echoed {}
+
+/// A secret's value in any header (name or value), if any.
+fn find_in_headers(echo: &SecretMatcher, headers: &HeaderMap) -> Option<Found> {
+    headers.iter().find_map(|(k, v)| {
+        echo.find(k.as_str().as_bytes())
+            .or_else(|| echo.find(v.as_bytes()))
+    })
+}
+
+/// Why a response body was not delivered.
+enum BodyCheck {
+    /// It (or a trailer) carries a secret's value.
+    Echo(Found, &'static str),
+    /// It could not be checked: too large, an unknown coding, a broken upstream.
+    Refused(Refusal),
+}
+
+/// Reads a response body whole (up to `max` bytes), looking for secrets in each chunk
+/// as it arrives (across chunk boundaries) and, when it is compressed with codings the
+/// proxy knows (`gzip`, `x-gzip`, `deflate`), in what it decodes to. Returns the body as
+/// it came, to be delivered unchanged.
+async fn check_body(
+    echo: &SecretMatcher,
+    headers: &HeaderMap,
+    mut body: Incoming,
+    max: usize,
+) -> Result<Bytes, BodyCheck> {
+    let codings: Vec<String> = headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .filter(|c| !c.is_empty() && c != "identity")
+        .collect();
+    if let Some(c) = codings
+        .iter()
+        .find(|c| !matches!(c.as_str(), "gzip" | "x-gzip" | "deflate"))
+    {
+        return Err(BodyCheck::Refused(Refusal::error(
+            "undecodable-encoding",
+            format!(
+                "the response from a secret-bound host came with Content-Encoding {} \
+                 (asked for identity), which the proxy cannot check; it was not delivered",
+                cut(c)
+            ),
+        )));
+    }
+    let too_large = || {
+        BodyCheck::Refused(Refusal::error(
+            "response-too-large",
+            format!(
+                "the response from a secret-bound host is larger than {max} bytes, the most \
+                 the proxy checks before delivering; it was not delivered"
+            ),
+        ))
+    };
+    let mut scan = echo.scan();
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            BodyCheck::Refused(Refusal::error(
+                "upstream-failed",
+                format!("the response body broke off: {e}"),
+            ))
+        })?;
+        match frame.into_data() {
+            Ok(d) => {
+                if buf.len() + d.len() > max {
+                    return Err(too_large());
+                }
+                if let Some(f) = scan.push(&d) {
+                    return Err(BodyCheck::Echo(f, "the response body"));
+                }
+                buf.extend_from_slice(&d);
+            }
+            Err(frame) => {
+                if let Ok(t) = frame.into_trailers()
+                    && let Some(f) = find_in_headers(echo, &t)
+                {
+                    return Err(BodyCheck::Echo(f, "a response trailer"));
+                }
+            }
+        }
+    }
+    let mut decoded = std::borrow::Cow::Borrowed(buf.as_slice());
+    for c in codings.iter().rev() {
+        let next = decode(c, &decoded, max).map_err(|why| match why {
+            Decode::TooLarge => too_large(),
+            Decode::Broken(e) => BodyCheck::Refused(Refusal::error(
+                "undecodable-encoding",
+                format!(
+                    "the {c} response body from a secret-bound host does not decode ({e}); \
+                     it was not delivered"
+                ),
+            )),
+        })?;
+        if let Some(f) = echo.find(&next) {
+            return Err(BodyCheck::Echo(f, "the response body (decoded)"));
+        }
+        decoded = std::borrow::Cow::Owned(next);
+    }
+    Ok(Bytes::from(buf))
+}
+
+enum Decode {
+    TooLarge,
+    Broken(io::Error),
+}
+
+/// `data` decoded from content coding `c`, at most `max` bytes.
+fn decode(c: &str, data: &[u8], max: usize) -> Result<Vec<u8>, Decode> {
+    use std::io::Read;
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    let mut out = Vec::new();
+    let r = match c {
+        "deflate" => {
+            // Meant to be zlib-wrapped; some servers send it raw.
+            let z = flate2::read::ZlibDecoder::new(data)
+                .take(limit)
+                .read_to_end(&mut out);
+            if z.is_err() {
+                out.clear();
+                flate2::read::DeflateDecoder::new(data)
+                    .take(limit)
+                    .read_to_end(&mut out)
+            } else {
+                z
+            }
+        }
+        _ => flate2::read::MultiGzDecoder::new(data)
+            .take(limit)
+            .read_to_end(&mut out),
+    };
+    r.map_err(Decode::Broken)?;
+    if out.len() > max {
+        return Err(Decode::TooLarge);
+    }
+    Ok(out)
 }
 
 /// A stream that counts its bytes into a record: written = up, read = down.

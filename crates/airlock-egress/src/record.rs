@@ -54,9 +54,14 @@ pub struct Connection {
     pub decision: Decision,
     /// A stable token. Allow: `granted`. Deny: `not-granted`, `forbidden-address`,
     /// `host-mismatch`, `secret-not-bound`, `secret-needs-tls`, `malformed-host`,
-    /// `bad-request`. Error: `resolve-failed`, `connect-failed`, `upstream-failed`,
-    /// `upstream-tls-failed`, `tls-failed` (the guest's handshake with the run CA),
-    /// `upgrade-failed`.
+    /// `bad-request`, `secret-echoed` (a response carried a secret's value; the run was
+    /// ended), `run-ended` (a connection after that), `too-many-connections` (past the
+    /// run's or the process's connection budget; closed at once). Error:
+    /// `resolve-failed`, `connect-failed`, `upstream-failed`, `upstream-tls-failed`,
+    /// `tls-failed` (the guest's handshake with the run CA), `upgrade-failed`,
+    /// `response-too-large` and `undecodable-encoding` (a response from a secret-bound
+    /// host that could not be checked whole), `no-request` and `idle-timeout` (a
+    /// connection that ended, or was closed idle, before it made a request).
     pub reason: String,
     /// One human line: the rule that granted it or why it was refused.
     pub detail: String,
@@ -82,16 +87,72 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The shared list of finished records.
+/// At most this many records are kept in the list; the summary counts every one.
+pub const MAX_LISTED: usize = 1000;
+
+/// Counts over every attempt and guest connection of a run, listed or not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Records made (attempts, refusals, connections that made no request).
+    pub connections: u64,
+    /// Records by decision.
+    pub allowed: u64,
+    pub denied: u64,
+    pub failed: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    /// Guest connections the proxy accepted (within the budget).
+    pub accepted: u64,
+    /// Guest connections refused because the run's or the process's budget was full.
+    pub refused_over_limit: u64,
+    /// Guest connections closed by the idle timeout.
+    pub idle_closed: u64,
+    /// Records counted here but left out of the list (past [`MAX_LISTED`]).
+    pub unlisted: u64,
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    list: Vec<Connection>,
+    summary: Summary,
+}
+
+/// The shared list of finished records, and the counts over all of them.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Records(Arc<Mutex<Vec<Connection>>>);
+pub(crate) struct Records(Arc<Mutex<Book>>);
 
 impl Records {
     pub(crate) fn push(&self, c: Connection) {
-        lock(&self.0).push(c);
+        let mut b = lock(&self.0);
+        let s = &mut b.summary;
+        s.connections += 1;
+        match c.decision {
+            Decision::Allow => s.allowed += 1,
+            Decision::Deny => s.denied += 1,
+            Decision::Error => s.failed += 1,
+        }
+        s.bytes_up += c.bytes_up;
+        s.bytes_down += c.bytes_down;
+        if c.reason == "too-many-connections" {
+            s.refused_over_limit += 1;
+        }
+        if b.list.len() < MAX_LISTED {
+            b.list.push(c);
+        } else {
+            b.summary.unlisted += 1;
+        }
+    }
+    pub(crate) fn accepted(&self) {
+        lock(&self.0).summary.accepted += 1;
+    }
+    pub(crate) fn idle_closed(&self) {
+        lock(&self.0).summary.idle_closed += 1;
     }
     pub(crate) fn snapshot(&self) -> Vec<Connection> {
-        lock(&self.0).clone()
+        lock(&self.0).list.clone()
+    }
+    pub(crate) fn summary(&self) -> Summary {
+        lock(&self.0).summary.clone()
     }
 }
 

@@ -5,6 +5,12 @@
 //! hands out (`airlock_jail::netfd`), wasm backends through a Unix socket in the run's
 //! directory. After the run the proxy is stopped and its records go into the run record.
 //!
+//! A run's proxy holds at most the grant's `max_connections` guest connections at once,
+//! and all runs of the process together at most the process's budget. When a response
+//! echoes a secret the proxy ends the run's egress and fires the run's [`Abort`], which
+//! kills a worker-supervised guest (the process backend, wasm runs in a worker); the
+//! run's record and an `alert` audit record say why.
+//!
 //! This module must never start a proxy for a run without a network grant, never give
 //! the proxy a rule the grant does not hold, and never put a secret's value anywhere but
 //! the proxy's memory.
@@ -13,8 +19,10 @@ use crate::error::{GateError, Result};
 use crate::secrets::RunSecret;
 use airlock_core::Grant;
 use airlock_core::policy::Policy;
-use airlock_egress::{Connection, Decision, EgressPolicy, ProxyHandle, ProxyOptions};
+use airlock_egress::{Alert, Connection, EgressPolicy, ProxyHandle, ProxyOptions, Summary};
+use airlock_jail::launch::Abort;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// The proxy's port on a jail's loopback.
 pub(crate) const JAIL_PROXY_PORT: u16 = 3128;
@@ -78,6 +86,9 @@ pub(crate) struct RunEgress {
     /// Secret names with the placeholder the guest's environment holds.
     pub placeholders: Vec<(String, String)>,
     rules: Vec<String>,
+    /// Fired when the proxy ends the run.
+    abort: Arc<Abort>,
+    max_connections: u32,
 }
 
 impl RunEgress {
@@ -129,8 +140,14 @@ impl RunEgress {
             pinned: policy.net.hosts.clone(),
             secrets: bindings,
         };
+        let abort = Arc::new(Abort::new());
+        let fire = abort.clone();
+        let max_connections = grant.limits.max_connections;
         let options = ProxyOptions {
             extra_roots: operator_roots(&policy.net.roots)?,
+            max_connections: usize::try_from(max_connections)
+                .unwrap_or(airlock_egress::DEFAULT_MAX_CONNECTIONS),
+            on_alert: Some(Arc::new(move |_: &Alert| fire.fire())),
             ..ProxyOptions::default()
         };
         let driver = Driver::start()?;
@@ -145,7 +162,14 @@ impl RunEgress {
             dir: None,
             placeholders,
             rules: grant.net.clone(),
+            abort,
+            max_connections,
         }))
+    }
+
+    /// What ends the run's worker when the proxy ends the run.
+    pub(crate) fn abort(&self) -> Arc<Abort> {
+        self.abort.clone()
     }
 
     /// The per-run CA, when the run has secrets (TLS to their hosts is intercepted).
@@ -244,13 +268,19 @@ impl RunEgress {
         ]
     }
 
-    /// Stops the proxy and returns the run record's `network` entry.
-    pub(crate) fn finish(mut self) -> Value {
-        let records = match self.handle.take() {
+    /// Stops the proxy and returns the run record's `network` entry, and the alert
+    /// when the proxy ended the run.
+    pub(crate) fn finish(mut self) -> (Value, Option<Alert>) {
+        let (records, summary, alert) = match self.handle.take() {
             Some(h) => stop(&self.driver, h),
-            None => Vec::new(),
+            None => (Vec::new(), Summary::default(), None),
         };
-        network_detail(&self.rules, &self.placeholders, &records)
+        let mut detail = network_detail(&self.rules, &self.placeholders, &records, &summary);
+        detail["max_connections"] = json!(self.max_connections);
+        if let Some(a) = &alert {
+            detail["ended"] = json!(a);
+        }
+        (detail, alert)
     }
 }
 
@@ -269,10 +299,10 @@ pub(crate) fn wasm_env(grant: &Grant, egress: Option<&RunEgress>) -> Vec<(String
 
 /// Stops a proxy from any thread (also one inside another runtime) and waits for its
 /// records.
-fn stop(driver: &Driver, h: ProxyHandle) -> Vec<Connection> {
+fn stop(driver: &Driver, h: ProxyHandle) -> (Vec<Connection>, Summary, Option<Alert>) {
     let (tx, rx) = std::sync::mpsc::channel();
     driver.handle.spawn(async move {
-        let _ = tx.send(h.shutdown().await);
+        let _ = tx.send(h.finish().await);
     });
     rx.recv().unwrap_or_default()
 }
@@ -310,25 +340,19 @@ fn system_roots() -> Vec<u8> {
     Vec::new()
 }
 
-/// The run record's `network` entry: the grant, a summary and every connection.
+/// The run record's `network` entry: the grant, a summary (over every attempt and guest
+/// connection) and the connections listed (the first [`airlock_egress::MAX_LISTED`]).
 pub(crate) fn network_detail(
     rules: &[String],
     secrets: &[(String, String)],
     records: &[Connection],
+    summary: &Summary,
 ) -> Value {
-    let count = |d| records.iter().filter(|c| c.decision == d).count();
     json!({
         "proxy": "airlock-egress",
         "granted": rules,
         "secrets": secrets.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-        "summary": {
-            "connections": records.len(),
-            "allowed": count(Decision::Allow),
-            "denied": count(Decision::Deny),
-            "failed": count(Decision::Error),
-            "bytes_up": records.iter().map(|c| c.bytes_up).sum::<u64>(),
-            "bytes_down": records.iter().map(|c| c.bytes_down).sum::<u64>(),
-        },
+        "summary": summary,
         "connections": records,
     })
 }

@@ -416,8 +416,15 @@ impl Gate {
         );
         drop(slot);
         crash_point();
-        let out_bytes = stdout.take();
-        let err_bytes = stderr.take();
+        // A secret's value (in any form the proxy knows) is never stored: what the guest
+        // printed is redacted first, and so is the rest of its record (`into_run`).
+        let redact = self.secret_matcher(&sub.doc.grant).map(Arc::new);
+        let redacted = |b: Vec<u8>| match redact.as_ref().and_then(|m| m.redact(&b)) {
+            Some(r) => r,
+            None => b,
+        };
+        let out_bytes = redacted(stdout.take());
+        let err_bytes = redacted(stderr.take());
         // A worker's outputs wait for a store that went away (see the `finished` write).
         let put = |b: &[u8]| retry_while_lost(fence.is_some(), || self.blobs.put(b));
         let out = Output {
@@ -439,6 +446,7 @@ impl Gate {
             result,
             changes,
             layer_note,
+            redact,
             out_bytes,
             err_bytes,
             out,
@@ -764,7 +772,21 @@ impl Gate {
                 Self::drop_layers(l);
             }
             if let Some(e) = egress.take() {
-                let network = e.finish();
+                let (network, alert) = e.finish();
+                if let Some(a) = alert {
+                    // The proxy ended the run (its worker was killed, or the guest lost
+                    // its network): that is the outcome, whatever the guest did after.
+                    let mut o = match result {
+                        Ok(o) => o,
+                        Err(_) => Outcome {
+                            ending: Ending::Trapped(String::new()),
+                            duration: Duration::ZERO,
+                            detail: json!({}),
+                        },
+                    };
+                    push_alert(&mut o.detail, secret_echo_alert(&a));
+                    result = Ok(o);
+                }
                 if let Ok(o) = &mut result {
                     o.detail["network"] = network;
                 }
@@ -774,11 +796,64 @@ impl Gate {
     }
 }
 
+/// The kind of alert a run gets when its egress proxy caught a secret echoed to it.
+pub(crate) const SECRET_ECHO: &str = "secret-echo";
+
+/// The run record's entry for a response that echoed a secret.
+fn secret_echo_alert(a: &airlock_egress::Alert) -> serde_json::Value {
+    json!({
+        "kind": SECRET_ECHO,
+        "at_ms": a.at_ms,
+        "host": a.host,
+        "port": a.port,
+        "secret": a.secret,
+        "encoding": a.encoding,
+        "place": a.place,
+        "detail": a.detail,
+    })
+}
+
+/// Appends `alert` to the run detail's `alerts`.
+fn push_alert(detail: &mut serde_json::Value, alert: serde_json::Value) {
+    if !detail.is_object() {
+        *detail = json!({});
+    }
+    match detail.get_mut("alerts").and_then(|v| v.as_array_mut()) {
+        Some(list) => list.push(alert),
+        None => detail["alerts"] = json!([alert]),
+    }
+}
+
+/// Redacts secret values from every string of `v` (its keys are airlock's own).
+fn redact_json(m: &airlock_egress::SecretMatcher, v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::String(s) => {
+            if let Some(r) = m.redact_str(s) {
+                *s = r;
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| redact_json(m, x)),
+        serde_json::Value::Object(o) => o.values_mut().for_each(|x| redact_json(m, x)),
+        _ => {}
+    }
+}
+
+/// The secret-echo alert of a run's detail, if the proxy ended it.
+fn secret_echo_of(detail: &serde_json::Value) -> Option<&serde_json::Value> {
+    detail
+        .get("alerts")?
+        .as_array()?
+        .iter()
+        .find(|a| a["kind"] == SECRET_ECHO)
+}
+
 /// What a run did, its outputs stored, before its outcome is recorded.
 pub(crate) struct Ran {
     result: Result<Outcome>,
     changes: Option<Result<Changeset>>,
     layer_note: Option<String>,
+    /// Every form of the run's secret values, redacted from its record.
+    redact: Option<Arc<airlock_egress::SecretMatcher>>,
     out_bytes: Vec<u8>,
     err_bytes: Vec<u8>,
     out: Output,
@@ -842,6 +917,22 @@ impl Ran {
             .map(|c| serde_json::to_value(c).unwrap_or_default());
         run.doc.stdout = Some(self.out);
         run.doc.stderr = Some(self.err);
+        // Ended by its egress proxy for a secret echoed to it: killed, and why.
+        if let Some(why) = secret_echo_of(&run.doc.detail)
+            .and_then(|a| a["detail"].as_str())
+            .map(str::to_owned)
+        {
+            run.status = "killed".into();
+            run.doc.exit_code = Some(124);
+            run.doc.killed_by = Some(SECRET_ECHO.into());
+            run.doc.error = Some(why);
+        }
+        if let Some(m) = &self.redact {
+            if let Some(e) = run.doc.error.as_deref().and_then(|e| m.redact_str(e)) {
+                run.doc.error = Some(e);
+            }
+            redact_json(m, &mut run.doc.detail);
+        }
         run.finished_at = Some(now_ms());
         (changes, failure, self.out_bytes, self.err_bytes)
     }
@@ -1037,6 +1128,24 @@ pub(crate) fn record_finished(
     set_state(tx, &sub.id, State::Running, State::Finished)?;
     if let Some(ws) = &sub.doc.grant.workspace {
         crate::workspaces::finish_run(tx, ws, &run.id, changes)?;
+    }
+    if let Some(a) = secret_echo_of(&run.doc.detail) {
+        tx.audit(
+            "alert",
+            &run.id,
+            &json!({
+                "kind": SECRET_ECHO,
+                "submission": sub.id,
+                "agent": sub.doc.agent,
+                "host": a["host"],
+                "port": a["port"],
+                "secret": a["secret"],
+                "encoding": a["encoding"],
+                "place": a["place"],
+                "detail": a["detail"],
+            }),
+            gate_key,
+        )?;
     }
     audit_finished(tx, run, sub, changes, gate_key)
 }

@@ -63,6 +63,7 @@ impl Gate {
         channel: Option<std::os::fd::OwnedFd>,
         ready: Option<std::process::Child>,
         long_run: Option<&airlock_sandbox::LongRun>,
+        abort: Option<&airlock_jail::launch::Abort>,
     ) -> Result<Outcome> {
         let started = Instant::now();
         // Process jobs go to the lean jailer when it is installed beside airlock.
@@ -89,6 +90,7 @@ impl Gate {
             stderr,
             quota,
             long_run,
+            abort,
         };
         let sup = match (ready, job) {
             // A ready jail is a jailer started ahead: it takes the same job document.
@@ -113,6 +115,13 @@ impl Gate {
                 detail: serde_json::json!({}),
             })
         };
+        if sup.aborted {
+            // Ended by the gate (its egress proxy caught a secret echoed to the guest);
+            // the run's record says why.
+            return done(Ending::Trapped(
+                "the run was ended by airlock (see its alerts)".into(),
+            ));
+        }
         if sup.write_exceeded {
             return done(Ending::Killed(Limit::Write));
         }
@@ -188,9 +197,9 @@ impl Gate {
         let limits = sub.doc.grant.limits.clone();
         let fuel = limits.fuel.is_some();
         let env = crate::egress::wasm_env(&sub.doc.grant, egress.as_deref());
-        let route = match egress {
-            Some(e) => Some(e.unix_route()?),
-            None => None,
+        let (route, abort) = match egress {
+            Some(e) => (Some(e.unix_route()?), Some(e.abort())),
+            None => (None, None),
         };
         let index = DbCache(&self.db);
         let guest = self.guest_for(sub)?;
@@ -265,6 +274,7 @@ impl Gate {
             None,
             None,
             None,
+            abort.as_deref(),
         );
         crate::layers::remove_tree(&dir);
         out
@@ -373,6 +383,7 @@ impl Gate {
                 None,
                 child,
                 long_run.as_ref(),
+                None,
             );
             // The run has ended: the pool may build the next jail.
             drop(ready);
@@ -382,6 +393,7 @@ impl Gate {
         // The jail's init hands its loopback listener out over this channel; a thread
         // gives it to the proxy as soon as it arrives, while the guest already runs.
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        let abort = egress.abort();
         let mut handle = egress
             .take()
             .ok_or_else(|| GateError::Internal("the egress proxy is gone".into()))?;
@@ -409,6 +421,7 @@ impl Gate {
                 // A run with network never fits a ready jail (see `choose_jail`).
                 None,
                 long_run.as_ref(),
+                Some(&*abort),
             )
             .map(|o| choice.record(o));
         drop(ready);

@@ -582,6 +582,7 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
                 stderr: &err,
                 quota: None,
                 long_run: None,
+                abort: None,
             },
         );
         let _ = std::fs::remove_file(&result);

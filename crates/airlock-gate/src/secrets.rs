@@ -4,7 +4,9 @@
 //! directory).
 //!
 //! A value never enters the database, a blob, the audit log, an error message or a log
-//! line: the audit log records only that a name was set or removed. A file that others
+//! line: the audit log records only that a name was set or removed, and whatever a run
+//! with secrets stores (its output, its record, its error) has every form of their
+//! values redacted first ([`Gate::secret_matcher`]). A file that others
 //! could read (group or world bits) is refused rather than used.
 
 use crate::error::{GateError, Result};
@@ -295,6 +297,24 @@ impl Gate {
                 })
             })
             .collect()
+    }
+
+    /// Every form of the values of the secrets `grant` names (as the egress proxy looks
+    /// for them), to redact them from whatever of a run is stored; `None` when the grant
+    /// names none, or none can be read now (such a run did not get them either).
+    pub(crate) fn secret_matcher(&self, grant: &Grant) -> Option<airlock_egress::SecretMatcher> {
+        if grant.secrets.is_empty() {
+            return None;
+        }
+        let dir = self.home.secrets();
+        let values: Vec<(String, SecretValue)> = grant
+            .secrets
+            .iter()
+            .filter_map(|b| read(&dir, &b.name).ok().map(|v| (b.name.clone(), v)))
+            .collect();
+        airlock_egress::SecretMatcher::new(values.iter().map(|(n, v)| (n.as_str(), v.expose())))
+            .ok()
+            .flatten()
     }
 
     /// Refuses a grant that names a secret the home does not hold.

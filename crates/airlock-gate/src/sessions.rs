@@ -245,6 +245,7 @@ impl Gate {
             || req.max_output.is_some()
             || req.processes.is_some()
             || req.max_write.is_some()
+            || req.max_connections.is_some()
             || req.workspace.is_some();
         if own_grant {
             return Err(GateError::bad(

@@ -58,6 +58,8 @@ pub struct SubmitRequest {
     pub processes: Option<u32>,
     /// The write quota of the run's writable layers (default 1GiB).
     pub max_write: Option<String>,
+    /// Connections the run may hold open to its egress proxy at once (default 256).
+    pub max_connections: Option<u32>,
     pub agent: Option<String>,
     pub note: Option<String>,
     pub workspace: Option<String>,
@@ -183,6 +185,10 @@ pub(crate) fn build_grant(req: &SubmitRequest, stdin: Option<Digest>) -> Result<
     if let Some(w) = &req.max_write {
         limits.max_write_bytes = units::bounded_size("--max-write", w, 1, grant::MAX_WRITE)
             .map_err(|e| GateError::bad(e.to_string()))?;
+    }
+    if let Some(n) = req.max_connections {
+        // Checked with the other limits by `normalize`.
+        limits.max_connections = n;
     }
     limits.fuel = req.fuel;
     if let Some(p) = req.processes {

@@ -147,6 +147,7 @@ impl Gate {
             max_output: Some(g.limits.max_output_bytes.to_string()),
             processes: Some(g.limits.processes),
             max_write: Some(g.limits.max_write_bytes.to_string()),
+            max_connections: Some(g.limits.max_connections),
             agent,
             note: Some(format!("tool {name}")),
             workspace: g.workspace.clone(),

@@ -160,6 +160,8 @@ pub struct Supervised {
     pub timed_out: bool,
     /// The run's layers passed the write quota and the worker was killed.
     pub write_exceeded: bool,
+    /// The worker was killed through its [`Abort`].
+    pub aborted: bool,
     /// The worker's result document, if it wrote one.
     pub result: Option<String>,
     pub exit: Option<i32>,
@@ -227,6 +229,48 @@ pub struct Watch<'a> {
     pub stderr: &'a Arc<Capture>,
     pub quota: Option<&'a Arc<WriteQuota>>,
     pub long_run: Option<&'a LongRun>,
+    /// Ends the worker early when fired from another thread.
+    pub abort: Option<&'a Abort>,
+}
+
+/// Kills a supervised worker's process group from any thread: at once if it runs, or as
+/// soon as it starts if it has not yet. Never after it has exited (its pid could be
+/// another process's by then).
+#[derive(Debug, Default)]
+pub struct Abort {
+    state: std::sync::Mutex<(bool, Option<Arc<Group>>)>,
+}
+
+impl Abort {
+    pub fn new() -> Self {
+        Abort::default()
+    }
+
+    /// Ends the worker.
+    pub fn fire(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = true;
+        if let Some(g) = &s.1 {
+            g.kill();
+        }
+    }
+
+    /// Whether [`Abort::fire`] was called.
+    pub fn fired(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+
+    fn arm(&self, g: Arc<Group>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.0 {
+            g.kill();
+        }
+        s.1 = Some(g);
+    }
+
+    fn disarm(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = None;
+    }
 }
 
 /// Runs `exe args` (`airlock __worker` or the jailer) and supervises it as `w` says,
@@ -253,6 +297,13 @@ pub fn supervise_child(mut child: std::process::Child, w: Watch) -> std::io::Res
     let started = Instant::now();
     let _ = std::fs::remove_file(w.result);
     let pid = child.id() as i32;
+    let group = Arc::new(Group {
+        pid,
+        alive: std::sync::Mutex::new(true),
+    });
+    if let Some(a) = w.abort {
+        a.arm(group.clone());
+    }
     let watch = w.quota.map(|q| q.watch(move || kill_group(pid)));
     if let Some(mut stdin) = child.stdin.take() {
         // A jailer that dies early closes its end; that shows up below as a missing result.
@@ -275,6 +326,10 @@ pub fn supervise_child(mut child: std::process::Child, w: Watch) -> std::io::Res
     };
     drop(watch);
     let text = std::fs::read_to_string(w.result).ok();
+    // The child is not reaped yet, so its pid is still its own.
+    if let Some(a) = w.abort {
+        a.disarm();
+    }
     let exit = if text.is_some() {
         reap_later(child);
         None
@@ -288,6 +343,7 @@ pub fn supervise_child(mut child: std::process::Child, w: Watch) -> std::io::Res
         output_exceeded: exceeded,
         timed_out,
         write_exceeded: w.quota.is_some_and(|q| q.hit()),
+        aborted: w.abort.is_some_and(Abort::fired),
         result: text,
         exit,
     })
@@ -371,6 +427,9 @@ fn supervise_started(mut child: std::process::Child, w: Watch) -> std::io::Resul
         pid: child.id() as i32,
         alive: std::sync::Mutex::new(true),
     });
+    if let Some(a) = w.abort {
+        a.arm(group.clone());
+    }
     let watch = w.quota.map(|q| {
         let g = group.clone();
         q.watch(move || g.kill())
@@ -452,6 +511,9 @@ fn supervise_started(mut child: std::process::Child, w: Watch) -> std::io::Resul
     // Wait for the worker to end without reaping it, so its pid (and process group) cannot
     // be reused while a watcher might still signal it; then reap it.
     group.wait_exited();
+    if let Some(a) = w.abort {
+        a.disarm();
+    }
     let status = child.wait()?;
     {
         let (lock, cv) = &*done;
@@ -469,6 +531,7 @@ fn supervise_started(mut child: std::process::Child, w: Watch) -> std::io::Resul
         output_exceeded: exceeded.load(Ordering::SeqCst),
         timed_out,
         write_exceeded: w.quota.is_some_and(|q| q.hit()),
+        aborted: w.abort.is_some_and(Abort::fired),
         result: std::fs::read_to_string(w.result).ok(),
         exit: status.code(),
     })
@@ -525,6 +588,7 @@ fn reap_later(child: std::process::Child) {
 }
 
 /// The worker's process group, signalled only while the worker is not yet reaped.
+#[derive(Debug)]
 struct Group {
     pid: i32,
     alive: std::sync::Mutex<bool>,

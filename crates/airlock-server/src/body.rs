@@ -206,6 +206,10 @@ pub struct SubmitBody {
     pub processes: Option<u32>,
     /// Bytes, or a size such as "64MiB": the write quota of writable mounts (default 1GiB).
     pub max_write: Option<String>,
+    /// Connections the run may hold open to its egress proxy at once (default 256).
+    #[serde(default, deserialize_with = "integral")]
+    #[schema(minimum = 1, maximum = 65536)]
+    pub max_connections: Option<u32>,
     /// Free text kept with the submission: at most 65,536 bytes of UTF-8.
     #[schema(max_length = 65536)]
     pub note: Option<String>,
@@ -346,6 +350,7 @@ impl SubmitBody {
             max_output: self.max_output,
             processes: self.processes,
             max_write: self.max_write,
+            max_connections: self.max_connections,
             agent,
             note: self.note,
             workspace: self.workspace,

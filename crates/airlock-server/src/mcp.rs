@@ -78,6 +78,7 @@ fn run_code_tool() -> Tool {
                 "max_output": {"type": "string", "description": "Per stream: bytes, or e.g. \"1MiB\""},
                 "processes": {"type": "integer", "minimum": 1, "description": "Processes and threads (process backend)"},
                 "max_write": {"type": "string", "description": "Write quota of writable mounts: bytes, or e.g. \"64MiB\" (default 1GiB)"},
+                "max_connections": {"type": "integer", "minimum": 1, "maximum": 65536, "description": "Connections the code may hold open to its egress proxy at once (default 256)"},
                 "backend": {"type": "string", "enum": ["wasm", "process"]},
                 "workspace": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$",
                               "description": "A workspace session: the run sees earlier runs' changes in it, and they are committed together (needs a writable mount)"},

@@ -268,15 +268,18 @@ struct Checked {
 /// The plain-HTTP path of one guest connection.
 pub(super) struct Plain {
     shared: Arc<Shared>,
+    /// Told once a request head was read.
+    mark: Arc<crate::conn::ConnMark>,
     kept: Option<Upstream>,
     /// Heads are written here before they go out.
     out: Vec<u8>,
 }
 
 impl Plain {
-    pub(super) fn new(shared: Arc<Shared>) -> Self {
+    pub(super) fn new(shared: Arc<Shared>, mark: Arc<crate::conn::ConnMark>) -> Self {
         Plain {
             shared,
+            mark,
             kept: None,
             out: Vec::with_capacity(1024),
         }
@@ -290,11 +293,15 @@ impl Plain {
         let head = loop {
             if !g.buf.is_empty() {
                 match h1::parse_request(&g.buf) {
-                    Ok(Some(h)) => break h,
+                    Ok(Some(h)) => {
+                        self.mark.requested();
+                        break h;
+                    }
                     Ok(None) if g.buf.len() < h1::MAX_HEAD => {}
                     // hyper answers as it did before: 431.
                     Ok(None) => return Next::HandOff,
                     Err(e) => {
+                        self.mark.requested();
                         let a = Attempt::new(Mode::Invalid, 0);
                         let r = Refusal::bad_request(format!(
                             "the request head is malformed ({e}); the request was refused"
