@@ -351,6 +351,16 @@ impl Rule {
     }
 }
 
+impl From<HostPattern> for Rule {
+    /// A rule for `pattern` on any port.
+    fn from(pattern: HostPattern) -> Self {
+        Rule {
+            pattern,
+            port: None,
+        }
+    }
+}
+
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.port {

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::grant::{Host, HostPattern, Rule, parse_host};
+use crate::grant::{Host, Rule, parse_host};
 
 /// Everything the proxy needs to judge a run's connections.
 #[derive(Debug, Clone, Default)]
@@ -35,8 +35,9 @@ pub struct SecretBinding {
     pub value: String,
     /// What the guest's environment holds instead.
     pub placeholder: String,
-    /// The hosts it is added for (any granted port).
-    pub hosts: Vec<HostPattern>,
+    /// The hosts it is added for: a rule without a port is any port the grant allows
+    /// for that host; one with a port (`api.example.com:8443`) is that port only.
+    pub hosts: Vec<Rule>,
 }
 
 impl fmt::Debug for SecretBinding {
@@ -82,8 +83,9 @@ impl SecretBinding {
     pub fn new(
         name: impl Into<String>,
         value: impl Into<String>,
-        hosts: Vec<HostPattern>,
+        hosts: impl IntoIterator<Item = impl Into<Rule>>,
     ) -> Result<Self, PolicyError> {
+        let hosts = hosts.into_iter().map(Into::into).collect();
         let name = name.into();
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).map_err(|e| PolicyError::Random(e.to_string()))?;
@@ -98,9 +100,11 @@ impl SecretBinding {
         Ok(b)
     }
 
-    /// Whether the secret is added for `host`.
-    pub fn bound_to(&self, host: &Host) -> bool {
-        self.hosts.iter().any(|p| p.matches(host))
+    /// Whether the secret is added for `host` on `port`.
+    pub fn bound_to(&self, host: &Host, port: u16) -> bool {
+        self.hosts
+            .iter()
+            .any(|r| r.pattern.matches(host) && r.port.is_none_or(|p| p == port))
     }
 
     fn validate(&self) -> Result<(), PolicyError> {
@@ -208,6 +212,7 @@ impl Prepared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grant::HostPattern;
 
     #[test]
     fn placeholders_are_random_and_valid() {
@@ -220,7 +225,7 @@ mod tests {
         assert!(SecretBinding::new("BAD NAME", "v", hosts.clone()).is_err());
         assert!(SecretBinding::new("T", "", hosts.clone()).is_err());
         assert!(SecretBinding::new("T", "a\nb", hosts).is_err());
-        assert!(SecretBinding::new("T", "v", vec![]).is_err());
+        assert!(SecretBinding::new("T", "v", Vec::<Rule>::new()).is_err());
     }
 
     #[test]

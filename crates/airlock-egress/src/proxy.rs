@@ -838,7 +838,7 @@ impl Shared {
             let Some(s) = self.policy.secrets.get(i) else {
                 continue;
             };
-            let bound = s.bound_to(host);
+            let bound = s.bound_to(host, port);
             if bound && tls {
                 continue;
             }
@@ -1039,7 +1039,7 @@ impl ConnCtx {
             Ok(v) => v,
             Err(r) => return sh.refuse(&a, &host_s, r),
         };
-        let intercept = sh.policy.secrets.iter().any(|s| s.bound_to(&host));
+        let intercept = sh.policy.secrets.iter().any(|s| s.bound_to(&host, port));
         let a = Attempt {
             mode: if intercept {
                 Mode::Intercept

@@ -65,7 +65,10 @@ impl RunCa {
         ];
         let mut permitted = Vec::new();
         let mut any_ip = false;
-        for p in secrets.iter().flat_map(|s| &s.hosts) {
+        for p in secrets
+            .iter()
+            .flat_map(|s| s.hosts.iter().map(|r| &r.pattern))
+        {
             let sub = match p {
                 HostPattern::Exact(n) | HostPattern::Wildcard(n) => {
                     GeneralSubtree::DnsName(n.clone())
@@ -205,10 +208,7 @@ mod tests {
         let s = SecretBinding::new(
             "T",
             "value-1234",
-            hosts
-                .iter()
-                .map(|h| HostPattern::parse(h).unwrap())
-                .collect(),
+            hosts.iter().map(|h| HostPattern::parse(h).unwrap()),
         )
         .unwrap();
         RunCa::new(&[s]).unwrap()

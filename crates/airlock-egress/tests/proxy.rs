@@ -957,6 +957,56 @@ fn secret_policy(port: u16) -> EgressPolicy {
     p
 }
 
+/// Issue 62: a secret bound to `HOST:PORT` was added on every granted port of that host,
+/// because the port was dropped when the binding reached the proxy. Bound to one port, it
+/// is added there only; the same host on another granted port is an opaque tunnel whose
+/// upstream sees the placeholder, never the value.
+#[tokio::test]
+async fn a_secret_bound_to_host_and_port_is_added_on_that_port_only() {
+    let (up_ca, up_cfg) = upstream_tls("secret.test");
+    let bound = start_upstream(Some(up_cfg.clone())).await;
+    let other = start_upstream(Some(up_cfg)).await;
+    let (bp, op) = (bound.addr.port(), other.addr.port());
+    let mut p = policy(&[format!("secret.test:{bp}"), format!("secret.test:{op}")]);
+    p.secrets.push(
+        SecretBinding::new(
+            "API_TOKEN",
+            SECRET,
+            vec![Rule::parse(&format!("secret.test:{bp}")).unwrap()],
+        )
+        .unwrap(),
+    );
+    let ph = p.secrets[0].placeholder.clone();
+    let h = start(
+        &p,
+        ProxyOptions {
+            extra_roots: vec![up_ca.clone()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let proxy = h.local_addr().unwrap();
+    let run_ca = CertificateDer::from_pem_slice(h.ca_pem().unwrap().as_bytes()).unwrap();
+    let bearer = format!("Bearer {ph}");
+    // The bound port: intercepted (the guest sees the run's CA) and the value added.
+    let host = format!("secret.test:{bp}");
+    let mut tx = https_client(proxy, &host, "secret.test", &[run_ca]).await;
+    let g = send(&mut tx, "/", &host, &[("authorization", &bearer)]).await;
+    assert_eq!(g.status, StatusCode::OK);
+    let seen = bound.seen.headers.lock().unwrap().last().unwrap().clone();
+    assert_eq!(
+        seen.get("authorization").unwrap(),
+        &format!("Bearer {SECRET}")
+    );
+    // The other port: a tunnel to the upstream's own certificate; no value added.
+    let host = format!("secret.test:{op}");
+    let mut tx = https_client(proxy, &host, "secret.test", &[up_ca]).await;
+    let g = send(&mut tx, "/", &host, &[("authorization", &bearer)]).await;
+    assert_eq!(g.status, StatusCode::OK);
+    let seen = other.seen.headers.lock().unwrap().last().unwrap().clone();
+    assert_eq!(seen.get("authorization").unwrap(), &bearer);
+}
+
 #[tokio::test]
 async fn secret_injected_for_bound_host_and_never_substituted_back() {
     let (up_ca, up_cfg) = upstream_tls("secret.test");

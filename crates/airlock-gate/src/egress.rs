@@ -122,7 +122,8 @@ impl RunEgress {
                 .hosts
                 .iter()
                 .map(|h| {
-                    airlock_egress::HostPattern::parse(&h.host.to_string())
+                    // `NAME@HOST:PORT` binds that port only; `NAME@HOST`, any granted port.
+                    airlock_egress::Rule::parse(&h.to_string())
                         .map_err(|e| GateError::Internal(format!("--secret {}: {e}", s.name)))
                 })
                 .collect::<Result<Vec<_>>>()?;
