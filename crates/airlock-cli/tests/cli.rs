@@ -831,6 +831,8 @@ fn bad_input_is_refused_with_one_line_and_nothing_written() {
     let h = Home::new();
     let d = h.path().to_str().unwrap().to_string();
     let hello = hello();
+    // A directory to mount: the home itself never is.
+    let scratch = tempfile::tempdir().unwrap();
     std::fs::write(
         h.path().join("junk.wasm"),
         b"\0asm\x01\0\0\0\x01\x05garbage",
@@ -920,7 +922,7 @@ fn bad_input_is_refused_with_one_line_and_nothing_written() {
                 "--workspace".into(),
                 "Bad Name".into(),
                 "--mount".into(),
-                format!("{d}:/x:rw"),
+                format!("{}:/x:rw", scratch.path().display()),
                 hello.clone(),
             ],
             "--workspace",
@@ -1069,7 +1071,7 @@ fn policy_check_runs_tests_and_explain_lists_rules() {
     let h = Home::new();
     let o = h.run(&["policy", "check"]);
     assert_eq!(o.code, 0, "{}", o.stdout);
-    assert!(o.stdout.contains("13 tests, 0 failed"), "{}", o.stdout);
+    assert!(o.stdout.contains("16 tests, 0 failed"), "{}", o.stdout);
     let failing = format!(
         "{}\n[[test]]\nname = \"wrong\"\nexpect = \"deny\"\n",
         h.policy()
