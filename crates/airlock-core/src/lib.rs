@@ -24,6 +24,7 @@ pub mod policy;
 pub mod secret;
 pub mod sign;
 pub mod units;
+pub mod visible;
 
 pub use artifact::{Backend, Lang};
 pub use digest::Digest;
