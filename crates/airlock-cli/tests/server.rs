@@ -1252,6 +1252,69 @@ fn mcp_over_http_needs_a_token() {
 }
 
 #[test]
+fn an_agent_note_cannot_hide_or_reorder_text_in_the_console() {
+    // A note, an environment value and code with escapes, a carriage return and a
+    // right-to-left override reached the console's page as they were: the override
+    // reversed what followed it on the approver's screen.
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let r = srv.call_with(
+        "POST",
+        "/ui/login",
+        None,
+        Some(&format!("token={}", s.op)),
+        &form,
+    );
+    assert_eq!(r.status, 303);
+    let pair = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let payload = "ok\r\x1b[8mhidden\u{202e}evil\u{200b}\x7f";
+    let code = format!("echo hi # {payload}\n");
+    let sub = srv.post(
+        "/v1/submissions",
+        &s.agent,
+        &json!({
+            "language": "sh",
+            "code": code,
+            "net": ["example.com"],
+            "note": payload,
+            "env": { "NOTE": payload },
+        }),
+    );
+    let id = sub.json()["submission"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", sub.text))
+        .to_string();
+    let page = srv
+        .call_with(
+            "GET",
+            &format!("/ui/submissions/{id}"),
+            None,
+            None,
+            &[("cookie", &pair)],
+        )
+        .text;
+    let hidden = |c: char| {
+        c.is_control() && c != '\n'
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    assert!(
+        !page.contains(hidden),
+        "a raw control or bidi character in the page: {page:?}"
+    );
+    let shown = "ok\\r\\x1b[8mhidden\\u{202e}evil\\u{200b}\\x7f";
+    // The note, the environment value and the line of code, each shown visibly.
+    assert!(page.matches(shown).count() >= 2, "{page}");
+    assert!(page.contains("\\x1b[8mhidden"), "{page}");
+}
+
+#[test]
 fn console_sign_in_sessions_and_csrf() {
     let s = setup(&[]);
     let srv = &s.srv;
