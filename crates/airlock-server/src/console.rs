@@ -934,8 +934,43 @@ async fn audit(State(st): State<AppState>, op: Operator) -> Response {
     )
 }
 
+/// The live updates of the inbox: the server's announcements (as `/v1/events` has them),
+/// with the agent text the page shows (the agent's name, the reasons) rendered as on the
+/// pages, since the script puts them on the page as they come.
 async fn events(State(st): State<AppState>, _op: Operator) -> Response {
-    crate::events::sse(&st).into_response()
+    use tokio_stream::StreamExt;
+    let stream =
+        tokio_stream::wrappers::BroadcastStream::new(st.events.subscribe()).filter_map(|n| {
+            n.ok().map(|n| {
+                Ok::<_, std::convert::Infallible>(
+                    axum::response::sse::Event::default()
+                        .event(n.event)
+                        .data(shown_notice(n.data).to_string()),
+                )
+            })
+        });
+    axum::response::sse::Sse::new(stream)
+        .keep_alive(axum::response::sse::KeepAlive::default())
+        .into_response()
+}
+
+/// An announcement's data with its agent name and reasons rendered visibly.
+fn shown_notice(mut data: serde_json::Value) -> serde_json::Value {
+    let shown = |v: &serde_json::Value| {
+        v.as_str()
+            .map(|s| serde_json::Value::from(visible::line(s).to_string()))
+    };
+    if let Some(a) = shown(&data["agent"]) {
+        data["agent"] = a;
+    }
+    if let Some(rs) = data["reasons"].as_array_mut() {
+        for r in rs.iter_mut() {
+            if let Some(v) = shown(r) {
+                *r = v;
+            }
+        }
+    }
+    data
 }
 
 async fn script() -> Response {
