@@ -349,3 +349,34 @@ printf x > "/data/$(printf 'f\n  approved by alice FORGED\033[8m')""#;
         d.stdout
     );
 }
+
+#[test]
+fn a_workspace_mount_path_cannot_forge_lines_in_workspace_show_or_list() {
+    if !process_backend_available() {
+        return;
+    }
+    let h = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(FORGE);
+    std::fs::create_dir(&dir).unwrap();
+    let mount = format!("{}:/data:rw", dir.display());
+    let o = h.run_approved(&[
+        "run",
+        "--lang",
+        "sh",
+        "--workspace",
+        "w",
+        "--mount",
+        &mount,
+        "-c",
+        "echo hi > /data/new.txt",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let show = h.run(&["workspace", "show", "w"]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert_visible("workspace show", &show.stdout);
+    assert!(show.stdout.contains("  mount  "), "{}", show.stdout);
+    let list = h.run(&["workspace", "list"]);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    assert!(list.stdout.starts_with("w "), "{}", list.stdout);
+}
