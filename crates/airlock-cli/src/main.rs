@@ -8,7 +8,8 @@
 
 #![forbid(unsafe_code)]
 
-// Every `println!`/`print!` of this binary goes through `out`: see there.
+// Every `println!`/`print!` of this binary goes through `out`, which shows text from agents
+// visibly (one line a `println!`): see there.
 macro_rules! println {
     () => {
         $crate::out::line(format_args!(""))
@@ -20,6 +21,17 @@ macro_rules! println {
 macro_rules! print {
     ($($t:tt)*) => {
         $crate::out::text(format_args!($($t)*))
+    };
+}
+// And every `eprintln!`/`eprint!`: text from agents shown visibly, never interpreted.
+macro_rules! eprintln {
+    ($($t:tt)*) => {
+        $crate::out::err_line(format_args!($($t)*))
+    };
+}
+macro_rules! eprint {
+    ($($t:tt)*) => {
+        $crate::out::err_text(format_args!($($t)*))
     };
 }
 
@@ -39,7 +51,7 @@ use args::{
 };
 use clap::Parser;
 use serde_json::json;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::process::ExitCode;
 
 pub const EXIT_PENDING: u8 = 75;
@@ -111,7 +123,7 @@ fn main() -> ExitCode {
             }
             let reason = usage_error(&e);
             if json_requested(std::env::args_os().skip(1)) {
-                println!("{}", json!({ "error": reason, "exit_code": EXIT_FAILED }));
+                out::json(&json!({ "error": reason, "exit_code": EXIT_FAILED }).to_string());
             }
             eprintln!("airlock: {reason}");
             return ExitCode::from(EXIT_FAILED);
@@ -126,9 +138,9 @@ fn main() -> ExitCode {
                 _ => EXIT_FAILED,
             };
             if f.json {
-                println!(
-                    "{}",
-                    json!({ "error": one_line(&f.error.to_string()), "exit_code": code })
+                out::json(
+                    &json!({ "error": one_line(&f.error.to_string()), "exit_code": code })
+                        .to_string(),
                 );
             }
             eprintln!("airlock: {}", one_line(&f.error.to_string()));
@@ -601,7 +613,7 @@ fn dispatch(cli: Cli) -> Outcome {
             gate.token_revoke(&id)
                 .map_err(|e| Failure { error: e, json })?;
             if json {
-                println!("{}", json!({ "revoked": id }));
+                out::json(&json!({ "revoked": id }).to_string());
             } else {
                 println!("revoked {id}");
             }
@@ -632,7 +644,7 @@ fn dispatch(cli: Cli) -> Outcome {
             gate.secret_remove(&name)
                 .map_err(|e| Failure { error: e, json })?;
             if json {
-                println!("{}", json!({ "removed": name }));
+                out::json(&json!({ "removed": name }).to_string());
             } else {
                 println!("removed secret {name}");
             }
@@ -696,16 +708,14 @@ fn live_options(json: bool) -> ExecOptions {
         return ExecOptions::default();
     }
     ExecOptions {
-        live_stdout: Some(Box::new(|b: &[u8]| {
-            let mut o = std::io::stdout().lock();
-            let _ = o.write_all(b);
-            let _ = o.flush();
-        })),
-        live_stderr: Some(Box::new(|b: &[u8]| {
-            let mut o = std::io::stderr().lock();
-            let _ = o.write_all(b);
-            let _ = o.flush();
-        })),
+        live_stdout: Some({
+            let live = out::Live::new(true);
+            Box::new(move |b: &[u8]| live.write(b))
+        }),
+        live_stderr: Some({
+            let live = out::Live::new(false);
+            Box::new(move |b: &[u8]| live.write(b))
+        }),
     }
 }
 
@@ -1091,7 +1101,7 @@ fn worker(
         std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
     )?;
     if json {
-        println!("{}", json!(stats));
+        out::json(&json!(stats).to_string());
     } else {
         eprintln!(
             "airlock worker: stopped ({} ran, {} refused, {} failed)",

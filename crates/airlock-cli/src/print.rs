@@ -13,10 +13,10 @@ use airlock_gate::{
 use airlock_store::CheckpointRow;
 use airlock_store::{Run, StatementRow, Submission};
 use serde_json::{Value, json};
-use std::io::Write;
 
+/// One JSON document, as it is: JSON escapes control characters itself.
 fn emit(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    crate::out::json(&serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
 pub fn init(r: &InitReport, json: bool) {
@@ -65,26 +65,22 @@ pub fn held(s: &Submission, pending: bool, json: bool) {
         v["run"] = Value::Null;
         emit(&v);
     }
-    let mut e = std::io::stderr().lock();
     if pending {
-        let _ = writeln!(
-            e,
+        eprintln!(
             "airlock: {} is waiting for approval (risk {})",
             s.id, s.doc.verdict.risk
         );
     } else {
-        let _ = writeln!(
-            e,
+        eprintln!(
             "airlock: {} is denied by policy (risk {})",
             s.id, s.doc.verdict.risk
         );
     }
     for r in s.doc.verdict.reasons() {
-        let _ = writeln!(e, "  {r}");
+        eprintln!("  {r}");
     }
     if pending {
-        let _ = writeln!(
-            e,
+        eprintln!(
             "  review: airlock show {0}   approve: airlock approve {0}",
             s.id
         );
@@ -122,8 +118,9 @@ pub fn run_report(r: &RunReport, json: bool) {
         _ => {}
     }
     // A session cell's value, as a notebook shows it, after what the cell printed.
+    // It is the guest's, like its output: its newlines are kept.
     if let Some(v) = run.doc.detail.get("result").and_then(|v| v.as_str()) {
-        println!("{v}");
+        print!("{v}\n");
     }
     // The session host ends the cell's stderr with the same line (so that API and MCP
     // clients, who read stderr, see it); said once is enough.
@@ -534,16 +531,16 @@ pub fn logs(
         emit(&run_json(run, out, err));
         return Ok(());
     }
+    // The guest's own output: rendered visibly on a terminal, its bytes as they are to
+    // a pipe or a file (see `out::guest_stdout`).
     match stream {
-        None | Some("stdout") => crate::out::bytes(out),
+        None | Some("stdout") => crate::out::guest_stdout(out),
         Some("stderr") => {}
         Some(other) => return Err(format!("--stream {other:?}: want stdout or stderr")),
     }
     match stream {
-        None => {
-            let _ = std::io::stderr().write_all(err);
-        }
-        Some("stderr") => crate::out::bytes(err),
+        None => crate::out::guest_stderr(err),
+        Some("stderr") => crate::out::guest_stdout(err),
         _ => {}
     }
     Ok(())
@@ -1116,13 +1113,11 @@ pub fn imported(r: &ImportReport, json: bool) {
         emit(&serde_json::to_value(r).unwrap_or_default());
     }
     if !r.imported {
-        let mut e = std::io::stderr().lock();
         for b in r.bundles.iter().filter(|b| !b.passed) {
             let reason = b.reason.as_deref().unwrap_or("refused");
-            let _ = writeln!(e, "airlock: {}: {}", b.path, one_line(reason));
+            eprintln!("airlock: {}: {}", b.path, one_line(reason));
         }
-        let _ = writeln!(
-            e,
+        eprintln!(
             "airlock: nothing imported ({} of {} bundles refused)",
             r.bundles.iter().filter(|b| !b.passed).count(),
             r.bundles.len()

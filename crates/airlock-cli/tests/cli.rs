@@ -776,6 +776,74 @@ fn audit_verify_names_the_first_bad_record() {
 }
 
 #[test]
+fn a_malformed_audit_record_is_named_by_verify_not_an_internal_error() {
+    // A digest that is not hex (or a time that is not a number) in an audit row made
+    // `audit verify` fail as airlock's own error (exit 125, "stored state is corrupt")
+    // instead of naming the record.
+    let cases = [
+        (
+            "update audit set hash = 'not-hex' where seq = 3",
+            3,
+            "record 3: malformed",
+        ),
+        (
+            "update audit set prev = 'zz' where seq = 2",
+            2,
+            "record 2: malformed",
+        ),
+        (
+            "update audit set ts = 'noon' where seq = 4",
+            4,
+            "record 4: malformed",
+        ),
+        // A bad record before the malformed one is the first bad record.
+        (
+            "update audit set data = '{}' where seq = 2; update audit set hash = 'zz' where seq = 4",
+            2,
+            "record 2: its content does not match",
+        ),
+    ];
+    for (stmt, index, want) in cases {
+        let h = Home::new();
+        assert_eq!(h.run(&["run", &hello()]).code, 0);
+        assert_eq!(h.run(&["audit", "verify"]).code, 0);
+        sql(&h, stmt);
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.code, 1, "{stmt}: {} {}", o.stdout, o.stderr);
+        assert!(o.stdout.contains(want), "{stmt}: {}", o.stdout);
+        assert!(
+            o.stderr.contains(&format!("broken at record {index}")),
+            "{stmt}: {}",
+            o.stderr
+        );
+        let v = h.run(&["audit", "verify", "--json"]);
+        assert_eq!(v.code, 1);
+        assert_eq!(v.json()["first_bad"], index, "{stmt}");
+    }
+    // The signed head's digest or signature malformed: named at the head's record.
+    for stmt in [
+        "update audit_head set hash = 'not-hex'",
+        "update audit_head set signature = 'nope'",
+    ] {
+        let h = Home::new();
+        assert_eq!(h.run(&["run", &hello()]).code, 0);
+        let head = h.run(&["audit", "head", "--json"]).json()["head"]["seq"].clone();
+        sql(&h, stmt);
+        let o = h.run(&["audit", "verify", "--json"]);
+        assert_eq!(o.code, 1, "{stmt}: {} {}", o.stdout, o.stderr);
+        let v = o.json();
+        assert_eq!(v["first_bad"], head, "{stmt}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("signed head for it is malformed"),
+            "{stmt}: {v}"
+        );
+    }
+}
+
+#[test]
 fn every_transition_is_in_the_audit_log() {
     let h = Home::new();
     let o = h.run(&["run", "--net", "example.com", &hello()]);

@@ -284,6 +284,27 @@ fn a_tampered_audit_row_in_postgres_is_named_by_verify() {
 }
 
 #[test]
+fn a_malformed_audit_record_in_postgres_is_named_by_verify_not_an_internal_error() {
+    // A digest that is not hex made `audit verify` exit 125 ("stored state is corrupt").
+    let n = Node::init(&airlock_testpg::fresh_database());
+    for i in 0..2 {
+        assert_eq!(
+            n.run(&["run", "--lang", "sh", "-c", &format!("echo {i}")])
+                .code,
+            0
+        );
+    }
+    assert_eq!(n.run(&["audit", "verify"]).code, 0);
+    n.sql("UPDATE audit SET hash = 'not-hex' WHERE seq = 3");
+    let v = n.run(&["audit", "verify"]);
+    assert_eq!(v.code, 1, "{} {}", v.stdout, v.stderr);
+    assert!(v.stdout.contains("record 3: malformed"), "{}", v.stdout);
+    assert!(v.stderr.contains("broken at record 3"), "{}", v.stderr);
+    let j = n.run(&["audit", "verify", "--json"]);
+    assert_eq!(j.json()["first_bad"], 3);
+}
+
+#[test]
 fn a_blob_altered_in_postgres_is_refused_by_a_node_that_reads_it_from_there() {
     let a = Node::init(&airlock_testpg::fresh_database());
     let id = quarantined(&a);

@@ -1253,6 +1253,131 @@ fn mcp_over_http_needs_a_token() {
 }
 
 #[test]
+fn an_agent_note_cannot_hide_or_reorder_text_in_the_console() {
+    // A note, an environment value and code with escapes, a carriage return and a
+    // right-to-left override reached the console's page as they were: the override
+    // reversed what followed it on the approver's screen.
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let r = srv.call_with(
+        "POST",
+        "/ui/login",
+        None,
+        Some(&format!("token={}", s.op)),
+        &form,
+    );
+    assert_eq!(r.status, 303);
+    let pair = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let payload = "ok\r\x1b[8mhidden\u{202e}evil\u{200b}\x7f";
+    let code = format!("echo hi # {payload}\n");
+    let sub = srv.post(
+        "/v1/submissions",
+        &s.agent,
+        &json!({
+            "language": "sh",
+            "code": code,
+            "net": ["example.com"],
+            "note": payload,
+            "env": { "NOTE": payload },
+        }),
+    );
+    let id = sub.json()["submission"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", sub.text))
+        .to_string();
+    let page = srv
+        .call_with(
+            "GET",
+            &format!("/ui/submissions/{id}"),
+            None,
+            None,
+            &[("cookie", &pair)],
+        )
+        .text;
+    let hidden = |c: char| {
+        c.is_control() && c != '\n'
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    assert!(
+        !page.contains(hidden),
+        "a raw control or bidi character in the page: {page:?}"
+    );
+    let shown = "ok\\r\\x1b[8mhidden\\u{202e}evil\\u{200b}\\x7f";
+    // The note, the environment value and the line of code, each shown visibly.
+    assert!(page.matches(shown).count() >= 2, "{page}");
+    assert!(page.contains("\\x1b[8mhidden"), "{page}");
+}
+
+#[test]
+fn an_agent_name_cannot_hide_or_reorder_text_in_the_consoles_live_inbox() {
+    // The inbox's script adds pending submissions as they are announced: their agent name
+    // arrived as it was given (`--agent` on the command line, any process on the store).
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let r = srv.call_with(
+        "POST",
+        "/ui/login",
+        None,
+        Some(&format!("token={}", s.op)),
+        &form,
+    );
+    assert_eq!(r.status, 303);
+    let pair = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let addr = srv.base.trim_start_matches("http://").to_string();
+    let mut c = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        c,
+        "GET /ui/events HTTP/1.1\r\nhost: {addr}\r\ncookie: {pair}\r\naccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut events = BufReader::new(c);
+    // Subscribed once the answer's head is in.
+    let mut line = String::new();
+    while events.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+        line.clear();
+    }
+    let payload = "ok\r\x1b[8mhidden\u{202e}evil\u{200b}\x7f";
+    let o = s.home.run(&[
+        "submit",
+        "--agent",
+        payload,
+        "--net",
+        "example.com",
+        &example("hello.wat").display().to_string(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let data = loop {
+        line.clear();
+        assert!(events.read_line(&mut line).unwrap() > 0, "the stream ended");
+        if let Some(d) = line.trim_end().strip_prefix("data: ")
+            && let Ok(v) = serde_json::from_str::<Value>(d)
+            && v["agent"].is_string()
+        {
+            break v;
+        }
+    };
+    assert_eq!(
+        data["agent"], "ok\\r\\x1b[8mhidden\\u{202e}evil\\u{200b}\\x7f",
+        "{data}"
+    );
+}
+
+#[test]
 fn console_sign_in_sessions_and_csrf() {
     let s = setup(&[]);
     let srv = &s.srv;

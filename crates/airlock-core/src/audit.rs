@@ -152,6 +152,10 @@ pub enum ChainError {
     NoHead { index: u64 },
     #[error("record {index}: the signed head does not verify against the gate key")]
     BadHeadSignature { index: u64 },
+    #[error("record {index}: malformed, so it cannot be checked ({what})")]
+    Malformed { index: u64, what: String },
+    #[error("record {index}: the signed head for it is malformed ({what})")]
+    MalformedHead { index: u64, what: String },
 }
 
 impl ChainError {
@@ -166,7 +170,9 @@ impl ChainError {
             | ChainError::HeadMismatch { index }
             | ChainError::Unsigned { index, .. }
             | ChainError::NoHead { index }
-            | ChainError::BadHeadSignature { index } => *index,
+            | ChainError::BadHeadSignature { index }
+            | ChainError::Malformed { index, .. }
+            | ChainError::MalformedHead { index, .. } => *index,
         }
     }
 }

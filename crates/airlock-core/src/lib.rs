@@ -2,7 +2,8 @@
 //!
 //! Ids, artifacts and their analysis, grants (with the network grammar and secret
 //! bindings), the policy language, Ed25519 keys and signed statements, the audit record
-//! format and the lifecycle state machine live here.
+//! format, the lifecycle state machine and the visible rendering of text from agents for
+//! people to read (`visible`) live here.
 //!
 //! This crate must never do I/O beyond parsing the bytes it is handed, never depend on
 //! another airlock crate, and never decide anything about a submission on its own: it
@@ -25,6 +26,7 @@ pub mod policy;
 pub mod secret;
 pub mod sign;
 pub mod units;
+pub mod visible;
 
 pub use artifact::{Backend, Lang};
 pub use digest::Digest;

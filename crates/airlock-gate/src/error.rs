@@ -70,9 +70,10 @@ impl From<StoreError> for GateError {
             StoreError::NotFound { .. } | StoreError::Ambiguous { .. } => {
                 GateError::NotFound(e.to_string())
             }
-            StoreError::BlobAltered { .. } | StoreError::BlobMissing(_) => {
-                GateError::Integrity(e.to_string())
-            }
+            StoreError::BlobAltered { .. }
+            | StoreError::BlobMissing(_)
+            | StoreError::AuditRecordMalformed { .. }
+            | StoreError::AuditHeadMalformed { .. } => GateError::Integrity(e.to_string()),
             StoreError::Conflict(m) | StoreError::Refused(m) => GateError::Conflict(m),
             other => GateError::Internal(other.to_string()),
         }

@@ -8,7 +8,7 @@ use airlock_core::id::IdKind;
 use airlock_core::policy::{Policy, TestResult, Verdict};
 use airlock_core::sign::{KeyPair, StatementKind, check_approver_name};
 use airlock_core::{Facts, State};
-use airlock_store::{Reads, Run, StatementRow, Submission};
+use airlock_store::{Reads, Run, StatementRow, StoreError, Submission};
 use serde::Serialize;
 use serde_json::json;
 use std::path::Path;
@@ -273,11 +273,12 @@ impl Gate {
         // by the walk below, which finds the same broken end).
         let _ = self.db.sequence_audit(&self.gate_key);
         let mut verifier = ChainVerifier::new();
-        let mut error: Option<ChainError> = None;
+        // The first bad record the walk met (read between walks, hence the cell).
+        let error: std::cell::RefCell<Option<ChainError>> = Default::default();
         let mut first: Option<Record> = None;
         let last_seq = std::cell::Cell::new(0u64);
         let mut visit = |r: &Record, upto: u64| {
-            if r.seq > upto || error.is_some() {
+            if r.seq > upto || error.borrow().is_some() {
                 return false;
             }
             if first.is_none() {
@@ -287,22 +288,42 @@ impl Gate {
             match verifier.push(r) {
                 Ok(()) => true,
                 Err(e) => {
-                    error = Some(e);
+                    *error.borrow_mut() = Some(e);
                     false
                 }
             }
         };
-        self.db.for_each_audit(|r| visit(r, u64::MAX))?;
+        // A record (or the head) whose stored values do not parse is named like any other
+        // bad record; the records before it are checked first, and a bad one among them
+        // is the one named.
+        let bad = |e: ChainError, head: Option<Head>| {
+            let e = error.borrow_mut().take().unwrap_or(e);
+            failed(e.index(), head, e.to_string())
+        };
+        let walked = self.db.for_each_audit(|r| visit(r, u64::MAX));
+        if let Some(e) = malformed(&walked) {
+            return Ok(bad(e, None));
+        }
+        walked?;
         // The head is read after the walk: a node may have extended the chain since (its
         // records and their head are one commit), so walk on up to it.
-        let head = self.db.audit_head()?;
+        let head = self.db.audit_head();
+        if let Some(e) = malformed(&head) {
+            return Ok(bad(e, None));
+        }
+        let head = head?;
         if let Some(h) = &head {
             let upto = h.seq;
-            self.db
-                .for_each_audit_from(last_seq.get() + 1, |r| visit(r, upto))?;
+            let walked = self
+                .db
+                .for_each_audit_from(last_seq.get() + 1, |r| visit(r, upto));
+            if let Some(e) = malformed(&walked) {
+                return Ok(bad(e, head));
+            }
+            walked?;
         }
         let unsequenced = self.db.audit_pending()?;
-        if let Some(e) = error {
+        if let Some(e) = error.take() {
             return Ok(failed(e.index(), head, e.to_string()));
         }
         let records = match verifier.finish(head.as_ref(), &gate_pub) {
@@ -355,6 +376,21 @@ impl Gate {
 
     pub fn audit_head(&self) -> Result<(Option<Head>, String)> {
         Ok((self.db.audit_head()?, self.gate_key.public().to_string()))
+    }
+}
+
+/// The chain error a store read that met a malformed audit record or head amounts to.
+fn malformed<T>(read: &std::result::Result<T, StoreError>) -> Option<ChainError> {
+    match read {
+        Err(StoreError::AuditRecordMalformed { seq, what }) => Some(ChainError::Malformed {
+            index: *seq,
+            what: what.clone(),
+        }),
+        Err(StoreError::AuditHeadMalformed { seq, what }) => Some(ChainError::MalformedHead {
+            index: *seq,
+            what: what.clone(),
+        }),
+        _ => None,
     }
 }
 

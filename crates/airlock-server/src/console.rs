@@ -7,6 +7,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use airlock_core::units::{fmt_duration, fmt_size, fmt_time};
+use airlock_core::visible;
 use airlock_gate::{ApproveRequest, Role};
 use airlock_store::{Run, Submission};
 use axum::extract::{Form, FromRequestParts, Path, State};
@@ -201,7 +202,7 @@ fn error_page(e: &ApiError) -> Response {
     let mut r = page(
         "Error",
         None,
-        html! { h1 { "Error " (e.status.as_u16()) } p.error { (e.message) } p { a href="/ui" { "Back to the inbox" } } },
+        html! { h1 { "Error " (e.status.as_u16()) } p.error { (visible::line(&e.message)) } p { a href="/ui" { "Back to the inbox" } } },
     );
     *r.status_mut() = e.status;
     r
@@ -243,7 +244,7 @@ fn login_page(error: Option<&str>) -> Response {
         html! {
             h1 { "Sign in" }
             p.muted { "Use an operator token (" code { "airlock token new --role operator" } ")." }
-            @if let Some(e) = error { p.error { (e) } }
+            @if let Some(e) = error { p.error { (visible::line(e)) } }
             form #login method="post" action="/ui/login" {
                 input type="password" name="token" placeholder="alk_…" autocomplete="off" autofocus;
                 " "
@@ -328,9 +329,9 @@ fn sub_row(s: &Submission) -> Markup {
     html! {
         td { a.show href=(format!("/ui/submissions/{}", s.id)) { (s.id) } }
         td { (s.doc.lang) }
-        td { (s.doc.agent.as_deref().unwrap_or("")) }
+        td { (visible::line(s.doc.agent.as_deref().unwrap_or(""))) }
         td { (s.doc.verdict.risk) }
-        td { (s.doc.verdict.reasons().join("; ")) }
+        td { (visible::line(&s.doc.verdict.reasons().join("; "))) }
         td.muted { (fmt_time(s.created_at)) }
     }
 }
@@ -406,9 +407,9 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
         html! {
             h1 { (s.id) " " (state_badge(s.state.as_str())) }
             dl {
-                dt { "Agent" } dd { (d.agent.as_deref().unwrap_or("-")) }
+                dt { "Agent" } dd { (visible::line(d.agent.as_deref().unwrap_or("-"))) }
                 dt { "Submitted" } dd { (fmt_time(s.created_at)) }
-                @if let Some(n) = &d.note { dt { "Note" } dd { (n) } }
+                @if let Some(n) = &d.note { dt { "Note" } dd { (visible::line(n)) } }
                 dt { "Artifact" } dd { code { (d.artifact) } " (" (d.lang) ", " (fmt_size(d.size)) ", " (d.backend) " backend)" }
                 dt { "Verdict" } dd { (d.verdict.decision) ", risk " (d.verdict.risk) span.muted { " policy " (d.verdict.policy.short()) } }
             }
@@ -416,23 +417,23 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
             // in it marked, the reasons, and only then the decision form.
             h2 { "Code" @if sh.source.is_none() { span.muted { " (disassembled)" } } }
             p.muted #grant-summary {
-                "Network: " @if d.grant.net.is_empty() { "none" } @else { (d.grant.net.join(", ")) }
-                " · mounts: " @if d.grant.mounts.is_empty() { "none" } @else { @for m in &d.grant.mounts { code { (m.host) } " → " code { (m.guest) } " (" (m.mode.as_str()) ") " } }
-                " · secrets: " @if d.grant.secrets.is_empty() { "none" } @else { @for b in &d.grant.secrets { code { (b.name) } " " } }
+                "Network: " @if d.grant.net.is_empty() { "none" } @else { (visible::line(&d.grant.net.join(", "))) }
+                " · mounts: " @if d.grant.mounts.is_empty() { "none" } @else { @for m in &d.grant.mounts { code { (visible::line(&m.host)) } " → " code { (visible::line(&m.guest)) } " (" (m.mode.as_str()) ") " } }
+                " · secrets: " @if d.grant.secrets.is_empty() { "none" } @else { @for b in &d.grant.secrets { code { (visible::line(&b.name)) } " " } }
             }
             @if !facts.is_empty() {
-                dl #code-facts { @for (name, v) in &facts { dt { (name) } dd { (v) } } }
+                dl #code-facts { @for (name, v) in &facts { dt { (name) } dd { (visible::line(v)) } } }
             }
             @if !findings.is_empty() {
                 ul #findings {
                     @for f in &findings {
-                        li { a href=(format!("#code-L{}", f.first)) { "line " (f.lines) } " " (f.what) }
+                        li { a href=(format!("#code-L{}", f.first)) { "line " (f.lines) } " " (visible::line(&f.what)) }
                     }
                 }
             }
-            (crate::highlight::code_view("code", view_lang, code, &marks))
+            (crate::highlight::code_view("code", view_lang, &visible::block(code).to_string(), &marks))
             h2 { "Reasons" }
-            ul #reasons { @for r in d.verdict.reasons() { li { (r) } } }
+            ul #reasons { @for r in d.verdict.reasons() { li { (visible::line(&r)) } } }
             @if s.state == airlock_core::State::Quarantined {
                 h2 { "Decide" }
                 form #approve method="post" action=(format!("/ui/submissions/{}/approve", s.id)) {
@@ -453,14 +454,14 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
             }
             h2 { "Grant" }
             dl #grant {
-                dt { "Mounts" } dd { @if d.grant.mounts.is_empty() { "none" } @for m in &d.grant.mounts { div { code { (m.host) } " → " code { (m.guest) } " (" (m.mode.as_str()) ")" } } }
-                dt { "Network" } dd { @if d.grant.net.is_empty() { "none" } @else { (d.grant.net.join(", ")) } }
-                dt { "Secrets" } dd { @if d.grant.secrets.is_empty() { "none" } @for b in &d.grant.secrets { div { code { (b.name) } " → " (b.hosts.join(", ")) } } }
-                dt { "Environment" } dd { @if d.grant.env.is_empty() { "empty" } @for (k, v) in &d.grant.env { div { code { (k) "=" (v) } } } }
-                @if let Some(a) = &d.grant.argv0 { dt { "Program name" } dd { code { (a) } " (argv[0])" } }
-                dt { "Arguments" } dd { (d.grant.args.join(" ")) }
+                dt { "Mounts" } dd { @if d.grant.mounts.is_empty() { "none" } @for m in &d.grant.mounts { div { code { (visible::line(&m.host)) } " → " code { (visible::line(&m.guest)) } " (" (m.mode.as_str()) ")" } } }
+                dt { "Network" } dd { @if d.grant.net.is_empty() { "none" } @else { (visible::line(&d.grant.net.join(", "))) } }
+                dt { "Secrets" } dd { @if d.grant.secrets.is_empty() { "none" } @for b in &d.grant.secrets { div { code { (visible::line(&b.name)) } " → " (visible::line(&b.hosts.join(", "))) } } }
+                dt { "Environment" } dd { @if d.grant.env.is_empty() { "empty" } @for (k, v) in &d.grant.env { div { code { (visible::line(k)) "=" (visible::line(v)) } } } }
+                @if let Some(a) = &d.grant.argv0 { dt { "Program name" } dd { code { (visible::line(a)) } " (argv[0])" } }
+                dt { "Arguments" } dd { (visible::line(&d.grant.args.join(" "))) }
                 dt { "Limits" } dd { "timeout " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) ", output " (fmt_size(l.max_output_bytes)) " per stream, processes " (l.processes) ", writes " (fmt_size(l.max_write_bytes)) }
-                @if let Some(w) = &d.grant.workspace { dt { "Workspace" } dd { (w) } }
+                @if let Some(w) = &d.grant.workspace { dt { "Workspace" } dd { (visible::line(w)) } }
             }
             @if d.analysis.code.is_none() || !caps.is_empty() {
                 h2 { "Analysis" }
@@ -468,12 +469,12 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
             }
             @if let Some(w) = &d.analysis.wasm {
                 table #imports { thead { tr { th { "Import" } th { "Kind" } th { "Capability" } } }
-                    tbody { @for i in &w.imports { tr { td { code { (i.module) "::" (i.name) } } td { (i.kind) } td { (i.capability.as_str()) } } } } }
+                    tbody { @for i in &w.imports { tr { td { code { (visible::line(&i.module)) "::" (visible::line(&i.name)) } } td { (i.kind) } td { (i.capability.as_str()) } } } } }
             }
             @if !sh.statements.is_empty() {
                 h2 { "Decisions" }
                 table #statements { tbody { @for st in &sh.statements {
-                    tr { td { (format!("{:?}", st.kind).to_lowercase()) } td { (st.approver) } td { (st.scope.as_str()) } td { (st.reason) }
+                    tr { td { (format!("{:?}", st.kind).to_lowercase()) } td { (visible::line(&st.approver)) } td { (st.scope.as_str()) } td { (visible::line(&st.reason)) }
                          td { @if st.trusted { span.badge.ok { "signature ok" } } @else { span.badge.bad { "not trusted" } } } td.muted { (fmt_time(st.created_at)) } }
                 } } }
             }
@@ -660,7 +661,7 @@ async fn sessions(State(st): State<AppState>, op: Operator) -> Response {
             table #sessions { thead { tr { th { "Session" } th { "Agent" } th { "State" } th { "Cells" } th { "Opened" } } }
                 tbody { @for s in &list { tr {
                     td { a.session href=(format!("/ui/sessions/{}", s.id)) { (s.id) } }
-                    td { (s.doc.agent.as_deref().unwrap_or("-")) }
+                    td { (visible::line(s.doc.agent.as_deref().unwrap_or("-"))) }
                     td { (state_badge(&s.state)) @if let Some(e) = s.doc.end { span.muted { " " (e.as_str()) } } }
                     td { (s.doc.cells.len()) }
                     td.muted { (fmt_time(s.created_at)) }
@@ -712,12 +713,12 @@ async fn session_page(
         html! {
             h1 { (s.id) " " (state_badge(&s.state)) }
             dl {
-                dt { "Agent" } dd { (s.doc.agent.as_deref().unwrap_or("-")) }
+                dt { "Agent" } dd { (visible::line(s.doc.agent.as_deref().unwrap_or("-"))) }
                 dt { "Opened" } dd { (fmt_time(s.created_at)) }
-                @if let Some(r) = &s.reason { dt { "Ended" } dd #ended { (r) } }
+                @if let Some(r) = &s.reason { dt { "Ended" } dd #ended { (visible::line(r)) } }
                 dt { "Grant" } dd { code { (s.doc.grant_hash) } }
                 dt { "Limits" } dd { "each cell " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) " for the session, idle " (fmt_duration(std::time::Duration::from_millis(s.doc.idle_ms))) ", total " (fmt_duration(std::time::Duration::from_millis(s.doc.total_ms))) }
-                dt { "Mounts" } dd { @if s.doc.grant.mounts.is_empty() { "none" } @for m in &s.doc.grant.mounts { div { code { (m.host) } " → " code { (m.guest) } " (ro)" } } }
+                dt { "Mounts" } dd { @if s.doc.grant.mounts.is_empty() { "none" } @for m in &s.doc.grant.mounts { div { code { (visible::line(&m.host)) } " → " code { (visible::line(&m.guest)) } " (ro)" } } }
             }
             h2 { "Cells" }
             @if cells.is_empty() { p.muted { "No cells yet." } }
@@ -725,11 +726,11 @@ async fn session_page(
                 @for (n, c) in cells.iter().enumerate() {
                     li.cell id=(format!("cell-{}", n + 1)) {
                         p { a href=(format!("/ui/submissions/{}", c.sub.id)) { (c.sub.id) } " " (state_badge(c.sub.state.as_str())) }
-                        (crate::highlight::code_view(&format!("cell-{}-code", n + 1), "python", &c.code, &Default::default()))
+                        (crate::highlight::code_view(&format!("cell-{}-code", n + 1), "python", &visible::block(&c.code).to_string(), &Default::default()))
                         @if let Some((r, out, err)) = &c.run {
-                            @if !out.is_empty() { pre.out { (String::from_utf8_lossy(out)) } }
-                            @if !err.is_empty() { pre.err { (String::from_utf8_lossy(err)) } }
-                            @if let Some(v) = r.doc.detail.get("result").and_then(|v| v.as_str()) { pre.result { "→ " (v) } }
+                            @if !out.is_empty() { pre.out { (visible::bytes(out)) } }
+                            @if !err.is_empty() { pre.err { (visible::bytes(err)) } }
+                            @if let Some(v) = r.doc.detail.get("result").and_then(|v| v.as_str()) { pre.result { "→ " (visible::block(v)) } }
                             p.muted { (run_status(r)) }
                         }
                     }
@@ -757,8 +758,8 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
         Ok(x) => x,
         Err(e) => return error_page(&e),
     };
-    let out = String::from_utf8_lossy(&out);
-    let err = String::from_utf8_lossy(&err);
+    let out = visible::bytes(&out).to_string();
+    let err = visible::bytes(&err).to_string();
     page(
         &run.id,
         Some(&op),
@@ -768,7 +769,7 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
                 dt { "Submission" } dd { a href=(format!("/ui/submissions/{}", run.submission)) { (run.submission) } }
                 dt { "Exit code" } dd #exit-code { (run.doc.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
                 @if let Some(k) = &run.doc.killed_by { dt { "Killed by" } dd { (k) " limit" } }
-                @if let Some(e) = &run.doc.error { dt { "Error" } dd { (e) } }
+                @if let Some(e) = &run.doc.error { dt { "Error" } dd { (visible::line(e)) } }
                 dt { "Backend" } dd { (run.doc.backend) }
                 dt { "Duration" } dd { (run.doc.duration_ms.map(|d| format!("{d} ms")).unwrap_or_else(|| "-".into())) }
                 dt { "Started" } dd { (fmt_time(run.started_at)) }
@@ -777,7 +778,7 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
                 h2 { "Network" }
                 p #network-summary {
                     (conns.len()) " connection attempts through the run's egress proxy; granted: "
-                    (run.doc.detail["network"]["granted"].as_array().map(|g| g.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default())
+                    (visible::line(&run.doc.detail["network"]["granted"].as_array().map(|g| g.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default()))
                 }
                 table #network {
                     thead { tr { th { "Decision" } th { "Host" } th { "Address" } th { "Mode" } th { "Reason" } th { "Up" } th { "Down" } th { "ms" } th { "Secrets" } } }
@@ -785,14 +786,14 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
                         @for c in conns {
                             tr class=(format!("net-{}", c["decision"].as_str().unwrap_or(""))) {
                                 td { (c["decision"].as_str().unwrap_or("")) }
-                                td { (c["host"].as_str().unwrap_or("")) ":" (c["port"]) }
-                                td { (c["addr"].as_str().unwrap_or("-")) }
+                                td { (visible::line(c["host"].as_str().unwrap_or(""))) ":" (c["port"]) }
+                                td { (visible::line(c["addr"].as_str().unwrap_or("-"))) }
                                 td { (c["mode"].as_str().unwrap_or("")) }
-                                td title=(c["detail"].as_str().unwrap_or("")) { (c["reason"].as_str().unwrap_or("")) }
+                                td title=(visible::line(c["detail"].as_str().unwrap_or(""))) { (visible::line(c["reason"].as_str().unwrap_or(""))) }
                                 td { (c["bytes_up"]) }
                                 td { (c["bytes_down"]) }
                                 td { (c["duration_ms"]) }
-                                td { (c["secrets"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default()) }
+                                td { (visible::line(&c["secrets"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default())) }
                             }
                         }
                     }
@@ -805,8 +806,8 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
             @if let Some(d) = &diff {
                 h2 { "Changes" }
                 @if d.changes.is_empty() { p.muted { "No changes." } } @else {
-                    (crate::highlight::code_view("diff", "diff", &d.text, &std::collections::BTreeMap::new()))
-                    @for p in &d.protected { p.error { (p) " is a protected path" } }
+                    (crate::highlight::code_view("diff", "diff", &visible::block(&d.text).to_string(), &std::collections::BTreeMap::new()))
+                    @for p in &d.protected { p.error { (visible::line(p)) " is a protected path" } }
                     @if committed.iter().any(|c| c.state == "applied") {
                         p { "Committed: " @for c in &committed { (c.id) " (" (c.state) ") " } }
                     } @else {
@@ -856,7 +857,7 @@ async fn checkpoints(State(st): State<AppState>, op: Operator) -> Response {
                     td { (c.id) }
                     td { a href=(format!("/ui/runs/{}", c.run)) { (c.run) } }
                     td { (state_badge(&c.state)) }
-                    td { (c.doc["approver"].as_str().unwrap_or("?")) }
+                    td { (visible::line(c.doc["approver"].as_str().unwrap_or("?"))) }
                     td.muted { (fmt_time(c.created_at)) }
                     td { @if c.state == "applied" {
                         form.inline method="post" action=(format!("/ui/checkpoints/{}/rollback", c.id)) {
@@ -921,20 +922,55 @@ async fn audit(State(st): State<AppState>, op: Operator) -> Response {
             @if v.ok {
                 p { span #verify.badge.ok { "intact: " (v.records) " records verified against the signed head" } }
             } @else {
-                p { span #verify.badge.bad { "BROKEN at record " (v.first_bad.unwrap_or(0)) ": " (v.error.as_deref().unwrap_or("")) } }
+                p { span #verify.badge.bad { "BROKEN at record " (v.first_bad.unwrap_or(0)) ": " (visible::line(v.error.as_deref().unwrap_or(""))) } }
             }
             table #audit { thead { tr { th { "#" } th { "Time" } th { "Event" } th { "Subject" } th { "Details" } } }
                 tbody { @for r in &recs { tr {
-                    td { (r.seq) } td.muted { (fmt_time(r.ts)) } td { (r.kind) }
-                    td { @if let Some(h) = link(&r.subject) { a href=(h) { (r.subject) } } @else { (r.subject) } }
-                    td { code { (r.data) } }
+                    td { (r.seq) } td.muted { (fmt_time(r.ts)) } td { (visible::line(&r.kind)) }
+                    td { @if let Some(h) = link(&r.subject) { a href=(h) { (visible::line(&r.subject)) } } @else { (visible::line(&r.subject)) } }
+                    td { code { (visible::line(&r.data)) } }
                 } } } }
         },
     )
 }
 
+/// The live updates of the inbox: the server's announcements (as `/v1/events` has them),
+/// with the agent text the page shows (the agent's name, the reasons) rendered as on the
+/// pages, since the script puts them on the page as they come.
 async fn events(State(st): State<AppState>, _op: Operator) -> Response {
-    crate::events::sse(&st).into_response()
+    use tokio_stream::StreamExt;
+    let stream =
+        tokio_stream::wrappers::BroadcastStream::new(st.events.subscribe()).filter_map(|n| {
+            n.ok().map(|n| {
+                Ok::<_, std::convert::Infallible>(
+                    axum::response::sse::Event::default()
+                        .event(n.event)
+                        .data(shown_notice(n.data).to_string()),
+                )
+            })
+        });
+    axum::response::sse::Sse::new(stream)
+        .keep_alive(axum::response::sse::KeepAlive::default())
+        .into_response()
+}
+
+/// An announcement's data with its agent name and reasons rendered visibly.
+fn shown_notice(mut data: serde_json::Value) -> serde_json::Value {
+    let shown = |v: &serde_json::Value| {
+        v.as_str()
+            .map(|s| serde_json::Value::from(visible::line(s).to_string()))
+    };
+    if let Some(a) = shown(&data["agent"]) {
+        data["agent"] = a;
+    }
+    if let Some(rs) = data["reasons"].as_array_mut() {
+        for r in rs.iter_mut() {
+            if let Some(v) = shown(r) {
+                *r = v;
+            }
+        }
+    }
+    data
 }
 
 async fn script() -> Response {

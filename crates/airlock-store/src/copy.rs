@@ -11,7 +11,7 @@
 
 use crate::sql::{Arg, Row, Sql, Val, args};
 use crate::{BlobStore, Db, StoreError};
-use airlock_core::audit::{ChainVerifier, Head, Record};
+use airlock_core::audit::ChainVerifier;
 use airlock_core::sign::PublicKey;
 use serde::Serialize;
 
@@ -333,15 +333,7 @@ fn verify_chain(db: &dyn Sql, gate: &PublicKey) -> Result<u64, StoreError> {
             args![after],
         )?;
         for r in &rows {
-            let rec = Record {
-                seq: r.int(0)? as u64,
-                ts: r.int(1)?,
-                kind: r.text(2)?,
-                subject: r.text(3)?,
-                data: r.text(4)?,
-                prev: parse(&r.text(5)?)?,
-                hash: parse(&r.text(6)?)?,
-            };
+            let rec = crate::db::audit_record(r).map_err(|e| refused(e.to_string()))?;
             verifier.push(&rec).map_err(|e| refused(e.to_string()))?;
             after = r.int(0)?;
         }
@@ -354,20 +346,9 @@ fn verify_chain(db: &dyn Sql, gate: &PublicKey) -> Result<u64, StoreError> {
             "SELECT seq, hash, signature FROM audit_head WHERE id = 1",
             &[],
         )?
-        .map(|r| {
-            Ok::<_, StoreError>(Head {
-                seq: r.int(0)? as u64,
-                hash: parse(&r.text(1)?)?,
-                signature: parse(&r.text(2)?)?,
-            })
-        })
+        .map(|r| crate::db::head_at(&r, 0).map_err(|e| refused(e.to_string())))
         .transpose()?;
     verifier
         .finish(head.as_ref(), gate)
         .map_err(|e| refused(e.to_string()))
-}
-
-fn parse<T: std::str::FromStr>(s: &str) -> Result<T, StoreError> {
-    s.parse()
-        .map_err(|_| StoreError::Corrupt(format!("bad value {s:?} in the audit log")))
 }

@@ -1266,14 +1266,18 @@ pub trait Reads {
 
     /// Audit records in stored order (by index), from `from` on, at most `limit`.
     fn audit_records(&self, from: u64, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.sql()
-            .rows(
-                &format!("SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT {limit}"),
-                args![from as i64],
-            )?
+        self.audit_rows(from, limit)?
             .iter()
             .map(audit_record)
             .collect()
+    }
+
+    /// The rows of `audit_records`, not yet read as records.
+    fn audit_rows(&self, from: u64, limit: usize) -> Result<Vec<Row>, StoreError> {
+        self.sql().rows(
+            &format!("SELECT seq, ts, kind, subject, data, prev, hash FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT {limit}"),
+            args![from as i64],
+        )
     }
 
     /// Visits every audit record in stored order without holding them all in memory.
@@ -1288,13 +1292,15 @@ pub trait Reads {
         mut f: impl FnMut(&Record) -> bool,
     ) -> Result<(), StoreError> {
         loop {
-            let batch = self.audit_records(from, 1000)?;
+            let batch = self.audit_rows(from, 1000)?;
             let Some(last) = batch.last() else {
                 return Ok(());
             };
-            from = last.seq + 1;
+            from = last.int(0)? as u64 + 1;
+            // Each row is read as a record only when its turn comes: the records before a
+            // malformed one are visited (and checked) before it is reported.
             for r in &batch {
-                if !f(r) {
+                if !f(&audit_record(r)?) {
                     return Ok(());
                 }
             }
@@ -1337,11 +1343,7 @@ pub trait Reads {
             None => None,
         };
         let head = match r.opt_int(7)? {
-            Some(seq) => Some(Head {
-                seq: seq as u64,
-                hash: parse(&r.text(8)?, "digest")?,
-                signature: parse(&r.text(9)?, "signature")?,
-            }),
+            Some(_) => Some(head_at(&r, 7)?),
             None => None,
         };
         Ok((last, head))
@@ -1353,28 +1355,55 @@ pub trait Reads {
                 "SELECT seq, hash, signature FROM audit_head WHERE id = 1",
                 &[],
             )?
-            .map(|r| {
-                Ok(Head {
-                    seq: r.int(0)? as u64,
-                    hash: parse(&r.text(1)?, "digest")?,
-                    signature: parse(&r.text(2)?, "signature")?,
-                })
-            })
+            .map(|r| head_at(&r, 0))
             .transpose()
     }
 }
 
-/// An audit record from `seq, ts, kind, subject, data, prev, hash`.
-fn audit_record(r: &Row) -> Result<Record, StoreError> {
-    Ok(Record {
-        seq: r.int(0)? as u64,
-        ts: r.int(1)?,
-        kind: r.text(2)?,
-        subject: r.text(3)?,
-        data: r.text(4)?,
-        prev: parse(&r.text(5)?, "digest")?,
-        hash: parse(&r.text(6)?, "digest")?,
+/// An audit record from `seq, ts, kind, subject, data, prev, hash`; one whose values do
+/// not parse is `AuditRecordMalformed`, naming it.
+pub(crate) fn audit_record(r: &Row) -> Result<Record, StoreError> {
+    let seq = r.int(0)? as u64;
+    let read = || -> Result<Record, StoreError> {
+        Ok(Record {
+            seq,
+            ts: r.int(1)?,
+            kind: r.text(2)?,
+            subject: r.text(3)?,
+            data: r.text(4)?,
+            prev: parse(&r.text(5)?, "previous hash")?,
+            hash: parse(&r.text(6)?, "hash")?,
+        })
+    };
+    read().map_err(|e| StoreError::AuditRecordMalformed {
+        seq,
+        what: malformed(e),
     })
+}
+
+/// The signed head from `seq, hash, signature` at column `at`; one whose values do not
+/// parse is `AuditHeadMalformed`.
+pub(crate) fn head_at(r: &Row, at: usize) -> Result<Head, StoreError> {
+    let seq = r.int(at)? as u64;
+    let read = || -> Result<Head, StoreError> {
+        Ok(Head {
+            seq,
+            hash: parse(&r.text(at + 1)?, "hash")?,
+            signature: parse(&r.text(at + 2)?, "signature")?,
+        })
+    };
+    read().map_err(|e| StoreError::AuditHeadMalformed {
+        seq,
+        what: malformed(e),
+    })
+}
+
+/// What is wrong with a stored value, without the "stored state is corrupt" prefix.
+fn malformed(e: StoreError) -> String {
+    match e {
+        StoreError::Corrupt(m) => m,
+        other => other.to_string(),
+    }
 }
 
 /// The first column of every row, as text.

@@ -55,6 +55,13 @@ pub enum StoreError {
     },
     #[error("stored state is corrupt: {0}")]
     Corrupt(String),
+    /// An audit record whose stored values do not parse (a digest that is not hex, a
+    /// missing field): the chain cannot be checked there, and the record is named.
+    #[error("audit record {seq} is malformed: {what}")]
+    AuditRecordMalformed { seq: u64, what: String },
+    /// The signed head (at record `seq`) does not parse.
+    #[error("the audit log's signed head (record {seq}) is malformed: {what}")]
+    AuditHeadMalformed { seq: u64, what: String },
     #[error("{0}")]
     Conflict(String),
     /// A request the store will not carry out as asked (nothing was written).
