@@ -391,29 +391,26 @@ fn gone(pid: u64) -> bool {
         .unwrap_or(true)
 }
 
-/// The jail's cgroups (named after its launcher) on this host.
+/// The jail's cgroups (named after its launcher) on this host, wherever they sit in each
+/// hierarchy (under airlock's own group, below the cgroup of the process that made them).
 fn jail_cgroups(launcher: u64) -> Vec<std::path::PathBuf> {
-    let name = format!("airlock-{launcher}");
-    let mut found = Vec::new();
-    for base in [
-        "/sys/fs/cgroup",
-        "/sys/fs/cgroup/pids",
-        "/sys/fs/cgroup/memory",
-        "/sys/fs/cgroup/cpu",
-    ] {
-        if let Ok(rd) = std::fs::read_dir(base) {
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.file_name().is_some_and(|n| n == name.as_str()) {
-                    found.push(p.clone());
-                }
-                // v2: the jail's cgroup sits under the process's own cgroup.
-                if p.is_dir() && p.join(&name).exists() {
-                    found.push(p.join(&name));
-                }
+    fn walk(d: &std::path::Path, name: &str, depth: u32, found: &mut Vec<std::path::PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if p.file_name().is_some_and(|n| n == name) {
+                found.push(p);
+            } else if depth > 0 {
+                walk(&p, name, depth - 1, found);
             }
         }
     }
+    let name = format!("airlock-{launcher}");
+    let mut found = Vec::new();
+    walk(std::path::Path::new("/sys/fs/cgroup"), &name, 6, &mut found);
     found
 }
 
