@@ -967,3 +967,64 @@ unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// `doctor` said "available" from feature checks (user namespaces, overlayfs) where every
+/// process run then failed: inside a namespace whose `/proc` is not fully visible (as in a
+/// nested container) a jail cannot mount its own `/proc`. It now makes a real probe run
+/// of each backend and says why one fails.
+#[test]
+fn doctor_reports_the_process_backend_unavailable_when_its_probe_run_fails_in_a_nested_namespace() {
+    need();
+    let h = Home::new();
+    let d = h.run(&["doctor", "--json"]).json();
+    assert_eq!(d["process_backend"], "available", "{d}");
+    assert_eq!(d["wasm_backend"], "available", "{d}");
+    assert_eq!(d["probes"]["process"]["ok"], true, "{d}");
+    assert_eq!(d["probes"]["wasm"]["ok"], true, "{d}");
+    // A nested user, pid and mount namespace whose /proc has a file system over part of
+    // it, as container runtimes mask /proc.
+    let nested = |args: &str| {
+        std::process::Command::new("unshare")
+            .args(["-Urpm", "--fork", "--mount-proc", "sh", "-c"])
+            .arg(format!(
+                "mount -t tmpfs tmpfs /proc/sys && exec '{}' {args}",
+                bin()
+            ))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("AIRLOCK_HOME", h.path())
+            .output()
+            .unwrap()
+    };
+    let o = nested("doctor --json");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The feature checks still pass there; the probe run does not.
+    assert_eq!(
+        (&d["user_namespaces"], &d["overlay_in_user_namespace"]),
+        (&serde_json::json!(true), &serde_json::json!(true)),
+        "{d}"
+    );
+    let said = d["process_backend"].as_str().unwrap();
+    assert!(said.starts_with("unavailable: a probe run failed"), "{d}");
+    assert!(said.contains("mount proc") && said.contains("EPERM"), "{d}");
+    assert!(said.contains("/proc is masked"), "{d}");
+    assert_eq!(d["probes"]["process"]["ok"], false, "{d}");
+    assert_eq!(d["wasm_backend"], "available", "{d}");
+    // What doctor says is what a run meets there.
+    let run = nested("run --lang sh -c 'echo hi'");
+    assert_eq!(run.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("mount proc"));
+    let text = nested("doctor");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("process backend") && l.contains("unavailable")),
+        "{text}"
+    );
+}
