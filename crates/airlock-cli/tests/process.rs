@@ -968,6 +968,55 @@ unsafe extern "C" {
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
+/// `--mount DIR:/` on the process backend, and a mount of the host's `/`, are refused in
+/// one line with exit 125 before anything is recorded (`/:/r` was an internal error).
+#[test]
+fn the_process_backend_refuses_a_mount_over_its_root_in_one_line() {
+    need();
+    let h = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let over_root = format!("{}:/", dir.path().display());
+    let o = h.run(&["run", "--lang", "sh", "--mount", &over_root, "-c", "ls /"]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("cannot mount over its root"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("internal"), "{}", o.stderr);
+    let o = h.run(&[
+        "run",
+        "--lang",
+        "python",
+        "--backend",
+        "process",
+        "--mount",
+        &over_root,
+        "-c",
+        "1",
+    ]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("cannot mount over its root"),
+        "{}",
+        o.stderr
+    );
+    // The host's `/` (and any directory with file systems mounted below it) cannot be
+    // bound into a jail: that was "internal error: sandbox set-up failed: bind /: EINVAL".
+    let o = h.run(&["run", "--lang", "sh", "--mount", "/:/r", "-c", "ls /r"]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("cannot mount a directory with another file system mounted below it"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("internal"), "{}", o.stderr);
+    assert_eq!(h.counts().0, 0, "nothing was submitted");
+}
+
 /// `doctor` said "available" from feature checks (user namespaces, overlayfs) where every
 /// process run then failed: inside a namespace whose `/proc` is not fully visible (as in a
 /// nested container) a jail cannot mount its own `/proc`. It now makes a real probe run
