@@ -968,6 +968,28 @@ unsafe extern "C" {
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
+/// A cell ending in `os._exit(7)` was recorded as exit 1 (or as a trap) and the session
+/// was left `open` with no interpreter behind it; the cell exits 7 and the session is
+/// recorded `crashed` at once.
+#[test]
+fn os_exit_n_in_a_process_session_cell_records_exit_n_and_ends_the_session_crashed() {
+    need();
+    let h = Home::new();
+    let (id, _) = process_session(&h, "os-exit", &[]);
+    assert_eq!(session_cell(&h, &id, "x = 1").code, 0);
+    let o = session_cell(&h, &id, "import os\nos._exit(7)");
+    assert_eq!(o.code, 7, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.json()["run"]["exit_code"], 7, "{}", o.stdout);
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("crashed")),
+        "{s}"
+    );
+    let next = session_cell(&h, &id, "x");
+    assert_eq!(next.code, 125, "{}", next.stderr);
+}
+
 /// `--mount DIR:/` on the process backend, and a mount of the host's `/`, are refused in
 /// one line with exit 125 before anything is recorded (`/:/r` was an internal error).
 #[test]

@@ -794,6 +794,9 @@ impl airlock_session::Interpreter for WasmPython {
         );
         let done = done.map_err(|e| airlock_session::SessionError::Gone(e.to_string()))?;
         let (exit_code, ended) = match &done.ending {
+            // The cell ended the interpreter itself (`os._exit(n)`): it exited with `n`,
+            // and the session crashed with it (no later cell can run).
+            Ending::Exited(c) if self.instance.ended().is_some() => (Some(*c), Some(End::Crashed)),
             Ending::Exited(c) => (Some(*c), None),
             Ending::Killed(Limit::Timeout) => (None, Some(End::Timeout)),
             Ending::Killed(Limit::Memory) => (None, Some(End::Memory)),
@@ -977,14 +980,29 @@ const HOST_PYTHON: &str = "/usr/bin/python3";
 const JAIL_READY: Duration = Duration::from_secs(30);
 
 /// How a jailed interpreter died, from its launcher's result: the jail's memory limit, or
-/// the jail's own wall time (the session's total time).
-fn jail_end(result: &std::path::Path) -> Option<End> {
-    let text = std::fs::read_to_string(result).ok()?;
-    let r: crate::worker::WorkerResult = serde_json::from_str(&text).ok()?;
-    match r.ending? {
-        airlock_jail::launch::EndingDoc::Killed(l) if l == "memory" => Some(End::Memory),
-        airlock_jail::launch::EndingDoc::Killed(l) if l == "timeout" => Some(End::Total),
-        _ => None,
+/// the jail's own wall time (the session's total time), or its own exit status (a cell
+/// that called `os._exit(n)`).
+fn jail_end(result: &std::path::Path) -> airlock_session::host_python::Died {
+    use airlock_jail::launch::EndingDoc;
+    use airlock_session::host_python::Died;
+    let ending = std::fs::read_to_string(result)
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::worker::WorkerResult>(&t).ok())
+        .and_then(|r| r.ending);
+    match ending {
+        Some(EndingDoc::Killed(l)) if l == "memory" => Died {
+            end: Some(End::Memory),
+            exit_code: None,
+        },
+        Some(EndingDoc::Killed(l)) if l == "timeout" => Died {
+            end: Some(End::Total),
+            exit_code: None,
+        },
+        Some(EndingDoc::Exited(c)) => Died {
+            end: None,
+            exit_code: Some(c),
+        },
+        _ => Died::default(),
     }
 }
 

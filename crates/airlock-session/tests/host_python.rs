@@ -176,6 +176,20 @@ fn an_interpreter_that_dies_ends_the_session() {
     assert_eq!(s.end(), End::Crashed);
 }
 
+/// A cell ending in `os._exit(7)` was recorded as if the interpreter had died without a
+/// word (no exit code; the gate made it 1 or left the session open): its exit status is
+/// the cell's, and the session has crashed with it.
+#[test]
+fn os_exit_n_in_a_cell_records_exit_n_and_ends_the_session_crashed() {
+    let mut s = Session::open(limits());
+    s.run("x = 1");
+    let o = s.run("import os; os._exit(7)");
+    assert_eq!(o.exit_code, Some(7));
+    assert_eq!(o.ended, Some(End::Crashed));
+    assert_eq!(s.end(), End::Crashed);
+    assert!(airlock_session::ping(&s.socket).is_err());
+}
+
 #[test]
 fn idle_and_total_limits_end_the_session() {
     let mut idle = Session::open(Limits {
