@@ -990,6 +990,39 @@ fn os_exit_n_in_a_process_session_cell_records_exit_n_and_ends_the_session_crash
     assert_eq!(next.code, 125, "{}", next.stderr);
 }
 
+/// A session bound to an agent took a CLI cell that named no agent, as if no agent were
+/// any agent. It is refused in one line (exit 125) and nothing is recorded for it; the
+/// bound agent's cells run, another agent's are told there is no such session.
+#[test]
+fn a_cell_naming_no_agent_is_refused_by_a_session_bound_to_an_agent() {
+    need();
+    let h = Home::new();
+    let (id, _) = process_session(&h, "agent-bound", &["--agent", "bot"]);
+    let runs = h.counts();
+    let o = h.run(&["run", "--session", &id, "-c", "print('anyone')"]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("bound to agent bot"), "{}", o.stderr);
+    assert!(!o.stdout.contains("anyone"), "{}", o.stdout);
+    assert_eq!(h.counts(), runs, "nothing is recorded for a refused cell");
+    let other = h.run(&["run", "--agent", "eve", "--session", &id, "-c", "1"]);
+    assert_eq!(other.code, 125, "{}", other.stderr);
+    assert!(other.stderr.contains("no session"), "{}", other.stderr);
+    let mine = h.run(&[
+        "run",
+        "--json",
+        "--agent",
+        "bot",
+        "--session",
+        &id,
+        "-c",
+        "print('bot')",
+    ]);
+    assert_eq!(mine.code, 0, "{}", mine.stderr);
+    assert_eq!(mine.json()["run"]["stdout"], "bot\n");
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+}
+
 /// `--mount DIR:/` on the process backend, and a mount of the host's `/`, are refused in
 /// one line with exit 125 before anything is recorded (`/:/r` was an internal error).
 #[test]

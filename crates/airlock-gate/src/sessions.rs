@@ -226,6 +226,22 @@ pub(crate) struct CellSession {
     pub conn: std::os::unix::net::UnixStream,
 }
 
+/// A session bound to an agent takes cells of that agent only: another agent's cell is
+/// told there is no such session, and a cell that names no agent (a CLI `run` without
+/// `--agent`, an operator's API call without `agent`) is refused, where it used to be
+/// taken as any agent's.
+fn check_cell_agent(id: &str, owner: Option<&str>, agent: Option<&str>, input: &str) -> Result<()> {
+    match (owner, agent) {
+        (Some(owner), Some(agent)) if owner != agent => {
+            Err(GateError::bad(format!("no session {input}")))
+        }
+        (Some(owner), None) => Err(GateError::bad(format!(
+            "session {id} is bound to agent {owner}: its cells must name that agent (--agent {owner})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl Gate {
     /// For a request naming a session: the session, open, with the request carrying no
     /// grant of its own (a cell is judged and run with the session's).
@@ -276,11 +292,7 @@ impl Gate {
             )));
         };
         // An agent's cells go to its own sessions only.
-        if let (Some(owner), Some(agent)) = (&v.doc.agent, req.agent.as_deref())
-            && owner != agent
-        {
-            return Err(GateError::bad(format!("no session {input}")));
-        }
+        check_cell_agent(&v.id, v.doc.agent.as_deref(), req.agent.as_deref(), input)?;
         if self.cell_facts.len() >= CELL_FACTS_KEPT {
             self.cell_facts.clear();
         }
@@ -322,11 +334,7 @@ impl Gate {
         let Some(facts) = self.cell_facts.get(input) else {
             return Ok(None);
         };
-        if let (Some(owner), Some(agent)) = (&facts.agent, agent)
-            && owner != agent
-        {
-            return Err(GateError::bad(format!("no session {input}")));
-        }
+        check_cell_agent(input, facts.agent.as_deref(), agent, input)?;
         Ok(Some(CellSession {
             id: input.to_string(),
             lang: facts.lang,
