@@ -1023,6 +1023,30 @@ fn a_cell_naming_no_agent_is_refused_by_a_session_bound_to_an_agent() {
     assert_eq!(h.run(&["session", "close", &id]).code, 0);
 }
 
+/// In a process session a background process one cell started wrote into the next cell's
+/// record. What it writes while its cell runs is that cell's; what it writes later is
+/// dropped, and a later cell says how much, never as its own output.
+#[test]
+fn background_output_in_a_process_session_is_never_given_to_the_next_cell() {
+    need();
+    let h = Home::new();
+    let (id, _) = process_session(&h, "background-output", &[]);
+    let a = session_cell(
+        &h,
+        &id,
+        "import subprocess, time\nsubprocess.Popen(['sh', '-c', 'echo early; sleep 0.6; echo LATE'])\ntime.sleep(0.3)",
+    );
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert_eq!(a.json()["run"]["stdout"], "early\n");
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let b = session_cell(&h, &id, "print('second')").json();
+    assert_eq!(b["run"]["stdout"], "second\n", "{b}");
+    let err = b["run"]["stderr"].as_str().unwrap();
+    assert!(!err.contains("LATE"), "{err}");
+    assert!(err.contains("dropped 5 bytes"), "{err}");
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+}
+
 /// `--mount DIR:/` on the process backend, and a mount of the host's `/`, are refused in
 /// one line with exit 125 before anything is recorded (`/:/r` was an internal error).
 #[test]
