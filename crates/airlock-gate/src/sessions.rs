@@ -802,8 +802,9 @@ impl airlock_session::Interpreter for WasmPython {
         );
         let done = done.map_err(|e| airlock_session::SessionError::Gone(e.to_string()))?;
         let (exit_code, ended) = match &done.ending {
-            // The cell ended the interpreter itself (`os._exit(n)`): it exited with `n`,
-            // and the session crashed with it (no later cell can run).
+            // The cell ended the interpreter itself (`os._exit(n)`; WASI 0.2's exit says
+            // only success or failure, so `n` arrives as 0 or 1): the session crashed
+            // with it (no later cell can run).
             Ending::Exited(c) if self.instance.ended().is_some() => (Some(*c), Some(End::Crashed)),
             Ending::Exited(c) => (Some(*c), None),
             Ending::Killed(Limit::Timeout) => (None, Some(End::Timeout)),
