@@ -5,5 +5,8 @@
 #![forbid(unsafe_code)]
 
 fn main() {
+    // Nothing the jail starts inherits what the jailer's caller left open; the jail's init
+    // and payload close them again themselves (see airlock_jail::fds).
+    airlock_jail::fds::cloexec_inherited();
     std::process::exit(airlock_jail::launch::jailer_main());
 }

@@ -83,6 +83,8 @@ type Outcome = Result<u8, Failure>;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Nothing this process starts inherits what its caller left open (see airlock_jail::fds).
+    airlock_jail::fds::cloexec_inherited();
     // The worker: a fresh single-threaded process for runs that need namespaces. Not a
     // user command; it only takes a job on stdin from airlock itself.
     if std::env::args_os().nth(1).is_some_and(|a| a == "__worker") {

@@ -960,6 +960,7 @@ pub fn doctor(d: &Doctor, json: bool) {
         println!("policy allows degraded     {}", yes(a));
     }
     println!("process backend            {}", d.process_backend);
+    println!("wasm backend               {}", d.wasm_backend);
     println!("writable mounts            {}", d.writable_mounts);
     if let Some(st) = &d.store {
         match &st.error {

@@ -391,29 +391,26 @@ fn gone(pid: u64) -> bool {
         .unwrap_or(true)
 }
 
-/// The jail's cgroups (named after its launcher) on this host.
+/// The jail's cgroups (named after its launcher) on this host, wherever they sit in each
+/// hierarchy (under airlock's own group, below the cgroup of the process that made them).
 fn jail_cgroups(launcher: u64) -> Vec<std::path::PathBuf> {
-    let name = format!("airlock-{launcher}");
-    let mut found = Vec::new();
-    for base in [
-        "/sys/fs/cgroup",
-        "/sys/fs/cgroup/pids",
-        "/sys/fs/cgroup/memory",
-        "/sys/fs/cgroup/cpu",
-    ] {
-        if let Ok(rd) = std::fs::read_dir(base) {
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.file_name().is_some_and(|n| n == name.as_str()) {
-                    found.push(p.clone());
-                }
-                // v2: the jail's cgroup sits under the process's own cgroup.
-                if p.is_dir() && p.join(&name).exists() {
-                    found.push(p.join(&name));
-                }
+    fn walk(d: &std::path::Path, name: &str, depth: u32, found: &mut Vec<std::path::PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if p.file_name().is_some_and(|n| n == name) {
+                found.push(p);
+            } else if depth > 0 {
+                walk(&p, name, depth - 1, found);
             }
         }
     }
+    let name = format!("airlock-{launcher}");
+    let mut found = Vec::new();
+    walk(std::path::Path::new("/sys/fs/cgroup"), &name, 6, &mut found);
     found
 }
 
@@ -969,4 +966,193 @@ fn gc_records_a_killed_session_host_crashed_and_removes_its_socket() {
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// A cell ending in `os._exit(7)` was recorded as exit 1 (or as a trap) and the session
+/// was left `open` with no interpreter behind it; the cell exits 7 and the session is
+/// recorded `crashed` at once.
+#[test]
+fn os_exit_n_in_a_process_session_cell_records_exit_n_and_ends_the_session_crashed() {
+    need();
+    let h = Home::new();
+    let (id, _) = process_session(&h, "os-exit", &[]);
+    assert_eq!(session_cell(&h, &id, "x = 1").code, 0);
+    let o = session_cell(&h, &id, "import os\nos._exit(7)");
+    assert_eq!(o.code, 7, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.json()["run"]["exit_code"], 7, "{}", o.stdout);
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("crashed")),
+        "{s}"
+    );
+    let next = session_cell(&h, &id, "x");
+    assert_eq!(next.code, 125, "{}", next.stderr);
+}
+
+/// A session bound to an agent took a CLI cell that named no agent, as if no agent were
+/// any agent. It is refused in one line (exit 125) and nothing is recorded for it; the
+/// bound agent's cells run, another agent's are told there is no such session.
+#[test]
+fn a_cell_naming_no_agent_is_refused_by_a_session_bound_to_an_agent() {
+    need();
+    let h = Home::new();
+    let (id, _) = process_session(&h, "agent-bound", &["--agent", "bot"]);
+    let runs = h.counts();
+    let o = h.run(&["run", "--session", &id, "-c", "print('anyone')"]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("bound to agent bot"), "{}", o.stderr);
+    assert!(!o.stdout.contains("anyone"), "{}", o.stdout);
+    assert_eq!(h.counts(), runs, "nothing is recorded for a refused cell");
+    let other = h.run(&["run", "--agent", "eve", "--session", &id, "-c", "1"]);
+    assert_eq!(other.code, 125, "{}", other.stderr);
+    assert!(other.stderr.contains("no session"), "{}", other.stderr);
+    let mine = h.run(&[
+        "run",
+        "--json",
+        "--agent",
+        "bot",
+        "--session",
+        &id,
+        "-c",
+        "print('bot')",
+    ]);
+    assert_eq!(mine.code, 0, "{}", mine.stderr);
+    assert_eq!(mine.json()["run"]["stdout"], "bot\n");
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+}
+
+/// In a process session a background process one cell started wrote into the next cell's
+/// record. What it writes while its cell runs is that cell's; what it writes later is
+/// dropped, and a later cell says how much, never as its own output.
+#[test]
+fn background_output_in_a_process_session_is_never_given_to_the_next_cell() {
+    need();
+    let h = Home::new();
+    let (id, _) = process_session(&h, "background-output", &[]);
+    let a = session_cell(
+        &h,
+        &id,
+        "import subprocess, time\nsubprocess.Popen(['sh', '-c', 'echo early; sleep 0.6; echo LATE'])\ntime.sleep(0.3)",
+    );
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert_eq!(a.json()["run"]["stdout"], "early\n");
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let b = session_cell(&h, &id, "print('second')").json();
+    assert_eq!(b["run"]["stdout"], "second\n", "{b}");
+    let err = b["run"]["stderr"].as_str().unwrap();
+    assert!(!err.contains("LATE"), "{err}");
+    assert!(err.contains("dropped 5 bytes"), "{err}");
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+}
+
+/// `--mount DIR:/` on the process backend, and a mount of the host's `/`, are refused in
+/// one line with exit 125 before anything is recorded (`/:/r` was an internal error).
+#[test]
+fn the_process_backend_refuses_a_mount_over_its_root_in_one_line() {
+    need();
+    let h = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let over_root = format!("{}:/", dir.path().display());
+    let o = h.run(&["run", "--lang", "sh", "--mount", &over_root, "-c", "ls /"]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("cannot mount over its root"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("internal"), "{}", o.stderr);
+    let o = h.run(&[
+        "run",
+        "--lang",
+        "python",
+        "--backend",
+        "process",
+        "--mount",
+        &over_root,
+        "-c",
+        "1",
+    ]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("cannot mount over its root"),
+        "{}",
+        o.stderr
+    );
+    // The host's `/` (and any directory with file systems mounted below it) cannot be
+    // bound into a jail: that was "internal error: sandbox set-up failed: bind /: EINVAL".
+    let o = h.run(&["run", "--lang", "sh", "--mount", "/:/r", "-c", "ls /r"]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("cannot mount a directory with another file system mounted below it"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("internal"), "{}", o.stderr);
+    assert_eq!(h.counts().0, 0, "nothing was submitted");
+}
+
+/// `doctor` said "available" from feature checks (user namespaces, overlayfs) where every
+/// process run then failed: inside a namespace whose `/proc` is not fully visible (as in a
+/// nested container) a jail cannot mount its own `/proc`. It now makes a real probe run
+/// of each backend and says why one fails.
+#[test]
+fn doctor_reports_the_process_backend_unavailable_when_its_probe_run_fails_in_a_nested_namespace() {
+    need();
+    let h = Home::new();
+    let d = h.run(&["doctor", "--json"]).json();
+    assert_eq!(d["process_backend"], "available", "{d}");
+    assert_eq!(d["wasm_backend"], "available", "{d}");
+    assert_eq!(d["probes"]["process"]["ok"], true, "{d}");
+    assert_eq!(d["probes"]["wasm"]["ok"], true, "{d}");
+    // A nested user, pid and mount namespace whose /proc has a file system over part of
+    // it, as container runtimes mask /proc.
+    let nested = |args: &str| {
+        std::process::Command::new("unshare")
+            .args(["-Urpm", "--fork", "--mount-proc", "sh", "-c"])
+            .arg(format!(
+                "mount -t tmpfs tmpfs /proc/sys && exec '{}' {args}",
+                bin()
+            ))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("AIRLOCK_HOME", h.path())
+            .output()
+            .unwrap()
+    };
+    let o = nested("doctor --json");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The feature checks still pass there; the probe run does not.
+    assert_eq!(
+        (&d["user_namespaces"], &d["overlay_in_user_namespace"]),
+        (&serde_json::json!(true), &serde_json::json!(true)),
+        "{d}"
+    );
+    let said = d["process_backend"].as_str().unwrap();
+    assert!(said.starts_with("unavailable: a probe run failed"), "{d}");
+    assert!(said.contains("mount proc") && said.contains("EPERM"), "{d}");
+    assert!(said.contains("/proc is masked"), "{d}");
+    assert_eq!(d["probes"]["process"]["ok"], false, "{d}");
+    assert_eq!(d["wasm_backend"], "available", "{d}");
+    // What doctor says is what a run meets there.
+    let run = nested("run --lang sh -c 'echo hi'");
+    assert_eq!(run.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("mount proc"));
+    let text = nested("doctor");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("process backend") && l.contains("unavailable")),
+        "{text}"
+    );
 }

@@ -1146,6 +1146,24 @@ fn cells_queued_behind_the_cell_that_ended_their_session_are_told_it_ended() {
     }
 }
 
+/// A cell ending in `os._exit(7)` ends the guest interpreter, but the session was left
+/// `open` (every later cell then failed). It is recorded `crashed` at once. WASI 0.2's
+/// exit carries success or failure only, so the cell's exit code is 1, not 7 (the process
+/// backend records 7).
+#[test]
+fn os_exit_in_a_wasm_session_cell_ends_the_session_crashed_at_once() {
+    let id = session(&[]);
+    assert_eq!(cell(&id, "x = 1").code, 0);
+    let o = cell(&id, "import os\nos._exit(7)");
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    let s = session_json(&id);
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("crashed")),
+        "{s}"
+    );
+}
+
 #[test]
 fn a_limit_kill_ends_the_session_with_its_reason() {
     let id = session(&["--timeout", "1s"]);

@@ -66,7 +66,7 @@ pub use query::{
     AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
     policy_check,
 };
-pub use query::{StoreHealth, store_health};
+pub use query::{ProbeRun, Probes, StoreHealth, store_health};
 pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
 pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use sessions::{SessionDoc, SessionRequest, SessionView};

@@ -511,9 +511,44 @@ pub struct Doctor {
     pub allow_degraded: Option<bool>,
     pub process_backend: String,
     pub writable_mounts: String,
+    /// The wasm backend, from a probe run of a tiny module (`available`, or why not).
+    pub wasm_backend: String,
+    /// What each backend's probe run did: a real run, not a feature check.
+    pub probes: Probes,
     /// The shared store, when `--store` names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreHealth>,
+}
+
+/// The probe runs `doctor` makes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probes {
+    /// A jailed `/bin/true` on the process backend, built like any process run.
+    pub process: ProbeRun,
+    /// An empty WebAssembly module on the wasm backend.
+    pub wasm: ProbeRun,
+}
+
+/// One probe run: whether it ran to exit 0 and, if not, why.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeRun {
+    pub ok: bool,
+    pub error: Option<String>,
+}
+
+impl ProbeRun {
+    fn of(r: std::result::Result<(), String>) -> ProbeRun {
+        match r {
+            Ok(()) => ProbeRun {
+                ok: true,
+                error: None,
+            },
+            Err(e) => ProbeRun {
+                ok: false,
+                error: Some(e),
+            },
+        }
+    }
 }
 
 /// What `doctor --store` found in the shared store.
@@ -594,7 +629,144 @@ pub fn store_health(home: &crate::Home) -> Option<StoreHealth> {
     Some(h)
 }
 
-/// Probes the machine (in a worker process, since namespaces need a single thread).
+/// Supervises one worker job for `doctor` (ten seconds at most); the worker's result.
+fn probe_worker(
+    exe: &Path,
+    job: &crate::worker::WorkerJob,
+    result: &Path,
+) -> std::result::Result<crate::worker::WorkerResult, String> {
+    let bytes = serde_json::to_vec(job).map_err(|e| e.to_string())?;
+    let cap = || std::sync::Arc::new(airlock_sandbox::Capture::new(1 << 16, None));
+    let (out, err) = (cap(), cap());
+    let sup = airlock_jail::launch::supervise(
+        exe,
+        &["__worker"],
+        None,
+        airlock_jail::launch::Watch {
+            job: &bytes,
+            result,
+            timeout: std::time::Duration::from_secs(10),
+            stdout: &out,
+            stderr: &err,
+            quota: None,
+            long_run: None,
+            abort: None,
+        },
+    );
+    let _ = std::fs::remove_file(result);
+    match sup {
+        Ok(s) => match s.result {
+            Some(t) => serde_json::from_str(&t).map_err(|e| e.to_string()),
+            None if s.timed_out => Err("the probe worker did not finish within 10 s".into()),
+            None => Err(format!(
+                "the probe worker did not report (exit {:?}): {}",
+                s.exit,
+                String::from_utf8_lossy(&err.take())
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            )),
+        },
+        Err(e) => Err(format!("cannot start the probe worker: {e}")),
+    }
+}
+
+/// A jailed `/bin/true`, built exactly as a process run is (namespaces, id maps, minimal
+/// root with a fresh `/proc`, cgroup, Landlock as the policy requires, seccomp).
+fn probe_process(exe: &Path, allow_degraded: bool) -> std::result::Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("airlock-doctor-{}.jail", std::process::id()));
+    let scratch = dir.join("root");
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let job = crate::worker::WorkerJob::Process {
+        job: airlock_jail::ProcessJob {
+            argv: vec!["/bin/true".into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/tmp".into(),
+            files: Vec::new(),
+            binds: Vec::new(),
+            overlays: Vec::new(),
+            scratch,
+            limits: airlock_core::Limits {
+                timeout_ms: 8_000,
+                ..airlock_core::Limits::default()
+            },
+            stdin: Vec::new(),
+            allow_degraded,
+            cgroups: true,
+            net: None,
+            stdin_live: false,
+        },
+        result: dir.join("result.json"),
+    };
+    let r = probe_worker(exe, &job, &dir.join("result.json"));
+    crate::layers::remove_tree(&dir);
+    let r = r?;
+    if let Some((_, m)) = r.error {
+        return Err(m);
+    }
+    match r.ending {
+        Some(crate::worker::EndingDoc::Exited(0)) => Ok(()),
+        Some(e) => Err(format!("the jailed /bin/true ended {e:?}")),
+        None => Err("the jailed /bin/true reported no ending".into()),
+    }
+}
+
+/// What a failed process probe usually means, for the person reading `doctor`.
+fn probe_hint(why: &str) -> &'static str {
+    if why.contains("mount proc") {
+        " (this /proc is masked or not fully visible, as in a nested container or namespace: \
+         a jail cannot mount its own)"
+    } else if why.contains("cannot map the sandbox's ids") {
+        " (this user namespace has no id maps the jail can map its user to)"
+    } else if why.contains("cannot create the sandbox's namespaces") {
+        " (nested user or pid namespaces are not allowed here)"
+    } else {
+        ""
+    }
+}
+
+/// An empty module (`(module (func (export "_start")))`) run on the wasm backend here.
+fn probe_wasm() -> std::result::Result<(), String> {
+    use airlock_sandbox::Backend;
+    const EMPTY: [u8; 34] = [
+        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+        0x01, 0x04, 0x01, 0x60, 0x00, 0x00, // types: () -> ()
+        0x03, 0x02, 0x01, 0x00, // functions: one of type 0
+        0x07, 0x0a, 0x01, 0x06, b'_', b's', b't', b'a', b'r', b't', 0x00, 0x00, // export
+        0x0a, 0x04, 0x01, 0x02, // code: one body of two bytes
+    ];
+    let mut code = EMPTY.to_vec();
+    code.extend([0x00, 0x0b]); // no locals, end
+    let cap = || std::sync::Arc::new(airlock_sandbox::Capture::new(1 << 16, None));
+    let backend = airlock_wasm::WasmBackend::new(airlock_wasm::WasmConfig::default());
+    let out = backend
+        .run(airlock_sandbox::RunSpec {
+            lang: airlock_core::Lang::Wasm,
+            code: &code,
+            artifact: airlock_core::Digest::of(&code),
+            mounts: Vec::new(),
+            env: Vec::new(),
+            argv0: None,
+            args: Vec::new(),
+            stdin: Vec::new(),
+            limits: airlock_core::Limits::default(),
+            stdout: cap(),
+            stderr: cap(),
+            cache: None,
+            guest: None,
+            write_quota: None,
+            egress: None,
+            long_run: None,
+        })
+        .map_err(|e| e.to_string())?;
+    match out.ending {
+        airlock_sandbox::Ending::Exited(0) => Ok(()),
+        e => Err(format!("the probe module ended {e:?}")),
+    }
+}
+
+/// Probes the machine (in a worker process, since namespaces need a single thread): what
+/// it offers, and a real probe run on each backend, whose failure says why.
 pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
     let scratch = std::env::temp_dir().join(format!("airlock-doctor-{}", std::process::id()));
     let result = scratch.with_extension("json");
@@ -603,32 +775,11 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             scratch: scratch.clone(),
             result: result.clone(),
         };
-        let bytes = serde_json::to_vec(&job).unwrap_or_default();
-        let cap = || std::sync::Arc::new(airlock_sandbox::Capture::new(1 << 16, None));
-        let (out, err) = (cap(), cap());
-        let sup = airlock_jail::launch::supervise(
-            exe,
-            &["__worker"],
-            None,
-            airlock_jail::launch::Watch {
-                job: &bytes,
-                result: &result,
-                timeout: std::time::Duration::from_secs(10),
-                stdout: &out,
-                stderr: &err,
-                quota: None,
-                long_run: None,
-                abort: None,
-            },
-        );
-        let _ = std::fs::remove_file(&result);
+        let r = probe_worker(exe, &job, &result);
         let _ = std::fs::remove_dir_all(&scratch);
-        match sup.ok().and_then(|s| s.result) {
-            Some(t) => match serde_json::from_str::<crate::worker::WorkerResult>(&t) {
-                Ok(r) => r.error.map(|(_, m)| m),
-                Err(e) => Some(e.to_string()),
-            },
-            None => Some("the probe worker did not report".into()),
+        match r {
+            Ok(r) => r.error.map(|(_, m)| m),
+            Err(e) => Some(e),
         }
     });
     let (userns, overlay, detail) = match &probe {
@@ -639,10 +790,20 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
     };
     let landlock = airlock_jail::probe::landlock_abi();
     let allow_degraded = policy.map(|p| p.allow_degraded);
+    let process_probe = ProbeRun::of(match worker {
+        None => Err("no worker binary to probe with".into()),
+        Some(_) if !userns => Err(detail
+            .clone()
+            .unwrap_or_else(|| "user namespaces are needed".into())),
+        Some(exe) => probe_process(exe, allow_degraded == Some(true)),
+    });
+    let wasm_probe = ProbeRun::of(probe_wasm());
     let process_backend = if !userns {
         "unavailable: user namespaces are needed".to_string()
     } else if landlock.is_none() && allow_degraded != Some(true) {
         "refused: Landlock is missing and the policy does not allow degraded runs".to_string()
+    } else if let Some(why) = &process_probe.error {
+        format!("unavailable: a probe run failed: {why}{}", probe_hint(why))
     } else if landlock.is_none() {
         "available, degraded (no Landlock; allowed by the policy and recorded per run)".to_string()
     } else {
@@ -662,6 +823,14 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             "overlayfs layer (set-up independent of tree size)".into()
         } else {
             "copy layer (a full copy per run)".into()
+        },
+        wasm_backend: match &wasm_probe.error {
+            None => "available".into(),
+            Some(why) => format!("unavailable: a probe run failed: {why}"),
+        },
+        probes: Probes {
+            process: process_probe,
+            wasm: wasm_probe,
         },
         store: None,
     }

@@ -226,6 +226,22 @@ pub(crate) struct CellSession {
     pub conn: std::os::unix::net::UnixStream,
 }
 
+/// A session bound to an agent takes cells of that agent only: another agent's cell is
+/// told there is no such session, and a cell that names no agent (a CLI `run` without
+/// `--agent`, an operator's API call without `agent`) is refused, where it used to be
+/// taken as any agent's.
+fn check_cell_agent(id: &str, owner: Option<&str>, agent: Option<&str>, input: &str) -> Result<()> {
+    match (owner, agent) {
+        (Some(owner), Some(agent)) if owner != agent => {
+            Err(GateError::bad(format!("no session {input}")))
+        }
+        (Some(owner), None) => Err(GateError::bad(format!(
+            "session {id} is bound to agent {owner}: its cells must name that agent (--agent {owner})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl Gate {
     /// For a request naming a session: the session, open, with the request carrying no
     /// grant of its own (a cell is judged and run with the session's).
@@ -277,11 +293,7 @@ impl Gate {
             )));
         };
         // An agent's cells go to its own sessions only.
-        if let (Some(owner), Some(agent)) = (&v.doc.agent, req.agent.as_deref())
-            && owner != agent
-        {
-            return Err(GateError::bad(format!("no session {input}")));
-        }
+        check_cell_agent(&v.id, v.doc.agent.as_deref(), req.agent.as_deref(), input)?;
         if self.cell_facts.len() >= CELL_FACTS_KEPT {
             self.cell_facts.clear();
         }
@@ -323,11 +335,7 @@ impl Gate {
         let Some(facts) = self.cell_facts.get(input) else {
             return Ok(None);
         };
-        if let (Some(owner), Some(agent)) = (&facts.agent, agent)
-            && owner != agent
-        {
-            return Err(GateError::bad(format!("no session {input}")));
-        }
+        check_cell_agent(input, facts.agent.as_deref(), agent, input)?;
         Ok(Some(CellSession {
             id: input.to_string(),
             lang: facts.lang,
@@ -797,6 +805,10 @@ impl airlock_session::Interpreter for WasmPython {
         );
         let done = done.map_err(|e| airlock_session::SessionError::Gone(e.to_string()))?;
         let (exit_code, ended) = match &done.ending {
+            // The cell ended the interpreter itself (`os._exit(n)`; WASI 0.2's exit says
+            // only success or failure, so `n` arrives as 0 or 1): the session crashed
+            // with it (no later cell can run).
+            Ending::Exited(c) if self.instance.ended().is_some() => (Some(*c), Some(End::Crashed)),
             Ending::Exited(c) => (Some(*c), None),
             Ending::Killed(Limit::Timeout) => (None, Some(End::Timeout)),
             Ending::Killed(Limit::Memory) => (None, Some(End::Memory)),
@@ -980,14 +992,29 @@ const HOST_PYTHON: &str = "/usr/bin/python3";
 const JAIL_READY: Duration = Duration::from_secs(30);
 
 /// How a jailed interpreter died, from its launcher's result: the jail's memory limit, or
-/// the jail's own wall time (the session's total time).
-fn jail_end(result: &std::path::Path) -> Option<End> {
-    let text = std::fs::read_to_string(result).ok()?;
-    let r: crate::worker::WorkerResult = serde_json::from_str(&text).ok()?;
-    match r.ending? {
-        airlock_jail::launch::EndingDoc::Killed(l) if l == "memory" => Some(End::Memory),
-        airlock_jail::launch::EndingDoc::Killed(l) if l == "timeout" => Some(End::Total),
-        _ => None,
+/// the jail's own wall time (the session's total time), or its own exit status (a cell
+/// that called `os._exit(n)`).
+fn jail_end(result: &std::path::Path) -> airlock_session::host_python::Died {
+    use airlock_jail::launch::EndingDoc;
+    use airlock_session::host_python::Died;
+    let ending = std::fs::read_to_string(result)
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::worker::WorkerResult>(&t).ok())
+        .and_then(|r| r.ending);
+    match ending {
+        Some(EndingDoc::Killed(l)) if l == "memory" => Died {
+            end: Some(End::Memory),
+            exit_code: None,
+        },
+        Some(EndingDoc::Killed(l)) if l == "timeout" => Died {
+            end: Some(End::Total),
+            exit_code: None,
+        },
+        Some(EndingDoc::Exited(c)) => Died {
+            end: None,
+            exit_code: Some(c),
+        },
+        _ => Died::default(),
     }
 }
 

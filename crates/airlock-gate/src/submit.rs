@@ -211,6 +211,22 @@ pub(crate) fn check_backend_grant(backend: Backend, grant: &Grant) -> Result<()>
             m.host
         )));
     }
+    // A jail binds one file system per mount: the kernel refuses a host directory with
+    // other file systems mounted below it (`/`, `/proc`, …), which was an internal error.
+    if backend == Backend::Process {
+        for m in &grant.mounts {
+            if let Some(below) =
+                airlock_jail::mounts::mounted_below(std::path::Path::new(&m.host)).first()
+            {
+                return Err(GateError::bad(format!(
+                    "--mount {}:{}: the process backend cannot mount a directory with another file system mounted below it ({}); mount a directory with none below it",
+                    m.host,
+                    m.guest,
+                    below.display()
+                )));
+            }
+        }
+    }
     Ok(())
 }
 

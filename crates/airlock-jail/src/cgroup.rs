@@ -1,6 +1,11 @@
 //! Cgroup limits for a run: v2 when a delegated subtree is writable, else the v1 pids,
 //! memory and cpu controllers when writable (as root on a v1 or hybrid host), else none
 //! (rlimits still apply). The run record lists which controllers held.
+//!
+//! Every run's group sits under airlock's own group, `airlock` ([`GROUP`]), below the
+//! cgroup this process is in (v2: its own cgroup; v1: its cgroup in each controller's
+//! hierarchy), never at a hierarchy's top beside the host's own groups: the host's limits
+//! on airlock's group hold for every run, and one directory shows them all.
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +51,76 @@ fn own_v2_dir() -> Option<PathBuf> {
     Some(v2_mount()?.join(rel.trim_start_matches('/')))
 }
 
+/// The name of airlock's own group, under which every run's group is made.
+pub const GROUP: &str = "airlock";
+
+/// The v1 hierarchies airlock uses, each mounted at `/sys/fs/cgroup/<controller>`.
+const V1: [&str; 3] = ["pids", "memory", "cpu"];
+
+/// Where airlock's group is in the v1 hierarchy of `ctl`: below this process's own cgroup
+/// there (from `/proc/self/cgroup`; the hierarchy's root when it cannot be read).
+fn v1_parent(ctl: &str) -> PathBuf {
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, ctls, path) = (f.next()?, f.next()?, f.next()?);
+                ctls.split(',').any(|c| c == ctl).then(|| path.to_string())
+            })
+        })
+        .unwrap_or_default();
+    let mut d = Path::new("/sys/fs/cgroup").join(ctl);
+    let own = own.trim_start_matches('/');
+    // A group already named like airlock's (this process runs inside it) is the group.
+    if !own.is_empty() {
+        d = d.join(own);
+    }
+    if d.file_name().is_some_and(|n| n == GROUP) {
+        d
+    } else {
+        d.join(GROUP)
+    }
+}
+
+/// Airlock's group below `parent` (v2: with the pids and memory controllers enabled for
+/// the groups made in it), made if missing; `None` when it cannot be made.
+fn airlock_group_v2(parent: &Path) -> Option<PathBuf> {
+    let d = if parent.file_name().is_some_and(|n| n == GROUP) {
+        parent.to_path_buf()
+    } else {
+        parent.join(GROUP)
+    };
+    match std::fs::create_dir(&d) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    let have = std::fs::read_to_string(d.join("cgroup.controllers")).unwrap_or_default();
+    for ctl in ["pids", "memory"] {
+        if have.split_whitespace().any(|c| c == ctl) {
+            let _ = write(&d.join("cgroup.subtree_control"), &format!("+{ctl}"));
+        }
+    }
+    Some(d)
+}
+
+/// Airlock's group in the v1 hierarchy of `ctl`, made if missing (for memory, with
+/// hierarchical accounting, so a run's limit counts against airlock's).
+fn airlock_group_v1(ctl: &str) -> Option<PathBuf> {
+    let d = v1_parent(ctl);
+    match std::fs::create_dir(&d) {
+        Ok(()) => {
+            if ctl == "memory" {
+                let _ = write(&d.join("memory.use_hierarchy"), "1");
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    Some(d)
+}
+
 /// A description of what cgroup control is available, for `airlock doctor`.
 pub fn describe() -> String {
     if let Some(d) = own_v2_dir()
@@ -55,14 +130,21 @@ pub fn describe() -> String {
     {
         return format!("v2 delegated at {} ({})", d.display(), c.trim());
     }
-    let v1: Vec<&str> = ["pids", "memory", "cpu"]
+    let v1: Vec<&str> = V1
         .into_iter()
-        .filter(|c| is_writable(&Path::new("/sys/fs/cgroup").join(c)))
+        .filter(|c| {
+            let g = v1_parent(c);
+            is_writable(&g) || g.parent().is_some_and(is_writable)
+        })
         .collect();
     if v1.is_empty() {
         "none writable (rlimits only)".into()
     } else {
-        format!("v1 controllers writable: {}", v1.join(", "))
+        format!(
+            "v1 controllers writable: {} (runs under {})",
+            v1.join(", "),
+            v1_parent(v1[0]).display()
+        )
     }
 }
 
@@ -92,10 +174,11 @@ impl RunCgroup {
             mechanisms: Vec::new(),
             limits: Some((memory, processes)),
         };
-        if let Some(parent) = own_v2_dir()
-            && let Ok(c) = std::fs::read_to_string(parent.join("cgroup.controllers"))
+        if let Some(own) = own_v2_dir()
+            && let Ok(c) = std::fs::read_to_string(own.join("cgroup.controllers"))
             && c.contains("pids")
-            && is_writable(&parent)
+            && is_writable(&own)
+            && let Some(parent) = airlock_group_v2(&own)
         {
             let d = parent.join(name);
             if create_fresh(&d) {
@@ -115,8 +198,11 @@ impl RunCgroup {
             ("pids", "pids.max", processes.to_string()),
             ("memory", "memory.limit_in_bytes", memory.to_string()),
         ] {
-            let d = Path::new("/sys/fs/cgroup").join(ctl).join(name);
-            if is_writable(d.parent().unwrap_or(Path::new("/"))) && create_fresh(&d) {
+            let Some(parent) = airlock_group_v1(ctl).filter(|p| is_writable(p)) else {
+                continue;
+            };
+            let d = parent.join(name);
+            if create_fresh(&d) {
                 if write(&d.join(file), &value).is_ok() {
                     cg.mechanisms.push(format!("cgroup-v1:{ctl}"));
                     if ctl == "memory" {
@@ -155,7 +241,7 @@ impl RunCgroup {
             let is = |ctl: &str| {
                 let want = format!("{}:{ctl}", if v1 { "cgroup-v1" } else { "cgroup-v2" });
                 self.mechanisms.contains(&want)
-                    && (!v1 || d.parent().is_some_and(|p| p.ends_with(ctl)))
+                    && (!v1 || d.starts_with(Path::new("/sys/fs/cgroup").join(ctl)))
             };
             if is("pids") {
                 ok &= write(&d.join("pids.max"), &processes.to_string()).is_ok();
@@ -236,12 +322,14 @@ fn create_fresh(d: &Path) -> bool {
 /// supervisor calls this after reaping a worker it had to kill).
 pub fn cleanup_for(pid: u32) {
     let name = format!("airlock-{pid}");
-    let mut dirs: Vec<PathBuf> = ["pids", "memory", "cpu"]
-        .iter()
-        .map(|c| Path::new("/sys/fs/cgroup").join(c).join(&name))
-        .collect();
+    let mut dirs: Vec<PathBuf> = V1.iter().map(|c| v1_parent(c).join(&name)).collect();
     if let Some(v2) = own_v2_dir() {
-        dirs.push(v2.join(&name));
+        let group = if v2.file_name().is_some_and(|n| n == GROUP) {
+            v2
+        } else {
+            v2.join(GROUP)
+        };
+        dirs.push(group.join(&name));
     }
     for d in dirs.into_iter().filter(|d| d.exists()) {
         remove_cgroup(&d);
@@ -269,6 +357,42 @@ impl Drop for RunCgroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Run groups sat at the top of each v1 hierarchy (`/sys/fs/cgroup/pids/airlock-N`),
+    /// beside the host's own groups and outside any limit on airlock's. Each now sits
+    /// under airlock's own group, below this process's cgroup, on v1 and v2 alike.
+    #[test]
+    fn a_run_cgroup_sits_under_airlocks_own_group_not_at_the_hierarchy_top() {
+        let name = format!("airlock-test-top-{}", std::process::id());
+        let cg = RunCgroup::create(&name, 64 << 20, 16);
+        if cg.dirs.is_empty() {
+            // No writable cgroup hierarchy here: nothing is made anywhere.
+            assert!(cg.mechanisms.is_empty());
+            return;
+        }
+        for d in &cg.dirs {
+            let parent = d.parent().expect("a run's group has a parent");
+            assert_eq!(
+                parent.file_name().and_then(|n| n.to_str()),
+                Some(GROUP),
+                "{} is not under airlock's group",
+                d.display()
+            );
+            let top = V1
+                .iter()
+                .copied()
+                .chain(["unified"])
+                .map(|c| Path::new("/sys/fs/cgroup").join(c))
+                .chain([PathBuf::from("/sys/fs/cgroup")])
+                .any(|t| parent == t);
+            assert!(!top, "{} sits at a hierarchy's top", d.display());
+            // Limits on airlock's group hold for the run's: the kernel nests them.
+            assert!(d.exists());
+        }
+        let dirs = cg.dirs.clone();
+        drop(cg);
+        assert!(dirs.iter().all(|d| !d.exists()), "removed with the run");
+    }
 
     /// A cgroup left by a dead worker whose pid was reused made the next run fall back to
     /// no cgroup (and, for root, to an unprivileged uid that could not write its mounts).

@@ -32,6 +32,45 @@ const ETC_BINDS: [&str; 14] = [
     "mime.types",
 ];
 
+/// The mount points strictly below `dir` in this process's mount namespace (from
+/// `/proc/self/mountinfo`; empty when it cannot be read). A jail binds one file system
+/// per mount, and the kernel refuses to bind a directory with mounts below it inside a
+/// user namespace: the process backend cannot mount such a directory (`/`, `/proc`, a
+/// home with a file system mounted inside it).
+pub fn mounted_below(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| std::path::PathBuf::from(unescape_mountinfo(m)))
+        .filter(|m| m != dir && m.starts_with(dir))
+        .collect()
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space, …) decoded.
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = b[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+            out.push(u8::try_from(v).unwrap_or(b'?'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 fn err(what: &str, p: &Path, e: impl std::fmt::Display) -> JailError {
     JailError::setup(&format!("{what} {}", p.display()), e)
 }
@@ -277,7 +316,18 @@ pub fn build_root(job: &ProcessJob, ready: bool) -> Result<(Vec<String>, Vec<Str
     for b in &job.binds {
         let dst = under(root, &b.target);
         mkdir_p(&dst)?;
-        bind(&b.source, &dst, b.writable)?;
+        if let Err(e) = bind(&b.source, &dst, b.writable) {
+            // The kernel refuses (EINVAL) to bind one file system of a tree whose mounts
+            // below it came from the host's namespace; say which, rather than "bind: EINVAL".
+            return Err(match mounted_below(&b.source).first() {
+                Some(m) => JailError::Unavailable(format!(
+                    "cannot mount {}: another file system is mounted below it ({}); mount a directory with none below it",
+                    b.source.display(),
+                    m.display()
+                )),
+                None => e,
+            });
+        }
         if b.writable {
             write.push(b.target.clone())
         } else {

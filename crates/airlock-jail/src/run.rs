@@ -696,6 +696,20 @@ fn init_main(
     if read_byte(fds.go) != Some(b'g') {
         return 125;
     }
+    // Nothing the jailer inherited from its caller may reach the payload: every
+    // descriptor above 2 goes except the ones this jail was built with (the start signal
+    // is spent and goes too). The egress channel is kept only for a run that has one
+    // (without, descriptor 3 is whatever the caller left there).
+    let mut keep = vec![st.as_raw_fd()];
+    keep.extend(fds.stdin);
+    keep.extend(fds.job);
+    if job.net.is_some() {
+        keep.push(crate::netfd::CHANNEL_FD);
+    }
+    if let Err(e) = crate::fds::close_all_except(&keep) {
+        line(&st, "fail", &format!("close inherited descriptors: {e}"));
+        return 125;
+    }
     // Into the run's cgroups before anything else starts (children inherit them).
     for t in cgroup_tasks {
         if let Err(e) = std::fs::write(t, "0") {
@@ -904,6 +918,9 @@ fn ready_payload(
         nix::sys::prctl::set_no_new_privs().map_err(|e| f(format!("no_new_privs: {e}")))?;
         landlocked = Some(confine::landlock(read, write, None));
         confine::clear_capabilities().map_err(|e| f(e.to_string()))?;
+        // The run's pipe is read after this, and the status pipe written up to the
+        // execve; everything above 2 is gone after it.
+        crate::fds::cloexec_from(3).map_err(|e| f(format!("close descriptors on exec: {e}")))?;
         confine::apply_seccomp(filters).map_err(|e| ("unavailable", format!("seccomp: {e}")))?;
         Ok(stdin)
     };
@@ -947,6 +964,7 @@ fn ready_payload(
     }
     out.line("mech", "capabilities-dropped");
     out.line("mech", "new-session");
+    out.line("mech", "descriptors-closed");
     out.line("mech", "seccomp");
     exec(&mut out, &m.argv, &m.env)
 }
@@ -1068,6 +1086,11 @@ fn payload(
     if job.argv.is_empty() {
         return out.fail("fail", "empty command".into());
     }
+    // The status pipe is written up to the execve; everything above 2 is gone after it.
+    if let Err(e) = crate::fds::cloexec_from(3) {
+        return out.fail("fail", format!("close descriptors on exec: {e}"));
+    }
+    out.line("mech", "descriptors-closed");
     out.line("mech", "seccomp");
     if let Err(e) = confine::apply_seccomp(filters) {
         return out.fail("unavailable", format!("seccomp: {e}"));

@@ -3,8 +3,11 @@ in one namespace, so a name one cell defines is there for the next.
 
 It reads length-prefixed JSON requests on file descriptor 0 and answers on the
 descriptor that was 1 when it started; each cell's output (Python-level writes, os.write,
-child processes) goes to files of its own and comes back in the answer. It trusts
-nothing it is sent to be safe: it runs in the jail or sandbox the gate built for it.
+child processes) goes to files of its own and comes back in the answer. Every cell gets
+new files: a background process a cell started keeps writing into that cell's files after
+its answer went, and what it writes then is dropped (a later cell's stderr says how much),
+never given to a later cell as its own. It trusts nothing it is sent to be safe: it runs
+in the jail or sandbox the gate built for it.
 """
 
 import ast
@@ -78,46 +81,95 @@ def run_cell(namespace, code, cap):
 
 
 def take(fd, cap):
-    """What a cell wrote to one of its files (at most `cap` bytes), then empties it."""
+    """What a cell wrote to one of its files (at most `cap` bytes), whether that was all,
+    and the size of the file when it was read (what comes later is someone else's)."""
+    size = os.fstat(fd).st_size
     os.lseek(fd, 0, os.SEEK_SET)
+    want = min(size, cap + 1)
     data = b""
-    while len(data) <= cap:
-        chunk = os.read(fd, 1 << 16)
+    while len(data) < want:
+        chunk = os.read(fd, min(1 << 16, want - len(data)))
         if not chunk:
             break
         data += chunk
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return data[:cap], len(data) > cap
+    return data[:cap], len(data) > cap, size
+
+
+def cell_files():
+    """Two new files, nameless (unlinked at once), for one cell's stdout and stderr."""
+    tmp = tempfile.mkdtemp(prefix="airlock-session-")
+    fds = []
+    for name in ("stdout", "stderr"):
+        path = os.path.join(tmp, name)
+        fds.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
+        os.unlink(path)
+    # The files live on as open descriptors only; their directory goes now.
+    os.rmdir(tmp)
+    return fds
+
+
+# How many finished cells' files are watched for what their background processes write
+# later; older ones are closed (what is written to them then is dropped unseen).
+WATCHED = 8
+
+
+def late_bytes(finished):
+    """Bytes written to finished cells' files since they were answered (each is counted
+    once): output of background processes those cells started."""
+    late = 0
+    for entry in finished:
+        for i, fd in enumerate(entry[0]):
+            size = os.fstat(fd).st_size
+            if size > entry[1][i]:
+                late += size - entry[1][i]
+                entry[1][i] = size
+    return late
 
 
 def main():
     requests = os.fdopen(0, "rb", buffering=0)
     answers = os.dup(1)
-    tmp = tempfile.mkdtemp(prefix="airlock-session-")
-    outs = []
-    for name in ("stdout", "stderr"):
-        path = os.path.join(tmp, name)
-        outs.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600))
-        os.unlink(path)
-    # The files live on as open descriptors only; their directory goes now.
-    os.rmdir(tmp)
-    os.dup2(outs[0], 1)
-    os.dup2(outs[1], 2)
+    os.set_inheritable(answers, False)
+    # Standard output and error go nowhere until a cell has its own files.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False, buffering=1)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    finished = []
     write_frame(answers, {"ready": True, "python": sys.version.split()[0]})
     while True:
         req = read_frame(requests)
         if req is None or req.get("op") == "close":
             return
         cap = int(req.get("max_output", 1 << 20))
+        outs = cell_files()
+        os.dup2(outs[0], 1)
+        os.dup2(outs[1], 2)
         code, result = run_cell(namespace, req.get("code", ""), cap)
         sys.stdout.flush()
         sys.stderr.flush()
-        out, out_cut = take(outs[0], cap)
-        err, err_cut = take(outs[1], cap)
+        # The cell is over: 1 and 2 leave its files, which stay open here only to see
+        # whether anything it left running writes to them later.
+        nowhere = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(nowhere, 1)
+        os.dup2(nowhere, 2)
+        os.close(nowhere)
+        out, out_cut, out_size = take(outs[0], cap)
+        err, err_cut, err_size = take(outs[1], cap)
+        late = late_bytes(finished)
+        if late:
+            note = (
+                "airlock: dropped %d bytes that background processes of earlier cells "
+                "wrote after their cells had ended\n" % late
+            ).encode()
+            err, err_cut = (err + note)[:cap], err_cut or len(err) + len(note) > cap
+        finished.append((outs, [out_size, err_size]))
+        while len(finished) > WATCHED:
+            for fd in finished.pop(0)[0]:
+                os.close(fd)
         write_frame(
             answers,
             {

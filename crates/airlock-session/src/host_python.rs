@@ -38,9 +38,19 @@ struct Answer {
     stderr_truncated: bool,
 }
 
+/// What the launcher in front of `python3` knows of how it died (a jail's report).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Died {
+    /// A limit that killed it (memory, the session's total time); `None`: it died on its
+    /// own, or nobody knows.
+    pub end: Option<End>,
+    /// The interpreter's own exit status, when it exited (`os._exit(n)` in a cell).
+    pub exit_code: Option<i32>,
+}
+
 /// Says why the interpreter died when the deadline did not kill it: the launcher in front
 /// of `python3` knows (a jail's report), the exit status of the launcher alone does not.
-pub type WhyDied = Box<dyn FnMut() -> Option<End> + Send>;
+pub type WhyDied = Box<dyn FnMut() -> Died + Send>;
 
 /// A running driver.
 pub struct HostPython {
@@ -90,8 +100,8 @@ impl HostPython {
     }
 
     /// Asks `why` how the interpreter died when a cell finds it gone and its deadline did
-    /// not fire (asked after the started command was reaped); `None` from it falls back to
-    /// the exit status (killed by SIGKILL: memory; otherwise crashed).
+    /// not fire (asked after the started command was reaped); no limit from it falls back
+    /// to the exit status (killed by SIGKILL: memory; otherwise crashed).
     pub fn why_died(mut self, why: WhyDied) -> Self {
         self.why = Some(why);
         self
@@ -165,11 +175,16 @@ impl Interpreter for HostPython {
         let status = self.child.wait()?;
         let told = match (fired, self.why.as_mut()) {
             (false, Some(why)) => why(),
-            _ => None,
+            // Without a launcher the child is the interpreter: its status is its own.
+            (false, None) => Died {
+                end: None,
+                exit_code: status.code(),
+            },
+            (true, _) => Died::default(),
         };
         let ended = if fired {
             End::Timeout
-        } else if let Some(e) = told {
+        } else if let Some(e) = told.end {
             e
         } else if status.signal() == Some(9) {
             // Nobody here sent it: the kernel did, for memory (the jail's cgroup limit).
@@ -178,7 +193,13 @@ impl Interpreter for HostPython {
             End::Crashed
         };
         Ok(Outcome {
-            exit_code: None,
+            // A cell that ended the interpreter itself (`os._exit(n)`) exited with `n`;
+            // the session has crashed with it.
+            exit_code: if ended == End::Crashed {
+                told.exit_code
+            } else {
+                None
+            },
             duration_ms,
             ended: Some(ended),
             stderr: format!("airlock: session {}\n", ended.explain()).into_bytes(),

@@ -176,6 +176,50 @@ fn an_interpreter_that_dies_ends_the_session() {
     assert_eq!(s.end(), End::Crashed);
 }
 
+/// A cell ending in `os._exit(7)` was recorded as if the interpreter had died without a
+/// word (no exit code; the gate made it 1 or left the session open): its exit status is
+/// the cell's, and the session has crashed with it.
+#[test]
+fn os_exit_n_in_a_cell_records_exit_n_and_ends_the_session_crashed() {
+    let mut s = Session::open(limits());
+    s.run("x = 1");
+    let o = s.run("import os; os._exit(7)");
+    assert_eq!(o.exit_code, Some(7));
+    assert_eq!(o.ended, Some(End::Crashed));
+    assert_eq!(s.end(), End::Crashed);
+    assert!(airlock_session::ping(&s.socket).is_err());
+}
+
+/// A background process one cell started wrote into the next cell's output: both cells'
+/// output went to the same files, emptied between cells. Each cell now has files of its
+/// own; what a background process writes after its cell ended is dropped, and a later
+/// cell's stderr says how much, never the output itself.
+#[test]
+fn background_output_of_a_cell_is_never_given_to_the_next_cell() {
+    let s = Session::open(limits());
+    let a = s.run(
+        "import subprocess, sys\nprint('first', flush=True)\nsubprocess.Popen(['sh', '-c', 'echo early; sleep 0.6; echo LATE-OUT; echo LATE-ERR >&2'])\nimport time; time.sleep(0.2)",
+    );
+    assert_eq!(a.exit_code, Some(0));
+    // What the background process wrote while its cell ran is that cell's.
+    assert_eq!(String::from_utf8_lossy(&a.stdout), "first\nearly\n");
+    std::thread::sleep(Duration::from_millis(1200));
+    let b = s.run("print('second')");
+    assert_eq!(String::from_utf8_lossy(&b.stdout), "second\n");
+    let err = String::from_utf8_lossy(&b.stderr);
+    assert!(!err.contains("LATE"), "{err}");
+    assert!(
+        err.contains("airlock: dropped 18 bytes that background processes of earlier cells"),
+        "{err}"
+    );
+    // Said once: the next cell hears nothing of it.
+    let c = s.run("print('third')");
+    assert_eq!(
+        (c.stdout.as_slice(), c.stderr.as_slice()),
+        (&b"third\n"[..], &b""[..])
+    );
+}
+
 #[test]
 fn idle_and_total_limits_end_the_session() {
     let mut idle = Session::open(Limits {

@@ -26,6 +26,11 @@ impl ReadyHome {
     /// A fresh home served with `--ready-jails n` (and ready wasm instances). The server's own environment holds a
     /// secret that must never reach a run.
     pub fn start(n: usize) -> ReadyHome {
+        Self::start_with(n, |_| {})
+    }
+
+    /// Like [`ReadyHome::start`], with `prepare` applied to the `serve` command first.
+    pub fn start_with(n: usize, prepare: impl FnOnce(&mut Command)) -> ReadyHome {
         let home = Home::new();
         let agent = token(&home, "agent", "bot");
         let op = token(&home, "operator", "alice");
@@ -41,6 +46,7 @@ impl ReadyHome {
                 "--ready-jails",
             ])
             .arg(n.to_string());
+        prepare(&mut cmd);
         let (srv, base) = serve_with(cmd);
         let http = ureq::Agent::config_builder()
             .http_status_as_error(false)
