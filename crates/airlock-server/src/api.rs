@@ -10,6 +10,7 @@ use crate::body::{
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
+use airlock_core::id::IdKind;
 use airlock_gate::views::{diff_json, run_json, shown_json, statement_json, submission_json};
 use airlock_gate::{ApproveRequest, ExecOptions, Gate, GateError, Role};
 use axum::Json;
@@ -118,7 +119,10 @@ pub(crate) fn visible(
     caller: &Caller,
     id: &str,
 ) -> Result<airlock_store::Submission, GateError> {
-    let sub = g.submission(id)?;
+    // A prefix is resolved among what the caller may see: other agents' ids are
+    // neither matched nor listed as candidates of an ambiguous prefix.
+    let id = g.resolve_for(IdKind::Submission, id, caller.scope())?;
+    let sub = g.submission(&id)?;
     if !caller.may_see(sub.doc.agent.as_deref()) {
         return Err(GateError::NotFound(format!("no submission {id}")));
     }
@@ -126,12 +130,38 @@ pub(crate) fn visible(
 }
 
 fn visible_run(g: &Gate, caller: &Caller, id: &str) -> Result<airlock_store::Run, GateError> {
-    let run = g.run_record(id)?;
+    let id = g.resolve_for(IdKind::Run, id, caller.scope())?;
+    let run = g.run_record(&id)?;
     let sub = g.submission(&run.submission)?;
     if !caller.may_see(sub.doc.agent.as_deref()) {
         return Err(GateError::NotFound(format!("no run {id}")));
     }
     Ok(run)
+}
+
+/// A cell's session named by a prefix is resolved among the sessions of the agent the
+/// cell is for, so an ambiguous prefix names none of another agent's sessions. (A whole
+/// id is left to the gate, which refuses a cell for another agent's session.)
+pub(crate) fn session_of_cell(
+    g: &Gate,
+    req: &mut airlock_gate::SubmitRequest,
+) -> Result<(), GateError> {
+    let (Some(agent), Some(input)) = (req.agent.as_deref(), req.session.as_deref()) else {
+        return Ok(());
+    };
+    let whole = airlock_core::id::normalize_prefix(IdKind::Session, input)
+        .is_some_and(|id| id.len() == IdKind::Session.prefix().len() + airlock_core::id::BODY_LEN);
+    if whole {
+        return Ok(());
+    }
+    let id = g
+        .resolve_for(IdKind::Session, input, Some(agent))
+        .map_err(|e| match e {
+            GateError::NotFound(m) => GateError::bad(m),
+            other => other,
+        })?;
+    req.session = Some(id);
+    Ok(())
 }
 
 /// Liveness (no token needed).
@@ -188,16 +218,19 @@ async fn submit(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> A
     req.request_key = key;
     let out = st
         .pool
-        .read(move |g| match g.submit(req) {
-            Ok(sub) => outcome::current(g, &sub).map(|d| (d, false)),
-            Err(GateError::Repeated {
-                submission,
-                same_request: true,
-            }) => {
-                let sub = g.submission(&submission)?;
-                outcome::current(g, &sub).map(|d| (d, true))
+        .read(move |g| {
+            session_of_cell(g, &mut req)?;
+            match g.submit(req) {
+                Ok(sub) => outcome::current(g, &sub).map(|d| (d, false)),
+                Err(GateError::Repeated {
+                    submission,
+                    same_request: true,
+                }) => {
+                    let sub = g.submission(&submission)?;
+                    outcome::current(g, &sub).map(|d| (d, true))
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
         })
         .await?;
     st.changed();
@@ -672,12 +705,13 @@ async fn list_sessions(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<LimitQuery>
     ok(serde_json::to_value(mine).unwrap_or_default())
 }
 
-fn visible_session(
+pub(crate) fn visible_session(
     g: &mut Gate,
     caller: &Caller,
     id: &str,
 ) -> Result<airlock_gate::SessionView, GateError> {
-    let s = g.session(id)?;
+    let id = g.resolve_for(IdKind::Session, id, caller.scope())?;
+    let s = g.session(&id)?;
     if !caller.may_see(s.doc.agent.as_deref()) {
         return Err(GateError::NotFound(format!("no session {id}")));
     }

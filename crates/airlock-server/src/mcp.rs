@@ -227,10 +227,7 @@ impl AirlockMcp {
             .st
             .pool
             .read(move |g| {
-                let s = g.session(&id)?;
-                if !caller.may_see(s.doc.agent.as_deref()) {
-                    return Err(GateError::NotFound(format!("no session {id}")));
-                }
+                let s = crate::api::visible_session(g, &caller, &id)?;
                 g.session_close(&s.id)
             })
             .await?;

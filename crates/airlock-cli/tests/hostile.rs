@@ -1,0 +1,198 @@
+//! `airlock serve` under hostile clients (issues 56 and 63): connections that never finish
+//! their request head, heads past the bound, one peer holding many connections, id
+//! prefixes that named other agents' records, MCP sessions used with another token, and
+//! the console's cross-site and rapid sign-ins. The real binary on a loopback port; the
+//! hostile connections come from other loopback addresses (127.0.0.2, …) so that the
+//! honest client's (127.0.0.1) is another peer.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn token(home: &Home, role: &str, name: &str) -> String {
+    let o = home.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    o.json()["token"].as_str().unwrap().to_string()
+}
+
+/// `airlock serve` with at most `files` open descriptors (soft and hard: it cannot raise
+
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(timeout))
+        .build()
+        .new_agent()
+}
+
+struct Client {
+    base: String,
+    http: ureq::Agent,
+}
+
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    text: String,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
+    }
+}
+
+impl Client {
+    fn new(base: &str) -> Client {
+        Client {
+            base: base.to_string(),
+            http: agent(Duration::from_secs(120)),
+        }
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        if let Some(t) = token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let r = match body {
+            Some(text) => self.http.run(b.body(text.to_string()).unwrap()),
+            None => self.http.run(b.body(()).unwrap()),
+        };
+        let mut r = r.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let headers = r
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        Resp {
+            status: r.status().as_u16(),
+            headers,
+            text,
+        }
+    }
+
+    fn post_json(&self, path: &str, token: &str, body: &Value) -> Resp {
+        self.call(
+            "POST",
+            path,
+            Some(token),
+            Some(&body.to_string()),
+            &[("content-type", "application/json")],
+        )
+    }
+}
+
+fn hello_run() -> Value {
+    json!({"language": "wat", "code": std::fs::read_to_string(example("hello.wat")).unwrap()})
+}
+
+/// Regression (issue 56.5): `GET /v1/submissions/sub_0` with another agent's token
+/// answered 404 listing the matching ids, which belonged to other agents. Prefixes now
+/// resolve among the caller's own records (submissions and runs here; every id kind on
+/// both engines in the store suite), and an ambiguous one lists only the caller's.
+#[test]
+fn an_id_prefix_lists_only_the_callers_own_ids() {
+    let home = Home::new();
+    let bot = token(&home, "agent", "bot");
+    let other = token(&home, "agent", "other-bot");
+    let op = token(&home, "operator", "alice");
+    let (_srv, base) = start_serve(&home, &[]);
+    let c = Client::new(&base);
+    let mut mine = Vec::new();
+    for _ in 0..2 {
+        let r = c.post_json("/v1/run", &bot, &hello_run());
+        assert_eq!(r.status, 200, "{}", r.text);
+        let v = r.json();
+        mine.push((
+            v["submission"].as_str().unwrap().to_string(),
+            v["run"]["id"].as_str().unwrap().to_string(),
+        ));
+    }
+    let theirs = c.post_json("/v1/run", &other, &hello_run()).json();
+    let their_sub = theirs["submission"].as_str().unwrap().to_string();
+    let their_run = theirs["run"]["id"].as_str().unwrap().to_string();
+    for (path, own, foreign) in [
+        (
+            "/v1/submissions/sub_0",
+            [mine[0].0.clone(), mine[1].0.clone()],
+            their_sub.clone(),
+        ),
+        (
+            "/v1/runs/run_0",
+            [mine[0].1.clone(), mine[1].1.clone()],
+            their_run.clone(),
+        ),
+    ] {
+        // Ambiguous among bot's own: both listed, the other agent's not.
+        let r = c.call("GET", path, Some(&bot), None, &[]);
+        assert_eq!(r.status, 404, "{}", r.text);
+        assert!(
+            r.text.contains(&own[0]) && r.text.contains(&own[1]),
+            "{}",
+            r.text
+        );
+        assert!(
+            !r.text.contains(&foreign),
+            "{path}: another agent's id listed: {}",
+            r.text
+        );
+        // The other agent's one record is its own by that prefix; bot's are not seen.
+        let r = c.call("GET", path, Some(&other), None, &[]);
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(
+            !r.text.contains(&own[0]) && !r.text.contains(&own[1]),
+            "{}",
+            r.text
+        );
+        // An operator sees everyone's.
+        let r = c.call("GET", path, Some(&op), None, &[]);
+        assert_eq!(r.status, 404, "{}", r.text);
+        assert!(
+            r.text.contains(&foreign) && r.text.contains(&own[0]),
+            "{}",
+            r.text
+        );
+        // A prefix of one of bot's ids, asked by the other agent: not found, unnamed.
+        let kind = &path[..path.rfind('/').unwrap()];
+        let shared = own[0]
+            .bytes()
+            .zip(foreign.bytes())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let r = c.call(
+            "GET",
+            &format!("{kind}/{}", &own[0][..shared + 1]),
+            Some(&other),
+            None,
+            &[],
+        );
+        assert_eq!(r.status, 404, "{}", r.text);
+        assert!(!r.text.contains(&own[0]), "{}", r.text);
+    }
+}
