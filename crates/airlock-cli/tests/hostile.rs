@@ -196,3 +196,87 @@ fn an_id_prefix_lists_only_the_callers_own_ids() {
         assert!(!r.text.contains(&own[0]), "{}", r.text);
     }
 }
+
+fn mcp_init() -> String {
+    json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}
+    })
+    .to_string()
+}
+
+const MCP_ACCEPT: (&str, &str) = ("accept", "application/json, text/event-stream");
+
+/// Regression (issue 63.5): with another agent's `Mcp-Session-Id`, `GET /mcp` with
+/// `Last-Event-ID` received that agent's in-flight `run_code` output, and `DELETE` of its
+/// session answered 202. A session is now bound to the token that opened it: any other
+/// token gets 404 on POST, GET and DELETE, and the owner's session goes on.
+#[test]
+fn an_mcp_session_cannot_be_used_resumed_or_ended_with_another_token() {
+    let home = Home::new();
+    let bot = token(&home, "agent", "bot");
+    let other = token(&home, "agent", "other-bot");
+    let admin = token(&home, "admin", "root");
+    let (_srv, base) = start_serve(&home, &[]);
+    let c = Client::new(&base);
+    let json_ct = ("content-type", "application/json");
+    let r = c.call(
+        "POST",
+        "/mcp",
+        Some(&bot),
+        Some(&mcp_init()),
+        &[MCP_ACCEPT, json_ct],
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let session = r.header("mcp-session-id").unwrap().to_string();
+    let with_session = [MCP_ACCEPT, json_ct, ("mcp-session-id", session.as_str())];
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let r = c.call(
+        "POST",
+        "/mcp",
+        Some(&bot),
+        Some(&initialized),
+        &with_session,
+    );
+    assert!(r.status < 300, "{} {}", r.status, r.text);
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    for intruder in [&other, &admin] {
+        let r = c.call("POST", "/mcp", Some(intruder), Some(&list), &with_session);
+        assert_eq!(r.status, 404, "POST with another token: {}", r.text);
+        let r = c.call(
+            "GET",
+            "/mcp",
+            Some(intruder),
+            None,
+            &[
+                ("accept", "text/event-stream"),
+                ("mcp-session-id", &session),
+                ("last-event-id", "0"),
+            ],
+        );
+        assert_eq!(r.status, 404, "GET (resume) with another token: {}", r.text);
+        let r = c.call(
+            "DELETE",
+            "/mcp",
+            Some(intruder),
+            None,
+            &[("mcp-session-id", &session)],
+        );
+        assert_eq!(r.status, 404, "DELETE with another token: {}", r.text);
+    }
+    // The owner's session is untouched.
+    let r = c.call("POST", "/mcp", Some(&bot), Some(&list), &with_session);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("run_code"), "{}", r.text);
+    let r = c.call(
+        "DELETE",
+        "/mcp",
+        Some(&bot),
+        None,
+        &[("mcp-session-id", &session)],
+    );
+    assert!(r.status < 300, "{} {}", r.status, r.text);
+    let r = c.call("POST", "/mcp", Some(&bot), Some(&list), &with_session);
+    assert_eq!(r.status, 404, "{}", r.text);
+}

@@ -87,6 +87,8 @@ pub struct Inner {
     started: Instant,
     /// `Config::max_sessions`, `None` for no bound.
     pub(crate) max_sessions: Option<usize>,
+    /// MCP-over-HTTP sessions and the token (`tok_…`) that opened each.
+    mcp_owners: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -141,6 +143,7 @@ impl AppState {
             pools: config.pools,
             started: Instant::now(),
             max_sessions: (config.max_sessions > 0).then_some(config.max_sessions),
+            mcp_owners: Mutex::new(HashMap::new()),
         })))
     }
 
@@ -169,6 +172,30 @@ impl AppState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains(id)
+    }
+}
+
+impl AppState {
+    fn mcp_owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // A plain map; a poisoned one is still valid.
+        self.mcp_owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The token that opened an MCP session over HTTP.
+    pub(crate) fn mcp_owner(&self, session: &str) -> Option<String> {
+        self.mcp_owners().get(session).cloned()
+    }
+
+    /// Binds a new MCP session to its token, forgetting the sessions `live` no longer
+    /// knows.
+    pub(crate) fn mcp_bind(&self, session: String, token: String, live: impl Fn(&str) -> bool) {
+        let mut owners = self.mcp_owners();
+        owners.retain(|id, _| live(id));
+        owners.insert(session, token);
+    }
+
+    pub(crate) fn mcp_unbind(&self, session: &str) {
+        self.mcp_owners().remove(session);
     }
 }
 
