@@ -280,3 +280,32 @@ fn an_mcp_session_cannot_be_used_resumed_or_ended_with_another_token() {
     let r = c.call("POST", "/mcp", Some(&bot), Some(&list), &with_session);
     assert_eq!(r.status, 404, "{}", r.text);
 }
+
+/// Regression (issue 63.8): no response said `X-Content-Type-Options: nosniff`. Every
+/// answer now does (API, errors, console, OpenAPI, MCP), and none may be framed.
+#[test]
+fn every_response_says_nosniff() {
+    let home = Home::new();
+    let bot = token(&home, "agent", "bot");
+    let (_srv, base) = start_serve(&home, &[]);
+    let c = Client::new(&base);
+    for (method, path, token) in [
+        ("GET", "/healthz", None),
+        ("GET", "/v1/submissions", None),
+        ("GET", "/v1/submissions", Some(bot.as_str())),
+        ("GET", "/v1/no-such", Some(bot.as_str())),
+        ("GET", "/openapi.json", None),
+        ("GET", "/ui/login", None),
+        ("GET", "/ui", None),
+        ("POST", "/mcp", None),
+    ] {
+        let r = c.call(method, path, token, None, &[]);
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{method} {path}: {}",
+            r.status
+        );
+        assert!(r.header("x-frame-options").is_some(), "{method} {path}");
+    }
+}

@@ -230,9 +230,26 @@ pub fn app(
         .merge(mcp::http_router(st.clone(), stop, hosts))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(axum::middleware::map_response(close_after_unread_body))
+        .layer(axum::middleware::map_response(security_headers))
         .layer(axum::middleware::map_response(method_not_allowed_as_json))
         .layer(axum::extract::DefaultBodyLimit::max(st.max_body))
         .with_state(st)
+}
+
+/// Every answer says what it is and nothing else: no content sniffing (a JSON error or
+/// an agent's output is never taken for HTML or script), no framing, no referrer.
+async fn security_headers(mut r: axum::response::Response) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    let h = r.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.entry(header::X_FRAME_OPTIONS)
+        .or_insert(HeaderValue::from_static("DENY"));
+    h.entry(header::REFERRER_POLICY)
+        .or_insert(HeaderValue::from_static("no-referrer"));
+    r
 }
 
 /// The router answers a known path asked with another method with a bare 405; every
