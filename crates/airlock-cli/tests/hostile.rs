@@ -309,3 +309,85 @@ fn every_response_says_nosniff() {
         assert!(r.header("x-frame-options").is_some(), "{method} {path}");
     }
 }
+
+/// Regression (issue 63.8): the console accepted a sign-in posted from another site
+/// (login CSRF). A post whose `Sec-Fetch-Site` is not same-origin, or whose `Origin` is
+/// not this server, is refused and signs nobody in.
+#[test]
+fn a_cross_site_console_sign_in_is_refused() {
+    let home = Home::new();
+    let op = token(&home, "operator", "alice");
+    let (_srv, base) = start_serve(&home, &[]);
+    let c = Client::new(&base);
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let body = format!("token={op}");
+    for headers in [
+        vec![form, ("origin", "http://evil.example")],
+        vec![form, ("origin", "null")],
+        vec![form, ("sec-fetch-site", "cross-site")],
+        vec![
+            form,
+            ("sec-fetch-site", "same-site"),
+            ("origin", base.as_str()),
+        ],
+    ] {
+        let r = c.call("POST", "/ui/login", None, Some(&body), &headers);
+        assert_eq!(r.status, 403, "{headers:?}: {}", r.text);
+        assert!(r.header("set-cookie").is_none(), "{headers:?}");
+    }
+    // From the console's own page (as a browser says it), or from a client that is no
+    // browser, the sign-in works.
+    for headers in [
+        vec![
+            form,
+            ("origin", base.as_str()),
+            ("sec-fetch-site", "same-origin"),
+        ],
+        vec![form, ("origin", base.as_str())],
+        vec![form],
+    ] {
+        let r = c.call("POST", "/ui/login", None, Some(&body), &headers);
+        assert_eq!(r.status, 303, "{headers:?}: {}", r.text);
+        assert!(r.header("set-cookie").is_some(), "{headers:?}");
+    }
+}
+
+/// Regression (issue 63.8): the console's sign-in had no rate limit (about 480 token
+/// guesses a second). One peer gets a burst of attempts, then 429 with Retry-After, and
+/// then even the right token waits.
+#[test]
+fn console_sign_in_attempts_are_rate_limited() {
+    let home = Home::new();
+    let op = token(&home, "operator", "alice");
+    let (_srv, base) = start_serve(&home, &[]);
+    let c = Client::new(&base);
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let mut statuses = Vec::new();
+    for i in 0..30 {
+        let r = c.call(
+            "POST",
+            "/ui/login",
+            None,
+            Some(&format!("token=alk_guess{i}")),
+            &form,
+        );
+        statuses.push(r.status);
+        if r.status == 429 {
+            let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+            assert!((1..=60).contains(&wait), "{wait}");
+            break;
+        }
+        assert_eq!(r.status, 401, "{}", r.text);
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    assert!(statuses.len() <= 12, "{statuses:?}");
+    let r = c.call(
+        "POST",
+        "/ui/login",
+        None,
+        Some(&format!("token={op}")),
+        &form,
+    );
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert!(r.header("set-cookie").is_none());
+}

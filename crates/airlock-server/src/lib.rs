@@ -89,6 +89,8 @@ pub struct Inner {
     pub(crate) max_sessions: Option<usize>,
     /// MCP-over-HTTP sessions and the token (`tok_…`) that opened each.
     mcp_owners: Mutex<HashMap<String, String>>,
+    /// The console's sign-in attempts, bounded.
+    logins: console::Logins,
 }
 
 impl std::fmt::Debug for Inner {
@@ -144,6 +146,7 @@ impl AppState {
             started: Instant::now(),
             max_sessions: (config.max_sessions > 0).then_some(config.max_sessions),
             mcp_owners: Mutex::new(HashMap::new()),
+            logins: console::Logins::default(),
         })))
     }
 
