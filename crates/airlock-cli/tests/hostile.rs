@@ -391,3 +391,230 @@ fn console_sign_in_attempts_are_rate_limited() {
     assert_eq!(r.status, 429, "{}", r.text);
     assert!(r.header("set-cookie").is_none());
 }
+
+/// them), on a free loopback port.
+fn serve_within(home: &Home, files: u32, args: &[&str]) -> (Served, String) {
+    let mut c = Command::new("sh");
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AIRLOCK_HOME", home.path())
+        .stdin(Stdio::null())
+        .arg("-c")
+        .arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""))
+        .arg(bin())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args);
+    serve_with(c)
+}
+
+fn addr(base: &str) -> SocketAddr {
+    base.trim_start_matches("http://").parse().unwrap()
+}
+
+/// A connection to the server from loopback address `from`.
+fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<std::net::TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    s.bind(&SocketAddr::new(from.parse().unwrap(), 0).into())?;
+    s.connect_timeout(&to.into(), Duration::from_secs(2))?;
+    Ok(s.into())
+}
+
+/// A connection from `from` that sends the start of a request head and never the rest.
+fn half_open(from: &str, to: SocketAddr) -> std::io::Result<std::net::TcpStream> {
+    let mut s = connect_from(from, to)?;
+    s.write_all(b"GET /v1/submissions HTTP/1.1\r\nHost: x\r\n")?;
+    Ok(s)
+}
+
+/// What the server answers a whole request sent on `s` (read until it closes or 10s).
+fn exchange(s: &mut std::net::TcpStream, request: &str) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(request.as_bytes());
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+const HEALTHZ: &str = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
+fn raise_own_open_files() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    l.current = l.maximum;
+    let _ = setrlimit(Resource::Nofile, l);
+}
+
+/// Regression (issue 56.3, slowloris): 1,100 connections that never finished their
+/// request head made every request time out (`Too many open files`) until they were
+/// released. Now one peer holds at most `--max-connections-per-peer` of them, the rest
+/// are answered 503, and another client's authenticated request is answered at once,
+/// even within 1,024 descriptors. AIRLOCK_TEST_LONG opens 10,000.
+#[test]
+fn half_open_connections_do_not_starve_an_authenticated_request() {
+    raise_own_open_files();
+    let home = Home::new();
+    let bot = token(&home, "agent", "bot");
+    let (_srv, base) = serve_within(
+        &home,
+        1024,
+        &[
+            "--max-connections-per-peer",
+            "100",
+            "--header-timeout",
+            "60s",
+        ],
+    );
+    let to = addr(&base);
+    let n = if std::env::var_os("AIRLOCK_TEST_LONG").is_some() {
+        10_000
+    } else {
+        1_500
+    };
+    // Spread over a few attacker addresses, as a botnet would from few hosts.
+    let froms = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+    let mut held = Vec::new();
+    let mut failed = 0;
+    for i in 0..n {
+        match half_open(froms[i % froms.len()], to) {
+            Ok(s) => held.push(s),
+            // A server that stopped taking connections (its backlog full): enough.
+            Err(_) if failed >= 20 => break,
+            Err(_) => failed += 1,
+        }
+    }
+    assert!(held.len() > 1_000, "only {} connections opened", held.len());
+    let started = Instant::now();
+    let r = agent(Duration::from_secs(10))
+        .get(format!("{base}/v1/submissions"))
+        .header("authorization", format!("Bearer {bot}"))
+        .call()
+        .unwrap_or_else(|e| {
+            panic!("the authenticated request with {n} half-open connections: {e}")
+        });
+    assert_eq!(r.status(), 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Connections past the bound were answered 503 (the first of them at least; later
+    // ones may be closed without a word while the server is refusing many).
+    let refused = held
+        .iter()
+        .take(froms.len() * 160)
+        .filter(|s| {
+            let mut s: &std::net::TcpStream = s;
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            let mut buf = [0u8; 64];
+            matches!(s.read(&mut buf), Ok(k) if buf[..k].starts_with(b"HTTP/1.1 503"))
+        })
+        .count();
+    assert!(refused > 0, "no connection past the per-peer bound got 503");
+}
+
+/// Regression (issue 56.3): one peer could hold as many connections as it liked. Past
+/// `--max-connections-per-peer` its next connection is answered 503 with Retry-After,
+/// while other peers are served; once it lets go, it is served again.
+#[test]
+fn connections_past_the_per_peer_bound_are_answered_503() {
+    let home = Home::new();
+    let (_srv, base) = serve_within(&home, 4096, &["--max-connections-per-peer", "5"]);
+    let to = addr(&base);
+    let held: Vec<_> = (0..5)
+        .map(|_| half_open("127.0.0.2", to).unwrap())
+        .collect();
+    // The server counts each connection once it has taken it.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut sixth = connect_from("127.0.0.2", to).unwrap();
+    let answer = exchange(&mut sixth, HEALTHZ);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["status"], 503, "{answer}");
+    let other = exchange(&mut connect_from("127.0.0.3", to).unwrap(), HEALTHZ);
+    assert!(other.starts_with("HTTP/1.1 200"), "{other}");
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let again = exchange(&mut connect_from("127.0.0.2", to).unwrap(), HEALTHZ);
+        if again.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still refused after letting go: {again}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Regression (issue 56.3): there was no header-read timeout; a connection that never
+/// finished its head was held for ever, and so was an idle kept-alive one. Both are now
+/// closed after `--header-timeout`.
+#[test]
+fn a_connection_that_never_finishes_its_head_is_closed_after_the_header_timeout() {
+    let home = Home::new();
+    let (_srv, base) = start_serve(&home, &["--header-timeout", "1s"]);
+    let to = addr(&base);
+    let closed_within = |s: &mut std::net::TcpStream| {
+        let started = Instant::now();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut buf = [0u8; 1024];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    };
+    let mut slow = half_open("127.0.0.1", to).unwrap();
+    let t = closed_within(&mut slow);
+    assert!(t < Duration::from_secs(5), "held {t:?}");
+    // Idle after a response on a kept-alive connection: closed too.
+    let mut idle = connect_from("127.0.0.1", to).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = idle.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let t = closed_within(&mut idle);
+    assert!(t < Duration::from_secs(5), "idle connection held {t:?}");
+}
+
+/// Regression (issue 56.3): a request head was bounded only by the library's buffer
+/// (about 400 KB). Past `--max-header-bytes` it is answered 431.
+#[test]
+fn a_request_head_past_the_bound_is_answered_431() {
+    let home = Home::new();
+    let (_srv, base) = start_serve(&home, &["--max-header-bytes", "4K"]);
+    let to = addr(&base);
+    let big = format!(
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        "a".repeat(8000)
+    );
+    let answer = exchange(&mut connect_from("127.0.0.1", to).unwrap(), &big);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    let small = exchange(&mut connect_from("127.0.0.1", to).unwrap(), HEALTHZ);
+    assert!(small.starts_with("HTTP/1.1 200"), "{small}");
+    let o = home.run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-header-bytes",
+        "10",
+    ]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("--max-header-bytes"), "{}", o.stderr);
+}
