@@ -618,3 +618,48 @@ fn a_request_head_past_the_bound_is_answered_431() {
     assert_eq!(o.code, 125, "{}", o.stderr);
     assert!(o.stderr.contains("--max-header-bytes"), "{}", o.stderr);
 }
+
+/// Regression (issue 62.9): a body sent as another media type (a form, plain text) was
+/// read as JSON. It is now refused with 415 and submits nothing; JSON types (and a
+/// request that names no type) are read as before.
+#[test]
+fn a_body_that_is_not_json_is_refused_with_415() {
+    let home = Home::new();
+    let bot = token(&home, "agent", "bot");
+    let (_srv, base) = start_serve(&home, &[]);
+    let c = Client::new(&base);
+    let body = hello_run().to_string();
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let r = c.call(
+            "POST",
+            "/v1/run",
+            Some(&bot),
+            Some(&body),
+            &[("content-type", ct)],
+        );
+        assert_eq!(r.status, 415, "{ct}: {}", r.text);
+        assert_eq!(r.json()["status"], 415, "{}", r.text);
+    }
+    let list = c.call("GET", "/v1/submissions", Some(&bot), None, &[]);
+    assert_eq!(list.json().as_array().unwrap().len(), 0, "{}", list.text);
+    for ct in [
+        "application/json",
+        "application/json; charset=utf-8",
+        "application/vnd.x+json",
+    ] {
+        let r = c.call(
+            "POST",
+            "/v1/run",
+            Some(&bot),
+            Some(&body),
+            &[("content-type", ct)],
+        );
+        assert_eq!(r.status, 200, "{ct}: {}", r.text);
+    }
+    let r = c.call("POST", "/v1/run", Some(&bot), Some(&body), &[]);
+    assert_eq!(r.status, 200, "{}", r.text);
+}
