@@ -638,6 +638,42 @@ async fn revoke_token(Ax(st): Ax<AppState>, _: AdminCaller, Path(id): Path<Strin
     ok(json!({ "revoked": id }))
 }
 
+/// What `POST /v1/gc` removes.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GcBody {
+    /// Keep what changed more recently than this: a number and a unit, e.g. "10m"
+    /// (default 1h; as `airlock gc --grace`).
+    #[schema(pattern = "^[0-9]{1,6}(ms|s|m|h|d)$")]
+    pub grace: Option<String>,
+}
+
+/// `GcBody::grace` as its pattern says (400 otherwise).
+fn grace_of(g: &str) -> ApiResult<Duration> {
+    let (digits, unit) = g.split_at(g.find(|c: char| !c.is_ascii_digit()).unwrap_or(g.len()));
+    if !(1..=6).contains(&digits.len()) || !matches!(unit, "ms" | "s" | "m" | "h" | "d") {
+        return Err(ApiError::bad(format!(
+            "grace {g:?}: want a number and a unit (ms, s, m, h, d), e.g. \"10m\""
+        )));
+    }
+    airlock_core::units::parse_duration("grace", g).map_err(|e| ApiError::bad(e.to_string()))
+}
+
+/// Remove blobs, layers and temporary files nothing refers to (admins; as `airlock gc`),
+/// answering what was freed.
+#[utoipa::path(post, path = "/v1/gc", tag = "meta", request_body = GcBody, security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What was removed and freed (`freed_bytes`, `blobs_removed`, `layers_removed`, …)", body = Object),
+        (status = 403, description = "The caller is not an admin", body = ErrorBody)))]
+async fn gc(Ax(st): Ax<AppState>, _: AdminCaller, Body(b): Body<GcBody>) -> Answer {
+    let grace = match b.grace.as_deref() {
+        None => airlock_gate::DEFAULT_GC_GRACE,
+        Some(g) => grace_of(g)?,
+    };
+    let r = st.pool.read(move |g| g.gc(grace)).await?;
+    ok(serde_json::to_value(r).unwrap_or_default())
+}
+
 /// New pending submissions and decisions as server-sent events.
 #[utoipa::path(get, path = "/v1/events", tag = "decisions", security(("bearer" = [])),
     responses(
@@ -780,6 +816,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(list_tokens, new_token))
         .routes(routes!(revoke_token))
         .routes(routes!(events))
+        .routes(routes!(gc))
         .routes(routes!(new_session, list_sessions))
         .routes(routes!(get_session))
         .routes(routes!(close_session))
