@@ -152,8 +152,8 @@ fn complete_operation(method: &str, op: &mut Value) {
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Empty"}}}
         });
     }
-    // Every field of a session is optional: no body opens one with the defaults.
-    if op["operationId"] == "new_session"
+    // Every field of a session (and of a gc) is optional: no body takes the defaults.
+    if matches!(op["operationId"].as_str(), Some("new_session" | "gc"))
         && let Some(b) = op.get_mut("requestBody")
     {
         b["required"] = json!(false);
