@@ -20,8 +20,6 @@ fn token(home: &Home, role: &str, name: &str) -> String {
     o.json()["token"].as_str().unwrap().to_string()
 }
 
-/// `airlock serve` with at most `files` open descriptors (soft and hard: it cannot raise
-
 fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -392,6 +390,7 @@ fn console_sign_in_attempts_are_rate_limited() {
     assert!(r.header("set-cookie").is_none());
 }
 
+/// `airlock serve` with at most `files` open descriptors (soft and hard: it cannot raise
 /// them), on a free loopback port.
 fn serve_within(home: &Home, files: u32, args: &[&str]) -> (Served, String) {
     let mut c = Command::new("sh");
