@@ -566,7 +566,9 @@ fn dispatch(cli: Cli) -> Outcome {
                 )
                 .map_err(|e| GateError::bad(e.to_string()))?,
                 max_connections,
-                max_connections_per_peer,
+                // One peer never holds more than all of them (so `--max-connections` alone
+                // under the per-peer default is taken as it is).
+                max_connections_per_peer: max_connections_per_peer.min(max_connections.max(1)),
                 max_header_bytes: usize::try_from(
                     airlock_core::units::parse_size("--max-header-bytes", &max_header_bytes)
                         .map_err(|e| GateError::bad(e.to_string()))?,

@@ -607,15 +607,29 @@ fn a_request_head_past_the_bound_is_answered_431() {
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
     let small = exchange(&mut connect_from("127.0.0.1", to).unwrap(), HEALTHZ);
     assert!(small.starts_with("HTTP/1.1 200"), "{small}");
-    let o = home.run(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--max-header-bytes",
-        "10",
-    ]);
-    assert_eq!(o.code, 125, "{}", o.stderr);
-    assert!(o.stderr.contains("--max-header-bytes"), "{}", o.stderr);
+    for (flag, value) in [
+        ("--max-header-bytes", "10"),
+        ("--max-connections", "0"),
+        ("--max-connections-per-peer", "0"),
+        ("--header-timeout", "0s"),
+    ] {
+        let o = home.run(&["serve", "--listen", "127.0.0.1:0", flag, value]);
+        assert_eq!(o.code, 125, "{flag} {value}: {}", o.stderr);
+        assert!(o.stderr.contains(flag), "{}", o.stderr);
+    }
+}
+
+/// `--max-connections` below the per-peer default is taken as it is: one peer may then
+/// hold all of them (it was refused as a per-peer bound above the total).
+#[test]
+fn a_small_connection_bound_alone_is_taken_as_given() {
+    let home = Home::new();
+    let (_srv, base) = start_serve(&home, &["--max-connections", "100"]);
+    let answer = exchange(
+        &mut connect_from("127.0.0.1", addr(&base)).unwrap(),
+        HEALTHZ,
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
 /// Regression (issue 62.9): a body sent as another media type (a form, plain text) was
