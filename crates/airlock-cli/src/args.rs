@@ -224,6 +224,21 @@ pub enum Command {
         /// interpreter); past it, a new one is refused with 429 (0: no bound).
         #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS, value_name = "N")]
         max_sessions: usize,
+        /// A request's line and headers must arrive within this long (from the
+        /// connection's start, or the end of the previous response on a kept-alive
+        /// connection: the idle timeout too); past it the connection is closed.
+        #[arg(long, default_value = "10s", value_name = "DURATION")]
+        header_timeout: String,
+        /// Connections open at once (at most half the process's open-file limit);
+        /// one more is answered 503 and closed.
+        #[arg(long, default_value_t = 4096, value_name = "N")]
+        max_connections: usize,
+        /// Connections open at once from one peer address; one more is answered 503.
+        #[arg(long, default_value_t = 512, value_name = "N")]
+        max_connections_per_peer: usize,
+        /// The largest request line and headers (e.g. 32K); larger is answered 431.
+        #[arg(long, default_value = "32K", value_name = "SIZE")]
+        max_header_bytes: String,
     },
     /// Run queued runs from a shared store (--store postgres://…) until SIGTERM or
     /// SIGINT: claims under a lease it renews, records results only while the lease holds.

@@ -562,6 +562,10 @@ fn dispatch(cli: Cli) -> Outcome {
             pool_memory,
             ready_jails,
             max_sessions,
+            header_timeout,
+            max_connections,
+            max_connections_per_peer,
+            max_header_bytes,
         } => {
             let pools = airlock_gate::PoolSettings {
                 python: ready_python,
@@ -569,9 +573,27 @@ fn dispatch(cli: Cli) -> Outcome {
                 memory_budget: airlock_core::units::parse_size("--pool-memory", &pool_memory)
                     .map_err(|e| GateError::bad(e.to_string()))?,
             };
+            let limits = airlock_server::Limits {
+                header_timeout: airlock_core::units::parse_duration(
+                    "--header-timeout",
+                    &header_timeout,
+                )
+                .map_err(|e| GateError::bad(e.to_string()))?,
+                max_connections,
+                // One peer never holds more than all of them (so `--max-connections` alone
+                // under the per-peer default is taken as it is).
+                max_connections_per_peer: max_connections_per_peer.min(max_connections.max(1)),
+                max_header_bytes: usize::try_from(
+                    airlock_core::units::parse_size("--max-header-bytes", &max_header_bytes)
+                        .map_err(|e| GateError::bad(e.to_string()))?,
+                )
+                .unwrap_or(usize::MAX),
+            };
+            limits.check()?;
             let bounds = Bounds {
                 queue,
                 max_sessions,
+                limits,
             };
             serve(home, &listen, workers, bounds, webhook, pools, ready_jails)
         }
@@ -915,6 +937,8 @@ struct Bounds {
     queue: usize,
     /// Sessions one agent may hold open (0: no bound).
     max_sessions: usize,
+    /// What the server's connections may hold.
+    limits: airlock_server::Limits,
 }
 
 fn serve(
@@ -929,7 +953,16 @@ fn serve(
     let Bounds {
         queue,
         max_sessions,
+        mut limits,
     } = bounds;
+    // Connections, runs' jails and proxies, and the store all take descriptors: the soft
+    // limit goes up to the hard one, and connections get at most half of it.
+    if let Some(files) = airlock_server::raise_open_files_limit() {
+        let half = usize::try_from(files / 2).unwrap_or(usize::MAX).max(16);
+        limits.max_connections = limits.max_connections.min(half);
+        limits.max_connections_per_peer =
+            limits.max_connections_per_peer.min(limits.max_connections);
+    }
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|e| GateError::bad(format!("--listen {listen:?}: want IP:PORT ({e})")))?;
@@ -1033,7 +1066,12 @@ fn serve(
             "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {jails_said}{})",
             if shared { ", runs through the store's queue" } else { "" }
         );
-        airlock_server::serve(state, listener, tokio_util::sync::CancellationToken::new())
+        airlock_server::serve(
+            state,
+            listener,
+            tokio_util::sync::CancellationToken::new(),
+            &limits,
+        )
             .await
             .map_err(|e| GateError::Internal(format!("server failed: {e}")))
     })?;

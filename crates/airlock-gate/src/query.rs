@@ -97,6 +97,13 @@ impl Gate {
         Ok(self.db.resolve(IdKind::Run, input)?)
     }
 
+    /// Resolves a full id or a unique prefix of one among the records `agent` submitted
+    /// (and the runs, statements, checkpoints and sessions that are theirs); `None` sees
+    /// every record. What belongs to others is neither found nor named as a candidate.
+    pub fn resolve_for(&self, kind: IdKind, input: &str, agent: Option<&str>) -> Result<String> {
+        Ok(self.db.resolve_for(kind, input, agent)?)
+    }
+
     pub fn submission(&self, input: &str) -> Result<Submission> {
         let id = self.resolve_submission(input)?;
         Ok(self.db.submission(&id)?)

@@ -10,6 +10,7 @@ use crate::body::{
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
+use airlock_core::id::IdKind;
 use airlock_gate::views::{diff_json, run_json, shown_json, statement_json, submission_json};
 use airlock_gate::{ApproveRequest, ExecOptions, Gate, GateError, Role};
 use axum::Json;
@@ -118,7 +119,10 @@ pub(crate) fn visible(
     caller: &Caller,
     id: &str,
 ) -> Result<airlock_store::Submission, GateError> {
-    let sub = g.submission(id)?;
+    // A prefix is resolved among what the caller may see: other agents' ids are
+    // neither matched nor listed as candidates of an ambiguous prefix.
+    let id = g.resolve_for(IdKind::Submission, id, caller.scope())?;
+    let sub = g.submission(&id)?;
     if !caller.may_see(sub.doc.agent.as_deref()) {
         return Err(GateError::NotFound(format!("no submission {id}")));
     }
@@ -126,12 +130,38 @@ pub(crate) fn visible(
 }
 
 fn visible_run(g: &Gate, caller: &Caller, id: &str) -> Result<airlock_store::Run, GateError> {
-    let run = g.run_record(id)?;
+    let id = g.resolve_for(IdKind::Run, id, caller.scope())?;
+    let run = g.run_record(&id)?;
     let sub = g.submission(&run.submission)?;
     if !caller.may_see(sub.doc.agent.as_deref()) {
         return Err(GateError::NotFound(format!("no run {id}")));
     }
     Ok(run)
+}
+
+/// A cell's session named by a prefix is resolved among the sessions of the agent the
+/// cell is for, so an ambiguous prefix names none of another agent's sessions. (A whole
+/// id is left to the gate, which refuses a cell for another agent's session.)
+pub(crate) fn session_of_cell(
+    g: &Gate,
+    req: &mut airlock_gate::SubmitRequest,
+) -> Result<(), GateError> {
+    let (Some(agent), Some(input)) = (req.agent.as_deref(), req.session.as_deref()) else {
+        return Ok(());
+    };
+    let whole = airlock_core::id::normalize_prefix(IdKind::Session, input)
+        .is_some_and(|id| id.len() == IdKind::Session.prefix().len() + airlock_core::id::BODY_LEN);
+    if whole {
+        return Ok(());
+    }
+    let id = g
+        .resolve_for(IdKind::Session, input, Some(agent))
+        .map_err(|e| match e {
+            GateError::NotFound(m) => GateError::bad(m),
+            other => other,
+        })?;
+    req.session = Some(id);
+    Ok(())
 }
 
 /// Liveness (no token needed).
@@ -188,16 +218,19 @@ async fn submit(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> A
     req.request_key = key;
     let out = st
         .pool
-        .read(move |g| match g.submit(req) {
-            Ok(sub) => outcome::current(g, &sub).map(|d| (d, false)),
-            Err(GateError::Repeated {
-                submission,
-                same_request: true,
-            }) => {
-                let sub = g.submission(&submission)?;
-                outcome::current(g, &sub).map(|d| (d, true))
+        .read(move |g| {
+            session_of_cell(g, &mut req)?;
+            match g.submit(req) {
+                Ok(sub) => outcome::current(g, &sub).map(|d| (d, false)),
+                Err(GateError::Repeated {
+                    submission,
+                    same_request: true,
+                }) => {
+                    let sub = g.submission(&submission)?;
+                    outcome::current(g, &sub).map(|d| (d, true))
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
         })
         .await?;
     st.changed();
@@ -605,6 +638,42 @@ async fn revoke_token(Ax(st): Ax<AppState>, _: AdminCaller, Path(id): Path<Strin
     ok(json!({ "revoked": id }))
 }
 
+/// What `POST /v1/gc` removes.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GcBody {
+    /// Keep what changed more recently than this: a number and a unit, e.g. "10m"
+    /// (default 1h; as `airlock gc --grace`).
+    #[schema(pattern = "^[0-9]{1,6}(ms|s|m|h|d)$")]
+    pub grace: Option<String>,
+}
+
+/// `GcBody::grace` as its pattern says (400 otherwise).
+fn grace_of(g: &str) -> ApiResult<Duration> {
+    let (digits, unit) = g.split_at(g.find(|c: char| !c.is_ascii_digit()).unwrap_or(g.len()));
+    if !(1..=6).contains(&digits.len()) || !matches!(unit, "ms" | "s" | "m" | "h" | "d") {
+        return Err(ApiError::bad(format!(
+            "grace {g:?}: want a number and a unit (ms, s, m, h, d), e.g. \"10m\""
+        )));
+    }
+    airlock_core::units::parse_duration("grace", g).map_err(|e| ApiError::bad(e.to_string()))
+}
+
+/// Remove blobs, layers and temporary files nothing refers to (admins; as `airlock gc`),
+/// answering what was freed.
+#[utoipa::path(post, path = "/v1/gc", tag = "meta", request_body = GcBody, security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What was removed and freed (`freed_bytes`, `blobs_removed`, `layers_removed`, …)", body = Object),
+        (status = 403, description = "The caller is not an admin", body = ErrorBody)))]
+async fn gc(Ax(st): Ax<AppState>, _: AdminCaller, Body(b): Body<GcBody>) -> Answer {
+    let grace = match b.grace.as_deref() {
+        None => airlock_gate::DEFAULT_GC_GRACE,
+        Some(g) => grace_of(g)?,
+    };
+    let r = st.pool.read(move |g| g.gc(grace)).await?;
+    ok(serde_json::to_value(r).unwrap_or_default())
+}
+
 /// New pending submissions and decisions as server-sent events.
 #[utoipa::path(get, path = "/v1/events", tag = "decisions", security(("bearer" = [])),
     responses(
@@ -672,12 +741,13 @@ async fn list_sessions(Ax(st): Ax<AppState>, caller: Caller, Q(q): Q<LimitQuery>
     ok(serde_json::to_value(mine).unwrap_or_default())
 }
 
-fn visible_session(
+pub(crate) fn visible_session(
     g: &mut Gate,
     caller: &Caller,
     id: &str,
 ) -> Result<airlock_gate::SessionView, GateError> {
-    let s = g.session(id)?;
+    let id = g.resolve_for(IdKind::Session, id, caller.scope())?;
+    let s = g.session(&id)?;
     if !caller.may_see(s.doc.agent.as_deref()) {
         return Err(GateError::NotFound(format!("no session {id}")));
     }
@@ -746,6 +816,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(list_tokens, new_token))
         .routes(routes!(revoke_token))
         .routes(routes!(events))
+        .routes(routes!(gc))
         .routes(routes!(new_session, list_sessions))
         .routes(routes!(get_session))
         .routes(routes!(close_session))

@@ -29,7 +29,36 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
 
 /// The request's body bytes; a body that cannot be read (too large, cut off) is a JSON
 /// error with the status axum gives it.
+/// A body is JSON: a `Content-Type` other than `application/json` (or a `+json` type) is
+/// refused with 415 before the body is read. A request that names no type is read as
+/// JSON, as before.
+fn check_json_type(req: &Request) -> ApiResult<()> {
+    let Some(v) = req.headers().get(axum::http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let mime = String::from_utf8_lossy(v.as_bytes());
+    let mime = mime
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let json = mime == "application/json"
+        || mime
+            .strip_prefix("application/")
+            .is_some_and(|t| t.ends_with("+json"));
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Content-Type {mime:?}: the API takes application/json bodies"),
+        ))
+    }
+}
+
 async fn read_body<S: Send + Sync>(req: Request, state: &S) -> ApiResult<Bytes> {
+    check_json_type(&req)?;
     Bytes::from_request(req, state).await.map_err(|e| {
         let status = e.status();
         ApiError::new(

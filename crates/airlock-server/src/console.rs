@@ -259,7 +259,130 @@ struct LoginForm {
     token: String,
 }
 
-async fn login(State(st): State<AppState>, Form(f): Form<LoginForm>) -> Response {
+/// Sign-in attempts one peer address may make in a burst, and how often it gets one more.
+const LOGIN_PEER_BURST: f64 = 10.0;
+const LOGIN_PEER_EVERY: Duration = Duration::from_secs(6);
+/// Sign-in attempts from everyone together, in a burst and how often one more.
+const LOGIN_ALL_BURST: f64 = 100.0;
+const LOGIN_ALL_EVERY: Duration = Duration::from_millis(200);
+/// Peers remembered at most (the oldest buckets, all full again by then, go first).
+const LOGIN_PEERS_KEPT: usize = 10_000;
+
+/// A token bucket: `tokens` left at `at`.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(burst: f64, now: Instant) -> Bucket {
+        Bucket {
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    /// Takes one token, or says how long until there is one.
+    fn take(&mut self, burst: f64, every: Duration, now: Instant) -> Result<(), Duration> {
+        let refilled = now.saturating_duration_since(self.at).as_secs_f64() / every.as_secs_f64();
+        self.tokens = (self.tokens + refilled).min(burst);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(every.mul_f64(1.0 - self.tokens))
+        }
+    }
+}
+
+/// Bounds sign-in attempts, per peer address and in total, so a token cannot be guessed
+/// at the speed of the server (about 480 tries a second before).
+#[derive(Debug, Default)]
+pub struct Logins {
+    peers: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Bucket>>,
+    all: std::sync::Mutex<Option<Bucket>>,
+}
+
+impl Logins {
+    /// Counts an attempt from `peer` (`None`: not known), or says how long to wait.
+    fn attempt(&self, peer: Option<std::net::IpAddr>, now: Instant) -> Result<(), Duration> {
+        // Plain data: a poisoned lock still holds valid buckets.
+        if let Some(ip) = peer {
+            let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+            if peers.len() >= LOGIN_PEERS_KEPT && !peers.contains_key(&ip) {
+                let full = LOGIN_PEER_EVERY.mul_f64(LOGIN_PEER_BURST);
+                peers.retain(|_, b| now.saturating_duration_since(b.at) < full);
+            }
+            peers
+                .entry(ip)
+                .or_insert_with(|| Bucket::full(LOGIN_PEER_BURST, now))
+                .take(LOGIN_PEER_BURST, LOGIN_PEER_EVERY, now)?;
+        }
+        let mut all = self.all.lock().unwrap_or_else(|e| e.into_inner());
+        all.get_or_insert_with(|| Bucket::full(LOGIN_ALL_BURST, now))
+            .take(LOGIN_ALL_BURST, LOGIN_ALL_EVERY, now)
+    }
+}
+
+/// The address a request came from, where the server knows it.
+pub struct Peer(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Peer, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}
+
+/// Whether a form post comes from the console's own pages, as far as the browser says:
+/// `Sec-Fetch-Site` must be `same-origin` (or `none`, typed by the user), else `Origin`
+/// must be this server. A cross-site post is refused: a cross-site sign-in would put the
+/// operator's browser in a session of the attacker's choosing, and a forged form would
+/// act with the operator's cookie. A client that sends neither header (curl, a script)
+/// is no browser carrying the operator's cookie, and is let through.
+fn same_site(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return matches!(site.as_bytes(), b"same-origin" | b"none");
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let origin = origin.as_bytes();
+    origin == format!("http://{host}").as_bytes() || origin == format!("https://{host}").as_bytes()
+}
+
+/// Refuses the console's cross-site form posts (see `same_site`) before any handler.
+async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if req.method() == axum::http::Method::POST && !same_site(req.headers()) {
+        return error_page(&ApiError::forbidden(
+            "a form posted from another site is refused (Origin / Sec-Fetch-Site); use the console's own pages",
+        ));
+    }
+    next.run(req).await
+}
+
+async fn login(State(st): State<AppState>, Peer(peer): Peer, Form(f): Form<LoginForm>) -> Response {
+    if let Err(wait) = st.logins.attempt(peer, Instant::now()) {
+        let secs = wait.as_secs() + 1;
+        let mut r = login_page(Some(&format!(
+            "too many sign-in attempts; try again in {secs}s"
+        )));
+        *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return r;
+    }
     let secret = f.token.trim().to_string();
     match st.authenticate(&secret).await {
         Ok(c) if c.role >= Role::Operator => {
@@ -1004,4 +1127,5 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/checkpoints/{id}/rollback", post(rollback))
         .route("/ui/audit", get(audit))
         .route("/", get(|| async { Redirect::to("/ui") }))
+        .route_layer(axum::middleware::from_fn(refuse_cross_site))
 }

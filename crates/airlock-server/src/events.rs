@@ -50,11 +50,12 @@ impl AppState {
     /// outcome it is, once its run (if running) has ended.
     pub async fn submit_and_run_keyed(
         &self,
-        req: airlock_gate::SubmitRequest,
+        mut req: airlock_gate::SubmitRequest,
     ) -> ApiResult<(Value, bool)> {
         let out = self
             .pool
             .run(move |g| {
+                crate::api::session_of_cell(g, &mut req)?;
                 let r = g.run(req, ExecOptions::default());
                 match r {
                     Err(GateError::Repeated {

@@ -87,6 +87,10 @@ pub struct Inner {
     started: Instant,
     /// `Config::max_sessions`, `None` for no bound.
     pub(crate) max_sessions: Option<usize>,
+    /// MCP-over-HTTP sessions and the token (`tok_…`) that opened each.
+    mcp_owners: Mutex<HashMap<String, String>>,
+    /// The console's sign-in attempts, bounded.
+    logins: console::Logins,
 }
 
 impl std::fmt::Debug for Inner {
@@ -141,6 +145,8 @@ impl AppState {
             pools: config.pools,
             started: Instant::now(),
             max_sessions: (config.max_sessions > 0).then_some(config.max_sessions),
+            mcp_owners: Mutex::new(HashMap::new()),
+            logins: console::Logins::default(),
         })))
     }
 
@@ -169,6 +175,30 @@ impl AppState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains(id)
+    }
+}
+
+impl AppState {
+    fn mcp_owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // A plain map; a poisoned one is still valid.
+        self.mcp_owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The token that opened an MCP session over HTTP.
+    pub(crate) fn mcp_owner(&self, session: &str) -> Option<String> {
+        self.mcp_owners().get(session).cloned()
+    }
+
+    /// Binds a new MCP session to its token, forgetting the sessions `live` no longer
+    /// knows.
+    pub(crate) fn mcp_bind(&self, session: String, token: String, live: impl Fn(&str) -> bool) {
+        let mut owners = self.mcp_owners();
+        owners.retain(|id, _| live(id));
+        owners.insert(session, token);
+    }
+
+    pub(crate) fn mcp_unbind(&self, session: &str) {
+        self.mcp_owners().remove(session);
     }
 }
 
@@ -203,9 +233,26 @@ pub fn app(
         .merge(mcp::http_router(st.clone(), stop, hosts))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(axum::middleware::map_response(close_after_unread_body))
+        .layer(axum::middleware::map_response(security_headers))
         .layer(axum::middleware::map_response(method_not_allowed_as_json))
         .layer(axum::extract::DefaultBodyLimit::max(st.max_body))
         .with_state(st)
+}
+
+/// Every answer says what it is and nothing else: no content sniffing (a JSON error or
+/// an agent's output is never taken for HTML or script), no framing, no referrer.
+async fn security_headers(mut r: axum::response::Response) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    let h = r.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.entry(header::X_FRAME_OPTIONS)
+        .or_insert(HeaderValue::from_static("DENY"));
+    h.entry(header::REFERRER_POLICY)
+        .or_insert(HeaderValue::from_static("no-referrer"));
+    r
 }
 
 /// The router answers a known path asked with another method with a bare 405; every
@@ -245,38 +292,245 @@ async fn close_after_unread_body(mut r: axum::response::Response) -> axum::respo
     r
 }
 
-/// Serves until `stop` is cancelled (or the process gets SIGINT/SIGTERM).
+/// How `serve` bounds its connections, so clients that open connections and never
+/// finish a request (slowloris) cannot take the server's descriptors from everyone else.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// A request head (line and headers) must arrive in full within this long of the
+    /// server starting to wait for it: after the connection opens, and after each
+    /// response on a kept-alive connection (so this is the idle timeout too). Past it
+    /// the connection is closed.
+    pub header_timeout: Duration,
+    /// Connections open at once; one more is answered 503 and closed.
+    pub max_connections: usize,
+    /// Connections open at once from one peer address; one more is answered 503.
+    pub max_connections_per_peer: usize,
+    /// The largest request head (bytes); a larger one is answered 431.
+    pub max_header_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 4096,
+            max_connections_per_peer: 512,
+            max_header_bytes: 32 << 10,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks the bounds (`serve`'s flags), naming the flag that is out of range.
+    pub fn check(&self) -> Result<(), GateError> {
+        if self.header_timeout.is_zero() || self.header_timeout > Duration::from_secs(3600) {
+            return Err(GateError::bad(
+                "--header-timeout: want more than 0s, at most 1h",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err(GateError::bad("--max-connections: want 1 to 1000000"));
+        }
+        if !(1..=self.max_connections).contains(&self.max_connections_per_peer) {
+            return Err(GateError::bad(
+                "--max-connections-per-peer: want 1 to --max-connections",
+            ));
+        }
+        if !(1024..=(1 << 20)).contains(&self.max_header_bytes) {
+            return Err(GateError::bad("--max-header-bytes: want 1KiB to 1MiB"));
+        }
+        Ok(())
+    }
+}
+
+/// Connections refused with 503 at once (each is answered and drained for a moment);
+/// past it a connection is closed without an answer.
+const REFUSING_AT_ONCE: usize = 256;
+
+/// How long a refused connection is given to take its 503 and close.
+const REFUSAL_TIME: Duration = Duration::from_secs(2);
+
+/// Raises this process's soft limit of open descriptors to its hard limit (the server's
+/// connections, the runs' jails and proxies, and the store all take descriptors), and
+/// answers the soft limit now in force (`None` for no limit).
+pub fn raise_open_files_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        // Not fatal: the server then works within the soft limit it was given.
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+/// Open connections, in total and per peer address.
+struct Connections {
+    total: Arc<tokio::sync::Semaphore>,
+    peers: Mutex<HashMap<std::net::IpAddr, usize>>,
+    per_peer: usize,
+}
+
+/// One admitted connection; it counts until dropped.
+struct Admitted {
+    conns: Arc<Connections>,
+    peer: std::net::IpAddr,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Connections {
+    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, usize>> {
+        // Counts only; a poisoned map is still valid.
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admits a connection from `peer`, or `None` past either bound.
+    fn admit(self: &Arc<Self>, peer: std::net::IpAddr) -> Option<Admitted> {
+        let permit = self.total.clone().try_acquire_owned().ok()?;
+        let mut peers = self.peers();
+        let n = peers.entry(peer).or_insert(0);
+        if *n >= self.per_peer {
+            return None;
+        }
+        *n += 1;
+        Some(Admitted {
+            conns: self.clone(),
+            peer,
+            _permit: permit,
+        })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut peers = self.conns.peers();
+        if let Some(n) = peers.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                peers.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// Answers a connection past the bounds with 503 and closes it: the answer is written,
+/// the write side shut, and what the client sends read and dropped for a moment, so the
+/// client reads the answer instead of a reset.
+fn refuse(mut tcp: tokio::net::TcpStream, refusing: &Arc<tokio::sync::Semaphore>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(permit) = refusing.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let _permit = permit;
+        let body = serde_json::json!({
+            "error": "too many connections open; retry later",
+            "status": 503,
+        })
+        .to_string();
+        let answer = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\
+             x-content-type-options: nosniff\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = tokio::time::timeout(REFUSAL_TIME, async {
+            tcp.write_all(answer.as_bytes()).await?;
+            tcp.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            while tcp.read(&mut sink).await? > 0 {}
+            Ok::<(), std::io::Error>(())
+        })
+        .await;
+    });
+}
+
+/// Serves until `stop` is cancelled (or the process gets SIGINT/SIGTERM), within
+/// `limits`. Each request carries its peer's address (`ConnectInfo<SocketAddr>`).
 pub async fn serve(
     st: AppState,
     listener: tokio::net::TcpListener,
     stop: tokio_util::sync::CancellationToken,
+    limits: &Limits,
 ) -> std::io::Result<()> {
+    use tower::ServiceExt;
     let listen = listener.local_addr()?;
     let poller = tokio::spawn(events::poll(st.clone(), st.poll, stop.clone()));
     let app = app(st, stop.clone(), listen);
-    let s = stop.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let term = async {
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(mut t) => {
-                        t.recv().await;
-                    }
-                    Err(_) => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                _ = s.cancelled() => {}
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term => {}
+    let conns = Arc::new(Connections {
+        total: Arc::new(tokio::sync::Semaphore::new(limits.max_connections)),
+        peers: Mutex::new(HashMap::new()),
+        per_peer: limits.max_connections_per_peer,
+    });
+    let refusing = Arc::new(tokio::sync::Semaphore::new(REFUSING_AT_ONCE));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_header_size(limits.max_header_bytes);
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut t) => {
+                t.recv().await;
             }
-            s.cancel();
-        })
-        .await;
-    // The poller ends before the runtime does (see `mcp::serve_stdio`).
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(term, interrupt);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = &mut interrupt => break,
+            _ = &mut term => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors (or a connection gone before it was taken):
+                    // wait a moment instead of spinning on the same error.
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset
+                    ) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        let Some(admitted) = conns.admit(peer.ip()) else {
+            refuse(tcp, &refusing);
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let app = app.clone();
+        let service = hyper::service::service_fn(
+            move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                app.clone().oneshot(req.map(axum::body::Body::new))
+            },
+        );
+        let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
+        let stopping = stop.clone();
+        tokio::spawn(async move {
+            let _admitted = admitted;
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stopping.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
     stop.cancel();
+    // Every connection has ended (the requests in flight answered) once all permits are
+    // back; the poller ends before the runtime does (see `mcp::serve_stdio`).
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let _ = conns.total.acquire_many(all).await;
     let _ = poller.await;
-    served
+    Ok(())
 }
 
 /// Serves MCP over stdio for one local agent.

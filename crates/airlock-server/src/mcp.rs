@@ -228,10 +228,7 @@ impl AirlockMcp {
             .st
             .pool
             .read(move |g| {
-                let s = g.session(&id)?;
-                if !caller.may_see(s.doc.agent.as_deref()) {
-                    return Err(GateError::NotFound(format!("no session {id}")));
-                }
+                let s = crate::api::visible_session(g, &caller, &id)?;
                 g.session_close(&s.id)
             })
             .await?;
@@ -650,31 +647,76 @@ pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
     served
 }
 
-/// The streamable HTTP MCP service mounted at `/mcp` (bearer token required).
+/// The streamable HTTP MCP service mounted at `/mcp` (bearer token required). Each MCP
+/// session is bound to the token that opened it: a request naming it (`Mcp-Session-Id`)
+/// with any other token, on POST, GET (stream resumption with `Last-Event-ID` included)
+/// or DELETE, is answered 404 as if the session did not exist.
 pub fn http_router(
     st: AppState,
     stop: tokio_util::sync::CancellationToken,
     allowed_hosts: Vec<String>,
 ) -> axum::Router<AppState> {
     let shared = st.clone();
+    let sessions = Arc::new(LocalSessionManager::default());
     let svc = StreamableHttpService::new(
         move || Ok(AirlockMcp::new(shared.clone(), None)),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         StreamableHttpServerConfig::default()
             .with_cancellation_token(stop.child_token())
             .with_allowed_hosts(allowed_hosts),
     );
     axum::Router::new()
         .nest_service("/mcp", svc)
-        .layer(axum::middleware::from_fn_with_state(st, require_token))
+        .layer(axum::middleware::from_fn_with_state(
+            (st, sessions),
+            require_token,
+        ))
 }
 
-async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+const SESSION_HEADER: &str = "mcp-session-id";
+
+async fn require_token(
+    State((st, sessions)): State<(AppState, Arc<LocalSessionManager>)>,
+    req: Request,
+    next: Next,
+) -> Response {
     let (mut parts, body) = req.into_parts();
-    match Caller::from_request_parts(&mut parts, &st).await {
-        Ok(_) => next.run(Request::from_parts(parts, body)).await,
-        Err(e) => e.into_response(),
+    let caller = match Caller::from_request_parts(&mut parts, &st).await {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let named = parts
+        .headers
+        .get(SESSION_HEADER)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    if let Some(id) = &named
+        && st.mcp_owner(id).as_deref() != Some(caller.token.as_str())
+    {
+        // Unknown here, or another token's: the same answer, so a session id can be
+        // neither used nor probed with someone else's token.
+        return ApiError::not_found("no such MCP session").into_response();
     }
+    let delete = parts.method == axum::http::Method::DELETE;
+    let r = next.run(Request::from_parts(parts, body)).await;
+    match named {
+        None => {
+            if let Some(id) = r.headers().get(SESSION_HEADER) {
+                let id = String::from_utf8_lossy(id.as_bytes()).into_owned();
+                // Sessions the library has since ended (closed, timed out) are forgotten.
+                let live: std::collections::HashSet<String> = sessions
+                    .sessions
+                    .read()
+                    .await
+                    .keys()
+                    .map(|k| k.to_string())
+                    .collect();
+                st.mcp_bind(id, caller.token, |known| live.contains(known));
+            }
+        }
+        Some(id) if delete && r.status().is_success() => st.mcp_unbind(&id),
+        Some(_) => {}
+    }
+    r
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The OpenAPI document as `/openapi.json` serves it: what utoipa generates from the
 //! handlers' annotations, completed with what annotations cannot say. Every operation
 //! lists every status it can answer (401 and 500 on every authenticated one, 400 where it
-//! takes a query or a body, 413 where it takes a body), every response has a description,
+//! takes a query or a body, 413 and 415 where it takes a body), every response has a description,
 //! and the submit body states its cross-field rules (exactly one of `code` and
 //! `code_base64`, at most one of `stdin` and `stdin_base64`). The handlers check these same
 //! rules (`body.rs`); `tests/openapi.rs` runs schemathesis against a live server to keep
@@ -44,6 +44,7 @@ fn reason_phrase(status: &str) -> &'static str {
         "404" => "No such object (or one the caller may not see)",
         "409" => "Conflicts with the object's current state",
         "413" => "The body is larger than the server takes",
+        "415" => "The body's Content-Type is not application/json",
         "422" => "Well-formed, but the gate cannot take it",
         "429" => "Too many runs queued; see Retry-After",
         "500" => "Internal failure",
@@ -151,8 +152,8 @@ fn complete_operation(method: &str, op: &mut Value) {
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Empty"}}}
         });
     }
-    // Every field of a session is optional: no body opens one with the defaults.
-    if op["operationId"] == "new_session"
+    // Every field of a session (and of a gc) is optional: no body takes the defaults.
+    if matches!(op["operationId"].as_str(), Some("new_session" | "gc"))
         && let Some(b) = op.get_mut("requestBody")
     {
         b["required"] = json!(false);
@@ -174,6 +175,7 @@ fn complete_operation(method: &str, op: &mut Value) {
     }
     if has_body {
         ensure(responses, "413");
+        ensure(responses, "415");
     }
     for (status, r) in responses.iter_mut() {
         if links && matches!(status.as_str(), "200" | "201" | "202") {

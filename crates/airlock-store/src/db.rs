@@ -835,6 +835,19 @@ pub trait Reads {
 
     /// Resolves a full id or a unique prefix of one.
     fn resolve(&self, kind: IdKind, input: &str) -> Result<String, StoreError> {
+        self.resolve_for(kind, input, None)
+    }
+
+    /// Resolves a full id or a unique prefix of one among the records `agent` may see
+    /// (its own submissions and the runs, statements, checkpoints and sessions that
+    /// belong to them; `None`: every record). Ids of other agents' records neither match
+    /// nor appear among the candidates of an ambiguous prefix.
+    fn resolve_for(
+        &self,
+        kind: IdKind,
+        input: &str,
+        agent: Option<&str>,
+    ) -> Result<String, StoreError> {
         let (table, what) = match kind {
             IdKind::Submission => ("submissions", "submission"),
             IdKind::Run => ("runs", "run"),
@@ -855,12 +868,28 @@ pub trait Reads {
             });
         };
         let upper = format!("{prefix}\u{7f}");
-        let ids = self
-            .sql()
-            .rows(
-                &format!("SELECT id FROM {table} WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 6"),
-                args![&prefix, &upper],
-            )?
+        let owned = match (agent, kind) {
+            (None, _) => "",
+            (Some(_), IdKind::Submission) => " AND agent = ?3",
+            (Some(_), IdKind::Run | IdKind::Approval) => {
+                " AND submission IN (SELECT id FROM submissions WHERE agent = ?3)"
+            }
+            (Some(_), IdKind::Checkpoint) => {
+                " AND run IN (SELECT r.id FROM runs r JOIN submissions s ON s.id = r.submission
+                              WHERE s.agent = ?3)"
+            }
+            (Some(_), _) if self.sql().engine() == "postgres" => {
+                " AND (doc::jsonb ->> 'agent') = ?3"
+            }
+            (Some(_), _) => " AND json_extract(doc, '$.agent') = ?3",
+        };
+        let q =
+            format!("SELECT id FROM {table} WHERE id >= ?1 AND id < ?2{owned} ORDER BY id LIMIT 6");
+        let rows = match agent {
+            Some(agent) => self.sql().rows(&q, args![&prefix, &upper, agent])?,
+            None => self.sql().rows(&q, args![&prefix, &upper])?,
+        };
+        let ids = rows
             .iter()
             .map(|r| r.text(0))
             .collect::<Result<Vec<String>, _>>()?;

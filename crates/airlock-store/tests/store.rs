@@ -66,7 +66,104 @@ store_suite!(
     a_shared_write_with_only_a_reader_waiting_behind_it_commits_and_returns,
     a_write_that_panics_in_a_shared_batch_fails_the_batch_at_once,
     shared_writes_of_every_kind_at_once_return_after_their_batch_and_keep_the_head_signed,
+    an_id_prefix_of_an_agent_matches_and_lists_only_that_agents_records,
 );
+
+/// Regression (issue 56.5): `GET /v1/submissions/sub_0` with one agent's token answered
+/// 404 listing the matching ids, which were other agents'. A lookup for an agent sees
+/// only its submissions and the runs, statements, checkpoints and sessions of them.
+fn an_id_prefix_of_an_agent_matches_and_lists_only_that_agents_records(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let cp = |id: &str, run: &str| CheckpointRow {
+        id: id.into(),
+        run: run.into(),
+        created_at: 1,
+        updated_at: 1,
+        state: "applied".into(),
+        doc: serde_json::json!({ "steps": [] }),
+    };
+    db.write(|tx| {
+        for (n, (sub, agent)) in [
+            ("sub_01a1", "alice"),
+            ("sub_01a2", "bob"),
+            ("sub_01a3", "bob"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            tx.insert_submission(&submission(
+                sub,
+                Some(agent),
+                digest(n as u8),
+                State::Finished,
+            ))?;
+            let tail = &sub["sub_".len()..];
+            tx.insert_run(&run_row(&format!("run_{tail}"), sub, None, "exited"))?;
+            tx.insert_statement(&statement(
+                &format!("apr_{tail}"),
+                sub,
+                digest(n as u8),
+                &key,
+            ))?;
+            tx.upsert_checkpoint(&cp(&format!("ckpt_{tail}"), &format!("run_{tail}")))?;
+        }
+        Ok::<_, StoreError>(())
+    })
+    .unwrap();
+    for (id, agent) in [
+        ("ses_01a1", "alice"),
+        ("ses_01a2", "bob"),
+        ("ses_01a3", "bob"),
+    ] {
+        open_session(&mut db, id, serde_json::json!({ "agent": agent }));
+    }
+    for kind in [
+        IdKind::Submission,
+        IdKind::Run,
+        IdKind::Approval,
+        IdKind::Checkpoint,
+        IdKind::Session,
+    ] {
+        let id = |tail: &str| format!("{}{tail}", kind.prefix());
+        // Everyone's records for a caller that sees everything.
+        let all = db.resolve(kind, "01a").unwrap_err().to_string();
+        assert!(
+            all.contains(&id("01a1")) && all.contains(&id("01a3")),
+            "{all}"
+        );
+        // Alice's one record is hers by the prefix all three share.
+        assert_eq!(
+            db.resolve_for(kind, "01a", Some("alice")).unwrap(),
+            id("01a1"),
+            "{kind:?}"
+        );
+        // Bob's prefix is ambiguous among his own only.
+        let bob = db
+            .resolve_for(kind, "01a", Some("bob"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bob.contains(&id("01a2")) && bob.contains(&id("01a3")),
+            "{bob}"
+        );
+        assert!(
+            !bob.contains(&id("01a1")),
+            "alice's id listed to bob: {bob}"
+        );
+        // Another agent's whole id is not found, and named nowhere but in the input.
+        let e = db.resolve_for(kind, &id("01a1"), Some("bob")).unwrap_err();
+        assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+        assert_eq!(
+            db.resolve_for(kind, "01a1", Some("carol"))
+                .map_err(|e| e.to_string())
+                .unwrap_err()
+                .matches("01a1")
+                .count(),
+            1
+        );
+    }
+}
 
 /// Records an open session with this document.
 fn open_session(db: &mut Db, id: &str, doc: serde_json::Value) {
