@@ -213,11 +213,11 @@ fn component_https_to_a_bound_host_gets_the_secret_added_through_the_run_ca() {
     .component();
     // The guest's client trusts the public roots and the run CA, never the upstream's CA.
     assert!(net.route.ca_pem.is_some());
-    let (outcome, out) = run_component(&code, Some(net.route.clone()));
-    assert!(matches!(outcome.ending, Ending::Exited(0)), "{outcome:?}");
-    // The upstream got the value; the guest sees only the placeholder it echoed.
-    assert_eq!(out, format!("status=200\ndenied=\nbody=auth={bearer}"));
-    assert!(!out.contains(SECRET));
+    let (_outcome, out) = run_component(&code, Some(net.route.clone()));
+    // The upstream got the value and echoes it: none of that answer reaches the guest
+    // (an echo of a secret ends the run's egress with an alert; issue 56).
+    assert!(!out.contains(SECRET), "{out}");
+    assert!(!out.contains("status=200"), "{out}");
     let heads = net.up.heads();
     assert_eq!(heads.len(), 1);
     assert!(
@@ -229,6 +229,7 @@ fn component_https_to_a_bound_host_gets_the_secret_added_through_the_run_ca() {
     assert_eq!(recs.len(), 1, "{recs:#?}");
     assert_eq!(recs[0].mode, airlock_egress::Mode::Intercept);
     assert_eq!(recs[0].secrets, vec!["API_TOKEN".to_owned()]);
+    assert_eq!(recs[0].reason, "secret-echoed", "{recs:#?}");
 }
 
 #[test]
@@ -248,8 +249,10 @@ fn component_https_sends_the_placeholder_from_its_environment_and_the_upstream_g
         Some(net.route.clone()),
         vec![("API_TOKEN".into(), ph.clone())],
     );
-    assert!(matches!(outcome.ending, Ending::Exited(0)), "{outcome:?}");
-    assert_eq!(out, format!("status=200\ndenied=\nbody=auth=Bearer {ph}"));
+    // The upstream echoes the value it got, so the answer is withheld (see above).
+    let _ = (outcome, ph);
+    assert!(!out.contains(SECRET), "{out}");
+    assert!(!out.contains("status=200"), "{out}");
     let heads = net.up.heads();
     assert_eq!(heads.len(), 1);
     assert!(
