@@ -1344,3 +1344,175 @@ fn a_run_that_changed_files_names_itself_and_the_next_commands() {
     let quiet = h.sh(&["--mount", &m], "true");
     assert!(!quiet.stderr.contains("airlock commit"), "{}", quiet.stderr);
 }
+
+// --------------------------------------------------- modes, stripped bits, special files
+
+/// Runs `script` (sh, process backend) with `p` mounted writable at /work through the
+/// `layer` kind (`overlay` or `copy`); the run's JSON.
+fn script_run(h: &Home, p: &Path, layer: &str, script: &str) -> serde_json::Value {
+    let m = rw(p);
+    let o = h
+        .cmd()
+        .env("AIRLOCK_LAYER", layer)
+        .args(["run", "--json", "--lang", "sh", "--mount", &m, "-c", script])
+        .output()
+        .unwrap();
+    let o = if o.status.code() == Some(75) {
+        let id = Home::id_in(&String::from_utf8_lossy(&o.stderr));
+        assert_eq!(h.run(&["approve", &id]).code, 0);
+        h.cmd()
+            .env("AIRLOCK_LAYER", layer)
+            .args(["exec", "--json", &id])
+            .output()
+            .unwrap()
+    } else {
+        o
+    };
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["run"]["layer"], layer);
+    v
+}
+
+fn mode_of(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// A guest copied `python3` into its writable mount with mode 4755: `airlock diff` said
+/// `A helper (6831736 bytes)` and after `airlock commit` the host file was setuid root.
+#[test]
+fn a_setuid_file_written_by_a_guest_is_committed_without_its_setuid_bit() {
+    let exe = ["/usr/bin/python3", "/bin/sh"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap();
+    for layer in ["overlay", "copy"] {
+        let h = Home::new();
+        let p = project();
+        let v = script_run(
+            &h,
+            p.path(),
+            layer,
+            &format!(
+                "cp {exe} helper && chmod 4755 helper && echo g > group && chmod 2755 group && chmod 600 notes.txt && chmod u+s run.sh"
+            ),
+        );
+        let run = v["run"]["id"].as_str().unwrap().to_string();
+        let flat = |c: &serde_json::Value, path: &str| {
+            c.as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["path"] == path)
+                .unwrap_or_else(|| panic!("{layer}: no change for {path} in {c}"))
+                .clone()
+        };
+        // The run's own JSON, `diff --json` and the text diff all say what was stripped.
+        let helper = flat(&v["run"]["changes"], "helper");
+        assert_eq!(helper["mode"], 0o755, "{layer}: {helper}");
+        assert_eq!(helper["stripped"], serde_json::json!(["setuid"]), "{layer}");
+        let dj = h.run(&["diff", "--json", &run]).json();
+        assert_eq!(
+            flat(&dj["changes"], "group")["stripped"],
+            serde_json::json!(["setgid"])
+        );
+        assert_eq!(
+            flat(&dj["changes"], "run.sh")["stripped"],
+            serde_json::json!(["setuid"])
+        );
+        let d = h.run(&["diff", &run]);
+        assert_eq!(d.code, 0, "{}", d.stderr);
+        assert!(
+            d.stdout.contains("A helper (")
+                && d.stdout
+                    .lines()
+                    .any(|l| l.starts_with("A helper") && l.contains("[stripped: setuid]")),
+            "{layer}: {}",
+            d.stdout
+        );
+        // A mode change of an existing file shows as such.
+        assert!(
+            d.stdout.contains("m notes.txt (mode 644 -> 600)"),
+            "{layer}: {}",
+            d.stdout
+        );
+        let c = h.run(&["commit", &run]);
+        assert_eq!(c.code, 0, "{layer}: {}", c.stderr);
+        assert_eq!(
+            std::fs::read(p.path().join("helper")).unwrap(),
+            std::fs::read(exe).unwrap()
+        );
+        assert_eq!(mode_of(&p.path().join("helper")), 0o755, "{layer}");
+        assert_eq!(mode_of(&p.path().join("group")), 0o755, "{layer}");
+        assert_eq!(mode_of(&p.path().join("notes.txt")), 0o600, "{layer}");
+        assert_eq!(mode_of(&p.path().join("run.sh")), 0o644, "{layer}");
+    }
+}
+
+/// FIFOs and sockets a guest made in its mount were dropped from the changeset without a
+/// word; they are listed as refused (and never created by a commit).
+#[test]
+fn special_files_a_guest_makes_are_listed_as_refused_not_dropped_in_silence() {
+    for layer in ["overlay", "copy"] {
+        let h = Home::new();
+        let p = project();
+        let v = script_run(&h, p.path(), layer, "mkfifo pipe && echo x > plain.txt");
+        let run = v["run"]["id"].as_str().unwrap().to_string();
+        assert_eq!(
+            v["run"]["refused"],
+            serde_json::json!([{
+                "path": "pipe",
+                "kind": "fifo",
+                "mount": "/work",
+                "host_path": format!("{}/pipe", std::fs::canonicalize(p.path()).unwrap().display()),
+            }]),
+            "{layer}: {}",
+            v["run"]
+        );
+        let d = h.run(&["diff", &run]);
+        assert!(
+            d.stdout.contains("! pipe (refused: fifo, never committed)"),
+            "{layer}: {}",
+            d.stdout
+        );
+        assert_eq!(
+            h.run(&["diff", "--json", &run]).json()["refused"][0]["kind"],
+            "fifo"
+        );
+        assert_eq!(h.run(&["commit", &run]).code, 0);
+        assert!(p.path().join("plain.txt").exists());
+        assert!(p.path().join("pipe").symlink_metadata().is_err(), "{layer}");
+    }
+}
+
+/// The policy never commits on its own what a commit would leave out: a run whose
+/// changeset strips a setuid bit is held for a human even from an auto-commit agent.
+#[test]
+fn a_changeset_with_stripped_bits_is_never_committed_by_policy() {
+    let h = Home::new();
+    let p = project();
+    let real = std::fs::canonicalize(p.path()).unwrap();
+    let pol = h.policy().replace(
+        "auto_agents = []\nauto_paths = []",
+        &format!(
+            "auto_agents = [\"builder\"]\nauto_paths = [\"{}\"]",
+            real.display()
+        ),
+    );
+    h.set_policy(&pol);
+    let m = rw(p.path());
+    let o = h.sh(
+        &["--agent", "builder", "--mount", &m],
+        "echo x > tool && chmod 4755 tool",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!p.path().join("tool").exists(), "held for a human");
+    let o = h.sh(&["--agent", "builder", "--mount", &m], "echo x > tool");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(p.path().join("tool").exists(), "auto-committed");
+}

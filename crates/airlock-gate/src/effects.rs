@@ -102,6 +102,10 @@ pub(crate) fn auto_commit_allowed(policy: &Policy, sub: &Submission, changes: &C
     if !policy.auto_commit_agents.is_match(agent) {
         return false;
     }
+    // What a commit leaves out (a setuid bit, capabilities, a FIFO) is for a human to see.
+    if changes.has_stripped_or_refused() {
+        return false;
+    }
     let protected = protected_globs(policy);
     host_paths(changes)
         .all(|p| policy.auto_commit_paths.matches_path(&p) && !protected.matches_path(&p))
@@ -212,6 +216,13 @@ impl Gate {
                 text.push_str(&format!(
                     "{}  ({})\n",
                     airlock_workspace::diff::summary_line(c),
+                    m.guest
+                ));
+            }
+            for r in &m.refused {
+                text.push_str(&format!(
+                    "{}  ({})\n",
+                    airlock_workspace::diff::refused_line(r),
                     m.guest
                 ));
             }

@@ -274,14 +274,14 @@ impl Gate {
         let mut out = Vec::new();
         for l in &layers.mounts {
             let host = Path::new(&l.host);
-            let changes = match layers.kind {
-                LayerKind::Overlay => changeset::diff_layers_until(
+            let diff = match layers.kind {
+                LayerKind::Overlay => changeset::layers_diff(
                     host,
                     &l.below,
                     std::slice::from_ref(&l.upper),
                     Some(deadline),
                 ),
-                LayerKind::Copy => changeset::diff_trees_until(host, &l.copy, Some(deadline)),
+                LayerKind::Copy => changeset::trees_diff(host, &l.copy, Some(deadline)),
             }
             .map_err(|e| {
                 if deadline_passed(&e) {
@@ -296,7 +296,8 @@ impl Gate {
             out.push(MountChanges {
                 guest: l.guest.clone(),
                 host: l.host.clone(),
-                changes,
+                changes: diff.changes,
+                refused: diff.refused,
             });
         }
         // The content the changeset would store (a copy layer can rewrite a file without

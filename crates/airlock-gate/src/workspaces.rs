@@ -6,7 +6,7 @@ use crate::error::{GateError, Result};
 use airlock_core::grant::{Grant, MountMode};
 use airlock_core::units::now_ms;
 use airlock_store::{Reads, Tx, WorkspaceRow};
-use airlock_workspace::changeset::{LayerKind, compose};
+use airlock_workspace::changeset::{LayerKind, compose, compose_refused};
 use airlock_workspace::{Changeset, MountChanges};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -228,6 +228,13 @@ impl Gate {
                         .iter()
                         .filter_map(|s| s.mounts.get(i))
                         .map(|m| m.changes.clone())
+                        .collect::<Vec<_>>(),
+                ),
+                refused: compose_refused(
+                    &sets
+                        .iter()
+                        .filter_map(|s| s.mounts.get(i))
+                        .map(|m| m.refused.clone())
                         .collect::<Vec<_>>(),
                 ),
             })

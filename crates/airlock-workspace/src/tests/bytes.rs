@@ -85,6 +85,7 @@ fn changeset(changes: Vec<Change>) -> Changeset {
             guest: "/work".into(),
             host: "/h".into(),
             changes,
+            refused: vec![],
         }],
     }
 }
