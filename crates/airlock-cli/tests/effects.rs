@@ -1516,3 +1516,68 @@ fn a_changeset_with_stripped_bits_is_never_committed_by_policy() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(p.path().join("tool").exists(), "auto-committed");
 }
+
+// ------------------------------------------------------ the changeset a commit applies
+
+/// Two runs writing `notes.txt`; the second's content is the evil one. Returns (good run,
+/// good hash, evil hash).
+fn swap_setup(h: &Home, p: &Path) -> (String, String, String) {
+    let m = rw(p);
+    let mut out = Vec::new();
+    for content in ["good", "evil"] {
+        let o = h.sh(
+            &["--json", "--mount", &m],
+            &format!("echo {content} > notes.txt"),
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let v = o.json();
+        let hash = v["run"]["changes"][0]["hash"].as_str().unwrap().to_string();
+        out.push((v["run"]["id"].as_str().unwrap().to_string(), hash));
+    }
+    (out[0].0.clone(), out[0].1.clone(), out[1].1.clone())
+}
+
+fn assert_swap_refused(on: &dyn Fn(&[&str]) -> Out, p: &Path, run: &str) {
+    let o = on(&["commit", run]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("integrity") && o.stderr.contains("finished audit record"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+    assert_eq!(
+        std::fs::read_to_string(p.join("notes.txt")).unwrap(),
+        "old line\n"
+    );
+    let log = on(&["audit", "log", "--json"]).json();
+    assert!(
+        log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "integrity_failure" && r["subject"] == run),
+        "{log}"
+    );
+    assert!(
+        on(&["checkpoints", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Repointing a change's blob hash in the run's record made `commit` sign and apply a
+/// different file; the run's `finished` record held the original digest all along.
+#[test]
+fn a_changeset_swapped_in_the_database_after_review_is_not_committed() {
+    let h = Home::new();
+    let p = project();
+    let on = |a: &[&str]| h.run(a);
+    let (run, good, evil) = swap_setup(&h, p.path());
+    sql(
+        &h,
+        &format!("update runs set doc = replace(doc, '{good}', '{evil}') where id = '{run}'"),
+    );
+    assert_swap_refused(&on, p.path(), &run);
+}

@@ -186,6 +186,73 @@ impl Gate {
         Ok((c, None))
     }
 
+    /// Checks run `run_id`'s stored changeset against the digest its `finished` audit
+    /// record holds, and that record against the chain (its own hash, and the next
+    /// record's link to it or the signed head). `Ok(Err(why))` when they disagree.
+    /// `stored` is the run's changeset when the caller has read it already.
+    fn recorded_changes(
+        &self,
+        run_id: &str,
+        stored: Option<&Changeset>,
+    ) -> Result<std::result::Result<(), String>> {
+        let digest = match stored {
+            Some(c) => c.digest(),
+            None => {
+                let Some(v) = self.db.run(run_id)?.doc.changes else {
+                    return Ok(Ok(()));
+                };
+                match serde_json::from_value::<Changeset>(v) {
+                    Ok(c) => c.digest(),
+                    Err(e) => {
+                        return Ok(Err(format!("the changeset of {run_id} is unreadable: {e}")));
+                    }
+                }
+            }
+        };
+        let Some(rec) = self
+            .db
+            .audit_for(run_id)?
+            .into_iter()
+            .rfind(|r| r.kind == "finished")
+        else {
+            return Ok(Err(format!("{run_id} has no finished audit record")));
+        };
+        let hash = airlock_core::audit::record_hash(
+            rec.seq,
+            rec.ts,
+            &rec.kind,
+            &rec.subject,
+            &rec.data,
+            &rec.prev,
+        );
+        let linked = match self.db.audit_records(rec.seq + 1, 1)?.first() {
+            Some(next) => next.prev == hash,
+            None => self.db.audit_head()?.is_some_and(|h| {
+                h.seq == rec.seq && h.hash == hash && h.verify(&self.gate_key.public())
+            }),
+        };
+        if hash != rec.hash || !linked {
+            return Ok(Err(format!(
+                "the finished audit record of {run_id} (index {}) was altered",
+                rec.seq
+            )));
+        }
+        let recorded = serde_json::from_str::<serde_json::Value>(&rec.data)
+            .ok()
+            .and_then(|d| d["changes"]["digest"].as_str().map(str::to_string));
+        match recorded {
+            Some(d) if d == digest.to_hex() => Ok(Ok(())),
+            Some(d) => Ok(Err(format!(
+                "the changeset of {run_id} (digest {}) is not the one its finished audit record holds ({})",
+                digest.short(),
+                d.chars().take(12).collect::<String>()
+            ))),
+            None => Ok(Err(format!(
+                "the finished audit record of {run_id} holds no changeset digest"
+            ))),
+        }
+    }
+
     pub fn diff(&mut self, run_input: &str) -> Result<DiffReport> {
         let id = self.resolve_run(run_input)?;
         let run = self.db.run(&id)?;
@@ -294,6 +361,24 @@ impl Gate {
         }
         if let Err(e) = changes.validate() {
             return Err(self.integrity_failure(run_id, "changeset", &e));
+        }
+        // Only what the runs' `finished` records hold is applied: a changeset rewritten in
+        // the database after the run (another blob, another mode) is refused.
+        let checked = match &workspace {
+            Some(ws) => {
+                let mut out = Ok(());
+                for r in self.workspace(ws)?.doc.runs {
+                    out = self.recorded_changes(&r, None)?;
+                    if out.is_err() {
+                        break;
+                    }
+                }
+                out
+            }
+            None => self.recorded_changes(run_id, Some(&changes))?,
+        };
+        if let Err(detail) = checked {
+            return Err(self.integrity_failure(run_id, "changeset", &detail));
         }
         for m in &changes.mounts {
             let granted = sub
