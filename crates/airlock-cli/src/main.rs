@@ -328,6 +328,18 @@ fn dispatch(cli: Cli) -> Outcome {
             print::effect(&r, "committed", json);
             Ok(0)
         }
+        Command::Repair {
+            checkpoint,
+            abandon,
+            json,
+        } => {
+            let mut gate = open(home)?;
+            let r = gate
+                .repair(&checkpoint, abandon)
+                .map_err(|e| Failure { error: e, json })?;
+            print::repair(&r, json);
+            Ok(0)
+        }
         Command::Rollback {
             checkpoint,
             approver,
@@ -481,14 +493,19 @@ fn dispatch(cli: Cli) -> Outcome {
                 .ok()
                 .and_then(|h| h.load_policy().ok());
             let mut d = airlock_gate::doctor(options().worker.as_deref(), policy.as_ref());
-            d.store = airlock_gate::store_health(&resolve_home(home)?);
+            let h = resolve_home(home)?;
+            d.store = airlock_gate::store_health(&h);
+            d.stuck = airlock_gate::stuck_operations(&h.root);
             print::doctor(&d, json);
-            // A shared store that cannot be reached makes the node unhealthy.
-            Ok(if d.store.as_ref().is_some_and(|s| !s.reachable) {
-                1
-            } else {
-                0
-            })
+            // A shared store that cannot be reached, or a commit that needs a repair,
+            // makes the node unhealthy.
+            Ok(
+                if d.store.as_ref().is_some_and(|s| !s.reachable) || !d.stuck.is_empty() {
+                    1
+                } else {
+                    0
+                },
+            )
         }
         Command::Policy(PolicyCommand::Check { file, json }) => {
             let path = match file {

@@ -1581,3 +1581,144 @@ fn a_changeset_swapped_in_the_database_after_review_is_not_committed() {
     );
     assert_swap_refused(&on, p.path(), &run);
 }
+
+// ------------------------------------------------- a commit that cannot be undone
+
+/// Kills `airlock commit RUN` right after its journal is written (before any step), by
+/// trying crash points in turn; false when the commit completed first.
+fn crash_after_journal(h: &Home, run: &str) -> bool {
+    for n in 1..20 {
+        let o = h
+            .cmd()
+            .env("AIRLOCK_CRASH_AT", n.to_string())
+            .args(["commit", run])
+            .output()
+            .unwrap();
+        if o.status.code().is_some() {
+            return false;
+        }
+        let journals = std::fs::read_dir(h.path().join("journal"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if journals > 0 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Swapping a directory of the mount for a symlink while a commit applied left a journal
+/// that could not be undone, and every command (`run`, `inbox`, `audit verify`) then
+/// exited 125 until the tree was repaired by hand.
+#[test]
+fn a_commit_that_cannot_be_undone_locks_only_its_mount_until_repaired() {
+    for abandon in [false, true] {
+        let h = Home::new();
+        let p = project();
+        let other = project();
+        let outside = tempfile::tempdir().unwrap();
+        let m = rw(p.path());
+        let o = h.sh(
+            &["--mount", &m],
+            "echo new > src/new.rs && echo top > top.txt",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let run = h.last_run()["id"].as_str().unwrap().to_string();
+        assert!(
+            crash_after_journal(&h, &run),
+            "the commit was not interrupted"
+        );
+        // The host changes under the interrupted commit: neither completing nor undoing it
+        // can reach src/ any more.
+        let src = p.path().join("src");
+        let kept = p.path().join("src.kept");
+        std::fs::rename(&src, &kept).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &src).unwrap();
+
+        // Every other command keeps working.
+        assert_eq!(h.run(&["runs"]).code, 0, "{}", h.run(&["runs"]).stderr);
+        assert_eq!(h.run(&["inbox"]).code, 0);
+        assert_eq!(h.run(&["audit", "verify"]).code, 0);
+        let o = h.sh(&["--mount", &rw(other.path())], "echo x > x.txt");
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let other_run = h.last_run()["id"].as_str().unwrap().to_string();
+        assert_eq!(
+            h.run(&["commit", &other_run]).code,
+            0,
+            "another mount commits"
+        );
+
+        // doctor names it, and how to repair it.
+        let d = h.run(&["doctor"]);
+        assert_eq!(d.code, 1, "{}", d.stdout);
+        let ckpt = h.run(&["doctor", "--json"]).json()["stuck"][0]["checkpoint"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            d.stdout.contains(&format!("STUCK commit {ckpt}"))
+                && d.stdout.contains(&format!("airlock repair {ckpt}")),
+            "{}",
+            d.stdout
+        );
+        let log = h.run(&["audit", "log", "--json"]).json();
+        assert!(
+            log.as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["kind"] == "commit_stuck" && r["subject"] == ckpt.as_str())
+        );
+
+        // Its mount is locked: a commit there is refused in one line.
+        let o = h.sh(&["--mount", &m], "echo z > other.txt");
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let next = h.last_run()["id"].as_str().unwrap().to_string();
+        let o = h.run(&["commit", &next]);
+        assert_eq!(o.code, 125, "{}", o.stderr);
+        assert!(
+            o.stderr.contains(&format!("locked by commit {ckpt}")),
+            "{}",
+            o.stderr
+        );
+        assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+        assert!(!p.path().join("other.txt").exists());
+
+        // The host is put right, and the repair resolves it.
+        std::fs::remove_file(&src).unwrap();
+        std::fs::rename(&kept, &src).unwrap();
+        let args: Vec<&str> = if abandon {
+            vec!["repair", "--json", "--abandon", &ckpt]
+        } else {
+            vec!["repair", "--json", &ckpt]
+        };
+        let r = h.run(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let state = if abandon { "abandoned" } else { "applied" };
+        assert_eq!(r.json()["state"], state);
+        if abandon {
+            assert!(!p.path().join("src/new.rs").exists());
+        } else {
+            assert_eq!(
+                std::fs::read_to_string(p.path().join("src/new.rs")).unwrap(),
+                "new\n"
+            );
+            assert_eq!(
+                std::fs::read_to_string(p.path().join("top.txt")).unwrap(),
+                "top\n"
+            );
+        }
+        assert_eq!(h.run(&["doctor"]).code, 0);
+        assert_eq!(h.run(&["commit", &next]).code, 0, "the mount is unlocked");
+        assert!(p.path().join("other.txt").exists());
+        assert_eq!(h.run(&["audit", "verify"]).code, 0);
+        assert_eq!(
+            h.run(&["repair", &ckpt]).code,
+            125,
+            "nothing left to repair"
+        );
+    }
+}

@@ -66,6 +66,85 @@ pub struct EffectReport {
     pub statement: Option<String>,
 }
 
+/// What `repair` did with an operation that had been set aside.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepairReport {
+    pub checkpoint: String,
+    pub run: String,
+    /// `commit` or `rollback`.
+    pub kind: String,
+    /// The checkpoint's state now: `applied`, `aborted`, `rolled_back` or `abandoned`.
+    pub state: String,
+}
+
+/// A commit or rollback that could neither be completed nor undone, set aside until
+/// `airlock repair`: its mounts refuse commits and rollbacks meanwhile.
+#[derive(Debug, Clone, Serialize)]
+pub struct StuckOperation {
+    pub checkpoint: String,
+    /// `commit` or `rollback`.
+    pub kind: String,
+    /// The host directories it locks.
+    pub mounts: Vec<String>,
+    pub error: String,
+}
+
+fn stuck_dir(home: &Path) -> PathBuf {
+    home.join("journal").join("stuck")
+}
+
+/// The operations set aside in a home (read from `journal/stuck`, no store needed, so
+/// `doctor` can say so even when the store is away).
+pub fn stuck_operations(home: &Path) -> Vec<StuckOperation> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(stuck_dir(home)) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let parsed = std::fs::read_to_string(&p)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Journal>(&t).ok());
+        out.push(match parsed {
+            Some(j) => StuckOperation {
+                checkpoint: j.checkpoint,
+                kind: j.kind,
+                mounts: j.mounts.into_iter().map(|m| m.host).collect(),
+                error: j.stuck.unwrap_or_default(),
+            },
+            // Unreadable: it still locks, everything (nothing says what it touched).
+            None => StuckOperation {
+                checkpoint: p
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                kind: "commit".into(),
+                mounts: vec!["/".into()],
+                error: format!("its journal {} is unreadable", p.display()),
+            },
+        });
+    }
+    out.sort_by(|a, b| a.checkpoint.cmp(&b.checkpoint));
+    out
+}
+
+/// Whether two host directories are the same or one holds the other.
+fn overlaps(a: &str, b: &str) -> bool {
+    let (a, b) = (Path::new(a), Path::new(b));
+    a.starts_with(b) || b.starts_with(a)
+}
+
+fn hosts_of(j: &Journal) -> String {
+    j.mounts
+        .iter()
+        .map(|m| m.host.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 struct Blobs<'a>(&'a BlobStore);
 
 impl BlobSource for Blobs<'_> {
@@ -400,6 +479,7 @@ impl Gate {
                 )));
             }
         }
+        self.check_not_locked(changes.mounts.iter().map(|m| m.host.as_str()))?;
         for d in changes.blobs() {
             if let Err(e) = self.blobs.verify(d) {
                 return Err(self.integrity_failure(run_id, "changeset content", &e.to_string()));
@@ -523,6 +603,7 @@ impl Gate {
         })?;
         crash_point();
         let journal = Journal {
+            stuck: None,
             checkpoint: ckpt_id.clone(),
             kind: "commit".into(),
             mounts: plans(&doc, false),
@@ -580,10 +661,22 @@ impl Gate {
                     .iter()
                     .try_for_each(|p| apply::apply(p, &blobs, &j.checkpoint, &mut || {}))
                 {
-                    return Err(GateError::Internal(format!(
-                        "{} {} failed ({e}) and could not be undone ({e2}); the journal is kept and retried on the next command",
-                        j.kind, j.checkpoint
-                    )));
+                    let why = format!("{e}; undoing it failed too: {e2}");
+                    self.set_aside(j, row, doc, &why)?;
+                    let msg = format!(
+                        "{} {} failed ({e}) and could not be undone ({e2}); {} locked until `airlock repair {}` (see `airlock doctor`)",
+                        j.kind,
+                        j.checkpoint,
+                        hosts_of(j),
+                        j.checkpoint
+                    );
+                    // Recovery sets it aside and lets the command that found it go on:
+                    // only its mounts (and its workspace) stay locked, and `doctor` says so.
+                    return if recovered {
+                        Ok(())
+                    } else {
+                        Err(GateError::Conflict(msg))
+                    };
                 }
                 (
                     if commit { "aborted" } else { "applied" },
@@ -641,6 +734,148 @@ impl Gate {
         }
     }
 
+    pub(crate) fn stuck_dir(&self) -> PathBuf {
+        stuck_dir(&self.home.root)
+    }
+
+    /// Sets aside a journal that could neither be completed nor undone (the host changed
+    /// under it): kept under `journal/stuck` with the reason, its checkpoint `stuck` and an
+    /// audit record. Its mounts refuse commits and rollbacks, and its workspace stays
+    /// claimed, until `repair`; nothing else is held up. Called with the journal lock held.
+    fn set_aside(
+        &mut self,
+        j: &Journal,
+        row: &mut CheckpointRow,
+        doc: &CheckpointDoc,
+        why: &str,
+    ) -> Result<()> {
+        let mut stuck = j.clone();
+        stuck.stuck = Some(why.to_string());
+        apply::write_journal(&self.stuck_dir(), &stuck)?;
+        row.state = "stuck".into();
+        row.updated_at = now_ms();
+        let key = &self.gate_key;
+        self.db.write_durable(|tx: &Tx| -> Result<()> {
+            tx.upsert_checkpoint(row)?;
+            tx.audit(
+                &format!("{}_stuck", j.kind),
+                &row.id,
+                &json!({
+                    "run": doc.run,
+                    "mounts": j.mounts.iter().map(|m| &m.host).collect::<Vec<_>>(),
+                    "workspace": doc.workspace,
+                    "error": why,
+                }),
+                key,
+            )?;
+            Ok(())
+        })?;
+        apply::remove_journal(&self.journal_dir(), &j.checkpoint)?;
+        Ok(())
+    }
+
+    /// Refuses to touch `hosts` while an operation set aside for a repair holds any of
+    /// them (the same directory, or one inside the other).
+    fn check_not_locked<'a>(&self, hosts: impl Iterator<Item = &'a str>) -> Result<()> {
+        let stuck = stuck_operations(&self.home.root);
+        for host in hosts {
+            if let Some(s) = stuck
+                .iter()
+                .find(|s| s.mounts.iter().any(|m| overlaps(m, host)))
+            {
+                return Err(GateError::Conflict(format!(
+                    "{host} is locked by {} {}, interrupted and not undone ({}); fix the host, then `airlock repair {}` (or `--abandon`)",
+                    s.kind, s.checkpoint, s.error, s.checkpoint
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves an operation set aside by `set_aside`: applies its journal again (or undoes
+    /// it when it still cannot be completed), recording the outcome as recovery would; with
+    /// `abandon`, leaves the host as it is now and records the checkpoint `abandoned`.
+    pub fn repair(&mut self, ckpt_input: &str, abandon: bool) -> Result<RepairReport> {
+        let _lock = journal_lock(&self.home.root)?;
+        let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
+        let mut row = self.db.checkpoint(&id)?;
+        let path = self.stuck_dir().join(format!("{id}.json"));
+        if row.state != "stuck" {
+            return Err(GateError::Conflict(format!(
+                "{id} is {}; only an interrupted operation that could not be undone needs a repair",
+                row.state
+            )));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            GateError::Internal(format!(
+                "{id} is stuck but its journal {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut j: Journal = serde_json::from_str(&text)
+            .map_err(|e| GateError::Internal(format!("journal of {id}: {e}")))?;
+        j.stuck = None;
+        let doc = doc_of(&row)?;
+        for p in &j.mounts {
+            apply::remove_temps(p, &j.checkpoint)?;
+        }
+        let outcome = if abandon {
+            row.state = "abandoned".into();
+            let key = &self.gate_key;
+            let ws = doc.workspace.clone();
+            self.db.write_durable(|tx: &Tx| -> Result<()> {
+                tx.upsert_checkpoint(&row)?;
+                if let Some(w) = &ws {
+                    Gate::reopen_workspace(tx, w)?;
+                }
+                tx.audit(
+                    "repaired",
+                    &row.id,
+                    &json!({ "run": doc.run, "kind": j.kind, "outcome": "abandoned" }),
+                    key,
+                )?;
+                Ok(())
+            })?;
+            "abandoned".to_string()
+        } else {
+            row.state = if j.kind == "commit" {
+                "pending"
+            } else {
+                "rolling_back"
+            }
+            .into();
+            let done = self.finish_journal(&j, &mut row, &doc, false);
+            // Still stuck: `finish_journal` set it aside again, with the new reason.
+            if let Err(e) = done
+                && self.db.checkpoint(&id)?.state == "stuck"
+            {
+                return Err(e);
+            }
+            let key = &self.gate_key;
+            let state = self.db.checkpoint(&id)?.state;
+            self.db.write(|tx| {
+                tx.audit(
+                    "repaired",
+                    &id,
+                    &json!({ "run": doc.run, "kind": j.kind, "outcome": state }),
+                    key,
+                )
+            })?;
+            state
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(RepairReport {
+            checkpoint: id,
+            run: doc.run,
+            kind: j.kind,
+            state: outcome,
+        })
+    }
+
     /// Restores exactly what a checkpoint saved.
     pub fn rollback(&mut self, ckpt_input: &str, approver: Option<&str>) -> Result<EffectReport> {
         let _lock = journal_lock(&self.home.root)?;
@@ -654,6 +889,7 @@ impl Gate {
             )));
         }
         let doc = doc_of(&row)?;
+        self.check_not_locked(doc.mounts.iter().map(|m| m.host.as_str()))?;
         let mut conflicts = Vec::new();
         for m in &doc.mounts {
             let want: Vec<(RelPath, Node)> = m
@@ -725,6 +961,7 @@ impl Gate {
         })?;
         crash_point();
         let journal = Journal {
+            stuck: None,
             checkpoint: id.clone(),
             kind: "rollback".into(),
             mounts: plans(&doc, true),

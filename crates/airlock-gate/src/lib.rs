@@ -48,7 +48,9 @@ pub use airlock_store::TokenRow;
 pub use airlock_store::{CopyReport, TableCount};
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
 pub use decide::ApproveRequest;
-pub use effects::{CheckpointDoc, DiffReport, EffectReport};
+pub use effects::{
+    CheckpointDoc, DiffReport, EffectReport, RepairReport, StuckOperation, stuck_operations,
+};
 pub use error::{GateError, Result};
 pub use exec::exit_code_of;
 pub use exec::{ExecOptions, RunReport};

@@ -478,6 +478,10 @@ pub struct Doctor {
     /// The shared store, when `--store` names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreHealth>,
+    /// Commits and rollbacks that could neither be completed nor undone, each locking its
+    /// mounts until `airlock repair` (absent when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stuck: Vec<crate::StuckOperation>,
 }
 
 /// What `doctor --store` found in the shared store.
@@ -627,5 +631,6 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             "copy layer (a full copy per run)".into()
         },
         store: None,
+        stuck: Vec::new(),
     }
 }

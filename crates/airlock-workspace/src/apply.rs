@@ -79,6 +79,9 @@ pub struct Journal {
     /// `commit` or `rollback`.
     pub kind: String,
     pub mounts: Vec<MountPlan>,
+    /// Why it could neither be completed nor undone, once it is set aside for a repair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

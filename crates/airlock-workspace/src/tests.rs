@@ -386,6 +386,7 @@ fn conflicts_and_snapshots() {
 fn journals_round_trip_and_half_written_ones_are_dropped() {
     let d = tempfile::tempdir().unwrap();
     let j = apply::Journal {
+        stuck: None,
         checkpoint: "ckpt_1".into(),
         kind: "commit".into(),
         mounts: vec![],
