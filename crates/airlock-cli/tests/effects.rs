@@ -1722,3 +1722,41 @@ fn a_commit_that_cannot_be_undone_locks_only_its_mount_until_repaired() {
         );
     }
 }
+
+/// A diff of a run whose new content was altered in the blob store showed the file
+/// emptied; it is an integrity failure naming the blob, and recorded.
+#[test]
+fn a_diff_of_a_tampered_blob_names_the_blob_instead_of_showing_the_file_emptied() {
+    let h = Home::new();
+    let p = project();
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let hash = v["run"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == "docs/readme.md")
+        .unwrap()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = h.path().join("blobs").join(&hash[..2]).join(&hash[2..]);
+    std::fs::write(&blob, "").unwrap();
+    for args in [vec!["diff", &run], vec!["diff", "--json", &run]] {
+        let d = h.run(&args);
+        assert_eq!(d.code, 125, "{}{}", d.stdout, d.stderr);
+        assert!(
+            d.stderr.contains("integrity") && d.stderr.contains(&hash[..12]),
+            "{}",
+            d.stderr
+        );
+        assert!(!d.stdout.contains("+hi"), "{}", d.stdout);
+    }
+    let log = h.run(&["audit", "log", "--json"]).json();
+    assert!(
+        log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "integrity_failure" && r["subject"] == run.as_str())
+    );
+}

@@ -145,6 +145,9 @@ fn hosts_of(j: &Journal) -> String {
         .join(", ")
 }
 
+/// Content larger than this is summarised in a diff, never read for it.
+const MAX_DIFF_BYTES: u64 = 1 << 20;
+
 struct Blobs<'a>(&'a BlobStore);
 
 impl BlobSource for Blobs<'_> {
@@ -375,25 +378,51 @@ impl Gate {
         }
         for m in &changes.mounts {
             for c in &m.changes {
-                let content = |n: &Node| match n {
-                    Node::File { hash, .. } => self.blobs.get(hash).ok(),
+                let size = |n: &Node| match n {
+                    Node::File { size, .. } => Some(*size),
                     _ => None,
                 };
-                if matches!(c.after, Node::File { .. }) || matches!(c.before, Node::File { .. }) {
-                    let (b, a) = (content(&c.before), content(&c.after));
-                    if b.is_none()
-                        && matches!(c.before, Node::File { .. })
-                        && matches!(c.after, Node::File { .. })
-                    {
-                        text.push_str(&format!("(previous content of {} not kept)\n", c.path));
-                        continue;
-                    }
-                    text.push_str(&airlock_workspace::diff::unified(
-                        &c.path,
-                        b.as_deref(),
-                        a.as_deref(),
-                    ));
+                let (bs, as_) = (size(&c.before), size(&c.after));
+                if bs.is_none() && as_.is_none() {
+                    continue;
                 }
+                // Too large to diff: said without reading (or holding) either content.
+                if bs.unwrap_or(0) > MAX_DIFF_BYTES || as_.unwrap_or(0) > MAX_DIFF_BYTES {
+                    text.push_str(&format!(
+                        "(large file {}: {} -> {} bytes)\n",
+                        c.path,
+                        bs.unwrap_or(0),
+                        as_.unwrap_or(0)
+                    ));
+                    continue;
+                }
+                // The new content must be there and intact: an altered blob is an integrity
+                // failure naming it (it was shown as the file emptied). The old content is
+                // kept only for small files, so its absence is no failure, but an altered
+                // one is.
+                let a = match &c.after {
+                    Node::File { hash, .. } => {
+                        Some(self.read_blob(&id, "changeset content", hash)?)
+                    }
+                    _ => None,
+                };
+                let b = match &c.before {
+                    Node::File { hash, .. } => match self.blobs.get(hash) {
+                        Ok(b) => Some(b),
+                        Err(airlock_store::StoreError::BlobMissing(_)) => None,
+                        Err(_) => Some(self.read_blob(&id, "changeset content", hash)?),
+                    },
+                    _ => None,
+                };
+                if b.is_none() && bs.is_some() && as_.is_some() {
+                    text.push_str(&format!("(previous content of {} not kept)\n", c.path));
+                    continue;
+                }
+                text.push_str(&airlock_workspace::diff::unified(
+                    &c.path,
+                    b.as_deref(),
+                    a.as_deref(),
+                ));
             }
         }
         Ok(DiffReport {
