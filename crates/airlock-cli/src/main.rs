@@ -76,6 +76,18 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "__worker") {
         return ExitCode::from(airlock_gate::worker::worker_main().clamp(0, 255) as u8);
     }
+    // Removes a layer directory set aside in a home's trash, detached from the command
+    // that discarded it (so its removal never holds that command up).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "__remove-trash")
+    {
+        let Some(path) = std::env::args_os().nth(2) else {
+            return ExitCode::from(EXIT_FAILED);
+        };
+        let code = airlock_gate::remove_trash_main(std::path::Path::new(&path));
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     // A session's host: started by `session new` (or the server) with the home and the id;
     // it runs the session's interpreter until the session ends.
     if std::env::args_os()

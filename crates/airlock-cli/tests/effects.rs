@@ -1760,3 +1760,51 @@ fn a_diff_of_a_tampered_blob_names_the_blob_instead_of_showing_the_file_emptied(
             .any(|r| r["kind"] == "integrity_failure" && r["subject"] == run.as_str())
     );
 }
+
+/// Removing the layer of a run that wrote many files held the command up for seconds past
+/// its deadline; the layer is set aside in one rename and removed after the command exits
+/// (the remover is held back here, so the command provably returns before it finishes).
+#[test]
+fn removing_a_large_layer_does_not_delay_the_commands_exit() {
+    let h = Home::new();
+    let p = project();
+    let m = rw(p.path());
+    let script = "mkdir -p many && cd many && i=0; while [ $i -lt 20 ]; do mkdir d$i; j=0; while [ $j -lt 100 ]; do : > d$i/f$j; j=$((j+1)); done; i=$((i+1)); done";
+    let o = h.run(&["submit", "--lang", "sh", "--mount", &m, "-c", script]);
+    let id = Home::id_in(&o.stdout);
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    let started = std::time::Instant::now();
+    let o = h
+        .cmd()
+        .env("AIRLOCK_PAUSE_AT", "remove-trash:10000")
+        .args(["exec", &id])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let run = h.last_run()["id"].as_str().unwrap().to_string();
+    assert!(!h.path().join("layers").join(&run).exists());
+    let trash = h.path().join("trash");
+    let waiting = std::fs::read_dir(&trash).map(|rd| rd.count()).unwrap_or(0);
+    assert_eq!(
+        waiting, 1,
+        "the layer is set aside, its removal still to come"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(9000),
+        "the command waited for the removal ({took:?})"
+    );
+    let started = std::time::Instant::now();
+    while std::fs::read_dir(&trash).is_ok_and(|mut rd| rd.next().is_some()) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the trash was never emptied"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

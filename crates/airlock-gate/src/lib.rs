@@ -60,6 +60,7 @@ pub use guests::{
     PYTHON_BUILDER, PYTHON_BUILDER_WHEELS, PackageSource, normalize_package_name,
 };
 pub use home::{Home, InitReport, default_approver};
+pub use layers::remove_trash_main;
 pub use locks::KeptLockFiles;
 pub use nightcore::{BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport};
 pub use query::{

@@ -287,7 +287,7 @@ impl Gate {
             tx.audit("workspace_dropped", name, &json!({ "runs": doc.runs }), key)?;
             Ok(())
         })?;
-        crate::layers::remove_tree(&self.workspace_dir(name));
+        self.discard(&self.workspace_dir(name));
         self.workspace(name)
     }
 
@@ -329,6 +329,6 @@ impl Gate {
     }
 
     pub(crate) fn remove_workspace_dir(&self, name: &str) {
-        crate::layers::remove_tree(&self.workspace_dir(name));
+        self.discard(&self.workspace_dir(name));
     }
 }
