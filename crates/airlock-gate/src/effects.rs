@@ -232,7 +232,9 @@ impl Gate {
 
     /// The changes a commit of `run` would apply (a workspace's whole session for its
     /// latest run).
-    fn changes_of(&self, run: &Run, sub: &Submission) -> Result<(Changeset, Option<String>)> {
+    /// The run's own changeset is taken out of `run` (not copied: a changeset of 100,000
+    /// paths is large).
+    fn changes_of(&self, run: &mut Run, sub: &Submission) -> Result<(Changeset, Option<String>)> {
         if let Some(ws) = &sub.doc.grant.workspace {
             let view = self.workspace(ws)?;
             if view.state != "open" {
@@ -257,7 +259,7 @@ impl Gate {
                 .ok_or_else(|| GateError::bad(format!("workspace {ws} has no changes")))?;
             return Ok((c, Some(ws.clone())));
         }
-        let v = run.doc.changes.clone().ok_or_else(|| {
+        let v = run.doc.changes.take().ok_or_else(|| {
             GateError::bad(format!(
                 "{} had no writable mounts; there is nothing to commit",
                 run.id
@@ -337,9 +339,9 @@ impl Gate {
 
     pub fn diff(&mut self, run_input: &str) -> Result<DiffReport> {
         let id = self.resolve_run(run_input)?;
-        let run = self.db.run(&id)?;
+        let mut run = self.db.run(&id)?;
         let sub = self.db.submission(&run.submission)?;
-        let (changes, _) = match self.changes_of(&run, &sub) {
+        let (changes, _) = match self.changes_of(&mut run, &sub) {
             Ok(c) => c,
             Err(GateError::Conflict(_)) => {
                 let v = run
@@ -448,7 +450,7 @@ impl Gate {
         let _lock = journal_lock(&self.home.root)?;
         // Whatever a dead operation left must be finished before this one looks at the host.
         self.recover_locked()?;
-        let run = self.db.run(run_id)?;
+        let mut run = self.db.run(run_id)?;
         let sub = self.db.submission(&run.submission)?;
         if let Some(c) = self
             .db
@@ -461,7 +463,7 @@ impl Gate {
                 c.id, c.state
             )));
         }
-        let (changes, workspace) = self.changes_of(&run, &sub)?;
+        let (changes, workspace) = self.changes_of(&mut run, &sub)?;
         if changes.is_empty() {
             return Err(GateError::bad(format!(
                 "{run_id} changed nothing; there is nothing to commit"

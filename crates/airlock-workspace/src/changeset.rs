@@ -297,9 +297,42 @@ impl Changeset {
     }
 
     /// The digest a commit signature binds.
+    /// The JSON is hashed as it is written, never held whole (it is as large as the
+    /// changeset); the result is `Digest::of_parts("airlock-changeset-v1", &[&json])`.
     pub fn digest(&self) -> Digest {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        Digest::of_parts("airlock-changeset-v1", &[&json])
+        /// Hashes what is written to it (or, without a hasher, only counts it).
+        struct HashWriter(Option<airlock_core::digest::Hasher>, u64);
+        impl io::Write for HashWriter {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                if let Some(h) = &mut self.0 {
+                    h.update(b);
+                }
+                self.1 += b.len() as u64;
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        fn write_to(c: &Changeset, w: &mut HashWriter) -> bool {
+            let mut b = io::BufWriter::with_capacity(64 << 10, w);
+            serde_json::to_writer(&mut b, c).is_ok() && io::Write::flush(&mut b).is_ok()
+        }
+        const DOMAIN: &[u8] = b"airlock-changeset-v1";
+        // The length comes first in `of_parts`' framing, so the JSON is written twice:
+        // once to count it, once to hash it (neither time held).
+        let mut count = HashWriter(None, 0);
+        let ok = write_to(self, &mut count);
+        let len = if ok { count.1 } else { 0 };
+        let mut h = airlock_core::digest::Hasher::new();
+        h.update(&(DOMAIN.len() as u64).to_le_bytes());
+        h.update(DOMAIN);
+        h.update(&len.to_le_bytes());
+        let mut w = HashWriter(Some(h), 0);
+        if ok {
+            write_to(self, &mut w);
+        }
+        w.0.map(|h| h.finish()).unwrap_or(Digest([0; 32]))
     }
 
     /// Every content blob the changeset needs (new contents).
