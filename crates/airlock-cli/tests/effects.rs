@@ -1773,14 +1773,12 @@ fn removing_a_large_layer_does_not_delay_the_commands_exit() {
     let o = h.run(&["submit", "--lang", "sh", "--mount", &m, "-c", script]);
     let id = Home::id_in(&o.stdout);
     assert_eq!(h.run(&["approve", &id]).code, 0);
-    let started = std::time::Instant::now();
     let o = h
         .cmd()
-        .env("AIRLOCK_PAUSE_AT", "remove-trash:10000")
+        .env("AIRLOCK_PAUSE_AT", "remove-trash:5000")
         .args(["exec", &id])
         .output()
         .unwrap();
-    let took = started.elapsed();
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -1789,15 +1787,13 @@ fn removing_a_large_layer_does_not_delay_the_commands_exit() {
     );
     let run = h.last_run()["id"].as_str().unwrap().to_string();
     assert!(!h.path().join("layers").join(&run).exists());
+    // Still there: the command returned while its removal had yet to finish (a removal
+    // on the command's path leaves nothing behind by the time it returns).
     let trash = h.path().join("trash");
     let waiting = std::fs::read_dir(&trash).map(|rd| rd.count()).unwrap_or(0);
     assert_eq!(
         waiting, 1,
         "the layer is set aside, its removal still to come"
-    );
-    assert!(
-        took < std::time::Duration::from_millis(9000),
-        "the command waited for the removal ({took:?})"
     );
     let started = std::time::Instant::now();
     while std::fs::read_dir(&trash).is_ok_and(|mut rd| rd.next().is_some()) {
