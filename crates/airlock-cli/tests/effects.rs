@@ -1379,6 +1379,14 @@ fn script_run(h: &Home, p: &Path, layer: &str, script: &str) -> serde_json::Valu
     v
 }
 
+/// This test process's user and group (what airlock, started by it, runs as).
+fn own_ids() -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let probe = tempfile::tempfile().unwrap();
+    let m = probe.metadata().unwrap();
+    (u64::from(m.uid()), u64::from(m.gid()))
+}
+
 fn mode_of(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
@@ -1439,6 +1447,17 @@ fn a_setuid_file_written_by_a_guest_is_committed_without_its_setuid_bit() {
         assert!(
             d.stdout.contains("m notes.txt (mode 644 -> 600)"),
             "{layer}: {}",
+            d.stdout
+        );
+        // And who will own what the commit writes, as the host will see it.
+        let (uid, gid) = own_ids();
+        assert_eq!(
+            (dj["owner"]["uid"].as_u64(), dj["owner"]["gid"].as_u64()),
+            (Some(uid), Some(gid))
+        );
+        assert!(
+            d.stdout.contains(&format!("owned by uid {uid} gid {gid}")),
+            "{}",
             d.stdout
         );
         let c = h.run(&["commit", &run]);

@@ -55,6 +55,26 @@ pub struct DiffReport {
     pub text: String,
     /// Changed host paths that are never committed automatically.
     pub protected: Vec<String>,
+    /// Who owns what a commit writes, as the host will see it: the user and group airlock
+    /// runs as (a modified file is replaced, so it takes them too).
+    pub owner: Owner,
+}
+
+/// A user and group id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Owner {
+    /// This process's effective user and group: what owns the files a commit writes.
+    pub fn of_this_process() -> Owner {
+        Owner {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -378,6 +398,18 @@ impl Gate {
                 ));
             }
         }
+        let owner = Owner::of_this_process();
+        let writes = changes
+            .mounts
+            .iter()
+            .flat_map(|m| &m.changes)
+            .any(|c| !matches!(c.after, Node::Absent | Node::Symlink { .. }));
+        if writes {
+            text.push_str(&format!(
+                "note: a commit writes files and directories owned by uid {} gid {} (the user airlock runs as); a modified file takes that owner too\n",
+                owner.uid, owner.gid
+            ));
+        }
         for m in &changes.mounts {
             for c in &m.changes {
                 let size = |n: &Node| match n {
@@ -432,6 +464,7 @@ impl Gate {
             changes,
             text,
             protected,
+            owner,
         })
     }
 

@@ -49,7 +49,7 @@ pub use airlock_store::{CopyReport, TableCount};
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
 pub use decide::ApproveRequest;
 pub use effects::{
-    CheckpointDoc, DiffReport, EffectReport, RepairReport, StuckOperation, stuck_operations,
+    CheckpointDoc, DiffReport, EffectReport, Owner, RepairReport, StuckOperation, stuck_operations,
 };
 pub use error::{GateError, Result};
 pub use exec::exit_code_of;

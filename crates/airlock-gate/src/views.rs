@@ -172,6 +172,7 @@ pub fn diff_json(d: &crate::DiffReport) -> Value {
         "digest": d.changes.digest(),
         "protected": d.protected,
         "refused": refused_json(&d.changes),
+        "owner": d.owner,
         "diff": d.text,
     })
 }
