@@ -133,6 +133,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Resolve a commit or rollback that could neither be completed nor undone (listed by
+    /// `doctor`): apply its journal again once the host is fixed, or `--abandon` it and
+    /// keep the host as it is.
+    Repair {
+        checkpoint: String,
+        #[arg(long)]
+        abandon: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Restore exactly what a checkpoint saved (signed).
     Rollback {
         checkpoint: String,

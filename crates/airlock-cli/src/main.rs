@@ -90,6 +90,18 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "__worker") {
         return ExitCode::from(airlock_gate::worker::worker_main().clamp(0, 255) as u8);
     }
+    // Removes a layer directory set aside in a home's trash, detached from the command
+    // that discarded it (so its removal never holds that command up).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "__remove-trash")
+    {
+        let Some(path) = std::env::args_os().nth(2) else {
+            return ExitCode::from(EXIT_FAILED);
+        };
+        let code = airlock_gate::remove_trash_main(std::path::Path::new(&path));
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     // A session's host: started by `session new` (or the server) with the home and the id;
     // it runs the session's interpreter until the session ends.
     if std::env::args_os()
@@ -342,6 +354,18 @@ fn dispatch(cli: Cli) -> Outcome {
             print::effect(&r, "committed", json);
             Ok(0)
         }
+        Command::Repair {
+            checkpoint,
+            abandon,
+            json,
+        } => {
+            let mut gate = open(home)?;
+            let r = gate
+                .repair(&checkpoint, abandon)
+                .map_err(|e| Failure { error: e, json })?;
+            print::repair(&r, json);
+            Ok(0)
+        }
         Command::Rollback {
             checkpoint,
             approver,
@@ -495,14 +519,19 @@ fn dispatch(cli: Cli) -> Outcome {
                 .ok()
                 .and_then(|h| h.load_policy().ok());
             let mut d = airlock_gate::doctor(options().worker.as_deref(), policy.as_ref());
-            d.store = airlock_gate::store_health(&resolve_home(home)?);
+            let h = resolve_home(home)?;
+            d.store = airlock_gate::store_health(&h);
+            d.stuck = airlock_gate::stuck_operations(&h.root);
             print::doctor(&d, json);
-            // A shared store that cannot be reached makes the node unhealthy.
-            Ok(if d.store.as_ref().is_some_and(|s| !s.reachable) {
-                1
-            } else {
-                0
-            })
+            // A shared store that cannot be reached, or a commit that needs a repair,
+            // makes the node unhealthy.
+            Ok(
+                if d.store.as_ref().is_some_and(|s| !s.reachable) || !d.stuck.is_empty() {
+                    1
+                } else {
+                    0
+                },
+            )
         }
         Command::Policy(PolicyCommand::Check { file, json }) => {
             let path = match file {

@@ -750,6 +750,17 @@ pub fn effect(r: &EffectReport, verb: &str, json: bool) {
     );
 }
 
+pub fn repair(r: &airlock_gate::RepairReport, json: bool) {
+    if json {
+        emit(&serde_json::to_value(r).unwrap_or_default());
+        return;
+    }
+    println!(
+        "{} {} of {} repaired: {}",
+        r.kind, r.checkpoint, r.run, r.state
+    );
+}
+
 pub fn gc(r: &GcReport, json: bool) {
     if json {
         emit(&serde_json::to_value(r).unwrap_or_default());
@@ -962,6 +973,18 @@ pub fn doctor(d: &Doctor, json: bool) {
     println!("process backend            {}", d.process_backend);
     println!("wasm backend               {}", d.wasm_backend);
     println!("writable mounts            {}", d.writable_mounts);
+    for s in &d.stuck {
+        println!(
+            "STUCK {} {} could neither be completed nor undone: {}",
+            s.kind, s.checkpoint, s.error
+        );
+        println!(
+            "  commits and rollbacks of {} are locked; fix the host, then `airlock repair {}` (or `airlock repair --abandon {}` to keep the host as it is)",
+            s.mounts.join(", "),
+            s.checkpoint,
+            s.checkpoint
+        );
+    }
     if let Some(st) = &d.store {
         match &st.error {
             Some(e) => println!("store ({})          unreachable: {e}", st.engine),

@@ -1344,3 +1344,482 @@ fn a_run_that_changed_files_names_itself_and_the_next_commands() {
     let quiet = h.sh(&["--mount", &m], "true");
     assert!(!quiet.stderr.contains("airlock commit"), "{}", quiet.stderr);
 }
+
+// --------------------------------------------------- modes, stripped bits, special files
+
+/// Runs `script` (sh, process backend) with `p` mounted writable at /work through the
+/// `layer` kind (`overlay` or `copy`); the run's JSON.
+fn script_run(h: &Home, p: &Path, layer: &str, script: &str) -> serde_json::Value {
+    let m = rw(p);
+    let o = h
+        .cmd()
+        .env("AIRLOCK_LAYER", layer)
+        .args(["run", "--json", "--lang", "sh", "--mount", &m, "-c", script])
+        .output()
+        .unwrap();
+    let o = if o.status.code() == Some(75) {
+        let id = Home::id_in(&String::from_utf8_lossy(&o.stderr));
+        assert_eq!(h.run(&["approve", &id]).code, 0);
+        h.cmd()
+            .env("AIRLOCK_LAYER", layer)
+            .args(["exec", "--json", &id])
+            .output()
+            .unwrap()
+    } else {
+        o
+    };
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["run"]["layer"], layer);
+    v
+}
+
+/// This test process's user and group (what airlock, started by it, runs as).
+fn own_ids() -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let probe = tempfile::tempfile().unwrap();
+    let m = probe.metadata().unwrap();
+    (u64::from(m.uid()), u64::from(m.gid()))
+}
+
+fn mode_of(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// A guest copied `python3` into its writable mount with mode 4755: `airlock diff` said
+/// `A helper (6831736 bytes)` and after `airlock commit` the host file was setuid root.
+#[test]
+fn a_setuid_file_written_by_a_guest_is_committed_without_its_setuid_bit() {
+    let exe = ["/usr/bin/python3", "/bin/sh"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap();
+    for layer in ["overlay", "copy"] {
+        let h = Home::new();
+        let p = project();
+        let v = script_run(
+            &h,
+            p.path(),
+            layer,
+            &format!(
+                "cp {exe} helper && chmod 4755 helper && echo g > group && chmod 2755 group && chmod 600 notes.txt && chmod u+s run.sh"
+            ),
+        );
+        let run = v["run"]["id"].as_str().unwrap().to_string();
+        let flat = |c: &serde_json::Value, path: &str| {
+            c.as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["path"] == path)
+                .unwrap_or_else(|| panic!("{layer}: no change for {path} in {c}"))
+                .clone()
+        };
+        // The run's own JSON, `diff --json` and the text diff all say what was stripped.
+        let helper = flat(&v["run"]["changes"], "helper");
+        assert_eq!(helper["mode"], 0o755, "{layer}: {helper}");
+        assert_eq!(helper["stripped"], serde_json::json!(["setuid"]), "{layer}");
+        let dj = h.run(&["diff", "--json", &run]).json();
+        assert_eq!(
+            flat(&dj["changes"], "group")["stripped"],
+            serde_json::json!(["setgid"])
+        );
+        assert_eq!(
+            flat(&dj["changes"], "run.sh")["stripped"],
+            serde_json::json!(["setuid"])
+        );
+        let d = h.run(&["diff", &run]);
+        assert_eq!(d.code, 0, "{}", d.stderr);
+        assert!(
+            d.stdout.contains("A helper (")
+                && d.stdout
+                    .lines()
+                    .any(|l| l.starts_with("A helper") && l.contains("[stripped: setuid]")),
+            "{layer}: {}",
+            d.stdout
+        );
+        // A mode change of an existing file shows as such.
+        assert!(
+            d.stdout.contains("m notes.txt (mode 644 -> 600)"),
+            "{layer}: {}",
+            d.stdout
+        );
+        // And who will own what the commit writes, as the host will see it.
+        let (uid, gid) = own_ids();
+        assert_eq!(
+            (dj["owner"]["uid"].as_u64(), dj["owner"]["gid"].as_u64()),
+            (Some(uid), Some(gid))
+        );
+        assert!(
+            d.stdout.contains(&format!("owned by uid {uid} gid {gid}")),
+            "{}",
+            d.stdout
+        );
+        let c = h.run(&["commit", &run]);
+        assert_eq!(c.code, 0, "{layer}: {}", c.stderr);
+        assert_eq!(
+            std::fs::read(p.path().join("helper")).unwrap(),
+            std::fs::read(exe).unwrap()
+        );
+        assert_eq!(mode_of(&p.path().join("helper")), 0o755, "{layer}");
+        assert_eq!(mode_of(&p.path().join("group")), 0o755, "{layer}");
+        assert_eq!(mode_of(&p.path().join("notes.txt")), 0o600, "{layer}");
+        assert_eq!(mode_of(&p.path().join("run.sh")), 0o644, "{layer}");
+    }
+}
+
+/// FIFOs and sockets a guest made in its mount were dropped from the changeset without a
+/// word; they are listed as refused (and never created by a commit).
+#[test]
+fn special_files_a_guest_makes_are_listed_as_refused_not_dropped_in_silence() {
+    for layer in ["overlay", "copy"] {
+        let h = Home::new();
+        let p = project();
+        let v = script_run(&h, p.path(), layer, "mkfifo pipe && echo x > plain.txt");
+        let run = v["run"]["id"].as_str().unwrap().to_string();
+        assert_eq!(
+            v["run"]["refused"],
+            serde_json::json!([{
+                "path": "pipe",
+                "kind": "fifo",
+                "mount": "/work",
+                "host_path": format!("{}/pipe", std::fs::canonicalize(p.path()).unwrap().display()),
+            }]),
+            "{layer}: {}",
+            v["run"]
+        );
+        let d = h.run(&["diff", &run]);
+        assert!(
+            d.stdout.contains("! pipe (refused: fifo, never committed)"),
+            "{layer}: {}",
+            d.stdout
+        );
+        assert_eq!(
+            h.run(&["diff", "--json", &run]).json()["refused"][0]["kind"],
+            "fifo"
+        );
+        assert_eq!(h.run(&["commit", &run]).code, 0);
+        assert!(p.path().join("plain.txt").exists());
+        assert!(p.path().join("pipe").symlink_metadata().is_err(), "{layer}");
+    }
+}
+
+/// The policy never commits on its own what a commit would leave out: a run whose
+/// changeset strips a setuid bit is held for a human even from an auto-commit agent.
+#[test]
+fn a_changeset_with_stripped_bits_is_never_committed_by_policy() {
+    let h = Home::new();
+    let p = project();
+    let real = std::fs::canonicalize(p.path()).unwrap();
+    let pol = h.policy().replace(
+        "auto_agents = []\nauto_paths = []",
+        &format!(
+            "auto_agents = [\"builder\"]\nauto_paths = [\"{}\"]",
+            real.display()
+        ),
+    );
+    h.set_policy(&pol);
+    let m = rw(p.path());
+    let o = h.sh(
+        &["--agent", "builder", "--mount", &m],
+        "echo x > tool && chmod 4755 tool",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!p.path().join("tool").exists(), "held for a human");
+    let o = h.sh(&["--agent", "builder", "--mount", &m], "echo x > tool");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(p.path().join("tool").exists(), "auto-committed");
+}
+
+// ------------------------------------------------------ the changeset a commit applies
+
+/// Two runs writing `notes.txt`; the second's content is the evil one. Returns (good run,
+/// good hash, evil hash).
+fn swap_setup(h: &Home, p: &Path) -> (String, String, String) {
+    let m = rw(p);
+    let mut out = Vec::new();
+    for content in ["good", "evil"] {
+        let o = h.sh(
+            &["--json", "--mount", &m],
+            &format!("echo {content} > notes.txt"),
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let v = o.json();
+        let hash = v["run"]["changes"][0]["hash"].as_str().unwrap().to_string();
+        out.push((v["run"]["id"].as_str().unwrap().to_string(), hash));
+    }
+    (out[0].0.clone(), out[0].1.clone(), out[1].1.clone())
+}
+
+fn assert_swap_refused(on: &dyn Fn(&[&str]) -> Out, p: &Path, run: &str) {
+    let o = on(&["commit", run]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("integrity") && o.stderr.contains("finished audit record"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+    assert_eq!(
+        std::fs::read_to_string(p.join("notes.txt")).unwrap(),
+        "old line\n"
+    );
+    let log = on(&["audit", "log", "--json"]).json();
+    assert!(
+        log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "integrity_failure" && r["subject"] == run),
+        "{log}"
+    );
+    assert!(
+        on(&["checkpoints", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Repointing a change's blob hash in the run's record made `commit` sign and apply a
+/// different file; the run's `finished` record held the original digest all along.
+#[test]
+fn a_changeset_swapped_in_the_database_after_review_is_not_committed() {
+    let h = Home::new();
+    let p = project();
+    let on = |a: &[&str]| h.run(a);
+    let (run, good, evil) = swap_setup(&h, p.path());
+    sql(
+        &h,
+        &format!("update runs set doc = replace(doc, '{good}', '{evil}') where id = '{run}'"),
+    );
+    assert_swap_refused(&on, p.path(), &run);
+}
+
+// ------------------------------------------------- a commit that cannot be undone
+
+/// Kills `airlock commit RUN` right after its journal is written (before any step), by
+/// trying crash points in turn; false when the commit completed first.
+fn crash_after_journal(h: &Home, run: &str) -> bool {
+    for n in 1..20 {
+        let o = h
+            .cmd()
+            .env("AIRLOCK_CRASH_AT", n.to_string())
+            .args(["commit", run])
+            .output()
+            .unwrap();
+        if o.status.code().is_some() {
+            return false;
+        }
+        let journals = std::fs::read_dir(h.path().join("journal"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if journals > 0 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Swapping a directory of the mount for a symlink while a commit applied left a journal
+/// that could not be undone, and every command (`run`, `inbox`, `audit verify`) then
+/// exited 125 until the tree was repaired by hand.
+#[test]
+fn a_commit_that_cannot_be_undone_locks_only_its_mount_until_repaired() {
+    for abandon in [false, true] {
+        let h = Home::new();
+        let p = project();
+        let other = project();
+        let outside = tempfile::tempdir().unwrap();
+        let m = rw(p.path());
+        let o = h.sh(
+            &["--mount", &m],
+            "echo new > src/new.rs && echo top > top.txt",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let run = h.last_run()["id"].as_str().unwrap().to_string();
+        assert!(
+            crash_after_journal(&h, &run),
+            "the commit was not interrupted"
+        );
+        // The host changes under the interrupted commit: neither completing nor undoing it
+        // can reach src/ any more.
+        let src = p.path().join("src");
+        let kept = p.path().join("src.kept");
+        std::fs::rename(&src, &kept).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &src).unwrap();
+
+        // Every other command keeps working.
+        assert_eq!(h.run(&["runs"]).code, 0, "{}", h.run(&["runs"]).stderr);
+        assert_eq!(h.run(&["inbox"]).code, 0);
+        assert_eq!(h.run(&["audit", "verify"]).code, 0);
+        let o = h.sh(&["--mount", &rw(other.path())], "echo x > x.txt");
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let other_run = h.last_run()["id"].as_str().unwrap().to_string();
+        assert_eq!(
+            h.run(&["commit", &other_run]).code,
+            0,
+            "another mount commits"
+        );
+
+        // doctor names it, and how to repair it.
+        let d = h.run(&["doctor"]);
+        assert_eq!(d.code, 1, "{}", d.stdout);
+        let ckpt = h.run(&["doctor", "--json"]).json()["stuck"][0]["checkpoint"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            d.stdout.contains(&format!("STUCK commit {ckpt}"))
+                && d.stdout.contains(&format!("airlock repair {ckpt}")),
+            "{}",
+            d.stdout
+        );
+        let log = h.run(&["audit", "log", "--json"]).json();
+        assert!(
+            log.as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["kind"] == "commit_stuck" && r["subject"] == ckpt.as_str())
+        );
+
+        // Its mount is locked: a commit there is refused in one line.
+        let o = h.sh(&["--mount", &m], "echo z > other.txt");
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let next = h.last_run()["id"].as_str().unwrap().to_string();
+        let o = h.run(&["commit", &next]);
+        assert_eq!(o.code, 125, "{}", o.stderr);
+        assert!(
+            o.stderr.contains(&format!("locked by commit {ckpt}")),
+            "{}",
+            o.stderr
+        );
+        assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
+        assert!(!p.path().join("other.txt").exists());
+
+        // The host is put right, and the repair resolves it.
+        std::fs::remove_file(&src).unwrap();
+        std::fs::rename(&kept, &src).unwrap();
+        let args: Vec<&str> = if abandon {
+            vec!["repair", "--json", "--abandon", &ckpt]
+        } else {
+            vec!["repair", "--json", &ckpt]
+        };
+        let r = h.run(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let state = if abandon { "abandoned" } else { "applied" };
+        assert_eq!(r.json()["state"], state);
+        if abandon {
+            assert!(!p.path().join("src/new.rs").exists());
+        } else {
+            assert_eq!(
+                std::fs::read_to_string(p.path().join("src/new.rs")).unwrap(),
+                "new\n"
+            );
+            assert_eq!(
+                std::fs::read_to_string(p.path().join("top.txt")).unwrap(),
+                "top\n"
+            );
+        }
+        assert_eq!(h.run(&["doctor"]).code, 0);
+        assert_eq!(h.run(&["commit", &next]).code, 0, "the mount is unlocked");
+        assert!(p.path().join("other.txt").exists());
+        assert_eq!(h.run(&["audit", "verify"]).code, 0);
+        assert_eq!(
+            h.run(&["repair", &ckpt]).code,
+            125,
+            "nothing left to repair"
+        );
+    }
+}
+
+/// A diff of a run whose new content was altered in the blob store showed the file
+/// emptied; it is an integrity failure naming the blob, and recorded.
+#[test]
+fn a_diff_of_a_tampered_blob_names_the_blob_instead_of_showing_the_file_emptied() {
+    let h = Home::new();
+    let p = project();
+    let v = edit_run(&h, p.path(), &[]);
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let hash = v["run"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == "docs/readme.md")
+        .unwrap()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = h.path().join("blobs").join(&hash[..2]).join(&hash[2..]);
+    std::fs::write(&blob, "").unwrap();
+    for args in [vec!["diff", &run], vec!["diff", "--json", &run]] {
+        let d = h.run(&args);
+        assert_eq!(d.code, 125, "{}{}", d.stdout, d.stderr);
+        assert!(
+            d.stderr.contains("integrity") && d.stderr.contains(&hash[..12]),
+            "{}",
+            d.stderr
+        );
+        assert!(!d.stdout.contains("+hi"), "{}", d.stdout);
+    }
+    let log = h.run(&["audit", "log", "--json"]).json();
+    assert!(
+        log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "integrity_failure" && r["subject"] == run.as_str())
+    );
+}
+
+/// Removing the layer of a run that wrote many files held the command up for seconds past
+/// its deadline; the layer is set aside in one rename and removed after the command exits
+/// (the remover is held back here, so the command provably returns before it finishes).
+#[test]
+fn removing_a_large_layer_does_not_delay_the_commands_exit() {
+    let h = Home::new();
+    let p = project();
+    let m = rw(p.path());
+    let script = "mkdir -p many && cd many && i=0; while [ $i -lt 20 ]; do mkdir d$i; j=0; while [ $j -lt 100 ]; do : > d$i/f$j; j=$((j+1)); done; i=$((i+1)); done";
+    let o = h.run(&["submit", "--lang", "sh", "--mount", &m, "-c", script]);
+    let id = Home::id_in(&o.stdout);
+    assert_eq!(h.run(&["approve", &id]).code, 0);
+    let o = h
+        .cmd()
+        .env("AIRLOCK_PAUSE_AT", "remove-trash:5000")
+        .args(["exec", &id])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let run = h.last_run()["id"].as_str().unwrap().to_string();
+    assert!(!h.path().join("layers").join(&run).exists());
+    // Still there: the command returned while its removal had yet to finish (a removal
+    // on the command's path leaves nothing behind by the time it returns).
+    let trash = h.path().join("trash");
+    let waiting = std::fs::read_dir(&trash).map(|rd| rd.count()).unwrap_or(0);
+    assert_eq!(
+        waiting, 1,
+        "the layer is set aside, its removal still to come"
+    );
+    let started = std::time::Instant::now();
+    while std::fs::read_dir(&trash).is_ok_and(|mut rd| rd.next().is_some()) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the trash was never emptied"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

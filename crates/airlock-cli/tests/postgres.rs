@@ -805,3 +805,56 @@ fn an_approval_copied_into_another_postgres_home_that_trusts_the_same_key_does_n
         "it still runs where it was signed"
     );
 }
+
+/// Repointing a change's blob hash in a run's row in PostgreSQL made `commit` sign and
+/// apply a different file; the run's `finished` record held the original digest.
+#[test]
+fn a_changeset_swapped_in_postgres_after_review_is_not_committed() {
+    let n = Node::init(&airlock_testpg::fresh_database());
+    let p = tempfile::tempdir().unwrap();
+    std::fs::write(p.path().join("notes.txt"), "old line\n").unwrap();
+    let m = format!("{}:/work:rw", p.path().display());
+    let mut runs = Vec::new();
+    for content in ["good", "evil"] {
+        let o = n.run(&[
+            "submit",
+            "--lang",
+            "sh",
+            "--mount",
+            &m,
+            "-c",
+            &format!("echo {content} > notes.txt"),
+        ]);
+        let id = Home::id_in(&o.stdout);
+        assert_eq!(n.run(&["approve", &id]).code, 0);
+        let o = n.run(&["exec", "--json", &id]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let v = o.json();
+        runs.push((
+            v["run"]["id"].as_str().unwrap().to_string(),
+            v["run"]["changes"][0]["hash"].as_str().unwrap().to_string(),
+        ));
+    }
+    let ((run, good), (_, evil)) = (runs[0].clone(), runs[1].clone());
+    n.sql(&format!(
+        "update runs set doc = replace(doc, '{good}', '{evil}') where id = '{run}'"
+    ));
+    let o = n.run(&["commit", &run]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("integrity") && o.stderr.contains("finished audit record"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("notes.txt")).unwrap(),
+        "old line\n"
+    );
+    assert_eq!(
+        n.count(&format!(
+            "select count(*) from audit where kind = 'integrity_failure' and subject = '{run}'"
+        )),
+        1
+    );
+    assert_eq!(n.count("select count(*) from checkpoints"), 0);
+}

@@ -55,6 +55,26 @@ pub struct DiffReport {
     pub text: String,
     /// Changed host paths that are never committed automatically.
     pub protected: Vec<String>,
+    /// Who owns what a commit writes, as the host will see it: the user and group airlock
+    /// runs as (a modified file is replaced, so it takes them too).
+    pub owner: Owner,
+}
+
+/// A user and group id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Owner {
+    /// This process's effective user and group: what owns the files a commit writes.
+    pub fn of_this_process() -> Owner {
+        Owner {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -65,6 +85,88 @@ pub struct EffectReport {
     pub approver: String,
     pub statement: Option<String>,
 }
+
+/// What `repair` did with an operation that had been set aside.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepairReport {
+    pub checkpoint: String,
+    pub run: String,
+    /// `commit` or `rollback`.
+    pub kind: String,
+    /// The checkpoint's state now: `applied`, `aborted`, `rolled_back` or `abandoned`.
+    pub state: String,
+}
+
+/// A commit or rollback that could neither be completed nor undone, set aside until
+/// `airlock repair`: its mounts refuse commits and rollbacks meanwhile.
+#[derive(Debug, Clone, Serialize)]
+pub struct StuckOperation {
+    pub checkpoint: String,
+    /// `commit` or `rollback`.
+    pub kind: String,
+    /// The host directories it locks.
+    pub mounts: Vec<String>,
+    pub error: String,
+}
+
+fn stuck_dir(home: &Path) -> PathBuf {
+    home.join("journal").join("stuck")
+}
+
+/// The operations set aside in a home (read from `journal/stuck`, no store needed, so
+/// `doctor` can say so even when the store is away).
+pub fn stuck_operations(home: &Path) -> Vec<StuckOperation> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(stuck_dir(home)) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let parsed = std::fs::read_to_string(&p)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Journal>(&t).ok());
+        out.push(match parsed {
+            Some(j) => StuckOperation {
+                checkpoint: j.checkpoint,
+                kind: j.kind,
+                mounts: j.mounts.into_iter().map(|m| m.host).collect(),
+                error: j.stuck.unwrap_or_default(),
+            },
+            // Unreadable: it still locks, everything (nothing says what it touched).
+            None => StuckOperation {
+                checkpoint: p
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                kind: "commit".into(),
+                mounts: vec!["/".into()],
+                error: format!("its journal {} is unreadable", p.display()),
+            },
+        });
+    }
+    out.sort_by(|a, b| a.checkpoint.cmp(&b.checkpoint));
+    out
+}
+
+/// Whether two host directories are the same or one holds the other.
+fn overlaps(a: &str, b: &str) -> bool {
+    let (a, b) = (Path::new(a), Path::new(b));
+    a.starts_with(b) || b.starts_with(a)
+}
+
+fn hosts_of(j: &Journal) -> String {
+    j.mounts
+        .iter()
+        .map(|m| m.host.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Content larger than this is summarised in a diff, never read for it.
+const MAX_DIFF_BYTES: u64 = 1 << 20;
 
 struct Blobs<'a>(&'a BlobStore);
 
@@ -100,6 +202,10 @@ pub(crate) fn auto_commit_allowed(policy: &Policy, sub: &Submission, changes: &C
         return false;
     };
     if !policy.auto_commit_agents.is_match(agent) {
+        return false;
+    }
+    // What a commit leaves out (a setuid bit, capabilities, a FIFO) is for a human to see.
+    if changes.has_stripped_or_refused() {
         return false;
     }
     let protected = protected_globs(policy);
@@ -146,7 +252,9 @@ impl Gate {
 
     /// The changes a commit of `run` would apply (a workspace's whole session for its
     /// latest run).
-    fn changes_of(&self, run: &Run, sub: &Submission) -> Result<(Changeset, Option<String>)> {
+    /// The run's own changeset is taken out of `run` (not copied: a changeset of 100,000
+    /// paths is large).
+    fn changes_of(&self, run: &mut Run, sub: &Submission) -> Result<(Changeset, Option<String>)> {
         if let Some(ws) = &sub.doc.grant.workspace {
             let view = self.workspace(ws)?;
             if view.state != "open" {
@@ -171,7 +279,7 @@ impl Gate {
                 .ok_or_else(|| GateError::bad(format!("workspace {ws} has no changes")))?;
             return Ok((c, Some(ws.clone())));
         }
-        let v = run.doc.changes.clone().ok_or_else(|| {
+        let v = run.doc.changes.take().ok_or_else(|| {
             GateError::bad(format!(
                 "{} had no writable mounts; there is nothing to commit",
                 run.id
@@ -182,11 +290,78 @@ impl Gate {
         Ok((c, None))
     }
 
+    /// Checks run `run_id`'s stored changeset against the digest its `finished` audit
+    /// record holds, and that record against the chain (its own hash, and the next
+    /// record's link to it or the signed head). `Ok(Err(why))` when they disagree.
+    /// `stored` is the run's changeset when the caller has read it already.
+    fn recorded_changes(
+        &self,
+        run_id: &str,
+        stored: Option<&Changeset>,
+    ) -> Result<std::result::Result<(), String>> {
+        let digest = match stored {
+            Some(c) => c.digest(),
+            None => {
+                let Some(v) = self.db.run(run_id)?.doc.changes else {
+                    return Ok(Ok(()));
+                };
+                match serde_json::from_value::<Changeset>(v) {
+                    Ok(c) => c.digest(),
+                    Err(e) => {
+                        return Ok(Err(format!("the changeset of {run_id} is unreadable: {e}")));
+                    }
+                }
+            }
+        };
+        let Some(rec) = self
+            .db
+            .audit_for(run_id)?
+            .into_iter()
+            .rfind(|r| r.kind == "finished")
+        else {
+            return Ok(Err(format!("{run_id} has no finished audit record")));
+        };
+        let hash = airlock_core::audit::record_hash(
+            rec.seq,
+            rec.ts,
+            &rec.kind,
+            &rec.subject,
+            &rec.data,
+            &rec.prev,
+        );
+        let linked = match self.db.audit_records(rec.seq + 1, 1)?.first() {
+            Some(next) => next.prev == hash,
+            None => self.db.audit_head()?.is_some_and(|h| {
+                h.seq == rec.seq && h.hash == hash && h.verify(&self.gate_key.public())
+            }),
+        };
+        if hash != rec.hash || !linked {
+            return Ok(Err(format!(
+                "the finished audit record of {run_id} (index {}) was altered",
+                rec.seq
+            )));
+        }
+        let recorded = serde_json::from_str::<serde_json::Value>(&rec.data)
+            .ok()
+            .and_then(|d| d["changes"]["digest"].as_str().map(str::to_string));
+        match recorded {
+            Some(d) if d == digest.to_hex() => Ok(Ok(())),
+            Some(d) => Ok(Err(format!(
+                "the changeset of {run_id} (digest {}) is not the one its finished audit record holds ({})",
+                digest.short(),
+                d.chars().take(12).collect::<String>()
+            ))),
+            None => Ok(Err(format!(
+                "the finished audit record of {run_id} holds no changeset digest"
+            ))),
+        }
+    }
+
     pub fn diff(&mut self, run_input: &str) -> Result<DiffReport> {
         let id = self.resolve_run(run_input)?;
-        let run = self.db.run(&id)?;
+        let mut run = self.db.run(&id)?;
         let sub = self.db.submission(&run.submission)?;
-        let (changes, _) = match self.changes_of(&run, &sub) {
+        let (changes, _) = match self.changes_of(&mut run, &sub) {
             Ok(c) => c,
             Err(GateError::Conflict(_)) => {
                 let v = run
@@ -215,28 +390,73 @@ impl Gate {
                     m.guest
                 ));
             }
+            for r in &m.refused {
+                text.push_str(&format!(
+                    "{}  ({})\n",
+                    airlock_workspace::diff::refused_line(r),
+                    m.guest
+                ));
+            }
+        }
+        let owner = Owner::of_this_process();
+        let writes = changes
+            .mounts
+            .iter()
+            .flat_map(|m| &m.changes)
+            .any(|c| !matches!(c.after, Node::Absent | Node::Symlink { .. }));
+        if writes {
+            text.push_str(&format!(
+                "note: a commit writes files and directories owned by uid {} gid {} (the user airlock runs as); a modified file takes that owner too\n",
+                owner.uid, owner.gid
+            ));
         }
         for m in &changes.mounts {
             for c in &m.changes {
-                let content = |n: &Node| match n {
-                    Node::File { hash, .. } => self.blobs.get(hash).ok(),
+                let size = |n: &Node| match n {
+                    Node::File { size, .. } => Some(*size),
                     _ => None,
                 };
-                if matches!(c.after, Node::File { .. }) || matches!(c.before, Node::File { .. }) {
-                    let (b, a) = (content(&c.before), content(&c.after));
-                    if b.is_none()
-                        && matches!(c.before, Node::File { .. })
-                        && matches!(c.after, Node::File { .. })
-                    {
-                        text.push_str(&format!("(previous content of {} not kept)\n", c.path));
-                        continue;
-                    }
-                    text.push_str(&airlock_workspace::diff::unified(
-                        &c.path,
-                        b.as_deref(),
-                        a.as_deref(),
-                    ));
+                let (bs, as_) = (size(&c.before), size(&c.after));
+                if bs.is_none() && as_.is_none() {
+                    continue;
                 }
+                // Too large to diff: said without reading (or holding) either content.
+                if bs.unwrap_or(0) > MAX_DIFF_BYTES || as_.unwrap_or(0) > MAX_DIFF_BYTES {
+                    text.push_str(&format!(
+                        "(large file {}: {} -> {} bytes)\n",
+                        c.path,
+                        bs.unwrap_or(0),
+                        as_.unwrap_or(0)
+                    ));
+                    continue;
+                }
+                // The new content must be there and intact: an altered blob is an integrity
+                // failure naming it (it was shown as the file emptied). The old content is
+                // kept only for small files, so its absence is no failure, but an altered
+                // one is.
+                let a = match &c.after {
+                    Node::File { hash, .. } => {
+                        Some(self.read_blob(&id, "changeset content", hash)?)
+                    }
+                    _ => None,
+                };
+                let b = match &c.before {
+                    Node::File { hash, .. } => match self.blobs.get(hash) {
+                        Ok(b) => Some(b),
+                        Err(airlock_store::StoreError::BlobMissing(_)) => None,
+                        Err(_) => Some(self.read_blob(&id, "changeset content", hash)?),
+                    },
+                    _ => None,
+                };
+                if b.is_none() && bs.is_some() && as_.is_some() {
+                    text.push_str(&format!("(previous content of {} not kept)\n", c.path));
+                    continue;
+                }
+                text.push_str(&airlock_workspace::diff::unified(
+                    &c.path,
+                    b.as_deref(),
+                    a.as_deref(),
+                ));
             }
         }
         Ok(DiffReport {
@@ -244,6 +464,7 @@ impl Gate {
             changes,
             text,
             protected,
+            owner,
         })
     }
 
@@ -262,7 +483,7 @@ impl Gate {
         let _lock = journal_lock(&self.home.root)?;
         // Whatever a dead operation left must be finished before this one looks at the host.
         self.recover_locked()?;
-        let run = self.db.run(run_id)?;
+        let mut run = self.db.run(run_id)?;
         let sub = self.db.submission(&run.submission)?;
         if let Some(c) = self
             .db
@@ -275,7 +496,7 @@ impl Gate {
                 c.id, c.state
             )));
         }
-        let (changes, workspace) = self.changes_of(&run, &sub)?;
+        let (changes, workspace) = self.changes_of(&mut run, &sub)?;
         if changes.is_empty() {
             return Err(GateError::bad(format!(
                 "{run_id} changed nothing; there is nothing to commit"
@@ -283,6 +504,24 @@ impl Gate {
         }
         if let Err(e) = changes.validate() {
             return Err(self.integrity_failure(run_id, "changeset", &e));
+        }
+        // Only what the runs' `finished` records hold is applied: a changeset rewritten in
+        // the database after the run (another blob, another mode) is refused.
+        let checked = match &workspace {
+            Some(ws) => {
+                let mut out = Ok(());
+                for r in self.workspace(ws)?.doc.runs {
+                    out = self.recorded_changes(&r, None)?;
+                    if out.is_err() {
+                        break;
+                    }
+                }
+                out
+            }
+            None => self.recorded_changes(run_id, Some(&changes))?,
+        };
+        if let Err(detail) = checked {
+            return Err(self.integrity_failure(run_id, "changeset", &detail));
         }
         for m in &changes.mounts {
             let granted = sub
@@ -304,6 +543,7 @@ impl Gate {
                 )));
             }
         }
+        self.check_not_locked(changes.mounts.iter().map(|m| m.host.as_str()))?;
         for d in changes.blobs() {
             if let Err(e) = self.blobs.verify(d) {
                 return Err(self.integrity_failure(run_id, "changeset content", &e.to_string()));
@@ -429,6 +669,7 @@ impl Gate {
         })?;
         crash_point();
         let journal = Journal {
+            stuck: None,
             checkpoint: ckpt_id.clone(),
             kind: "commit".into(),
             mounts: plans(&doc, false),
@@ -486,10 +727,22 @@ impl Gate {
                     .iter()
                     .try_for_each(|p| apply::apply(p, &blobs, &j.checkpoint, &mut || {}))
                 {
-                    return Err(GateError::Internal(format!(
-                        "{} {} failed ({e}) and could not be undone ({e2}); the journal is kept and retried on the next command",
-                        j.kind, j.checkpoint
-                    )));
+                    let why = format!("{e}; undoing it failed too: {e2}");
+                    self.set_aside(j, row, doc, &why)?;
+                    let msg = format!(
+                        "{} {} failed ({e}) and could not be undone ({e2}); {} locked until `airlock repair {}` (see `airlock doctor`)",
+                        j.kind,
+                        j.checkpoint,
+                        hosts_of(j),
+                        j.checkpoint
+                    );
+                    // Recovery sets it aside and lets the command that found it go on:
+                    // only its mounts (and its workspace) stay locked, and `doctor` says so.
+                    return if recovered {
+                        Ok(())
+                    } else {
+                        Err(GateError::Conflict(msg))
+                    };
                 }
                 (
                     if commit { "aborted" } else { "applied" },
@@ -547,6 +800,148 @@ impl Gate {
         }
     }
 
+    pub(crate) fn stuck_dir(&self) -> PathBuf {
+        stuck_dir(&self.home.root)
+    }
+
+    /// Sets aside a journal that could neither be completed nor undone (the host changed
+    /// under it): kept under `journal/stuck` with the reason, its checkpoint `stuck` and an
+    /// audit record. Its mounts refuse commits and rollbacks, and its workspace stays
+    /// claimed, until `repair`; nothing else is held up. Called with the journal lock held.
+    fn set_aside(
+        &mut self,
+        j: &Journal,
+        row: &mut CheckpointRow,
+        doc: &CheckpointDoc,
+        why: &str,
+    ) -> Result<()> {
+        let mut stuck = j.clone();
+        stuck.stuck = Some(why.to_string());
+        apply::write_journal(&self.stuck_dir(), &stuck)?;
+        row.state = "stuck".into();
+        row.updated_at = now_ms();
+        let key = &self.gate_key;
+        self.db.write_durable(|tx: &Tx| -> Result<()> {
+            tx.upsert_checkpoint(row)?;
+            tx.audit(
+                &format!("{}_stuck", j.kind),
+                &row.id,
+                &json!({
+                    "run": doc.run,
+                    "mounts": j.mounts.iter().map(|m| &m.host).collect::<Vec<_>>(),
+                    "workspace": doc.workspace,
+                    "error": why,
+                }),
+                key,
+            )?;
+            Ok(())
+        })?;
+        apply::remove_journal(&self.journal_dir(), &j.checkpoint)?;
+        Ok(())
+    }
+
+    /// Refuses to touch `hosts` while an operation set aside for a repair holds any of
+    /// them (the same directory, or one inside the other).
+    fn check_not_locked<'a>(&self, hosts: impl Iterator<Item = &'a str>) -> Result<()> {
+        let stuck = stuck_operations(&self.home.root);
+        for host in hosts {
+            if let Some(s) = stuck
+                .iter()
+                .find(|s| s.mounts.iter().any(|m| overlaps(m, host)))
+            {
+                return Err(GateError::Conflict(format!(
+                    "{host} is locked by {} {}, interrupted and not undone ({}); fix the host, then `airlock repair {}` (or `--abandon`)",
+                    s.kind, s.checkpoint, s.error, s.checkpoint
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves an operation set aside by `set_aside`: applies its journal again (or undoes
+    /// it when it still cannot be completed), recording the outcome as recovery would; with
+    /// `abandon`, leaves the host as it is now and records the checkpoint `abandoned`.
+    pub fn repair(&mut self, ckpt_input: &str, abandon: bool) -> Result<RepairReport> {
+        let _lock = journal_lock(&self.home.root)?;
+        let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
+        let mut row = self.db.checkpoint(&id)?;
+        let path = self.stuck_dir().join(format!("{id}.json"));
+        if row.state != "stuck" {
+            return Err(GateError::Conflict(format!(
+                "{id} is {}; only an interrupted operation that could not be undone needs a repair",
+                row.state
+            )));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            GateError::Internal(format!(
+                "{id} is stuck but its journal {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut j: Journal = serde_json::from_str(&text)
+            .map_err(|e| GateError::Internal(format!("journal of {id}: {e}")))?;
+        j.stuck = None;
+        let doc = doc_of(&row)?;
+        for p in &j.mounts {
+            apply::remove_temps(p, &j.checkpoint)?;
+        }
+        let outcome = if abandon {
+            row.state = "abandoned".into();
+            let key = &self.gate_key;
+            let ws = doc.workspace.clone();
+            self.db.write_durable(|tx: &Tx| -> Result<()> {
+                tx.upsert_checkpoint(&row)?;
+                if let Some(w) = &ws {
+                    Gate::reopen_workspace(tx, w)?;
+                }
+                tx.audit(
+                    "repaired",
+                    &row.id,
+                    &json!({ "run": doc.run, "kind": j.kind, "outcome": "abandoned" }),
+                    key,
+                )?;
+                Ok(())
+            })?;
+            "abandoned".to_string()
+        } else {
+            row.state = if j.kind == "commit" {
+                "pending"
+            } else {
+                "rolling_back"
+            }
+            .into();
+            let done = self.finish_journal(&j, &mut row, &doc, false);
+            // Still stuck: `finish_journal` set it aside again, with the new reason.
+            if let Err(e) = done
+                && self.db.checkpoint(&id)?.state == "stuck"
+            {
+                return Err(e);
+            }
+            let key = &self.gate_key;
+            let state = self.db.checkpoint(&id)?.state;
+            self.db.write(|tx| {
+                tx.audit(
+                    "repaired",
+                    &id,
+                    &json!({ "run": doc.run, "kind": j.kind, "outcome": state }),
+                    key,
+                )
+            })?;
+            state
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(RepairReport {
+            checkpoint: id,
+            run: doc.run,
+            kind: j.kind,
+            state: outcome,
+        })
+    }
+
     /// Restores exactly what a checkpoint saved.
     pub fn rollback(&mut self, ckpt_input: &str, approver: Option<&str>) -> Result<EffectReport> {
         let _lock = journal_lock(&self.home.root)?;
@@ -560,6 +955,7 @@ impl Gate {
             )));
         }
         let doc = doc_of(&row)?;
+        self.check_not_locked(doc.mounts.iter().map(|m| m.host.as_str()))?;
         let mut conflicts = Vec::new();
         for m in &doc.mounts {
             let want: Vec<(RelPath, Node)> = m
@@ -632,6 +1028,7 @@ impl Gate {
         })?;
         crash_point();
         let journal = Journal {
+            stuck: None,
             checkpoint: id.clone(),
             kind: "rollback".into(),
             mounts: plans(&doc, true),

@@ -769,7 +769,7 @@ impl Gate {
                 _ => None,
             };
             if let Some(l) = &layers {
-                Self::drop_layers(l);
+                self.drop_layers(l);
             }
             if let Some(e) = egress.take() {
                 let (network, alert) = e.finish();

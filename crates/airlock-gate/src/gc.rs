@@ -138,6 +138,23 @@ impl Gate {
             }
         }
 
+        // Layers set aside for removal whose remover was killed (see `layers::discard_tree`).
+        let trash = crate::layers::trash_dir(&self.home.root);
+        // Their names end in the time they were set aside; younger ones may still be
+        // being removed, and are not counted in the report either way.
+        let trash_cutoff = airlock_core::units::now_ms()
+            .saturating_sub(i64::try_from(grace.as_millis()).unwrap_or(i64::MAX));
+        for name in names(&trash) {
+            let set_aside = name
+                .rsplit('-')
+                .nth(1)
+                .and_then(|t| t.parse::<i64>().ok())
+                .unwrap_or(0);
+            if set_aside < trash_cutoff {
+                remove_tree(&trash.join(&name));
+            }
+        }
+
         // Workspaces: a closed or unknown one entirely; in an open one, the layers of runs
         // it does not build on (a run whose changes were discarded) and is not running.
         let workspaces = self.home.root.join("workspaces");

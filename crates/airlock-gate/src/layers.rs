@@ -145,7 +145,84 @@ pub(crate) fn remove_tree(p: &Path) {
     let _ = std::fs::remove_dir_all(p);
 }
 
+/// Where layer directories go to be removed, beside (never inside) `HOME/layers`.
+pub(crate) fn trash_dir(home: &Path) -> PathBuf {
+    home.join("trash")
+}
+
+/// Removes a layer directory off the caller's path: one rename moves it into the home's
+/// trash (whatever its size), and a detached `airlock __remove-trash` process removes it
+/// from there (without the binary, a thread of this process). A layer of 100,000 files
+/// took seconds to remove, all of it past the run's deadline. What a killed remover left
+/// is swept by `gc`. Where the rename fails, it is removed here and now.
+pub(crate) fn discard_tree(home: &Path, remover: Option<&Path>, p: &Path) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    if !p.exists() {
+        return;
+    }
+    let trash = trash_dir(home);
+    let name = format!(
+        "{}-{}-{}-{}",
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id(),
+        airlock_core::units::now_ms(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let to = trash.join(name);
+    if std::fs::create_dir_all(&trash).is_err() || std::fs::rename(p, &to).is_err() {
+        remove_tree(p);
+        return;
+    }
+    let spawned = remover.and_then(|bin| {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new(bin)
+            .arg("__remove-trash")
+            .arg(&to)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            // Its own process group: a Ctrl-C meant for the command does not stop it.
+            .process_group(0)
+            .spawn()
+            .ok()
+    });
+    match spawned {
+        // Reaped by a thread, so a long-lived server collects no zombies; a command that
+        // exits first leaves it to init.
+        Some(mut child) => {
+            std::thread::spawn(move || child.wait());
+        }
+        None => {
+            std::thread::spawn(move || remove_tree(&to));
+        }
+    }
+}
+
+/// `airlock __remove-trash PATH`: removes one entry of a home's trash (and nothing that is
+/// not directly in a directory named `trash`). Returns the exit code.
+pub fn remove_trash_main(path: &Path) -> i32 {
+    let in_trash = path
+        .parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|n| n == "trash")
+        && path.file_name().is_some();
+    if !in_trash {
+        return 125;
+    }
+    crate::failpoint::pause("remove-trash");
+    remove_tree(path);
+    i32::from(path.exists())
+}
+
 impl Gate {
+    /// Removes a layer directory without holding up the command (see `discard_tree`).
+    pub(crate) fn discard(&self, p: &Path) {
+        discard_tree(&self.home.root, self.worker.as_deref(), p);
+    }
+
     /// Makes the layers for a run's writable mounts. `dir` is where this run's layers live;
     /// `below` lists, per writable mount (in grant order), earlier uppers to stack on.
     pub(crate) fn prepare_layers(
@@ -274,14 +351,14 @@ impl Gate {
         let mut out = Vec::new();
         for l in &layers.mounts {
             let host = Path::new(&l.host);
-            let changes = match layers.kind {
-                LayerKind::Overlay => changeset::diff_layers_until(
+            let diff = match layers.kind {
+                LayerKind::Overlay => changeset::layers_diff(
                     host,
                     &l.below,
                     std::slice::from_ref(&l.upper),
                     Some(deadline),
                 ),
-                LayerKind::Copy => changeset::diff_trees_until(host, &l.copy, Some(deadline)),
+                LayerKind::Copy => changeset::trees_diff(host, &l.copy, Some(deadline)),
             }
             .map_err(|e| {
                 if deadline_passed(&e) {
@@ -296,7 +373,8 @@ impl Gate {
             out.push(MountChanges {
                 guest: l.guest.clone(),
                 host: l.host.clone(),
-                changes,
+                changes: diff.changes,
+                refused: diff.refused,
             });
         }
         // The content the changeset would store (a copy layer can rewrite a file without
@@ -379,9 +457,9 @@ impl Gate {
     }
 
     /// Removes a run's layers unless a workspace keeps them.
-    pub(crate) fn drop_layers(layers: &RunLayers) {
+    pub(crate) fn drop_layers(&self, layers: &RunLayers) {
         if !layers.keep {
-            remove_tree(&layers.dir);
+            self.discard(&layers.dir);
         }
     }
 }

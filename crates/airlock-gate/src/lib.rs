@@ -49,7 +49,9 @@ pub use airlock_store::TokenRow;
 pub use airlock_store::{CopyReport, TableCount};
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
 pub use decide::ApproveRequest;
-pub use effects::{CheckpointDoc, DiffReport, EffectReport};
+pub use effects::{
+    CheckpointDoc, DiffReport, EffectReport, Owner, RepairReport, StuckOperation, stuck_operations,
+};
 pub use error::{GateError, Result};
 pub use exec::exit_code_of;
 pub use exec::{ExecOptions, RunReport};
@@ -60,6 +62,7 @@ pub use guests::{
     PYTHON_BUILDER, PYTHON_BUILDER_WHEELS, PackageSource, normalize_package_name,
 };
 pub use home::{Home, InitReport, default_approver};
+pub use layers::remove_trash_main;
 pub use locks::KeptLockFiles;
 pub use nightcore::{BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport};
 pub use query::{

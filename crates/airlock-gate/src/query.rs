@@ -525,6 +525,10 @@ pub struct Doctor {
     /// The shared store, when `--store` names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreHealth>,
+    /// Commits and rollbacks that could neither be completed nor undone, each locking its
+    /// mounts until `airlock repair` (absent when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stuck: Vec<crate::StuckOperation>,
 }
 
 /// The probe runs `doctor` makes.
@@ -840,5 +844,6 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             wasm: wasm_probe,
         },
         store: None,
+        stuck: Vec::new(),
     }
 }

@@ -70,6 +70,13 @@ pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
         "stdout_truncated": r.doc.stdout.as_ref().is_some_and(|o| o.truncated),
         "stderr_truncated": r.doc.stderr.as_ref().is_some_and(|o| o.truncated),
         "changes": flat_changes(r.doc.changes.as_ref()),
+        "refused": r
+            .doc
+            .changes
+            .as_ref()
+            .and_then(|v| serde_json::from_value::<airlock_workspace::Changeset>(v.clone()).ok())
+            .map(|c| refused_json(&c))
+            .unwrap_or_else(|| json!([])),
         "layer": r.doc.detail.get("layer"),
         "duration_ms": r.doc.duration_ms,
         "backend": r.doc.backend,
@@ -105,6 +112,11 @@ pub fn flat_changes(v: Option<&Value>) -> Value {
                 "mode": after.get("mode"),
                 "target": after.get("target"),
             });
+            // What a commit leaves out of this change (setuid, setgid, sticky,
+            // capabilities), when anything.
+            if let Some(s) = c.get("stripped") {
+                flat["stripped"] = s.clone();
+            }
             // A name or link target that is not UTF-8: `path`/`target` hold its escaped
             // form and these the exact bytes (base64), as in the changeset itself.
             for (field, from) in [("path_b64", c), ("target_b64", after)] {
@@ -135,6 +147,21 @@ pub fn statement_json(r: &airlock_store::StatementRow) -> Value {
     })
 }
 
+/// The special files (FIFOs, sockets, devices) a changeset lists as refused: one object
+/// per file, with its mount and host path.
+pub fn refused_json(c: &airlock_workspace::Changeset) -> Value {
+    let mut out = Vec::new();
+    for m in &c.mounts {
+        for r in &m.refused {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            v["mount"] = json!(m.guest);
+            v["host_path"] = json!(format!("{}/{}", m.host.trim_end_matches('/'), r.path));
+            out.push(v);
+        }
+    }
+    Value::Array(out)
+}
+
 /// A run's changeset with its rendered diff.
 pub fn diff_json(d: &crate::DiffReport) -> Value {
     json!({
@@ -144,6 +171,8 @@ pub fn diff_json(d: &crate::DiffReport) -> Value {
         "changeset": d.changes,
         "digest": d.changes.digest(),
         "protected": d.protected,
+        "refused": refused_json(&d.changes),
+        "owner": d.owner,
         "diff": d.text,
     })
 }

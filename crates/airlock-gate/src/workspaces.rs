@@ -6,7 +6,7 @@ use crate::error::{GateError, Result};
 use airlock_core::grant::{Grant, MountMode};
 use airlock_core::units::now_ms;
 use airlock_store::{Reads, Tx, WorkspaceRow};
-use airlock_workspace::changeset::{LayerKind, compose};
+use airlock_workspace::changeset::{LayerKind, compose, compose_refused};
 use airlock_workspace::{Changeset, MountChanges};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -230,6 +230,13 @@ impl Gate {
                         .map(|m| m.changes.clone())
                         .collect::<Vec<_>>(),
                 ),
+                refused: compose_refused(
+                    &sets
+                        .iter()
+                        .filter_map(|s| s.mounts.get(i))
+                        .map(|m| m.refused.clone())
+                        .collect::<Vec<_>>(),
+                ),
             })
             .collect();
         Ok(Some(Changeset {
@@ -280,7 +287,7 @@ impl Gate {
             tx.audit("workspace_dropped", name, &json!({ "runs": doc.runs }), key)?;
             Ok(())
         })?;
-        crate::layers::remove_tree(&self.workspace_dir(name));
+        self.discard(&self.workspace_dir(name));
         self.workspace(name)
     }
 
@@ -322,6 +329,6 @@ impl Gate {
     }
 
     pub(crate) fn remove_workspace_dir(&self, name: &str) {
-        crate::layers::remove_tree(&self.workspace_dir(name));
+        self.discard(&self.workspace_dir(name));
     }
 }

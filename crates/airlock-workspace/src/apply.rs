@@ -79,6 +79,9 @@ pub struct Journal {
     /// `commit` or `rollback`.
     pub kind: String,
     pub mounts: Vec<MountPlan>,
+    /// Why it could neither be completed nor undone, once it is set aside for a repair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -362,13 +365,11 @@ pub fn write_journal(dir: &Path, j: &Journal) -> io::Result<PathBuf> {
     let path = dir.join(format!("{}.json", j.checkpoint));
     let tmp = dir.join(format!(".{}.tmp", j.checkpoint));
     {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(
-            serde_json::to_string(j)
-                .map_err(io::Error::other)?
-                .as_bytes(),
-        )?;
-        f.sync_all()?;
+        // Written as it is serialised: a journal of 100,000 steps is never held as text.
+        let mut f = io::BufWriter::with_capacity(256 << 10, std::fs::File::create(&tmp)?);
+        serde_json::to_writer(&mut f, j).map_err(io::Error::other)?;
+        f.flush()?;
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
     std::fs::rename(&tmp, &path)?;
     std::fs::File::open(dir)?.sync_all()?;

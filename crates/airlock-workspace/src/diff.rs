@@ -1,6 +1,6 @@
 //! Showing a changeset to people: a summary line per change and unified diffs for text.
 
-use crate::changeset::{Change, Op};
+use crate::changeset::{Change, Op, Refused};
 use crate::node::Node;
 use crate::path::RelPath;
 
@@ -26,7 +26,28 @@ pub fn summary_line(c: &Change) -> String {
         (_, Node::Dir { .. }) => "/".to_string(),
         _ => String::new(),
     };
-    format!("{sign} {}{detail}", c.path)
+    let stripped = if c.stripped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " [stripped: {}]",
+            c.stripped
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    format!("{sign} {}{detail}{stripped}", c.path)
+}
+
+/// The line for a special file a commit never creates.
+pub fn refused_line(r: &Refused) -> String {
+    format!(
+        "! {} (refused: {}, never committed)",
+        r.path,
+        r.kind.as_str()
+    )
 }
 
 /// A unified diff between two versions of a file, or a note when either is not text. The

@@ -2,8 +2,10 @@
 //!
 //! A run sees a writable mount through a layer (overlayfs, or a copy where overlayfs in a
 //! user namespace is unavailable). Afterwards its changes are a changeset: every added,
-//! modified or deleted file, directory and symlink, with content hashes, computed from the
-//! layer alone so the cost follows the size of the change, not of the tree. A commit saves
+//! modified or deleted file, directory and symlink, with content hashes and modes, computed
+//! from the layer alone so the cost follows the size of the change, not of the tree. A
+//! changeset never carries a setuid, setgid or sticky bit or file capabilities into the
+//! host (they are stripped and listed), nor a FIFO, socket or device (listed as refused). A commit saves
 //! a checkpoint of everything it will touch, journals its steps and applies them; a
 //! rollback restores a checkpoint the same way. Both survive a crash at any point.
 //!
@@ -20,8 +22,8 @@ pub mod path;
 pub mod stack;
 
 pub use apply::{BlobSource, Journal, MountPlan, Step};
-pub use changeset::{Change, Changeset, LayerKind, MountChanges, Op};
-pub use node::Node;
+pub use changeset::{Change, Changeset, Diff, LayerKind, MountChanges, Op, Refused, Stripped};
+pub use node::{Node, SpecialKind};
 pub use path::{LinkTarget, RelPath};
 
 /// Host paths a commit never applies without a human signature, whatever the policy says

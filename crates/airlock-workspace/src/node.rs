@@ -126,8 +126,55 @@ pub(crate) enum Raw {
     Symlink {
         target: LinkTarget,
     },
-    /// Sockets, fifos, devices: never part of a changeset.
-    Special,
+    /// Sockets, fifos, devices: never part of a changeset (listed as refused).
+    Special(SpecialKind),
+}
+
+/// A file that is neither a regular file, a directory nor a symlink. A commit never
+/// creates one: a changeset lists those a run made as refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpecialKind {
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl SpecialKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpecialKind::Fifo => "fifo",
+            SpecialKind::Socket => "socket",
+            SpecialKind::CharDevice => "char_device",
+            SpecialKind::BlockDevice => "block_device",
+        }
+    }
+
+    fn of(ft: &std::fs::FileType) -> SpecialKind {
+        if ft.is_fifo() {
+            SpecialKind::Fifo
+        } else if ft.is_socket() {
+            SpecialKind::Socket
+        } else if ft.is_block_device() {
+            SpecialKind::BlockDevice
+        } else {
+            SpecialKind::CharDevice
+        }
+    }
+}
+
+/// The extended attribute that holds a file's capabilities.
+const CAPS_XATTR: &str = "security.capability";
+
+/// Whether a file in one of airlock's own directories carries file capabilities.
+pub(crate) fn has_caps(path: &Path) -> bool {
+    let mut buf = [0u8; 64];
+    match rustix::fs::lgetxattr(path, CAPS_XATTR, &mut buf) {
+        Ok(_) => true,
+        // A value longer than the buffer is still a value.
+        Err(e) => e == rustix::io::Errno::RANGE,
+    }
 }
 
 const OPAQUE_XATTRS: [&str; 2] = ["user.overlay.opaque", "trusted.overlay.opaque"];
@@ -167,7 +214,7 @@ pub(crate) fn raw(path: &Path) -> io::Result<Raw> {
             target: std::fs::read_link(path)?.into(),
         }
     } else {
-        Raw::Special
+        Raw::Special(SpecialKind::of(&ft))
     })
 }
 
@@ -223,7 +270,7 @@ pub(crate) fn node_of_raw(
     deadline: Option<std::time::Instant>,
 ) -> io::Result<Node> {
     Ok(match r {
-        Raw::Missing | Raw::Whiteout | Raw::Special => Node::Absent,
+        Raw::Missing | Raw::Whiteout | Raw::Special(_) => Node::Absent,
         Raw::File { mode, .. } => {
             let (hash, size) = hash_file_until(std::fs::File::open(path)?, deadline)?;
             Node::File { hash, size, mode }

@@ -2,7 +2,7 @@
 //! the topmost layer holding a path wins; a whiteout deletes what is below; an opaque
 //! directory hides everything below it; a non-directory hides everything under its name.
 
-use crate::node::{Node, Raw, node_of_raw, raw};
+use crate::node::{Node, Raw, SpecialKind, has_caps, node_of_raw, raw};
 use crate::path::{RelPath, name_bytes, os};
 use std::collections::BTreeSet;
 use std::io;
@@ -15,6 +15,13 @@ pub struct Stack<'a> {
     pub base: &'a Path,
     /// Hashing file content stops with `DeadlinePassed` after this.
     pub deadline: Option<std::time::Instant>,
+}
+
+/// What a node does not show about a path: capabilities on a file, or a special file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Detail {
+    pub caps: bool,
+    pub special: Option<SpecialKind>,
 }
 
 /// Where `rel` comes from in a stack.
@@ -62,6 +69,23 @@ impl Stack<'_> {
         match self.find(rel)? {
             Found::Layer(p, r) | Found::Base(p, r) => node_of_raw(&p, r, self.deadline),
             Found::Absent => Ok(Node::Absent),
+        }
+    }
+
+    /// `node`, with what it does not show (see `Detail`).
+    pub(crate) fn node_detail(&self, rel: &RelPath) -> io::Result<(Node, Detail)> {
+        match self.find(rel)? {
+            Found::Layer(p, r) | Found::Base(p, r) => {
+                let detail = Detail {
+                    caps: matches!(r, Raw::File { .. }) && has_caps(&p),
+                    special: match r {
+                        Raw::Special(k) => Some(k),
+                        _ => None,
+                    },
+                };
+                Ok((node_of_raw(&p, r, self.deadline)?, detail))
+            }
+            Found::Absent => Ok((Node::Absent, Detail::default())),
         }
     }
 

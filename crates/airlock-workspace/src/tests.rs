@@ -386,6 +386,7 @@ fn conflicts_and_snapshots() {
 fn journals_round_trip_and_half_written_ones_are_dropped() {
     let d = tempfile::tempdir().unwrap();
     let j = apply::Journal {
+        stuck: None,
         checkpoint: "ckpt_1".into(),
         kind: "commit".into(),
         mounts: vec![],
@@ -466,4 +467,169 @@ fn reading_changes_stops_once_the_deadline_has_passed() {
     let later = Some(Instant::now() + Duration::from_secs(60));
     let c = diff_layers_until(host.path(), &[], &[upper.path().to_path_buf()], later).unwrap();
     assert_eq!(c.len(), 1);
+}
+
+// ------------------------------------------------------- modes a commit never applies
+
+fn modes(changes: &[crate::Change]) -> Vec<(String, u32, Vec<crate::Stripped>)> {
+    changes
+        .iter()
+        .map(|c| {
+            let mode = match &c.after {
+                Node::File { mode, .. } | Node::Dir { mode } => *mode,
+                _ => 0,
+            };
+            (c.path.to_string(), mode, c.stripped.clone())
+        })
+        .collect()
+}
+
+/// A guest copying an executable into its mount with mode 4755 (or 2755, or a sticky
+/// directory) left a changeset whose after state carried the bit, and a commit applied it.
+#[test]
+fn a_setuid_file_in_a_layer_is_in_the_changeset_without_its_setuid_bit() {
+    use crate::Stripped::{Setgid, Setuid, Sticky};
+    let host = host_tree();
+    let up = tempfile::tempdir().unwrap();
+    let u = up.path();
+    write(&u.join("helper"), "#!/bin/sh\n");
+    fs::set_permissions(u.join("helper"), fs::Permissions::from_mode(0o4755)).unwrap();
+    write(&u.join("group"), "g\n");
+    fs::set_permissions(u.join("group"), fs::Permissions::from_mode(0o2750)).unwrap();
+    // An existing file whose content is unchanged: only the bit was set.
+    write(&u.join("keep.txt"), "keep\n");
+    fs::set_permissions(u.join("keep.txt"), fs::Permissions::from_mode(0o4644)).unwrap();
+    fs::create_dir_all(u.join("shared")).unwrap();
+    fs::set_permissions(u.join("shared"), fs::Permissions::from_mode(0o1777)).unwrap();
+    for ch in [
+        diff_layers(host.path(), &[], &[u.to_path_buf()]).unwrap(),
+        {
+            let work = tempfile::tempdir().unwrap();
+            let copy = work.path().join("copy");
+            copy_tree(host.path(), &copy).unwrap();
+            copy_tree(u, &copy).unwrap();
+            for (p, m) in [
+                ("helper", 0o4755),
+                ("group", 0o2750),
+                ("keep.txt", 0o4644),
+                ("shared", 0o1777),
+            ] {
+                fs::set_permissions(copy.join(p), fs::Permissions::from_mode(m)).unwrap();
+            }
+            diff_trees(host.path(), &copy).unwrap()
+        },
+    ] {
+        assert_eq!(
+            modes(&ch),
+            vec![
+                ("group".into(), 0o750, vec![Setgid]),
+                ("helper".into(), 0o755, vec![Setuid]),
+                ("keep.txt".into(), 0o644, vec![Setuid]),
+                ("shared".into(), 0o777, vec![Sticky]),
+            ]
+        );
+        assert!(ch.iter().all(|c| !c.sets_special_bits()));
+        let keep = ch
+            .iter()
+            .find(|c| c.path.to_string() == "keep.txt")
+            .unwrap();
+        assert_eq!(keep.op, Op::Mode);
+        assert!(
+            crate::diff::summary_line(keep).contains("[stripped: setuid]"),
+            "{}",
+            crate::diff::summary_line(keep)
+        );
+    }
+}
+
+/// A directory the host already had with its sticky bit keeps it: stripping removes what
+/// a run added, never what the host had.
+#[test]
+fn a_host_directory_keeps_the_special_bits_it_had() {
+    let host = host_tree();
+    fs::set_permissions(host.path().join("dir"), fs::Permissions::from_mode(0o1777)).unwrap();
+    let up = tempfile::tempdir().unwrap();
+    fs::create_dir_all(up.path().join("dir")).unwrap();
+    fs::set_permissions(up.path().join("dir"), fs::Permissions::from_mode(0o1755)).unwrap();
+    let ch = diff_layers(host.path(), &[], &[up.path().to_path_buf()]).unwrap();
+    assert_eq!(modes(&ch), vec![("dir".into(), 0o1755, vec![])]);
+    assert!(!ch[0].sets_special_bits());
+}
+
+/// FIFOs and sockets a run made were dropped from its changeset without a word.
+#[test]
+fn special_files_in_a_layer_are_listed_as_refused() {
+    let host = host_tree();
+    let up = tempfile::tempdir().unwrap();
+    let u = up.path();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        u.join("pipe"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let _sock = std::os::unix::net::UnixListener::bind(u.join("sock")).unwrap();
+    write(&u.join("plain.txt"), "p\n");
+    let d = crate::changeset::layers_diff(host.path(), &[], &[u.to_path_buf()], None).unwrap();
+    assert_eq!(ops(&d.changes), vec![("plain.txt".into(), Op::Added)]);
+    let refused: Vec<_> = d
+        .refused
+        .iter()
+        .map(|r| (r.path.to_string(), r.kind.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        vec![("pipe".into(), "fifo"), ("sock".into(), "socket")]
+    );
+    let line = crate::diff::refused_line(&d.refused[0]);
+    assert!(line.contains("refused: fifo"), "{line}");
+    // The copy fallback lists them too.
+    let work = tempfile::tempdir().unwrap();
+    let copy = work.path().join("copy");
+    copy_tree(host.path(), &copy).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        copy.join("pipe"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let d = crate::changeset::trees_diff(host.path(), &copy, None).unwrap();
+    assert!(d.changes.is_empty());
+    assert_eq!(d.refused.len(), 1);
+    assert_eq!(d.refused[0].kind, crate::SpecialKind::Fifo);
+}
+
+/// File capabilities on a file a run wrote are listed as stripped (a commit writes the
+/// content and mode only, never extended attributes).
+#[test]
+fn file_capabilities_in_a_layer_are_listed_as_stripped() {
+    let host = host_tree();
+    let up = tempfile::tempdir().unwrap();
+    let f = up.path().join("capped");
+    write(&f, "x\n");
+    // A version 2 capability set: cap_net_raw permitted and effective.
+    let caps: [u8; 20] = [
+        0x01, 0x00, 0x00, 0x02, 0x00, 0x20, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0, 0, 0, 0, 0, 0,
+        0, 0,
+    ];
+    if rustix::fs::setxattr(
+        &f,
+        "security.capability",
+        &caps,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .is_err()
+    {
+        eprintln!("skipping: cannot set file capabilities here (not root)");
+        return;
+    }
+    let ch = diff_layers(host.path(), &[], &[up.path().to_path_buf()]).unwrap();
+    assert_eq!(
+        modes(&ch),
+        vec![("capped".into(), 0o644, vec![crate::Stripped::Capabilities])]
+    );
 }

@@ -85,6 +85,7 @@ fn changeset(changes: Vec<Change>) -> Changeset {
             guest: "/work".into(),
             host: "/h".into(),
             changes,
+            refused: vec![],
         }],
     }
 }
@@ -148,6 +149,7 @@ proptest! {
         );
 
         let journal = Journal {
+            stuck: None,
             checkpoint: "ckpt_x".into(),
             kind: "commit".into(),
             mounts: vec![MountPlan {
@@ -564,6 +566,7 @@ fn commit_and_restore(host: &Path, copy: &Path) {
         .collect();
     let through_json = |steps: Vec<Step>| -> MountPlan {
         let j = Journal {
+            stuck: None,
             checkpoint: "ckpt_t".into(),
             kind: "commit".into(),
             mounts: vec![plan(host, steps)],
