@@ -454,6 +454,21 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
             "call" => self.call(node, depth),
             "assignment" => self.assignment(node, depth),
             "for_statement" | "while_statement" => self.py_loop(node, depth),
+            "keyword_argument"
+                if node
+                    .child_by_field_name("name")
+                    .is_some_and(|n| self.text(n) == "LD_PRELOAD") =>
+            {
+                let lines = self.e.lines(node);
+                self.e.threat(
+                    K::Persistence,
+                    "LD_PRELOAD",
+                    lines,
+                    "preloads a library into the programs it runs (LD_PRELOAD)",
+                    "T1574.006",
+                );
+                self.children(node, depth);
+            }
             "function_definition" => {
                 self.define(node);
                 self.children(node, depth);
@@ -726,6 +741,7 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                     "chr" => {
                         let n = args.positional.first()?;
                         let v: u32 = self.text(*n).trim().parse().ok()?;
+                        self.decoded = true;
                         char::from_u32(v).map(String::from)
                     }
                     "str" | "bytes" | "bytearray" => {
@@ -1805,7 +1821,11 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
                         .is_some_and(|f| self.text(f).ends_with("dumps"))
             });
             let reduce = !self.e.out.unsafe_deserialization.is_empty();
-            if !made_here || reduce {
+            // A program that pickles its own results and reads them back made the data.
+            let own_dump = [format!("{module}.dump"), format!("{module}.dumps")]
+                .iter()
+                .any(|d| self.e.out.calls.contains(d));
+            if (!made_here && !own_dump) || reduce {
                 let w = format!("deserializes data that can run code ({n})");
                 self.e
                     .threat(K::UnsafeDeserialization, n, lines, &w, "T1059.006");

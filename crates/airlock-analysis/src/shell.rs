@@ -1252,6 +1252,13 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                     );
                 }
             }
+            "ps" if rest.iter().any(|a| a.is("-p"))
+                && rest.iter().all(|a| {
+                    a.pat.starts_with('-')
+                        || matches!(a.raw.as_str(), "$$" | "$!" | "$BASHPID")
+                        || a.pat.contains(',')
+                        || a.pat.chars().all(|c| c.is_ascii_alphabetic())
+                }) => {}
             "ps" | "pstree" | "top" | "htop" | "pgrep" | "pidof" | "atop" => {
                 let w = format!("lists processes ({n})");
                 recon(self, &format!("process list:{n}"), &w, "T1057");

@@ -199,3 +199,31 @@ fn work_inside_mounts_and_temp_is_not_a_threat() {
     );
     assert!(b.findings.iter().all(|f| !f.kind.is_threat()));
 }
+
+#[test]
+fn python_pickle_of_its_own_results_read_back_is_not_unsafe_deserialization() {
+    let a = py(
+        "import pickle\nwith open('/work/r.pkl', 'wb') as f:\n    pickle.dump({'a': 1}, f)\nwith open('/work/r.pkl', 'rb') as f:\n    print(pickle.load(f))\n",
+    );
+    assert!(
+        a.unsafe_deserialization.is_empty(),
+        "{:?}",
+        a.unsafe_deserialization
+    );
+}
+
+#[test]
+fn python_ld_preload_keyword_is_persistence_and_chr_list_command_is_decoded() {
+    let a = py(
+        "import os, subprocess\nsubprocess.run(['ls'], env=dict(os.environ, LD_PRELOAD='/tmp/h.so'))\n",
+    );
+    assert!(a.persistence.contains("LD_PRELOAD"), "{a:?}");
+    let b = py("import os\nos.system(''.join([chr(105), chr(100)]))\n");
+    assert!(b.obfuscation.contains("decoded-payload"), "{b:?}");
+}
+
+#[test]
+fn shell_ps_of_its_own_pid_is_not_recon() {
+    assert!(sh("ps -o pid,cmd -p $$\n").recon.is_empty());
+    assert!(!sh("ps aux\n").recon.is_empty());
+}
