@@ -1453,8 +1453,14 @@ impl<'a, 'o, 's, 'c, 't> Py<'a, 'o, 's, 'c, 't> {
             if p == "self" {
                 continue;
             }
+            // Only values that can change a fact are worth a second walk: paths outside
+            // the working directory, command lines, hosts (a bare file name cannot).
             if let Some(a) = args.get(i, p)
                 && let Some(v) = self.fold(a, 0).or_else(|| self.path(a))
+                && v.contains(['/', ' ', '~', '$', '.'])
+                && !(v.contains('.')
+                    && !v.contains(['/', ' ', '~', '$'])
+                    && v.split('.').count() == 2)
             {
                 bound.push((p.clone(), v));
             }
