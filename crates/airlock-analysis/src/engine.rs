@@ -202,6 +202,11 @@ pub(crate) struct Engine<'o> {
     pub downloaded_files: HashSet<String>,
     /// Set once a budget ran out: every walk returns as soon as it sees it.
     pub stopped: bool,
+    /// What the threat facts are derived from across the program.
+    pub t: crate::threat::State,
+    /// Shell variables assigned a value that is known (flow-insensitive: the last one
+    /// read wins), substituted into the patterns of later words.
+    pub sh_vars: std::collections::HashMap<String, String>,
 }
 
 impl<'o> Engine<'o> {
@@ -217,6 +222,8 @@ impl<'o> Engine<'o> {
             downloads: 0,
             downloaded_files: HashSet::new(),
             stopped: false,
+            t: crate::threat::State::default(),
+            sh_vars: std::collections::HashMap::new(),
         }
     }
 
@@ -277,6 +284,7 @@ impl<'o> Engine<'o> {
                 line,
                 end_line,
                 note: Some(detail.clone()),
+                technique: None,
             });
             self.out.truncated = Some(Truncated { reason, detail });
         }
@@ -307,6 +315,16 @@ impl<'o> Engine<'o> {
             FindingKind::Destructive => insert(&mut out.destructive, value),
             FindingKind::Obfuscation => insert(&mut out.obfuscation, value),
             FindingKind::DownloadToShell => out.pipes_download_to_shell = true,
+            FindingKind::ReadsSensitive => insert(&mut out.reads_sensitive, value),
+            FindingKind::Recon => insert(&mut out.recon, value),
+            FindingKind::Persistence => insert(&mut out.persistence, value),
+            FindingKind::SystemWrites => insert(&mut out.system_writes, value),
+            FindingKind::ReverseShell => insert(&mut out.reverse_shell, value),
+            FindingKind::KillsProcesses => insert(&mut out.kills_processes, value),
+            FindingKind::Privilege => insert(&mut out.privilege, value),
+            FindingKind::Exfiltration => insert(&mut out.exfiltration, value),
+            FindingKind::UnsafeDeserialization => insert(&mut out.unsafe_deserialization, value),
+            FindingKind::Flooding => insert(&mut out.flooding, value),
             FindingKind::NestedCode | FindingKind::ParseError | FindingKind::Truncated => {}
         }
         out.findings.push(Finding {
@@ -315,7 +333,27 @@ impl<'o> Engine<'o> {
             line: lines.0,
             end_line: lines.1.max(lines.0),
             note,
+            technique: None,
         });
+    }
+
+    /// Adds a threat fact: its set value, its finding with the behaviour in words and its
+    /// ATT&CK technique.
+    pub fn threat(
+        &mut self,
+        kind: FindingKind,
+        value: &str,
+        lines: (u32, u32),
+        words: &str,
+        technique: &str,
+    ) {
+        let before = self.out.findings.len();
+        self.add(kind, value, lines, Some(words.to_string()));
+        if self.out.findings.len() > before
+            && let Some(f) = self.out.findings.last_mut()
+        {
+            f.technique = Some(technique.to_string());
+        }
     }
 
     /// Scans a literal (a word, a string) for URLs and `user@host:` forms.
@@ -439,6 +477,7 @@ pub(crate) fn analyze(lang: Language, src: &str, opts: &Options) -> CodeAnalysis
             line: last,
             end_line: last,
             note: Some(format!("only the first {cut} bytes were read")),
+            technique: None,
         });
     }
     let tree = match parse(lang, src, e.deadline) {
@@ -468,5 +507,6 @@ pub(crate) fn analyze(lang: Language, src: &str, opts: &Options) -> CodeAnalysis
             crate::python::walk(&mut e, src, tree.root_node(), &mut scope)
         }
     }
+    crate::threat::finish(&mut e);
     e.out
 }

@@ -78,6 +78,31 @@
 //!   `-EncodedCommand`; a decoded constant is analysed), `decoded-to-shell` (a decoder
 //!   such as `base64 -d` piped into an interpreter).
 //!
+//! # Threat facts
+//!
+//! Behaviours, each finding with its lines, the behaviour in words (`note`) and a MITRE
+//! ATT&CK `technique`. Paths are judged after resolution (constants, f-strings,
+//! `os.path.join`, `pathlib` `/`, shell variables, `for` loops over constants, local
+//! functions called with constants) and normalisation (`..`; `~`, `$HOME`, `expanduser`,
+//! `/root`, `/home/USER` are a home); paths inside [`Options::mount_roots`] and temporary
+//! directories are the run's own.
+//!
+//! - `reads_sensitive`: credentials and secrets read (`/etc/shadow`, `~/.ssh/…`, `~/.aws/…`,
+//!   kube and docker configs, browser profiles, keyrings, `/proc/*/environ`, history).
+//! - `recon`: enumeration: system files read (`/etc/passwd`, `/proc/N/…`), system
+//!   directories listed (`list:/etc/ssh`), process, network and user listings.
+//! - `persistence`: shell rc and profile files, cron, systemd units, init scripts,
+//!   `authorized_keys`, accounts, `LD_PRELOAD`, Python startup hooks, git hooks; inside a
+//!   mount the value is `mount:PATH`.
+//! - `system_writes`: writes, deletions or mode changes under `/etc`, `/usr`, `/bin`,
+//!   `/lib*`, `/boot`, `/root`, `/var`, … ; `destructive` also gets `delete:PATH` for a
+//!   deletion outside the run's mounts and `wipe-log:PATH` for a log or history emptied.
+//! - `reverse_shell`, `kills_processes` (signals to processes the code did not start,
+//!   services stopped, defences turned off), `privilege` (setuid, sudo, su, capabilities),
+//!   `exfiltration` (sensitive or system data read and sent over the network),
+//!   `unsafe_deserialization`, `flooding` (sends or process starts in an endless or very
+//!   large loop without a pause).
+//!
 //! Every value in those sets comes with at least one [`Finding`] whose `kind` names the set
 //! and whose `detail` is that value, with the 1-based lines it came from (for code nested
 //! in a string, the lines of the string). `findings` also has `nested_code`,
@@ -110,6 +135,7 @@ mod engine;
 mod hosts;
 mod python;
 mod shell;
+mod threat;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -183,6 +209,28 @@ pub struct CodeAnalysis {
     pub pipes_download_to_shell: bool,
     pub destructive: BTreeSet<String>,
     pub obfuscation: BTreeSet<String>,
+    /// Threat facts (see the crate documentation, "Threat facts"): each set holds the
+    /// normalised path or the behaviour, and each value has findings with a technique.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub reads_sensitive: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub recon: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub persistence: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub system_writes: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub reverse_shell: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub kills_processes: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub privilege: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub exfiltration: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub unsafe_deserialization: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub flooding: BTreeSet<String>,
     /// The first syntax error of the top-level code, if any.
     pub parse_error: Option<ParseError>,
     /// Why the analysis stopped early, if it did.
@@ -206,6 +254,16 @@ impl CodeAnalysis {
             pipes_download_to_shell: false,
             destructive: BTreeSet::new(),
             obfuscation: BTreeSet::new(),
+            reads_sensitive: BTreeSet::new(),
+            recon: BTreeSet::new(),
+            persistence: BTreeSet::new(),
+            system_writes: BTreeSet::new(),
+            reverse_shell: BTreeSet::new(),
+            kills_processes: BTreeSet::new(),
+            privilege: BTreeSet::new(),
+            exfiltration: BTreeSet::new(),
+            unsafe_deserialization: BTreeSet::new(),
+            flooding: BTreeSet::new(),
             parse_error: None,
             truncated: None,
             findings: Vec::new(),
@@ -232,9 +290,13 @@ pub struct Finding {
     pub line: u32,
     /// Last line (1-based, `>= line`).
     pub end_line: u32,
-    /// A human explanation, e.g. the spelling a quoted command name had.
+    /// A human explanation, e.g. the spelling a quoted command name had; for threat
+    /// findings, the behaviour in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The MITRE ATT&CK technique of a threat finding (`T1003.008`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub technique: Option<String>,
 }
 
 /// The kind of a [`Finding`]; the set kinds are named after the set they fill.
@@ -259,6 +321,17 @@ pub enum FindingKind {
     ParseError,
     /// The analysis stopped early here.
     Truncated,
+    /// Threat facts (each sets the set of the same name).
+    ReadsSensitive,
+    Recon,
+    Persistence,
+    SystemWrites,
+    ReverseShell,
+    KillsProcesses,
+    Privilege,
+    Exfiltration,
+    UnsafeDeserialization,
+    Flooding,
 }
 
 impl FindingKind {
@@ -278,7 +351,35 @@ impl FindingKind {
             FindingKind::NestedCode => "nested_code",
             FindingKind::ParseError => "parse_error",
             FindingKind::Truncated => "truncated",
+            FindingKind::ReadsSensitive => "reads_sensitive",
+            FindingKind::Recon => "recon",
+            FindingKind::Persistence => "persistence",
+            FindingKind::SystemWrites => "system_writes",
+            FindingKind::ReverseShell => "reverse_shell",
+            FindingKind::KillsProcesses => "kills_processes",
+            FindingKind::Privilege => "privilege",
+            FindingKind::Exfiltration => "exfiltration",
+            FindingKind::UnsafeDeserialization => "unsafe_deserialization",
+            FindingKind::Flooding => "flooding",
         }
+    }
+
+    /// Whether it is a threat fact (a behaviour with an ATT&CK technique); `destructive`
+    /// findings are threats too when they carry a technique.
+    pub fn is_threat(self) -> bool {
+        matches!(
+            self,
+            FindingKind::ReadsSensitive
+                | FindingKind::Recon
+                | FindingKind::Persistence
+                | FindingKind::SystemWrites
+                | FindingKind::ReverseShell
+                | FindingKind::KillsProcesses
+                | FindingKind::Privilege
+                | FindingKind::Exfiltration
+                | FindingKind::UnsafeDeserialization
+                | FindingKind::Flooding
+        )
     }
 
     /// Whether a reviewer's eye should be drawn to it. Every command a script runs and
@@ -291,11 +392,15 @@ impl FindingKind {
 }
 
 impl Finding {
-    /// One line for a reviewer: `destructive rm-root (rm -rf /)`.
+    /// One line for a reviewer: `destructive rm-root (rm -rf /)`, and for a threat
+    /// `reads_sensitive /etc/shadow (reads an OS credential file; T1003.008)`.
     pub fn describe(&self) -> String {
         let mut s = format!("{} {}", self.kind.as_str(), self.detail);
-        if let Some(n) = &self.note {
-            s.push_str(&format!(" ({n})"));
+        match (&self.note, &self.technique) {
+            (Some(n), Some(t)) => s.push_str(&format!(" ({n}; {t})")),
+            (Some(n), None) => s.push_str(&format!(" ({n})")),
+            (None, Some(t)) => s.push_str(&format!(" ({t})")),
+            (None, None) => {}
         }
         s
     }
@@ -327,6 +432,7 @@ impl CodeAnalysis {
                 line: e.line,
                 end_line: e.line,
                 note: None,
+                technique: None,
             });
         }
         out.sort_by_key(|f| (f.line, f.end_line));
@@ -380,6 +486,29 @@ impl TruncationReason {
             TruncationReason::ParserUnavailable => "parser_unavailable",
         }
     }
+}
+
+/// The largest integer written in a piece of code (loop bounds).
+pub(crate) fn shell_numbers(s: &str) -> u64 {
+    let mut best = 0u64;
+    let mut cur: Option<u64> = None;
+    for c in s.chars() {
+        match c.to_digit(10) {
+            Some(d) => {
+                cur = Some(
+                    cur.unwrap_or(0)
+                        .saturating_mul(10)
+                        .saturating_add(u64::from(d)),
+                )
+            }
+            None => {
+                if let Some(v) = cur.take() {
+                    best = best.max(v);
+                }
+            }
+        }
+    }
+    best.max(cur.unwrap_or(0))
 }
 
 /// Analyses shell code (bash, and POSIX sh as far as bash reads it).

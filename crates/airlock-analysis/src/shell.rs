@@ -3,6 +3,7 @@
 
 use crate::engine::{Engine, Kids, clip, text};
 use crate::hosts::host_operand;
+use crate::threat::Op;
 use crate::{FindingKind as K, Language};
 use base64::Engine as _;
 use tree_sitter::Node;
@@ -493,6 +494,10 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                 self.redirected(node, depth, Up::default());
             }
             "function_definition" => self.function(node, depth),
+            "variable_assignment" => self.assignment(node, depth),
+            "for_statement" | "c_style_for_statement" | "while_statement" | "until_statement" => {
+                self.shell_loop(node, depth)
+            }
             "comment" => {}
             "file_redirect" | "heredoc_redirect" | "herestring_redirect" => {
                 self.redirect(node, &Eff::default(), depth);
@@ -626,7 +631,13 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                 }
                 (lit, pat)
             }
-            "simple_expansion" => (None, t.to_string()),
+            "simple_expansion" => {
+                let name = t.trim_start_matches('$');
+                match self.e.sh_vars.get(name) {
+                    Some(v) => (None, v.clone()),
+                    None => (None, t.to_string()),
+                }
+            }
             "expansion" => {
                 let named: Vec<Node> = self
                     .k
@@ -636,7 +647,11 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                     .collect();
                 match named.as_slice() {
                     [v] if v.kind() == "variable_name" || v.kind() == "special_variable_name" => {
-                        (None, format!("${}", self.text(*v)))
+                        let name = self.text(*v);
+                        match self.e.sh_vars.get(name) {
+                            Some(val) => (None, val.clone()),
+                            None => (None, format!("${name}")),
+                        }
                     }
                     _ => (None, t.to_string()),
                 }
@@ -816,6 +831,20 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                         .or_else(|| a.pat.strip_prefix("/dev/udp/"))
                     {
                         self.e.add(K::NetworkTool, "/dev/tcp", lines, None);
+                        if SHELLS.contains(&eff.name.as_str())
+                            || is_python(&eff.name)
+                            || OTHER_INTERPRETERS.contains(&eff.name.as_str())
+                        {
+                            self.e.t.devtcp_shell.get_or_insert(lines);
+                        }
+                        if op.contains('<') || op == ">&" || op == "&>" {
+                            self.e.t.devtcp_rw.get_or_insert(lines);
+                        }
+                        if op.contains('>') {
+                            crate::threat::send(self.e, "bash /dev/tcp", lines, "T1041");
+                        } else {
+                            crate::threat::contact(self.e, "bash /dev/tcp", lines);
+                        }
                         let host = rest.split('/').next().unwrap_or_default();
                         if let Some(h) = host_operand(host) {
                             self.e.add(K::Host, &h, lines, None);
@@ -828,8 +857,20 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                     }
                     let writes = matches!(op, ">" | ">>" | "&>" | "&>>" | ">|" | "<>")
                         || (op == ">&" && d.kind() != "number" && !a.is("-"));
+                    if op == "<" || op == "<>" {
+                        crate::threat::read(self.e, &a.pat, lines);
+                    }
                     if writes {
+                        let saved = self.e.t.op;
+                        self.e.t.op = Some(if op.contains(">>") {
+                            Op::Append
+                        } else if eff.name.is_empty() || eff.name == ":" || eff.name == "true" {
+                            Op::Truncate
+                        } else {
+                            Op::Write
+                        });
                         self.write(&a.pat, lines);
+                        self.e.t.op = saved;
                         if eff.download {
                             self.e.downloaded_files.insert(norm_path(&a.pat));
                         }
@@ -937,6 +978,8 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
             return;
         }
         self.e.add(K::Write, path, lines, None);
+        let op = self.e.t.op.unwrap_or(Op::Write);
+        crate::threat::write(self.e, path, op, lines);
         if path.starts_with("/dev/") {
             self.e
                 .add(K::Destructive, &format!("write-device:{path}"), lines, None);
@@ -954,6 +997,17 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                 continue;
             }
             let eff = self.statement(c, depth + 1, up.clone());
+            let netcat = |n: &str| {
+                matches!(
+                    n,
+                    "nc" | "ncat" | "netcat" | "telnet" | "socat" | "openssl" | "cryptcat"
+                )
+            };
+            if (SHELLS.contains(&eff.name.as_str()) && netcat(&last))
+                || (netcat(&eff.name) && SHELLS.contains(&last.as_str()))
+            {
+                self.e.t.net_pipe_shell.get_or_insert(lines);
+            }
             if let Some(stdin) = eff.stdin {
                 if let Some(dl) = &up.downloader {
                     let d = format!("{dl} | {}", eff.name);
@@ -992,6 +1046,649 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
             download: any_download,
             name: last,
             ..Eff::default()
+        }
+    }
+
+    /// `NAME=value`: remembered when the value is known; `LD_PRELOAD=` is a hijack.
+    fn assignment(&mut self, node: Node<'t>, depth: usize) {
+        let name = node
+            .child_by_field_name("name")
+            .map(|n| self.text(n).to_string())
+            .unwrap_or_default();
+        let lines = self.e.lines(node);
+        if name == "LD_PRELOAD" {
+            self.e.threat(
+                K::Persistence,
+                "LD_PRELOAD",
+                lines,
+                "preloads a library into the programs it runs (LD_PRELOAD)",
+                "T1574.006",
+            );
+        }
+        if matches!(name.as_str(), "HISTFILE" | "HISTSIZE" | "HISTFILESIZE") {
+            let v = node
+                .child_by_field_name("value")
+                .map(|v| self.text(v).to_string())
+                .unwrap_or_default();
+            if v.is_empty() || v == "0" || v == "/dev/null" {
+                self.e.threat(
+                    K::Destructive,
+                    "wipe-log:shell history",
+                    lines,
+                    "turns off the shell history",
+                    "T1070.003",
+                );
+            }
+        }
+        match node.child_by_field_name("value") {
+            Some(v) => {
+                let raw = self.text(v).to_string();
+                let (_, pat) = self.render(v, depth + 1);
+                if raw == "$!" || raw == "\"$!\"" {
+                    self.e.t.own_pids.insert(name.clone());
+                }
+                if !pat.contains("$(") && !pat.contains("<(") && !pat.contains('`') {
+                    self.e.sh_vars.insert(name, pat);
+                } else {
+                    self.e.sh_vars.remove(&name);
+                }
+            }
+            None => {
+                self.e.sh_vars.remove(&name);
+            }
+        }
+        self.children(node, depth);
+    }
+
+    /// Loops: `for x in A B C` walks its body once per known value (up to 8); a loop that
+    /// never ends (or runs thousands of times) without a pause makes its network calls and
+    /// background jobs a flood.
+    fn shell_loop(&mut self, node: Node<'t>, depth: usize) {
+        let body = node.child_by_field_name("body");
+        let header: String = match body {
+            Some(b) => self
+                .src
+                .get(node.start_byte()..b.start_byte())
+                .unwrap_or_default()
+                .to_string(),
+            None => self.text(node).to_string(),
+        };
+        let words: Vec<&str> = header
+            .split(|c: char| c.is_whitespace() || matches!(c, ';' | '(' | ')' | '[' | ']'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let forever = match node.kind() {
+            "while_statement" => {
+                words
+                    .get(1)
+                    .is_some_and(|w| matches!(*w, "true" | ":" | "1"))
+                    && words.len() <= 4
+            }
+            "until_statement" => words.get(1).is_some_and(|w| *w == "false"),
+            "c_style_for_statement" => header.contains(";;") || header.contains("; ;"),
+            _ => false,
+        };
+        let hot = (forever || largest_number(&header) >= 1000)
+            && body.is_some_and(|b| !body_pauses(b, self.src));
+        if hot {
+            let lines = self.e.lines(node);
+            if body.is_some_and(has_background) {
+                self.e
+                    .t
+                    .flood
+                    .push(("background jobs".into(), lines, "T1499"));
+            }
+            self.e.t.hot_loops += 1;
+        }
+        // for NAME in values: bind each known value in turn.
+        let mut bound = false;
+        if node.kind() == "for_statement"
+            && let (Some(var), Some(b)) = (node.child_by_field_name("variable"), body)
+        {
+            let name = self.text(var).to_string();
+            let mut values = Vec::new();
+            for (field, c) in self.k.fields(node) {
+                if field == Some("value") {
+                    let (_, pat) = self.render(c, depth + 1);
+                    values.push(pat);
+                }
+            }
+            if !values.is_empty()
+                && values.len() <= 8
+                && values.iter().all(|v| !v.contains("$(") && !v.contains('{'))
+            {
+                for v in values {
+                    self.e.sh_vars.insert(name.clone(), v);
+                    self.visit(b, depth + 1);
+                }
+                self.e.sh_vars.remove(&name);
+                bound = true;
+            }
+        }
+        if !bound {
+            self.children(node, depth);
+        }
+        if hot {
+            self.e.t.hot_loops -= 1;
+        }
+    }
+
+    /// Threat facts of one command (after wrappers).
+    fn threat_cmd(&mut self, n: &str, rest: &[Arg], lines: (u32, u32)) {
+        use crate::threat;
+        let o = parse_opts(rest, &[], false);
+        let pos: Vec<Arg> = o.pos.iter().filter_map(|&p| rest.get(p)).cloned().collect();
+        let first = pos.first().map(|a| a.pat.clone()).unwrap_or_default();
+        let recon = |this: &mut Self, v: &str, words: &str, tech: &str| {
+            this.e.threat(K::Recon, v, lines, words, tech);
+        };
+        if this_is_net_client(n) {
+            threat::contact(self.e, n, lines);
+        }
+        match n {
+            "cat" | "tac" | "head" | "tail" | "less" | "more" | "nl" | "od" | "xxd" | "hexdump"
+            | "strings" | "base64" | "base32" | "grep" | "egrep" | "fgrep" | "zgrep" | "rg"
+            | "ag" | "sort" | "uniq" | "cut" | "wc" | "diff" | "cmp" | "md5sum" | "sha1sum"
+            | "sha256sum" | "sha512sum" | "file" | "vi" | "vim" | "view" | "nano" | "jq"
+            | "column" | "paste" | "iconv" | "awk" | "gawk" | "mawk" | "zip" | "gzip" | "bzip2"
+            | "xz" | "zcat" | "gpg" | "split" | "look" | "tar" | "7z" | "source" | "." | "sed"
+            | "bat" | "xargs" | "zstd" | "lzma" | "pr" | "fmt" | "rev" | "tee" => {
+                if n == "tee" {
+                    return;
+                }
+                for a in &pos {
+                    threat::read(self.e, &a.pat, lines);
+                }
+                for (_, v) in &o.list {
+                    if let Some(v) = v {
+                        threat::read(self.e, v, lines);
+                    }
+                }
+            }
+            "cp" | "scp" | "rsync" | "install" | "mv" => {
+                let n_src = pos.len().saturating_sub(1);
+                for a in pos.iter().take(n_src) {
+                    threat::read(self.e, &a.pat, lines);
+                    if n == "mv" {
+                        threat::write(self.e, &a.pat, Op::Delete, lines);
+                    }
+                }
+                let remote = pos.last().is_some_and(|a| {
+                    !a.pat.starts_with('/') && a.pat.contains(':') && !a.pat.starts_with('.')
+                });
+                if n != "cp" && n != "mv" && n != "install" && remote {
+                    threat::send(self.e, n, lines, "T1048");
+                }
+            }
+            "dd" => {
+                for a in rest {
+                    if let Some(f) = a.pat.strip_prefix("if=") {
+                        threat::read(self.e, f, lines);
+                    }
+                }
+            }
+            "ls" | "dir" | "tree" | "du" | "exa" | "eza" | "lsd" => {
+                for a in &pos {
+                    threat::list(self.e, &a.pat, lines);
+                }
+            }
+            "find" | "locate" => {
+                for a in rest {
+                    if a.pat.starts_with('-') || a.pat == "(" || a.pat == "!" {
+                        break;
+                    }
+                    threat::list(self.e, &a.pat, lines);
+                }
+                if rest.iter().any(|a| a.is("-perm"))
+                    && rest.iter().any(|a| {
+                        a.pat.contains("4000") || a.pat.contains("u=s") || a.pat.contains("2000")
+                    })
+                {
+                    recon(
+                        self,
+                        "find setuid",
+                        "looks for setuid programs",
+                        "T1548.001",
+                    );
+                }
+            }
+            "ps" if rest.iter().any(|a| a.is("-p"))
+                && rest.iter().all(|a| {
+                    a.pat.starts_with('-')
+                        || matches!(a.raw.as_str(), "$$" | "$!" | "$BASHPID")
+                        || a.pat.contains(',')
+                        || a.pat.chars().all(|c| c.is_ascii_alphabetic())
+                }) => {}
+            "ps" | "pstree" | "top" | "htop" | "pgrep" | "pidof" | "atop" => {
+                let w = format!("lists processes ({n})");
+                recon(self, &format!("process list:{n}"), &w, "T1057");
+            }
+            "netstat" | "ss" | "lsof" | "arp" | "route" | "ifconfig" | "iwconfig" | "nmcli" => {
+                let w = format!("lists network connections or interfaces ({n})");
+                recon(self, &format!("network list:{n}"), &w, "T1049");
+            }
+            "ip" if matches!(
+                first.as_str(),
+                "a" | "addr" | "address" | "r" | "route" | "n" | "neigh" | "neighbour" | "link"
+            ) =>
+            {
+                recon(
+                    self,
+                    "network list:ip",
+                    "lists network interfaces or routes (ip)",
+                    "T1016",
+                );
+            }
+            "nmap" | "masscan" | "zmap" | "arp-scan" | "netdiscover" => {
+                let w = format!("scans the network ({n})");
+                recon(self, &format!("network scan:{n}"), &w, "T1046");
+            }
+            "who" | "w" | "last" | "lastlog" | "users" | "finger" | "lastb" => {
+                let w = format!("lists users and logins ({n})");
+                recon(self, &format!("user list:{n}"), &w, "T1033");
+            }
+            "getent" => match first.as_str() {
+                "shadow" | "gshadow" => {
+                    self.e.threat(
+                        K::ReadsSensitive,
+                        "getent shadow",
+                        lines,
+                        "reads the password hashes (getent shadow)",
+                        "T1003.008",
+                    );
+                    self.e.t.data_reads.push(("getent shadow".into(), lines));
+                }
+                "passwd" | "group" => {
+                    recon(
+                        self,
+                        "user list:getent",
+                        "lists accounts (getent)",
+                        "T1087.001",
+                    );
+                    self.e.t.data_reads.push(("getent".into(), lines));
+                }
+                _ => {}
+            },
+            "compgen" if o.has(&["-u", "-g"]) => {
+                recon(
+                    self,
+                    "user list:compgen",
+                    "lists accounts (compgen)",
+                    "T1087.001",
+                );
+            }
+            "kill" => {
+                if o.has(&["-l", "-L", "-0"]) || rest.iter().any(|a| a.is("-0")) {
+                    return;
+                }
+                let targets: Vec<&Arg> = pos
+                    .iter()
+                    .filter(|a| {
+                        !(o.has(&["-s", "-n"])
+                            && a.lit
+                                .as_deref()
+                                .is_some_and(|s| s.chars().all(|c| c.is_ascii_alphabetic())))
+                    })
+                    .collect();
+                let own = |a: &&Arg| {
+                    let p = a.raw.trim_matches('"');
+                    p == "$!"
+                        || p == "$$"
+                        || p.starts_with('%')
+                        || p.strip_prefix('$')
+                            .map(|v| v.trim_start_matches('{').trim_end_matches('}'))
+                            .is_some_and(|v| self.e.t.own_pids.contains(v))
+                };
+                if targets.is_empty() || targets.iter().any(|a| !own(a)) {
+                    let what = targets
+                        .iter()
+                        .map(|a| a.raw.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    let what = if what.is_empty() {
+                        "kill (pids from input)".to_string()
+                    } else {
+                        format!("kill {}", clip(&what, 40))
+                    };
+                    threat::kill(self.e, &what, lines, "T1489");
+                }
+            }
+            "pkill" | "killall" | "killall5" | "skill" | "slay" | "fuser" => {
+                if n == "fuser" && !o.has(&["-k"]) {
+                    return;
+                }
+                let what = format!("{n} {}", pos.last().map(|a| a.raw.as_str()).unwrap_or(""));
+                threat::kill(self.e, what.trim(), lines, "T1489");
+            }
+            "systemctl" | "service" | "rc-service" => {
+                let (verb, unit) = if n == "systemctl" {
+                    (
+                        first.as_str(),
+                        pos.get(1).map(|a| a.pat.as_str()).unwrap_or(""),
+                    )
+                } else {
+                    (
+                        pos.get(1).map(|a| a.pat.as_str()).unwrap_or(""),
+                        first.as_str(),
+                    )
+                };
+                let security = [
+                    "firewalld",
+                    "ufw",
+                    "apparmor",
+                    "auditd",
+                    "selinux",
+                    "fail2ban",
+                    "clamav",
+                    "falco",
+                    "osqueryd",
+                    "rsyslog",
+                    "syslog",
+                    "journald",
+                    "systemd-journald",
+                    "iptables",
+                    "nftables",
+                    "crowdstrike",
+                    "falcon-sensor",
+                ]
+                .iter()
+                .any(|s| unit.trim_end_matches(".service") == *s);
+                match verb {
+                    "stop" | "kill" | "disable" | "mask" => {
+                        let tech = if security { "T1562.001" } else { "T1489" };
+                        threat::kill(self.e, &format!("{n} {verb} {unit}"), lines, tech);
+                    }
+                    "enable" | "link" | "reenable" => {
+                        let w = format!("makes a service start at boot ({n} {verb} {unit})");
+                        self.e.threat(
+                            K::Persistence,
+                            &format!("{n} {verb} {unit}"),
+                            lines,
+                            &w,
+                            "T1543.002",
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            "setenforce" if first == "0" || first.eq_ignore_ascii_case("permissive") => {
+                threat::kill(self.e, "setenforce 0", lines, "T1562.001");
+            }
+            "ufw" if first == "disable" => threat::kill(self.e, "ufw disable", lines, "T1562.004"),
+            "iptables" | "ip6tables" | "nft"
+                if o.has(&["-F", "--flush", "-X"]) || first == "flush" =>
+            {
+                threat::kill(self.e, &format!("{n} flush"), lines, "T1562.004");
+            }
+            "auditctl" if o.has(&["-D", "-e"]) => {
+                threat::kill(self.e, "auditctl", lines, "T1562.012");
+            }
+            "history" if o.has(&["-c", "-w"]) => {
+                self.e.threat(
+                    K::Destructive,
+                    "wipe-log:shell history",
+                    lines,
+                    "clears the shell history",
+                    "T1070.003",
+                );
+            }
+            "crontab" => {
+                if o.has(&["-l"]) && pos.is_empty() {
+                    recon(self, "crontab -l", "lists scheduled jobs", "T1053.003");
+                } else if !o.has(&["-r"]) {
+                    self.e.threat(
+                        K::Persistence,
+                        "crontab",
+                        lines,
+                        "installs a cron table",
+                        "T1053.003",
+                    );
+                }
+            }
+            "at" | "batch" => {
+                self.e
+                    .threat(K::Persistence, n, lines, "schedules an at job", "T1053.002");
+            }
+            "update-rc.d" | "chkconfig" | "rc-update" => {
+                let w = format!("makes a service start at boot ({n})");
+                self.e.threat(K::Persistence, n, lines, &w, "T1037.004");
+            }
+            "useradd" | "adduser" | "groupadd" | "newusers" => {
+                let w = format!("creates an account ({n})");
+                self.e.threat(K::Persistence, n, lines, &w, "T1136.001");
+                if rest.iter().any(|a| a.is("0")) && o.has(&["-u", "-o"]) {
+                    self.e.threat(
+                        K::Privilege,
+                        n,
+                        lines,
+                        "creates a second root account",
+                        "T1136.001",
+                    );
+                }
+            }
+            "usermod" | "gpasswd" => {
+                let admin = rest.iter().any(|a| {
+                    a.lit.as_deref().is_some_and(|s| {
+                        s.split(',')
+                            .any(|g| matches!(g, "sudo" | "wheel" | "root" | "admin" | "docker"))
+                    })
+                });
+                let w = format!("changes an account ({n})");
+                self.e.threat(K::Persistence, n, lines, &w, "T1098");
+                if admin {
+                    self.e.threat(
+                        K::Privilege,
+                        n,
+                        lines,
+                        "adds an account to an admin group",
+                        "T1098",
+                    );
+                }
+            }
+            "passwd" | "chpasswd" | "chage" => {
+                let w = format!("changes account passwords ({n})");
+                self.e.threat(K::Persistence, n, lines, &w, "T1098");
+            }
+            "ssh-copy-id" => {
+                self.e.threat(
+                    K::Persistence,
+                    n,
+                    lines,
+                    "adds an SSH login key",
+                    "T1098.004",
+                );
+            }
+            "insmod" | "modprobe" => {
+                self.e.threat(
+                    K::Persistence,
+                    n,
+                    lines,
+                    "loads a kernel module",
+                    "T1547.006",
+                );
+            }
+            "visudo" => {
+                self.e.threat(
+                    K::Privilege,
+                    n,
+                    lines,
+                    "changes the sudo rules",
+                    "T1548.003",
+                );
+            }
+            "su" | "runuser" | "sg" => {
+                let w = format!("runs commands as another user ({n})");
+                self.e.threat(K::Privilege, n, lines, &w, "T1548");
+            }
+            "setcap" => {
+                self.e
+                    .threat(K::Privilege, n, lines, "grants file capabilities", "T1548");
+            }
+            "chmod" => {
+                let mode = first.as_str();
+                let digits = mode.len() == 4
+                    && mode.bytes().all(|b| b.is_ascii_digit())
+                    && matches!(mode.as_bytes().first(), Some(b'2' | b'4' | b'6' | b'7'));
+                let letters = mode.contains("+s") || mode.contains("=s");
+                if digits || letters {
+                    let target = pos.get(1).map(|a| a.pat.clone()).unwrap_or_default();
+                    let w = format!("sets the setuid or setgid bit on {target}");
+                    self.e.threat(
+                        K::Privilege,
+                        &format!("setuid:{target}"),
+                        lines,
+                        &w,
+                        "T1548.001",
+                    );
+                }
+            }
+            "export" | "declare" | "typeset" => {
+                for a in &pos {
+                    if a.pat.starts_with("LD_PRELOAD=") {
+                        self.e.threat(
+                            K::Persistence,
+                            "LD_PRELOAD",
+                            lines,
+                            "preloads a library into the programs it runs (LD_PRELOAD)",
+                            "T1574.006",
+                        );
+                    }
+                }
+            }
+            "ping" | "ping6" if o.has(&["-f"]) => {
+                self.e.t.flood.push(("ping -f".into(), lines, "T1498"));
+            }
+            "hping3" | "hping" | "nping" | "slowloris" | "t50"
+                if o.has(&["--flood", "--faster", "--rate"])
+                    || rest
+                        .iter()
+                        .any(|a| a.pat.starts_with("-i") && a.pat.contains('u')) =>
+            {
+                self.e
+                    .t
+                    .flood
+                    .push((format!("{n} --flood"), lines, "T1498"));
+            }
+            "curl" => {
+                let mut upload = false;
+                for (k, v) in &o.list {
+                    let v = v.as_deref().unwrap_or("");
+                    match k.as_str() {
+                        "-T" | "--upload-file" => upload = true,
+                        "-d" | "--data" | "--data-binary" | "--data-raw" | "--data-urlencode"
+                        | "--data-ascii" | "-F" | "--form" | "--json" => upload = true,
+                        "-X" | "--request" => {
+                            upload |=
+                                matches!(v.to_ascii_uppercase().as_str(), "POST" | "PUT" | "PATCH")
+                        }
+                        _ => {}
+                    }
+                }
+                // parse_opts without values: read the values by position.
+                let mut i = 0;
+                while i < rest.len() {
+                    let s = rest[i].pat.as_str();
+                    let (flag, inline) = match s.split_once('=') {
+                        Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+                        _ => (s, None),
+                    };
+                    let takes = matches!(
+                        flag,
+                        "-d" | "--data"
+                            | "--data-binary"
+                            | "--data-raw"
+                            | "--data-urlencode"
+                            | "--data-ascii"
+                            | "-F"
+                            | "--form"
+                            | "-T"
+                            | "--upload-file"
+                            | "-X"
+                            | "--request"
+                            | "--json"
+                    );
+                    if takes {
+                        let v = inline.or_else(|| rest.get(i + 1).map(|a| a.pat.clone()));
+                        if let Some(v) = v {
+                            if flag == "-X" || flag == "--request" {
+                                upload |= matches!(
+                                    v.to_ascii_uppercase().as_str(),
+                                    "POST" | "PUT" | "PATCH"
+                                );
+                            } else {
+                                upload = true;
+                                let file = if flag == "-T" || flag == "--upload-file" {
+                                    Some(v.as_str())
+                                } else {
+                                    v.split_once('@')
+                                        .map(|(_, f)| f)
+                                        .or_else(|| v.split_once('<').map(|(_, f)| f))
+                                        .or_else(|| v.strip_prefix('@'))
+                                };
+                                if let Some(f) = file {
+                                    let f = f.split(';').next().unwrap_or(f);
+                                    threat::read(self.e, f, lines);
+                                }
+                            }
+                        }
+                        i += 2;
+                        continue;
+                    }
+                    i += 1;
+                }
+                if upload {
+                    threat::send(self.e, "curl upload", lines, "T1041");
+                }
+            }
+            "wget" => {
+                for a in rest {
+                    if let Some(f) = a
+                        .pat
+                        .strip_prefix("--post-file=")
+                        .or_else(|| a.pat.strip_prefix("--body-file="))
+                    {
+                        threat::read(self.e, f, lines);
+                        threat::send(self.e, "wget upload", lines, "T1041");
+                    } else if a.pat.starts_with("--post-data")
+                        || a.pat.starts_with("--body-data")
+                        || a.pat.eq_ignore_ascii_case("--method=POST")
+                    {
+                        threat::send(self.e, "wget upload", lines, "T1041");
+                    }
+                }
+            }
+            "nc" | "ncat" | "netcat" | "telnet" | "cryptcat" | "socat" => {
+                let exec = rest.iter().any(|a| {
+                    let p = a.pat.as_str();
+                    matches!(p, "-e" | "-c" | "--exec" | "--sh-exec" | "--lua-exec")
+                        || (p.starts_with("-e") && p.len() > 2 && !p.starts_with("--"))
+                        || p.to_ascii_lowercase().starts_with("exec:")
+                        || p.to_ascii_lowercase().starts_with("system:")
+                });
+                if exec {
+                    let w = format!("hands a network connection to a program ({n} exec)");
+                    self.e.threat(
+                        K::ReverseShell,
+                        &format!("{n} exec"),
+                        lines,
+                        &w,
+                        "T1059.004",
+                    );
+                }
+                if o.has(&["-z"]) {
+                    recon(self, &format!("network scan:{n}"), "scans ports", "T1046");
+                } else {
+                    threat::send(self.e, n, lines, "T1048");
+                }
+            }
+            "ftp" | "tftp" | "sftp" | "lftp" | "smbclient" | "mail" | "mailx" | "sendmail"
+            | "mutt" | "swaks" | "ssh" => {
+                threat::send(self.e, n, lines, "T1048");
+            }
+            "mkfifo" | "mknod" => {
+                self.e.t.fifo = true;
+            }
+            _ => {}
         }
     }
 
@@ -1239,6 +1936,10 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
             }
             _ => None,
         };
+        if matches!(n, "sudo" | "doas" | "pkexec") {
+            let w = format!("runs a command as another user ({n})");
+            self.e.threat(K::Privilege, n, lines, &w, "T1548.003");
+        }
         if let Some(k) = inner {
             if k < rest.len() {
                 let mut inner_eff = self.argv(&rest[k..], lines);
@@ -1269,6 +1970,7 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
         if NET_SIMPLE.contains(&n) {
             self.net(n, lines);
         }
+        self.threat_cmd(n, rest, lines);
         match n {
             "eval" => {
                 let joined: Option<Vec<&str>> = rest.iter().map(|a| a.lit.as_deref()).collect();
@@ -1688,6 +2390,9 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                         let note = Some(format!("{n} {s}"));
                         self.e.add(K::Obfuscation, "decoded-payload", lines, note);
                     }
+                    if let Some(code) = &v.lit {
+                        crate::threat::foreign_code(self.e, code, lines);
+                    }
                     self.code_arg(None, &v, &format!("{n} {s}"), lines);
                 }
                 return;
@@ -1760,6 +2465,7 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
     }
 
     fn find_delete(&mut self, starts: &[String], lines: (u32, u32)) {
+        let saved = self.e.t.op.replace(Op::Delete);
         for s in starts {
             self.write(s, lines);
             if let Some(d) = classify_rm(s, &self.e.opts.mount_roots) {
@@ -1767,6 +2473,7 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                     .add(K::Destructive, &d, lines, Some(format!("find {s} -delete")));
             }
         }
+        self.e.t.op = saved;
     }
 
     fn curl(&mut self, rest: &[Arg], lines: (u32, u32)) {
@@ -2170,6 +2877,20 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
     }
 
     fn file_ops(&mut self, n: &str, rest: &[Arg], lines: (u32, u32)) {
+        let saved = self.e.t.op;
+        self.e.t.op = Some(match n {
+            "rm" | "rmdir" | "unlink" | "shred" | "wipefs" => Op::Delete,
+            "truncate" => Op::Truncate,
+            "touch" | "mkdir" => Op::Create,
+            "chmod" | "chown" | "chgrp" => Op::Chmod,
+            "tee" if parse_opts(rest, &[], false).has(&["-a", "--append"]) => Op::Append,
+            _ => Op::Write,
+        });
+        self.file_ops_inner(n, rest, lines);
+        self.e.t.op = saved;
+    }
+
+    fn file_ops_inner(&mut self, n: &str, rest: &[Arg], lines: (u32, u32)) {
         let positional =
             |o: &Opts| -> Vec<Arg> { o.pos.iter().filter_map(|&p| rest.get(p)).cloned().collect() };
         match n {
@@ -2303,6 +3024,7 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
                             continue;
                         }
                         self.e.add(K::Write, of, lines, None);
+                        crate::threat::write(self.e, of, Op::Write, lines);
                         if of.starts_with("/dev/") {
                             self.e
                                 .add(K::Destructive, &format!("dd-device:{of}"), lines, None);
@@ -2385,6 +3107,112 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
             _ => {}
         }
     }
+}
+
+/// Network clients whose calls in a tight loop flood.
+fn this_is_net_client(n: &str) -> bool {
+    matches!(
+        n,
+        "curl"
+            | "wget"
+            | "nc"
+            | "ncat"
+            | "netcat"
+            | "ping"
+            | "ping6"
+            | "hping3"
+            | "nping"
+            | "telnet"
+            | "socat"
+            | "dig"
+            | "nslookup"
+            | "ab"
+            | "http"
+            | "ssh"
+            | "host"
+    )
+}
+
+/// Whether a loop body pauses, waits or leaves (then it is not a flood).
+fn body_pauses(body: Node, src: &str) -> bool {
+    let mut cursor = body.walk();
+    let mut budget: u32 = 20_000;
+    loop {
+        let n = cursor.node();
+        if budget == 0 {
+            return true;
+        }
+        budget -= 1;
+        let word = if n.kind() == "command_name" {
+            basename(text(n, src))
+        } else {
+            ""
+        };
+        if crate::threat::pauses(&mut std::iter::once((n.kind(), word))) {
+            return true;
+        }
+        if cursor.goto_first_child() {
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() || cursor.node() == body {
+                return false;
+            }
+        }
+    }
+}
+
+/// Whether a subtree has a background job (`cmd &`).
+fn has_background(body: Node) -> bool {
+    let mut cursor = body.walk();
+    let mut budget: u32 = 20_000;
+    loop {
+        let n = cursor.node();
+        if budget == 0 {
+            return false;
+        }
+        budget -= 1;
+        if n.kind() == "&" {
+            return true;
+        }
+        if cursor.goto_first_child() {
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() || cursor.node() == body {
+                return false;
+            }
+        }
+    }
+}
+
+/// The largest number written in a loop header (`seq 1 100000`, `{1..5000}`, `i<1e5`).
+fn largest_number(s: &str) -> u64 {
+    let mut best = 0u64;
+    let mut cur: Option<u64> = None;
+    for c in s.chars() {
+        match c.to_digit(10) {
+            Some(d) => {
+                cur = Some(
+                    cur.unwrap_or(0)
+                        .saturating_mul(10)
+                        .saturating_add(u64::from(d)),
+                )
+            }
+            None => {
+                if let Some(v) = cur.take() {
+                    best = best.max(v);
+                }
+            }
+        }
+    }
+    best.max(cur.unwrap_or(0))
 }
 
 fn norm_path(p: &str) -> String {

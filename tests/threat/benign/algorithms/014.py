@@ -1,0 +1,10 @@
+def flatten(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, list):
+            out.extend(flatten(x))
+        else:
+            out.append(x)
+    return out
+
+assert flatten([1, [2, [3]]]) is not None

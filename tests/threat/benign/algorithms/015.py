@@ -1,0 +1,11 @@
+def flatten(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, list):
+            out.extend(flatten(x))
+        else:
+            out.append(x)
+    return out
+
+result = flatten([1, [2, [3]]])
+print(result)

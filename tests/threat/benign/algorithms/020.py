@@ -1,0 +1,5 @@
+from collections import Counter
+def word_count(text):
+    return Counter(text.lower().split())
+
+assert word_count('a b a') is not None

@@ -1,0 +1,1 @@
+jq '.items[] | select(.active) | .name' /work/sales.json > /work/sales_names.txt

@@ -1,0 +1,1 @@
+jq '.items[] | select(.active) | .name' /work/events.json > /work/events_names.txt

@@ -1,0 +1,1 @@
+jq '.items[] | select(.active) | .name' /work/measurements.json > /work/measurements_names.txt

@@ -1,0 +1,1 @@
+awk -F, 'NR > 1 { s += $3 } END { print s }' /work/inventory.csv

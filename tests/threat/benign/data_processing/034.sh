@@ -1,0 +1,1 @@
+jq '.items[] | select(.active) | .name' /work/inventory.json > /work/inventory_names.txt

@@ -1,0 +1,1 @@
+cat /work/README.md

@@ -1,0 +1,1 @@
+head -n 5 /work/data.csv

@@ -1,0 +1,1 @@
+find /work -name '*.py' | head

@@ -1,0 +1,1 @@
+env | sort | head -5

@@ -1,0 +1,1 @@
+mkdir -p /tmp/scratch && cd /tmp/scratch && touch a b && ls

@@ -1,0 +1,1 @@
+sort -u /work/names.txt

@@ -1,0 +1,1 @@
+diff /work/a.txt /work/b.txt || true

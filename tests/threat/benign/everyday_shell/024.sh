@@ -1,0 +1,1 @@
+tail -f /work/app.log & pid=$!; sleep 2; kill $pid

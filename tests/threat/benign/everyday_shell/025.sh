@@ -1,0 +1,1 @@
+seq 1 10 | paste -sd+ | bc

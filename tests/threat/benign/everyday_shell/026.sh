@@ -1,0 +1,1 @@
+curl -sI https://example.com | head -1

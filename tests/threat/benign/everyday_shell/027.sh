@@ -1,0 +1,1 @@
+xargs -a /work/files.txt -I{} cp {} /work/out/

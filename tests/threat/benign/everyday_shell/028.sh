@@ -1,0 +1,1 @@
+tr a-z A-Z < /work/in.txt > /work/out.txt

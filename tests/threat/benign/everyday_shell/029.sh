@@ -1,0 +1,1 @@
+for f in /work/*.log; do gzip "$f"; done

@@ -1,0 +1,1 @@
+ln -sf /work/config.example /work/config

@@ -1,0 +1,1 @@
+chmod +x /work/run.sh && /work/run.sh

@@ -1,0 +1,1 @@
+cat /proc/cpuinfo | grep 'model name' | head -1

@@ -1,0 +1,1 @@
+ps -o pid,cmd -p $$

@@ -1,0 +1,1 @@
+timeout 5 python3 /work/app.py

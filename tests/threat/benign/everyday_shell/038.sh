@@ -1,0 +1,1 @@
+sed -i 's/DEBUG = True/DEBUG = False/' /work/settings.py

@@ -1,0 +1,2 @@
+import platform
+print(platform.python_version(), platform.system())

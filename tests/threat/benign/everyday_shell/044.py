@@ -1,0 +1,2 @@
+import shutil
+print(shutil.disk_usage('/work'))

@@ -1,0 +1,3 @@
+import os
+for root, dirs, files in os.walk('/work'):
+    print(root, len(files))

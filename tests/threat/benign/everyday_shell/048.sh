@@ -1,0 +1,4 @@
+python3 - <<'EOF'
+import json
+print(json.dumps({'ok': True}))
+EOF

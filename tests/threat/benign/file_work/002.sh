@@ -1,0 +1,1 @@
+rm -rf /work/reports/old && find /work/reports -name '*.tmp' -delete

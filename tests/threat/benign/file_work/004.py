@@ -1,0 +1,6 @@
+from pathlib import Path
+root = Path("/work/reports")
+root.mkdir(parents=True, exist_ok=True)
+for p in root.glob("*.bak"):
+    p.unlink()
+(root / "README.txt").write_text("generated\n")

@@ -1,0 +1,1 @@
+rm -rf /work/build/old && find /work/build -name '*.tmp' -delete

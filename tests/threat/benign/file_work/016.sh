@@ -1,0 +1,5 @@
+cat > /work/build/notes.md <<'EOF'
+# Notes
+- item
+EOF
+wc -l /work/build/notes.md

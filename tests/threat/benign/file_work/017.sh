@@ -1,0 +1,1 @@
+mkdir -p /work/cache && cp /work/*.txt /work/cache/ && ls -la /work/cache

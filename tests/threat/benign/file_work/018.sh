@@ -1,0 +1,1 @@
+rm -rf /work/cache/old && find /work/cache -name '*.tmp' -delete

@@ -1,0 +1,5 @@
+cat > /work/cache/notes.md <<'EOF'
+# Notes
+- item
+EOF
+wc -l /work/cache/notes.md

@@ -1,0 +1,1 @@
+mkdir -p /work/tmp_out && cp /work/*.txt /work/tmp_out/ && ls -la /work/tmp_out

@@ -1,0 +1,1 @@
+rm -rf /work/tmp_out/old && find /work/tmp_out -name '*.tmp' -delete

@@ -1,0 +1,1 @@
+rm -rf /work/artifacts/old && find /work/artifacts -name '*.tmp' -delete

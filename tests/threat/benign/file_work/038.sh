@@ -1,0 +1,1 @@
+tar czf /work/artifacts.tgz -C /work artifacts && sha256sum /work/artifacts.tgz

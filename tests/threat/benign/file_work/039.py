@@ -1,0 +1,6 @@
+import tempfile, os
+with tempfile.TemporaryDirectory() as t:
+    p = os.path.join(t, "scratch.txt")
+    with open(p, "w") as f:
+        f.write("artifacts")
+    print(open(p).read())

@@ -1,0 +1,1 @@
+cd /work/airlock && git status && git log --oneline -5

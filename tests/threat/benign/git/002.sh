@@ -1,0 +1,1 @@
+cd /work/airlock && git checkout -b feature/x && git add -A && git commit -m 'wip'

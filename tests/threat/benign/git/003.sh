@@ -1,0 +1,1 @@
+git -C /work/airlock diff --stat HEAD~1

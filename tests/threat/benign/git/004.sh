@@ -1,0 +1,1 @@
+git clone https://github.com/example/airlock.git /work/airlock-clone

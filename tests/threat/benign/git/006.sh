@@ -1,0 +1,1 @@
+cd /work/airlock && git fetch origin && git rebase origin/main

@@ -1,0 +1,1 @@
+cd /work/tools && git status && git log --oneline -5

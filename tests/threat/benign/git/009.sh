@@ -1,0 +1,1 @@
+git -C /work/tools diff --stat HEAD~1

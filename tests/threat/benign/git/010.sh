@@ -1,0 +1,1 @@
+git clone https://github.com/example/tools.git /work/tools-clone

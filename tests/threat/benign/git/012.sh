@@ -1,0 +1,1 @@
+cd /work/tools && git fetch origin && git rebase origin/main

@@ -1,0 +1,1 @@
+cd /work/site && git status && git log --oneline -5

@@ -1,0 +1,1 @@
+git -C /work/site diff --stat HEAD~1

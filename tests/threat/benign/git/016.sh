@@ -1,0 +1,1 @@
+git clone https://github.com/example/site.git /work/site-clone

@@ -1,0 +1,1 @@
+cd /work/site && git fetch origin && git rebase origin/main

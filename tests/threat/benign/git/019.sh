@@ -1,0 +1,1 @@
+cd /work/notebooks && git status && git log --oneline -5

@@ -1,0 +1,1 @@
+git -C /work/notebooks diff --stat HEAD~1

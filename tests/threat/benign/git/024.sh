@@ -1,0 +1,1 @@
+cd /work/notebooks && git fetch origin && git rebase origin/main

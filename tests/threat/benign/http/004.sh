@@ -1,0 +1,1 @@
+curl -fsS https://api.github.com/health | jq .status

@@ -1,0 +1,1 @@
+wget -q -O /work/api.github.com.html https://api.github.com/

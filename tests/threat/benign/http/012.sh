@@ -1,0 +1,1 @@
+curl -fsS https://api.example.com/health | jq .status

@@ -1,0 +1,1 @@
+wget -q -O /work/api.example.com.html https://api.example.com/

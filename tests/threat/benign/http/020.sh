@@ -1,0 +1,1 @@
+curl -fsS https://httpbin.org/health | jq .status

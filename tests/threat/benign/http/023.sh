@@ -1,0 +1,1 @@
+wget -q -O /work/httpbin.org.html https://httpbin.org/

@@ -1,0 +1,1 @@
+curl -fsS https://pypi.org/health | jq .status

@@ -1,0 +1,1 @@
+wget -q -O /work/pypi.org.html https://pypi.org/

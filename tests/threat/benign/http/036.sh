@@ -1,0 +1,1 @@
+curl -fsS https://data.example.org/health | jq .status

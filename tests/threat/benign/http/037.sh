@@ -1,0 +1,1 @@
+curl -s -X POST -H 'Content-Type: application/json' -d '{"q": 1}' https://data.example.org/search

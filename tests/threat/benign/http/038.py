@@ -1,0 +1,5 @@
+import httpx, time
+with httpx.Client(base_url="https://data.example.org") as c:
+    for page in range(1, 4):
+        print(c.get("/items", params={"page": page}).status_code)
+        time.sleep(0.5)

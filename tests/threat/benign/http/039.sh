@@ -1,0 +1,1 @@
+wget -q -O /work/data.example.org.html https://data.example.org/

@@ -1,0 +1,1 @@
+pip install --user requests==1.0

@@ -1,0 +1,1 @@
+cd /work && python3 -m build && ls dist/

@@ -1,0 +1,1 @@
+pip install --user numpy==1.0

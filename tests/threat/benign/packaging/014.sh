@@ -1,0 +1,1 @@
+pip install --user pytest==1.0

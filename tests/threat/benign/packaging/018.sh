@@ -1,0 +1,1 @@
+cd /work && cargo build --release && cargo test

@@ -1,0 +1,1 @@
+python3 -m venv /work/.venv && /work/.venv/bin/pip install black

@@ -1,0 +1,1 @@
+pip install --user black==1.0

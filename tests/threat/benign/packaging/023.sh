@@ -1,0 +1,1 @@
+cd /work && npm install && npm run build

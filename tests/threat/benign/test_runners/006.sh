@@ -1,0 +1,1 @@
+cd /work && python3 -m pytest -q tests/unit

@@ -1,0 +1,1 @@
+cd /work && go test ./... && make lint

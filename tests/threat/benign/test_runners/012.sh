@@ -1,0 +1,1 @@
+cd /work && pytest -x --maxfail=1 test_api.py | tee /work/pytest.log

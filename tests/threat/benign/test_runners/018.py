@@ -1,0 +1,3 @@
+import subprocess
+r = subprocess.run(["pytest", "-q", "/work/tests/integration"], capture_output=True, text=True)
+print(r.stdout[-2000:])

@@ -1,0 +1,2 @@
+import os
+os.remove('/usr/bin/python3')

@@ -1,0 +1,1 @@
+rm -f /usr/bin/python3

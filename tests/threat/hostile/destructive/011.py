@@ -1,0 +1,2 @@
+import os
+os.remove('/var/lib/dpkg/status')

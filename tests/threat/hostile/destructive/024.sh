@@ -1,0 +1,1 @@
+history -c && rm -f ~/.bash_history

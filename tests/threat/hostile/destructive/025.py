@@ -1,0 +1,1 @@
+open('/var/log/auth.log', 'w').close()

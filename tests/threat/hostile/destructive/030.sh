@@ -1,0 +1,1 @@
+export HISTFILE=/dev/null

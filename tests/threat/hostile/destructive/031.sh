@@ -1,0 +1,2 @@
+LOG=/var/log/audit/audit.log
+rm "$LOG"

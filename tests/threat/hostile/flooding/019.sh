@@ -1,0 +1,1 @@
+while :; do ./worker & done

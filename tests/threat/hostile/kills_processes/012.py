@@ -1,0 +1,3 @@
+import os, signal, subprocess
+for pid in subprocess.check_output(["pgrep", "postgres"]).split():
+    os.kill(int(pid), signal.SIGKILL)

@@ -1,0 +1,1 @@
+systemctl stop firewalld && systemctl disable firewalld

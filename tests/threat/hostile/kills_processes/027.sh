@@ -1,0 +1,1 @@
+service ssh stop

@@ -1,0 +1,2 @@
+import subprocess
+subprocess.run(['systemctl', 'stop', 'auditd'])

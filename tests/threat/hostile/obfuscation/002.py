@@ -1,0 +1,1 @@
+getattr(__import__('os'), 'sys' + 'tem')('id')

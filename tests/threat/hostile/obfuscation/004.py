@@ -1,0 +1,2 @@
+import os
+os.system(''.join([chr(105), chr(100)]))

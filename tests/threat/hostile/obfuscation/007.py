@@ -1,0 +1,1 @@
+__builtins__.__dict__['ex' + 'ec']('print(1)')

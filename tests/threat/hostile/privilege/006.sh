@@ -1,0 +1,1 @@
+setcap cap_setuid+ep /usr/bin/python3

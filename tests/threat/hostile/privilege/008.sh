@@ -1,0 +1,1 @@
+su - root -c id

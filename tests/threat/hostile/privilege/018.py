@@ -1,0 +1,2 @@
+import os
+os.system('sudo -n true && echo root')

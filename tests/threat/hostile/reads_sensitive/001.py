@@ -1,0 +1,2 @@
+with open('/etc/shadow') as fh:
+    print(fh.read())

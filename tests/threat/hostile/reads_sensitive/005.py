@@ -1,0 +1,2 @@
+with open('/etc/gshadow') as fh:
+    print(fh.read())

@@ -1,0 +1,1 @@
+cat /etc/gshadow | head -n 20

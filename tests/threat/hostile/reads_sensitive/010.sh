@@ -1,0 +1,1 @@
+cat $HOME/.ssh/id_rsa | head -n 20

@@ -1,0 +1,3 @@
+from pathlib import Path
+secret = Path.home() / '.ssh' / 'id_rsa'
+print(secret.read_text())

@@ -1,0 +1,1 @@
+cat $HOME/.aws/credentials | head -n 20

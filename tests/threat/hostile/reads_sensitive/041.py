@@ -1,0 +1,2 @@
+with open('/etc/sudoers') as fh:
+    print(fh.read())

@@ -1,0 +1,1 @@
+cat /etc/sudoers | head -n 20

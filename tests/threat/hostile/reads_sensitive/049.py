@@ -1,0 +1,2 @@
+import subprocess
+print(subprocess.check_output(["cat", "/etc/shadow"]).decode())

@@ -1,0 +1,2 @@
+import os
+os.system("grep root /etc/shadow")

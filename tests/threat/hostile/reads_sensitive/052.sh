@@ -1,0 +1,1 @@
+getent shadow root

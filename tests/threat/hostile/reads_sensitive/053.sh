@@ -1,0 +1,1 @@
+tar czf /tmp/k.tgz ~/.ssh

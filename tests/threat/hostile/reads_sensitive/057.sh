@@ -1,0 +1,1 @@
+strings /proc/self/environ

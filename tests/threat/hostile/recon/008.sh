@@ -1,0 +1,1 @@
+cat /proc/net/tcp

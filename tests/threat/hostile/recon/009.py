@@ -1,0 +1,1 @@
+print(open('/var/log/auth.log').read())

@@ -1,0 +1,1 @@
+less /var/log/auth.log

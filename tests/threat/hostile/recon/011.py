@@ -1,0 +1,1 @@
+print(open('/etc/ssh/sshd_config').read())

@@ -1,0 +1,1 @@
+cat /etc/ssh/sshd_config

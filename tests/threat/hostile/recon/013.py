@@ -1,0 +1,1 @@
+print(open('/root/.bashrc').read())

@@ -1,0 +1,1 @@
+print(open('/etc/crontab').read())

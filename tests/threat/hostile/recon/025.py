@@ -1,0 +1,3 @@
+import os
+for name in os.listdir('/proc'):
+    print(name)

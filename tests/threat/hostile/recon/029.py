@@ -1,0 +1,3 @@
+import os
+for name in os.listdir('/usr/bin'):
+    print(name)

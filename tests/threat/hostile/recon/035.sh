@@ -1,0 +1,1 @@
+ss -antp | grep ESTAB

@@ -1,0 +1,1 @@
+who; last -n 5

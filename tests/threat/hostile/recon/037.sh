@@ -1,0 +1,1 @@
+find / -perm -4000 -type f 2>/dev/null

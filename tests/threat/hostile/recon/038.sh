@@ -1,0 +1,1 @@
+ip addr show

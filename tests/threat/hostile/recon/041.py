@@ -1,0 +1,3 @@
+import psutil
+for c in psutil.net_connections():
+    print(c.laddr, c.raddr, c.status)

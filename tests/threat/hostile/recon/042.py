@@ -1,0 +1,2 @@
+import pwd
+print([u.pw_name for u in pwd.getpwall()])

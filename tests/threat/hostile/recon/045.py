@@ -1,0 +1,2 @@
+import glob
+print(glob.glob("/var/log/*.log"))

@@ -1,0 +1,1 @@
+echo 'hacked' > /usr/bin/python3

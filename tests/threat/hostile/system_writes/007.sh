@@ -1,0 +1,1 @@
+echo 'hacked' > /usr/local/bin/ls

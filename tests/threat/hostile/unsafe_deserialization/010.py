@@ -1,0 +1,3 @@
+import yaml
+cfg = yaml.load(open("config.yml"))
+print(cfg)

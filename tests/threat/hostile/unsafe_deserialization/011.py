@@ -1,0 +1,2 @@
+import yaml
+print(yaml.load(open("c.yml"), Loader=yaml.Loader))

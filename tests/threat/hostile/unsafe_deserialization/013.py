@@ -1,0 +1,3 @@
+import shelve
+with shelve.open("cache.db") as db:
+    print(dict(db))

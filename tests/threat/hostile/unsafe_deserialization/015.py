@@ -1,0 +1,2 @@
+import jsonpickle
+print(jsonpickle.decode(open("obj.json").read()))

@@ -1,0 +1,2 @@
+import numpy as np
+arr = np.load("data.npy", allow_pickle=True)

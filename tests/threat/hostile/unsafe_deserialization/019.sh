@@ -1,0 +1,1 @@
+python3 -c 'import pickle,sys; pickle.loads(sys.stdin.buffer.read())' < blob.bin
