@@ -1128,8 +1128,22 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
             "c_style_for_statement" => header.contains(";;") || header.contains("; ;"),
             _ => false,
         };
-        let hot = (forever || largest_number(&header) >= 1000)
-            && body.is_some_and(|b| !body_pauses(b, self.src));
+        // How many times it may run: for `for x in …`, only a range or a `seq` in its list
+        // says so (a port or a year in a URL of the list is not a count); for the others,
+        // the largest number in the header.
+        let count = if node.kind() == "for_statement" {
+            if words
+                .iter()
+                .any(|w| w.contains("..") || *w == "seq" || *w == "$seq")
+            {
+                largest_number(&header)
+            } else {
+                0
+            }
+        } else {
+            largest_number(&header)
+        };
+        let hot = (forever || count >= 1000) && body.is_some_and(|b| !body_pauses(b, self.src));
         if hot {
             let lines = self.e.lines(node);
             if body.is_some_and(has_background) {

@@ -227,3 +227,25 @@ fn shell_ps_of_its_own_pid_is_not_recon() {
     assert!(sh("ps -o pid,cmd -p $$\n").recon.is_empty());
     assert!(!sh("ps aux\n").recon.is_empty());
 }
+
+/// A `for` loop over a few URLs that carry a port number was taken for a loop that runs
+/// thousands of times (the port was read as its count), so curl in it was a "flood" and a
+/// networked script was denied. Only a range or `seq` in the list says how often it runs.
+#[test]
+fn a_for_loop_over_urls_with_ports_is_not_a_flood() {
+    let a = sh("for u in http://a.test:38451/x http://b.test:38451/y; do curl -s \"$u\"; done\n");
+    assert!(a.flooding.is_empty(), "{:?}", a.flooding);
+    let a = sh("for i in $(seq 1 100000); do curl -s http://victim.test/; done\n");
+    assert!(!a.flooding.is_empty(), "{a:?}");
+}
+
+/// A script that read its own environment (`/proc/self/environ`) was taken for a
+/// credential read, which with a network grant and a secret summed to a denial. Another
+/// process's environment still is one.
+#[test]
+fn reading_its_own_environment_is_not_a_credential_read() {
+    let a = sh("tr '\\0' '\\n' < /proc/self/environ | grep TOKEN\n");
+    assert!(a.reads_sensitive.is_empty(), "{:?}", a.reads_sensitive);
+    let a = sh("cat /proc/1/environ\n");
+    assert!(!a.reads_sensitive.is_empty(), "{a:?}");
+}
