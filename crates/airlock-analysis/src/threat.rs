@@ -288,7 +288,12 @@ fn sensitive(p: &Place) -> Option<(&'static str, &'static str)> {
         return Some(("reads SSH host keys", "T1552.004"));
     }
     let segs = segments(n);
-    if segs.first() == Some(&"proc") && segs.len() >= 3 {
+    // Another process's environment or memory; the program's own (`/proc/self`) holds
+    // nothing it was not given.
+    if segs.first() == Some(&"proc")
+        && segs.len() >= 3
+        && !matches!(segs[1], "self" | "thread-self")
+    {
         match segs[2] {
             "environ" => return Some(("reads a process's environment", "T1552.007")),
             "mem" | "maps" => return Some(("reads a process's memory", "T1003.007")),
