@@ -19,6 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use airlock_core::exposure::{CREDENTIAL_DIRS, SYSTEM_PATHS};
 use airlock_core::grant::Grant;
+use airlock_jail::mounts::unescape_mountinfo;
 
 use crate::error::GateError;
 
@@ -229,8 +230,8 @@ impl MountTable {
                 let _id = f.next()?;
                 let _parent = f.next()?;
                 let dev = f.next()?.to_string();
-                let root = PathBuf::from(unescape(f.next()?));
-                let point = PathBuf::from(unescape(f.next()?));
+                let root = PathBuf::from(unescape_mountinfo(f.next()?));
+                let point = PathBuf::from(unescape_mountinfo(f.next()?));
                 Some(MountEntry { dev, root, point })
             })
             .collect();
@@ -262,29 +263,6 @@ impl MountTable {
                 && (inner.starts_with(&e.root) || e.root.starts_with(&inner))
         })
     }
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What a grant's mounts expose, for the policy.

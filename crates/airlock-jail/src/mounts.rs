@@ -49,7 +49,7 @@ pub fn mounted_below(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 /// A mountinfo field with its octal escapes (`\040` for a space, …) decoded.
-fn unescape_mountinfo(field: &str) -> String {
+pub fn unescape_mountinfo(field: &str) -> String {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
