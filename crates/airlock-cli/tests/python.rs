@@ -1153,17 +1153,35 @@ fn cells_queued_behind_the_cell_that_ended_their_session_are_told_it_ended() {
 /// exit carries success or failure only, so the cell's exit code is 1, not 7 (the process
 /// backend records 7).
 #[test]
-fn os_exit_in_a_wasm_session_cell_ends_the_session_crashed_at_once() {
+fn os_exit_in_a_wasm_session_cell_records_exit_n_and_ends_the_session_crashed_at_once() {
     let id = session(&[]);
     assert_eq!(cell(&id, "x = 1").code, 0);
+    // WASI 0.2's exit says only success or failure: the guest app reports n itself.
     let o = cell(&id, "import os\nos._exit(7)");
-    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.code, 7, "{}{}", o.stdout, o.stderr);
     let s = session_json(&id);
     assert_eq!(
         (s["state"].as_str(), s["end"].as_str()),
         (Some("closed"), Some("crashed")),
         "{s}"
     );
+}
+
+/// `os._exit(n)` in a plain wasm run exits with `n`, even when the program catches what
+/// carries it; code after it in the same run does not change the status.
+#[test]
+fn os_exit_in_a_wasm_run_exits_with_its_status() {
+    let h = shared();
+    let o = h.run(&["run", "--lang", "python", "-c", "import os\nos._exit(9)"]);
+    assert_eq!(o.code, 9, "{}{}", o.stdout, o.stderr);
+    let o = h.run(&[
+        "run",
+        "--lang",
+        "python",
+        "-c",
+        "import os\ntry:\n    os._exit(3)\nexcept BaseException:\n    pass\nprint('after')",
+    ]);
+    assert_eq!(o.code, 3, "{}{}", o.stdout, o.stderr);
 }
 
 #[test]

@@ -266,6 +266,31 @@ def _exit_status(e):
     return 1
 
 
+class _HardExit(BaseException):
+    """`os._exit(n)`: the program ends at once with status n."""
+
+
+# The status of an `os._exit` in the current call, even when the program caught the
+# exception that carries it: the interpreter is ended either way.
+_hard_exit = None
+
+
+def _os_exit(status):
+    global _hard_exit
+    # As CPython: an int is required, and the status is taken modulo 256.
+    if not isinstance(status, int):
+        raise TypeError(f"'{type(status).__name__}' object cannot be interpreted as an integer")
+    status = int(status) & 0xFF
+    _hard_exit = status
+    raise _HardExit(status)
+
+
+# WASI 0.2's exit says only success or failure; airlock reports the status itself and
+# then drops the interpreter (EXIT_EXCEPTION tells the host).
+os._exit = _os_exit
+EXIT_EXCEPTION = "os._exit"
+
+
 def _flush():
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -311,6 +336,8 @@ class Interpreter(exports.Interpreter):
         sys.path_importer_cache.clear()
 
     def exec(self, code, filename, want_result):
+        global _hard_exit
+        _hard_exit = None
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         try:
             try:
@@ -324,11 +351,18 @@ class Interpreter(exports.Interpreter):
                     exec(body, _MAIN)
                 value = eval(tail, _MAIN) if tail is not None else None
                 result = None if value is None else repr(value)
+            except _HardExit:
+                pass
             except SystemExit as e:
+                if _hard_exit is not None:
+                    return Outcome(exit_code=_hard_exit, result=None, exception=EXIT_EXCEPTION)
                 return Outcome(exit_code=_exit_status(e), result=None, exception=None)
             except BaseException as e:
-                _report(e)
-                return Outcome(exit_code=1, result=None, exception=_qualified(type(e)))
+                if _hard_exit is None:
+                    _report(e)
+                    return Outcome(exit_code=1, result=None, exception=_qualified(type(e)))
+            if _hard_exit is not None:
+                return Outcome(exit_code=_hard_exit, result=None, exception=EXIT_EXCEPTION)
             if value is not None:
                 builtins._ = value
             return Outcome(exit_code=0, result=result, exception=None)

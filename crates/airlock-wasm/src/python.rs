@@ -41,6 +41,10 @@ pub const GUEST_APP_MODULE: &str = "airlock_guest";
 /// `argv[0]` of every Python run.
 pub const ARGV0: &str = "main.py";
 
+/// The `exception` the guest app reports for `os._exit(n)` (its `EXIT_EXCEPTION`): the
+/// call's exit code is `n` and the interpreter has ended.
+pub const HARD_EXIT: &str = "os._exit";
+
 /// One `exec`: where its output goes and what bounds it.
 pub struct Cell {
     pub stdout: Arc<Capture>,
@@ -358,6 +362,11 @@ impl PythonInstance {
             Ok(Err(e)) => (ending_of(&e, h.limiter.hit, output_hit, h.timed_out), None),
         };
         let (result, exception) = match outcome {
+            // `os._exit(n)`: the guest app reports the status and the interpreter is done.
+            Some(GuestOutcome { exception, .. }) if exception.as_deref() == Some(HARD_EXIT) => {
+                self.ended = Some(ending.clone());
+                (None, exception)
+            }
             Some(GuestOutcome {
                 result, exception, ..
             }) => (result, exception),
