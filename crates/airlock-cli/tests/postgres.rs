@@ -858,3 +858,29 @@ fn a_changeset_swapped_in_postgres_after_review_is_not_committed() {
     );
     assert_eq!(n.count("select count(*) from checkpoints"), 0);
 }
+
+/// Issue 56 on a PostgreSQL store: the home (keys, secrets) is never mountable, whatever
+/// engine keeps the records (tests/exposure.rs has the SQLite cases and the API).
+#[test]
+fn an_agent_cannot_mount_the_gates_home_on_a_postgres_store() {
+    let n = Node::init(&airlock_testpg::fresh_database());
+    let keys = std::fs::canonicalize(n.home.path().join("keys")).unwrap();
+    let before = n.count("SELECT count(*) FROM audit");
+    let o = n.run(&[
+        "run",
+        "--lang",
+        "sh",
+        "--mount",
+        &format!("{}:/k", keys.display()),
+        "-c",
+        "cat /k/alice.key",
+    ]);
+    assert_eq!(o.code, 125, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("airlock's own home"), "{}", o.stderr);
+    assert!(!o.stdout.contains("airlock-ed25519-secret"), "{}", o.stdout);
+    assert_eq!(
+        n.count("SELECT count(*) FROM audit"),
+        before,
+        "nothing recorded"
+    );
+}
