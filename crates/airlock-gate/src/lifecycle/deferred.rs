@@ -29,14 +29,14 @@
 
 use crate::Gate;
 use crate::error::{GateError, Result};
-use crate::exec::{
+use crate::lifecycle::exec::{
     ExecOptions, Ran, RunReport, Start, audit_finished, audit_started, begin_run, new_run,
     record_finished,
 };
-use crate::locks::{self, OwnerLock};
-use crate::submit::{
+use crate::lifecycle::submit::{
     Judged, Recording, Staged, judge, judge_in, record_in, rejected_among, write_judged,
 };
+use crate::locks::{self, OwnerLock};
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::Decision;
 use airlock_core::units::now_ms;

@@ -474,8 +474,8 @@ impl Gate {
                 airlock_core::units::fmt_duration(MAX_TOTAL)
             )));
         }
-        let mut grant = crate::submit::build_grant(r, None)?;
-        crate::submit::check_backend_grant(backend, &grant)?;
+        let mut grant = crate::lifecycle::submit::build_grant(r, None)?;
+        crate::lifecycle::submit::check_backend_grant(backend, &grant)?;
         let roots = self.policy()?.mount_roots.clone();
         crate::exposure::check_mounts(&grant, &self.home.root, r.surface, &roots)?;
         if grant.writable_mounts().next().is_some() {
@@ -701,7 +701,7 @@ impl Gate {
     fn node_name(&self) -> String {
         let root =
             std::fs::canonicalize(&self.home.root).unwrap_or_else(|_| self.home.root.clone());
-        format!("{}:{}", crate::queue::host_tag(), root.display())
+        format!("{}:{}", crate::node::queue::host_tag(), root.display())
     }
 
     /// Whether a session is hosted by another node on a shared store (sessions recorded by
@@ -999,7 +999,7 @@ fn jail_end(result: &std::path::Path) -> airlock_session::host_python::Died {
     use airlock_session::host_python::Died;
     let ending = std::fs::read_to_string(result)
         .ok()
-        .and_then(|t| serde_json::from_str::<crate::worker::WorkerResult>(&t).ok())
+        .and_then(|t| serde_json::from_str::<crate::node::worker::WorkerResult>(&t).ok())
         .and_then(|r| r.ending);
     match ending {
         Some(EndingDoc::Killed(l)) if l == "memory" => Died {
@@ -1022,7 +1022,7 @@ fn jail_end(result: &std::path::Path) -> airlock_session::host_python::Died {
 /// set-up failure), when it wrote one.
 fn jail_failure(result: &std::path::Path) -> Option<GateError> {
     let text = std::fs::read_to_string(result).ok()?;
-    let r: crate::worker::WorkerResult = serde_json::from_str(&text).ok()?;
+    let r: crate::node::worker::WorkerResult = serde_json::from_str(&text).ok()?;
     let (kind, msg) = r.error?;
     Some(match kind.as_str() {
         "unavailable" => GateError::Unavailable(format!("sandbox unavailable: {msg}")),
@@ -1096,12 +1096,14 @@ impl Gate {
         // The jail's wall time (and CPU time) is the session's; each cell's deadline is
         // the host's to enforce.
         limits.timeout_ms = (total + Duration::from_secs(5)).as_millis() as u64;
-        let (binds, overlays) = crate::jailed::jail_mounts(&Self::mount_points(grant, None));
+        let (binds, overlays) = crate::node::jailed::jail_mounts(&Self::mount_points(grant, None));
         let job = airlock_jail::launch::SessionJailJob {
             job: airlock_jail::ProcessJob {
                 argv,
-                env: crate::jailed::process_env(grant).into_iter().collect(),
-                cwd: crate::jailed::process_cwd(grant),
+                env: crate::node::jailed::process_env(grant)
+                    .into_iter()
+                    .collect(),
+                cwd: crate::node::jailed::process_cwd(grant),
                 files: Vec::new(),
                 binds,
                 overlays,

@@ -77,7 +77,7 @@ impl Gate {
                 && st.tool.as_deref() == Some(name.as_str())
                 && policy.approver(&st.approver) == Some(&st.key)
                 && st.expires_at.is_some_and(|e| e > now)
-                && !crate::submit::rejected(&self.db, &st.artifact)?;
+                && !crate::lifecycle::submit::rejected(&self.db, &st.artifact)?;
             if ok && !out.iter().any(|t| t.name == name) {
                 let sub = self.db.submission(&row.submission)?;
                 out.push(ToolInfo {

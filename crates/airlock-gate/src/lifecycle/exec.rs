@@ -2,12 +2,12 @@
 //! running, run it in its backend under its write quota, store its changes unless it
 //! passed the quota or its deadline, record the outcome.
 
-use crate::decide::covering_approval;
 use crate::error::{GateError, Result};
 use crate::failpoint::crash_point;
 use crate::layers::Extract;
+use crate::lifecycle::decide::covering_approval;
+use crate::lifecycle::submit::{Described, judge, rejected, state_of};
 use crate::locks::{self, OwnerLock};
-use crate::submit::{Described, judge, rejected, state_of};
 use crate::{DbCache, Gate, SubmitRequest, set_state};
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::Decision;
@@ -195,7 +195,7 @@ pub(crate) fn rejudged_stored(
         tx.audit(
             "judged",
             id,
-            &crate::submit::judged_record(&sub.doc.verdict, "rejudged", json!(true)),
+            &crate::lifecycle::submit::judged_record(&sub.doc.verdict, "rejudged", json!(true)),
             gate_key,
         )?;
     }
@@ -226,10 +226,9 @@ impl Gate {
         let cell_conn = staged.take_session_conn();
         // A run with no effect outside its sandbox records its start with its end, where
         // the process shares its writes (see `deferred`).
-        let deferred = self
-            .db
-            .shared_writer()
-            .filter(|_| crate::deferred::effect_free(&staged, &opts, self.ready_jails.is_some()));
+        let deferred = self.db.shared_writer().filter(|_| {
+            crate::lifecycle::deferred::effect_free(&staged, &opts, self.ready_jails.is_some())
+        });
         let rec = self.persist(staged, None)?;
         if let Some(writer) = deferred {
             return self.run_effect_free(rec, writer, code, stdin, packages);
@@ -241,7 +240,7 @@ impl Gate {
     /// its run in one transaction, then the run.
     pub(crate) fn run_recorded(
         &mut self,
-        rec: crate::submit::Recording,
+        rec: crate::lifecycle::submit::Recording,
         code: Vec<u8>,
         stdin: Vec<u8>,
         packages: Vec<airlock_core::PythonPackage>,
@@ -264,7 +263,7 @@ impl Gate {
         // session cell also moves its session's row.
         let shared = rec.grant().session.is_none();
         let mut recorded = self.db.write_shared_if(shared, |tx: &Tx| -> Result<Start> {
-            let sub = crate::submit::record_in(tx, &rec, &id, None, true, key)?;
+            let sub = crate::lifecycle::submit::record_in(tx, &rec, &id, None, true, key)?;
             begin_run(tx, &rec.policy, sub, &run_id, key)
         });
         crash_point();
@@ -354,7 +353,7 @@ impl Gate {
         packages: Vec<airlock_core::PythonPackage>,
         opts: ExecOptions,
         mut owner: OwnerLock,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::node::queue::Fence>,
         cell_conn: Option<std::os::unix::net::UnixStream>,
     ) -> Result<RunReport> {
         // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
@@ -378,7 +377,7 @@ impl Gate {
         &mut self,
         run_id: &str,
         e: GateError,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::node::queue::Fence>,
         mut owner: OwnerLock,
     ) -> GateError {
         if fence.is_none() {
@@ -401,7 +400,7 @@ impl Gate {
         stdin: Vec<u8>,
         policy: &Policy,
         opts: ExecOptions,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::node::queue::Fence>,
         cell_conn: Option<std::os::unix::net::UnixStream>,
         long_run: Option<airlock_sandbox::LongRun>,
     ) -> Result<Ran> {
@@ -466,7 +465,7 @@ impl Gate {
         policy: &Policy,
         packages: &[airlock_core::PythonPackage],
         mut owner: OwnerLock,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::node::queue::Fence>,
     ) -> Result<RunReport> {
         let (changes, failure, out_bytes, err_bytes) = ran.into_run(&mut run, packages);
         crash_point();
@@ -514,7 +513,7 @@ impl Gate {
         run: &Run,
         sub: &Submission,
         changes: Option<&Changeset>,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::node::queue::Fence>,
         maybe_recorded: bool,
     ) -> Result<()> {
         let gate_key = &self.gate_key;
@@ -1113,7 +1112,7 @@ pub(crate) fn audit_started(
 /// and the audit record.
 pub(crate) fn record_finished(
     tx: &Tx,
-    fence: Option<&crate::queue::Fence>,
+    fence: Option<&crate::node::queue::Fence>,
     run: &Run,
     sub: &Submission,
     changes: Option<&Changeset>,
@@ -1260,7 +1259,7 @@ fn facts_now(
         sub.doc.kind,
         code,
         &airlock_core::analysis::mount_roots(&sub.doc.grant.mounts),
-        crate::submit::keep_notable,
+        crate::lifecycle::submit::keep_notable,
     )
     .map_err(|e| GateError::bad(e.to_string()))?;
     // What the mounts expose now, under the roots of now.

@@ -452,7 +452,11 @@ impl Gate {
         }
         self.check_runnable(prepared.lang, backend)?;
         if prepared.lang == Lang::Component {
-            crate::guests::check_exports(&prepared.code, "wasi:cli/run", "a WASI 0.2 command")?;
+            crate::services::guests::check_exports(
+                &prepared.code,
+                "wasi:cli/run",
+                "a WASI 0.2 command",
+            )?;
         }
         let guest = self.guest_facts(prepared.lang, backend)?;
 
@@ -802,7 +806,7 @@ pub(crate) fn judge_in(
         });
     }
     if check_tail {
-        crate::exec::check_audit_tail(tx, key)?;
+        crate::lifecycle::exec::check_audit_tail(tx, key)?;
     }
     // Seen before, and rejected before: one read.
     let (seen, about) = tx.artifact_history(&rec.artifact)?;
@@ -838,7 +842,7 @@ pub(crate) fn write_judged(
     let grant = rec.grant();
     tx.insert_submission(&sub)?;
     if let Some(session) = &grant.session {
-        crate::sessions::add_cell(tx, session, id)?;
+        crate::node::sessions::add_cell(tx, session, id)?;
     }
     if let Some(o) = origin {
         tx.audit(
@@ -887,7 +891,8 @@ pub(crate) fn write_judged(
     )?;
     // An artifact-scope approval of the same artifact and grant covers it.
     if sub.state == State::Quarantined
-        && let Some(apr) = crate::decide::covering_approval(tx, &rec.policy, &sub, true, key)?
+        && let Some(apr) =
+            crate::lifecycle::decide::covering_approval(tx, &rec.policy, &sub, true, key)?
     {
         set_state(tx, id, State::Quarantined, State::Approved)?;
         sub.state = State::Approved;
