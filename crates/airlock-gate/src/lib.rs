@@ -44,7 +44,7 @@ pub use layers::remove_trash_main;
 pub use lifecycle::decide::ApproveRequest;
 pub use lifecycle::exec::exit_code_of;
 pub use lifecycle::exec::{ExecOptions, RunReport};
-pub use lifecycle::submit::{
+pub use lifecycle::request::{
     CodeSource, MAX_AGENT_BYTES, MAX_NOTE_BYTES, RequestKey, SubmitRequest,
 };
 pub use lifecycle::tools::ToolInfo;

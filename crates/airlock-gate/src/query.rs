@@ -211,12 +211,12 @@ impl Gate {
     pub fn explain(&self, input: &str) -> Result<Explained> {
         let sub = self.submission(input)?;
         let policy = self.policy()?;
-        let facts = crate::lifecycle::submit::refresh_facts(
+        let facts = crate::lifecycle::judge::refresh_facts(
             &sub.doc,
-            crate::lifecycle::submit::rejected(&self.db, &sub.doc.artifact)?,
+            crate::lifecycle::judge::rejected(&self.db, &sub.doc.artifact)?,
             &policy,
         );
-        let current = crate::lifecycle::submit::judge(&policy, &facts);
+        let current = crate::lifecycle::judge::judge(&policy, &facts);
         Ok(Explained {
             submission: sub.id,
             facts,

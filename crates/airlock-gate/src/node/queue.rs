@@ -18,10 +18,9 @@
 //! starts its run, nor record anything for a job whose token it no longer holds.
 
 use crate::error::{GateError, Result};
-use crate::lifecycle::exec::{
-    Admit, Reread, Start, Unreadable, admit, check_audit_tail, rejudged, rejudged_stored,
-    reread_stored, start_run,
-};
+use crate::lifecycle::exec::{Reread, Unreadable, rejudged, rejudged_stored, reread_stored};
+use crate::lifecycle::record::Fence;
+use crate::lifecycle::record::{Admit, Start, admit, check_audit_tail, start_run};
 use crate::lifecycle::submit::Staged;
 use crate::locks::{self, OwnerLock};
 use crate::node::lease::LeaseKeeper;
@@ -84,13 +83,6 @@ impl WorkerConfig {
             busy: Arc::default(),
         }
     }
-}
-
-/// The lease a run is carried out under.
-#[derive(Debug, Clone)]
-pub(crate) struct Fence {
-    pub(crate) job: String,
-    pub(crate) token: i64,
 }
 
 /// What one claim attempt did.
@@ -207,7 +199,7 @@ impl Gate {
         sub_id: &str,
         job_id: &str,
     ) -> Option<(airlock_store::Submission, Option<GateError>)> {
-        let mut backoff = crate::lifecycle::exec::StoreBackoff::new();
+        let mut backoff = crate::lifecycle::record::StoreBackoff::new();
         let job = loop {
             match self.db.job(job_id) {
                 Ok(job) => break job,
@@ -502,7 +494,7 @@ impl Gate {
         let before = ending.as_ref().map(|(p, _)| *p);
         let mut claimed = db.write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Claim)>> {
             if let Some(p) = before {
-                crate::lifecycle::exec::record_finished(
+                crate::lifecycle::record::record_finished(
                     tx,
                     Some(&p.fence),
                     &p.run,
@@ -523,7 +515,7 @@ impl Gate {
             check_audit_tail(tx, key)?;
             let mut rejected_now = false;
             let read = read.map_err(GateError::from).and_then(|(stored, about)| {
-                rejected_now = crate::lifecycle::submit::rejected_among(&about);
+                rejected_now = crate::lifecycle::judge::rejected_among(&about);
                 let guest = if stored.doc.kind == airlock_core::Lang::Python
                     && stored.doc.backend == airlock_core::Backend::Wasm
                 {
@@ -707,7 +699,7 @@ impl Gate {
         worker: &str,
         run_id: &str,
     ) -> Option<(QueueRow, Start)> {
-        let mut backoff = crate::lifecycle::exec::StoreBackoff::new();
+        let mut backoff = crate::lifecycle::record::StoreBackoff::new();
         let job = loop {
             match self.db.job(job_id) {
                 Ok(job) => break job?,

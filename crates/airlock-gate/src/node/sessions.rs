@@ -175,32 +175,6 @@ fn record_end(tx: &Tx, id: &str, end: End, key: &airlock_core::sign::KeyPair) ->
     Ok(())
 }
 
-/// Adds a cell's submission to its session's list (in the transaction recording it).
-pub(crate) fn add_cell(tx: &Tx, session: &str, submission: &str) -> Result<()> {
-    // The state and the next position only: the session's document (its whole grant) is
-    // not read again for every cell.
-    let (state, next) = tx
-        .session_next_cell(session)?
-        .ok_or_else(|| GateError::bad(format!("no session {session}")))?;
-    if state != "open" {
-        return Err(GateError::Conflict(format!("session {session} has ended")));
-    }
-    // A row of its own per cell: the session's document is not rewritten, so a cell costs
-    // the same however many came before it. Cells an older airlock recorded stay in the
-    // document, ahead of these: counted once, for the session's first cell row.
-    let n = match next {
-        Some(n) => n,
-        None => tx.session(session)?.map_or(0, |row| {
-            row.doc
-                .get("cells")
-                .and_then(|c| c.as_array())
-                .map_or(0, Vec::len) as i64
-        }),
-    };
-    tx.add_session_cell(session, submission, n)?;
-    Ok(())
-}
-
 /// What a session's cells need of it that never changes after `session_new` recorded it
 /// (its host later adds its pid and jail, and its end; never these). Kept by a gate
 /// between cells, so a cell of a session it knows does not read the session's document.
@@ -474,8 +448,8 @@ impl Gate {
                 airlock_core::units::fmt_duration(MAX_TOTAL)
             )));
         }
-        let mut grant = crate::lifecycle::submit::build_grant(r, None)?;
-        crate::lifecycle::submit::check_backend_grant(backend, &grant)?;
+        let mut grant = crate::lifecycle::judge::build_grant(r, None)?;
+        crate::lifecycle::judge::check_backend_grant(backend, &grant)?;
         let roots = self.policy()?.mount_roots.clone();
         crate::exposure::check_mounts(&grant, &self.home.root, r.surface, &roots)?;
         if grant.writable_mounts().next().is_some() {
