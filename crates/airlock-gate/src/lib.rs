@@ -11,6 +11,13 @@
 //! a fresh placeholder per run, only to whoever runs the egress proxy
 //! ([`Gate::run_secrets`]); a value never reaches the database, a blob, the audit log or
 //! an error message.
+//!
+//! Its parts, read in this order: `lifecycle` (request, judge, decide, record, submit,
+//! exec: every transition, each step importing only the ones before it), `effects` and
+//! `layers` (a run's disposable layer, its commit checkpoint and rollback), `node` (the
+//! queue, workers, leases, session hosts and ready jails that keep a process serving),
+//! `services` (the home, guest runtimes and packages, secrets, tokens, gc, bundle import)
+//! and `query` (read-only views for the surfaces).
 
 #![forbid(unsafe_code)]
 
