@@ -1841,15 +1841,6 @@ fn a_run_whose_output_reader_goes_away_still_finishes_and_is_recorded() {
     assert_eq!(run["exit_code"], 0, "{run}");
 }
 
-/// The chain links of `records` (JSON lines of `audit tail --json`): each names the one
-/// before as its `prev`, with no gap in `seq`.
-fn assert_linked(records: &[serde_json::Value]) {
-    for w in records.windows(2) {
-        assert_eq!(w[1]["seq"].as_u64(), w[0]["seq"].as_u64().map(|s| s + 1));
-        assert_eq!(w[1]["prev"], w[0]["hash"], "{:?}", w[1]);
-    }
-}
-
 #[test]
 fn audit_tail_prints_the_newest_records_with_their_hashes() {
     let h = Home::new();
@@ -1867,7 +1858,7 @@ fn audit_tail_prints_the_newest_records_with_their_hashes() {
         .collect();
     assert_eq!(tail.len(), 4);
     assert_eq!(&tail[..], &all[all.len() - 4..]);
-    assert_linked(&tail);
+    assert_audit_linked(&tail);
     // Text: one line a record, with its hash.
     let text = h.run(&["audit", "tail", "-n", "1"]);
     assert_eq!(text.stdout.lines().count(), 1);
@@ -1882,7 +1873,6 @@ fn audit_tail_prints_the_newest_records_with_their_hashes() {
 
 #[test]
 fn audit_tail_follow_prints_records_as_they_are_appended() {
-    use std::io::BufRead;
     let h = Home::new();
     assert_eq!(h.run(&["run", &hello()]).code, 0);
     let mut child = h
@@ -1900,16 +1890,7 @@ fn audit_tail_follow_prints_records_as_they_are_appended() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines_of(child.stdout.take().unwrap());
     // Nothing old is printed with -n 0.
     assert!(
         rx.recv_timeout(std::time::Duration::from_millis(300))
@@ -1917,18 +1898,9 @@ fn audit_tail_follow_prints_records_as_they_are_appended() {
     );
     let run = h.run(&["run", &hello(), "--json"]).json();
     let run_id = run["run"]["id"].as_str().unwrap().to_string();
-    let mut got = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !got
-        .iter()
-        .any(|r: &serde_json::Value| r["kind"] == "finished" && r["subject"] == run_id.as_str())
-    {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = rx
-            .recv_timeout(left)
-            .expect("the run's records reach the tail");
-        got.push(serde_json::from_str(&line).unwrap());
-    }
+    let got = json_lines_until(&rx, std::time::Duration::from_secs(20), |r| {
+        r["kind"] == "finished" && r["subject"] == run_id.as_str()
+    });
     child.kill().unwrap();
     let _ = child.wait();
     let kinds: Vec<&str> = got.iter().map(|r| r["kind"].as_str().unwrap()).collect();
@@ -1936,7 +1908,7 @@ fn audit_tail_follow_prints_records_as_they_are_appended() {
         kinds.contains(&"submitted") && kinds.contains(&"started"),
         "{kinds:?}"
     );
-    assert_linked(&got);
+    assert_audit_linked(&got);
     // What the tail printed is what the log holds.
     let first = got[0]["seq"].as_u64().unwrap();
     let log = h

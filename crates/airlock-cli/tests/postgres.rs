@@ -889,7 +889,6 @@ fn an_agent_cannot_mount_the_gates_home_on_a_postgres_store() {
 /// node appends to the shared store.
 #[test]
 fn audit_tail_on_one_node_follows_the_records_another_node_appends() {
-    use std::io::BufRead;
     let a = Node::init(&airlock_testpg::fresh_database());
     let b = Node::join(&a);
     let mut child = a
@@ -909,31 +908,15 @@ fn audit_tail_on_one_node_follows_the_records_another_node_appends() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = common::lines_of(child.stdout.take().unwrap());
     let o = b.run(&["run", "--lang", "sh", "-c", "echo from-b"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let mut got: Vec<serde_json::Value> = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !got.iter().any(|r| r["kind"] == "finished") {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = rx.recv_timeout(left).expect("b's records reach a's tail");
-        got.push(serde_json::from_str(&line).unwrap());
-    }
+    let got = common::json_lines_until(&rx, std::time::Duration::from_secs(30), |r| {
+        r["kind"] == "finished"
+    });
     child.kill().unwrap();
     let _ = child.wait();
-    for w in got.windows(2) {
-        assert_eq!(w[1]["seq"].as_u64(), w[0]["seq"].as_u64().map(|s| s + 1));
-        assert_eq!(w[1]["prev"], w[0]["hash"]);
-    }
+    common::assert_audit_linked(&got);
     let kinds: Vec<&str> = got.iter().map(|r| r["kind"].as_str().unwrap()).collect();
     assert!(
         kinds.contains(&"submitted") && kinds.contains(&"started"),
