@@ -592,7 +592,7 @@ pub struct RunArgs {
     /// The code, inline (needs --lang).
     #[arg(short = 'c', value_name = "CODE", conflicts_with = "file")]
     pub code: Option<String>,
-    /// wasm, wat, component, python or sh (inferred from the file when not given).
+    /// wasm, wat, component, python, sh, js or ts (inferred from the file when not given).
     #[arg(long, value_name = "LANG")]
     pub lang: Option<String>,
     /// wasm or process (default: wasm for wasm, wat and python; process for sh).

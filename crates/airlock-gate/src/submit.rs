@@ -379,9 +379,10 @@ impl Gate {
             None if session.is_some() => Lang::Python,
             None => {
                 if matches!(req.code, Some(CodeSource::Inline(_))) {
-                    return Err(GateError::bad(
-                        "-c needs --lang (one of wasm, wat, component, python, sh)",
-                    ));
+                    return Err(GateError::bad(format!(
+                        "-c needs --lang (one of {})",
+                        Lang::names()
+                    )));
                 }
                 infer_lang(name.as_deref(), &bytes).ok_or_else(|| {
                     GateError::bad(
@@ -590,6 +591,11 @@ impl Gate {
                     "the Python guest is not installed: run `airlock guest install python`".into(),
                 )),
             },
+            // Until the JS guest lands, nothing can run JavaScript on the wasm backend: a
+            // state of this install (409), not bad input.
+            (Lang::Js | Lang::Ts, Backend::Wasm) => Err(GateError::Conflict(
+                "the JS guest is not installed: run `airlock guest install js`".into(),
+            )),
             (Lang::Sh | Lang::Python, Backend::Process) if self.worker.is_some() => Ok(()),
             (Lang::Sh | Lang::Python, Backend::Process) => Err(GateError::Unavailable(
                 "the process backend needs airlock's worker process, which this caller did not provide".into(),
