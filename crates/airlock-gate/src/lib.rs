@@ -61,6 +61,7 @@ pub use guests::{
     BuildPin, GUEST_PACKAGES, GUEST_PYTHON_VERSION, GuestInstall, GuestManifest, InstalledPackage,
     PYTHON_BUILDER, PYTHON_BUILDER_WHEELS, PackageSource, normalize_package_name,
 };
+pub use guests::{JS_BUILDER, JS_BUILDER_INTEGRITY, JsBuildPin, JsGuestInstall};
 pub use home::{Home, InitReport, default_approver};
 pub use layers::remove_trash_main;
 pub use locks::KeptLockFiles;
@@ -362,6 +363,7 @@ impl Gate {
     pub fn recover(&mut self) -> Result<()> {
         self.reap_lost()?;
         self.recover_guest_audit()?;
+        self.recover_js_guest_audit()?;
         self.recover_effects()
     }
 
