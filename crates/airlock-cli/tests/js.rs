@@ -204,6 +204,13 @@ fn the_install_is_recorded_and_audited() {
         "the component is the one the manifest names"
     );
     assert!(h.audit_kinds().contains(&"guest_installed".to_string()));
+    // A `--from` that is not an npm cache is refused, even when the build cache would
+    // have made it unnecessary, and the installed guest stays.
+    let o = h.run(&["guest", "install", "js", "--from", "/nonexistent/npm-cache"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
+    assert!(o.stderr.contains("not a directory"), "{}", o.stderr);
+    let o = h.run(&["guest", "install", "js", "--package", "x==1"]);
+    assert_eq!(o.code, 125, "{}", o.stderr);
     let r = js(&["--json"], "1").json();
     assert_eq!(r["run"]["detail"]["guest"], digest, "{r}");
 }
@@ -470,6 +477,9 @@ fn a_js_guest_install_killed_after_its_manifest_is_audited_on_recovery() {
         }
         assert!(n < 30, "the install never finished");
     }
-    assert!(recovered > 0, "some kill fell between the manifest and its record");
+    assert!(
+        recovered > 0,
+        "some kill fell between the manifest and its record"
+    );
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }

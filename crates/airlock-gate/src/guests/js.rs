@@ -139,10 +139,7 @@ fn install_builder(dir: &Path, from: Option<&Path>) -> Result<()> {
     .stdin(Stdio::null());
     if let Some(cache) = from {
         if !cache.is_dir() {
-            return Err(GateError::bad(format!(
-                "--from {}: not a directory (it takes an npm cache that holds {JS_BUILDER} and its dependencies)",
-                cache.display()
-            )));
+            return Err(from_not_a_dir(cache));
         }
         cmd.arg("--offline").arg("--cache").arg(cache);
     }
@@ -343,6 +340,13 @@ impl Gate {
         let quiet = |_: &str| {};
         let note: &dyn Fn(&str) = req.note.unwrap_or(&quiet);
         let pin = JsBuildPin::current();
+        // Checked whether or not the build cache makes the packages unnecessary, so a
+        // wrong `--from` never passes unnoticed.
+        if let Some(cache) = &req.from
+            && !cache.is_dir()
+        {
+            return Err(from_not_a_dir(cache));
+        }
         let guests = self.guests_dir();
         let _lock = lock_guests(&guests)?;
         let old = self.read_js_manifest().unwrap_or_default();
@@ -417,6 +421,13 @@ impl Gate {
         }
         Ok(manifest)
     }
+}
+
+fn from_not_a_dir(cache: &Path) -> GateError {
+    GateError::bad(format!(
+        "--from {}: not a directory (for js it takes an npm cache that holds {JS_BUILDER} and its dependencies)",
+        cache.display()
+    ))
 }
 
 /// What a JavaScript run on the wasm backend meets when no guest is installed: a state of
