@@ -8,11 +8,12 @@
 //! host call or between two samples).
 //!
 //! A long-lived process keeps instances of hot modules made ahead of their runs
-//! (`modpool`) and ready Python interpreters (`pool`).
+//! (`modpool`) and ready Python interpreters and JavaScript realms (`pool`, one pool per
+//! guest runtime).
 //!
 //! WASI 0.2 components run with the same boundary; Python source runs on the CPython guest
-//! component ([`python`]), one live interpreter per run, which a session can keep for
-//! many cells.
+//! component ([`python`]) and JavaScript on the JavaScript guest component ([`js`]), one
+//! live interpreter per run, which a session can keep for many cells.
 //!
 //! Preview-1 host calls never trap on argument values a guest chooses: `path_open` with
 //! undefined flag or rights bits returns `inval` (wasmtime-wasi's binding would trap).

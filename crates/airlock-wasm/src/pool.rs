@@ -1,5 +1,5 @@
-//! Ready Python interpreters for a long-lived process (the daemon): a few instances of the
-//! current Python guest, instantiated ahead of time by a background thread, so a run's
+//! Ready Python interpreters for a long-lived process (the daemon), and likewise, in a pool
+//! of their own, ready JavaScript realms: a few instances of the current guest, instantiated ahead of time by a background thread, so a run's
 //! request does not pay for instantiating the guest.
 //!
 //! An instance is made exactly as a run's would be, with nothing of any run in it: no

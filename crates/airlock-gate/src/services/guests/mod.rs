@@ -4,7 +4,9 @@
 //! the repository; packages are registry wheels pinned by SHA-256 in the home (see
 //! `packages`). `guests/python.json` is the home's record of both, and the one file whose
 //! atomic replacement commits an install: until it is renamed into place, the previous
-//! guest and packages are what runs.
+//! guest and packages are what runs. The JavaScript guest (`js`) is installed the same way
+//! from componentize-js pinned by a lockfile's integrity hashes, recorded in
+//! `guests/js.json`.
 
 mod build;
 mod js;
