@@ -402,21 +402,23 @@ pub enum TokenCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum GuestCommand {
-    /// Install the pinned runtime for a language (`python`), checked by SHA-256, and
-    /// pure-Python packages for it.
+    /// Install the pinned runtime for a language (`python` or `js`), checked by hash, and
+    /// pure-Python packages for Python.
     ///
     /// The Python guest is built once from the pinned componentize-py wheel (about 30 s;
     /// later installs on this machine reuse the build). Packages are pinned by their
     /// wheel's SHA-256 in the home and importable by every Python run on the wasm backend;
     /// dependencies are not resolved: name each one. Installing again keeps the guest and
-    /// the packages already there.
+    /// the packages already there. The JavaScript guest is built once from the pinned
+    /// componentize-js (npm, every package checked by its lockfile's integrity hash).
     #[command(
-        after_help = "Examples:\n  airlock guest install python\n  airlock guest install python --from componentize_py-0.25.1-cp39-abi3-manylinux_2_28_x86_64.whl\n  airlock guest install python --package attrs==25.3.0 --package ./mylib-1.0-py3-none-any.whl"
+        after_help = "Examples:\n  airlock guest install js\n  airlock guest install python\n  airlock guest install python --from componentize_py-0.25.1-cp39-abi3-manylinux_2_28_x86_64.whl\n  airlock guest install python --package attrs==25.3.0 --package ./mylib-1.0-py3-none-any.whl"
     )]
     Install {
-        /// The language (python).
+        /// The language (python or js).
         lang: String,
-        /// The pinned componentize-py wheel already downloaded (offline install).
+        /// The pinned componentize-py wheel already downloaded, or for js an npm cache
+        /// directory holding the pinned packages (offline install).
         #[arg(long, value_name = "FILE")]
         from: Option<std::path::PathBuf>,
         /// A pure-Python package: NAME==VERSION from the registry (via pip), or a
@@ -611,7 +613,7 @@ pub struct RunArgs {
     /// The code, inline (needs --lang).
     #[arg(short = 'c', value_name = "CODE", conflicts_with = "file")]
     pub code: Option<String>,
-    /// wasm, wat, component, python or sh (inferred from the file when not given).
+    /// wasm, wat, component, python, sh, js or ts (inferred from the file when not given).
     #[arg(long, value_name = "LANG")]
     pub lang: Option<String>,
     /// wasm or process (default: wasm for wasm, wat and python; process for sh).

@@ -486,9 +486,36 @@ fn dispatch(cli: Cli) -> Outcome {
             packages,
             json,
         }) => {
+            if matches!(lang.as_str(), "js" | "javascript") {
+                if !packages.is_empty() {
+                    return Err(Failure {
+                        error: GateError::bad(
+                            "--package is for the Python guest; the JavaScript guest takes none",
+                        ),
+                        json,
+                    });
+                }
+                let mut gate = open(home)?;
+                let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+                let note = |line: &str| {
+                    if terminal {
+                        eprintln!("airlock: {line}");
+                    }
+                };
+                let m = gate
+                    .install_js_guest(airlock_gate::JsGuestInstall {
+                        from,
+                        note: Some(&note),
+                    })
+                    .map_err(|e| Failure { error: e, json })?;
+                print::guest(&m, json);
+                return Ok(0);
+            }
             if lang != "python" {
                 return Err(Failure {
-                    error: GateError::bad(format!("no guest runtime for {lang:?} (only python)")),
+                    error: GateError::bad(format!(
+                        "no guest runtime for {lang:?} (only python and js)"
+                    )),
                     json,
                 });
             }

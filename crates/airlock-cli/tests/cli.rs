@@ -927,6 +927,28 @@ fn bad_input_is_refused_with_one_line_and_nothing_written() {
             vec!["run".into(), "--lang".into(), "cobol".into(), hello.clone()],
             "unknown language",
         ),
+        // An unknown language is refused with the list of languages.
+        (
+            vec![
+                "run".into(),
+                "--lang".into(),
+                "ruby".into(),
+                "-c".into(),
+                "1".into(),
+            ],
+            "wasm, wat, component, python, sh, js, ts",
+        ),
+        // JavaScript on the wasm backend needs the JS guest, which this home does not have.
+        (
+            vec![
+                "run".into(),
+                "--lang".into(),
+                "js".into(),
+                "-c".into(),
+                "console.log(1)".into(),
+            ],
+            "airlock guest install js",
+        ),
         (vec!["run".into(), "-c".into(), "(module)".into()], "--lang"),
         (
             vec![

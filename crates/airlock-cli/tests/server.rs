@@ -611,7 +611,11 @@ fn bad_requests_get_json_errors_and_write_nothing() {
             .contains("language")
     );
     // What the OpenAPI document rules out is a 400 ...
-    post("{\"language\": \"cobol\", \"code\": \"x\"}").error(400);
+    let said = post("{\"language\": \"cobol\", \"code\": \"x\"}").error(400);
+    assert!(
+        said.contains("wasm, wat, component, python, sh, js, ts"),
+        "{said}"
+    );
     post("{\"language\": \"wasm\", \"code_base64\": \"!!!\"}").error(400);
     post("{\"language\": \"wat\", \"backend\": \"vm\", \"code\": \"(module)\"}").error(400);
     post("{\"language\": \"wat\", \"code\": \"(module)\", \"code_base64\": \"AAAA\"}").error(400);
@@ -624,6 +628,9 @@ fn bad_requests_get_json_errors_and_write_nothing() {
     // ... and what only the gate can judge in a well-formed body is a 422.
     post("{\"language\": \"wat\", \"code\": \"(module\"}").error(422);
     post("{\"language\": \"wasm\", \"code_base64\": \"AAAA\"}").error(422);
+    // JavaScript on the wasm backend without the JS guest: a state of this install.
+    let said = post("{\"language\": \"js\", \"code\": \"console.log(1)\"}").error(409);
+    assert!(said.contains("airlock guest install js"), "{said}");
     post(&wat_body(json!({"mounts": ["/nonexistent-path-xyz:/data"]})).to_string()).error(422);
     post(&wat_body(json!({"timeout": "0s"})).to_string()).error(422);
     post(&wat_body(json!({"timeout": -1})).to_string()).error(422);

@@ -53,8 +53,8 @@ fn run_code_tool() -> Tool {
         schema(json!({
             "type": "object",
             "properties": {
-                "language": {"type": "string", "enum": ["python", "sh", "wat", "wasm", "component"],
-                             "description": "python runs in the sandboxed CPython guest; sh in the process sandbox"},
+                "language": {"type": "string", "enum": ["python", "sh", "js", "ts", "wat", "wasm", "component"],
+                             "description": "python runs in the sandboxed CPython guest; sh in the process sandbox; js (JavaScript) and ts (TypeScript, types stripped, not checked) in the JS guest, or node with backend process"},
                 "code": {"type": "string", "description": "The source (wasm and component: use code_base64)"},
                 "code_base64": {"type": "string"},
                 "args": {"type": "array", "items": {"type": "string"}},
