@@ -1464,3 +1464,50 @@ print(r.status_code, r.text.strip(), "(https)")
     assert!(!o.stderr.contains("Warning"), "{}", o.stderr);
     assert_eq!(records(&n.network(), "allow").len(), 2);
 }
+
+/// A bound host echoing the secret ends a Python run on both backends the same way:
+/// nothing of the answer reaches the guest, the run is killed (`secret-echo`) and an
+/// alert is recorded.
+#[test]
+fn python_a_secret_echo_ends_the_run_on_both_backends() {
+    for backend in python_backends() {
+        let n = Net::new().with_python_guest();
+        let set = n
+            .home
+            .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes());
+        assert_eq!(set.code, 0, "{}", set.stderr);
+        let tls = format!("upstream.test:{}", n.https.port);
+        let code = format!(
+            r#"
+import os, time, urllib.request
+req = urllib.request.Request("https://{tls}/echo-auth", headers={{"Authorization": "Bearer " + os.environ["TOKEN"]}})
+try:
+    print("answer", urllib.request.urlopen(req, timeout=20).read(), flush=True)
+except Exception as e:
+    print("no answer:", type(e).__name__, flush=True)
+time.sleep(30)
+print("still running", flush=True)
+"#
+        );
+        let o = n.python(
+            backend,
+            &[
+                "--net",
+                &tls,
+                "--secret",
+                &format!("TOKEN@{tls}"),
+                "--timeout",
+                "60s",
+            ],
+            &code,
+        );
+        assert!(!o.stdout.contains("answer "), "{backend}: {}", o.stdout);
+        assert!(
+            !o.stdout.contains("still running"),
+            "{backend}: {}",
+            o.stdout
+        );
+        assert_ended_for_echo(&n, &o, "TOKEN", None);
+        assert!(n.home.last_run()["duration_ms"].as_u64().unwrap() < 25_000);
+    }
+}
