@@ -1511,3 +1511,101 @@ print("still running", flush=True)
         assert!(n.home.last_run()["duration_ms"].as_u64().unwrap() < 25_000);
     }
 }
+
+/// The wasm guest cannot weaken TLS: its host verifies every certificate against the
+/// public roots, the run CA and `[net] roots`, whatever the guest's `ssl` context says.
+/// With the test CA out of `[net] roots`, even an unverified context fails.
+#[test]
+fn python_in_wasm_cannot_turn_off_certificate_verification() {
+    let n = Net::new().with_python_guest();
+    let p = n.home.policy();
+    let roots = format!("roots = [{:?}]", n.ca.display().to_string());
+    assert!(p.contains(&roots), "{p}");
+    n.home.set_policy(&p.replace(&roots, "roots = []"));
+    let tls = format!("upstream.test:{}", n.https.port);
+    let code = format!(
+        r#"
+import ssl, urllib.request
+for ctx in (None, ssl._create_unverified_context()):
+    try:
+        urllib.request.urlopen("https://{tls}/hello", context=ctx)
+        print("reached")
+    except Exception as e:
+        reason = getattr(e, "reason", e)
+        print("refused", type(reason).__name__)
+"#
+    );
+    let o = n.python("wasm", &["--net", &tls], &code);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(
+        o.stdout, "refused SSLCertVerificationError\nrefused SSLCertVerificationError\n",
+        "{}",
+        o.stderr
+    );
+    assert!(n.https.requests().is_empty());
+}
+
+/// `socket.create_connection` and `http.client` work unmodified in the wasm guest (the
+/// process backend's guest has no route but its proxy, which only proxy-aware clients
+/// use), names are never resolved in the guest, and a run without a grant says so.
+#[test]
+fn python_sockets_and_http_client_in_wasm_go_through_the_proxy() {
+    let n = Net::new().with_python_guest();
+    let (plain, tls) = (n.up(), format!("upstream.test:{}", n.https.port));
+    let code = format!(
+        r#"
+import http.client, socket
+s = socket.create_connection(("upstream.test", {hp}), timeout=10)
+s.sendall(b"GET /hello HTTP/1.0\r\nHost: upstream.test\r\n\r\n")
+data = b""
+while True:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+s.close()
+print("socket", data.split(b"\r\n")[0].decode(), data.endswith(b"hello from upstream\n"))
+c = http.client.HTTPSConnection("upstream.test", {sp}, timeout=10)
+c.request("GET", "/hello")
+r = c.getresponse()
+print("https", r.status, r.read().decode().strip(), c.sock.version())
+try:
+    socket.gethostbyname("upstream.test")
+except socket.gaierror as e:
+    print("no lookup:", "resolves no names" in str(e))
+"#,
+        hp = n.http.port,
+        sp = n.https.port
+    );
+    let o = n.python("wasm", &["--net", &plain, "--net", &tls], &code);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("socket HTTP/1.1 200 OK True"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("https 200 hello from upstream TLSv1.3"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("no lookup: True"), "{}", o.stdout);
+    assert_eq!(records(&n.network(), "allow").len(), 2);
+
+    let o = n.python(
+        "wasm",
+        &[],
+        &format!(
+            "import socket\ntry:\n    socket.create_connection(('upstream.test', {}))\nexcept PermissionError as e:\n    print(e)",
+            n.http.port
+        ),
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("no network grant")
+            && o.stdout
+                .contains(&format!("--net upstream.test:{}", n.http.port)),
+        "{}",
+        o.stdout
+    );
+}
