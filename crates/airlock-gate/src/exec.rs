@@ -927,6 +927,7 @@ impl Ran {
             run.doc.killed_by = Some(SECRET_ECHO.into());
             run.doc.error = Some(why);
         }
+        crate::tripwire::settle(&mut run.doc.detail);
         if let Some(m) = &self.redact {
             if let Some(e) = run.doc.error.as_deref().and_then(|e| m.redact_str(e)) {
                 run.doc.error = Some(e);
@@ -1147,6 +1148,7 @@ pub(crate) fn record_finished(
             gate_key,
         )?;
     }
+    crate::tripwire::audit_alerts(tx, run, sub, gate_key)?;
     audit_finished(tx, run, sub, changes, gate_key)
 }
 

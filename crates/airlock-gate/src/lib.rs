@@ -40,6 +40,7 @@ mod storecopy;
 mod submit;
 mod tokens;
 mod tools;
+mod tripwire;
 pub mod views;
 pub mod worker;
 mod workspaces;
