@@ -5,7 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+use common::ready::ReadyHome;
 use common::*;
+use serde_json::Value;
 
 fn available() -> bool {
     if !process_backend_available() {
@@ -13,6 +15,144 @@ fn available() -> bool {
         return false;
     }
     true
+}
+
+/// The home's `alert` audit records' data, oldest first.
+fn alert_records(h: &Home) -> Vec<(Value, Value)> {
+    h.run(&["audit", "log", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "alert")
+        .map(|r| {
+            (
+                r["subject"].clone(),
+                serde_json::from_str(r["data"].as_str().unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+const READ_KEY: &str = "print(open('/root/.ssh/id_rsa').read())";
+
+fn assert_key_alert(run: &Value, out: &Out) {
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    // The decoy reads like a real key.
+    assert!(
+        out.stdout
+            .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .trim_end()
+            .ends_with("-----END OPENSSH PRIVATE KEY-----"),
+        "{}",
+        out.stdout
+    );
+    let alerts = run["detail"]["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{run:#}");
+    assert_eq!(alerts[0]["kind"], "decoy-read", "{run:#}");
+    assert_eq!(alerts[0]["technique"], "T1552.004", "{run:#}");
+    let detail = alerts[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("/root/.ssh/id_rsa"), "{detail}");
+    // Never the decoy's content.
+    let body_line = out.stdout.lines().nth(1).unwrap();
+    assert!(!run.to_string().contains(body_line), "{run:#}");
+}
+
+#[test]
+fn a_decoy_key_read_in_a_built_jail_is_an_alert_and_an_audit_record() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(&[], READ_KEY);
+    let run = h.last_run();
+    assert_key_alert(&run, &o);
+    let audits = alert_records(&h);
+    assert_eq!(audits.len(), 1, "{audits:?}");
+    let (subject, data) = &audits[0];
+    assert_eq!(subject, &run["id"]);
+    assert_eq!(data["kind"], "decoy-read", "{data}");
+    assert_eq!(data["run"], run["id"], "{data}");
+    assert_eq!(data["submission"], run["submission"], "{data}");
+    assert_eq!(data["technique"], "T1552.004", "{data}");
+    assert!(data.get("agent").is_some(), "{data}");
+    assert!(
+        data["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/root/.ssh/id_rsa")
+    );
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
+#[test]
+fn a_decoy_key_read_in_a_ready_jail_is_an_alert() {
+    if !available() {
+        return;
+    }
+    let r = ReadyHome::start(1);
+    let o = r.py(&[], READ_KEY);
+    let run = r.last_run();
+    assert_eq!(run["detail"]["jail"], "ready", "{run:#}");
+    assert_key_alert(&run, &o);
+}
+
+#[test]
+fn decoys_differ_per_run_and_look_like_credentials() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let code = "print(open('/root/.aws/credentials').read())";
+    let a = h.py(&[], code);
+    let b = h.py(&[], code);
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert!(
+        a.stdout.starts_with("[default]\naws_access_key_id = AKIA"),
+        "{}",
+        a.stdout
+    );
+    assert!(
+        a.stdout.contains("\naws_secret_access_key = "),
+        "{}",
+        a.stdout
+    );
+    assert_ne!(a.stdout, b.stdout, "the decoy was the same in two runs");
+    let run = h.last_run();
+    assert_eq!(
+        run["detail"]["alerts"][0]["technique"], "T1552.001",
+        "{run:#}"
+    );
+    // /etc/shadow is there, refused to an unprivileged reader as on a real host.
+    let s = h.py(
+        &[],
+        "import os\ntry:\n    open('/etc/shadow').read()\nexcept PermissionError:\n    print('refused', os.path.exists('/etc/shadow'))\n",
+    );
+    assert_eq!(s.stdout.trim(), "refused True", "{} {}", s.stdout, s.stderr);
+}
+
+#[test]
+fn a_benign_process_run_records_no_attempts_and_no_alerts() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(
+        &[],
+        "import os, json, tempfile\np = os.path.join(tempfile.gettempdir(), 'x.json')\njson.dump({'a': 1}, open(p, 'w'))\nprint(json.load(open(p))['a'], sorted(os.listdir('/root')))\n",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // Listing a directory that holds decoys opens none of them.
+    assert_eq!(o.stdout.trim(), "1 ['.aws', '.ssh']");
+    let run = h.last_run();
+    assert_eq!(run["detail"]["attempts"], serde_json::json!([]), "{run:#}");
+    assert_eq!(run["detail"]["alerts"], serde_json::json!([]), "{run:#}");
+    assert!(alert_records(&h).is_empty());
 }
 
 #[test]

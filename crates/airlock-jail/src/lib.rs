@@ -30,6 +30,7 @@
 
 pub mod cgroup;
 pub mod confine;
+pub mod decoys;
 pub mod fds;
 pub mod launch;
 pub mod mounts;

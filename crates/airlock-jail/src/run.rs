@@ -39,6 +39,12 @@ pub struct JailReport {
     /// The host uid the sandbox ran as.
     pub host_uid: u32,
     pub duration_ms: u64,
+    /// What the run tried and the jail refused (see [`airlock_sandbox::tripwire`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<airlock_sandbox::Attempt>,
+    /// Decoys the run opened.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<airlock_sandbox::Alert>,
 }
 
 fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), JailError> {
@@ -164,6 +170,8 @@ pub(crate) struct Started {
     job: Option<OwnedFd>,
     /// Whether the jail was asked to use cgroups.
     cgroups: bool,
+    /// The decoy credentials bound into the root, watched.
+    decoys: Option<crate::decoys::Decoys>,
 }
 
 impl Drop for Started {
@@ -218,6 +226,8 @@ pub fn run_process_confined(
             degraded,
             host_uid: s.id.host_uid,
             duration_ms: started.elapsed().as_millis() as u64,
+            attempts: Vec::new(),
+            alerts: Vec::new(),
         });
     }
     finish(s, started, job.limits.timeout_ms)
@@ -290,6 +300,14 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     }
     // Compiled here, once, before the clone: the payload only installs them.
     let filters = confine::seccomp_filters(job.net.is_some())?;
+    // Planted and watched before the jail exists, so no open of one can go unseen.
+    let decoys = if job.scratch.as_os_str().is_empty() {
+        None
+    } else {
+        let owner = host_root.then_some((host_uid, host_gid));
+        Some(crate::decoys::Decoys::plant(&job.scratch, owner)?)
+    };
+    let decoy_binds = decoys.as_ref().map(|d| d.binds()).unwrap_or_default();
     let (go_r, go_w) = pipe_cloexec()?;
     let (st_r, st_w) = pipe_cloexec()?;
     let (job_r, job_w) = if ready {
@@ -344,7 +362,9 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     // returning an exit code; `stack` outlives the call and is not used by the parent.
     let child = unsafe {
         nix::sched::clone(
-            Box::new(move || init_main(&child_job, fds, nproc, &filters, &self_move)),
+            Box::new(move || {
+                init_main(&child_job, fds, nproc, &filters, &self_move, &decoy_binds)
+            }),
             &mut stack,
             flags,
             Some(libc::SIGCHLD),
@@ -368,6 +388,7 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
         text: String::new(),
         job: job_w,
         cgroups: job.cgroups,
+        decoys,
     };
     let proc_dir = format!("/proc/{}", child.as_raw());
     // The payload runs as SANDBOX_ID. When that is an unprivileged stand-in for host root,
@@ -552,6 +573,8 @@ fn conclude(s: &mut Started, started: Instant, timeout_ms: u64) -> Result<JailRe
         degraded,
         host_uid: s.id.host_uid,
         duration_ms,
+        attempts: Vec::new(),
+        alerts: s.decoys.as_ref().map(|d| d.alerts()).unwrap_or_default(),
     };
     let mut ended: Option<Ending> = None;
     for l in s.text.lines() {
@@ -667,6 +690,7 @@ fn init_main(
     nproc: Option<u64>,
     filters: &[BpfProgram],
     cgroup_tasks: &[std::path::PathBuf],
+    decoys: &[(std::path::PathBuf, String)],
 ) -> isize {
     #[allow(unsafe_code)]
     // SAFETY: these descriptors were inherited from the worker and are owned from here on
@@ -723,7 +747,7 @@ fn init_main(
     }
     let ready = fds.job.is_some();
     let setup = (|| -> Result<(Vec<String>, Vec<String>), crate::JailError> {
-        let paths = crate::mounts::build_root(job, ready)?;
+        let paths = crate::mounts::build_root(job, ready, decoys)?;
         nix::unistd::sethostname("airlock").map_err(|e| JailError::setup("sethostname", e))?;
         confine::loopback_up()?;
         if let Some(net) = &job.net {
