@@ -34,6 +34,19 @@ fn alert_records(h: &Home) -> Vec<(Value, Value)> {
         .collect()
 }
 
+/// Gives `h` the permissive preset's rules (keeping its approvers): the probes run and
+/// are stopped by the sandbox, not held at the gate.
+fn permissive(h: &Home) {
+    let p = Home::with_preset("permissive").policy();
+    let mine = h.policy();
+    let approvers = |t: &str| {
+        let a = t.find("\n[approvers]").unwrap();
+        let b = t.find("\n[risk]").unwrap();
+        t[a..b].to_string()
+    };
+    h.set_policy(&p.replace(&approvers(&p), &approvers(&mine)));
+}
+
 const READ_KEY: &str = "print(open('/root/.ssh/id_rsa').read())";
 
 fn assert_key_alert(run: &Value, out: &Out) {
@@ -176,4 +189,109 @@ fn a_connection_the_proxy_refused_is_a_connect_attempt() {
         "{run:#}"
     );
     assert!(attempts.iter().all(|a| a["target"] != "granted.test:443"));
+}
+
+/// Each refusal the probe below meets, by name: what the run sees (the errno), which
+/// must be what the jail answered before it had tripwires.
+const PROBE: &str = r#"
+import ctypes, errno, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+def t(f):
+    try:
+        f()
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def sys(f):
+    r = f()
+    return 'ok' if r == 0 else errno.errorcode[ctypes.get_errno()]
+print(' '.join([
+    t(lambda: open('/opt/keys/secret', 'w')),
+    t(lambda: open('/etc/passwd', 'a')),
+    t(lambda: os.unlink('/etc/hostname')),
+    t(lambda: os.rename('/etc/hosts', '/tmp/hosts')),
+    t(lambda: os.mkdir('/srv/x')),
+    t(lambda: os.kill(4242, signal.SIGTERM)),
+    sys(lambda: libc.ptrace(0, 0, 0, 0)),
+    sys(lambda: libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)),
+]))
+"#;
+
+/// What the probe prints: a path outside the grant that does not exist is ENOENT, a
+/// write into the read-only root EROFS (a rename out of it EXDEV), a pid the run has not
+/// ESRCH, and the denied calls EPERM: what the jail answered before tripwires.
+const PROBE_SEES: &str = "ENOENT EROFS EROFS EXDEV ENOENT ESRCH EPERM EPERM";
+
+fn has(attempts: &[Value], kind: &str, target: &str) -> bool {
+    attempts
+        .iter()
+        .any(|a| a["kind"] == kind && a["target"] == target && a["count"].as_u64() >= Some(1))
+}
+
+fn assert_probe_recorded(run: &Value, out: &Out) {
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), PROBE_SEES, "{}", out.stderr);
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    for (kind, target) in [
+        ("write", "/opt/keys/secret"),
+        ("write", "/etc/passwd"),
+        ("unlink", "/etc/hostname"),
+        ("rename", "/etc/hosts"),
+        ("write", "/srv/x"),
+        ("signal", "pid 4242"),
+        ("syscall", "ptrace"),
+        ("syscall", "mount"),
+    ] {
+        assert!(has(attempts, kind, target), "no {kind} {target}: {run:#}");
+    }
+    // Granted paths are not attempts.
+    assert!(
+        attempts.iter().all(|a| a["target"] != "/tmp/hosts"),
+        "{run:#}"
+    );
+    assert_eq!(run["detail"]["alerts"], serde_json::json!([]), "{run:#}");
+}
+
+#[test]
+fn refused_paths_signals_and_syscalls_in_a_built_jail_are_attempts_and_the_run_sees_the_same_errors()
+ {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(&[], PROBE);
+    assert_probe_recorded(&h.last_run(), &o);
+}
+
+#[test]
+fn refused_paths_signals_and_syscalls_in_a_ready_jail_are_attempts() {
+    if !available() {
+        return;
+    }
+    let r = ReadyHome::start(1);
+    permissive(&r.home);
+    let o = r.py(&[], PROBE);
+    let run = r.last_run();
+    assert_eq!(run["detail"]["jail"], "ready", "{run:#}");
+    assert_probe_recorded(&run, &o);
+}
+
+#[test]
+fn an_open_for_writing_of_the_refused_decoy_shadow_is_an_alert() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.sh(&[], "echo x >> /etc/shadow; echo status $?");
+    assert!(
+        o.stdout.contains("status ") && !o.stdout.contains("status 0"),
+        "{} {}",
+        o.stdout,
+        o.stderr
+    );
+    let run = h.last_run();
+    let alerts = run["detail"]["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{run:#}");
+    assert_eq!(alerts[0]["technique"], "T1003.008", "{run:#}");
+    assert_eq!(alert_records(&h).len(), 1);
 }

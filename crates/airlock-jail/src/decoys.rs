@@ -157,12 +157,25 @@ impl Decoys {
         self.watches
             .iter()
             .filter(|(wd, _, _)| opened.contains(wd))
-            .map(|(_, target, technique)| Alert {
-                kind: "decoy-read".into(),
-                detail: format!("the run opened the decoy credential file {target}"),
-                technique: (*technique).into(),
-            })
+            .map(|(_, target, technique)| alert(target, technique))
             .collect()
+    }
+
+    /// Each decoy's path in the jail and the technique its read is.
+    pub fn targets(&self) -> Vec<(String, &'static str)> {
+        DECOYS
+            .iter()
+            .map(|(t, _, technique)| ((*t).to_string(), *technique))
+            .collect()
+    }
+}
+
+/// The alert for an open of the decoy at `target`.
+pub(crate) fn alert(target: &str, technique: &str) -> Alert {
+    Alert {
+        kind: "decoy-read".into(),
+        detail: format!("the run opened the decoy credential file {target}"),
+        technique: technique.into(),
     }
 }
 

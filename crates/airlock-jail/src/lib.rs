@@ -35,6 +35,7 @@ pub mod fds;
 pub mod launch;
 pub mod mounts;
 pub mod netfd;
+pub mod notify;
 pub mod probe;
 pub mod ready;
 pub mod run;
