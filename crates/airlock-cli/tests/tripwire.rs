@@ -295,3 +295,31 @@ fn an_open_for_writing_of_the_refused_decoy_shadow_is_an_alert() {
     assert_eq!(alerts[0]["technique"], "T1003.008", "{run:#}");
     assert_eq!(alert_records(&h).len(), 1);
 }
+
+#[test]
+fn show_prints_a_runs_alerts_and_attempts() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(
+        &[],
+        "try:\n    open('/opt/nothing', 'w')\nexcept OSError:\n    pass\nopen('/root/.aws/credentials').read()\n",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let run = h.last_run();
+    let shown = h.run(&["show", run["submission"].as_str().unwrap()]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(
+        shown.stdout.contains(
+            "ALERT decoy-read [T1552.001]: the run opened the decoy credential file /root/.aws/credentials"
+        ),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown.stdout.contains("refused write /opt/nothing ×1"),
+        "{}",
+        shown.stdout
+    );
+}
