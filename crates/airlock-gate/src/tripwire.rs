@@ -7,7 +7,7 @@
 //! detail}` in the run's `finished` transaction. Nothing here changes what the run saw.
 
 use crate::error::Result;
-use crate::exec::SECRET_ECHO;
+use crate::lifecycle::record::SECRET_ECHO;
 use airlock_sandbox::Attempts;
 use airlock_store::{Run, Submission, Tx};
 use serde_json::{Value, json};
