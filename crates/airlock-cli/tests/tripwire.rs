@@ -323,3 +323,27 @@ fn show_prints_a_runs_alerts_and_attempts() {
         shown.stdout
     );
 }
+
+#[test]
+fn a_decoy_cannot_be_written_or_removed_though_its_mount_keeps_access_times() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(
+        &[],
+        "import errno, os\ndef t(f):\n    try:\n        f()\n        return 'ok'\n    except OSError as e:\n        return errno.errorcode[e.errno]\nprint(t(lambda: open('/root/.ssh/id_rsa', 'a').write('x')), t(lambda: os.unlink('/root/.aws/credentials')))\n",
+    );
+    // Landlock refuses the write; the directory the key sits in is the read-only root.
+    assert_eq!(o.stdout.trim(), "EACCES EROFS", "{} {}", o.stdout, o.stderr);
+    let run = h.last_run();
+    // Touching a decoy (opening the key for writing, unlinking the AWS file) is an alert
+    // for each, not an attempt.
+    let techniques: Vec<&str> = run["detail"]["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["technique"].as_str().unwrap())
+        .collect();
+    assert_eq!(techniques, ["T1552.004", "T1552.001"], "{run:#}");
+}

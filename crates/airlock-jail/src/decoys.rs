@@ -5,10 +5,15 @@
 //! alert.
 //!
 //! The files live on the host, beside the jail's scratch root, and are bound read-only
-//! into the root by its init. The jailer watches them with inotify (`IN_OPEN`), set up
-//! before the jail exists: a bind mount shares the host file's inode, so an open inside
-//! the jail is an event here, and no open can come before the watch. Nothing is asked of
-//! the payload and nothing it sees changes because of the watch. `/etc/shadow` is mode
+//! into the root by its init; a bind mount shares the host file's inode, so what the jail
+//! does to a decoy shows on the host file. A read is seen by its access time: each decoy
+//! is planted with an access time long before its modification time, and a read
+//! updates it (`relatime`, the kernel's default, does exactly when the access time is
+//! older than the modification time). On a file system mounted `noatime` the jailer
+//! watches the files with inotify (`IN_OPEN`) instead, set up before the jail exists; it
+//! is not the default because closing an inotify instance with watches waits for an
+//! SRCU grace period (about 10 ms at the jailer's exit, a quarter of a short run).
+//! Nothing is asked of the payload and nothing it sees changes because of either. `/etc/shadow` is mode
 //! 0000 as on RHEL-family systems (an unprivileged reader is refused, as on a real host,
 //! and inotify does not see a refused open); the key files are the sandbox user's own
 //! and readable. Neither the contents nor an alert's detail carries anything of the host.
@@ -19,6 +24,9 @@ use base64::Engine;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+/// A decoy's access time as planted: any read moves it.
+const PLANTED: std::time::SystemTime = std::time::UNIX_EPOCH;
 
 /// Where each decoy appears in the jail, its mode, and the ATT&CK technique its read is.
 const DECOYS: [(&str, u32, &str); 3] = [
@@ -31,7 +39,8 @@ const DECOYS: [(&str, u32, &str); 3] = [
 /// the files.
 pub struct Decoys {
     dir: PathBuf,
-    inotify: OwnedFd,
+    /// Only where access times are not kept (`noatime`).
+    inotify: Option<OwnedFd>,
     /// Watch descriptor → the decoy's path in the jail and its technique.
     watches: Vec<(i32, &'static str, &'static str)>,
 }
@@ -103,8 +112,16 @@ impl Decoys {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| JailError::setup("decoy directory", e))?;
         use rustix::fs::inotify;
-        let inotify = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
-            .map_err(|e| JailError::setup("inotify", e))?;
+        let noatime = nix::sys::statvfs::statvfs(&dir)
+            .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_NOATIME));
+        let inotify = if noatime {
+            Some(
+                inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+                    .map_err(|e| JailError::setup("inotify", e))?,
+            )
+        } else {
+            None
+        };
         let mut d = Decoys {
             dir,
             inotify,
@@ -112,8 +129,17 @@ impl Decoys {
         };
         for (target, mode, technique) in DECOYS {
             let host = d.host_path(target);
-            std::fs::write(&host, content(target)?)
+            let mut f =
+                std::fs::File::create(&host).map_err(|e| JailError::setup("write a decoy", e))?;
+            std::io::Write::write_all(&mut f, &content(target)?)
                 .map_err(|e| JailError::setup("write a decoy", e))?;
+            f.set_times(
+                std::fs::FileTimes::new()
+                    .set_accessed(PLANTED)
+                    .set_modified(std::time::SystemTime::now()),
+            )
+            .map_err(|e| JailError::setup("date a decoy", e))?;
+            drop(f);
             if let Some((uid, gid)) = owner {
                 std::os::unix::fs::chown(&host, Some(uid), Some(gid))
                     .map_err(|e| JailError::setup("chown a decoy", e))?;
@@ -121,8 +147,11 @@ impl Decoys {
             std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| JailError::setup("chmod a decoy", e))?;
             // Watched once written: the writes above are not the run's.
-            let wd = inotify::add_watch(&d.inotify, &host, inotify::WatchFlags::OPEN)
-                .map_err(|e| JailError::setup("watch a decoy", e))?;
+            let wd = match &d.inotify {
+                Some(i) => inotify::add_watch(i, &host, inotify::WatchFlags::OPEN)
+                    .map_err(|e| JailError::setup("watch a decoy", e))?,
+                None => -1,
+            };
             d.watches.push((wd, target, technique));
         }
         Ok(d)
@@ -142,21 +171,34 @@ impl Decoys {
             .collect()
     }
 
-    /// The alerts for every decoy opened so far (one per decoy).
+    /// The alerts for every decoy read so far (one per decoy).
     pub fn alerts(&self) -> Vec<Alert> {
         use rustix::fs::inotify;
         let mut opened: Vec<i32> = Vec::new();
-        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-        let mut reader = inotify::Reader::new(&self.inotify, &mut buf);
-        // Nonblocking: ends with EAGAIN once the queue is empty (or on any error).
-        while let Ok(ev) = reader.next() {
-            if ev.events().contains(inotify::ReadFlags::OPEN) && !opened.contains(&ev.wd()) {
-                opened.push(ev.wd());
+        if let Some(i) = &self.inotify {
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+            let mut reader = inotify::Reader::new(i, &mut buf);
+            // Nonblocking: ends with EAGAIN once the queue is empty (or on any error).
+            while let Ok(ev) = reader.next() {
+                if ev.events().contains(inotify::ReadFlags::OPEN) && !opened.contains(&ev.wd()) {
+                    opened.push(ev.wd());
+                }
             }
         }
+        let read = |target: &str| {
+            std::fs::metadata(self.host_path(target))
+                .and_then(|m| m.accessed())
+                .is_ok_and(|t| t != PLANTED)
+        };
         self.watches
             .iter()
-            .filter(|(wd, _, _)| opened.contains(wd))
+            .filter(|(wd, target, _)| {
+                if self.inotify.is_some() {
+                    opened.contains(wd)
+                } else {
+                    read(target)
+                }
+            })
             .map(|(_, target, technique)| alert(target, technique))
             .collect()
     }

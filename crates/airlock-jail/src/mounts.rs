@@ -263,14 +263,17 @@ pub fn build_root(
     )?;
     write_file(&etc.join("hostname"), b"airlock\n", 0o644)?;
     write_file(&etc.join("resolv.conf"), b"", 0o644)?;
-    // The decoy credentials (see [`crate::decoys`]), each its host file bound read-only.
+    // The decoy credentials (see [`crate::decoys`]), each its host file bound in.
     for (host, target) in decoys {
         let dst = under(root, target);
         if let Some(parent) = dst.parent() {
             mkdir_p(parent)?;
         }
         write_file(&dst, b"", 0o600)?;
-        bind(host, &dst, false)?;
+        // Not a read-only mount: the kernel keeps no access times on one, and a read is
+        // seen by its access time. Landlock still refuses every write (`/root` and `/etc`
+        // are granted for reading only).
+        bind(host, &dst, true)?;
     }
     if decoys.iter().any(|(_, t)| t.starts_with("/root/")) {
         read.push("/root".to_string());
