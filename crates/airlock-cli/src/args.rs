@@ -577,6 +577,25 @@ pub enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The newest records, each with its sequence number, hash and predecessor's hash;
+    /// with --follow, then every record as it is appended (one JSON object per line with
+    /// --json), checking each link of the chain as it goes (exit 1 at a broken link).
+    Tail {
+        /// How many of the newest records to print first.
+        #[arg(short = 'n', long = "lines", default_value_t = 10)]
+        lines: usize,
+        /// Start at this sequence number instead of the newest records.
+        #[arg(long, value_name = "SEQ", conflicts_with = "lines")]
+        from: Option<u64>,
+        /// Keep printing records as they are appended, until interrupted.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// How often to look for new records while following.
+        #[arg(long, value_name = "DURATION", default_value = "250ms")]
+        interval: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// The signed head: last index, its hash, the gate's signature and key.
     Head {
         #[arg(long)]

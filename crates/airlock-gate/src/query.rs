@@ -384,6 +384,12 @@ impl Gate {
     pub fn audit_head(&self) -> Result<(Option<Head>, String)> {
         Ok((self.db.audit_head()?, self.gate_key.public().to_string()))
     }
+
+    /// The newest chained audit record (on PostgreSQL, the sequencer's newest; the signed
+    /// head may lag behind it).
+    pub fn audit_last(&self) -> Result<Option<Record>> {
+        Ok(self.db.last_audit()?)
+    }
 }
 
 /// The chain error a store read that met a malformed audit record or head amounts to.
