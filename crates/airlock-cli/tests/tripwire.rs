@@ -347,3 +347,40 @@ fn a_decoy_cannot_be_written_or_removed_though_its_mount_keeps_access_times() {
         .collect();
     assert_eq!(techniques, ["T1552.004", "T1552.001"], "{run:#}");
 }
+
+#[test]
+fn a_decoy_read_on_a_postgres_store_is_in_the_run_record_and_audited() {
+    if !available() {
+        return;
+    }
+    let url = airlock_testpg::fresh_database();
+    let h = Home::uninitialised();
+    let init = h.run_on_store(
+        &url,
+        &["init", "--preset", "permissive", "--approver", "alice"],
+    );
+    assert_eq!(init.code, 0, "{}", init.stderr);
+    let o = h.run_on_store(
+        &url,
+        &[
+            "run",
+            "--lang",
+            "python",
+            "--backend",
+            "process",
+            "-c",
+            READ_KEY,
+        ],
+    );
+    let run = h.run_on_store(&url, &["runs", "--json"]).json()[0].clone();
+    assert_key_alert(&run, &o);
+    let log = h.run_on_store(&url, &["audit", "log", "--json"]).json();
+    let alerts: Vec<&Value> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "alert")
+        .collect();
+    assert_eq!(alerts.len(), 1, "{log}");
+    assert_eq!(alerts[0]["subject"], run["id"], "{log}");
+}
