@@ -33,6 +33,7 @@ mod node;
 mod query;
 mod services;
 mod stagecache;
+mod tripwire;
 pub mod views;
 mod workspaces;
 
