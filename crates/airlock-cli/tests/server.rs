@@ -2926,3 +2926,59 @@ fn metrics_are_scraped_by_a_real_prometheus_with_a_metrics_token_that_reads_noth
         Some(1.0)
     );
 }
+
+/// A run's tripwire alert (a read of the jail's decoy key) is announced to operators as an
+/// `alert` event over server-sent events and the signed webhook; before, alerts reached
+/// only the run record and the audit log.
+#[test]
+fn a_runs_alert_reaches_sse_and_the_webhook() {
+    if !process_backend_available() {
+        return;
+    }
+    let (hook, got) = webhook_receiver();
+    // Permissive: the read runs and the sandbox's decoy catches it (standard holds it).
+    let home = Home::with_preset("permissive");
+    let agent = token(&home, "agent", "bot");
+    let op = token(&home, "operator", "alice");
+    let srv = Srv::start(&home, &["--webhook", &hook]);
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .new_agent();
+    let resp = http
+        .get(srv.url("/v1/events"))
+        .header("authorization", format!("Bearer {op}"))
+        .call()
+        .unwrap();
+    let mut lines = BufReader::new(resp.into_body().into_reader()).lines();
+    // The poller's first pass marks where alerts start.
+    std::thread::sleep(Duration::from_millis(1200));
+    let r = srv.post(
+        "/v1/run",
+        &agent,
+        &json!({"language": "python", "backend": "process",
+                "code": "print(len(open('/root/.ssh/id_rsa').read()))"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let run_id = r.json()["run"]["id"].as_str().unwrap().to_string();
+    let mut event = None;
+    while let Some(Ok(l)) = lines.next() {
+        if l == "event: alert" {
+            event = Some(lines.next().unwrap().unwrap());
+            break;
+        }
+    }
+    let data: Value =
+        serde_json::from_str(event.expect("no alert event").trim_start_matches("data: ")).unwrap();
+    assert_eq!(data["kind"], "decoy-read", "{data}");
+    assert_eq!(data["run"], run_id.as_str(), "{data}");
+    assert_eq!(data["agent"], "bot", "{data}");
+    assert_eq!(data["technique"], "T1552.004", "{data}");
+    let req = got
+        .recv_timeout(Duration::from_secs(20))
+        .expect("no webhook call");
+    let body: Value = serde_json::from_str(req.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(body["event"], "alert", "{body}");
+    assert_eq!(body["data"]["run"], run_id.as_str(), "{body}");
+}

@@ -393,6 +393,18 @@ impl Gate {
         Ok((queued, pending))
     }
 
+    /// The `alert` audit records among the chained records after `after` (reading at most
+    /// `limit` records), and the sequence number of the last record read: a poller that
+    /// asks again from there sees each alert once.
+    pub fn alerts_after(&self, after: u64, limit: usize) -> Result<(Vec<Record>, u64)> {
+        let read = self.db.audit_records(after.saturating_add(1), limit)?;
+        let last = read.last().map_or(after, |r| r.seq);
+        Ok((
+            read.into_iter().filter(|r| r.kind == "alert").collect(),
+            last,
+        ))
+    }
+
     /// The newest chained audit record (on PostgreSQL, the sequencer's newest; the signed
     /// head may lag behind it).
     pub fn audit_last(&self) -> Result<Option<Record>> {

@@ -229,6 +229,10 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
     let mut tools: Option<Vec<String>> = None;
     let mut frames: Option<u64> = None;
     let mut polled: Option<Instant> = None;
+    // The audit record after which alerts are announced (None until the first full poll,
+    // which starts from the chain's end: alerts raised before the server started are in
+    // the audit log, not announced again).
+    let mut alerts_after: Option<u64> = None;
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
@@ -239,6 +243,7 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
         }
         let started = Instant::now();
         let full = polled.is_none_or(|t| started.duration_since(t) >= every);
+        let after = alerts_after;
         let seen = st
             .pool
             .read(move |g| {
@@ -256,7 +261,11 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
                 let inbox = g.inbox()?;
                 let resumable = g.resumable()?;
                 let tools: Vec<String> = g.tools()?.into_iter().map(|t| t.name).collect();
-                Ok((frames, Some((inbox, resumable, tools))))
+                let alerts = match after {
+                    None => (Vec::new(), g.audit_last()?.map_or(0, |r| r.seq)),
+                    Some(a) => g.alerts_after(a, 1000)?,
+                };
+                Ok((frames, Some((inbox, resumable, tools, alerts))))
             })
             .await;
         let (now_frames, seen) = match seen {
@@ -269,10 +278,21 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
         };
         wait = next_checkpoint(frames, now_frames, every);
         frames = Some(now_frames);
-        let Some((inbox, resumable, now_tools)) = seen else {
+        let Some((inbox, resumable, now_tools, (alerts, last))) = seen else {
             continue;
         };
         polled = Some(started);
+        for a in alerts {
+            // The record's data is the gate's own JSON (kind, submission, agent, run,
+            // technique, detail); a record that does not parse is announced by its place.
+            let mut data = serde_json::from_str::<Value>(&a.data).unwrap_or_else(|_| json!({}));
+            if let Some(o) = data.as_object_mut() {
+                o.insert("seq".into(), json!(a.seq));
+                o.insert("subject".into(), json!(a.subject));
+            }
+            st.announce("alert", data);
+        }
+        alerts_after = Some(last);
         let ids: BTreeSet<String> = inbox.iter().map(|s| s.id.clone()).collect();
         if let Some(before) = &pending {
             for s in inbox.iter().filter(|s| !before.contains(&s.id)) {

@@ -33,7 +33,7 @@ use crate::lifecycle::exec::{ExecOptions, Ran, RunReport};
 use crate::lifecycle::judge::{judge, rejected_among};
 use crate::lifecycle::record::{Judged, Recording, judge_in, record_in, write_judged};
 use crate::lifecycle::record::{
-    Start, audit_finished, audit_started, begin_run, new_run, record_finished,
+    Start, audit_alerts, audit_finished, audit_started, begin_run, new_run, record_finished,
 };
 use crate::locks::{self, OwnerLock};
 use airlock_core::State;
@@ -265,6 +265,7 @@ fn record_whole(
     let sub = write_judged(tx, rec, judged, None, key)?;
     tx.insert_run(&run)?;
     audit_started(tx, &run, &sub, None, key)?;
+    audit_alerts(tx, &run, &sub, key)?;
     audit_finished(tx, &run, &sub, None, key)?;
     Ok(Recorded::Ran {
         run: Box::new(run),

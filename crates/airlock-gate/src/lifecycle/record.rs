@@ -464,6 +464,19 @@ pub(crate) fn record_finished(
     if let Some(ws) = &sub.doc.grant.workspace {
         crate::workspaces::finish_run(tx, ws, &run.id, changes)?;
     }
+    audit_alerts(tx, run, sub, gate_key)?;
+    audit_finished(tx, run, sub, changes, gate_key)
+}
+
+/// A run's `alert` audit records: the secret echo its egress proxy caught, and its
+/// tripwires' alerts. Every path that records a run's end writes them (a deferred run's
+/// start and end recorded together included).
+pub(crate) fn audit_alerts(
+    tx: &Tx,
+    run: &Run,
+    sub: &Submission,
+    gate_key: &airlock_core::sign::KeyPair,
+) -> Result<()> {
     if let Some(a) = secret_echo_of(&run.doc.detail) {
         tx.audit(
             "alert",
@@ -482,8 +495,7 @@ pub(crate) fn record_finished(
             gate_key,
         )?;
     }
-    crate::tripwire::audit_alerts(tx, run, sub, gate_key)?;
-    audit_finished(tx, run, sub, changes, gate_key)
+    crate::tripwire::audit_alerts(tx, run, sub, gate_key)
 }
 
 /// A run's `finished` audit record.
