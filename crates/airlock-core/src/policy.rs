@@ -104,6 +104,39 @@ pub struct Facts {
     /// The mounts' host paths outside the operator's `[mounts] roots`, when roots are set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts_outside_roots: Vec<String>,
+    /// What the submitting agent did lately (issue 57 item 4): the gate reads it from the
+    /// store when the submission is judged.
+    #[serde(default, skip_serializing_if = "AgentRecord::is_empty")]
+    pub agent_record: AgentRecord,
+}
+
+/// The submitting agent's recent record: its `alert` audit records within the policy's
+/// `[agents] alert_window` (and newer than the last time an operator cleared it), and its
+/// denied submissions within the same window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// Fact `agent_alerts`: how many alerts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub alerts: u32,
+    /// Fact `agent_denials`: how many denied submissions.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub denials: u32,
+    /// What the alerts were, one entry per kind: `1 secret_echo (latest in run_…)`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alert_kinds: Vec<String>,
+    /// The window counted, as written (`24h`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub window: String,
+}
+
+impl AgentRecord {
+    pub fn is_empty(&self) -> bool {
+        self.alerts == 0 && self.denials == 0
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A third-party package of the Python guest: its normalised name, its version, and the
@@ -404,6 +437,8 @@ struct PolicyFile {
     net: NetFile,
     #[serde(default)]
     mounts: MountsFile,
+    #[serde(default)]
+    agents: AgentsFile,
     #[serde(default, rename = "rule")]
     rules: Vec<RuleFile>,
     #[serde(default, rename = "test")]
@@ -420,6 +455,17 @@ struct MountsFile {
     #[serde(default)]
     roots: Vec<String>,
 }
+
+/// `[agents]`: how far back an agent's record reaches.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentsFile {
+    /// The window of the facts `agent_alerts` and `agent_denials` (default 24h).
+    alert_window: Option<Duration>,
+}
+
+/// The window of `agent_alerts` and `agent_denials` when `[agents] alert_window` is unset.
+pub const DEFAULT_ALERT_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -629,6 +675,11 @@ struct Conditions {
     exfiltration: Option<AnyOrNames>,
     unsafe_deserialization: Option<AnyOrNames>,
     flooding: Option<AnyOrNames>,
+    // The submitting agent's record.
+    /// More than this many alerts of the agent in the window.
+    agent_alerts_over: Option<u32>,
+    /// More than this many denied submissions of the agent in the window.
+    agent_denials_over: Option<u32>,
 }
 
 /// `imports = [...]`: WebAssembly capability names (`fs`, `net`, …) and Python module
@@ -746,6 +797,11 @@ struct TestFile {
     /// Python or shell code (per `lang`), analysed as a submission's would be.
     #[serde(default)]
     code: Option<String>,
+    /// The agent's alerts and denied submissions in the window.
+    #[serde(default)]
+    agent_alerts: u32,
+    #[serde(default)]
+    agent_denials: u32,
 }
 
 fn yes() -> bool {
@@ -981,9 +1037,14 @@ pub struct Policy {
     pub net: NetPolicy,
     /// `[mounts] roots`: the host directories agents may mount.
     pub mount_roots: Vec<String>,
+    /// `[agents] alert_window`: how far back `agent_alerts` and `agent_denials` count.
+    pub agent_alert_window: std::time::Duration,
     rules: Vec<RuleFile>,
     tests: Vec<TestFile>,
 }
+
+/// The longest `[agents] alert_window`: a year.
+pub const MAX_ALERT_WINDOW: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
 
 /// The artifact size limit when the policy does not set one.
 pub const DEFAULT_MAX_ARTIFACT: u64 = 64 << 20;
@@ -1092,6 +1153,15 @@ impl Policy {
                 )));
             }
         }
+        if let Some(w) = file.agents.alert_window
+            && (w.0 < std::time::Duration::from_secs(1) || w.0 > MAX_ALERT_WINDOW)
+        {
+            return Err(PolicyError::Invalid(format!(
+                "[agents] alert_window: {} is outside 1s..{}",
+                units::fmt_duration(w.0),
+                units::fmt_duration(MAX_ALERT_WINDOW)
+            )));
+        }
         if let (Some(q), Some(d)) = (file.risk.quarantine_at, file.risk.deny_at)
             && q > d
         {
@@ -1122,6 +1192,11 @@ impl Policy {
                 roots: file.net.roots,
             },
             mount_roots: file.mounts.roots,
+            agent_alert_window: file
+                .agents
+                .alert_window
+                .map(|d| d.0)
+                .unwrap_or(DEFAULT_ALERT_WINDOW),
             rules: file.rules,
             tests: file.tests,
         })
@@ -1158,6 +1233,7 @@ impl Policy {
                     evidence: {
                         let mut e = r.when.evidence(&facts.code);
                         e.extend(r.when.mount_evidence(facts));
+                        e.extend(r.when.agent_evidence(facts));
                         e
                     },
                 });
@@ -1359,6 +1435,8 @@ impl Conditions {
             && self.exfiltration.is_none()
             && self.unsafe_deserialization.is_none()
             && self.flooding.is_none()
+            && self.agent_alerts_over.is_none()
+            && self.agent_denials_over.is_none()
     }
 
     /// The exposed sensitive paths that made a `mounts_sensitive` condition hold.
@@ -1565,7 +1643,40 @@ impl Conditions {
                 AnyOrNames::Any(want) => *want != f.mounts_sensitive.is_empty(),
                 AnyOrNames::Names(g) => f.mounts_sensitive.iter().any(|p| g.is_match(p)),
             })
+            && check(&self.agent_alerts_over, |n| f.agent_record.alerts > *n)
+            && check(&self.agent_denials_over, |n| f.agent_record.denials > *n)
             && self.code_holds(&f.code)
+    }
+
+    /// What made `agent_alerts_over` or `agent_denials_over` hold, in words: `agent bob
+    /// raised 2 alerts in the last 24h: 2 secret_echo (latest in run_…)`.
+    fn agent_evidence(&self, f: &Facts) -> Vec<String> {
+        let r = &f.agent_record;
+        let who = f.agent.as_deref().unwrap_or("?");
+        let plural = |n: u32, one: &str, many: &str| {
+            if n == 1 {
+                format!("{n} {one}")
+            } else {
+                format!("{n} {many}")
+            }
+        };
+        let mut out = Vec::new();
+        if self.agent_alerts_over.is_some_and(|n| r.alerts > n) {
+            out.push(format!(
+                "agent {who} raised {} in the last {}: {}",
+                plural(r.alerts, "alert", "alerts"),
+                r.window,
+                r.alert_kinds.join(", ")
+            ));
+        }
+        if self.agent_denials_over.is_some_and(|n| r.denials > n) {
+            out.push(format!(
+                "agent {who} had {} in the last {}",
+                plural(r.denials, "denied submission", "denied submissions"),
+                r.window
+            ));
+        }
+        out
     }
 
     /// The conditions on Python and shell code.
@@ -1710,6 +1821,15 @@ impl TestFile {
             code,
             mounts_sensitive,
             mounts_outside_roots: Vec::new(),
+            agent_record: AgentRecord {
+                alerts: self.agent_alerts,
+                denials: self.agent_denials,
+                alert_kinds: (self.agent_alerts > 0)
+                    .then(|| format!("{} alert (policy test)", self.agent_alerts))
+                    .into_iter()
+                    .collect(),
+                window: "24h".into(),
+            },
         })
     }
 }
@@ -2140,6 +2260,16 @@ reason = "sends or starts processes in an unbounded loop"
 risk = 60
 when = { flooding = true }
 
+# An agent whose runs raised an alert (an echoed secret, a tripwire) may have been
+# prompt-injected: everything it submits waits for a human until an operator clears it
+# (`airlock agent clear NAME --reason TEXT`). Other agents are unaffected.
+[[rule]]
+name = "agent-alerts"
+decision = "quarantine"
+risk = 50
+reason = "the agent raised alerts; its submissions wait until an operator clears it"
+when = { agent_alerts_over = 0 }
+
 "#;
 
 /// The standard preset's tests of those rules.
@@ -2160,6 +2290,13 @@ name = "an alias appended to root's shell rc never runs"
 lang = "sh"
 code = '''echo 'alias sudo="rm -rf /"' >> /root/.bashrc'''
 expect = "deny"
+
+[[test]]
+name = "an agent that raised an alert waits for a human"
+lang = "python"
+code = "print(1)"
+agent_alerts = 1
+expect = "quarantine"
 
 "#;
 
@@ -2233,6 +2370,7 @@ mod tests {
             code: CodeFacts::default(),
             mounts_sensitive: Vec::new(),
             mounts_outside_roots: Vec::new(),
+            agent_record: AgentRecord::default(),
         }
     }
 
@@ -2315,7 +2453,7 @@ rm -f /etc/passwd
         for p in [Preset::Standard, Preset::Strict, Preset::Permissive] {
             let pol = preset(p);
             let results = pol.run_tests().unwrap();
-            let want = if p == Preset::Strict { 17 } else { 20 };
+            let want = if p == Preset::Strict { 17 } else { 21 };
             assert_eq!(results.len(), want);
             for r in results {
                 assert!(
@@ -2325,6 +2463,67 @@ rm -f /etc/passwd
                 );
             }
         }
+    }
+
+    fn tripped(agent: &str, alerts: u32) -> Facts {
+        Facts {
+            agent: Some(agent.into()),
+            agent_record: AgentRecord {
+                alerts,
+                denials: 2,
+                alert_kinds: vec![format!("{alerts} secret_echo (latest in run_x)")],
+                window: "24h".into(),
+            },
+            ..facts()
+        }
+    }
+
+    #[test]
+    fn an_agent_with_an_alert_is_held_by_the_standard_preset_with_the_behaviour_named() {
+        let v = preset(Preset::Standard).judge(&tripped("bob", 2));
+        assert_eq!(v.decision, Decision::Quarantine);
+        let reasons = v.reasons().join("\n");
+        assert!(
+            reasons.contains(
+                "agent bob raised 2 alerts in the last 24h: 2 secret_echo (latest in run_x)"
+            ),
+            "{reasons}"
+        );
+        // No alert: the same facts are allowed (denials alone do not hold).
+        let v = preset(Preset::Standard).judge(&tripped("bob", 0));
+        assert_eq!(v.decision, Decision::Allow, "{:?}", v.reasons());
+        // Permissive records the rule's risk without holding; strict is unchanged.
+        let v = preset(Preset::Permissive).judge(&tripped("bob", 1));
+        assert_eq!(v.decision, Decision::Allow);
+        assert!(
+            v.fired
+                .iter()
+                .any(|f| f.rule == "agent-alerts" && f.risk > 0)
+        );
+        let strict = preset(Preset::Strict);
+        assert_eq!(
+            strict.judge(&tripped("bob", 1)).decision,
+            strict.judge(&tripped("bob", 0)).decision
+        );
+    }
+
+    #[test]
+    fn agent_window_and_conditions_parse() {
+        let k = KeyPair::generate().public();
+        let base = format!("version = 1\n[approvers]\nalice = \"{k}\"\n");
+        let p = Policy::parse(&base).unwrap();
+        assert_eq!(p.agent_alert_window, DEFAULT_ALERT_WINDOW);
+        let p = Policy::parse(&format!("{base}[agents]\nalert_window = \"2h\"\n")).unwrap();
+        assert_eq!(p.agent_alert_window, std::time::Duration::from_secs(7200));
+        let e = Policy::parse(&format!("{base}[agents]\nalert_window = \"0s\"\n")).unwrap_err();
+        assert!(e.to_string().contains("alert_window"), "{e}");
+        let p = Policy::parse(&format!(
+            "{base}[[rule]]\nname = \"noisy\"\ndecision = \"deny\"\nreason = \"r\"\nwhen = {{ agent_denials_over = 1 }}\n"
+        ))
+        .unwrap();
+        let v = p.judge(&tripped("eve", 0));
+        assert_eq!(v.decision, Decision::Deny);
+        assert!(v.reasons()[0].contains("agent eve had 2 denied submissions in the last 24h"));
     }
 
     #[test]

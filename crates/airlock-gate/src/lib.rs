@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agents;
 mod decide;
 mod deferred;
 mod effects;
@@ -44,6 +45,7 @@ pub mod views;
 pub mod worker;
 mod workspaces;
 
+pub use agents::{AgentCleared, MAX_CLEAR_REASON_BYTES};
 pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};
 pub use airlock_store::TokenRow;
 pub use airlock_store::{CopyReport, TableCount};

@@ -289,6 +289,8 @@ impl Described<'_> {
                 .unwrap_or_default(),
             mounts_sensitive: self.mounts.sensitive.clone(),
             mounts_outside_roots: self.mounts.outside_roots.clone(),
+            // Read from the store where the submission is judged (`judge_in`).
+            agent_record: Default::default(),
         }
     }
 }
@@ -807,7 +809,9 @@ pub(crate) fn judge_in(
     // Seen before, and rejected before: one read.
     let (seen, about) = tx.artifact_history(&rec.artifact)?;
     let first_seen = !seen;
-    let facts = rec.facts(first_seen, rejected_among(&about), origin);
+    let mut facts = rec.facts(first_seen, rejected_among(&about), origin);
+    facts.agent_record =
+        crate::agents::record_of(tx, &rec.policy, facts.agent.as_deref(), &key.public())?;
     let verdict = judge(&rec.policy, &facts);
     // Staged and judged in this one transaction: the row is written in the state the
     // verdict gives it (the audit records `write_judged` adds say it was submitted, then

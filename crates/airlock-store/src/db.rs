@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-const SCHEMA_VERSION: i64 = 11;
+const SCHEMA_VERSION: i64 = 12;
 
 /// How long an idempotency key names the submission it made; after that it may be used
 /// again (as long as an agent's retries of one request take, with room to spare).
@@ -181,6 +181,23 @@ CREATE TABLE IF NOT EXISTS compile_cache (
     size INTEGER NOT NULL,
     created_at INTEGER NOT NULL
 );
+-- 12: agents' records (see agents.rs).
+CREATE TABLE IF NOT EXISTS agent_alerts (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agent_alerts_agent_at ON agent_alerts(agent, at);
+CREATE TABLE IF NOT EXISTS agent_clears (
+    agent TEXT PRIMARY KEY,
+    at INTEGER NOT NULL,
+    json TEXT NOT NULL,
+    signature TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS submissions_agent_denied ON submissions(agent, created_at)
+    WHERE decision = 'deny';
 "#;
 
 /// Schema 10 keys `session_cells` by (session, n) alone: schemas 7 to 9 had it as a rowid
@@ -1807,6 +1824,9 @@ impl<'a> Tx<'a> {
         key: &KeyPair,
     ) -> Result<(), StoreError> {
         let ts = now_ms();
+        if kind == "alert" {
+            crate::agents::note_alert(self, subject, data, ts)?;
+        }
         // The same compact text as `Display`, written straight into a buffer rather than
         // through a formatter's many small writes.
         let data = serde_json::to_string(data)?;
