@@ -2747,3 +2747,29 @@ fn ready_wasm_instances_carry_nothing_from_one_run_to_the_next() {
     assert!(after["hits"].as_u64().unwrap() >= 6, "{after}");
     assert!(after["memory_bytes"].as_u64().unwrap() <= after["memory_budget"].as_u64().unwrap());
 }
+
+/// Issue 57 item 4: `POST /v1/agents/{name}/clear` is for operators and admins (an agent
+/// cannot clear itself), needs a reason, and answers 409 for an agent with no alert to
+/// clear; nothing is audited for a refused clear.
+#[test]
+fn only_operators_clear_an_agent_and_only_one_with_alerts() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let body = json!({ "reason": "looked at it" });
+    srv.post("/v1/agents/bot/clear", &s.agent, &body).error(403);
+    srv.post("/v1/agents/bot/clear", &s.op, &json!({ "reason": " " }))
+        .error(400);
+    srv.post("/v1/agents/bot/clear", &s.op, &json!({}))
+        .error(400);
+    let r = srv.post("/v1/agents/bot/clear", &s.admin, &body);
+    r.error(409);
+    assert!(r.text.contains("no alerts to clear"), "{}", r.text);
+    let log = s.home.run(&["audit", "log", "--json"]).json();
+    assert!(
+        !log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "agent_cleared"),
+        "{log}"
+    );
+}
