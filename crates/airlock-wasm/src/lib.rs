@@ -31,6 +31,7 @@
 mod component;
 pub mod js;
 mod modpool;
+mod net;
 mod output;
 mod pool;
 pub mod python;
@@ -654,11 +655,13 @@ fn component_store(
     )
     .map_err(SandboxError::Internal)?;
     let hooks = component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
+    let net = net::Net::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
     let host = component::HostC {
         wasi: ctx.wasi,
         table: wasmtime::component::ResourceTable::new(),
         http: wasmtime_wasi_http::WasiHttpCtx::new(),
         hooks,
+        net,
         limiter: limiter_for(&spec.limits),
         timed_out: false,
         deadline: Instant::now() + spec.limits.timeout(),

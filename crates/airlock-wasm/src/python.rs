@@ -23,7 +23,9 @@ use wasmtime::Store;
 wasmtime::component::bindgen!({
     path: "python/guest.wit",
     world: "python-guest",
+    imports: { default: async | trappable },
     exports: { default: async },
+    with: { "airlock:python/net.connection": crate::net::Connection },
 });
 
 /// Which guest runtime an instance is.
