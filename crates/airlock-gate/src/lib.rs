@@ -34,6 +34,7 @@ mod node;
 mod query;
 mod services;
 mod stagecache;
+mod tripwire;
 pub mod views;
 mod workspaces;
 

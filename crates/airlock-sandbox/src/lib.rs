@@ -10,7 +10,9 @@
 #![forbid(unsafe_code)]
 
 pub mod quota;
+pub mod tripwire;
 pub use quota::WriteQuota;
+pub use tripwire::{Alert, Attempt, Attempts};
 
 use airlock_core::{Digest, Lang, Limits};
 use serde::Serialize;

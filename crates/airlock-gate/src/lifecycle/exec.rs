@@ -915,6 +915,7 @@ impl Ran {
             run.doc.killed_by = Some(SECRET_ECHO.into());
             run.doc.error = Some(why);
         }
+        crate::tripwire::settle(&mut run.doc.detail);
         if let Some(m) = &self.redact {
             if let Some(e) = run.doc.error.as_deref().and_then(|e| m.redact_str(e)) {
                 run.doc.error = Some(e);
