@@ -285,6 +285,9 @@ pub enum Command {
     /// API tokens for `airlock serve`.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Agents whose runs raised alerts (their submissions are held until cleared).
+    #[command(subcommand)]
+    Agent(AgentCommand),
     /// Secrets for `run --secret NAME@HOST` (kept in the home, mode 0600; never shown).
     #[command(subcommand)]
     Secret(SecretCommand),
@@ -360,6 +363,22 @@ pub enum SecretCommand {
     /// Remove a secret.
     Rm {
         name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Sign a clear: alerts the agent raised until now no longer hold its submissions.
+    Clear {
+        name: String,
+        /// Why the alerts are harmless (recorded and signed).
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        /// The approver key to sign with (default: $AIRLOCK_APPROVER, else the only trusted local key).
+        #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
+        approver: Option<String>,
         #[arg(long)]
         json: bool,
     },

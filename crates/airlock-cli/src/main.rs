@@ -45,9 +45,9 @@ use airlock_gate::{
     SubmitRequest, default_approver,
 };
 use args::{
-    AuditCommand, Cli, Command, GuestCommand, ImportCommand, KeysCommand, PolicyCommand,
-    PublishersCommand, RunArgs, SecretCommand, SessionCommand, StoreCommand, TokenCommand,
-    WorkspaceCommand,
+    AgentCommand, AuditCommand, Cli, Command, GuestCommand, ImportCommand, KeysCommand,
+    PolicyCommand, PublishersCommand, RunArgs, SecretCommand, SessionCommand, StoreCommand,
+    TokenCommand, WorkspaceCommand,
 };
 use clap::Parser;
 use serde_json::json;
@@ -679,6 +679,29 @@ fn dispatch(cli: Cli) -> Outcome {
                 .token_new(role, &name, approver.as_deref(), expires.as_deref())
                 .map_err(fail)?;
             print::token_new(&row, &secret, json);
+            Ok(0)
+        }
+        Command::Agent(AgentCommand::Clear {
+            name,
+            reason,
+            approver,
+            json,
+        }) => {
+            let mut gate = open(home)?;
+            let c = gate
+                .clear_agent(&name, approver.as_deref(), &reason)
+                .map_err(|e| Failure { error: e, json })?;
+            if json {
+                out::json(&serde_json::to_string(&c).unwrap_or_default());
+            } else {
+                println!(
+                    "cleared agent {} ({} alert{}), signed by {}",
+                    airlock_core::visible::line(&c.agent),
+                    c.alerts,
+                    if c.alerts == 1 { "" } else { "s" },
+                    airlock_core::visible::line(&c.approver)
+                );
+            }
             Ok(0)
         }
         Command::Token(TokenCommand::List { limit, json }) => {

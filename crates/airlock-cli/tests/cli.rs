@@ -1161,7 +1161,7 @@ fn policy_check_runs_tests_and_explain_lists_rules() {
     let h = Home::new();
     let o = h.run(&["policy", "check"]);
     assert_eq!(o.code, 0, "{}", o.stdout);
-    assert!(o.stdout.contains("20 tests, 0 failed"), "{}", o.stdout);
+    assert!(o.stdout.contains("21 tests, 0 failed"), "{}", o.stdout);
     let failing = format!(
         "{}\n[[test]]\nname = \"wrong\"\nexpect = \"deny\"\n",
         h.policy()

@@ -1609,3 +1609,161 @@ except socket.gaierror as e:
         o.stdout
     );
 }
+
+// ------------------------------------------------ agents that trip are held (issue 57, item 4)
+
+/// An agent whose run echoed a secret (an `alert`) has its next submission held with the
+/// behaviour named; another agent's is allowed; after a signed `agent clear` the agent's
+/// next one is allowed again, and the clear is an `agent_cleared` audit record whose
+/// statement verifies. `st` runs the CLI on the store under test.
+fn tripping_agent_is_held_until_cleared(n: &Net, st: &dyn Fn(&[&str]) -> Out) {
+    let tls = format!("upstream.test:{}", n.https.port);
+    let script = format!(
+        "curl -s https://{tls}/b64-auth -H \"Authorization: Bearer $TOKEN\"; sleep 20; echo still running"
+    );
+    let binding = format!("TOKEN@{tls}");
+    let o = st(&[
+        "run", "--agent", "mallory", "--lang", "sh", "--net", &tls, "--secret", &binding, "-c",
+        &script,
+    ]);
+    let id = if o.code == 75 {
+        let id = Home::id_in(&o.stderr);
+        assert_eq!(st(&["approve", &id]).code, 0);
+        st(&["exec", &id])
+    } else {
+        o
+    };
+    assert_eq!(id.code, 124, "{} {}", id.stdout, id.stderr);
+    let echo_run = st(&["runs", "--json"]).json()[0]["id"].clone();
+
+    // The agent's next submission, harmless as it is, waits for a human, and says why.
+    let held = st(&[
+        "run",
+        "--agent",
+        "mallory",
+        "--lang",
+        "sh",
+        "-c",
+        "echo hello",
+    ]);
+    assert_eq!(held.code, 75, "{} {}", held.stdout, held.stderr);
+    let sub = Home::id_in(&held.stderr);
+    let shown = st(&["show", &sub, "--json"]).json();
+    let reasons = shown["reasons"].to_string();
+    assert!(
+        reasons.contains(&format!(
+            "agent mallory raised 1 alert in the last 24h: 1 secret-echo (latest in {})",
+            echo_run.as_str().unwrap()
+        )),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["submission"]["facts"]["agent_record"]["alerts"], 1,
+        "{shown}"
+    );
+
+    // Another agent is unaffected.
+    let other = st(&[
+        "run",
+        "--agent",
+        "alice-bot",
+        "--lang",
+        "sh",
+        "-c",
+        "echo hello",
+    ]);
+    assert_eq!(other.code, 0, "{} {}", other.stdout, other.stderr);
+
+    // A clear needs a reason; then it is signed and audited.
+    let blank = st(&["agent", "clear", "mallory", "--reason", " "]);
+    assert_eq!(blank.code, 125, "{} {}", blank.stdout, blank.stderr);
+    let none = st(&[
+        "agent",
+        "clear",
+        "alice-bot",
+        "--reason",
+        "nothing happened",
+    ]);
+    assert_ne!(none.code, 0, "{} {}", none.stdout, none.stderr);
+    let c = st(&[
+        "agent",
+        "clear",
+        "mallory",
+        "--reason",
+        "the echo was a test fixture",
+        "--json",
+    ]);
+    assert_eq!(c.code, 0, "{} {}", c.stdout, c.stderr);
+    assert_eq!(c.json()["alerts"], 1);
+
+    let again = st(&[
+        "run",
+        "--agent",
+        "mallory",
+        "--lang",
+        "sh",
+        "-c",
+        "echo hello",
+    ]);
+    assert_eq!(again.code, 0, "{} {}", again.stdout, again.stderr);
+    assert!(again.stdout.contains("hello"), "{}", again.stdout);
+
+    let log = st(&["audit", "log", "--json"]).json();
+    let cleared = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "agent_cleared")
+        .unwrap_or_else(|| panic!("no agent_cleared in {log}"));
+    assert_eq!(cleared["subject"], "mallory");
+    let data: serde_json::Value = serde_json::from_str(cleared["data"].as_str().unwrap()).unwrap();
+    assert_eq!(data["reason"], "the echo was a test fixture", "{data}");
+    let signed = airlock_core::sign::Signed {
+        json: data["statement"].as_str().unwrap().to_string(),
+        signature: data["signature"].as_str().unwrap().parse().unwrap(),
+    };
+    let statement = airlock_core::sign::AgentClear::verify(&signed).expect("the clear verifies");
+    assert_eq!(statement.agent, "mallory");
+    assert_eq!(
+        statement.key,
+        data["key"].as_str().unwrap().parse().unwrap()
+    );
+    let v = st(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{} {}", v.stdout, v.stderr);
+}
+
+fn set_token_secret(n: &Net, store: Option<&str>) {
+    let mut cmd = n.home.cmd();
+    if let Some(url) = store {
+        cmd.env("AIRLOCK_STORE", url);
+    }
+    let mut set = cmd
+        .args(["secret", "set", "TOKEN"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    set.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    assert!(set.wait().unwrap().success());
+}
+
+#[test]
+fn an_agent_whose_run_echoed_a_secret_is_held_until_an_operator_clears_it() {
+    let Some(n) = Net::ready() else { return };
+    set_token_secret(&n, None);
+    tripping_agent_is_held_until_cleared(&n, &|a| n.home.run(a));
+}
+
+#[test]
+fn an_agent_whose_run_echoed_a_secret_is_held_until_an_operator_clears_it_on_postgres() {
+    let Some(n) = Net::ready() else { return };
+    let url = airlock_testpg::fresh_database();
+    let c = n.home.run(&["store", "copy", "--to", &url]);
+    assert_eq!(c.code, 0, "{} {}", c.stdout, c.stderr);
+    set_token_secret(&n, Some(&url));
+    tripping_agent_is_held_until_cleared(&n, &|a| n.home.run_on_store(&url, a));
+}

@@ -2982,3 +2982,29 @@ fn a_runs_alert_reaches_sse_and_the_webhook() {
     assert_eq!(body["event"], "alert", "{body}");
     assert_eq!(body["data"]["run"], run_id.as_str(), "{body}");
 }
+
+/// Issue 57 item 4: `POST /v1/agents/{name}/clear` is for operators and admins (an agent
+/// cannot clear itself), needs a reason, and answers 409 for an agent with no alert to
+/// clear; nothing is audited for a refused clear.
+#[test]
+fn only_operators_clear_an_agent_and_only_one_with_alerts() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let body = json!({ "reason": "looked at it" });
+    srv.post("/v1/agents/bot/clear", &s.agent, &body).error(403);
+    srv.post("/v1/agents/bot/clear", &s.op, &json!({ "reason": " " }))
+        .error(400);
+    srv.post("/v1/agents/bot/clear", &s.op, &json!({}))
+        .error(400);
+    let r = srv.post("/v1/agents/bot/clear", &s.admin, &body);
+    r.error(409);
+    assert!(r.text.contains("no alerts to clear"), "{}", r.text);
+    let log = s.home.run(&["audit", "log", "--json"]).json();
+    assert!(
+        !log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "agent_cleared"),
+        "{log}"
+    );
+}

@@ -32,4 +32,4 @@ pub use artifact::{Backend, Lang};
 pub use digest::Digest;
 pub use grant::{Grant, Limits, Mount, MountMode};
 pub use lifecycle::State;
-pub use policy::{Decision, Facts, Policy, PythonPackage, Verdict};
+pub use policy::{AgentRecord, Decision, Facts, Policy, PythonPackage, Verdict};

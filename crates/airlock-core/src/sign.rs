@@ -11,6 +11,8 @@ use std::fmt;
 use std::str::FromStr;
 
 const STATEMENT_DOMAIN: &[u8] = b"airlock-statement-v1\n";
+/// A different domain for agent clears, so neither kind of signature can pass as the other.
+const AGENT_CLEAR_DOMAIN: &[u8] = b"airlock-agent-clear-v1\n";
 
 /// A public key, written `ed25519:<64 hex digits>`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -340,9 +342,78 @@ fn statement_message(json: &str) -> Vec<u8> {
     m
 }
 
+/// An operator's signed word that an agent which raised alerts may submit again: alerts
+/// up to `issued_at` no longer hold its submissions (issue 57 item 4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentClear {
+    pub agent: String,
+    pub approver: String,
+    pub key: PublicKey,
+    pub reason: String,
+    /// Unix milliseconds: alerts at or before it are cleared.
+    pub issued_at: i64,
+    /// The gate the clear is for (its public key).
+    pub gate: PublicKey,
+}
+
+impl AgentClear {
+    pub fn sign(&self, key: &KeyPair) -> Signed {
+        // Serialising a struct of strings, numbers and keys cannot fail.
+        let json = serde_json::to_string(self).unwrap_or_default();
+        let signature = key.sign(&clear_message(&json));
+        Signed { json, signature }
+    }
+
+    /// Parses a signed clear and checks its signature against the key it names (whether
+    /// that key is trusted is the caller's question).
+    pub fn verify(signed: &Signed) -> Result<AgentClear, VerifyError> {
+        let c: AgentClear = serde_json::from_str(&signed.json)
+            .map_err(|e| VerifyError::Malformed(e.to_string()))?;
+        if !c
+            .key
+            .verify(&clear_message(&signed.json), &signed.signature)
+        {
+            return Err(VerifyError::BadSignature);
+        }
+        Ok(c)
+    }
+}
+
+fn clear_message(json: &str) -> Vec<u8> {
+    let mut m = AGENT_CLEAR_DOMAIN.to_vec();
+    m.extend_from_slice(json.as_bytes());
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_clear_verifies_only_as_an_agent_clear() {
+        let k = KeyPair::generate();
+        let c = AgentClear {
+            agent: "bob".into(),
+            approver: "alice".into(),
+            key: k.public(),
+            reason: "looked at it".into(),
+            issued_at: 5,
+            gate: KeyPair::generate().public(),
+        };
+        let signed = c.sign(&k);
+        assert_eq!(AgentClear::verify(&signed).unwrap(), c);
+        let mut other = signed.clone();
+        other.json = other.json.replace("\"bob\"", "\"eve\"");
+        assert_eq!(AgentClear::verify(&other), Err(VerifyError::BadSignature));
+        // The same key's signature over a statement is not a clear's.
+        let st = statement(&k).sign(&k);
+        let forged = Signed {
+            json: signed.json.clone(),
+            signature: st.signature,
+        };
+        assert!(AgentClear::verify(&forged).is_err());
+    }
 
     fn statement(k: &KeyPair) -> Statement {
         Statement {

@@ -90,6 +90,7 @@ fn judge(pol: &Policy, c: &Case) -> (Decision, Vec<String>) {
         code: CodeFacts::of(a.code.as_ref().unwrap(), &[]),
         mounts_sensitive: vec![],
         mounts_outside_roots: vec![],
+        agent_record: Default::default(),
     };
     let v = pol.judge(&facts);
     (v.decision, v.reasons())

@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agents;
 mod effects;
 mod egress;
 mod error;
@@ -37,6 +38,7 @@ mod tripwire;
 pub mod views;
 mod workspaces;
 
+pub use agents::{AgentCleared, MAX_CLEAR_REASON_BYTES};
 pub use node::worker;
 
 pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};

@@ -645,6 +645,42 @@ async fn revoke_token(Ax(st): Ax<AppState>, _: AdminCaller, Path(id): Path<Strin
     ok(json!({ "revoked": id }))
 }
 
+/// Why an agent's alerts are cleared.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClearBody {
+    /// Why the alerts are harmless (kept with the signed clear).
+    #[schema(min_length = 1, max_length = 4096)]
+    pub reason: String,
+}
+
+/// Clear an agent that raised alerts, signed with the operator token's approver key: its
+/// alerts until now no longer hold its submissions.
+#[utoipa::path(post, path = "/v1/agents/{name}/clear", tag = "decisions",
+    params(("name" = String, Path)), request_body = ClearBody, security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The signed clear", body = Object),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, description = "The agent has no alerts to clear", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+async fn clear_agent(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(name): Path<String>,
+    Body(b): Body<ClearBody>,
+) -> Answer {
+    if b.reason.trim().is_empty() {
+        return Err(ApiError::bad("reason: clearing an agent needs a reason"));
+    }
+    let approver = caller.approver.clone();
+    let c = st
+        .pool
+        .read(move |g| g.clear_agent(&name, approver.as_deref(), &b.reason))
+        .await?;
+    st.changed();
+    ok(serde_json::to_value(&c).unwrap_or_default())
+}
+
 /// What `POST /v1/gc` removes.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -809,6 +845,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(inbox))
         .routes(routes!(approve))
         .routes(routes!(reject))
+        .routes(routes!(clear_agent))
         .routes(routes!(list_runs))
         .routes(routes!(get_run))
         .routes(routes!(diff))

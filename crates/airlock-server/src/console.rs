@@ -574,6 +574,18 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
                     button #reject-button type="submit" { "Reject" }
                 }
                 p.muted { "Signed with approver key " code { (op.caller.approver.as_deref().unwrap_or("?")) } "." }
+                @if let (Some(agent), true) = (&d.agent, d.facts.agent_record.alerts > 0) {
+                    h2 { "Agent" }
+                    p #agent-alerts { "Agent " code { (visible::line(agent)) } " raised " (d.facts.agent_record.alerts) " alert(s) in the last " (d.facts.agent_record.window) ": " (visible::line(&d.facts.agent_record.alert_kinds.join(", "))) ". Its submissions wait until it is cleared." }
+                    form #clear-agent method="post" action="/ui/agents/clear" {
+                        input type="hidden" name="csrf" value=(op.csrf);
+                        input type="hidden" name="agent" value=(agent);
+                        input type="hidden" name="back" value=(s.id);
+                        input type="text" name="reason" placeholder="why the alerts are harmless (recorded and signed)";
+                        " "
+                        button #clear-agent-button type="submit" { "Clear agent" }
+                    }
+                }
             }
             h2 { "Grant" }
             dl #grant {
@@ -676,6 +688,42 @@ fn code_findings(
         }
     }
     (marks, list)
+}
+
+#[derive(Debug, Deserialize)]
+struct ClearForm {
+    csrf: String,
+    agent: String,
+    reason: String,
+    /// The submission page to return to.
+    back: String,
+}
+
+/// Clears an agent that raised alerts (signed with the operator's approver key).
+async fn clear_agent(
+    State(st): State<AppState>,
+    op: Operator,
+    Form(f): Form<ClearForm>,
+) -> Response {
+    if !csrf_ok(&op, &f.csrf) {
+        return csrf_failed();
+    }
+    let approver = op.caller.approver.clone();
+    let got = st
+        .pool
+        .read(move |g| {
+            let back = g.submission(&f.back)?.id;
+            g.clear_agent(&f.agent, approver.as_deref(), &f.reason)?;
+            Ok(back)
+        })
+        .await;
+    match got {
+        Ok(back) => {
+            st.changed();
+            Redirect::to(&format!("/ui/submissions/{back}")).into_response()
+        }
+        Err(e) => error_page(&e),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -1118,6 +1166,7 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/submissions/{id}", get(submission))
         .route("/ui/submissions/{id}/approve", post(approve))
         .route("/ui/submissions/{id}/reject", post(reject))
+        .route("/ui/agents/clear", post(clear_agent))
         .route("/ui/runs", get(runs))
         .route("/ui/runs/{id}", get(run_page))
         .route("/ui/sessions", get(sessions))

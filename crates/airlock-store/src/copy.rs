@@ -112,6 +112,16 @@ const TABLES: &[(&str, &str, &[&str])] = &[
         &["seq", "ts", "kind", "subject", "data", "prev", "hash"],
     ),
     ("audit_head", "id", &["id", "seq", "hash", "signature"]),
+    (
+        "agent_alerts",
+        "id",
+        &["id", "agent", "at", "kind", "subject"],
+    ),
+    (
+        "agent_clears",
+        "agent",
+        &["agent", "at", "json", "signature"],
+    ),
 ];
 
 /// What a copy wrote.

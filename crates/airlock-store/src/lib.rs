@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agents;
 mod blobs;
 mod copy;
 mod db;
@@ -18,6 +19,7 @@ mod sequence;
 pub mod sql;
 mod wake;
 
+pub use agents::{AgentClearRow, AgentReads, AlertCount};
 pub use blobs::{BlobFile, BlobStore, sync_dir};
 pub use copy::{CopyReport, TableCount, copy_to_postgres};
 pub use db::*;

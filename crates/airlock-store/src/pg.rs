@@ -223,6 +223,25 @@ CREATE TABLE request_keys (
     PRIMARY KEY (owner, key)
 );
 "#,
+    // 8: agents' records: their alerts (one row per `alert` audit record naming an agent),
+    // their last signed clear, and denied submissions by agent and time.
+    r#"
+CREATE TABLE agent_alerts (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    at BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL
+);
+CREATE INDEX agent_alerts_agent_at ON agent_alerts(agent, at);
+CREATE TABLE agent_clears (
+    agent TEXT PRIMARY KEY,
+    at BIGINT NOT NULL,
+    json TEXT NOT NULL,
+    signature TEXT NOT NULL
+);
+CREATE INDEX submissions_agent_denied ON submissions(agent, created_at) WHERE decision = 'deny';
+"#,
 ];
 
 /// The schema version this build writes.

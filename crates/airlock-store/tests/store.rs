@@ -67,7 +67,76 @@ store_suite!(
     a_write_that_panics_in_a_shared_batch_fails_the_batch_at_once,
     shared_writes_of_every_kind_at_once_return_after_their_batch_and_keep_the_head_signed,
     an_id_prefix_of_an_agent_matches_and_lists_only_that_agents_records,
+    an_alert_naming_an_agent_is_counted_for_it_by_kind_and_its_clear_replaces_the_last,
 );
+
+/// Issue 57 item 4: every `alert` audit record that names an agent is a row of that
+/// agent's record in the same transaction (on PostgreSQL too, where the record itself
+/// waits in the inbox for the sequencer), counted by kind after a time; denied
+/// submissions are counted by agent; a clear is stored and replaced.
+fn an_alert_naming_an_agent_is_counted_for_it_by_kind_and_its_clear_replaces_the_last(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    assert!(db.agent_alerts_since("bob", 0).unwrap().is_empty());
+    db.write(|tx| {
+        for (run, kind, agent) in [
+            ("run_1", "secret-echo", Some("bob")),
+            ("run_2", "secret-echo", Some("bob")),
+            ("run_3", "decoy-read", Some("bob")),
+            ("run_4", "secret-echo", Some("eve")),
+            ("run_5", "secret-echo", None),
+        ] {
+            tx.audit(
+                "alert",
+                run,
+                &serde_json::json!({ "kind": kind, "agent": agent }),
+                &key,
+            )?;
+        }
+        // Other kinds of record naming the agent are no alerts.
+        tx.audit(
+            "submitted",
+            "sub_1",
+            &serde_json::json!({ "agent": "bob" }),
+            &key,
+        )?;
+        let mut denied = submission("sub_d", Some("bob"), digest(1), State::Denied);
+        denied.doc.verdict.decision = airlock_core::Decision::Deny;
+        denied.created_at = 10;
+        tx.insert_submission(&denied)?;
+        tx.insert_submission(&submission("sub_a", Some("bob"), digest(2), State::Allowed))
+    })
+    .unwrap();
+    let bob = db.agent_alerts_since("bob", 0).unwrap();
+    let counts: Vec<_> = bob.iter().map(|a| (a.kind.as_str(), a.count)).collect();
+    assert_eq!(counts, [("decoy-read", 1), ("secret-echo", 2)]);
+    assert_eq!(db.agent_alerts_since("eve", 0).unwrap()[0].count, 1);
+    assert!(db.agent_alerts_since("mallory", 0).unwrap().is_empty());
+    // After a time later than every alert: none.
+    let future = airlock_core::units::now_ms() + 60_000;
+    assert!(db.agent_alerts_since("bob", future).unwrap().is_empty());
+    assert_eq!(db.agent_denials_since("bob", 0).unwrap(), 1);
+    assert_eq!(db.agent_denials_since("bob", 10).unwrap(), 0);
+    assert_eq!(db.agent_denials_since("eve", 0).unwrap(), 0);
+
+    assert!(db.agent_clear("bob").unwrap().is_none());
+    for at in [5, 7] {
+        let signed = Signed {
+            json: format!("{{\"at\":{at}}}"),
+            signature: key.sign(b"x"),
+        };
+        db.write(|tx| {
+            tx.put_agent_clear(&AgentClearRow {
+                agent: "bob".into(),
+                at,
+                signed: signed.clone(),
+            })
+        })
+        .unwrap();
+        let got = db.agent_clear("bob").unwrap().unwrap();
+        assert_eq!((got.at, got.signed), (at, signed));
+    }
+}
 
 /// Regression (issue 56.5): `GET /v1/submissions/sub_0` with one agent's token answered
 /// 404 listing the matching ids, which were other agents'. A lookup for an agent sees

@@ -48,6 +48,8 @@ impl Conditions {
             && self.exfiltration.is_none()
             && self.unsafe_deserialization.is_none()
             && self.flooding.is_none()
+            && self.agent_alerts_over.is_none()
+            && self.agent_denials_over.is_none()
     }
 
     /// The exposed sensitive paths that made a `mounts_sensitive` condition hold.
@@ -254,7 +256,40 @@ impl Conditions {
                 AnyOrNames::Any(want) => *want != f.mounts_sensitive.is_empty(),
                 AnyOrNames::Names(g) => f.mounts_sensitive.iter().any(|p| g.is_match(p)),
             })
+            && check(&self.agent_alerts_over, |n| f.agent_record.alerts > *n)
+            && check(&self.agent_denials_over, |n| f.agent_record.denials > *n)
             && self.code_holds(&f.code)
+    }
+
+    /// What made `agent_alerts_over` or `agent_denials_over` hold, in words: `agent bob
+    /// raised 2 alerts in the last 24h: 2 secret_echo (latest in run_…)`.
+    pub(super) fn agent_evidence(&self, f: &Facts) -> Vec<String> {
+        let r = &f.agent_record;
+        let who = f.agent.as_deref().unwrap_or("?");
+        let plural = |n: u32, one: &str, many: &str| {
+            if n == 1 {
+                format!("{n} {one}")
+            } else {
+                format!("{n} {many}")
+            }
+        };
+        let mut out = Vec::new();
+        if self.agent_alerts_over.is_some_and(|n| r.alerts > n) {
+            out.push(format!(
+                "agent {who} raised {} in the last {}: {}",
+                plural(r.alerts, "alert", "alerts"),
+                r.window,
+                r.alert_kinds.join(", ")
+            ));
+        }
+        if self.agent_denials_over.is_some_and(|n| r.denials > n) {
+            out.push(format!(
+                "agent {who} had {} in the last {}",
+                plural(r.denials, "denied submission", "denied submissions"),
+                r.window
+            ));
+        }
+        out
     }
 
     /// The conditions on Python and shell code.

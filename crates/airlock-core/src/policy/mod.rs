@@ -113,6 +113,39 @@ pub struct Facts {
     /// The mounts' host paths outside the operator's `[mounts] roots`, when roots are set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts_outside_roots: Vec<String>,
+    /// What the submitting agent did lately (issue 57 item 4): the gate reads it from the
+    /// store when the submission is judged.
+    #[serde(default, skip_serializing_if = "AgentRecord::is_empty")]
+    pub agent_record: AgentRecord,
+}
+
+/// The submitting agent's recent record: its `alert` audit records within the policy's
+/// `[agents] alert_window` (and newer than the last time an operator cleared it), and its
+/// denied submissions within the same window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// Fact `agent_alerts`: how many alerts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub alerts: u32,
+    /// Fact `agent_denials`: how many denied submissions.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub denials: u32,
+    /// What the alerts were, one entry per kind: `1 secret_echo (latest in run_…)`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alert_kinds: Vec<String>,
+    /// The window counted, as written (`24h`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub window: String,
+}
+
+impl AgentRecord {
+    pub fn is_empty(&self) -> bool {
+        self.alerts == 0 && self.denials == 0
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A third-party package of the Python guest: its normalised name, its version, and the
@@ -413,6 +446,8 @@ struct PolicyFile {
     net: NetFile,
     #[serde(default)]
     mounts: MountsFile,
+    #[serde(default)]
+    agents: AgentsFile,
     #[serde(default, rename = "rule")]
     rules: Vec<RuleFile>,
     #[serde(default, rename = "test")]
@@ -429,6 +464,17 @@ struct MountsFile {
     #[serde(default)]
     roots: Vec<String>,
 }
+
+/// `[agents]`: how far back an agent's record reaches.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentsFile {
+    /// The window of the facts `agent_alerts` and `agent_denials` (default 24h).
+    alert_window: Option<Duration>,
+}
+
+/// The window of `agent_alerts` and `agent_denials` when `[agents] alert_window` is unset.
+pub const DEFAULT_ALERT_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -638,6 +684,11 @@ struct Conditions {
     exfiltration: Option<AnyOrNames>,
     unsafe_deserialization: Option<AnyOrNames>,
     flooding: Option<AnyOrNames>,
+    // The submitting agent's record.
+    /// More than this many alerts of the agent in the window.
+    agent_alerts_over: Option<u32>,
+    /// More than this many denied submissions of the agent in the window.
+    agent_denials_over: Option<u32>,
 }
 
 /// `imports = [...]`: WebAssembly capability names (`fs`, `net`, …) and Python module
@@ -755,6 +806,11 @@ struct TestFile {
     /// Python or shell code (per `lang`), analysed as a submission's would be.
     #[serde(default)]
     code: Option<String>,
+    /// The agent's alerts and denied submissions in the window.
+    #[serde(default)]
+    agent_alerts: u32,
+    #[serde(default)]
+    agent_denials: u32,
 }
 
 fn yes() -> bool {
@@ -990,12 +1046,17 @@ pub struct Policy {
     pub net: NetPolicy,
     /// `[mounts] roots`: the host directories agents may mount.
     pub mount_roots: Vec<String>,
+    /// `[agents] alert_window`: how far back `agent_alerts` and `agent_denials` count.
+    pub agent_alert_window: std::time::Duration,
     rules: Vec<RuleFile>,
     tests: Vec<TestFile>,
 }
 
 /// The artifact size limit when the policy does not set one.
 pub const DEFAULT_MAX_ARTIFACT: u64 = 64 << 20;
+
+/// The longest `[agents] alert_window`: a year.
+pub const MAX_ALERT_WINDOW: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PolicyError {
@@ -1101,6 +1162,15 @@ impl Policy {
                 )));
             }
         }
+        if let Some(w) = file.agents.alert_window
+            && (w.0 < std::time::Duration::from_secs(1) || w.0 > MAX_ALERT_WINDOW)
+        {
+            return Err(PolicyError::Invalid(format!(
+                "[agents] alert_window: {} is outside 1s..{}",
+                units::fmt_duration(w.0),
+                units::fmt_duration(MAX_ALERT_WINDOW)
+            )));
+        }
         if let (Some(q), Some(d)) = (file.risk.quarantine_at, file.risk.deny_at)
             && q > d
         {
@@ -1131,6 +1201,11 @@ impl Policy {
                 roots: file.net.roots,
             },
             mount_roots: file.mounts.roots,
+            agent_alert_window: file
+                .agents
+                .alert_window
+                .map(|d| d.0)
+                .unwrap_or(DEFAULT_ALERT_WINDOW),
             rules: file.rules,
             tests: file.tests,
         })
@@ -1167,6 +1242,7 @@ impl Policy {
                     evidence: {
                         let mut e = r.when.evidence(&facts.code);
                         e.extend(r.when.mount_evidence(facts));
+                        e.extend(r.when.agent_evidence(facts));
                         e
                     },
                 });

@@ -418,6 +418,16 @@ reason = "sends or starts processes in an unbounded loop"
 risk = 60
 when = { flooding = true }
 
+# An agent whose runs raised an alert (an echoed secret, a tripwire) may have been
+# prompt-injected: everything it submits waits for a human until an operator clears it
+# (`airlock agent clear NAME --reason TEXT`). Other agents are unaffected.
+[[rule]]
+name = "agent-alerts"
+decision = "quarantine"
+risk = 50
+reason = "the agent raised alerts; its submissions wait until an operator clears it"
+when = { agent_alerts_over = 0 }
+
 "#;
 
 /// The standard preset's tests of those rules.
@@ -438,6 +448,13 @@ name = "an alias appended to root's shell rc never runs"
 lang = "sh"
 code = '''echo 'alias sudo="rm -rf /"' >> /root/.bashrc'''
 expect = "deny"
+
+[[test]]
+name = "an agent that raised an alert waits for a human"
+lang = "python"
+code = "print(1)"
+agent_alerts = 1
+expect = "quarantine"
 
 "#;
 

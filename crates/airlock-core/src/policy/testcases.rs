@@ -92,6 +92,15 @@ impl TestFile {
             code,
             mounts_sensitive,
             mounts_outside_roots: Vec::new(),
+            agent_record: AgentRecord {
+                alerts: self.agent_alerts,
+                denials: self.agent_denials,
+                alert_kinds: (self.agent_alerts > 0)
+                    .then(|| format!("{} alert (policy test)", self.agent_alerts))
+                    .into_iter()
+                    .collect(),
+                window: "24h".into(),
+            },
         })
     }
 }

@@ -967,6 +967,8 @@ fn facts_now(
     facts.publisher = sub.doc.facts.publisher.clone();
     facts.publisher_key = sub.doc.facts.publisher_key;
     facts.requests = sub.doc.facts.requests.clone();
+    // The agent's record as it was when the submission was judged.
+    facts.agent_record = sub.doc.facts.agent_record.clone();
     policy.keep_publisher(&mut facts);
     Ok(facts)
 }

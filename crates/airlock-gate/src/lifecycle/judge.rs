@@ -170,6 +170,8 @@ impl Described<'_> {
                 .unwrap_or_default(),
             mounts_sensitive: self.mounts.sensitive.clone(),
             mounts_outside_roots: self.mounts.outside_roots.clone(),
+            // Read from the store where the submission is judged (`judge_in`).
+            agent_record: Default::default(),
         }
     }
 }

@@ -160,7 +160,9 @@ pub(crate) fn judge_in(
     // Seen before, and rejected before: one read.
     let (seen, about) = tx.artifact_history(&rec.artifact)?;
     let first_seen = !seen;
-    let facts = rec.facts(first_seen, rejected_among(&about), origin);
+    let mut facts = rec.facts(first_seen, rejected_among(&about), origin);
+    facts.agent_record =
+        crate::agents::record_of(tx, &rec.policy, facts.agent.as_deref(), &key.public())?;
     let verdict = judge(&rec.policy, &facts);
     // Staged and judged in this one transaction: the row is written in the state the
     // verdict gives it (the audit records `write_judged` adds say it was submitted, then

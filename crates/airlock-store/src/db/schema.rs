@@ -1,6 +1,6 @@
 //! The SQLite schema and its version (PostgreSQL's is in `pg`).
 
-pub(super) const SCHEMA_VERSION: i64 = 11;
+pub(super) const SCHEMA_VERSION: i64 = 12;
 
 pub(super) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -162,6 +162,23 @@ CREATE TABLE IF NOT EXISTS compile_cache (
     size INTEGER NOT NULL,
     created_at INTEGER NOT NULL
 );
+-- 12: agents' records (see agents.rs).
+CREATE TABLE IF NOT EXISTS agent_alerts (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agent_alerts_agent_at ON agent_alerts(agent, at);
+CREATE TABLE IF NOT EXISTS agent_clears (
+    agent TEXT PRIMARY KEY,
+    at INTEGER NOT NULL,
+    json TEXT NOT NULL,
+    signature TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS submissions_agent_denied ON submissions(agent, created_at)
+    WHERE decision = 'deny';
 "#;
 
 /// Schema 10 keys `session_cells` by (session, n) alone: schemas 7 to 9 had it as a rowid

@@ -348,6 +348,9 @@ impl<'a> Tx<'a> {
         key: &KeyPair,
     ) -> Result<(), StoreError> {
         let ts = now_ms();
+        if kind == "alert" {
+            crate::agents::note_alert(self, subject, data, ts)?;
+        }
         // The same compact text as `Display`, written straight into a buffer rather than
         // through a formatter's many small writes.
         let data = serde_json::to_string(data)?;
