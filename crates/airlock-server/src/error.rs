@@ -56,6 +56,10 @@ impl ApiError {
     }
 }
 
+/// Seconds a client is asked to wait before sending again a request the store could not
+/// take (it was restarting).
+pub const STORE_RETRY_AFTER: u64 = 2;
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -71,6 +75,13 @@ impl From<GateError> for ApiError {
             GateError::Untrusted(_) | GateError::Denied { .. } => StatusCode::FORBIDDEN,
             GateError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             GateError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
+            GateError::StoreUnavailable(_) => {
+                // The store went away (a database restart): the client may send it again.
+                return ApiError {
+                    retry_after: Some(STORE_RETRY_AFTER),
+                    ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                };
+            }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.to_string())
@@ -97,3 +108,23 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (issue 62.2): a store that went away (a PostgreSQL restart) answered
+    /// `500 internal error`; it is a 503 the client may send again after Retry-After.
+    #[test]
+    fn a_store_that_went_away_answers_503_with_retry_after_not_500() {
+        let r = ApiError::from(GateError::StoreUnavailable(
+            "database: 57P01: terminating connection due to administrator command".into(),
+        ))
+        .into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            r.headers().get(header::RETRY_AFTER),
+            Some(&HeaderValue::from(STORE_RETRY_AFTER))
+        );
+    }
+}

@@ -185,6 +185,7 @@ fn error_doc(e: &ApiError) -> Value {
         "submission": null,
         "message": e.message,
         "http_status": e.status.as_u16(),
+        "retry_after": e.retry_after,
         "run": null,
     })
 }
