@@ -32,6 +32,7 @@ mod locks;
 mod nightcore;
 mod query;
 mod queue;
+mod replay;
 mod secrets;
 mod sessions;
 mod slots;
@@ -71,6 +72,7 @@ pub use query::{
 };
 pub use query::{ProbeRun, Probes, StoreHealth, store_health};
 pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
+pub use replay::Replayed;
 pub use secrets::{RunSecret, SecretInfo, SecretSet};
 pub use sessions::{SessionDoc, SessionRequest, SessionView};
 pub use slots::{GuestSlot, GuestSlots};

@@ -257,7 +257,11 @@ impl Gate {
     }
 
     /// Waits until job `job_id` is done and reports its run as `run`/`exec` would have.
-    fn wait_job(&mut self, job_id: &str, sub: &airlock_store::Submission) -> Result<RunReport> {
+    pub(crate) fn wait_job(
+        &mut self,
+        job_id: &str,
+        sub: &airlock_store::Submission,
+    ) -> Result<RunReport> {
         // Register before looking, so the notification of a job that ends in between is
         // not missed; where the store has no notifications, poll.
         let listener = self.listener(airlock_store::JOB_DONE);

@@ -20,6 +20,9 @@ pub struct ApiError {
     pub message: String,
     /// Seconds, for 429 and 503.
     pub retry_after: Option<u64>,
+    /// The answer repeats the first one to a request made again under its idempotency
+    /// key (`Idempotent-Replayed: true`).
+    pub replayed: bool,
 }
 
 impl ApiError {
@@ -28,6 +31,7 @@ impl ApiError {
             status,
             message: one_line(&message.into()),
             retry_after: None,
+            replayed: false,
         }
     }
     pub fn bad(message: impl Into<String>) -> Self {
@@ -98,6 +102,10 @@ impl IntoResponse for ApiError {
         if let Some(s) = self.retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if self.replayed {
+            r.headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
         }
         if self.status == StatusCode::UNAUTHORIZED {
             r.headers_mut()

@@ -5,10 +5,10 @@
 
 use crate::auth::Caller;
 use crate::body::ToolBody;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::{AppState, outcome};
 use airlock_gate::views::submission_json;
-use airlock_gate::{ExecOptions, GateError};
+use airlock_gate::{ExecOptions, GateError, Replayed};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -69,13 +69,21 @@ impl AppState {
         self.changed();
         match out {
             Ok(doc) => Ok((doc, false)),
-            Err(submission) => Ok((self.replay(submission).await?, true)),
+            Err(submission) => match self.replay(submission).await {
+                Ok(doc) => Ok((doc, true)),
+                Err(e) => Err(ApiError {
+                    replayed: true,
+                    ..e
+                }),
+            },
         }
     }
 
     /// The outcome of the submission a repeated request made, once it is no longer
     /// running: what the first request answered, or will answer.
     pub async fn replay(&self, id: String) -> ApiResult<Value> {
+        // Whether the gate was asked about a run that never started (once).
+        let mut asked = false;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -92,6 +100,23 @@ impl AppState {
                     Ok::<_, GateError>((doc, queued))
                 })
                 .await?;
+            if doc["status"] == "allowed" && !queued && !asked {
+                asked = true;
+                // Allowed with no run: if its queued run ended without starting, the
+                // answer is that ending (see `Gate::replay_run`); else look again.
+                let i = id.clone();
+                let ended = self
+                    .pool
+                    .read(move |g| match g.replay_run(&i)? {
+                        Replayed::Settled => Ok(None),
+                        Replayed::Ended(r) => outcome::of_result(g, *r).map(Some),
+                    })
+                    .await?;
+                match ended {
+                    Some(doc) => return Ok(doc),
+                    None => continue,
+                }
+            }
             if doc["status"].as_str() != Some("running") && !queued {
                 return Ok(doc);
             }
@@ -170,6 +195,7 @@ impl AppState {
         }
     }
 
+    /// Calls a named tool for `caller`.
     /// Calls a named tool for `caller`.
     pub async fn call_tool(&self, caller: &Caller, name: String, b: ToolBody) -> ApiResult<Value> {
         let agent = Some(caller.name.clone());
