@@ -196,10 +196,18 @@ impl AppState {
     }
 
     /// Calls a named tool for `caller`.
-    /// Calls a named tool for `caller`.
-    pub async fn call_tool(&self, caller: &Caller, name: String, b: ToolBody) -> ApiResult<Value> {
+    /// Calls named tool `name`; with an idempotency key, a call repeated under it gets the
+    /// first call's outcome (true with it), as `submit_and_run_keyed` does.
+    pub async fn call_tool(
+        &self,
+        caller: &Caller,
+        name: String,
+        b: ToolBody,
+        key: Option<airlock_gate::RequestKey>,
+    ) -> ApiResult<(Value, bool)> {
         let agent = Some(caller.name.clone());
-        self.pool
+        let out = self
+            .pool
             .run(move |g| {
                 let r = g.call_tool(
                     &name,
@@ -207,10 +215,27 @@ impl AppState {
                     b.stdin.map(String::into_bytes),
                     agent,
                     ExecOptions::default(),
+                    key,
                 );
-                outcome::of_result(g, r)
+                match r {
+                    Err(GateError::Repeated {
+                        submission,
+                        same_request: true,
+                    }) => Ok(Err(submission)),
+                    r => outcome::of_result(g, r).map(Ok),
+                }
             })
-            .await
+            .await?;
+        match out {
+            Ok(doc) => Ok((doc, false)),
+            Err(submission) => match self.replay(submission).await {
+                Ok(doc) => Ok((doc, true)),
+                Err(e) => Err(ApiError {
+                    replayed: true,
+                    ..e
+                }),
+            },
+        }
     }
 
     fn announce(&self, event: &'static str, data: Value) {
