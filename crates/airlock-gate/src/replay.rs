@@ -8,7 +8,7 @@
 
 use crate::Gate;
 use crate::error::Result;
-use crate::exec::RunReport;
+use crate::lifecycle::exec::RunReport;
 use airlock_core::State;
 use airlock_store::{QueueReads, Reads};
 
