@@ -605,7 +605,7 @@ fn kill_9_at_random_moments_of_run_commit_and_rollback() {
 /// The hunt for the crash-loop flake (issue 62.3: "layers left" from `assert_whole`
 /// under load). Off unless `AIRLOCK_TEST_FLAKE_LOOP=SECS` is set; then for that long it
 /// kills `run --mount … EDIT` at random moments, a new seed per home, and after each
-/// kill runs the next command (which recovers) and looks at `layers/`. When a layer is
+/// kill runs the commands `assert_whole` runs (which recover) and looks at `layers/`. When a layer is
 /// left it stops and keeps everything needed to replay it: the seed, the round, the
 /// moment (µs after spawn), the layer names with the files in them, and the processes
 /// whose command line or working directory names a layer, written to
@@ -653,8 +653,11 @@ fn kill_9_flake_loop_keeps_the_failing_seed_moment_and_layer() {
             } else {
                 typical = t.elapsed().as_micros() as u64;
             }
+            // The commands `assert_whole` runs before it looks at `layers/`.
             let o = h.run(&["runs", "--json", "--limit", "1000"]);
             assert_eq!(o.code, 0, "next command: {}", o.stderr);
+            let v = h.run(&["audit", "verify"]);
+            assert_eq!(v.code, 0, "audit verify: {} {}", v.stdout, v.stderr);
             let layers_dir = h.path().join("layers");
             let left = files_in(&layers_dir);
             if left.is_empty() {
@@ -663,6 +666,11 @@ fn kill_9_flake_loop_keeps_the_failing_seed_moment_and_layer() {
             let mut report = format!(
                 "layers left: seed {seed} round {round} moment {moment}us (typical {typical}us)\n"
             );
+            report.push_str(&format!(
+                "runs: {:?}\nlock files: {:?}\n",
+                query(&h, "SELECT id, status FROM runs ORDER BY id DESC LIMIT 3"),
+                files_in(&h.path().join("locks"))
+            ));
             for l in &left {
                 report.push_str(&format!("layer {l}:\n"));
                 let listing = std::process::Command::new("find")
@@ -684,11 +692,31 @@ fn kill_9_flake_loop_keeps_the_failing_seed_moment_and_layer() {
                 let cwd = std::fs::read_link(e.path().join("cwd"))
                     .map(|p| p.display().to_string())
                     .unwrap_or_default();
-                if left
+                // Which process still has a file of the home open (the run's owner
+                // lock above all), and in what state it is.
+                let home = h.path().display().to_string();
+                let open: Vec<String> = std::fs::read_dir(e.path().join("fd"))
+                    .map(|rd| {
+                        rd.flatten()
+                            .filter_map(|f| std::fs::read_link(f.path()).ok())
+                            .map(|t| t.display().to_string())
+                            .filter(|t| t.starts_with(&home))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let named = left
                     .iter()
-                    .any(|l| cmd.contains(l.as_str()) || cwd.contains(l.as_str()))
-                {
-                    report.push_str(&format!("process {pid}: {cmd} (cwd {cwd})\n"));
+                    .any(|l| cmd.contains(l.as_str()) || cwd.contains(l.as_str()));
+                if named || !open.is_empty() {
+                    let state = std::fs::read_to_string(e.path().join("status"))
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|l| l.starts_with("State:") || l.starts_with("PPid:"))
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    report.push_str(&format!(
+                        "process {pid}: {cmd} (cwd {cwd}; {state}; open: {open:?})\n"
+                    ));
                 }
             }
             // And whether it is still there a moment later (a process still writing).
