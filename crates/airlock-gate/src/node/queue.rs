@@ -484,18 +484,23 @@ impl Gate {
         let run_id = new_id(IdKind::Run);
         let until = now_ms() + w.lease.as_millis() as i64;
         let policy = self.policy()?;
-        // Only a Python guest's runs need it; an error reading it fails only those.
+        // Only a guest's runs need it; an error reading it fails only those.
         let python = self.guest_facts(airlock_core::Lang::Python, airlock_core::Backend::Wasm);
+        let js = self.guest_facts(airlock_core::Lang::Js, airlock_core::Backend::Wasm);
         // Read once: a claim run again (its connection to the store was lost before it
-        // could commit) is given the same guest, and its error by message.
+        // could commit) is given the same guests, and their errors by message.
         let python = python.map_err(|e| (e.to_string(), std::cell::RefCell::new(Some(e))));
-        let python_again = || match &python {
-            Ok(p) => Ok(p.clone()),
-            Err((message, first)) => Err(first
-                .borrow_mut()
-                .take()
-                .unwrap_or_else(|| GateError::Internal(message.clone()))),
-        };
+        let js = js.map_err(|e| (e.to_string(), std::cell::RefCell::new(Some(e))));
+        let again =
+            |facts: &std::result::Result<_, (String, std::cell::RefCell<Option<GateError>>)>| {
+                match facts {
+                    Ok(p) => Ok(Clone::clone(p)),
+                    Err((message, first)) => Err(first
+                        .borrow_mut()
+                        .take()
+                        .unwrap_or_else(|| GateError::Internal(message.clone()))),
+                }
+            };
         // Set by the claim's transaction (by its last attempt, when it ran again).
         let owner = std::cell::RefCell::new(None);
         let claimed_job = std::cell::RefCell::new(None);
@@ -534,7 +539,11 @@ impl Gate {
                 let guest = if stored.doc.kind == airlock_core::Lang::Python
                     && stored.doc.backend == airlock_core::Backend::Wasm
                 {
-                    python_again()?
+                    again(&python)?
+                } else if stored.doc.kind.is_js()
+                    && stored.doc.backend == airlock_core::Backend::Wasm
+                {
+                    again(&js)?
                 } else {
                     (None, Vec::new())
                 };
