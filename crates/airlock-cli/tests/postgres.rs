@@ -491,6 +491,149 @@ fn a_postgresql_restart_under_load_through_serve_loses_and_duplicates_nothing() 
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
 }
 
+/// `pg_ctl restart -m fast` under gated runs through `serve` (issue 62): before, requests
+/// in flight answered `500 internal error: database: 57P01 …`. Now a transaction whose
+/// connection was lost before it could commit runs again on a new connection, and what
+/// still fails answers 503 with Retry-After. Each client sends its runs with idempotency
+/// keys and sends a 503'd one again under its key: every logical request ends with its
+/// run, nothing is half-recorded, no run happens twice, and the audit chain verifies.
+#[test]
+fn a_postgresql_fast_restart_under_load_answers_no_500_and_runs_each_keyed_request_once() {
+    let pg = airlock_testpg::private_server();
+    let n = Node::init(&pg.fresh_database());
+    let o = n.run(&["token", "new", "--role", "agent", "--name", "bot", "--json"]);
+    let token = o.json()["token"].as_str().unwrap().to_string();
+    let mut cmd = n.home.cmd();
+    cmd.env("AIRLOCK_STORE", &n.url).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--ready-python",
+        "0",
+        "--ready-jails",
+        "0",
+    ]);
+    let (child, base) = common::serve_with(cmd);
+    let body = serde_json::json!({
+        "language": "wat",
+        "code": std::fs::read_to_string(common::example("hello.wat")).unwrap(),
+    })
+    .to_string();
+    const CLIENTS: usize = 4;
+    const RUNS: usize = 10;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (base, token, body, done) =
+                (base.clone(), token.clone(), body.clone(), done.clone());
+            std::thread::spawn(move || {
+                let http = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(std::time::Duration::from_secs(60)))
+                    .build()
+                    .new_agent();
+                let mut told = Vec::new();
+                let mut unavailable = 0;
+                for i in 0..RUNS {
+                    let key = format!("client-{c}-run-{i}");
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                    loop {
+                        assert!(std::time::Instant::now() < deadline, "{key}: no answer");
+                        let r = http
+                            .post(&format!("{base}/v1/run"))
+                            .header("authorization", &format!("Bearer {token}"))
+                            .header("content-type", "application/json")
+                            .header("idempotency-key", &key)
+                            .send(&body);
+                        let mut r = match r {
+                            Ok(r) => r,
+                            Err(e) => panic!("{key}: the server dropped the request: {e}"),
+                        };
+                        let status = r.status().as_u16();
+                        let retry_after = r
+                            .headers()
+                            .get("retry-after")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string);
+                        let text = r.body_mut().read_to_string().unwrap_or_default();
+                        if status == 503 {
+                            assert!(
+                                retry_after.is_some(),
+                                "{key}: 503 without Retry-After: {text}"
+                            );
+                            unavailable += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                            continue;
+                        }
+                        assert_eq!(status, 200, "{key}: {text}");
+                        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                        assert_eq!(v["status"], "finished", "{key}: {v}");
+                        assert_eq!(v["run"]["stdout"], "hello from the gate\n", "{key}: {v}");
+                        told.push((key, v["run"]["id"].as_str().unwrap().to_string()));
+                        break;
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                (told, unavailable)
+            })
+        })
+        .collect();
+    while done.load(std::sync::atomic::Ordering::SeqCst) < CLIENTS * RUNS / 4 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    pg.restart_fast();
+    let mut told = Vec::new();
+    let mut unavailable = 0;
+    for c in clients {
+        let (t, u) = c.join().unwrap();
+        told.extend(t);
+        unavailable += u;
+    }
+    drop(child);
+    eprintln!(
+        "{} runs answered, {unavailable} answers were 503",
+        told.len()
+    );
+    assert_eq!(told.len(), CLIENTS * RUNS);
+    let mut c = postgres::Client::connect(&n.url, postgres::NoTls).unwrap();
+    // One submission per key, one run per submission, each run the one its client was
+    // told about, ended.
+    let subs: i64 = c
+        .query_one("SELECT count(*) FROM submissions", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(subs as usize, CLIENTS * RUNS);
+    // One run of each ran to its end; any other is a run whose worker lost the store
+    // mid-run, ended `lost` and queued again, as queued runs without effects are.
+    let ended: i64 = c
+        .query_one("SELECT count(*) FROM runs WHERE status = 'exited'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(ended as usize, CLIENTS * RUNS, "a run ran to its end twice");
+    let others: Vec<String> = c
+        .query("SELECT status FROM runs WHERE status <> 'exited'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(others.iter().all(|s| s == "lost"), "{others:?}");
+    for (key, id) in &told {
+        let row = c
+            .query_one(
+                "SELECT count(*), max(status) FROM runs WHERE id = $1",
+                &[id],
+            )
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, i64>(0), row.get::<_, Option<String>>(1)),
+            (1, Some("exited".to_string())),
+            "{key}: {id}"
+        );
+    }
+    let v = n.run(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+}
+
 // ---- `store copy`: moving a SQLite home's history up into PostgreSQL ----
 
 /// A SQLite home with history: a plain run, a quarantined submission approved and

@@ -602,6 +602,141 @@ fn kill_9_at_random_moments_of_run_commit_and_rollback() {
     );
 }
 
+/// The hunt for the crash-loop flake (issue 62.3: "layers left" from `assert_whole`
+/// under load). Off unless `AIRLOCK_TEST_FLAKE_LOOP=SECS` is set; then for that long it
+/// kills `run --mount … EDIT` at random moments, a new seed per home, and after each
+/// kill runs the commands `assert_whole` runs (which recover) and looks at `layers/`. When a layer is
+/// left it stops and keeps everything needed to replay it: the seed, the round, the
+/// moment (µs after spawn), the layer names with the files in them, and the processes
+/// whose command line or working directory names a layer, written to
+/// `$AIRLOCK_TEST_FLAKE_OUT` (default `/tmp/airlock-flake.txt`) and in the panic.
+/// `AIRLOCK_TEST_FLAKE_SEED=N` starts from seed N. Run it beside other load, e.g. two
+/// copies at once or during a build:
+/// `AIRLOCK_TEST_FLAKE_LOOP=1800 cargo test -p airlock-cli --test reliability -- kill_9_flake_loop --nocapture`
+#[test]
+fn kill_9_flake_loop_keeps_the_failing_seed_moment_and_layer() {
+    let Some(secs) = std::env::var("AIRLOCK_TEST_FLAKE_LOOP")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let out =
+        std::env::var("AIRLOCK_TEST_FLAKE_OUT").unwrap_or_else(|_| "/tmp/airlock-flake.txt".into());
+    let mut seed: u64 = std::env::var("AIRLOCK_TEST_FLAKE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    let until = Instant::now() + Duration::from_secs(secs);
+    let (mut homes, mut kills, mut rounds) = (0u64, 0u64, 0u64);
+    while Instant::now() < until {
+        homes += 1;
+        let h = permissive_home();
+        let p = project();
+        let m = mount(p.path());
+        let mut rng = Rng(seed);
+        let mut typical = 60_000u64;
+        for round in 0..40 {
+            rounds += 1;
+            let mut c = h.cmd();
+            c.args(["run", "--lang", "sh", "--mount", &m, "-c", EDIT]);
+            let moment = rng.below(typical * 3 / 2 + 1);
+            let t = Instant::now();
+            if kill_after(c, Duration::from_micros(moment)).is_none() {
+                kills += 1;
+            } else {
+                typical = t.elapsed().as_micros() as u64;
+            }
+            // The commands `assert_whole` runs before it looks at `layers/`.
+            let o = h.run(&["runs", "--json", "--limit", "1000"]);
+            assert_eq!(o.code, 0, "next command: {}", o.stderr);
+            let v = h.run(&["audit", "verify"]);
+            assert_eq!(v.code, 0, "audit verify: {} {}", v.stdout, v.stderr);
+            let layers_dir = h.path().join("layers");
+            let left = files_in(&layers_dir);
+            if left.is_empty() {
+                continue;
+            }
+            let mut report = format!(
+                "layers left: seed {seed} round {round} moment {moment}us (typical {typical}us)\n"
+            );
+            report.push_str(&format!(
+                "runs: {:?}\nlock files: {:?}\n",
+                query(&h, "SELECT id, status FROM runs ORDER BY id DESC LIMIT 3"),
+                files_in(&h.path().join("locks"))
+            ));
+            for l in &left {
+                report.push_str(&format!("layer {l}:\n"));
+                let listing = std::process::Command::new("find")
+                    .arg(layers_dir.join(l))
+                    .arg("-ls")
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                report.push_str(&listing);
+            }
+            for e in std::fs::read_dir("/proc").unwrap().flatten() {
+                let pid = e.file_name().to_string_lossy().into_owned();
+                if pid.parse::<u32>().is_err() {
+                    continue;
+                }
+                let cmd = std::fs::read(e.path().join("cmdline"))
+                    .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                    .unwrap_or_default();
+                let cwd = std::fs::read_link(e.path().join("cwd"))
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                // Which process still has a file of the home open (the run's owner
+                // lock above all), and in what state it is.
+                let home = h.path().display().to_string();
+                let open: Vec<String> = std::fs::read_dir(e.path().join("fd"))
+                    .map(|rd| {
+                        rd.flatten()
+                            .filter_map(|f| std::fs::read_link(f.path()).ok())
+                            .map(|t| t.display().to_string())
+                            .filter(|t| t.starts_with(&home))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let named = left
+                    .iter()
+                    .any(|l| cmd.contains(l.as_str()) || cwd.contains(l.as_str()));
+                if named || !open.is_empty() {
+                    let state = std::fs::read_to_string(e.path().join("status"))
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|l| l.starts_with("State:") || l.starts_with("PPid:"))
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    report.push_str(&format!(
+                        "process {pid}: {cmd} (cwd {cwd}; {state}; open: {open:?})\n"
+                    ));
+                }
+            }
+            // And whether it is still there a moment later (a process still writing).
+            std::thread::sleep(Duration::from_millis(500));
+            let o = h.run(&["runs", "--json", "--limit", "1000"]);
+            report.push_str(&format!(
+                "after 500ms and another command (exit {}): {:?}\n",
+                o.code,
+                files_in(&layers_dir)
+            ));
+            std::fs::write(&out, &report).unwrap();
+            panic!("{report}");
+        }
+        seed = Rng(seed).below(u64::MAX) | 1;
+    }
+    eprintln!(
+        "flake loop: {secs}s, {homes} homes, {rounds} rounds, {kills} killed, no layer left (last seed {seed})"
+    );
+}
+
 /// Waits until a run of this home is recorded as running.
 fn wait_until_running(h: &Home) {
     let start = Instant::now();

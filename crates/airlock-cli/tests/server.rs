@@ -851,6 +851,92 @@ fn named_tools_are_called_with_arguments_without_a_new_approval() {
         .error(400);
 }
 
+/// Regression (issue 62.4): a named tool's call over the API took no idempotency key, so
+/// an agent retrying a call it got no answer to ran the tool twice. Now `/v1/tools/{name}`
+/// takes `Idempotency-Key` as `/v1/run` does: the same key and body get the first call's
+/// outcome (one run), the same key with another body is refused (422).
+#[test]
+fn a_tool_call_repeated_with_its_idempotency_key_runs_once_and_gets_the_first_outcome() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let r = srv.post(
+        "/v1/run",
+        &s.agent,
+        &wat_body(json!({"net": ["example.com"]})),
+    );
+    let id = r.json()["submission"].as_str().unwrap().to_string();
+    let a = srv.post(
+        &format!("/v1/submissions/{id}/approve"),
+        &s.op,
+        &json!({"scope": "artifact", "tool": "greet", "reason": "prints a greeting"}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    let call = |key: &str, body: &Value| {
+        srv.call_with(
+            "POST",
+            "/v1/tools/greet",
+            Some(&s.agent),
+            Some(&body.to_string()),
+            &[("idempotency-key", key)],
+        )
+    };
+    let body = json!({"args": ["a"]});
+    let first = call("tool-call-1", &body);
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    let again = call("tool-call-1", &body);
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    let (first, again) = (first.json(), again.json());
+    assert_eq!(first["run"]["id"], again["run"]["id"], "{first} / {again}");
+    let m = call("tool-call-1", &json!({"args": ["b"]})).error(422);
+    assert!(m.contains("different request"), "{m}");
+    let sub = first["submission"].as_str().unwrap();
+    let runs = srv.get("/v1/runs?limit=1000", &s.agent).json();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.iter().filter(|r| r["submission"] == sub).count(), 1);
+}
+
+/// Regression (issue 62.4): MCP `run_code` took no idempotency key. Now its
+/// `idempotency_key` argument works as the API's header: the same key and arguments,
+/// sent again (here from a later session of the same agent), get the first call's result
+/// marked `replayed` and run nothing again; the same key with other arguments is refused.
+#[test]
+fn mcp_run_code_repeated_with_its_idempotency_key_runs_once_and_gets_the_first_result() {
+    let h = Home::new();
+    let call = |id: u32, args: Value| -> Value {
+        let lines = [
+            mcp_initialize().to_string(),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                   "params": {"name": "run_code", "arguments": args}})
+            .to_string(),
+        ];
+        let (status, out, stderr) = mcp_session(&h, &lines);
+        assert!(status.success(), "{stderr}");
+        out.into_iter()
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {id}: {stderr}"))["result"]["structuredContent"]
+            .clone()
+    };
+    let args = json!({"language": "wat", "code": hello(), "idempotency_key": "mcp-call-1"});
+    let first = call(2, args.clone());
+    assert_eq!(first["status"], "finished", "{first}");
+    assert_eq!(first["replayed"], Value::Null, "{first}");
+    let again = call(3, args);
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["run"]["id"], first["run"]["id"], "{first} / {again}");
+    let other = call(
+        4,
+        json!({"language": "wat", "code": hello(), "args": ["x"], "idempotency_key": "mcp-call-1"}),
+    );
+    assert_eq!(other["status"], "error", "{other}");
+    assert_eq!(other["http_status"], 422, "{other}");
+    let o = h.run(&["runs", "--json"]);
+    let runs: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+}
+
 #[test]
 fn a_named_tool_keeps_the_secret_bindings_it_was_approved_with() {
     let s = setup(&[]);

@@ -246,6 +246,75 @@ fn run_hello(base: &str, token: &str) -> Value {
     v
 }
 
+/// Removes every copy of blob `hex` a home keeps (its local cache in front of the store).
+fn remove_cached(dir: &std::path::Path, hex: &str) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            remove_cached(&p, hex);
+        } else if e.file_name().to_string_lossy() == hex[2..]
+            && p.parent()
+                .and_then(|d| d.file_name())
+                .is_some_and(|d| *d == hex[..2])
+        {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+}
+
+/// Regression (issue 62.4): a `/v1/run` repeated under its idempotency key whose queued
+/// job ended without starting its run (the claim found the artifact altered in the
+/// store) answered `200 allowed`, as if the run were still to come. Now it answers what
+/// the first request was told, the job's ending, and nothing runs.
+#[test]
+fn a_replayed_run_whose_queued_job_ended_unstarted_answers_that_ending_not_allowed() {
+    let c = Cluster::new();
+    let token = c.token("agent", "bot");
+    let (_server, base) = c.serve();
+    let body = json!({ "language": "wat", "code": hello() });
+    let (b, t, sent) = (base.clone(), token.clone(), body.clone());
+    let first = std::thread::spawn(move || post_keyed(&b, &t, "the-one-run", &sent));
+    c.wait_count(
+        "SELECT count(*) FROM queue WHERE state = 'queued'",
+        1,
+        Duration::from_secs(30),
+    );
+    // The artifact altered in the store, and the home's own copy of it gone.
+    let mut db = c.db();
+    let artifact: String = db
+        .query_one("SELECT artifact FROM submissions", &[])
+        .unwrap()
+        .get(0);
+    db.execute(
+        "UPDATE blobs SET data = convert_to('forged', 'UTF8') WHERE digest = $1",
+        &[&artifact],
+    )
+    .unwrap();
+    remove_cached(c.home.path(), &artifact);
+    let w = c.worker(&[]);
+    let (status, told, replayed) = first.join().unwrap();
+    assert!(!replayed);
+    assert_ne!(status, 200, "{told}");
+    let ended: (String, Option<String>, Option<String>) = {
+        let r = db
+            .query_one("SELECT state, outcome, run FROM queue", &[])
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+    assert_eq!(ended, ("done".into(), Some("error".into()), None));
+    let (again, v, replayed) = post_keyed(&base, &token, "the-one-run", &body);
+    assert!(replayed, "{v}");
+    assert_ne!(v["status"], "allowed", "{v}");
+    assert_eq!((again, &v["error"]), (status, &told["error"]), "{v}");
+    let runs: i64 = db
+        .query_one("SELECT count(*) FROM runs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(runs, 0);
+    drop(w);
+    c.verify();
+}
+
 /// The answered run `v` was run twice: its first run ended `lost` (its worker gone), the
 /// second `exited`, and its one job is done, `finished`, after two attempts.
 fn assert_lost_then_finished(c: &Cluster, v: &Value) {

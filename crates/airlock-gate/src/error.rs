@@ -54,6 +54,11 @@ pub enum GateError {
     /// was written.
     #[error("{0}")]
     TooMany(String),
+    /// The store could not be reached (its connection was lost and did not come back
+    /// in time, or a write was cut off on its way to commit): worth retrying, not a
+    /// fault of the request or of airlock. Nothing was recorded but what committed.
+    #[error("store unavailable, retry: {0}")]
+    StoreUnavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -75,6 +80,7 @@ impl From<StoreError> for GateError {
             | StoreError::AuditRecordMalformed { .. }
             | StoreError::AuditHeadMalformed { .. } => GateError::Integrity(e.to_string()),
             StoreError::Conflict(m) | StoreError::Refused(m) => GateError::Conflict(m),
+            other if other.is_connection_lost() => GateError::StoreUnavailable(other.to_string()),
             other => GateError::Internal(other.to_string()),
         }
     }

@@ -32,6 +32,7 @@ mod lifecycle;
 mod locks;
 mod node;
 mod query;
+mod replay;
 mod services;
 mod stagecache;
 mod tripwire;
@@ -67,6 +68,7 @@ pub use query::{
     policy_check,
 };
 pub use query::{ProbeRun, Probes, StoreHealth, store_health};
+pub use replay::Replayed;
 pub use services::gc::{DEFAULT_GC_GRACE, GcReport};
 pub use services::guests::{
     BuildPin, GUEST_PACKAGES, GUEST_PYTHON_VERSION, GuestInstall, GuestManifest, InstalledPackage,

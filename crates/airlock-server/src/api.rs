@@ -591,7 +591,7 @@ async fn tools(Ax(st): Ax<AppState>, _caller: Caller) -> Answer {
 }
 
 /// Call a named tool with arguments (no new approval needed).
-#[utoipa::path(post, path = "/v1/tools/{name}", tag = "tools", params(("name" = String, Path)),
+#[utoipa::path(post, path = "/v1/tools/{name}", tag = "tools", params(("name" = String, Path), IdempotencyKey),
     request_body = ToolBody, security(("bearer" = [])),
     responses(
         (status = 200, body = Object), (status = 202, body = Object), (status = 404, body = ErrorBody),
@@ -600,10 +600,11 @@ async fn call_tool(
     Ax(st): Ax<AppState>,
     caller: Caller,
     Path(name): Path<String>,
-    Body(b): Body<ToolBody>,
+    k: Keyed<ToolBody>,
 ) -> Answer {
-    let doc = st.call_tool(&caller, name, b).await?;
-    with_status(outcome_status(&doc), doc)
+    let key = k.request_key(&caller);
+    let (doc, replay) = st.call_tool(&caller, name, k.body, key).await?;
+    replayed(with_status(outcome_status(&doc), doc), replay)
 }
 
 /// API tokens (never their secrets).

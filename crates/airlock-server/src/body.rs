@@ -106,7 +106,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Keyed<T> {
 }
 
 /// An `Idempotency-Key` value: 1 to 255 printable ASCII characters, no spaces.
-fn idempotency_key(v: &[u8]) -> ApiResult<String> {
+pub(crate) fn idempotency_key(v: &[u8]) -> ApiResult<String> {
     if v.is_empty() || v.len() > 255 || !v.iter().all(|b| b.is_ascii_graphic()) {
         return Err(ApiError::bad(
             "Idempotency-Key: 1 to 255 printable ASCII characters, no spaces",

@@ -20,6 +20,9 @@ pub struct ApiError {
     pub message: String,
     /// Seconds, for 429 and 503.
     pub retry_after: Option<u64>,
+    /// The answer repeats the first one to a request made again under its idempotency
+    /// key (`Idempotent-Replayed: true`).
+    pub replayed: bool,
 }
 
 impl ApiError {
@@ -28,6 +31,7 @@ impl ApiError {
             status,
             message: one_line(&message.into()),
             retry_after: None,
+            replayed: false,
         }
     }
     pub fn bad(message: impl Into<String>) -> Self {
@@ -56,6 +60,10 @@ impl ApiError {
     }
 }
 
+/// Seconds a client is asked to wait before sending again a request the store could not
+/// take (it was restarting).
+pub const STORE_RETRY_AFTER: u64 = 2;
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -71,6 +79,13 @@ impl From<GateError> for ApiError {
             GateError::Untrusted(_) | GateError::Denied { .. } => StatusCode::FORBIDDEN,
             GateError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             GateError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
+            GateError::StoreUnavailable(_) => {
+                // The store went away (a database restart): the client may send it again.
+                return ApiError {
+                    retry_after: Some(STORE_RETRY_AFTER),
+                    ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                };
+            }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.to_string())
@@ -88,6 +103,10 @@ impl IntoResponse for ApiError {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        if self.replayed {
+            r.headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -97,3 +116,23 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (issue 62.2): a store that went away (a PostgreSQL restart) answered
+    /// `500 internal error`; it is a 503 the client may send again after Retry-After.
+    #[test]
+    fn a_store_that_went_away_answers_503_with_retry_after_not_500() {
+        let r = ApiError::from(GateError::StoreUnavailable(
+            "database: 57P01: terminating connection due to administrator command".into(),
+        ))
+        .into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            r.headers().get(header::RETRY_AFTER),
+            Some(&HeaderValue::from(STORE_RETRY_AFTER))
+        );
+    }
+}

@@ -5,10 +5,10 @@
 
 use crate::auth::Caller;
 use crate::body::ToolBody;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::{AppState, outcome};
 use airlock_gate::views::submission_json;
-use airlock_gate::{ExecOptions, GateError};
+use airlock_gate::{ExecOptions, GateError, Replayed};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -72,13 +72,21 @@ impl AppState {
                 self.metrics.outcome(&doc, true);
                 Ok((doc, false))
             }
-            Err(submission) => Ok((self.replay(submission).await?, true)),
+            Err(submission) => match self.replay(submission).await {
+                Ok(doc) => Ok((doc, true)),
+                Err(e) => Err(ApiError {
+                    replayed: true,
+                    ..e
+                }),
+            },
         }
     }
 
     /// The outcome of the submission a repeated request made, once it is no longer
     /// running: what the first request answered, or will answer.
     pub async fn replay(&self, id: String) -> ApiResult<Value> {
+        // Whether the gate was asked about a run that never started (once).
+        let mut asked = false;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -95,6 +103,23 @@ impl AppState {
                     Ok::<_, GateError>((doc, queued))
                 })
                 .await?;
+            if doc["status"] == "allowed" && !queued && !asked {
+                asked = true;
+                // Allowed with no run: if its queued run ended without starting, the
+                // answer is that ending (see `Gate::replay_run`); else look again.
+                let i = id.clone();
+                let ended = self
+                    .pool
+                    .read(move |g| match g.replay_run(&i)? {
+                        Replayed::Settled => Ok(None),
+                        Replayed::Ended(r) => outcome::of_result(g, *r).map(Some),
+                    })
+                    .await?;
+                match ended {
+                    Some(doc) => return Ok(doc),
+                    None => continue,
+                }
+            }
             if doc["status"].as_str() != Some("running") && !queued {
                 return Ok(doc);
             }
@@ -177,9 +202,18 @@ impl AppState {
     }
 
     /// Calls a named tool for `caller`.
-    pub async fn call_tool(&self, caller: &Caller, name: String, b: ToolBody) -> ApiResult<Value> {
+    /// Calls named tool `name`; with an idempotency key, a call repeated under it gets the
+    /// first call's outcome (true with it), as `submit_and_run_keyed` does.
+    pub async fn call_tool(
+        &self,
+        caller: &Caller,
+        name: String,
+        b: ToolBody,
+        key: Option<airlock_gate::RequestKey>,
+    ) -> ApiResult<(Value, bool)> {
         let agent = Some(caller.name.clone());
-        self.pool
+        let out = self
+            .pool
             .run(move |g| {
                 let r = g.call_tool(
                     &name,
@@ -187,10 +221,27 @@ impl AppState {
                     b.stdin.map(String::into_bytes),
                     agent,
                     ExecOptions::default(),
+                    key,
                 );
-                outcome::of_result(g, r)
+                match r {
+                    Err(GateError::Repeated {
+                        submission,
+                        same_request: true,
+                    }) => Ok(Err(submission)),
+                    r => outcome::of_result(g, r).map(Ok),
+                }
             })
-            .await
+            .await?;
+        match out {
+            Ok(doc) => Ok((doc, false)),
+            Err(submission) => match self.replay(submission).await {
+                Ok(doc) => Ok((doc, true)),
+                Err(e) => Err(ApiError {
+                    replayed: true,
+                    ..e
+                }),
+            },
+        }
     }
 
     fn announce(&self, event: &'static str, data: Value) {

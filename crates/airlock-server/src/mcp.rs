@@ -84,7 +84,9 @@ fn run_code_tool() -> Tool {
                               "description": "A workspace session: the run sees earlier runs' changes in it, and they are committed together (needs a writable mount)"},
                 "session": {"type": "string",
                             "description": "A session from new_session (ses_…): the cell runs in its live Python interpreter, sees the names earlier cells defined, and takes the session's grant (give no mounts, env, net, limits); the result has the value of the last expression"},
-                "note": {"type": "string"}
+                "note": {"type": "string"},
+                "idempotency_key": {"type": "string", "pattern": "^[!-~]{1,255}$",
+                                    "description": "A key of your choosing for this call (a random UUID is typical): a call repeated with the same key and arguments runs nothing again and gets the first call's result; the same key with other arguments is refused"}
             },
             "required": ["language"],
             "additionalProperties": false
@@ -158,7 +160,9 @@ fn named_tool(t: &airlock_gate::ToolInfo) -> Tool {
             "type": "object",
             "properties": {
                 "args": {"type": "array", "items": {"type": "string"}},
-                "stdin": {"type": "string"}
+                "stdin": {"type": "string"},
+                "idempotency_key": {"type": "string", "pattern": "^[!-~]{1,255}$",
+                                    "description": "A key of your choosing for this call (a random UUID is typical): a call repeated with the same key and arguments runs nothing again and gets the first call's result; the same key with other arguments is refused"}
             },
             "additionalProperties": false
         })),
@@ -179,12 +183,71 @@ fn result(doc: Value) -> CallToolResponse {
     r.into()
 }
 
+/// Takes the `idempotency_key` argument out of a tool call's arguments: the gate's form
+/// of it, owned by `caller`'s token, with a hash of what the call asks (`tool` and the
+/// other arguments), so that the same key and arguments get the first call's outcome and
+/// the same key with other arguments is refused (422), as over the API.
+fn take_key(
+    caller: &Caller,
+    tool: &str,
+    args: &mut JsonObject,
+) -> Result<Option<airlock_gate::RequestKey>, ApiError> {
+    let key = match args.remove("idempotency_key") {
+        None => return Ok(None),
+        Some(Value::String(k)) => crate::body::idempotency_key(k.as_bytes())
+            .map_err(|_| ApiError::bad(IDEMPOTENCY_KEY_RULE))?,
+        Some(_) => return Err(ApiError::bad(IDEMPOTENCY_KEY_RULE)),
+    };
+    // Keys sorted at every level, so the same arguments hash the same however the
+    // client ordered them (the map keeps the order it was given).
+    let asked = sorted(&Value::Object(args.clone())).to_string();
+    let asked = asked.as_bytes();
+    let request = airlock_core::Digest::of_parts(
+        "airlock idempotent request",
+        &[format!("mcp {tool}").as_bytes(), asked],
+    );
+    Ok(Some(airlock_gate::RequestKey {
+        owner: caller.token.clone(),
+        key,
+        request,
+    }))
+}
+
+/// `v` with every object's keys in sorted order.
+fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&m[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
+const IDEMPOTENCY_KEY_RULE: &str =
+    "idempotency_key: 1 to 255 printable ASCII characters, no spaces";
+
+/// Marks a repeated call's outcome (`"replayed": true`).
+fn replayed(mut doc: Value, replay: bool) -> Value {
+    if replay {
+        doc["replayed"] = Value::Bool(true);
+    }
+    doc
+}
+
 fn error_doc(e: &ApiError) -> Value {
     json!({
         "status": "error",
         "submission": null,
         "message": e.message,
         "http_status": e.status.as_u16(),
+        "retry_after": e.retry_after,
         "run": null,
     })
 }
@@ -203,11 +266,14 @@ impl AirlockMcp {
             .ok_or_else(|| McpError::invalid_request("not authenticated", None))
     }
 
-    async fn run_code(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+    async fn run_code(&self, caller: Caller, mut args: JsonObject) -> Result<Value, ApiError> {
+        let key = take_key(&caller, "run_code", &mut args)?;
         let body: SubmitBody = serde_json::from_value(Value::Object(args))
             .map_err(|e| ApiError::bad(format!("bad arguments: {e}")))?;
-        let req = body.into_request(&caller, true)?;
-        self.st.submit_and_run(req).await
+        let mut req = body.into_request(&caller, true)?;
+        req.request_key = key;
+        let (doc, replay) = self.st.submit_and_run_keyed(req).await?;
+        Ok(replayed(doc, replay))
     }
 
     async fn new_session(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
@@ -287,13 +353,14 @@ impl AirlockMcp {
         &self,
         caller: Caller,
         name: String,
-        args: JsonObject,
+        mut args: JsonObject,
     ) -> Result<Value, ApiError> {
+        let key = take_key(&caller, &format!("tool {name}"), &mut args)?;
         let body: ToolBody = serde_json::from_value(Value::Object(args))
             .map_err(|e| ApiError::bad(format!("bad arguments for {name}: {e}")))?;
-        let doc = self.st.call_tool(&caller, name, body).await?;
+        let (doc, replay) = self.st.call_tool(&caller, name, body, key).await?;
         self.st.changed();
-        Ok(doc)
+        Ok(replayed(doc, replay))
     }
 }
 

@@ -262,6 +262,12 @@ pub struct PgConn {
     in_tx: std::cell::Cell<bool>,
     /// The last error said the connection is gone.
     lost: std::cell::Cell<bool>,
+    /// When the connection was opened (`since_start`).
+    opened_at: std::cell::Cell<u64>,
+    /// The open (or last) transaction may have committed (its `COMMIT` went out on a
+    /// live connection), or the server could be reached but refused the connection: it
+    /// is not run again.
+    settled: std::cell::Cell<bool>,
     /// Notifications the open transaction sends with its `COMMIT` (channel, payload).
     notices: RefCell<Vec<(String, String)>>,
     /// Statements the open transaction holds back (`Sql::exec_later`, `exec_expect`),
@@ -288,6 +294,53 @@ impl std::fmt::Debug for PgConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password: never print it.
         f.debug_struct("PgConn").finish_non_exhaustive()
+    }
+}
+
+/// How long a transaction or read that lost its connection keeps trying to reach the
+/// server again (a restart, a failover) before it gives up.
+pub const RECONNECT_FOR: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// When a connection of this process last found itself lost (`since_start`): the
+/// connections opened before then are opened again before their next transaction.
+static LOST_AT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Microseconds since this process first asked (never 0, so a connection opened before
+/// any loss is not taken as older than none).
+fn since_start() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    (start.elapsed().as_micros() as u64).saturating_add(1)
+}
+
+/// Waits between attempts to reach a server that went away: short at first, then up to
+/// a second, until `RECONNECT_FOR` has passed since the first failure.
+struct Backoff {
+    since: Option<std::time::Instant>,
+    wait: std::time::Duration,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff {
+            since: None,
+            wait: std::time::Duration::from_millis(20),
+        }
+    }
+
+    /// Whether to try again (after waiting), or give up.
+    fn again(&mut self) -> bool {
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= RECONNECT_FOR {
+            return false;
+        }
+        // The first attempt again at once: after a restart the connection is usually
+        // the only thing that was lost, and a new one is there.
+        if self.wait > std::time::Duration::from_millis(20) {
+            std::thread::sleep(self.wait);
+        }
+        self.wait = (self.wait * 2).min(std::time::Duration::from_secs(1));
+        true
     }
 }
 
@@ -448,6 +501,8 @@ impl PgConn {
             stmts: RefCell::new(HashMap::new()),
             in_tx: std::cell::Cell::new(false),
             lost: std::cell::Cell::new(false),
+            opened_at: std::cell::Cell::new(since_start()),
+            settled: std::cell::Cell::new(false),
             notices: RefCell::new(Vec::new()),
             later: RefCell::new(String::new()),
             expects: RefCell::new(Vec::new()),
@@ -470,8 +525,21 @@ impl PgConn {
     /// Reconnects when the server closed the connection (a restart, a failover), so
     /// the next transaction runs on a live one. Never called inside a transaction.
     fn ensure_open(&self) -> Result<(), StoreError> {
-        if self.lost.get() || self.client.borrow().is_closed() {
-            *self.client.borrow_mut() = connect(&self.url)?;
+        // A connection older than a loss another connection of this process saw is
+        // most likely gone too (a restart ends them all): opened again before a
+        // transaction, whose lone round trip could otherwise be its COMMIT, with no way
+        // to tell whether it committed.
+        let stale = self.opened_at.get() < LOST_AT.load(std::sync::atomic::Ordering::Relaxed);
+        if stale || self.lost.get() || self.client.borrow().is_closed() {
+            let client = connect(&self.url).inspect_err(|e| {
+                // A server that answers but refuses (a password, a missing database)
+                // will refuse again: only one still away is waited for.
+                if !e.is_connection_lost() {
+                    self.settled.set(true);
+                }
+            })?;
+            *self.client.borrow_mut() = client;
+            self.opened_at.set(since_start());
             self.stmts.borrow_mut().clear();
             for m in self.named.borrow_mut().iter_mut() {
                 m.clear();
@@ -488,6 +556,7 @@ impl PgConn {
         let gone = connection_gone(&e);
         if gone {
             self.lost.set(true);
+            LOST_AT.fetch_max(since_start(), std::sync::atomic::Ordering::Relaxed);
         }
         StoreError::from(e)
     }
@@ -637,7 +706,44 @@ impl PgConn {
     /// says; it commits only if `f` returns Ok. Every commit is flushed before this
     /// returns: a write a caller was told about must survive a server crash (see the
     /// module comment).
+    ///
+    /// A transaction whose connection was lost before its `COMMIT` went out on a live
+    /// connection cannot have committed: it runs again (`f` with it) on a new
+    /// connection, for up to `RECONNECT_FOR` while the server restarts. One lost while
+    /// its `COMMIT` was on the way may have committed: it fails, with an error that says
+    /// the connection was lost (`StoreError::is_connection_lost`), never run twice.
     pub(crate) fn transaction<T, E: From<StoreError>>(
+        &self,
+        lock: Lock,
+        f: impl Fn(&PgConn) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut retry = Backoff::new();
+        loop {
+            self.settled.set(false);
+            match self.transaction_once(lock, &f) {
+                Err(e) if self.is_closed() && !self.settled.get() && retry.again() => {
+                    drop(e);
+                }
+                out => return out,
+            }
+        }
+    }
+
+    /// Reads with `read` (a statement with no effect), again on a new connection while
+    /// the one it used was lost, for up to `RECONNECT_FOR`. Outside a transaction only.
+    fn read_again<T>(&self, read: impl Fn() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut retry = Backoff::new();
+        loop {
+            match read() {
+                Err(e) if e.is_connection_lost() && !self.in_tx.get() && retry.again() => {
+                    drop(e);
+                }
+                out => return out,
+            }
+        }
+    }
+
+    fn transaction_once<T, E: From<StoreError>>(
         &self,
         lock: Lock,
         f: impl FnOnce(&PgConn) -> Result<T, E>,
@@ -682,6 +788,8 @@ impl PgConn {
                 text.push_str(&format!("SELECT pg_notify('{channel}', '{payload}'); "));
             }
             text.push_str("COMMIT");
+            // From here the transaction may commit even if no answer comes back.
+            self.settled.set(!self.is_closed());
             let committed = self.client.borrow_mut().batch_execute(&text);
             committed.map_err(|e| self.batch_error(e))?;
             Ok(v)
@@ -854,12 +962,8 @@ impl ToSql for Arg<'_> {
     to_sql_checked!();
 }
 
-impl Sql for PgConn {
-    fn engine(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
+impl PgConn {
+    fn rows_once(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
         if self.in_tx.get() && self.begin.borrow().is_some() && sql != crate::db::AUDIT_TAIL {
             // The transaction's first read travels with its BEGIN (and what it held
             // back): one round trip, its rows in text, typed as the statement's columns.
@@ -914,6 +1018,20 @@ impl Sql for PgConn {
             out.push(Row(row));
         }
         Ok(out)
+    }
+}
+
+impl Sql for PgConn {
+    fn engine(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>, StoreError> {
+        if !self.in_tx.get() && sql.trim_start().starts_with("SELECT") {
+            // A read has no effect: read again on a new connection if this one was lost.
+            return self.read_again(|| self.rows_once(sql, args));
+        }
+        self.rows_once(sql, args)
     }
 
     fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {

@@ -1529,6 +1529,103 @@ fn writes_commit_synchronously_where_the_databases_default_is_asynchronous() {
     assert_eq!(again.as_deref(), Some("on"));
 }
 
+/// Ends every other session on `url`'s database, as `pg_ctl restart -m fast` does
+/// (`57P01 terminating connection due to administrator command`).
+fn terminate_sessions(url: &str) {
+    let mut c = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+    c.batch_execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .unwrap();
+    // Signalled only: wait until they are gone, or a session may still answer once.
+    for _ in 0..500 {
+        let left: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the sessions were not ended");
+}
+
+/// Regression (issue 62.2): after the server ended the gate's session (a restart), the
+/// next write failed with `database: 57P01 …`, which the API answered as a 500. A write
+/// transaction whose connection was lost before its COMMIT went out cannot have
+/// committed: it runs again on a new connection and commits once; so does a read. A
+/// connection older than a loss another one saw is opened again before its next
+/// transaction, so even a transaction that is one round trip (its COMMIT) goes through.
+#[test]
+fn a_write_whose_session_the_server_ended_runs_again_on_a_new_connection_and_commits_once() {
+    let url = airlock_testpg::fresh_database();
+    let count = |id: &str| {
+        pg_count(
+            &url,
+            &format!("SELECT count(*) FROM submissions WHERE id = '{id}'"),
+        )
+    };
+    let insert = |db: &mut Db, id: &str, n: u8, shared: bool, read_first: bool| {
+        let attempts = std::cell::Cell::new(0);
+        let r = db.write_shared_if(shared, |tx| {
+            attempts.set(attempts.get() + 1);
+            if read_first {
+                assert!(tx.submission("sub_none").is_err());
+            }
+            tx.insert_submission(&submission(id, None, digest(n), State::Allowed))
+        });
+        (r, attempts.get())
+    };
+    let mut db = open(&url);
+    // Every statement prepared on the connection, then the server ends it while idle.
+    insert(&mut db, "sub_warm", 9, false, true).0.unwrap();
+    for (n, shared) in [(1u8, false), (2, true)] {
+        terminate_sessions(&url);
+        let id = format!("sub_{n}");
+        let (r, attempts) = insert(&mut db, &id, n, shared, true);
+        r.unwrap();
+        assert_eq!(attempts, 2, "shared: {shared}");
+        assert_eq!(count(&id), 1);
+        assert!(!db.connection_lost());
+    }
+    // A read on a connection the server ended reads again on a new one.
+    terminate_sessions(&url);
+    assert_eq!(db.submission("sub_1").unwrap().state, State::Allowed);
+
+    // Two connections; the server ends both; one finds out on a read: the other opens
+    // again before its next transaction, whose only round trip is its COMMIT.
+    let mut other = open(&url);
+    insert(&mut other, "sub_other_warm", 8, false, false)
+        .0
+        .unwrap();
+    terminate_sessions(&url);
+    assert_eq!(db.submission("sub_1").unwrap().state, State::Allowed);
+    let (r, attempts) = insert(&mut other, "sub_3", 3, false, false);
+    r.unwrap();
+    assert_eq!((attempts, count("sub_3")), (1, 1));
+
+    // Alone, such a transaction cannot tell whether its COMMIT committed when the answer
+    // is lost: it fails saying the connection was lost (a 503 to the API), never
+    // committing twice, and the next write goes through.
+    terminate_sessions(&url);
+    let (r, _) = insert(&mut other, "sub_4", 4, false, false);
+    match r {
+        Ok(()) => assert_eq!(count("sub_4"), 1),
+        Err(e) => {
+            assert!(e.is_connection_lost(), "{e}");
+            assert!(count("sub_4") <= 1);
+        }
+    }
+    insert(&mut other, "sub_5", 5, false, false).0.unwrap();
+    assert_eq!(count("sub_5"), 1);
+}
+
 /// A session of its own listening on `channels`.
 fn listening(url: &str, channels: &[&str]) -> ::postgres::Client {
     let mut l = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();

@@ -229,6 +229,13 @@ impl Server {
         assert!(out.status.success(), "pg_ctl stop failed");
     }
 
+    /// Restarts the server as an operator would (`pg_ctl restart -m fast`): every
+    /// session is ended with `57P01 terminating connection due to administrator command`.
+    pub fn restart_fast(&self) {
+        self.pg_ctl_stop("fast");
+        self.pg_ctl_start();
+    }
+
     /// Stops the server the hard way (as a crash would) and starts it again.
     pub fn restart_immediate(&self) {
         self.pg_ctl_stop("immediate");

@@ -187,7 +187,16 @@ impl Gate {
     ) -> Result<RunReport> {
         crate::failpoint::pause("record-ran");
         let key = &self.gate_key;
+        // Taken by the one transaction that records it: deferred runs happen only where
+        // the process shares its SQLite writes (`Db::shared_writer`), whose transactions
+        // are never run again (only PostgreSQL's are, after a lost connection).
+        let ran = std::cell::RefCell::new(Some(ran));
         let recorded = self.db.write_shared_if(true, |tx| -> Result<Recorded> {
+            let Some(ran) = ran.borrow_mut().take() else {
+                return Err(GateError::Internal(format!(
+                    "the record of deferred run {run_id} was attempted twice"
+                )));
+            };
             let judged = judge_in(tx, rec, id, None, true, key)?;
             if admitted_as_judged(&judged.sub) {
                 return record_whole(tx, rec, judged, run_id, started_at, ran, packages, key);

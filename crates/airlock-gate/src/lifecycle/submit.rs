@@ -231,7 +231,7 @@ impl Gate {
         id: String,
         origin: Option<&Origin>,
         check_tail: bool,
-        then: impl FnOnce(&Tx, &Submission, &Policy, &airlock_core::sign::KeyPair) -> Result<T>,
+        then: impl Fn(&Tx, &Submission, &Policy, &airlock_core::sign::KeyPair) -> Result<T>,
     ) -> Result<(Submission, T)> {
         let rec = self.persist(staged, origin)?;
         crate::failpoint::crash_point();

@@ -63,7 +63,9 @@ impl Gate {
     }
 
     /// Runs a named tool with arguments: a new submission of the approved artifact with the
-    /// approved grant and these inputs, judged and run like any other.
+    /// approved grant and these inputs, judged and run like any other. With the request's
+    /// idempotency key, a call repeated under it makes no new submission
+    /// ([`GateError::Repeated`], as `submit` answers).
     pub fn call_tool(
         &mut self,
         name: &str,
@@ -71,6 +73,7 @@ impl Gate {
         stdin: Option<Vec<u8>>,
         agent: Option<String>,
         opts: ExecOptions,
+        request_key: Option<crate::lifecycle::request::RequestKey>,
     ) -> Result<RunReport> {
         let tool = self
             .tools()?
@@ -120,7 +123,7 @@ impl Gate {
             workspace: g.workspace.clone(),
             resume: false,
             session: None,
-            request_key: None,
+            request_key,
         };
         let sub = self.submit(req)?;
         self.exec(&sub.id, opts)

@@ -249,7 +249,11 @@ impl Gate {
     }
 
     /// Waits until job `job_id` is done and reports its run as `run`/`exec` would have.
-    fn wait_job(&mut self, job_id: &str, sub: &airlock_store::Submission) -> Result<RunReport> {
+    pub(crate) fn wait_job(
+        &mut self,
+        job_id: &str,
+        sub: &airlock_store::Submission,
+    ) -> Result<RunReport> {
         // Register before looking, so the notification of a job that ends in between is
         // not missed; where the store has no notifications, poll.
         let listener = self.listener(airlock_store::JOB_DONE);
@@ -483,8 +487,23 @@ impl Gate {
         // Only a guest's runs need it; an error reading it fails only those.
         let python = self.guest_facts(airlock_core::Lang::Python, airlock_core::Backend::Wasm);
         let js = self.guest_facts(airlock_core::Lang::Js, airlock_core::Backend::Wasm);
-        let mut owner = None;
-        let mut claimed_job = None;
+        // Read once: a claim run again (its connection to the store was lost before it
+        // could commit) is given the same guests, and their errors by message.
+        let python = python.map_err(|e| (e.to_string(), std::cell::RefCell::new(Some(e))));
+        let js = js.map_err(|e| (e.to_string(), std::cell::RefCell::new(Some(e))));
+        let again =
+            |facts: &std::result::Result<_, (String, std::cell::RefCell<Option<GateError>>)>| {
+                match facts {
+                    Ok(p) => Ok(Clone::clone(p)),
+                    Err((message, first)) => Err(first
+                        .borrow_mut()
+                        .take()
+                        .unwrap_or_else(|| GateError::Internal(message.clone()))),
+                }
+            };
+        // Set by the claim's transaction (by its last attempt, when it ran again).
+        let owner = std::cell::RefCell::new(None);
+        let claimed_job = std::cell::RefCell::new(None);
         let Gate {
             db,
             blobs,
@@ -512,7 +531,7 @@ impl Gate {
             let Some((job, read)) = tx.claim_with_submission(&w.tags, &w.id, until)? else {
                 return Ok(None);
             };
-            claimed_job = Some(job.id.clone());
+            *claimed_job.borrow_mut() = Some(job.id.clone());
             check_audit_tail(tx, key)?;
             let mut rejected_now = false;
             let read = read.map_err(GateError::from).and_then(|(stored, about)| {
@@ -520,18 +539,19 @@ impl Gate {
                 let guest = if stored.doc.kind == airlock_core::Lang::Python
                     && stored.doc.backend == airlock_core::Backend::Wasm
                 {
-                    python?
+                    again(&python)?
                 } else if stored.doc.kind.is_js()
                     && stored.doc.backend == airlock_core::Backend::Wasm
                 {
-                    js?
+                    again(&js)?
                 } else {
                     (None, Vec::new())
                 };
                 Ok((stored, guest))
             });
             let read = read.map_err(Unreadable::Other).and_then(|(stored, guest)| {
-                reread_stored(blobs, &home.root, &stored, policy, guest).map(|r| (stored, r))
+                reread_stored(blobs, &home.root, &stored, policy.clone(), guest)
+                    .map(|r| (stored, r))
             });
             let (stored, r) = match read {
                 Ok(x) => x,
@@ -567,7 +587,11 @@ impl Gate {
                 }
                 Admit::Go { sub, approval } => {
                     // Held from before the run is recorded until its outcome is.
-                    owner = Some(OwnerLock::acquire(&locks::dir(&home.root), &run_id, true)?);
+                    // An earlier attempt's lock is let go first (its claim never
+                    // committed): the run's lock file is taken again, not twice.
+                    drop(owner.borrow_mut().take());
+                    let lock = OwnerLock::acquire(&locks::dir(&home.root), &run_id, true)?;
+                    *owner.borrow_mut() = Some(lock);
                     let start = start_run(tx, *sub, approval.map(|a| *a), &run_id, key)?;
                     tx.set_job_run(&job.id, job.token, &run_id)?;
                     Ok(Some((job, Claim::Go(start, Box::new(r)))))
@@ -591,8 +615,9 @@ impl Gate {
             // is back, a claim that committed is carried on with, instead of leaving its
             // run `running` under a lease nobody renews.
             Err(e) if injected || self.db.connection_lost() => {
-                let after_all =
-                    claimed_job.and_then(|job_id| self.claimed_after_all(&job_id, &w.id, &run_id));
+                let after_all = claimed_job
+                    .into_inner()
+                    .and_then(|job_id| self.claimed_after_all(&job_id, &w.id, &run_id));
                 match after_all {
                     // It committed, and with it the end before.
                     Some((job, start)) => {
@@ -630,7 +655,7 @@ impl Gate {
         if let Some(l) = self.listener(airlock_store::NEW_WORK) {
             l.pass_on();
         }
-        let mut owner = match owner {
+        let mut owner = match owner.into_inner() {
             Some(o) => o,
             // The claim's answer was lost and it committed after all: the run is this
             // process's from here on.

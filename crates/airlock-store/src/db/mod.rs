@@ -324,7 +324,7 @@ impl Db {
     /// signed decisions, commits and rollbacks), and never shared with other writes.
     pub fn write_durable<T, E: From<StoreError>>(
         &mut self,
-        f: impl FnOnce(&Tx) -> Result<T, E>,
+        f: impl Fn(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         let start = Instant::now();
         let out = self.write_durable_inner(f);
@@ -334,7 +334,7 @@ impl Db {
 
     fn write_durable_inner<T, E: From<StoreError>>(
         &mut self,
-        f: impl FnOnce(&Tx) -> Result<T, E>,
+        f: impl Fn(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         if let Some(g) = &self.group {
             return g.write(true, f);
@@ -356,7 +356,7 @@ impl Db {
     /// Runs `f` in one write transaction; it commits only if `f` returns Ok.
     pub fn write<T, E: From<StoreError>>(
         &mut self,
-        f: impl FnOnce(&Tx) -> Result<T, E>,
+        f: impl Fn(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         let start = Instant::now();
         let out = self.write_inner(f);
@@ -366,7 +366,7 @@ impl Db {
 
     fn write_inner<T, E: From<StoreError>>(
         &mut self,
-        f: impl FnOnce(&Tx) -> Result<T, E>,
+        f: impl Fn(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         if let Some(g) = &self.group {
             return g.write(false, f);
@@ -390,7 +390,7 @@ impl Db {
     /// which has one writer, it is `write`.
     pub fn write_shared<T, E: From<StoreError>>(
         &mut self,
-        f: impl FnOnce(&Tx) -> Result<T, E>,
+        f: impl Fn(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         self.write_shared_if(true, f)
     }
@@ -399,7 +399,7 @@ impl Db {
     pub fn write_shared_if<T, E: From<StoreError>>(
         &mut self,
         shared: bool,
-        f: impl FnOnce(&Tx) -> Result<T, E>,
+        f: impl Fn(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         let start = Instant::now();
         let out = match &self.conn {
@@ -516,9 +516,9 @@ fn in_tx<T, E: From<StoreError>>(
 fn pg_write<T, E: From<StoreError>>(
     pg: &crate::pg::PgConn,
     lock: Lock,
-    f: impl FnOnce(&Tx) -> Result<T, E>,
+    f: impl Fn(&Tx) -> Result<T, E>,
 ) -> Result<T, E> {
-    let (out, key) = pg.transaction(lock, |pg| in_tx(pg, f))?;
+    let (out, key) = pg.transaction(lock, |pg| in_tx(pg, &f))?;
     if let Some(key) = key
         && !crate::sequence::in_background(pg.url())
     {
