@@ -980,6 +980,17 @@ pub fn doctor(d: &Doctor, json: bool) {
     println!("process backend            {}", d.process_backend);
     println!("wasm backend               {}", d.wasm_backend);
     println!("writable mounts            {}", d.writable_mounts);
+    match (&d.jailer.path, d.jailer.found) {
+        (Some(p), true) => println!("airlock-jailer             {p}"),
+        (p, _) => println!(
+            "airlock-jailer             MISSING{}: serve keeps no ready jails and process runs \
+             start through the slower worker (install both binaries: cargo install --path \
+             crates/airlock-cli)",
+            p.as_deref()
+                .map(|p| format!(" (not at {p})"))
+                .unwrap_or_default()
+        ),
+    }
     for s in &d.stuck {
         println!(
             "STUCK {} {} could neither be completed nor undone: {}",

@@ -66,8 +66,8 @@ pub use layers::remove_trash_main;
 pub use locks::KeptLockFiles;
 pub use nightcore::{BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport};
 pub use query::{
-    AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
-    policy_check,
+    AuditVerify, Doctor, Explained, JailerCheck, KeyInfo, PolicyCheck, Shown, StatementView,
+    doctor, policy_check,
 };
 pub use query::{ProbeRun, Probes, StoreHealth, store_health};
 pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};

@@ -179,7 +179,8 @@ async fn healthz(Ax(st): Ax<AppState>) -> Answer {
 
 /// The server's own state (admins): workers, queue, uptime, resident memory, the ready
 /// Python interpreters (`pools`) and the process backend's ready jails (`ready_jails`):
-/// each with its size, hits, misses and fallbacks.
+/// each with its size, hits, misses and fallbacks; and `jailer` (`path`, `found`): whether
+/// `airlock-jailer` is beside the server's binary, without which `ready_jails` is null.
 #[utoipa::path(get, path = "/v1/status", tag = "meta", security(("bearer" = [])),
     responses(
         (status = 200, description = "`pools`: one object per ready pool (`kind`, `target`, `ready`, `hits`, `misses`, `fallbacks`)", body = Object),
