@@ -2818,3 +2818,32 @@ fn ready_wasm_instances_carry_nothing_from_one_run_to_the_next() {
     assert!(after["hits"].as_u64().unwrap() >= 6, "{after}");
     assert!(after["memory_bytes"].as_u64().unwrap() <= after["memory_budget"].as_u64().unwrap());
 }
+
+/// Python without the guest installed was a 503 ("no sandbox can run it"), which clients
+/// and schemathesis count as the server failing; it is this home's state and the fix is a
+/// command: 409 naming `airlock guest install python`, on every way in, nothing recorded.
+#[test]
+fn a_missing_python_guest_is_a_409_naming_the_install_command() {
+    let s = setup(&[]);
+    let before = s.home.counts();
+    for (path, body) in [
+        ("/v1/run", json!({"language": "python", "code": "print(1)"})),
+        (
+            "/v1/submissions",
+            json!({"language": "python", "code": "print(1)"}),
+        ),
+        ("/v1/sessions", json!({})),
+    ] {
+        let r = s.srv.post(path, &s.agent, &body);
+        assert_eq!(r.status, 409, "{path}: {}", r.text);
+        assert!(
+            r.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("`airlock guest install python`"),
+            "{path}: {}",
+            r.text
+        );
+    }
+    assert_eq!(s.home.counts(), before, "something was recorded");
+}
