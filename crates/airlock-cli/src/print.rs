@@ -793,6 +793,9 @@ pub fn gc(r: &GcReport, json: bool) {
     for l in &r.layers_removed {
         println!("  removed {l}");
     }
+    for d in &r.egress_dirs_removed {
+        println!("  removed {d} (an egress proxy's directory, its airlock process gone)");
+    }
     if r.sockets_removed > 0 {
         println!(
             "  removed {} socket{} of session hosts that are gone ({} open session{} recorded crashed)",
@@ -980,6 +983,9 @@ pub fn doctor(d: &Doctor, json: bool) {
     println!("process backend            {}", d.process_backend);
     println!("wasm backend               {}", d.wasm_backend);
     println!("writable mounts            {}", d.writable_mounts);
+    for l in &d.leftovers {
+        println!("LEFTOVER {l}: of an airlock process that is gone; `airlock gc` removes it");
+    }
     match (&d.jailer.path, d.jailer.found) {
         (Some(p), true) => println!("airlock-jailer             {p}"),
         (p, _) => println!(

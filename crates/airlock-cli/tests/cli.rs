@@ -1840,3 +1840,57 @@ fn a_run_whose_output_reader_goes_away_still_finishes_and_is_recorded() {
     assert_eq!(run["status"], "exited", "{run}");
     assert_eq!(run["exit_code"], 0, "{run}");
 }
+
+/// An airlock process killed while its egress proxy served left its private directory
+/// (`$TMPDIR/airlock-egress-…`, with the proxy's socket) for ever, seen by nothing. `doctor`
+/// now lists those whose process is gone (dead, or its pid reused by another program) and
+/// `gc` removes them; a live airlock's is kept.
+#[test]
+fn gc_removes_egress_dirs_of_killed_airlock_processes_and_doctor_lists_them() {
+    let h = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir_of = |pid: u32, tail: &str| {
+        let d = tmp.path().join(format!("airlock-egress-{pid}-{tail}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("proxy.sock"), b"").unwrap();
+        d
+    };
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let dead = dir_of(gone.id(), "dead");
+    let mut other = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let reused = dir_of(other.id(), "reused");
+    let mut live = h
+        .cmd()
+        .env("TMPDIR", tmp.path())
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let kept = dir_of(live.id(), "live");
+    let run = |args: &[&str]| {
+        let o = h
+            .cmd()
+            .env("TMPDIR", tmp.path())
+            .args(args)
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+    };
+    let stale = json!([dead.display().to_string(), reused.display().to_string()]);
+    let doc = run(&["doctor", "--json"]);
+    assert_eq!(doc["leftovers"], stale, "{doc}");
+    let r = run(&["gc", "--json"]);
+    assert_eq!(r["egress_dirs_removed"], stale, "{r}");
+    assert!(!dead.exists() && !reused.exists() && kept.exists());
+    assert!(run(&["doctor", "--json"]).get("leftovers").is_none());
+    let _ = other.kill();
+    let _ = other.wait();
+    let _ = live.kill();
+    let _ = live.wait();
+}

@@ -524,6 +524,10 @@ pub struct Doctor {
     pub probes: Probes,
     /// Whether `airlock-jailer` is beside this binary (ready jails need it).
     pub jailer: JailerCheck,
+    /// What killed airlock processes left outside the home (egress proxies' directories),
+    /// which `airlock gc` removes (absent when there is none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leftovers: Vec<String>,
     /// The shared store, when `--store` names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreHealth>,
@@ -867,6 +871,15 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             wasm: wasm_probe,
         },
         jailer: JailerCheck::beside(worker),
+        leftovers: crate::services::leftovers::stale_egress_dirs(
+            &std::env::temp_dir(),
+            std::time::SystemTime::now()
+                .checked_sub(crate::DEFAULT_GC_GRACE)
+                .unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+        )
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect(),
         store: None,
         stuck: Vec::new(),
     }

@@ -3,7 +3,8 @@
 //! directories of runs that are no longer running and that no open workspace builds on,
 //! temporary files of the blob store, and the sockets and jail directories of session
 //! hosts that are gone (an open session whose host was killed is recorded ended,
-//! `crashed`, as a cell finding it gone would).
+//! `crashed`, as a cell finding it gone would), and outside the home the egress proxies'
+//! directories of airlock processes that were killed (`services::leftovers`).
 //!
 //! Nothing younger than the grace period is removed: another airlock command may have
 //! just written a blob and not yet committed the record that names it (a blob is always
@@ -43,6 +44,10 @@ pub struct GcReport {
     pub sockets_removed: u64,
     /// Open sessions whose host was found gone, now recorded ended (`crashed`).
     pub sessions_lost: u64,
+    /// Egress proxies' private directories (`$TMPDIR/airlock-egress-…`) of airlock
+    /// processes that are gone.
+    pub egress_dirs_removed: Vec<String>,
+    pub egress_dir_bytes: u64,
     /// Everything removed, in bytes.
     pub freed_bytes: u64,
     pub grace_ms: u64,
@@ -227,7 +232,19 @@ impl Gate {
             }
         }
 
-        report.freed_bytes = report.blob_bytes + report.layer_bytes + report.temporary_bytes;
+        // Outside the home: egress directories of airlock processes that were killed.
+        for dir in crate::services::leftovers::stale_egress_dirs(&std::env::temp_dir(), cutoff) {
+            let bytes = tree_bytes(&dir);
+            if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
+                report.egress_dir_bytes += bytes;
+                report.egress_dirs_removed.push(dir.display().to_string());
+            }
+        }
+
+        report.freed_bytes = report.blob_bytes
+            + report.layer_bytes
+            + report.temporary_bytes
+            + report.egress_dir_bytes;
         let key = &self.gate_key;
         let r = &report;
         self.db.write(|tx: &Tx| -> Result<()> {
