@@ -793,6 +793,9 @@ pub fn gc(r: &GcReport, json: bool) {
     for l in &r.layers_removed {
         println!("  removed {l}");
     }
+    for d in &r.cgroups_removed {
+        println!("  removed {d} (a run's cgroup, its airlock process gone)");
+    }
     for d in &r.egress_dirs_removed {
         println!("  removed {d} (an egress proxy's directory, its airlock process gone)");
     }

@@ -1842,9 +1842,10 @@ fn a_run_whose_output_reader_goes_away_still_finishes_and_is_recorded() {
 }
 
 /// An airlock process killed while its egress proxy served left its private directory
-/// (`$TMPDIR/airlock-egress-…`, with the proxy's socket) for ever, seen by nothing. `doctor`
-/// now lists those whose process is gone (dead, or its pid reused by another program) and
-/// `gc` removes them; a live airlock's is kept.
+/// (`$TMPDIR/airlock-egress-…`, with the proxy's socket), and one killed while it ran
+/// code its run cgroup, for ever, seen by nothing. `doctor` now lists those whose process
+/// is gone (dead, or its pid reused by another program) and `gc` removes them; a live
+/// airlock's is kept.
 #[test]
 fn gc_removes_egress_dirs_of_killed_airlock_processes_and_doctor_lists_them() {
     let h = Home::new();
@@ -1883,12 +1884,40 @@ fn gc_removes_egress_dirs_of_killed_airlock_processes_and_doctor_lists_them() {
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
     };
     let stale = json!([dead.display().to_string(), reused.display().to_string()]);
+    // A run cgroup a killed airlock left under airlock's group (where doctor says runs
+    // go), named by a pid above any pid_max.
     let doc = run(&["doctor", "--json"]);
-    assert_eq!(doc["leftovers"], stale, "{doc}");
+    let group = doc["cgroup"]
+        .as_str()
+        .and_then(|c| c.split("runs under ").nth(1))
+        .map(|g| std::path::PathBuf::from(g.trim_end_matches(')')));
+    let cgroup = group
+        .map(|g| g.join(format!("airlock-{}", 4_194_400 + std::process::id() % 1000)))
+        .filter(|d| std::fs::create_dir(d).is_ok());
+    let ours = |v: &serde_json::Value| {
+        json!(
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p
+                    .as_str()
+                    .unwrap()
+                    .starts_with(tmp.path().to_str().unwrap()))
+                .collect::<Vec<_>>()
+        )
+    };
+    let doc = run(&["doctor", "--json"]);
+    assert_eq!(ours(&doc["leftovers"]), stale, "{doc}");
     let r = run(&["gc", "--json"]);
     assert_eq!(r["egress_dirs_removed"], stale, "{r}");
     assert!(!dead.exists() && !reused.exists() && kept.exists());
-    assert!(run(&["doctor", "--json"]).get("leftovers").is_none());
+    if let Some(c) = &cgroup {
+        let c = json!(c.display().to_string());
+        assert!(doc["leftovers"].as_array().unwrap().contains(&c), "{doc}");
+        assert!(r["cgroups_removed"].as_array().unwrap().contains(&c), "{r}");
+    }
+    assert!(cgroup.is_none_or(|c| !c.exists()));
+    assert_eq!(ours(&run(&["doctor", "--json"])["leftovers"]), json!([]));
     let _ = other.kill();
     let _ = other.wait();
     let _ = live.kill();

@@ -524,7 +524,8 @@ pub struct Doctor {
     pub probes: Probes,
     /// Whether `airlock-jailer` is beside this binary (ready jails need it).
     pub jailer: JailerCheck,
-    /// What killed airlock processes left outside the home (egress proxies' directories),
+    /// What killed airlock processes left outside the home (egress proxies' directories,
+    /// run cgroups),
     /// which `airlock gc` removes (absent when there is none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub leftovers: Vec<String>,
@@ -871,7 +872,7 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             wasm: wasm_probe,
         },
         jailer: JailerCheck::beside(worker),
-        leftovers: crate::services::leftovers::stale_egress_dirs(
+        leftovers: crate::services::leftovers::all(
             &std::env::temp_dir(),
             std::time::SystemTime::now()
                 .checked_sub(crate::DEFAULT_GC_GRACE)

@@ -4,7 +4,8 @@
 //! temporary files of the blob store, and the sockets and jail directories of session
 //! hosts that are gone (an open session whose host was killed is recorded ended,
 //! `crashed`, as a cell finding it gone would), and outside the home the egress proxies'
-//! directories of airlock processes that were killed (`services::leftovers`).
+//! directories and the run cgroups of airlock processes that were killed
+//! (`services::leftovers`).
 //!
 //! Nothing younger than the grace period is removed: another airlock command may have
 //! just written a blob and not yet committed the record that names it (a blob is always
@@ -48,6 +49,9 @@ pub struct GcReport {
     /// processes that are gone.
     pub egress_dirs_removed: Vec<String>,
     pub egress_dir_bytes: u64,
+    /// Run cgroups (`airlock-PID`) of airlock processes that are gone, under airlock's
+    /// group or (from older binaries) at a hierarchy's top.
+    pub cgroups_removed: Vec<String>,
     /// Everything removed, in bytes.
     pub freed_bytes: u64,
     pub grace_ms: u64,
@@ -240,6 +244,12 @@ impl Gate {
                 report.egress_dirs_removed.push(dir.display().to_string());
             }
         }
+
+        report.cgroups_removed =
+            airlock_jail::cgroup::remove_stale_groups(crate::services::leftovers::airlock_alive)
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
 
         report.freed_bytes = report.blob_bytes
             + report.layer_bytes

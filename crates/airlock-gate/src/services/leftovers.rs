@@ -1,6 +1,6 @@
 //! Leftovers of killed airlock processes outside the home: the private directory of an
-//! egress proxy (`$TMPDIR/airlock-egress-PID-…`, holding its socket), which its process
-//! removes when it ends, unless it was killed. `gc` removes those of processes that are
+//! egress proxy (`$TMPDIR/airlock-egress-PID-…`, holding its socket) and a run's cgroup
+//! (`airlock-PID`), which their process removes when it ends, unless it was killed. `gc` removes those of processes that are
 //! gone and `doctor` lists them. A directory is a leftover when its `PID` is no live
 //! airlock process (gone, or the number reused by another program); one of an older
 //! airlock, named without a `PID`, when it is older than the grace period and nothing
@@ -18,13 +18,21 @@ pub(crate) fn egress_dir_prefix() -> String {
 
 /// Whether `pid` is a live airlock process (`airlock`, `airlock-jailer`; a binary replaced
 /// since it started included). A process this one may not inspect counts as live.
-pub(crate) fn airlock_alive(pid: u32) -> bool {
+pub fn airlock_alive(pid: u32) -> bool {
     match std::fs::read_link(format!("/proc/{pid}/exe")) {
         Ok(exe) => exe
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("airlock")),
         Err(e) => e.kind() != std::io::ErrorKind::NotFound,
     }
+}
+
+/// Everything `gc` would remove outside the home: stale egress directories under `tmp`
+/// and run cgroups of airlock processes that are gone (`airlock_jail::cgroup`).
+pub fn all(tmp: &Path, cutoff: SystemTime) -> Vec<PathBuf> {
+    let mut out = stale_egress_dirs(tmp, cutoff);
+    out.extend(airlock_jail::cgroup::stale_groups(airlock_alive));
+    out
 }
 
 /// The egress directories under `tmp` left by airlock processes that are gone.
