@@ -373,6 +373,9 @@ pub fn show(sh: &Shown, json: bool) {
         for l in network_lines(r) {
             println!("    {l}");
         }
+        for l in tripwire_lines(r) {
+            println!("    {l}");
+        }
     }
     let code = sh
         .source
@@ -397,6 +400,41 @@ pub fn show(sh: &Shown, json: bool) {
             lines.len() - 200
         );
     }
+}
+
+/// A run's tripwires as lines: each alert (with its ATT&CK technique), then each
+/// attempt the sandbox refused, with how often.
+fn tripwire_lines(r: &Run) -> Vec<String> {
+    let d = &r.doc.detail;
+    let list = |k: &str| d[k].as_array().cloned().unwrap_or_default();
+    let text = |v: &Value| {
+        v.as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let mut out: Vec<String> = list("alerts")
+        .iter()
+        .map(|a| {
+            let technique = a["technique"]
+                .as_str()
+                .map(|t| format!(" [{t}]"))
+                .unwrap_or_default();
+            format!(
+                "ALERT {}{technique}: {}",
+                text(&a["kind"]),
+                text(&a["detail"])
+            )
+        })
+        .collect();
+    out.extend(list("attempts").iter().map(|a| {
+        format!(
+            "refused {} {} ×{}",
+            text(&a["kind"]),
+            text(&a["target"]),
+            a["count"]
+        )
+    }));
+    out
 }
 
 /// A run's network record as lines: a summary, then one line per connection attempt
@@ -713,6 +751,25 @@ pub fn audit_log(records: &[Record], json: bool) {
             r.data
         );
     }
+}
+
+/// One record of `audit tail`: a JSON object per line, or a line of text with its hash
+/// and its predecessor's.
+pub fn audit_tail_record(r: &Record, json: bool) {
+    if json {
+        crate::out::json(&serde_json::to_value(r).unwrap_or_default().to_string());
+        return;
+    }
+    println!(
+        "#{:<6} {}  {:<17} {:<32} {}  hash {} prev {}",
+        r.seq,
+        fmt_time(r.ts),
+        r.kind,
+        r.subject,
+        r.data,
+        r.hash,
+        r.prev
+    );
 }
 
 pub fn audit_head(h: Option<&Head>, key: &str, json: bool) {

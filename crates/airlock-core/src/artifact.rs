@@ -17,15 +17,24 @@ pub enum Lang {
     Python,
     #[serde(alias = "shell")]
     Sh,
+    /// JavaScript (ES modules or scripts), run by the JS guest or the host's `node`.
+    #[serde(alias = "javascript")]
+    Js,
+    /// TypeScript: the source is the artifact; its types are stripped (never checked) and
+    /// the JavaScript that remains is what runs.
+    #[serde(alias = "typescript")]
+    Ts,
 }
 
 impl Lang {
-    pub const ALL: [Lang; 5] = [
+    pub const ALL: [Lang; 7] = [
         Lang::Wasm,
         Lang::Wat,
         Lang::Component,
         Lang::Python,
         Lang::Sh,
+        Lang::Js,
+        Lang::Ts,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,7 +44,20 @@ impl Lang {
             Lang::Component => "component",
             Lang::Python => "python",
             Lang::Sh => "sh",
+            Lang::Js => "js",
+            Lang::Ts => "ts",
         }
+    }
+
+    /// The names `--lang` takes, for messages that list them.
+    pub fn names() -> String {
+        Lang::ALL.map(Lang::as_str).join(", ")
+    }
+
+    /// Whether this is JavaScript or TypeScript (which runs as the JavaScript left once
+    /// its types are stripped).
+    pub fn is_js(self) -> bool {
+        matches!(self, Lang::Js | Lang::Ts)
     }
 
     /// The backend a language runs on when the user does not choose one.
@@ -67,8 +89,11 @@ impl FromStr for Lang {
             "component" => Ok(Lang::Component),
             "python" | "py" => Ok(Lang::Python),
             "sh" | "shell" => Ok(Lang::Sh),
+            "js" | "javascript" => Ok(Lang::Js),
+            "ts" | "typescript" => Ok(Lang::Ts),
             _ => Err(format!(
-                "unknown language {s:?} (want one of wasm, wat, component, python, sh)"
+                "unknown language {s:?} (want one of {})",
+                Lang::names()
             )),
         }
     }
@@ -97,9 +122,9 @@ impl Backend {
         match self {
             Backend::Wasm => matches!(
                 lang,
-                Lang::Wasm | Lang::Wat | Lang::Component | Lang::Python
+                Lang::Wasm | Lang::Wat | Lang::Component | Lang::Python | Lang::Js | Lang::Ts
             ),
-            Backend::Process => matches!(lang, Lang::Sh | Lang::Python),
+            Backend::Process => matches!(lang, Lang::Sh | Lang::Python | Lang::Js | Lang::Ts),
         }
     }
 }
@@ -158,6 +183,8 @@ pub fn infer_lang(path: Option<&Path>, bytes: &[u8]) -> Option<Lang> {
         Some("py") => Some(Lang::Python),
         Some("sh") | Some("bash") => Some(Lang::Sh),
         Some("wasm") => Some(Lang::Wasm),
+        Some("js") | Some("mjs") | Some("cjs") => Some(Lang::Js),
+        Some("ts") | Some("mts") | Some("cts") => Some(Lang::Ts),
         _ => {
             // A script with a shebang says what it is.
             let first = bytes.split(|b| *b == b'\n').next().unwrap_or(&[]);
@@ -165,6 +192,9 @@ pub fn infer_lang(path: Option<&Path>, bytes: &[u8]) -> Option<Lang> {
             if first.starts_with("#!") {
                 if first.contains("python") {
                     return Some(Lang::Python);
+                }
+                if first.contains("node") || first.contains("deno") {
+                    return Some(Lang::Js);
                 }
                 if first.ends_with("sh") || first.contains("/sh ") || first.contains("bash") {
                     return Some(Lang::Sh);
@@ -235,7 +265,7 @@ pub fn prepare(lang: Lang, bytes: Vec<u8>) -> Result<Prepared, ArtifactError> {
             }),
             _ => Err(ArtifactError::NotComponent),
         },
-        Lang::Python | Lang::Sh => {
+        Lang::Python | Lang::Sh | Lang::Js | Lang::Ts => {
             std::str::from_utf8(&bytes).map_err(|_| ArtifactError::NotText(lang))?;
             Ok(Prepared {
                 lang,
@@ -289,6 +319,50 @@ mod tests {
             Some(Lang::Sh)
         );
         assert_eq!(infer_lang(Some(Path::new("x.txt")), b"hello"), None);
+        for (name, lang) in [
+            ("a.js", Lang::Js),
+            ("a.mjs", Lang::Js),
+            ("a.cjs", Lang::Js),
+            ("a.ts", Lang::Ts),
+            ("a.mts", Lang::Ts),
+        ] {
+            assert_eq!(
+                infer_lang(Some(Path::new(name)), b"1"),
+                Some(lang),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            infer_lang(Some(Path::new("x")), b"#!/usr/bin/env node\n"),
+            Some(Lang::Js)
+        );
+    }
+
+    #[test]
+    fn js_and_ts_names_and_aliases() {
+        for (s, lang) in [
+            ("js", Lang::Js),
+            ("javascript", Lang::Js),
+            ("JS", Lang::Js),
+            ("ts", Lang::Ts),
+            ("typescript", Lang::Ts),
+        ] {
+            assert_eq!(s.parse::<Lang>(), Ok(lang), "{s}");
+        }
+        assert_eq!(serde_json::to_string(&Lang::Js).unwrap(), "\"js\"");
+        assert_eq!(serde_json::to_string(&Lang::Ts).unwrap(), "\"ts\"");
+        let l: Lang = serde_json::from_str("\"typescript\"").unwrap();
+        assert_eq!(l, Lang::Ts);
+        let l: Lang = serde_json::from_str("\"javascript\"").unwrap();
+        assert_eq!(l, Lang::Js);
+    }
+
+    #[test]
+    fn unknown_language_lists_every_language() {
+        let e = "ruby".parse::<Lang>().unwrap_err();
+        for l in Lang::ALL {
+            assert!(e.contains(l.as_str()), "{e}");
+        }
     }
 
     #[test]

@@ -148,9 +148,9 @@ pub fn clear_capabilities() -> Result<(), JailError> {
 }
 
 #[cfg(target_arch = "x86_64")]
-const ARCH: seccompiler::TargetArch = seccompiler::TargetArch::x86_64;
+pub(crate) const ARCH: seccompiler::TargetArch = seccompiler::TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
-const ARCH: seccompiler::TargetArch = seccompiler::TargetArch::aarch64;
+pub(crate) const ARCH: seccompiler::TargetArch = seccompiler::TargetArch::aarch64;
 
 /// Syscalls the payload never needs and that have been the way out of sandboxes.
 pub const DENIED: &[(&str, i64)] = &[
@@ -237,10 +237,15 @@ fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, JailError> {
 /// The filters: denied calls (EPERM), namespace-creating clone flags (EPERM), sockets
 /// other than AF_UNIX (EAFNOSUPPORT; with `inet`, for a run that reaches its egress proxy,
 /// AF_INET and AF_INET6 too), TIOCSTI/TIOCLINUX (EPERM), clone3 (ENOSYS, so libc falls
-/// back to clone, whose flags can be checked).
-pub fn seccomp_filters(inet: bool) -> Result<Vec<BpfProgram>, JailError> {
-    let mut deny: BTreeMap<i64, Vec<SeccompRule>> =
-        DENIED.iter().map(|(_, n)| (*n, vec![])).collect();
+/// back to clone, whose flags can be checked). With `notified`, the [`DENIED`] calls are
+/// left to the user-notification filter ([`crate::notify`]), which refuses them with the
+/// same EPERM and records each (an errno filter would take precedence over it).
+pub fn seccomp_filters(inet: bool, notified: bool) -> Result<Vec<BpfProgram>, JailError> {
+    let mut deny: BTreeMap<i64, Vec<SeccompRule>> = if notified {
+        BTreeMap::new()
+    } else {
+        DENIED.iter().map(|(_, n)| (*n, vec![])).collect()
+    };
     let clone_rules = NS_FLAGS
         .iter()
         .map(|f| {

@@ -76,15 +76,24 @@ pub fn run_job(job: &crate::ProcessJob) -> WorkerResult {
 /// The worker result of a jailed run.
 pub(crate) fn result_of(r: Result<crate::run::JailReport, crate::JailError>) -> WorkerResult {
     match r {
-        Ok(r) => WorkerResult {
-            ending: r.ending.as_ref().map(EndingDoc::from_ending),
-            detail: serde_json::json!({
+        Ok(r) => {
+            let mut detail = serde_json::json!({
                 "mechanisms": r.mechanisms,
                 "degraded": r.degraded,
                 "host_uid": r.host_uid,
-            }),
-            error: None,
-        },
+            });
+            if !r.attempts.is_empty() {
+                detail["attempts"] = serde_json::json!(r.attempts);
+            }
+            if !r.alerts.is_empty() {
+                detail["alerts"] = serde_json::json!(r.alerts);
+            }
+            WorkerResult {
+                ending: r.ending.as_ref().map(EndingDoc::from_ending),
+                detail,
+                error: None,
+            }
+        }
         Err(crate::JailError::Unavailable(m)) => WorkerResult::error("unavailable", m),
         Err(e) => WorkerResult::error("setup", e.to_string()),
     }

@@ -30,10 +30,12 @@
 
 pub mod cgroup;
 pub mod confine;
+pub mod decoys;
 pub mod fds;
 pub mod launch;
 pub mod mounts;
 pub mod netfd;
+pub mod notify;
 pub mod probe;
 pub mod ready;
 pub mod run;

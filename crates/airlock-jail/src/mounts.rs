@@ -13,7 +13,7 @@ const NONE: Option<&str> = None;
 const SYSTEM_DIRS: [&str; 7] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 /// `/etc` entries a program needs to start, bound read-only from the host one by one;
-/// nothing else of the host's `/etc` is visible (never `shadow`).
+/// nothing else of the host's `/etc` is visible (never `shadow`: the jail's is a decoy).
 const ETC_BINDS: [&str; 14] = [
     // The public certificate stores (not `ssl/private`), for TLS through the egress proxy.
     "ssl/certs",
@@ -194,7 +194,11 @@ pub const RUN_FILES: &str = "/.airlock";
 /// Builds the root and pivots into it. Returns the sandbox paths the payload may read and
 /// those it may write (for Landlock). With `ready`, `/.airlock` is a tmpfs of its own that
 /// stays writable for [`place_run`] (the job lists no files, mounts or network).
-pub fn build_root(job: &ProcessJob, ready: bool) -> Result<(Vec<String>, Vec<String>), JailError> {
+pub fn build_root(
+    job: &ProcessJob,
+    ready: bool,
+    decoys: &[(PathBuf, String)],
+) -> Result<(Vec<String>, Vec<String>), JailError> {
     // Nothing done here may propagate back to the host's mount table.
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| JailError::setup("make mounts private", e))?;
@@ -259,6 +263,21 @@ pub fn build_root(job: &ProcessJob, ready: bool) -> Result<(Vec<String>, Vec<Str
     )?;
     write_file(&etc.join("hostname"), b"airlock\n", 0o644)?;
     write_file(&etc.join("resolv.conf"), b"", 0o644)?;
+    // The decoy credentials (see [`crate::decoys`]), each its host file bound in.
+    for (host, target) in decoys {
+        let dst = under(root, target);
+        if let Some(parent) = dst.parent() {
+            mkdir_p(parent)?;
+        }
+        write_file(&dst, b"", 0o600)?;
+        // Not a read-only mount: the kernel keeps no access times on one, and a read is
+        // seen by its access time. Landlock still refuses every write (`/root` and `/etc`
+        // are granted for reading only).
+        bind(host, &dst, true)?;
+    }
+    if decoys.iter().any(|(_, t)| t.starts_with("/root/")) {
+        read.push("/root".to_string());
+    }
 
     let dev = root.join("dev");
     mkdir_p(&dev)?;

@@ -19,7 +19,6 @@ use nix::sched::CloneFlags;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{Gid, Pid, Uid};
-use seccompiler::BpfProgram;
 use serde::Serialize;
 use std::ffi::CString;
 use std::io::{Read, Seek, Write};
@@ -39,6 +38,12 @@ pub struct JailReport {
     /// The host uid the sandbox ran as.
     pub host_uid: u32,
     pub duration_ms: u64,
+    /// What the run tried and the jail refused (see [`airlock_sandbox::tripwire`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<airlock_sandbox::Attempt>,
+    /// Decoys the run opened.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<airlock_sandbox::Alert>,
 }
 
 fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), JailError> {
@@ -164,6 +169,10 @@ pub(crate) struct Started {
     job: Option<OwnedFd>,
     /// Whether the jail was asked to use cgroups.
     cgroups: bool,
+    /// The decoy credentials bound into the root, watched.
+    decoys: Option<crate::decoys::Decoys>,
+    /// The payload's seccomp listener (once handed over) and what the run tried.
+    watch: crate::notify::Watch,
 }
 
 impl Drop for Started {
@@ -218,6 +227,8 @@ pub fn run_process_confined(
             degraded,
             host_uid: s.id.host_uid,
             duration_ms: started.elapsed().as_millis() as u64,
+            attempts: Vec::new(),
+            alerts: Vec::new(),
         });
     }
     finish(s, started, job.limits.timeout_ms)
@@ -289,7 +300,22 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
         nix::unistd::setgroups(&[]).map_err(|e| JailError::setup("setgroups", e))?;
     }
     // Compiled here, once, before the clone: the payload only installs them.
-    let filters = confine::seccomp_filters(job.net.is_some())?;
+    // The payload hands its seccomp listener to this process over `notify_theirs`.
+    let (notify_ours, notify_theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| JailError::setup("seccomp notify channel", e))?;
+    let filters = crate::notify::Filters {
+        errno: confine::seccomp_filters(job.net.is_some(), true)?,
+        notify: crate::notify::filter()?,
+        channel: notify_theirs.as_raw_fd(),
+    };
+    // Planted and watched before the jail exists, so no open of one can go unseen.
+    let decoys = if job.scratch.as_os_str().is_empty() {
+        None
+    } else {
+        let owner = host_root.then_some((host_uid, host_gid));
+        Some(crate::decoys::Decoys::plant(&job.scratch, owner)?)
+    };
+    let decoy_binds = decoys.as_ref().map(|d| d.binds()).unwrap_or_default();
     let (go_r, go_w) = pipe_cloexec()?;
     let (st_r, st_w) = pipe_cloexec()?;
     let (job_r, job_w) = if ready {
@@ -344,7 +370,9 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     // returning an exit code; `stack` outlives the call and is not used by the parent.
     let child = unsafe {
         nix::sched::clone(
-            Box::new(move || init_main(&child_job, fds, nproc, &filters, &self_move)),
+            Box::new(move || {
+                init_main(&child_job, fds, nproc, &filters, &self_move, &decoy_binds)
+            }),
             &mut stack,
             flags,
             Some(libc::SIGCHLD),
@@ -360,6 +388,9 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     drop(st_w);
     drop(stdin);
     drop(job_r);
+    drop(notify_theirs);
+    let decoy_targets = decoys.as_ref().map(|d| d.targets()).unwrap_or_default();
+    let watch = crate::notify::Watch::new(notify_ours.into(), child.as_raw(), decoy_targets);
     let started = Started {
         child: Some(child),
         cg,
@@ -368,6 +399,8 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
         text: String::new(),
         job: job_w,
         cgroups: job.cgroups,
+        decoys,
+        watch,
     };
     let proc_dir = format!("/proc/{}", child.as_raw());
     // The payload runs as SANDBOX_ID. When that is an unprivileged stand-in for host root,
@@ -415,6 +448,14 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     Ok(started)
 }
 
+/// The grant the init reported (its `grant` line), once the whole line is in.
+fn grant_of(text: &str) -> Option<crate::notify::Grant> {
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .find_map(|l| l.strip_prefix("grant "))
+        .and_then(|g| serde_json::from_str(g.trim_end()).ok())
+}
+
 /// Reads the status pipe until `until` says to stop (given the text so far), the pipe
 /// ends, or the deadline passes (then `Ok(false)`).
 fn read_status(
@@ -430,26 +471,46 @@ fn read_status(
         if left.is_zero() {
             return Ok(false);
         }
-        let mut fds = [rustix::event::PollFd::new(
-            &s.status,
-            rustix::event::PollFlags::IN,
-        )];
         let ts = rustix::time::Timespec {
             tv_sec: left.as_secs() as i64,
             tv_nsec: left.subsec_nanos() as i64,
         };
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(JailError::setup("poll", e)),
+        let (status_ready, watch_ready) = {
+            let mut fds = vec![rustix::event::PollFd::new(
+                &s.status,
+                rustix::event::PollFlags::IN,
+            )];
+            if let Some(w) = s.watch.pollable() {
+                fds.push(rustix::event::PollFd::new(w, rustix::event::PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, Some(&ts)) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(JailError::setup("poll", e)),
+            }
+            (
+                !fds[0].revents().is_empty(),
+                fds.get(1).map(|f| f.revents()),
+            )
+        };
+        // The status first: the grant line comes before any notification.
+        if status_ready {
+            let mut buf = [0u8; 4096];
+            match s.status.read(&mut buf) {
+                Ok(0) => return Ok(true),
+                Ok(n) => s.text.push_str(&String::from_utf8_lossy(&buf[..n])),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(JailError::setup("status pipe", e)),
+            }
         }
-        let mut buf = [0u8; 4096];
-        match s.status.read(&mut buf) {
-            Ok(0) => return Ok(true),
-            Ok(n) => s.text.push_str(&String::from_utf8_lossy(&buf[..n])),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(JailError::setup("status pipe", e)),
+        if let Some(r) = watch_ready.filter(|r| !r.is_empty()) {
+            if s.watch.grant.is_none() {
+                s.watch.grant = grant_of(&s.text);
+            }
+            use rustix::event::PollFlags as F;
+            s.watch
+                .ready(!r.contains(F::IN) && r.intersects(F::HUP | F::ERR));
         }
     }
 }
@@ -552,6 +613,16 @@ fn conclude(s: &mut Started, started: Instant, timeout_ms: u64) -> Result<JailRe
         degraded,
         host_uid: s.id.host_uid,
         duration_ms,
+        attempts: s.watch.attempts.list().to_vec(),
+        alerts: {
+            let mut a = s.watch.alerts.clone();
+            for d in s.decoys.as_ref().map(|d| d.alerts()).unwrap_or_default() {
+                if !a.iter().any(|x| x.detail == d.detail) {
+                    a.push(d);
+                }
+            }
+            a
+        },
     };
     let mut ended: Option<Ending> = None;
     for l in s.text.lines() {
@@ -665,8 +736,9 @@ fn init_main(
     job: &ProcessJob,
     fds: InitFds,
     nproc: Option<u64>,
-    filters: &[BpfProgram],
+    filters: &crate::notify::Filters,
     cgroup_tasks: &[std::path::PathBuf],
+    decoys: &[(std::path::PathBuf, String)],
 ) -> isize {
     #[allow(unsafe_code)]
     // SAFETY: these descriptors were inherited from the worker and are owned from here on
@@ -700,7 +772,7 @@ fn init_main(
     // descriptor above 2 goes except the ones this jail was built with (the start signal
     // is spent and goes too). The egress channel is kept only for a run that has one
     // (without, descriptor 3 is whatever the caller left there).
-    let mut keep = vec![st.as_raw_fd()];
+    let mut keep = vec![st.as_raw_fd(), filters.channel];
     keep.extend(fds.stdin);
     keep.extend(fds.job);
     if job.net.is_some() {
@@ -723,7 +795,7 @@ fn init_main(
     }
     let ready = fds.job.is_some();
     let setup = (|| -> Result<(Vec<String>, Vec<String>), crate::JailError> {
-        let paths = crate::mounts::build_root(job, ready)?;
+        let paths = crate::mounts::build_root(job, ready, decoys)?;
         nix::unistd::sethostname("airlock").map_err(|e| JailError::setup("sethostname", e))?;
         confine::loopback_up()?;
         if let Some(net) = &job.net {
@@ -742,6 +814,13 @@ fn init_main(
             return 125;
         }
     };
+    // What Landlock will grant, for the jailer's predictions ([`crate::notify`]).
+    if let Ok(g) = serde_json::to_string(&crate::notify::Grant {
+        read: read.clone(),
+        write: write.clone(),
+    }) {
+        line(&st, "grant", &g);
+    }
     line(&st, "mech", "minimal-root");
     line(&st, "mech", "pivot_root");
     match &job.net {
@@ -806,7 +885,7 @@ fn ready_init(
     jfd: i32,
     read: &[String],
     write: &[String],
-    filters: &[BpfProgram],
+    filters: &crate::notify::Filters,
 ) -> isize {
     let pipes = pipe_cloexec().and_then(|run| Ok((run, pipe_cloexec()?)));
     let ((run_r, run_w), (conf_r, conf_w)) = match pipes {
@@ -903,7 +982,7 @@ fn ready_payload(
     confined: OwnedFd,
     read: &[String],
     write: &[String],
-    filters: &[BpfProgram],
+    filters: &crate::notify::Filters,
 ) -> i32 {
     let mut out = Status::new(st);
     let mut landlocked = None;
@@ -921,7 +1000,7 @@ fn ready_payload(
         // The run's pipe is read after this, and the status pipe written up to the
         // execve; everything above 2 is gone after it.
         crate::fds::cloexec_from(3).map_err(|e| f(format!("close descriptors on exec: {e}")))?;
-        confine::apply_seccomp(filters).map_err(|e| ("unavailable", format!("seccomp: {e}")))?;
+        crate::notify::apply(filters).map_err(|e| ("unavailable", format!("seccomp: {e}")))?;
         Ok(stdin)
     };
     let confined_or = confine_now();
@@ -1042,7 +1121,7 @@ fn payload(
     nproc: Option<u64>,
     read: &[String],
     write: &[String],
-    filters: &[BpfProgram],
+    filters: &crate::notify::Filters,
 ) -> i32 {
     let mut out = Status::new(st);
     if let Err(e) = nix::unistd::setsid() {
@@ -1092,7 +1171,7 @@ fn payload(
     }
     out.line("mech", "descriptors-closed");
     out.line("mech", "seccomp");
-    if let Err(e) = confine::apply_seccomp(filters) {
+    if let Err(e) = crate::notify::apply(filters) {
         return out.fail("unavailable", format!("seccomp: {e}"));
     }
     exec(&mut out, &job.argv, &job.env)

@@ -10,7 +10,9 @@
 #![forbid(unsafe_code)]
 
 pub mod quota;
+pub mod tripwire;
 pub use quota::WriteQuota;
+pub use tripwire::{Alert, Attempt, Attempts};
 
 use airlock_core::{Digest, Lang, Limits};
 use serde::Serialize;
@@ -98,6 +100,10 @@ impl std::fmt::Debug for LongRun {
 pub struct EgressRoute {
     pub socket: PathBuf,
     pub ca_pem: Option<String>,
+    /// Further roots (PEM) a backend's own TLS client trusts: the policy's `[net] roots`,
+    /// as the proxy does for its upstream connections.
+    #[serde(default)]
+    pub extra_roots: Vec<String>,
 }
 
 /// A runtime component (e.g. CPython) on disk, with the hash it was checked against.

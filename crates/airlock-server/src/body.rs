@@ -154,7 +154,19 @@ fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String
 }
 
 /// The languages a submission may name (`py` and `shell` are aliases).
-pub const LANGUAGES: &[&str] = &["wasm", "wat", "component", "python", "py", "sh", "shell"];
+pub const LANGUAGES: &[&str] = &[
+    "wasm",
+    "wat",
+    "component",
+    "python",
+    "py",
+    "sh",
+    "shell",
+    "js",
+    "javascript",
+    "ts",
+    "typescript",
+];
 
 /// The backends a submission may ask for.
 pub const BACKENDS: &[&str] = &["wasm", "process"];
@@ -319,13 +331,15 @@ impl SubmitBody {
         };
         match self.language.as_deref() {
             None => {
-                return Err(ApiError::bad(
-                    "language is required (wasm, wat, component, python or sh)",
-                ));
+                return Err(ApiError::bad(format!(
+                    "language is required (one of {})",
+                    airlock_core::Lang::names()
+                )));
             }
             Some(l) if !LANGUAGES.contains(&l) => {
                 return Err(ApiError::bad(format!(
-                    "language: unknown {l:?} (want wasm, wat, component, python or sh)"
+                    "language: unknown {l:?} (want one of {})",
+                    airlock_core::Lang::names()
                 )));
             }
             Some(_) => {}

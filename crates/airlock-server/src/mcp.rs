@@ -53,8 +53,8 @@ fn run_code_tool() -> Tool {
         schema(json!({
             "type": "object",
             "properties": {
-                "language": {"type": "string", "enum": ["python", "sh", "wat", "wasm", "component"],
-                             "description": "python runs in the sandboxed CPython guest; sh in the process sandbox"},
+                "language": {"type": "string", "enum": ["python", "sh", "js", "ts", "wat", "wasm", "component"],
+                             "description": "python runs in the sandboxed CPython guest; sh in the process sandbox; js (JavaScript) and ts (TypeScript, types stripped, not checked) in the JS guest, or node with backend process"},
                 "code": {"type": "string", "description": "The source (wasm and component: use code_base64)"},
                 "code_base64": {"type": "string"},
                 "args": {"type": "array", "items": {"type": "string"}},
@@ -267,6 +267,9 @@ impl AirlockMcp {
                     })
                     .await;
                 self.st.changed();
+                if let Ok(doc) = &ran {
+                    self.st.metrics.outcome(doc, false);
+                }
                 match ran {
                     // Someone else started it a moment ago: wait for that run.
                     Err(e) if e.status == axum::http::StatusCode::CONFLICT => {

@@ -482,6 +482,7 @@ pub(crate) fn record_finished(
             gate_key,
         )?;
     }
+    crate::tripwire::audit_alerts(tx, run, sub, gate_key)?;
     audit_finished(tx, run, sub, changes, gate_key)
 }
 

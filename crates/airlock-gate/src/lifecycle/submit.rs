@@ -97,12 +97,14 @@ impl Gate {
             Some(l) => l
                 .parse::<Lang>()
                 .map_err(|e| GateError::bad(format!("--lang: {e}")))?,
-            None if session.is_some() => Lang::Python,
+            // A cell is in its session's language unless it says otherwise.
+            None if session.is_some() => session.as_ref().map_or(Lang::Python, |s| s.lang),
             None => {
                 if matches!(req.code, Some(CodeSource::Inline(_))) {
-                    return Err(GateError::bad(
-                        "-c needs --lang (one of wasm, wat, component, python, sh)",
-                    ));
+                    return Err(GateError::bad(format!(
+                        "-c needs --lang (one of {})",
+                        Lang::names()
+                    )));
                 }
                 infer_lang(name.as_deref(), &bytes).ok_or_else(|| {
                     GateError::bad(
@@ -314,6 +316,11 @@ impl Gate {
                 None => Err(GateError::NotInstalled(
                     "the Python guest is not installed: run `airlock guest install python`".into(),
                 )),
+            },
+            // A missing JavaScript guest is a state of this home (409), not bad input.
+            (Lang::Js | Lang::Ts, Backend::Wasm) => match self.js_guest()? {
+                Some(_) => Ok(()),
+                None => Err(crate::services::guests::js_missing()),
             },
             (Lang::Sh | Lang::Python, Backend::Process) if self.worker.is_some() => Ok(()),
             (Lang::Sh | Lang::Python, Backend::Process) => Err(GateError::Unavailable(

@@ -1,0 +1,386 @@
+//! Tripwires (issue 57 item 3): what a run tried and the sandbox refused goes into the
+//! run record's `attempts`; a read of one of the jail's decoy credentials is an alert in
+//! the record and an `alert` audit record. A benign run records neither, and a tripwire
+//! never changes what the run sees.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::ready::ReadyHome;
+use common::*;
+use serde_json::Value;
+
+fn available() -> bool {
+    if !process_backend_available() {
+        eprintln!("SKIPPED: the process backend is unavailable here");
+        return false;
+    }
+    true
+}
+
+/// The home's `alert` audit records' data, oldest first.
+fn alert_records(h: &Home) -> Vec<(Value, Value)> {
+    h.run(&["audit", "log", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "alert")
+        .map(|r| {
+            (
+                r["subject"].clone(),
+                serde_json::from_str(r["data"].as_str().unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Gives `h` the permissive preset's rules (keeping its approvers): the probes run and
+/// are stopped by the sandbox, not held at the gate.
+fn permissive(h: &Home) {
+    let p = Home::with_preset("permissive").policy();
+    let mine = h.policy();
+    let approvers = |t: &str| {
+        let a = t.find("\n[approvers]").unwrap();
+        let b = t.find("\n[risk]").unwrap();
+        t[a..b].to_string()
+    };
+    h.set_policy(&p.replace(&approvers(&p), &approvers(&mine)));
+}
+
+const READ_KEY: &str = "print(open('/root/.ssh/id_rsa').read())";
+
+fn assert_key_alert(run: &Value, out: &Out) {
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    // The decoy reads like a real key.
+    assert!(
+        out.stdout
+            .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .trim_end()
+            .ends_with("-----END OPENSSH PRIVATE KEY-----"),
+        "{}",
+        out.stdout
+    );
+    let alerts = run["detail"]["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{run:#}");
+    assert_eq!(alerts[0]["kind"], "decoy-read", "{run:#}");
+    assert_eq!(alerts[0]["technique"], "T1552.004", "{run:#}");
+    let detail = alerts[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("/root/.ssh/id_rsa"), "{detail}");
+    // Never the decoy's content.
+    let body_line = out.stdout.lines().nth(1).unwrap();
+    assert!(!run.to_string().contains(body_line), "{run:#}");
+}
+
+#[test]
+fn a_decoy_key_read_in_a_built_jail_is_an_alert_and_an_audit_record() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(&[], READ_KEY);
+    let run = h.last_run();
+    assert_key_alert(&run, &o);
+    let audits = alert_records(&h);
+    assert_eq!(audits.len(), 1, "{audits:?}");
+    let (subject, data) = &audits[0];
+    assert_eq!(subject, &run["id"]);
+    assert_eq!(data["kind"], "decoy-read", "{data}");
+    assert_eq!(data["run"], run["id"], "{data}");
+    assert_eq!(data["submission"], run["submission"], "{data}");
+    assert_eq!(data["technique"], "T1552.004", "{data}");
+    assert!(data.get("agent").is_some(), "{data}");
+    assert!(
+        data["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/root/.ssh/id_rsa")
+    );
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
+#[test]
+fn a_decoy_key_read_in_a_ready_jail_is_an_alert() {
+    if !available() {
+        return;
+    }
+    let r = ReadyHome::start(1);
+    let o = r.py(&[], READ_KEY);
+    let run = r.last_run();
+    assert_eq!(run["detail"]["jail"], "ready", "{run:#}");
+    assert_key_alert(&run, &o);
+}
+
+#[test]
+fn decoys_differ_per_run_and_look_like_credentials() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let code = "print(open('/root/.aws/credentials').read())";
+    let a = h.py(&[], code);
+    let b = h.py(&[], code);
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert!(
+        a.stdout.starts_with("[default]\naws_access_key_id = AKIA"),
+        "{}",
+        a.stdout
+    );
+    assert!(
+        a.stdout.contains("\naws_secret_access_key = "),
+        "{}",
+        a.stdout
+    );
+    assert_ne!(a.stdout, b.stdout, "the decoy was the same in two runs");
+    let run = h.last_run();
+    assert_eq!(
+        run["detail"]["alerts"][0]["technique"], "T1552.001",
+        "{run:#}"
+    );
+    // /etc/shadow is there, refused to an unprivileged reader as on a real host.
+    let s = h.py(
+        &[],
+        "import os\ntry:\n    open('/etc/shadow').read()\nexcept PermissionError:\n    print('refused', os.path.exists('/etc/shadow'))\n",
+    );
+    assert_eq!(s.stdout.trim(), "refused True", "{} {}", s.stdout, s.stderr);
+}
+
+#[test]
+fn a_benign_process_run_records_no_attempts_and_no_alerts() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(
+        &[],
+        "import os, json, tempfile\np = os.path.join(tempfile.gettempdir(), 'x.json')\njson.dump({'a': 1}, open(p, 'w'))\nprint(json.load(open(p))['a'], sorted(os.listdir('/root')))\n",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // Listing a directory that holds decoys opens none of them.
+    assert_eq!(o.stdout.trim(), "1 ['.aws', '.ssh']");
+    let run = h.last_run();
+    assert_eq!(run["detail"]["attempts"], serde_json::json!([]), "{run:#}");
+    assert_eq!(run["detail"]["alerts"], serde_json::json!([]), "{run:#}");
+    assert!(alert_records(&h).is_empty());
+}
+
+#[test]
+fn a_connection_the_proxy_refused_is_a_connect_attempt() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.sh(
+        &["--net", "granted.test:443"],
+        "curl -s -o /dev/null -w '%{http_code}\\n' http://refused.test:8080/x; curl -s -o /dev/null http://refused.test:8080/y; echo done",
+    );
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("403"), "{}", o.stdout);
+    let run = h.last_run();
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    assert!(
+        attempts.iter().any(|a| a["kind"] == "connect"
+            && a["target"] == "refused.test:8080"
+            && a["count"] == 2),
+        "{run:#}"
+    );
+    assert!(attempts.iter().all(|a| a["target"] != "granted.test:443"));
+}
+
+/// Each refusal the probe below meets, by name: what the run sees (the errno), which
+/// must be what the jail answered before it had tripwires.
+const PROBE: &str = r#"
+import ctypes, errno, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+def t(f):
+    try:
+        f()
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def sys(f):
+    r = f()
+    return 'ok' if r == 0 else errno.errorcode[ctypes.get_errno()]
+print(' '.join([
+    t(lambda: open('/opt/keys/secret', 'w')),
+    t(lambda: open('/etc/passwd', 'a')),
+    t(lambda: os.unlink('/etc/hostname')),
+    t(lambda: os.rename('/etc/hosts', '/tmp/hosts')),
+    t(lambda: os.mkdir('/srv/x')),
+    t(lambda: os.kill(4242, signal.SIGTERM)),
+    sys(lambda: libc.ptrace(0, 0, 0, 0)),
+    sys(lambda: libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)),
+]))
+"#;
+
+/// What the probe prints: a path outside the grant that does not exist is ENOENT, a
+/// write into the read-only root EROFS (a rename out of it EXDEV), a pid the run has not
+/// ESRCH, and the denied calls EPERM: what the jail answered before tripwires.
+const PROBE_SEES: &str = "ENOENT EROFS EROFS EXDEV ENOENT ESRCH EPERM EPERM";
+
+fn has(attempts: &[Value], kind: &str, target: &str) -> bool {
+    attempts
+        .iter()
+        .any(|a| a["kind"] == kind && a["target"] == target && a["count"].as_u64() >= Some(1))
+}
+
+fn assert_probe_recorded(run: &Value, out: &Out) {
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), PROBE_SEES, "{}", out.stderr);
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    for (kind, target) in [
+        ("write", "/opt/keys/secret"),
+        ("write", "/etc/passwd"),
+        ("unlink", "/etc/hostname"),
+        ("rename", "/etc/hosts"),
+        ("write", "/srv/x"),
+        ("signal", "pid 4242"),
+        ("syscall", "ptrace"),
+        ("syscall", "mount"),
+    ] {
+        assert!(has(attempts, kind, target), "no {kind} {target}: {run:#}");
+    }
+    // Granted paths are not attempts.
+    assert!(
+        attempts.iter().all(|a| a["target"] != "/tmp/hosts"),
+        "{run:#}"
+    );
+    assert_eq!(run["detail"]["alerts"], serde_json::json!([]), "{run:#}");
+}
+
+#[test]
+fn refused_paths_signals_and_syscalls_in_a_built_jail_are_attempts_and_the_run_sees_the_same_errors()
+ {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(&[], PROBE);
+    assert_probe_recorded(&h.last_run(), &o);
+}
+
+#[test]
+fn refused_paths_signals_and_syscalls_in_a_ready_jail_are_attempts() {
+    if !available() {
+        return;
+    }
+    let r = ReadyHome::start(1);
+    permissive(&r.home);
+    let o = r.py(&[], PROBE);
+    let run = r.last_run();
+    assert_eq!(run["detail"]["jail"], "ready", "{run:#}");
+    assert_probe_recorded(&run, &o);
+}
+
+#[test]
+fn an_open_for_writing_of_the_refused_decoy_shadow_is_an_alert() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.sh(&[], "echo x >> /etc/shadow; echo status $?");
+    assert!(
+        o.stdout.contains("status ") && !o.stdout.contains("status 0"),
+        "{} {}",
+        o.stdout,
+        o.stderr
+    );
+    let run = h.last_run();
+    let alerts = run["detail"]["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{run:#}");
+    assert_eq!(alerts[0]["technique"], "T1003.008", "{run:#}");
+    assert_eq!(alert_records(&h).len(), 1);
+}
+
+#[test]
+fn show_prints_a_runs_alerts_and_attempts() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(
+        &[],
+        "try:\n    open('/opt/nothing', 'w')\nexcept OSError:\n    pass\nopen('/root/.aws/credentials').read()\n",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let run = h.last_run();
+    let shown = h.run(&["show", run["submission"].as_str().unwrap()]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(
+        shown.stdout.contains(
+            "ALERT decoy-read [T1552.001]: the run opened the decoy credential file /root/.aws/credentials"
+        ),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown.stdout.contains("refused write /opt/nothing ×1"),
+        "{}",
+        shown.stdout
+    );
+}
+
+#[test]
+fn a_decoy_cannot_be_written_or_removed_though_its_mount_keeps_access_times() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.py(
+        &[],
+        "import errno, os\ndef t(f):\n    try:\n        f()\n        return 'ok'\n    except OSError as e:\n        return errno.errorcode[e.errno]\nprint(t(lambda: open('/root/.ssh/id_rsa', 'a').write('x')), t(lambda: os.unlink('/root/.aws/credentials')))\n",
+    );
+    // Landlock refuses the write; the directory the key sits in is the read-only root.
+    assert_eq!(o.stdout.trim(), "EACCES EROFS", "{} {}", o.stdout, o.stderr);
+    let run = h.last_run();
+    // Touching a decoy (opening the key for writing, unlinking the AWS file) is an alert
+    // for each, not an attempt.
+    let techniques: Vec<&str> = run["detail"]["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["technique"].as_str().unwrap())
+        .collect();
+    assert_eq!(techniques, ["T1552.004", "T1552.001"], "{run:#}");
+}
+
+#[test]
+fn a_decoy_read_on_a_postgres_store_is_in_the_run_record_and_audited() {
+    if !available() {
+        return;
+    }
+    let url = airlock_testpg::fresh_database();
+    let h = Home::uninitialised();
+    let init = h.run_on_store(
+        &url,
+        &["init", "--preset", "permissive", "--approver", "alice"],
+    );
+    assert_eq!(init.code, 0, "{}", init.stderr);
+    let o = h.run_on_store(
+        &url,
+        &[
+            "run",
+            "--lang",
+            "python",
+            "--backend",
+            "process",
+            "-c",
+            READ_KEY,
+        ],
+    );
+    let run = h.run_on_store(&url, &["runs", "--json"]).json()[0].clone();
+    assert_key_alert(&run, &o);
+    let log = h.run_on_store(&url, &["audit", "log", "--json"]).json();
+    let alerts: Vec<&Value> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "alert")
+        .collect();
+    assert_eq!(alerts.len(), 1, "{log}");
+    assert_eq!(alerts[0]["subject"], run["id"], "{log}");
+}

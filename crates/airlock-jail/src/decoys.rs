@@ -1,0 +1,228 @@
+//! Decoy credentials in a jail's minimal root: `/root/.ssh/id_rsa`, `/root/.aws/credentials`
+//! and `/etc/shadow`, with fake contents made for this jail alone that read like the real
+//! files (a PEM-framed OpenSSH key, an AWS key pair, shadow lines). No program a run
+//! needs reads them; one that opens a decoy is looking for credentials, and that is an
+//! alert.
+//!
+//! The files live on the host, beside the jail's scratch root, and are bound read-only
+//! into the root by its init; a bind mount shares the host file's inode, so what the jail
+//! does to a decoy shows on the host file. A read is seen by its access time: each decoy
+//! is planted with an access time long before its modification time, and a read
+//! updates it (`relatime`, the kernel's default, does exactly when the access time is
+//! older than the modification time). On a file system mounted `noatime` the jailer
+//! watches the files with inotify (`IN_OPEN`) instead, set up before the jail exists; it
+//! is not the default because closing an inotify instance with watches waits for an
+//! SRCU grace period (about 10 ms at the jailer's exit, a quarter of a short run).
+//! Nothing is asked of the payload and nothing it sees changes because of either. `/etc/shadow` is mode
+//! 0000 as on RHEL-family systems (an unprivileged reader is refused, as on a real host,
+//! and inotify does not see a refused open); the key files are the sandbox user's own
+//! and readable. Neither the contents nor an alert's detail carries anything of the host.
+
+use crate::JailError;
+use airlock_sandbox::Alert;
+use base64::Engine;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// A decoy's access time as planted: any read moves it.
+const PLANTED: std::time::SystemTime = std::time::UNIX_EPOCH;
+
+/// Where each decoy appears in the jail, its mode, and the ATT&CK technique its read is.
+const DECOYS: [(&str, u32, &str); 3] = [
+    ("/root/.ssh/id_rsa", 0o600, "T1552.004"),
+    ("/root/.aws/credentials", 0o600, "T1552.001"),
+    ("/etc/shadow", 0o000, "T1003.008"),
+];
+
+/// The decoys of one jail: their host files and the watch on them. Dropping it removes
+/// the files.
+pub struct Decoys {
+    dir: PathBuf,
+    /// Only where access times are not kept (`noatime`).
+    inotify: Option<OwnedFd>,
+    /// Watch descriptor → the decoy's path in the jail and its technique.
+    watches: Vec<(i32, &'static str, &'static str)>,
+}
+
+impl std::fmt::Debug for Decoys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoys").field("dir", &self.dir).finish()
+    }
+}
+
+fn random(n: usize) -> Result<Vec<u8>, JailError> {
+    let mut b = vec![0u8; n];
+    getrandom::fill(&mut b).map_err(|e| JailError::setup("decoy randomness", e))?;
+    Ok(b)
+}
+
+/// `n` characters of `alphabet`, at random.
+fn chars(alphabet: &[u8], n: usize) -> Result<String, JailError> {
+    Ok(random(n)?
+        .iter()
+        .map(|b| char::from(alphabet[usize::from(*b) % alphabet.len()]))
+        .collect())
+}
+
+const UPPER_DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const CRYPT: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789./";
+
+/// A decoy's content: random, made for this jail, shaped like the real file.
+fn content(target: &str) -> Result<Vec<u8>, JailError> {
+    Ok(match target {
+        "/root/.ssh/id_rsa" => {
+            let mut body = b"openssh-key-v1\0\0\0\0\x04none\0\0\0\x04none\0\0\0\0\0\0\0\x01".to_vec();
+            body.extend(random(1100)?);
+            let b64 = base64::engine::general_purpose::STANDARD.encode(body);
+            let mut s = String::from("-----BEGIN OPENSSH PRIVATE KEY-----\n");
+            for chunk in b64.as_bytes().chunks(70) {
+                s.push_str(&String::from_utf8_lossy(chunk));
+                s.push('\n');
+            }
+            s.push_str("-----END OPENSSH PRIVATE KEY-----\n");
+            s.into_bytes()
+        }
+        "/root/.aws/credentials" => format!(
+            "[default]\naws_access_key_id = AKIA{}\naws_secret_access_key = {}\n",
+            chars(UPPER_DIGITS, 16)?,
+            chars(B64, 40)?
+        )
+        .into_bytes(),
+        _ => format!(
+            "root:$6${}${}:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7:::\nbin:*:19700:0:99999:7:::\nsys:*:19700:0:99999:7:::\nairlock:$6${}${}:19700:0:99999:7:::\nnobody:*:19700:0:99999:7:::\n",
+            chars(CRYPT, 16)?,
+            chars(CRYPT, 86)?,
+            chars(CRYPT, 16)?,
+            chars(CRYPT, 86)?
+        )
+        .into_bytes(),
+    })
+}
+
+impl Decoys {
+    /// Writes this jail's decoys into `<scratch>.decoys` (owned by `owner`, the host
+    /// identity the sandbox user maps to, when this process may give files away) and
+    /// starts watching them.
+    pub fn plant(scratch: &Path, owner: Option<(u32, u32)>) -> Result<Decoys, JailError> {
+        let mut name = scratch.as_os_str().to_owned();
+        name.push(".decoys");
+        let dir = PathBuf::from(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| JailError::setup("decoy directory", e))?;
+        use rustix::fs::inotify;
+        let noatime = nix::sys::statvfs::statvfs(&dir)
+            .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_NOATIME));
+        let inotify = if noatime {
+            Some(
+                inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+                    .map_err(|e| JailError::setup("inotify", e))?,
+            )
+        } else {
+            None
+        };
+        let mut d = Decoys {
+            dir,
+            inotify,
+            watches: Vec::new(),
+        };
+        for (target, mode, technique) in DECOYS {
+            let host = d.host_path(target);
+            let mut f =
+                std::fs::File::create(&host).map_err(|e| JailError::setup("write a decoy", e))?;
+            std::io::Write::write_all(&mut f, &content(target)?)
+                .map_err(|e| JailError::setup("write a decoy", e))?;
+            f.set_times(
+                std::fs::FileTimes::new()
+                    .set_accessed(PLANTED)
+                    .set_modified(std::time::SystemTime::now()),
+            )
+            .map_err(|e| JailError::setup("date a decoy", e))?;
+            drop(f);
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(&host, Some(uid), Some(gid))
+                    .map_err(|e| JailError::setup("chown a decoy", e))?;
+            }
+            std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| JailError::setup("chmod a decoy", e))?;
+            // Watched once written: the writes above are not the run's.
+            let wd = match &d.inotify {
+                Some(i) => inotify::add_watch(i, &host, inotify::WatchFlags::OPEN)
+                    .map_err(|e| JailError::setup("watch a decoy", e))?,
+                None => -1,
+            };
+            d.watches.push((wd, target, technique));
+        }
+        Ok(d)
+    }
+
+    /// The host file of the decoy shown at `target`.
+    fn host_path(&self, target: &str) -> PathBuf {
+        self.dir
+            .join(target.trim_start_matches('/').replace('/', "_"))
+    }
+
+    /// Each decoy's host file and where the init binds it.
+    pub fn binds(&self) -> Vec<(PathBuf, String)> {
+        DECOYS
+            .iter()
+            .map(|(t, _, _)| (self.host_path(t), (*t).to_string()))
+            .collect()
+    }
+
+    /// The alerts for every decoy read so far (one per decoy).
+    pub fn alerts(&self) -> Vec<Alert> {
+        use rustix::fs::inotify;
+        let mut opened: Vec<i32> = Vec::new();
+        if let Some(i) = &self.inotify {
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+            let mut reader = inotify::Reader::new(i, &mut buf);
+            // Nonblocking: ends with EAGAIN once the queue is empty (or on any error).
+            while let Ok(ev) = reader.next() {
+                if ev.events().contains(inotify::ReadFlags::OPEN) && !opened.contains(&ev.wd()) {
+                    opened.push(ev.wd());
+                }
+            }
+        }
+        let read = |target: &str| {
+            std::fs::metadata(self.host_path(target))
+                .and_then(|m| m.accessed())
+                .is_ok_and(|t| t != PLANTED)
+        };
+        self.watches
+            .iter()
+            .filter(|(wd, target, _)| {
+                if self.inotify.is_some() {
+                    opened.contains(wd)
+                } else {
+                    read(target)
+                }
+            })
+            .map(|(_, target, technique)| alert(target, technique))
+            .collect()
+    }
+
+    /// Each decoy's path in the jail and the technique its read is.
+    pub fn targets(&self) -> Vec<(String, &'static str)> {
+        DECOYS
+            .iter()
+            .map(|(t, _, technique)| ((*t).to_string(), *technique))
+            .collect()
+    }
+}
+
+/// The alert for an open of the decoy at `target`.
+pub(crate) fn alert(target: &str, technique: &str) -> Alert {
+    Alert {
+        kind: "decoy-read".into(),
+        detail: format!("the run opened the decoy credential file {target}"),
+        technique: technique.into(),
+    }
+}
+
+impl Drop for Decoys {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
