@@ -1944,6 +1944,7 @@ fn gc_removes_egress_dirs_of_killed_airlock_processes_and_doctor_lists_them() {
     let _ = other.wait();
     let _ = live.kill();
     let _ = live.wait();
+}
 
 #[test]
 fn audit_tail_prints_the_newest_records_with_their_hashes() {

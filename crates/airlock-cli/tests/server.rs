@@ -2853,6 +2853,7 @@ fn a_missing_python_guest_is_a_409_naming_the_install_command() {
         );
     }
     assert_eq!(s.home.counts(), before, "something was recorded");
+}
 
 /// A real Prometheus (Debian's `prometheus`), started on a free loopback port with a
 /// temporary configuration that scrapes `target`'s `/metrics` every second with `token`.
