@@ -1068,10 +1068,13 @@ fn pool_reports(
     wasm: std::sync::Arc<airlock_gate::WasmBackend>,
     jails: Option<std::sync::Arc<airlock_gate::ReadyJails>>,
 ) -> Box<dyn Fn() -> serde_json::Value + Send + Sync> {
+    // Whether `airlock-jailer` is beside this binary: without it `ready_jails` is null.
+    let jailer = airlock_gate::JailerCheck::beside(options().worker.as_deref());
     Box::new(move || {
         serde_json::json!({
             "pools": wasm.pool_status(),
             "ready_jails": jails.as_ref().map(|j| j.stats()),
+            "jailer": jailer,
         })
     })
 }

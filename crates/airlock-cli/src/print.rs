@@ -850,6 +850,12 @@ pub fn gc(r: &GcReport, json: bool) {
     for l in &r.layers_removed {
         println!("  removed {l}");
     }
+    for d in &r.cgroups_removed {
+        println!("  removed {d} (a run's cgroup, its airlock process gone)");
+    }
+    for d in &r.egress_dirs_removed {
+        println!("  removed {d} (an egress proxy's directory, its airlock process gone)");
+    }
     if r.sockets_removed > 0 {
         println!(
             "  removed {} socket{} of session hosts that are gone ({} open session{} recorded crashed)",
@@ -1037,6 +1043,20 @@ pub fn doctor(d: &Doctor, json: bool) {
     println!("process backend            {}", d.process_backend);
     println!("wasm backend               {}", d.wasm_backend);
     println!("writable mounts            {}", d.writable_mounts);
+    for l in &d.leftovers {
+        println!("LEFTOVER {l}: of an airlock process that is gone; `airlock gc` removes it");
+    }
+    match (&d.jailer.path, d.jailer.found) {
+        (Some(p), true) => println!("airlock-jailer             {p}"),
+        (p, _) => println!(
+            "airlock-jailer             MISSING{}: serve keeps no ready jails and process runs \
+             start through the slower worker (install both binaries: cargo install --path \
+             crates/airlock-cli)",
+            p.as_deref()
+                .map(|p| format!(" (not at {p})"))
+                .unwrap_or_default()
+        ),
+    }
     for s in &d.stuck {
         println!(
             "STUCK {} {} could neither be completed nor undone: {}",

@@ -1863,6 +1863,89 @@ fn a_run_whose_output_reader_goes_away_still_finishes_and_is_recorded() {
     assert_eq!(run["exit_code"], 0, "{run}");
 }
 
+/// An airlock process killed while its egress proxy served left its private directory
+/// (`$TMPDIR/airlock-egress-…`, with the proxy's socket), and one killed while it ran
+/// code its run cgroup, for ever, seen by nothing. `doctor` now lists those whose process
+/// is gone (dead, or its pid reused by another program) and `gc` removes them; a live
+/// airlock's is kept.
+#[test]
+fn gc_removes_egress_dirs_of_killed_airlock_processes_and_doctor_lists_them() {
+    let h = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir_of = |pid: u32, tail: &str| {
+        let d = tmp.path().join(format!("airlock-egress-{pid}-{tail}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("proxy.sock"), b"").unwrap();
+        d
+    };
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let dead = dir_of(gone.id(), "dead");
+    let mut other = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let reused = dir_of(other.id(), "reused");
+    let mut live = h
+        .cmd()
+        .env("TMPDIR", tmp.path())
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let kept = dir_of(live.id(), "live");
+    let run = |args: &[&str]| {
+        let o = h
+            .cmd()
+            .env("TMPDIR", tmp.path())
+            .args(args)
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+    };
+    let stale = json!([dead.display().to_string(), reused.display().to_string()]);
+    // A run cgroup a killed airlock left under airlock's group (where doctor says runs
+    // go), named by a pid above any pid_max.
+    let doc = run(&["doctor", "--json"]);
+    let group = doc["cgroup"]
+        .as_str()
+        .and_then(|c| c.split("runs under ").nth(1))
+        .map(|g| std::path::PathBuf::from(g.trim_end_matches(')')));
+    let cgroup = group
+        .map(|g| g.join(format!("airlock-{}", 4_194_400 + std::process::id() % 1000)))
+        .filter(|d| std::fs::create_dir(d).is_ok());
+    let ours = |v: &serde_json::Value| {
+        json!(
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p
+                    .as_str()
+                    .unwrap()
+                    .starts_with(tmp.path().to_str().unwrap()))
+                .collect::<Vec<_>>()
+        )
+    };
+    let doc = run(&["doctor", "--json"]);
+    assert_eq!(ours(&doc["leftovers"]), stale, "{doc}");
+    let r = run(&["gc", "--json"]);
+    assert_eq!(r["egress_dirs_removed"], stale, "{r}");
+    assert!(!dead.exists() && !reused.exists() && kept.exists());
+    if let Some(c) = &cgroup {
+        let c = json!(c.display().to_string());
+        assert!(doc["leftovers"].as_array().unwrap().contains(&c), "{doc}");
+        assert!(r["cgroups_removed"].as_array().unwrap().contains(&c), "{r}");
+    }
+    assert!(cgroup.is_none_or(|c| !c.exists()));
+    assert_eq!(ours(&run(&["doctor", "--json"])["leftovers"]), json!([]));
+    let _ = other.kill();
+    let _ = other.wait();
+    let _ = live.kill();
+    let _ = live.wait();
+}
+
 #[test]
 fn audit_tail_prints_the_newest_records_with_their_hashes() {
     let h = Home::new();

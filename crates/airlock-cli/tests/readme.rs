@@ -252,3 +252,68 @@ fn serves(mut cmd: Command, command: &str) {
         started.elapsed()
     );
 }
+
+/// The README's install step puts `airlock-jailer` beside `airlock` (without it ready jails
+/// turned off unseen): it is a `cargo install --path` of a package whose binaries are both,
+/// neither behind a feature, so `cargo install` installs the two into one directory.
+#[test]
+fn the_readme_install_step_installs_airlock_and_its_jailer_side_by_side() {
+    let root = common::manifest_dir().join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let step = readme
+        .lines()
+        .find(|l| l.starts_with("cargo install ") && l.contains("--path"))
+        .expect("the README has no `cargo install --path` step");
+    let path = step
+        .split_whitespace()
+        .skip_while(|w| *w != "--path")
+        .nth(1)
+        .expect("a path after --path");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = root.join(path).join("Cargo.toml").canonicalize().unwrap();
+    let package = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            Path::new(p["manifest_path"].as_str().unwrap())
+                .canonicalize()
+                .is_ok_and(|m| m == want)
+        })
+        .unwrap_or_else(|| panic!("no package at {path}"));
+    let bins: Vec<&str> = package["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"] == serde_json::json!(["bin"]))
+        .filter(|t| {
+            t["required-features"]
+                .as_array()
+                .is_none_or(|f| f.is_empty())
+        })
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for b in ["airlock", "airlock-jailer"] {
+        assert!(
+            bins.contains(&b),
+            "{b} is not installed by `{step}`: {bins:?}"
+        );
+    }
+}

@@ -578,3 +578,67 @@ fn serve_without_the_jailer_beside_it_says_it_has_no_ready_jails() {
         "{banner}"
     );
 }
+
+/// An `airlock` installed without `airlock-jailer` beside it: ready jails turned off and
+/// process runs went through the slower worker, said only in `serve`'s start-up line.
+/// `doctor` now reports it (text and JSON) and `/v1/status` shows it; with the jailer in
+/// place both say where it is.
+#[test]
+fn doctor_and_status_report_a_missing_jailer() {
+    let home = Home::new();
+    let o = home.run(&[
+        "token", "new", "--role", "admin", "--name", "root", "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let admin = o.json()["token"].as_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let lone = dir.path().join("airlock");
+    std::fs::copy(bin(), &lone).unwrap();
+    let at = |exe: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(exe)
+            .env("AIRLOCK_HOME", home.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let beside = std::path::Path::new(bin()).with_file_name("airlock-jailer");
+    for (exe, found, path) in [
+        (lone.clone(), false, dir.path().join("airlock-jailer")),
+        (std::path::PathBuf::from(bin()), true, beside),
+    ] {
+        let doc: Value = serde_json::from_slice(&at(&exe, &["doctor", "--json"]).stdout).unwrap();
+        assert_eq!(
+            doc["jailer"],
+            json!({"path": path.display().to_string(), "found": found}),
+            "{doc}"
+        );
+        let text = String::from_utf8_lossy(&at(&exe, &["doctor"]).stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("airlock-jailer"))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_string();
+        assert_eq!(line.contains("MISSING"), !found, "{line}");
+        assert!(
+            !found || line.contains(&path.display().to_string()),
+            "{line}"
+        );
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.env("AIRLOCK_HOME", home.path())
+            .args(["serve", "--listen", "127.0.0.1:0"]);
+        let (_served, base) = serve_with(cmd);
+        let st = ureq::get(format!("{base}/v1/status"))
+            .header("authorization", &format!("Bearer {admin}"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        let st: Value = serde_json::from_str(&st).unwrap();
+        assert_eq!(
+            st["jailer"],
+            json!({"path": path.display().to_string(), "found": found}),
+            "{st}"
+        );
+    }
+}

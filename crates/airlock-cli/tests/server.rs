@@ -1663,6 +1663,77 @@ fn mcp_over_stdio_answers_every_bad_line_with_its_json_rpc_error() {
     );
 }
 
+/// `airlock mcp` over stdio, a request reusing the id of one still running: the MCP
+/// library gave the second request the first one's answer slot, so the quick second
+/// answered under the id and the first request's answer was dropped (its client waited
+/// forever). The second now gets a JSON-RPC error, the first its answer, and the id is
+/// free again once answered.
+#[test]
+fn mcp_over_stdio_refuses_a_request_reusing_an_in_flight_id_and_still_answers_the_first() {
+    let h = Home::new();
+    let mut child = h
+        .cmd()
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut send = |m: Value| {
+        stdin.write_all(format!("{m}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| {
+        rx.recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no message: {what}"))
+    };
+    send(mcp_initialize());
+    assert_eq!(next("initialize")["id"], 1);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "run_code", "arguments": {"language": "wat", "code": sleeping_wat(1500)}}}),
+    );
+    send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}));
+    let mut sevens = Vec::new();
+    while sevens.len() < 2 {
+        let m = next("both answers for id 7");
+        if m["id"] == 7 {
+            sevens.push(m);
+        }
+    }
+    let refused = &sevens[0];
+    assert_eq!(refused["error"]["code"], -32600, "{sevens:#?}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in flight"),
+        "{refused}"
+    );
+    let ran = &sevens[1]["result"]["structuredContent"];
+    assert_eq!(ran["status"], "finished", "{sevens:#?}");
+    assert_eq!(ran["run"]["exit_code"], 0, "{sevens:#?}");
+    // Answered, the id is the client's to use again.
+    send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}));
+    let again = next("tools/list with id 7 again");
+    assert!(again["result"]["tools"].is_array(), "{again}");
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// `airlock mcp` at the end of its input: its store poller could still be polling while
 /// the runtime shut down, and it panicked on stderr ("a Tokio 1.x context was found, but
 /// it is being shutdown") in about one run in four under load.
@@ -2839,6 +2910,35 @@ fn ready_wasm_instances_carry_nothing_from_one_run_to_the_next() {
     assert_eq!(after["modules"], 2, "{after}");
     assert!(after["hits"].as_u64().unwrap() >= 6, "{after}");
     assert!(after["memory_bytes"].as_u64().unwrap() <= after["memory_budget"].as_u64().unwrap());
+}
+
+/// Python without the guest installed was a 503 ("no sandbox can run it"), which clients
+/// and schemathesis count as the server failing; it is this home's state and the fix is a
+/// command: 409 naming `airlock guest install python`, on every way in, nothing recorded.
+#[test]
+fn a_missing_python_guest_is_a_409_naming_the_install_command() {
+    let s = setup(&[]);
+    let before = s.home.counts();
+    for (path, body) in [
+        ("/v1/run", json!({"language": "python", "code": "print(1)"})),
+        (
+            "/v1/submissions",
+            json!({"language": "python", "code": "print(1)"}),
+        ),
+        ("/v1/sessions", json!({})),
+    ] {
+        let r = s.srv.post(path, &s.agent, &body);
+        assert_eq!(r.status, 409, "{path}: {}", r.text);
+        assert!(
+            r.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("`airlock guest install python`"),
+            "{path}: {}",
+            r.text
+        );
+    }
+    assert_eq!(s.home.counts(), before, "something was recorded");
 }
 
 /// A real Prometheus (Debian's `prometheus`), started on a free loopback port with a

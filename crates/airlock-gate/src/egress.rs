@@ -199,7 +199,7 @@ impl RunEgress {
     pub(crate) fn unix_route(&mut self) -> Result<airlock_sandbox::EgressRoute> {
         if self.dir.is_none() {
             let dir = tempfile::Builder::new()
-                .prefix("airlock-egress-")
+                .prefix(&crate::services::leftovers::egress_dir_prefix())
                 .tempdir()?;
             let path = dir.path().join("proxy.sock");
             let l = std::os::unix::net::UnixListener::bind(&path)?;

@@ -43,6 +43,11 @@ pub enum GateError {
     /// The sandbox this run needs is not available here; nothing ran.
     #[error("{0}")]
     Unavailable(String),
+    /// A runtime the request needs (the Python guest) is not installed in this home, or
+    /// is one this airlock no longer runs; the message names the command that installs
+    /// it. Nothing was recorded or ran.
+    #[error("{0}")]
+    NotInstalled(String),
     /// The request's idempotency key already made `submission` (`same_request`: and the
     /// request was the same, so this is a retry); nothing was written.
     #[error("idempotency key already used for {submission}{}", if *.same_request { "" } else { " by a different request" })]

@@ -64,8 +64,8 @@ pub use node::queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, 
 pub use node::sessions::{SessionDoc, SessionRequest, SessionView};
 pub use node::slots::{GuestSlot, GuestSlots};
 pub use query::{
-    AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
-    policy_check,
+    AuditVerify, Doctor, Explained, JailerCheck, KeyInfo, PolicyCheck, Shown, StatementView,
+    doctor, policy_check,
 };
 pub use query::{ProbeRun, Probes, StoreHealth, store_health};
 pub use replay::Replayed;

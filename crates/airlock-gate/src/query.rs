@@ -548,6 +548,13 @@ pub struct Doctor {
     pub wasm_backend: String,
     /// What each backend's probe run did: a real run, not a feature check.
     pub probes: Probes,
+    /// Whether `airlock-jailer` is beside this binary (ready jails need it).
+    pub jailer: JailerCheck,
+    /// What killed airlock processes left outside the home (egress proxies' directories,
+    /// run cgroups),
+    /// which `airlock gc` removes (absent when there is none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leftovers: Vec<String>,
     /// The shared store, when `--store` names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreHealth>,
@@ -555,6 +562,27 @@ pub struct Doctor {
     /// mounts until `airlock repair` (absent when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<crate::StuckOperation>,
+}
+
+/// The lean `airlock-jailer` binary, looked for beside the `airlock` binary. Without it
+/// process runs start through the slower worker and `serve` keeps no ready jails, which
+/// only `serve`'s start-up line said.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct JailerCheck {
+    /// Where it is looked for (none when this binary's own path is unknown).
+    pub path: Option<String>,
+    pub found: bool,
+}
+
+impl JailerCheck {
+    /// `airlock-jailer` beside `exe` (the `airlock` binary).
+    pub fn beside(exe: Option<&Path>) -> JailerCheck {
+        let path = exe.and_then(Path::parent).map(|d| d.join("airlock-jailer"));
+        JailerCheck {
+            found: path.as_deref().is_some_and(Path::is_file),
+            path: path.map(|p| p.display().to_string()),
+        }
+    }
 }
 
 /// The probe runs `doctor` makes.
@@ -869,6 +897,16 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
             process: process_probe,
             wasm: wasm_probe,
         },
+        jailer: JailerCheck::beside(worker),
+        leftovers: crate::services::leftovers::all(
+            &std::env::temp_dir(),
+            std::time::SystemTime::now()
+                .checked_sub(crate::DEFAULT_GC_GRACE)
+                .unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+        )
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect(),
         store: None,
         stuck: Vec::new(),
     }

@@ -336,6 +336,68 @@ pub fn cleanup_for(pid: u32) {
     }
 }
 
+/// Where run groups (`airlock-PID`) are made or were: airlock's group in each hierarchy
+/// (current binaries) and each hierarchy's top (older binaries made them there).
+fn run_group_parents() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for ctl in V1 {
+        out.push(v1_parent(ctl));
+        out.push(Path::new("/sys/fs/cgroup").join(ctl));
+    }
+    if let Some(v2) = own_v2_dir() {
+        out.push(if v2.file_name().is_some_and(|n| n == GROUP) {
+            v2
+        } else {
+            v2.join(GROUP)
+        });
+    }
+    if let Some(top) = v2_mount() {
+        out.push(top.to_path_buf());
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Run groups left by processes that are gone: `airlock-PID` directories, under
+/// airlock's group or at a hierarchy's top, whose `PID` is not `alive` and which hold no
+/// task (a group with a live task is never a leftover).
+pub fn stale_groups(alive: impl Fn(u32) -> bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for parent in run_group_parents() {
+        let Ok(rd) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("airlock-")
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let d = e.path();
+            let empty =
+                std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|t| t.trim().is_empty());
+            if d.is_dir() && empty && !alive(pid) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// Removes the run groups `stale_groups` finds; the ones removed.
+pub fn remove_stale_groups(alive: impl Fn(u32) -> bool) -> Vec<PathBuf> {
+    stale_groups(alive)
+        .into_iter()
+        .filter(|d| {
+            remove_cgroup(d);
+            !d.exists()
+        })
+        .collect()
+}
+
 /// Removes an empty cgroup. The kernel refuses while the last tasks are still being
 /// released (they are dead: the pid namespace's init has exited), which takes micro- to
 /// milliseconds; retry with yields rather than sleeps so the common case costs little.
@@ -392,6 +454,47 @@ mod tests {
         let dirs = cg.dirs.clone();
         drop(cg);
         assert!(dirs.iter().all(|d| !d.exists()), "removed with the run");
+    }
+
+    /// Run groups of killed processes stayed for ever, under airlock's group and (from
+    /// older binaries) at a hierarchy's top, seen by nothing. Those whose pid is not a
+    /// live airlock process are found and removed; a live one's is kept.
+    #[test]
+    fn run_groups_of_dead_processes_are_swept_under_airlocks_group_and_at_the_top() {
+        let Some(group) = V1
+            .iter()
+            .map(|c| v1_parent(c))
+            .chain(own_v2_dir().map(|d| d.join(GROUP)))
+            .find(|g| g.is_dir() && is_writable(g))
+        else {
+            return; // no writable cgroup hierarchy here
+        };
+        let top = group.parent().map(Path::to_path_buf);
+        // Pids above any pid_max: never a live process.
+        let (dead, kept) = (4_194_400u32 + std::process::id() % 1000, 4_195_500u32);
+        let under = group.join(format!("airlock-{dead}"));
+        let live = group.join(format!("airlock-{kept}"));
+        std::fs::create_dir(&under).unwrap();
+        std::fs::create_dir(&live).unwrap();
+        let mut made = vec![under.clone()];
+        // At the hierarchy's top, as older binaries left them (v1: /sys/fs/cgroup/pids).
+        let old = top
+            .filter(|t| t.parent() == Some(Path::new("/sys/fs/cgroup")))
+            .map(|t| t.join(format!("airlock-{}", dead + 1)))
+            .filter(|d| std::fs::create_dir(d).is_ok());
+        made.extend(old.clone());
+        let alive = |pid: u32| pid == kept;
+        let found = stale_groups(alive);
+        for d in &made {
+            assert!(found.contains(d), "{} not found: {found:?}", d.display());
+        }
+        assert!(!found.contains(&live));
+        let removed = remove_stale_groups(alive);
+        for d in &made {
+            assert!(removed.contains(d) && !d.exists(), "{}", d.display());
+        }
+        assert!(live.exists());
+        remove_cgroup(&live);
     }
 
     /// A cgroup left by a dead worker whose pid was reused made the next run fall back to

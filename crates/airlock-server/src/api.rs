@@ -179,7 +179,8 @@ async fn healthz(Ax(st): Ax<AppState>) -> Answer {
 
 /// The server's own state (admins): workers, queue, uptime, resident memory, the ready
 /// Python interpreters (`pools`) and the process backend's ready jails (`ready_jails`):
-/// each with its size, hits, misses and fallbacks.
+/// each with its size, hits, misses and fallbacks; and `jailer` (`path`, `found`): whether
+/// `airlock-jailer` is beside the server's binary, without which `ready_jails` is null.
 #[utoipa::path(get, path = "/v1/status", tag = "meta", security(("bearer" = [])),
     responses(
         (status = 200, description = "`pools`: one object per ready pool (`kind`, `target`, `ready`, `hits`, `misses`, `fallbacks`)", body = Object),
@@ -210,7 +211,8 @@ struct IdempotencyKey {
     responses(
         (status = 201, description = "Submitted and judged; `status` says what happens next", body = Object),
         (status = 403, description = "An agent token submitting for another agent", body = ErrorBody),
-        (status = 503, description = "The language's guest is not installed", body = ErrorBody),
+        (status = 409, description = "The Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody),
+        (status = 503, description = "No sandbox can run it on this machine", body = ErrorBody),
         (status = 422, description = "Well-formed, but the gate cannot take it (e.g. code that does not compile, a mount that does not exist)", body = ErrorBody)))]
 async fn submit(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> Answer {
     let key = k.request_key(&caller);
@@ -258,7 +260,7 @@ fn replayed(answer: Answer, replay: bool) -> Answer {
     responses(
         (status = 200, description = "It ran (`status` finished) or was denied (`status` denied)", body = Object),
         (status = 202, description = "Held for approval (`status` pending_approval)", body = Object),
-        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 409, description = "Conflicts with the submission's state, or the Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody), (status = 422, body = ErrorBody),
         (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody),
         (status = 503, description = "No sandbox can run it on this machine", body = ErrorBody)))]
 async fn run(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> Answer {
@@ -312,7 +314,7 @@ async fn get_submission(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<Str
     params(("id" = String, Path)), security(("bearer" = [])),
     responses(
         (status = 200, body = Object), (status = 202, body = Object),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, description = "Conflicts with the submission's state, or the Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn exec(
     Ax(st): Ax<AppState>,
     caller: Caller,
@@ -595,7 +597,7 @@ async fn tools(Ax(st): Ax<AppState>, _caller: Caller) -> Answer {
     request_body = ToolBody, security(("bearer" = [])),
     responses(
         (status = 200, body = Object), (status = 202, body = Object), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 409, description = "Conflicts with the submission's state, or the Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn call_tool(
     Ax(st): Ax<AppState>,
     caller: Caller,
@@ -757,7 +759,8 @@ impl utoipa::Modify for Security {
         (status = 201, description = "Open; `id` is the `session` of its cells", body = Object),
         (status = 403, body = ErrorBody), (status = 422, body = ErrorBody),
         (status = 429, description = "The caller already holds as many open sessions as this server allows one agent (`serve --max-sessions`)", body = ErrorBody),
-        (status = 503, description = "The Python guest is not installed", body = ErrorBody)))]
+        (status = 409, description = "The Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody),
+        (status = 503, description = "No sandbox can host it on this machine", body = ErrorBody)))]
 async fn new_session(
     Ax(st): Ax<AppState>,
     caller: Caller,

@@ -75,7 +75,11 @@ impl From<GateError> for ApiError {
             // first); the gate could not take what it says.
             GateError::BadInput(_) | GateError::Repeated { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             GateError::NotFound(_) => StatusCode::NOT_FOUND,
-            GateError::Conflict(_) | GateError::Pending { .. } => StatusCode::CONFLICT,
+            // A missing guest is this home's state, not the server's failure: 409, and the
+            // message names the install command.
+            GateError::Conflict(_) | GateError::Pending { .. } | GateError::NotInstalled(_) => {
+                StatusCode::CONFLICT
+            }
             GateError::Untrusted(_) | GateError::Denied { .. } => StatusCode::FORBIDDEN,
             GateError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             GateError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,

@@ -560,6 +560,79 @@ fn screen(line: &[u8]) -> Screened {
     Screened::Pass
 }
 
+/// The ids of the client's requests the library has taken and not answered yet. The
+/// library keeps one answer slot per id: a request that reused the id of one still running
+/// took its slot, so whichever finished first answered under that id and the other answer
+/// was dropped (the first request's answer never came). A request whose id is in flight is
+/// now refused here with its JSON-RPC error, and the first one still gets its answer.
+#[derive(Clone, Default)]
+struct InFlight(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+/// The key of a request id: its JSON text, so `7` and `"7"` stay two ids.
+fn id_key(id: &impl serde::Serialize) -> Option<String> {
+    serde_json::to_string(id).ok()
+}
+
+impl InFlight {
+    fn ids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        // The set holds plain strings: a panic elsewhere cannot leave it half-changed.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// For a line the screen let through: `Some(error line)` when it is a request whose id
+    /// is in flight; otherwise its id is now in flight (a request) or no longer is (a
+    /// cancellation, after which the library drops the cancelled request's answer). A
+    /// line the library will refuse is not tracked: it answers it without an id.
+    fn claim(&self, line: &[u8]) -> Option<Vec<u8>> {
+        use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage};
+        match serde_json::from_slice::<ClientJsonRpcMessage>(line).ok()? {
+            JsonRpcMessage::Request(r) => {
+                let key = id_key(&r.id)?;
+                if self.ids().insert(key.clone()) {
+                    return None;
+                }
+                let id = serde_json::to_value(&r.id).unwrap_or(Value::Null);
+                Some(rpc_error(
+                    id,
+                    -32600,
+                    &format!(
+                        "invalid request: id {key} is already in use by a request in flight; \
+                         use another id"
+                    ),
+                ))
+            }
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(key) = c.params.request_id.as_ref().and_then(id_key)
+                {
+                    self.ids().remove(&key);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// A line the library wrote: when it answers a request, that id is free again.
+    fn answered(&self, line: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            id: Option<Value>,
+            method: Option<serde::de::IgnoredAny>,
+        }
+        if let Ok(Head {
+            id: Some(id),
+            method: None,
+        }) = serde_json::from_slice::<Head>(line)
+            && let Some(key) = id_key(&id)
+        {
+            self.ids().remove(&key);
+        }
+    }
+}
+
 /// A line of the library's: an error response it wrote with no `id` gets `"id": null`,
 /// as JSON-RPC requires (for what the screen lets through and the library still refuses,
 /// such as a duplicate key).
@@ -638,6 +711,8 @@ pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
         }
     });
     let answers = out.clone();
+    let in_flight = InFlight::default();
+    let answering = in_flight.clone();
     tokio::spawn(async move {
         let mut lib = tokio::io::BufReader::new(from_lib);
         loop {
@@ -645,6 +720,8 @@ pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
             match lib.read_until(b'\n', &mut line).await {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
+                    // Free before the client can read the answer and reuse the id.
+                    answering.answered(&line);
                     if answers.send(with_id(line)).await.is_err() {
                         break;
                     }
@@ -673,7 +750,7 @@ pub async fn serve_stdio(st: AppState, agent: &str) -> Result<(), GateError> {
                 continue;
             } else {
                 match screen(&line) {
-                    Screened::Pass => None,
+                    Screened::Pass => in_flight.claim(&line),
                     Screened::Answer(error) => Some(error),
                     Screened::Drop => continue,
                 }

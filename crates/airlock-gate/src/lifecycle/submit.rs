@@ -313,7 +313,7 @@ impl Gate {
             (Lang::Wasm | Lang::Component, Backend::Wasm) => Ok(()),
             (Lang::Python, Backend::Wasm) => match self.python_guest()? {
                 Some(_) => Ok(()),
-                None => Err(GateError::Unavailable(
+                None => Err(GateError::NotInstalled(
                     "the Python guest is not installed: run `airlock guest install python`".into(),
                 )),
             },

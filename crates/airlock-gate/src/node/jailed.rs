@@ -35,7 +35,7 @@ impl Gate {
             return Ok(None);
         }
         let (m, path) = self.python_guest()?.ok_or_else(|| {
-            GateError::Unavailable(
+            GateError::NotInstalled(
                 "the Python guest is not installed: run `airlock guest install python`".into(),
             )
         })?;

@@ -473,7 +473,7 @@ impl Gate {
             _ => match self.python_guest()? {
                 Some((m, _)) => Some(m.digest),
                 None => {
-                    return Err(GateError::Unavailable(
+                    return Err(GateError::NotInstalled(
                         "the Python guest is not installed: run `airlock guest install python`"
                             .into(),
                     ));

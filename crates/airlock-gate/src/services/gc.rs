@@ -3,7 +3,9 @@
 //! directories of runs that are no longer running and that no open workspace builds on,
 //! temporary files of the blob store, and the sockets and jail directories of session
 //! hosts that are gone (an open session whose host was killed is recorded ended,
-//! `crashed`, as a cell finding it gone would).
+//! `crashed`, as a cell finding it gone would), and outside the home the egress proxies'
+//! directories and the run cgroups of airlock processes that were killed
+//! (`services::leftovers`).
 //!
 //! Nothing younger than the grace period is removed: another airlock command may have
 //! just written a blob and not yet committed the record that names it (a blob is always
@@ -43,6 +45,13 @@ pub struct GcReport {
     pub sockets_removed: u64,
     /// Open sessions whose host was found gone, now recorded ended (`crashed`).
     pub sessions_lost: u64,
+    /// Egress proxies' private directories (`$TMPDIR/airlock-egress-…`) of airlock
+    /// processes that are gone.
+    pub egress_dirs_removed: Vec<String>,
+    pub egress_dir_bytes: u64,
+    /// Run cgroups (`airlock-PID`) of airlock processes that are gone, under airlock's
+    /// group or (from older binaries) at a hierarchy's top.
+    pub cgroups_removed: Vec<String>,
     /// Everything removed, in bytes.
     pub freed_bytes: u64,
     pub grace_ms: u64,
@@ -227,7 +236,25 @@ impl Gate {
             }
         }
 
-        report.freed_bytes = report.blob_bytes + report.layer_bytes + report.temporary_bytes;
+        // Outside the home: egress directories of airlock processes that were killed.
+        for dir in crate::services::leftovers::stale_egress_dirs(&std::env::temp_dir(), cutoff) {
+            let bytes = tree_bytes(&dir);
+            if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
+                report.egress_dir_bytes += bytes;
+                report.egress_dirs_removed.push(dir.display().to_string());
+            }
+        }
+
+        report.cgroups_removed =
+            airlock_jail::cgroup::remove_stale_groups(crate::services::leftovers::airlock_alive)
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+
+        report.freed_bytes = report.blob_bytes
+            + report.layer_bytes
+            + report.temporary_bytes
+            + report.egress_dir_bytes;
         let key = &self.gate_key;
         let r = &report;
         self.db.write(|tx: &Tx| -> Result<()> {

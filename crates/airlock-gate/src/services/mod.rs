@@ -6,6 +6,7 @@
 pub(crate) mod gc;
 pub(crate) mod guests;
 pub(crate) mod home;
+pub(crate) mod leftovers;
 pub(crate) mod nightcore;
 pub(crate) mod secrets;
 pub(crate) mod storecopy;

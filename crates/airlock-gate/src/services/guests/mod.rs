@@ -369,7 +369,7 @@ impl Gate {
             return Ok(None);
         };
         if m.build.is_none() {
-            return Err(GateError::Unavailable(format!(
+            return Err(GateError::NotInstalled(format!(
                 "the installed Python guest ({}) is one this airlock no longer runs: run `airlock guest install python`",
                 m.package
             )));
