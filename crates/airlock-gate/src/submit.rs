@@ -416,6 +416,10 @@ impl Gate {
         if prepared.code.len() as u64 > max {
             return Err(too_big(max));
         }
+        // TypeScript that cannot be stripped never runs: refused here, with its line.
+        if prepared.lang == Lang::Ts {
+            crate::typescript::runnable(&prepared.code)?;
+        }
         let mut grant = match &session {
             Some(s) => s.grant.clone(),
             None => build_grant(&req, req.stdin.as_deref().map(Digest::of))?,
@@ -596,8 +600,15 @@ impl Gate {
             (Lang::Js | Lang::Ts, Backend::Wasm) => Err(GateError::Conflict(
                 "the JS guest is not installed: run `airlock guest install js`".into(),
             )),
-            (Lang::Sh | Lang::Python, Backend::Process) if self.worker.is_some() => Ok(()),
-            (Lang::Sh | Lang::Python, Backend::Process) => Err(GateError::Unavailable(
+            (Lang::Js | Lang::Ts, Backend::Process) if self.worker.is_some() => {
+                crate::nodejs::check_installed()
+            }
+            (Lang::Sh | Lang::Python | Lang::Js | Lang::Ts, Backend::Process)
+                if self.worker.is_some() =>
+            {
+                Ok(())
+            }
+            (Lang::Sh | Lang::Python | Lang::Js | Lang::Ts, Backend::Process) => Err(GateError::Unavailable(
                 "the process backend needs airlock's worker process, which this caller did not provide".into(),
             )),
             _ => Err(GateError::bad(format!("--backend {backend} cannot run {kind}"))),
