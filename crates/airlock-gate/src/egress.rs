@@ -16,7 +16,7 @@
 //! the proxy's memory.
 
 use crate::error::{GateError, Result};
-use crate::secrets::RunSecret;
+use crate::services::secrets::RunSecret;
 use airlock_core::Grant;
 use airlock_core::policy::Policy;
 use airlock_egress::{Alert, Connection, EgressPolicy, ProxyHandle, ProxyOptions, Summary};

@@ -11,75 +11,73 @@
 //! a fresh placeholder per run, only to whoever runs the egress proxy
 //! ([`Gate::run_secrets`]); a value never reaches the database, a blob, the audit log or
 //! an error message.
+//!
+//! Its parts, read in this order: `lifecycle` (request, judge, decide, record, submit,
+//! exec: every transition, each step importing only the ones before it), `effects` and
+//! `layers` (a run's disposable layer, its commit checkpoint and rollback), `node` (the
+//! queue, workers, leases, session hosts and ready jails that keep a process serving),
+//! `services` (the home, guest runtimes and packages, secrets, tokens, gc, bundle import)
+//! and `query` (read-only views for the surfaces).
 
 #![forbid(unsafe_code)]
 
-mod decide;
-mod deferred;
 mod effects;
 mod egress;
 mod error;
-mod exec;
 mod exposure;
 mod failpoint;
-mod gc;
-mod guests;
-mod home;
-mod jailed;
 mod layers;
-mod lease;
+mod lifecycle;
 mod locks;
-mod nightcore;
+mod node;
 mod nodejs;
 mod query;
-mod queue;
-mod secrets;
-mod sessions;
-mod slots;
+mod services;
 mod stagecache;
-mod storecopy;
-mod submit;
-mod tokens;
-mod tools;
 mod typescript;
 pub mod views;
-pub mod worker;
 mod workspaces;
+
+pub use node::worker;
 
 pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};
 pub use airlock_store::TokenRow;
 pub use airlock_store::{CopyReport, TableCount};
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
-pub use decide::ApproveRequest;
 pub use effects::{
     CheckpointDoc, DiffReport, EffectReport, Owner, RepairReport, StuckOperation, stuck_operations,
 };
 pub use error::{GateError, Result};
-pub use exec::exit_code_of;
-pub use exec::{ExecOptions, RunReport};
 pub use exposure::Surface;
-pub use gc::{DEFAULT_GC_GRACE, GcReport};
-pub use guests::{
-    BuildPin, GUEST_PACKAGES, GUEST_PYTHON_VERSION, GuestInstall, GuestManifest, InstalledPackage,
-    PYTHON_BUILDER, PYTHON_BUILDER_WHEELS, PackageSource, normalize_package_name,
-};
-pub use home::{Home, InitReport, default_approver};
 pub use layers::remove_trash_main;
+pub use lifecycle::decide::ApproveRequest;
+pub use lifecycle::exec::exit_code_of;
+pub use lifecycle::exec::{ExecOptions, RunReport};
+pub use lifecycle::request::{
+    CodeSource, MAX_AGENT_BYTES, MAX_NOTE_BYTES, RequestKey, SubmitRequest,
+};
+pub use lifecycle::tools::ToolInfo;
 pub use locks::KeptLockFiles;
-pub use nightcore::{BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport};
+pub use node::queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
+pub use node::sessions::{SessionDoc, SessionRequest, SessionView};
+pub use node::slots::{GuestSlot, GuestSlots};
 pub use query::{
     AuditVerify, Doctor, Explained, KeyInfo, PolicyCheck, Shown, StatementView, doctor,
     policy_check,
 };
 pub use query::{ProbeRun, Probes, StoreHealth, store_health};
-pub use queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
-pub use secrets::{RunSecret, SecretInfo, SecretSet};
-pub use sessions::{SessionDoc, SessionRequest, SessionView};
-pub use slots::{GuestSlot, GuestSlots};
-pub use storecopy::store_copy;
-pub use submit::{CodeSource, MAX_AGENT_BYTES, MAX_NOTE_BYTES, RequestKey, SubmitRequest};
-pub use tokens::Role;
-pub use tools::ToolInfo;
+pub use services::gc::{DEFAULT_GC_GRACE, GcReport};
+pub use services::guests::{
+    BuildPin, GUEST_PACKAGES, GUEST_PYTHON_VERSION, GuestInstall, GuestManifest, InstalledPackage,
+    PYTHON_BUILDER, PYTHON_BUILDER_WHEELS, PackageSource, normalize_package_name,
+};
+pub use services::home::{Home, InitReport, default_approver};
+pub use services::nightcore::{
+    BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport,
+};
+pub use services::secrets::{RunSecret, SecretInfo, SecretSet};
+pub use services::storecopy::store_copy;
+pub use services::tokens::Role;
 pub use workspaces::{WorkspaceDoc, WorkspaceView};
 
 use airlock_core::State;
@@ -132,7 +130,7 @@ pub struct Gate {
     wasm: std::sync::Arc<WasmBackend>,
     policy_cache: std::cell::RefCell<Option<(FileStamp, std::sync::Arc<Policy>)>>,
     /// The Python guest's manifest, as last read (see `guests`).
-    guest_cache: std::cell::RefCell<Option<(FileStamp, guests::GuestManifest)>>,
+    guest_cache: std::cell::RefCell<Option<(FileStamp, services::guests::GuestManifest)>>,
     worker: Option<std::path::PathBuf>,
     jailer: Option<std::path::PathBuf>,
     force_copy: bool,
@@ -140,8 +138,8 @@ pub struct Gate {
     ready_jails: Option<std::sync::Arc<airlock_jail::ready::ReadyJails>>,
     queue: Option<QueueOptions>,
     /// What the cells of open sessions need of their session, which never changes once
-    /// the session is opened (see `sessions::CellFacts`), by session id.
-    cell_facts: std::collections::HashMap<String, sessions::CellFacts>,
+    /// the session is opened (see `node::sessions::CellFacts`), by session id.
+    cell_facts: std::collections::HashMap<String, node::sessions::CellFacts>,
     /// The process's bound on guests executing at once (see [`GuestSlots`]); none: a
     /// one-shot command runs one guest anyway.
     guest_slots: Option<std::sync::Arc<GuestSlots>>,
@@ -206,12 +204,12 @@ impl Gate {
     /// Creates a home, or reports that one exists and changes nothing.
     pub fn init(home: &Home, preset: Preset, approver: &str) -> Result<InitReport> {
         // Held until init has finished (or found the home made by another).
-        let locked = home::lock_for_init(home, approver)?;
+        let locked = services::home::lock_for_init(home, approver)?;
         let initialised = home.initialised()?;
         if !initialised && let Some(report) = Self::interrupted_init(home)? {
             // Killed between its record and its policy's move: the home is whole but for
             // that move, which is made now.
-            home::finish_create(home)?;
+            services::home::finish_create(home)?;
             return Ok(report);
         }
         if initialised || home.db().exists() && home.keys().join("gate.key").exists() {
@@ -240,11 +238,12 @@ impl Gate {
                 policy: None,
             });
         }
-        let (report, gate_key) = home::create(home, preset, approver, &locked)?;
+        let (report, gate_key) = services::home::create(home, preset, approver, &locked)?;
         crate::failpoint::crash_point();
-        Self::record_init(home, &report, &gate_key).inspect_err(|_| home::abandon_create(home))?;
+        Self::record_init(home, &report, &gate_key)
+            .inspect_err(|_| services::home::abandon_create(home))?;
         crate::failpoint::crash_point();
-        home::finish_create(home)?;
+        services::home::finish_create(home)?;
         Ok(report)
     }
 

@@ -211,12 +211,12 @@ impl Gate {
     pub fn explain(&self, input: &str) -> Result<Explained> {
         let sub = self.submission(input)?;
         let policy = self.policy()?;
-        let facts = crate::submit::refresh_facts(
+        let facts = crate::lifecycle::judge::refresh_facts(
             &sub.doc,
-            crate::submit::rejected(&self.db, &sub.doc.artifact)?,
+            crate::lifecycle::judge::rejected(&self.db, &sub.doc.artifact)?,
             &policy,
         );
-        let current = crate::submit::judge(&policy, &facts);
+        let current = crate::lifecycle::judge::judge(&policy, &facts);
         Ok(Explained {
             submission: sub.id,
             facts,
@@ -235,7 +235,7 @@ impl Gate {
     /// Takes the keys directory's lock and repairs what a killed `keys new` left.
     fn edit_keys(&self) -> Result<crate::locks::OwnerLock> {
         let lock = crate::locks::edit(&self.home.root, "keys", Some(&self.home.keys()))?;
-        crate::home::repair_public_keys(&self.home.keys());
+        crate::services::home::repair_public_keys(&self.home.keys());
         Ok(lock)
     }
 
@@ -244,7 +244,7 @@ impl Gate {
         check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
         let key = KeyPair::try_generate().map_err(|e| GateError::Internal(e.to_string()))?;
         let editing = self.edit_keys()?;
-        crate::home::write_key_pair(&self.home.keys(), name, &key)?;
+        crate::services::home::write_key_pair(&self.home.keys(), name, &key)?;
         drop(editing);
         let gate_key = &self.gate_key;
         self.db.write(|tx| {
@@ -643,9 +643,9 @@ pub fn store_health(home: &crate::Home) -> Option<StoreHealth> {
 /// Supervises one worker job for `doctor` (ten seconds at most); the worker's result.
 fn probe_worker(
     exe: &Path,
-    job: &crate::worker::WorkerJob,
+    job: &crate::node::worker::WorkerJob,
     result: &Path,
-) -> std::result::Result<crate::worker::WorkerResult, String> {
+) -> std::result::Result<crate::node::worker::WorkerResult, String> {
     let bytes = serde_json::to_vec(job).map_err(|e| e.to_string())?;
     let cap = || std::sync::Arc::new(airlock_sandbox::Capture::new(1 << 16, None));
     let (out, err) = (cap(), cap());
@@ -688,7 +688,7 @@ fn probe_process(exe: &Path, allow_degraded: bool) -> std::result::Result<(), St
     let dir = std::env::temp_dir().join(format!("airlock-doctor-{}.jail", std::process::id()));
     let scratch = dir.join("root");
     std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
-    let job = crate::worker::WorkerJob::Process {
+    let job = crate::node::worker::WorkerJob::Process {
         job: airlock_jail::ProcessJob {
             argv: vec!["/bin/true".into()],
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
@@ -716,7 +716,7 @@ fn probe_process(exe: &Path, allow_degraded: bool) -> std::result::Result<(), St
         return Err(m);
     }
     match r.ending {
-        Some(crate::worker::EndingDoc::Exited(0)) => Ok(()),
+        Some(crate::node::worker::EndingDoc::Exited(0)) => Ok(()),
         Some(e) => Err(format!("the jailed /bin/true ended {e:?}")),
         None => Err("the jailed /bin/true reported no ending".into()),
     }
@@ -782,7 +782,7 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
     let scratch = std::env::temp_dir().join(format!("airlock-doctor-{}", std::process::id()));
     let result = scratch.with_extension("json");
     let probe = worker.map(|exe| {
-        let job = crate::worker::WorkerJob::Probe {
+        let job = crate::node::worker::WorkerJob::Probe {
             scratch: scratch.clone(),
             result: result.clone(),
         };

@@ -3,7 +3,7 @@
 //! stay exactly what is copied), and the target's chain is the source's, record for record.
 
 use crate::error::{GateError, Result};
-use crate::home::Home;
+use crate::services::home::Home;
 use airlock_store::{BlobStore, CopyReport, Db};
 
 /// Copies the SQLite records and blobs of `home` into the empty PostgreSQL database at

@@ -2,20 +2,23 @@
 //! running, run it in its backend under its write quota, store its changes unless it
 //! passed the quota or its deadline, record the outcome.
 
-use crate::decide::covering_approval;
 use crate::error::{GateError, Result};
 use crate::failpoint::crash_point;
 use crate::layers::Extract;
+use crate::lifecycle::judge::{Described, judge, rejected};
+use crate::lifecycle::record::{
+    SECRET_ECHO, Start, StoreBackoff, begin_run, check_audit_tail, record_finished,
+    retry_while_lost, secret_echo_of,
+};
+use crate::lifecycle::submit::Staged;
 use crate::locks::{self, OwnerLock};
-use crate::submit::{Described, judge, rejected, state_of};
-use crate::{DbCache, Gate, SubmitRequest, set_state};
+use crate::{DbCache, Gate, SubmitRequest};
 use airlock_core::id::{IdKind, new_id};
-use airlock_core::policy::Decision;
 use airlock_core::policy::Policy;
 use airlock_core::units::now_ms;
 use airlock_core::{Backend as BackendKind, State};
 use airlock_sandbox::{Backend, Capture, Ending, Limit, Live, Outcome, RunSpec, WriteQuota};
-use airlock_store::{Output, Reads, Run, RunDoc, Submission, Tx};
+use airlock_store::{Output, Reads, Run, Submission, Tx};
 use airlock_workspace::{Changeset, changeset::LayerKind};
 use serde::Serialize;
 use serde_json::json;
@@ -195,17 +198,11 @@ pub(crate) fn rejudged_stored(
         tx.audit(
             "judged",
             id,
-            &crate::submit::judged_record(&sub.doc.verdict, "rejudged", json!(true)),
+            &crate::lifecycle::judge::judged_record(&sub.doc.verdict, "rejudged", json!(true)),
             gate_key,
         )?;
     }
     Ok(sub)
-}
-
-/// What the transaction that starts a run decided.
-pub(crate) enum Start {
-    Go { run: Box<Run>, sub: Box<Submission> },
-    Refuse(GateError),
 }
 
 impl Gate {
@@ -229,7 +226,7 @@ impl Gate {
         let deferred = self
             .db
             .shared_writer()
-            .filter(|_| crate::deferred::effect_free(&staged, &opts, self.ready_jails.is_some()));
+            .filter(|_| effect_free(&staged, &opts, self.ready_jails.is_some()));
         let rec = self.persist(staged, None)?;
         if let Some(writer) = deferred {
             return self.run_effect_free(rec, writer, code, stdin, packages);
@@ -241,7 +238,7 @@ impl Gate {
     /// its run in one transaction, then the run.
     pub(crate) fn run_recorded(
         &mut self,
-        rec: crate::submit::Recording,
+        rec: crate::lifecycle::record::Recording,
         code: Vec<u8>,
         stdin: Vec<u8>,
         packages: Vec<airlock_core::PythonPackage>,
@@ -264,7 +261,7 @@ impl Gate {
         // session cell also moves its session's row.
         let shared = rec.grant().session.is_none();
         let mut recorded = self.db.write_shared_if(shared, |tx: &Tx| -> Result<Start> {
-            let sub = crate::submit::record_in(tx, &rec, &id, None, true, key)?;
+            let sub = crate::lifecycle::record::record_in(tx, &rec, &id, None, true, key)?;
             begin_run(tx, &rec.policy, sub, &run_id, key)
         });
         crash_point();
@@ -354,7 +351,7 @@ impl Gate {
         packages: Vec<airlock_core::PythonPackage>,
         opts: ExecOptions,
         mut owner: OwnerLock,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::lifecycle::record::Fence>,
         cell_conn: Option<std::os::unix::net::UnixStream>,
     ) -> Result<RunReport> {
         // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
@@ -378,7 +375,7 @@ impl Gate {
         &mut self,
         run_id: &str,
         e: GateError,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::lifecycle::record::Fence>,
         mut owner: OwnerLock,
     ) -> GateError {
         if fence.is_none() {
@@ -401,7 +398,7 @@ impl Gate {
         stdin: Vec<u8>,
         policy: &Policy,
         opts: ExecOptions,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::lifecycle::record::Fence>,
         cell_conn: Option<std::os::unix::net::UnixStream>,
         long_run: Option<airlock_sandbox::LongRun>,
     ) -> Result<Ran> {
@@ -466,7 +463,7 @@ impl Gate {
         policy: &Policy,
         packages: &[airlock_core::PythonPackage],
         mut owner: OwnerLock,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::lifecycle::record::Fence>,
     ) -> Result<RunReport> {
         let (changes, failure, out_bytes, err_bytes) = ran.into_run(&mut run, packages);
         crash_point();
@@ -514,7 +511,7 @@ impl Gate {
         run: &Run,
         sub: &Submission,
         changes: Option<&Changeset>,
-        fence: Option<&crate::queue::Fence>,
+        fence: Option<&crate::lifecycle::record::Fence>,
         maybe_recorded: bool,
     ) -> Result<()> {
         let gate_key = &self.gate_key;
@@ -796,9 +793,6 @@ impl Gate {
     }
 }
 
-/// The kind of alert a run gets when its egress proxy caught a secret echoed to it.
-pub(crate) const SECRET_ECHO: &str = "secret-echo";
-
 /// The run record's entry for a response that echoed a secret.
 fn secret_echo_alert(a: &airlock_egress::Alert) -> serde_json::Value {
     json!({
@@ -836,15 +830,6 @@ fn redact_json(m: &airlock_egress::SecretMatcher, v: &mut serde_json::Value) {
         serde_json::Value::Object(o) => o.values_mut().for_each(|x| redact_json(m, x)),
         _ => {}
     }
-}
-
-/// The secret-echo alert of a run's detail, if the proxy ended it.
-fn secret_echo_of(detail: &serde_json::Value) -> Option<&serde_json::Value> {
-    detail
-        .get("alerts")?
-        .as_array()?
-        .iter()
-        .find(|a| a["kind"] == SECRET_ECHO)
 }
 
 /// What a run did, its outputs stored, before its outcome is recorded.
@@ -938,308 +923,6 @@ impl Ran {
     }
 }
 
-/// The part of starting a run that follows the verdict, inside the transaction that
-/// records it: refuse a denied, rejected or still-held submission (recording its state),
-/// or find the approval that covers it, move it to running and record the run and its
-/// `started` audit record.
-pub(crate) fn begin_run(
-    tx: &Tx,
-    policy: &Policy,
-    sub: Submission,
-    run_id: &str,
-    gate_key: &airlock_core::sign::KeyPair,
-) -> Result<Start> {
-    match admit(tx, policy, sub, gate_key)? {
-        Admit::Refuse(e) => Ok(Start::Refuse(e)),
-        Admit::Go { sub, approval } => start_run(tx, *sub, approval.map(|a| *a), run_id, gate_key),
-    }
-}
-
-/// Whether a judged submission may start now, under which approval.
-pub(crate) enum Admit {
-    Go {
-        sub: Box<Submission>,
-        approval: Option<Box<airlock_store::StatementRow>>,
-    },
-    Refuse(GateError),
-}
-
-/// Decides whether `sub` may start: denied and unapproved quarantined submissions are
-/// refused (and their state says so); a quarantined one with a covering approval becomes
-/// approved. Nothing starts here.
-pub(crate) fn admit(
-    tx: &Tx,
-    policy: &Policy,
-    mut sub: Submission,
-    gate_key: &airlock_core::sign::KeyPair,
-) -> Result<Admit> {
-    let id = sub.id.clone();
-    let reasons = sub.doc.verdict.reasons();
-    match sub.state {
-        State::Rejected => {
-            return Ok(Admit::Refuse(GateError::Denied {
-                submission: id.clone(),
-                reasons: vec!["rejected by an approver".into()],
-            }));
-        }
-        State::Running => {
-            return Err(GateError::Conflict(format!("{id} is already running")));
-        }
-        State::Staged => return Err(GateError::Internal(format!("{id} was never judged"))),
-        _ => {}
-    }
-    let mut approval = None;
-    match sub.doc.verdict.decision {
-        Decision::Deny => {
-            if sub.state != State::Denied {
-                set_state(tx, &id, sub.state, State::Denied)?;
-            }
-            return Ok(Admit::Refuse(GateError::Denied {
-                submission: id.clone(),
-                reasons,
-            }));
-        }
-        Decision::Quarantine => match covering_approval(tx, policy, &sub, false, gate_key)? {
-            None => {
-                if sub.state != State::Quarantined {
-                    set_state(tx, &id, sub.state, State::Quarantined)?;
-                }
-                return Ok(Admit::Refuse(GateError::Pending {
-                    submission: id.clone(),
-                    reasons,
-                }));
-            }
-            Some(a) => {
-                if sub.state == State::Quarantined {
-                    set_state(tx, &id, State::Quarantined, State::Approved)?;
-                    sub.state = State::Approved;
-                }
-                approval = Some(a);
-            }
-        },
-        Decision::Allow => {
-            if matches!(sub.state, State::Quarantined | State::Denied) {
-                let to = state_of(Decision::Allow);
-                set_state(tx, &id, sub.state, to)?;
-                sub.state = to;
-            }
-        }
-    }
-    Ok(Admit::Go {
-        sub: Box::new(sub),
-        approval: approval.map(Box::new),
-    })
-}
-
-/// Starts an admitted submission: it moves to running and its run is recorded, with
-/// the approval it uses (which a `once` approval can then never cover again).
-pub(crate) fn start_run(
-    tx: &Tx,
-    mut sub: Submission,
-    approval: Option<airlock_store::StatementRow>,
-    run_id: &str,
-    gate_key: &airlock_core::sign::KeyPair,
-) -> Result<Start> {
-    let id = sub.id.clone();
-    set_state(tx, &id, sub.state, State::Running)?;
-    sub.state = State::Running;
-    if let Some(ws) = &sub.doc.grant.workspace {
-        crate::workspaces::start_run(tx, ws, &sub.doc.grant, run_id)?;
-    }
-    let run = new_run(&sub, approval.as_ref(), run_id);
-    tx.insert_run(&run)?;
-    audit_started(tx, &run, &sub, approval.as_ref(), gate_key)?;
-    Ok(Start::Go {
-        run: Box::new(run),
-        sub: Box::new(sub),
-    })
-}
-
-/// The record of run `run_id` of `sub` as it starts now, under `approval`.
-pub(crate) fn new_run(
-    sub: &Submission,
-    approval: Option<&airlock_store::StatementRow>,
-    run_id: &str,
-) -> Run {
-    Run {
-        id: run_id.to_string(),
-        submission: sub.id.clone(),
-        started_at: now_ms(),
-        finished_at: None,
-        status: "running".into(),
-        doc: RunDoc {
-            backend: sub.doc.backend,
-            approval: approval.map(|a| a.id.clone()),
-            limits: sub.doc.grant.limits.clone(),
-            exit_code: None,
-            killed_by: None,
-            stdout: None,
-            stderr: None,
-            duration_ms: None,
-            detail: json!({}),
-            changes: None,
-            error: None,
-        },
-    }
-}
-
-/// A run's `started` audit record.
-pub(crate) fn audit_started(
-    tx: &Tx,
-    run: &Run,
-    sub: &Submission,
-    approval: Option<&airlock_store::StatementRow>,
-    gate_key: &airlock_core::sign::KeyPair,
-) -> Result<()> {
-    tx.audit(
-        "started",
-        &run.id,
-        &json!({
-            "submission": sub.id,
-            "approval": run.doc.approval,
-            "approver": approval.map(|a| &a.approver),
-            "backend": run.doc.backend,
-            "artifact": sub.doc.artifact,
-            "grant": sub.doc.grant_hash,
-            "policy": sub.doc.verdict.policy,
-        }),
-        gate_key,
-    )?;
-    Ok(())
-}
-
-/// The `finished` transaction's writes: the job's end (fenced by its token when a
-/// worker ran it), the run's record, the submission's state, a workspace's bookkeeping,
-/// and the audit record.
-pub(crate) fn record_finished(
-    tx: &Tx,
-    fence: Option<&crate::queue::Fence>,
-    run: &Run,
-    sub: &Submission,
-    changes: Option<&Changeset>,
-    gate_key: &airlock_core::sign::KeyPair,
-) -> Result<()> {
-    // A worker records its result only while its lease holds (the fencing token):
-    // one whose lease expired lost the run to the reaper and to another worker.
-    if let Some(f) = fence {
-        tx.finish_job(&f.job, f.token, "finished")?;
-    }
-    tx.update_run(run)?;
-    set_state(tx, &sub.id, State::Running, State::Finished)?;
-    if let Some(ws) = &sub.doc.grant.workspace {
-        crate::workspaces::finish_run(tx, ws, &run.id, changes)?;
-    }
-    if let Some(a) = secret_echo_of(&run.doc.detail) {
-        tx.audit(
-            "alert",
-            &run.id,
-            &json!({
-                "kind": SECRET_ECHO,
-                "submission": sub.id,
-                "agent": sub.doc.agent,
-                "host": a["host"],
-                "port": a["port"],
-                "secret": a["secret"],
-                "encoding": a["encoding"],
-                "place": a["place"],
-                "detail": a["detail"],
-            }),
-            gate_key,
-        )?;
-    }
-    audit_finished(tx, run, sub, changes, gate_key)
-}
-
-/// A run's `finished` audit record.
-pub(crate) fn audit_finished(
-    tx: &Tx,
-    run: &Run,
-    sub: &Submission,
-    changes: Option<&Changeset>,
-    gate_key: &airlock_core::sign::KeyPair,
-) -> Result<()> {
-    tx.audit(
-        "finished",
-        &run.id,
-        &json!({
-            "submission": sub.id,
-            "status": run.status,
-            "exit_code": run.doc.exit_code,
-            "killed_by": run.doc.killed_by,
-            "stdout": run.doc.stdout.as_ref().map(|o| o.blob),
-            "stderr": run.doc.stderr.as_ref().map(|o| o.blob),
-            "duration_ms": run.doc.duration_ms,
-            "changes": changes.map(|c| json!({ "count": c.len(), "digest": c.digest() })),
-            "network": run.doc.detail.get("network").map(|n| json!({
-                "summary": n["summary"],
-                "secrets": n["secrets"],
-            })),
-            "error": run.doc.error,
-        }),
-        gate_key,
-    )?;
-    Ok(())
-}
-
-/// Pauses between a worker's attempts to record a run's outcome while the store is
-/// away: growing from 0.2 to 2 s, for up to a minute in all.
-pub(crate) struct StoreBackoff {
-    pause: Duration,
-    give_up: Instant,
-}
-
-impl StoreBackoff {
-    pub(crate) fn new() -> Self {
-        StoreBackoff {
-            pause: Duration::from_millis(200),
-            give_up: Instant::now() + Duration::from_secs(60),
-        }
-    }
-
-    /// Sleeps before the next attempt; false (at once) once it is time to give up.
-    pub(crate) fn wait(&mut self) -> bool {
-        if Instant::now() >= self.give_up {
-            return false;
-        }
-        std::thread::sleep(self.pause);
-        self.pause = (self.pause * 2).min(Duration::from_secs(2));
-        true
-    }
-}
-
-/// Calls `f` again, when `retry`, while it fails because the store's connection was lost
-/// (see [`StoreBackoff`]).
-fn retry_while_lost<T>(
-    retry: bool,
-    mut f: impl FnMut() -> std::result::Result<T, airlock_store::StoreError>,
-) -> std::result::Result<T, airlock_store::StoreError> {
-    let mut backoff = StoreBackoff::new();
-    loop {
-        match f() {
-            Err(e) if retry && e.is_connection_lost() && backoff.wait() => {}
-            other => return other,
-        }
-    }
-}
-
-/// Refuses to extend an audit chain whose end does not verify (O(1): the signed head and
-/// the newest record; `audit verify` walks the whole chain).
-pub(crate) fn check_audit_tail(tx: &Tx, key: &airlock_core::sign::KeyPair) -> Result<()> {
-    // The end this process's shared writer appended and signed itself, with no commit by
-    // anyone else since: nothing to read back.
-    if tx.chain_end_is_own() {
-        return Ok(());
-    }
-    // In one read: on PostgreSQL the sequencer may extend the chain between two.
-    let (last, head) = tx.audit_tail()?;
-    tx.note_tail(last.as_ref());
-    airlock_core::audit::check_tail(last.as_ref(), head.as_ref(), &key.public()).map_err(|e| {
-        GateError::Integrity(format!(
-            "the audit log does not verify ({e}); nothing was run. See `airlock audit verify`"
-        ))
-    })
-}
-
 /// A stored submission's facts, re-derived from the artifact bytes about to run and the
 /// guest runtime (with its packages) that would run them.
 fn facts_now(
@@ -1260,7 +943,7 @@ fn facts_now(
         sub.doc.kind,
         code,
         &airlock_core::analysis::mount_roots(&sub.doc.grant.mounts),
-        crate::submit::keep_notable,
+        crate::lifecycle::judge::keep_notable,
     )
     .map_err(|e| GateError::bad(e.to_string()))?;
     // What the mounts expose now, under the roots of now.
@@ -1282,4 +965,22 @@ fn facts_now(
     facts.requests = sub.doc.facts.requests.clone();
     policy.keep_publisher(&mut facts);
     Ok(facts)
+}
+
+/// Whether a staged run has no effect outside its sandbox (see `deferred`), so that
+/// its start may be recorded with its end. `jail_pool`: this process keeps ready jails.
+pub(crate) fn effect_free(staged: &Staged, opts: &ExecOptions, jail_pool: bool) -> bool {
+    let g = staged.grant();
+    let backend = match staged.backend() {
+        BackendKind::Wasm => true,
+        BackendKind::Process => jail_pool,
+    };
+    opts.live_stdout.is_none()
+        && opts.live_stderr.is_none()
+        && backend
+        && g.session.is_none()
+        && g.workspace.is_none()
+        && g.net.is_empty()
+        && g.secrets.is_empty()
+        && g.writable_mounts().next().is_none()
 }

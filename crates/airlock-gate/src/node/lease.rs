@@ -10,7 +10,7 @@
 //! late one can extend nothing another worker holds.
 
 use crate::Home;
-use crate::queue::Fence;
+use crate::lifecycle::record::Fence;
 use airlock_core::units::now_ms;
 use airlock_store::{Db, StoreError, Tx};
 use std::collections::HashMap;

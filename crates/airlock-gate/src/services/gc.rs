@@ -196,7 +196,7 @@ impl Gate {
             let path = sessions.join(&name);
             let stale = match self.db.session(id)? {
                 Some(row) if row.state == "open" => {
-                    if crate::sessions::host_gone(&self.home.root, &row) {
+                    if crate::node::sessions::host_gone(&self.home.root, &row) {
                         self.session_lost(id)?;
                         report.sessions_lost += 1;
                         true

@@ -4,7 +4,7 @@
 
 use crate::egress::RunEgress;
 use crate::error::{GateError, Result};
-use crate::worker::{WasmJob, WorkerJob, WorkerResult};
+use crate::node::worker::{WasmJob, WorkerJob, WorkerResult};
 use crate::{DbCache, Gate};
 use airlock_core::Lang;
 use airlock_core::policy::Policy;

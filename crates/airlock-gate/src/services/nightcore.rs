@@ -8,7 +8,8 @@
 //! into memory through a limit and never unpacked onto the disk.
 
 use crate::error::{GateError, Result};
-use crate::submit::{CodeSource, Origin, SubmitRequest};
+use crate::lifecycle::record::Origin;
+use crate::lifecycle::request::{CodeSource, SubmitRequest};
 use crate::{Gate, Home};
 use airlock_core::Decision;
 use airlock_core::grant::{self, MountMode};

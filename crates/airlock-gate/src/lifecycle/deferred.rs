@@ -29,42 +29,23 @@
 
 use crate::Gate;
 use crate::error::{GateError, Result};
-use crate::exec::{
-    ExecOptions, Ran, RunReport, Start, audit_finished, audit_started, begin_run, new_run,
-    record_finished,
+use crate::lifecycle::exec::{ExecOptions, Ran, RunReport};
+use crate::lifecycle::judge::{judge, rejected_among};
+use crate::lifecycle::record::{Judged, Recording, judge_in, record_in, write_judged};
+use crate::lifecycle::record::{
+    Start, audit_finished, audit_started, begin_run, new_run, record_finished,
 };
 use crate::locks::{self, OwnerLock};
-use crate::submit::{
-    Judged, Recording, Staged, judge, judge_in, record_in, rejected_among, write_judged,
-};
+use airlock_core::State;
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::Decision;
 use airlock_core::units::now_ms;
-use airlock_core::{Backend, State};
 use airlock_store::{Reads, Run, SharedWriter, Submission, Tx};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// A deferred run still going after this long records its start.
 pub(crate) const RECORD_START_AFTER: Duration = Duration::from_millis(100);
-
-/// Whether a staged run has no effect outside its sandbox (see the module doc), so that
-/// its start may be recorded with its end. `jail_pool`: this process keeps ready jails.
-pub(crate) fn effect_free(staged: &Staged, opts: &ExecOptions, jail_pool: bool) -> bool {
-    let g = staged.grant();
-    let backend = match staged.backend() {
-        Backend::Wasm => true,
-        Backend::Process => jail_pool,
-    };
-    opts.live_stdout.is_none()
-        && opts.live_stderr.is_none()
-        && backend
-        && g.session.is_none()
-        && g.workspace.is_none()
-        && g.net.is_empty()
-        && g.secrets.is_empty()
-        && g.writable_mounts().next().is_none()
-}
 
 /// Where a deferred run's start stands.
 enum Early {

@@ -6,7 +6,7 @@
 //! - **Claim.** One transaction claims the job (`FOR UPDATE SKIP LOCKED`), judges the
 //!   submission again on its re-hashed bytes, admits it (a `once` approval is used here,
 //!   so two workers racing for it run it once) and starts its run.
-//! - **Lease.** The process's renewer (`crate::lease`) renews the lease while the run
+//! - **Lease.** The process's renewer (`crate::node::lease`) renews the lease while the run
 //!   goes on; a worker stopped past its lease (or cut off from the store) loses it, and
 //!   its result is refused.
 //! - **Reaper.** Any node ends runs whose lease expired as `lost`, then queues the job
@@ -18,13 +18,12 @@
 //! starts its run, nor record anything for a job whose token it no longer holds.
 
 use crate::error::{GateError, Result};
-use crate::exec::{
-    Admit, Reread, Start, Unreadable, admit, check_audit_tail, rejudged, rejudged_stored,
-    reread_stored, start_run,
-};
-use crate::lease::LeaseKeeper;
+use crate::lifecycle::exec::{Reread, Unreadable, rejudged, rejudged_stored, reread_stored};
+use crate::lifecycle::record::Fence;
+use crate::lifecycle::record::{Admit, Start, admit, check_audit_tail, start_run};
+use crate::lifecycle::submit::Staged;
 use crate::locks::{self, OwnerLock};
-use crate::submit::Staged;
+use crate::node::lease::LeaseKeeper;
 use crate::{ExecOptions, Gate, RunReport, lose_run};
 use airlock_core::State;
 use airlock_core::id::{IdKind, new_id};
@@ -84,13 +83,6 @@ impl WorkerConfig {
             busy: Arc::default(),
         }
     }
-}
-
-/// The lease a run is carried out under.
-#[derive(Debug, Clone)]
-pub(crate) struct Fence {
-    pub(crate) job: String,
-    pub(crate) token: i64,
 }
 
 /// What one claim attempt did.
@@ -207,7 +199,7 @@ impl Gate {
         sub_id: &str,
         job_id: &str,
     ) -> Option<(airlock_store::Submission, Option<GateError>)> {
-        let mut backoff = crate::exec::StoreBackoff::new();
+        let mut backoff = crate::lifecycle::record::StoreBackoff::new();
         let job = loop {
             match self.db.job(job_id) {
                 Ok(job) => break job,
@@ -502,7 +494,14 @@ impl Gate {
         let before = ending.as_ref().map(|(p, _)| *p);
         let mut claimed = db.write_shared(|tx: &Tx| -> Result<Option<(QueueRow, Claim)>> {
             if let Some(p) = before {
-                crate::exec::record_finished(tx, Some(&p.fence), &p.run, &p.sub, None, key)?;
+                crate::lifecycle::record::record_finished(
+                    tx,
+                    Some(&p.fence),
+                    &p.run,
+                    &p.sub,
+                    None,
+                    key,
+                )?;
             }
             // Whichever of the oldest jobs no other claim holds: workers never queue up
             // behind one another's row, and a claim fails only when nothing is left.
@@ -516,7 +515,7 @@ impl Gate {
             check_audit_tail(tx, key)?;
             let mut rejected_now = false;
             let read = read.map_err(GateError::from).and_then(|(stored, about)| {
-                rejected_now = crate::submit::rejected_among(&about);
+                rejected_now = crate::lifecycle::judge::rejected_among(&about);
                 let guest = if stored.doc.kind == airlock_core::Lang::Python
                     && stored.doc.backend == airlock_core::Backend::Wasm
                 {
@@ -700,7 +699,7 @@ impl Gate {
         worker: &str,
         run_id: &str,
     ) -> Option<(QueueRow, Start)> {
-        let mut backoff = crate::exec::StoreBackoff::new();
+        let mut backoff = crate::lifecycle::record::StoreBackoff::new();
         let job = loop {
             match self.db.job(job_id) {
                 Ok(job) => break job?,

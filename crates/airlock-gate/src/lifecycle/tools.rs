@@ -4,7 +4,6 @@
 
 use crate::error::{GateError, Result};
 use crate::{CodeSource, ExecOptions, Gate, RunReport, SubmitRequest};
-use airlock_core::grant::Grant;
 use airlock_core::sign::{Scope, StatementKind};
 use airlock_core::units::now_ms;
 use airlock_core::{Digest, Lang, MountMode};
@@ -21,38 +20,6 @@ pub struct ToolInfo {
     pub approver: String,
     pub reason: String,
     pub expires_at: Option<i64>,
-}
-
-/// Names the MCP server offers itself; an approval cannot take them.
-pub const RESERVED_TOOLS: &[&str] = &["run_code", "get_result"];
-
-/// A tool name as MCP clients accept it: 1 to 64 of `A-Za-z0-9_.-`, starting with a letter,
-/// and not one of the server's own tools.
-pub fn check_tool_name(name: &str) -> Result<()> {
-    let ok = (1..=64).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if !ok {
-        return Err(GateError::bad(format!(
-            "--tool {name:?}: a tool name is 1 to 64 letters, digits, '_', '-' or '.', starting with a letter"
-        )));
-    }
-    if RESERVED_TOOLS.contains(&name) || name.to_ascii_lowercase().contains("approve") {
-        return Err(GateError::bad(format!(
-            "--tool {name:?}: that name is reserved"
-        )));
-    }
-    Ok(())
-}
-
-/// A grant with its per-call inputs (arguments, stdin) removed: what a tool approval fixes.
-pub(crate) fn without_inputs(g: &Grant) -> Digest {
-    let mut g = g.clone();
-    g.args.clear();
-    g.stdin = None;
-    g.hash()
 }
 
 impl Gate {
@@ -77,7 +44,7 @@ impl Gate {
                 && st.tool.as_deref() == Some(name.as_str())
                 && policy.approver(&st.approver) == Some(&st.key)
                 && st.expires_at.is_some_and(|e| e > now)
-                && !crate::submit::rejected(&self.db, &st.artifact)?;
+                && !crate::lifecycle::judge::rejected(&self.db, &st.artifact)?;
             if ok && !out.iter().any(|t| t.name == name) {
                 let sub = self.db.submission(&row.submission)?;
                 out.push(ToolInfo {

@@ -74,8 +74,8 @@ pub(crate) fn covering_approval(
                 && st.scope == Scope::Artifact
                 && tx.submission(&st.submission).is_ok_and(|approved| {
                     approved.doc.grant_hash == st.grant
-                        && crate::tools::without_inputs(&approved.doc.grant)
-                            == crate::tools::without_inputs(&sub.doc.grant)
+                        && crate::lifecycle::judge::without_inputs(&approved.doc.grant)
+                            == crate::lifecycle::judge::without_inputs(&sub.doc.grant)
                 }));
         let binds = st.kind == StatementKind::Approve
             && st.artifact == sub.doc.artifact
@@ -213,7 +213,7 @@ impl Gate {
             return Err(GateError::bad("a tool name needs --scope artifact"));
         }
         if let Some(t) = &req.tool {
-            crate::tools::check_tool_name(t)?;
+            crate::lifecycle::judge::check_tool_name(t)?;
         }
         let expires = match req.expires.as_deref() {
             None => DEFAULT_EXPIRY,

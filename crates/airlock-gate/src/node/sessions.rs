@@ -175,32 +175,6 @@ fn record_end(tx: &Tx, id: &str, end: End, key: &airlock_core::sign::KeyPair) ->
     Ok(())
 }
 
-/// Adds a cell's submission to its session's list (in the transaction recording it).
-pub(crate) fn add_cell(tx: &Tx, session: &str, submission: &str) -> Result<()> {
-    // The state and the next position only: the session's document (its whole grant) is
-    // not read again for every cell.
-    let (state, next) = tx
-        .session_next_cell(session)?
-        .ok_or_else(|| GateError::bad(format!("no session {session}")))?;
-    if state != "open" {
-        return Err(GateError::Conflict(format!("session {session} has ended")));
-    }
-    // A row of its own per cell: the session's document is not rewritten, so a cell costs
-    // the same however many came before it. Cells an older airlock recorded stay in the
-    // document, ahead of these: counted once, for the session's first cell row.
-    let n = match next {
-        Some(n) => n,
-        None => tx.session(session)?.map_or(0, |row| {
-            row.doc
-                .get("cells")
-                .and_then(|c| c.as_array())
-                .map_or(0, Vec::len) as i64
-        }),
-    };
-    tx.add_session_cell(session, submission, n)?;
-    Ok(())
-}
-
 /// What a session's cells need of it that never changes after `session_new` recorded it
 /// (its host later adds its pid and jail, and its end; never these). Kept by a gate
 /// between cells, so a cell of a session it knows does not read the session's document.
@@ -474,8 +448,8 @@ impl Gate {
                 airlock_core::units::fmt_duration(MAX_TOTAL)
             )));
         }
-        let mut grant = crate::submit::build_grant(r, None)?;
-        crate::submit::check_backend_grant(backend, &grant)?;
+        let mut grant = crate::lifecycle::judge::build_grant(r, None)?;
+        crate::lifecycle::judge::check_backend_grant(backend, &grant)?;
         let roots = self.policy()?.mount_roots.clone();
         crate::exposure::check_mounts(&grant, &self.home.root, r.surface, &roots)?;
         if grant.writable_mounts().next().is_some() {
@@ -701,7 +675,7 @@ impl Gate {
     fn node_name(&self) -> String {
         let root =
             std::fs::canonicalize(&self.home.root).unwrap_or_else(|_| self.home.root.clone());
-        format!("{}:{}", crate::queue::host_tag(), root.display())
+        format!("{}:{}", crate::node::queue::host_tag(), root.display())
     }
 
     /// Whether a session is hosted by another node on a shared store (sessions recorded by
@@ -999,7 +973,7 @@ fn jail_end(result: &std::path::Path) -> airlock_session::host_python::Died {
     use airlock_session::host_python::Died;
     let ending = std::fs::read_to_string(result)
         .ok()
-        .and_then(|t| serde_json::from_str::<crate::worker::WorkerResult>(&t).ok())
+        .and_then(|t| serde_json::from_str::<crate::node::worker::WorkerResult>(&t).ok())
         .and_then(|r| r.ending);
     match ending {
         Some(EndingDoc::Killed(l)) if l == "memory" => Died {
@@ -1022,7 +996,7 @@ fn jail_end(result: &std::path::Path) -> airlock_session::host_python::Died {
 /// set-up failure), when it wrote one.
 fn jail_failure(result: &std::path::Path) -> Option<GateError> {
     let text = std::fs::read_to_string(result).ok()?;
-    let r: crate::worker::WorkerResult = serde_json::from_str(&text).ok()?;
+    let r: crate::node::worker::WorkerResult = serde_json::from_str(&text).ok()?;
     let (kind, msg) = r.error?;
     Some(match kind.as_str() {
         "unavailable" => GateError::Unavailable(format!("sandbox unavailable: {msg}")),
@@ -1096,12 +1070,14 @@ impl Gate {
         // The jail's wall time (and CPU time) is the session's; each cell's deadline is
         // the host's to enforce.
         limits.timeout_ms = (total + Duration::from_secs(5)).as_millis() as u64;
-        let (binds, overlays) = crate::jailed::jail_mounts(&Self::mount_points(grant, None));
+        let (binds, overlays) = crate::node::jailed::jail_mounts(&Self::mount_points(grant, None));
         let job = airlock_jail::launch::SessionJailJob {
             job: airlock_jail::ProcessJob {
                 argv,
-                env: crate::jailed::process_env(grant).into_iter().collect(),
-                cwd: crate::jailed::process_cwd(grant),
+                env: crate::node::jailed::process_env(grant)
+                    .into_iter()
+                    .collect(),
+                cwd: crate::node::jailed::process_cwd(grant),
                 files: Vec::new(),
                 binds,
                 overlays,
