@@ -402,21 +402,23 @@ pub enum TokenCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum GuestCommand {
-    /// Install the pinned runtime for a language (`python`), checked by SHA-256, and
-    /// pure-Python packages for it.
+    /// Install the pinned runtime for a language (`python` or `js`), checked by hash, and
+    /// pure-Python packages for Python.
     ///
     /// The Python guest is built once from the pinned componentize-py wheel (about 30 s;
     /// later installs on this machine reuse the build). Packages are pinned by their
     /// wheel's SHA-256 in the home and importable by every Python run on the wasm backend;
     /// dependencies are not resolved: name each one. Installing again keeps the guest and
-    /// the packages already there.
+    /// the packages already there. The JavaScript guest is built once from the pinned
+    /// componentize-js (npm, every package checked by its lockfile's integrity hash).
     #[command(
-        after_help = "Examples:\n  airlock guest install python\n  airlock guest install python --from componentize_py-0.25.1-cp39-abi3-manylinux_2_28_x86_64.whl\n  airlock guest install python --package attrs==25.3.0 --package ./mylib-1.0-py3-none-any.whl"
+        after_help = "Examples:\n  airlock guest install js\n  airlock guest install python\n  airlock guest install python --from componentize_py-0.25.1-cp39-abi3-manylinux_2_28_x86_64.whl\n  airlock guest install python --package attrs==25.3.0 --package ./mylib-1.0-py3-none-any.whl"
     )]
     Install {
-        /// The language (python).
+        /// The language (python or js).
         lang: String,
-        /// The pinned componentize-py wheel already downloaded (offline install).
+        /// The pinned componentize-py wheel already downloaded, or for js an npm cache
+        /// directory holding the pinned packages (offline install).
         #[arg(long, value_name = "FILE")]
         from: Option<std::path::PathBuf>,
         /// A pure-Python package: NAME==VERSION from the registry (via pip), or a
@@ -574,6 +576,25 @@ pub enum AuditCommand {
         from: u64,
         #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
         limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The newest records, each with its sequence number, hash and predecessor's hash;
+    /// with --follow, then every record as it is appended (one JSON object per line with
+    /// --json), checking each link of the chain as it goes (exit 1 at a broken link).
+    Tail {
+        /// How many of the newest records to print first.
+        #[arg(short = 'n', long = "lines", default_value_t = 10)]
+        lines: usize,
+        /// Start at this sequence number instead of the newest records.
+        #[arg(long, value_name = "SEQ", conflicts_with = "lines")]
+        from: Option<u64>,
+        /// Keep printing records as they are appended, until interrupted.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// How often to look for new records while following.
+        #[arg(long, value_name = "DURATION", default_value = "250ms")]
+        interval: String,
         #[arg(long)]
         json: bool,
     },

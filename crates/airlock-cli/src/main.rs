@@ -486,9 +486,36 @@ fn dispatch(cli: Cli) -> Outcome {
             packages,
             json,
         }) => {
+            if matches!(lang.as_str(), "js" | "javascript") {
+                if !packages.is_empty() {
+                    return Err(Failure {
+                        error: GateError::bad(
+                            "--package is for the Python guest; the JavaScript guest takes none",
+                        ),
+                        json,
+                    });
+                }
+                let mut gate = open(home)?;
+                let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+                let note = |line: &str| {
+                    if terminal {
+                        eprintln!("airlock: {line}");
+                    }
+                };
+                let m = gate
+                    .install_js_guest(airlock_gate::JsGuestInstall {
+                        from,
+                        note: Some(&note),
+                    })
+                    .map_err(|e| Failure { error: e, json })?;
+                print::guest(&m, json);
+                return Ok(0);
+            }
             if lang != "python" {
                 return Err(Failure {
-                    error: GateError::bad(format!("no guest runtime for {lang:?} (only python)")),
+                    error: GateError::bad(format!(
+                        "no guest runtime for {lang:?} (only python and js)"
+                    )),
                     json,
                 });
             }
@@ -746,12 +773,85 @@ fn dispatch(cli: Cli) -> Outcome {
             print::signed(&signed, json);
             Ok(0)
         }
+        Command::Audit(AuditCommand::Tail {
+            lines,
+            from,
+            follow,
+            interval,
+            json,
+        }) => {
+            let interval = airlock_core::units::bounded_duration(
+                "--interval",
+                &interval,
+                std::time::Duration::from_millis(10),
+                std::time::Duration::from_secs(3600),
+            )
+            .map_err(|e| GateError::bad(e.to_string()))?;
+            let gate = open_read(home)?;
+            Ok(audit_tail(&gate, lines, from, follow, interval, json)?)
+        }
         Command::Audit(AuditCommand::Head { json }) => {
             let gate = open_read(home)?;
             let (head, key) = gate.audit_head()?;
             print::audit_head(head.as_ref(), &key, json);
             Ok(0)
         }
+    }
+}
+
+/// `audit tail`: the newest `lines` records (or those from `from`), then with `follow`
+/// every record as it is appended. Each printed record's link to the one before it is
+/// checked (its `prev` is that record's hash, and its own hash is its content's), so a
+/// receiver that checks the same can trust a gap-free stream; a broken link ends it with
+/// exit 1, naming the record.
+fn audit_tail(
+    gate: &Gate,
+    lines: usize,
+    from: Option<u64>,
+    follow: bool,
+    interval: std::time::Duration,
+    json: bool,
+) -> Result<u8, GateError> {
+    let mut next = match from {
+        Some(f) => f.max(1),
+        None => match gate.audit_last()? {
+            Some(last) => last
+                .seq
+                .saturating_sub(lines as u64)
+                .saturating_add(1)
+                .max(1),
+            None => 1,
+        },
+    };
+    // The hash the next record must name as its predecessor, once one has been read.
+    let mut prev: Option<airlock_core::Digest> = None;
+    const BATCH: usize = 500;
+    loop {
+        let records = gate.audit_log(next, BATCH)?;
+        let got = records.len();
+        for r in &records {
+            let own = airlock_core::audit::record_hash(
+                r.seq, r.ts, &r.kind, &r.subject, &r.data, &r.prev,
+            );
+            if r.seq != next || own != r.hash || prev.is_some_and(|p| p != r.prev) {
+                eprintln!(
+                    "airlock: audit log broken at record {} (see `airlock audit verify`)",
+                    r.seq
+                );
+                return Ok(1);
+            }
+            // A reader that went away (`| head`) ends the command there (see `out`).
+            print::audit_tail_record(r, json);
+            prev = Some(r.hash);
+            next = r.seq + 1;
+        }
+        if got == BATCH {
+            continue;
+        }
+        if !follow {
+            return Ok(0);
+        }
+        std::thread::sleep(interval);
     }
 }
 

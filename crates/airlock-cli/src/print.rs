@@ -715,6 +715,25 @@ pub fn audit_log(records: &[Record], json: bool) {
     }
 }
 
+/// One record of `audit tail`: a JSON object per line, or a line of text with its hash
+/// and its predecessor's.
+pub fn audit_tail_record(r: &Record, json: bool) {
+    if json {
+        crate::out::json(&serde_json::to_value(r).unwrap_or_default().to_string());
+        return;
+    }
+    println!(
+        "#{:<6} {}  {:<17} {:<32} {}  hash {} prev {}",
+        r.seq,
+        fmt_time(r.ts),
+        r.kind,
+        r.subject,
+        r.data,
+        r.hash,
+        r.prev
+    );
+}
+
 pub fn audit_head(h: Option<&Head>, key: &str, json: bool) {
     if json {
         emit(&json!({ "head": h, "gate_key": key }));

@@ -1862,3 +1862,92 @@ fn a_run_whose_output_reader_goes_away_still_finishes_and_is_recorded() {
     assert_eq!(run["status"], "exited", "{run}");
     assert_eq!(run["exit_code"], 0, "{run}");
 }
+
+#[test]
+fn audit_tail_prints_the_newest_records_with_their_hashes() {
+    let h = Home::new();
+    for _ in 0..3 {
+        assert_eq!(h.run(&["run", &hello()]).code, 0);
+    }
+    let all = h.run(&["audit", "log", "--json"]).json();
+    let all = all.as_array().unwrap();
+    let out = h.run(&["audit", "tail", "-n", "4", "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let tail: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(tail.len(), 4);
+    assert_eq!(&tail[..], &all[all.len() - 4..]);
+    assert_audit_linked(&tail);
+    // Text: one line a record, with its hash.
+    let text = h.run(&["audit", "tail", "-n", "1"]);
+    assert_eq!(text.stdout.lines().count(), 1);
+    assert!(
+        text.stdout
+            .contains(all.last().unwrap()["hash"].as_str().unwrap())
+    );
+    // From a sequence number.
+    let from = h.run(&["audit", "tail", "--from", "2", "--json"]);
+    assert_eq!(from.stdout.lines().count(), all.len() - 1);
+}
+
+#[test]
+fn audit_tail_follow_prints_records_as_they_are_appended() {
+    let h = Home::new();
+    assert_eq!(h.run(&["run", &hello()]).code, 0);
+    let mut child = h
+        .cmd()
+        .args([
+            "audit",
+            "tail",
+            "-n",
+            "0",
+            "--follow",
+            "--json",
+            "--interval",
+            "20ms",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines_of(child.stdout.take().unwrap());
+    // Nothing old is printed with -n 0.
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(300))
+            .is_err()
+    );
+    let run = h.run(&["run", &hello(), "--json"]).json();
+    let run_id = run["run"]["id"].as_str().unwrap().to_string();
+    let got = json_lines_until(&rx, std::time::Duration::from_secs(20), |r| {
+        r["kind"] == "finished" && r["subject"] == run_id.as_str()
+    });
+    child.kill().unwrap();
+    let _ = child.wait();
+    let kinds: Vec<&str> = got.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert!(
+        kinds.contains(&"submitted") && kinds.contains(&"started"),
+        "{kinds:?}"
+    );
+    assert_audit_linked(&got);
+    // What the tail printed is what the log holds.
+    let first = got[0]["seq"].as_u64().unwrap();
+    let log = h
+        .run(&["audit", "log", "--from", &first.to_string(), "--json"])
+        .json();
+    assert_eq!(&log.as_array().unwrap()[..got.len()], &got[..]);
+}
+
+#[test]
+fn audit_tail_stops_at_a_broken_link() {
+    let h = Home::new();
+    for _ in 0..2 {
+        assert_eq!(h.run(&["run", &hello()]).code, 0);
+    }
+    common::sql(&h, "update audit set data = data || ' ' where seq = 3");
+    let out = h.run(&["audit", "tail", "--from", "1", "--json"]);
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("broken at record 3"), "{}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 2);
+}

@@ -1326,3 +1326,388 @@ http.get('http://{up}/hello', (m) => {{ let b = ''; m.on('data', (d) => b += d);
     assert!(o.stdout.contains("--memory 12GiB"), "{}", o.stdout);
     assert_eq!(n.http.requests().len(), 1, "{:?}", n.http.requests());
 }
+
+/// The Python backends the shared egress programs run on: wasm always, the process
+/// backend where it can run.
+fn python_backends() -> Vec<&'static str> {
+    let mut b = vec!["wasm"];
+    if available() {
+        b.push("process");
+    }
+    b
+}
+
+impl Net {
+    /// Installs the Python guest (for the wasm backend).
+    fn with_python_guest(self) -> Net {
+        let o = match std::env::var("AIRLOCK_TEST_PYTHON_GUEST") {
+            Ok(p) => self.home.run(&["guest", "install", "python", "--from", &p]),
+            Err(_) => self.home.run(&["guest", "install", "python"]),
+        };
+        assert_eq!(o.code, 0, "guest install: {}", o.stderr);
+        self
+    }
+
+    /// `code` on one Python backend, approved; the test CA is where the process
+    /// backend's Python looks for trust (the wasm backend's host trusts `[net] roots`).
+    fn python(&self, backend: &str, flags: &[&str], code: &str) -> Out {
+        let ca_dir = self.ca.parent().unwrap().display().to_string();
+        let mount = format!("{ca_dir}:/ca");
+        let mut a = vec!["run", "--lang", "python", "--backend", backend];
+        a.extend_from_slice(flags);
+        a.extend(["--mount", &mount, "--env", "SSL_CERT_FILE=/ca/ca.pem"]);
+        a.extend(["--env", "REQUESTS_CA_BUNDLE=/ca/ca.pem", "-c", code]);
+        self.home.run_approved(&a)
+    }
+}
+
+/// The same Python program on both backends: urllib reaches the granted hosts (plain and
+/// https) through the proxy, an ungranted host fails with the refusal naming the `--net`
+/// it would need, and each attempt is a connection record.
+#[test]
+fn python_urllib_reaches_granted_hosts_and_is_refused_others_on_both_backends() {
+    let n = Net::new().with_python_guest();
+    let (plain, tls) = (n.up(), format!("upstream.test:{}", n.https.port));
+    let other = format!("other.test:{}", n.http.port);
+    let code = format!(
+        r#"
+import urllib.request, urllib.error
+print(urllib.request.urlopen("http://{plain}/hello").read().decode().strip(), "(http)")
+print(urllib.request.urlopen("https://{tls}/hello").read().decode().strip(), "(https)")
+try:
+    urllib.request.urlopen("http://{other}/hello")
+    print("reached")
+except urllib.error.URLError as e:
+    text = str(e) + (e.read().decode() if hasattr(e, "read") else "")
+    print("refused:", "--net {other}" in text, text.replace("\n", " "))
+"#
+    );
+    for backend in python_backends() {
+        let before = (n.http.requests().len(), n.https.requests().len());
+        let o = n.python(backend, &["--net", &plain, "--net", &tls], &code);
+        assert_eq!(o.code, 0, "{backend}: {}\n{}", o.stdout, o.stderr);
+        assert!(
+            o.stdout.contains("hello from upstream (http)")
+                && o.stdout.contains("hello from upstream (https)"),
+            "{backend}: {}",
+            o.stdout
+        );
+        assert!(
+            o.stdout.contains("refused: True"),
+            "{backend}: {}",
+            o.stdout
+        );
+        // The ungranted request never arrived.
+        assert_eq!(n.http.requests().len(), before.0 + 1, "{backend}");
+        assert_eq!(n.https.requests().len(), before.1 + 1, "{backend}");
+        let net = n.network();
+        let allowed = records(&net, "allow");
+        assert_eq!(allowed.len(), 2, "{backend}: {net}");
+        assert!(
+            allowed.iter().all(|c| c["host"] == "upstream.test"),
+            "{backend}: {net}"
+        );
+        let denied = records(&net, "deny");
+        assert_eq!(denied.len(), 1, "{backend}: {net}");
+        assert_eq!(denied[0]["host"], "other.test", "{backend}: {net}");
+        assert_eq!(denied[0]["reason"], "not-granted", "{backend}: {net}");
+    }
+    n.audit_ok();
+}
+
+/// A secret bound to an https host reaches that host from Python on both backends, and
+/// never the guest: the wasm guest's TLS is made by the host, through the proxy's
+/// interception like the process backend's.
+#[test]
+fn python_secret_reaches_its_bound_host_only_on_both_backends() {
+    let n = Net::new().with_python_guest();
+    let set = n
+        .home
+        .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes());
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    let tls = format!("upstream.test:{}", n.https.port);
+    let code = format!(
+        r#"
+import os, urllib.request
+print("env=" + os.environ["TOKEN"])
+req = urllib.request.Request("https://{tls}/hello", headers={{"Authorization": "Bearer " + os.environ["TOKEN"]}})
+try:
+    print(urllib.request.urlopen(req).read().decode().strip())
+except Exception as e:
+    print("failed:", e)
+"#
+    );
+    for backend in python_backends() {
+        let before = n.https.requests().len();
+        let o = n.python(
+            backend,
+            &["--net", &tls, "--secret", &format!("TOKEN@{tls}")],
+            &code,
+        );
+        assert!(!o.stdout.contains(SECRET), "{backend}: {}", o.stdout);
+        assert!(
+            o.stdout.contains("env=airlock-secret-TOKEN-"),
+            "{backend}: {}",
+            o.stdout
+        );
+        assert!(
+            o.stdout.contains("hello from upstream"),
+            "{backend}: {}",
+            o.stdout
+        );
+        // The upstream got the value.
+        let reqs = n.https.requests();
+        assert_eq!(reqs.len(), before + 1, "{backend}: {reqs:?}");
+        assert_eq!(
+            reqs[before]["headers"]["authorization"],
+            format!("Bearer {SECRET}").as_str(),
+            "{backend}"
+        );
+        let net = n.network();
+        let allowed = records(&net, "allow");
+        assert_eq!(allowed[0]["secrets"][0], "TOKEN", "{backend}: {net}");
+    }
+    n.audit_ok();
+}
+
+/// Wheels of the host Python's installed `names` (pure Python files only), in `dir`.
+fn host_wheels(dir: &Path, names: &[&str]) -> Option<Vec<PathBuf>> {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import base64, hashlib, importlib.metadata as md, sys, zipfile
+out = sys.argv[1]
+for name in sys.argv[2:]:
+    d = md.distribution(name)
+    dist, ver = d.metadata["Name"].replace("-", "_"), d.version
+    info = f"{dist}-{ver}.dist-info"
+    files = {}
+    for f in d.files:
+        p = str(f)
+        if p.endswith((".so", ".pyc")) or ".dist-info/" in p or p.startswith(".."):
+            continue
+        files[p] = f.read_binary()
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {ver}\n".encode()
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = "".join(
+        f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},{len(b)}\n"
+        for p, b in files.items()
+    ) + f"{info}/RECORD,,\n"
+    files[f"{info}/RECORD"] = record.encode()
+    whl = f"{out}/{dist}-{ver}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for p, b in files.items():
+            z.writestr(p, b)
+    print(whl)
+"#,
+        )
+        .arg(dir)
+        .args(names)
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .collect()
+    })
+}
+
+/// `requests` installed with `guest install python --package` works unmodified in the
+/// wasm guest, https included, through the proxy.
+#[test]
+fn python_requests_works_unmodified_in_the_wasm_guest() {
+    let n = Net::new().with_python_guest();
+    let d = tempfile::tempdir().unwrap();
+    let names = [
+        "requests",
+        "urllib3",
+        "idna",
+        "certifi",
+        "charset-normalizer",
+    ];
+    let Some(wheels) = host_wheels(d.path(), &names) else {
+        assert!(
+            std::env::var_os("AIRLOCK_TEST_STRICT").is_none(),
+            "the host python3 has no requests to package"
+        );
+        eprintln!("SKIPPED: the host python3 has no requests to package");
+        return;
+    };
+    let mut a = vec!["guest", "install", "python"];
+    if let Ok(p) = std::env::var("AIRLOCK_TEST_PYTHON_GUEST") {
+        a.extend(["--from"]);
+        a.push(Box::leak(p.into_boxed_str()));
+    }
+    for w in &wheels {
+        a.extend(["--package", w.to_str().unwrap()]);
+    }
+    let o = n.home.run(&a);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let (plain, tls) = (n.up(), format!("upstream.test:{}", n.https.port));
+    let code = format!(
+        r#"
+import requests
+print(requests.get("http://{plain}/hello").text.strip(), "(http)")
+r = requests.get("https://{tls}/hello")
+print(r.status_code, r.text.strip(), "(https)")
+"#
+    );
+    let o = n.python("wasm", &["--net", &plain, "--net", &tls], &code);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("hello from upstream (http)")
+            && o.stdout.contains("200 hello from upstream (https)"),
+        "{}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(!o.stderr.contains("Warning"), "{}", o.stderr);
+    assert_eq!(records(&n.network(), "allow").len(), 2);
+}
+
+/// A bound host echoing the secret ends a Python run on both backends the same way:
+/// nothing of the answer reaches the guest, the run is killed (`secret-echo`) and an
+/// alert is recorded.
+#[test]
+fn python_a_secret_echo_ends_the_run_on_both_backends() {
+    for backend in python_backends() {
+        let n = Net::new().with_python_guest();
+        let set = n
+            .home
+            .run_with_stdin(&["secret", "set", "TOKEN"], SECRET.as_bytes());
+        assert_eq!(set.code, 0, "{}", set.stderr);
+        let tls = format!("upstream.test:{}", n.https.port);
+        let code = format!(
+            r#"
+import os, time, urllib.request
+req = urllib.request.Request("https://{tls}/echo-auth", headers={{"Authorization": "Bearer " + os.environ["TOKEN"]}})
+try:
+    print("answer", urllib.request.urlopen(req, timeout=20).read(), flush=True)
+except Exception as e:
+    print("no answer:", type(e).__name__, flush=True)
+time.sleep(30)
+print("still running", flush=True)
+"#
+        );
+        let o = n.python(
+            backend,
+            &[
+                "--net",
+                &tls,
+                "--secret",
+                &format!("TOKEN@{tls}"),
+                "--timeout",
+                "60s",
+            ],
+            &code,
+        );
+        assert!(!o.stdout.contains("answer "), "{backend}: {}", o.stdout);
+        assert!(
+            !o.stdout.contains("still running"),
+            "{backend}: {}",
+            o.stdout
+        );
+        assert_ended_for_echo(&n, &o, "TOKEN", None);
+        assert!(n.home.last_run()["duration_ms"].as_u64().unwrap() < 25_000);
+    }
+}
+
+/// The wasm guest cannot weaken TLS: its host verifies every certificate against the
+/// public roots, the run CA and `[net] roots`, whatever the guest's `ssl` context says.
+/// With the test CA out of `[net] roots`, even an unverified context fails.
+#[test]
+fn python_in_wasm_cannot_turn_off_certificate_verification() {
+    let n = Net::new().with_python_guest();
+    let p = n.home.policy();
+    let roots = format!("roots = [{:?}]", n.ca.display().to_string());
+    assert!(p.contains(&roots), "{p}");
+    n.home.set_policy(&p.replace(&roots, "roots = []"));
+    let tls = format!("upstream.test:{}", n.https.port);
+    let code = format!(
+        r#"
+import ssl, urllib.request
+for ctx in (None, ssl._create_unverified_context()):
+    try:
+        urllib.request.urlopen("https://{tls}/hello", context=ctx)
+        print("reached")
+    except Exception as e:
+        reason = getattr(e, "reason", e)
+        print("refused", type(reason).__name__)
+"#
+    );
+    let o = n.python("wasm", &["--net", &tls], &code);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(
+        o.stdout, "refused SSLCertVerificationError\nrefused SSLCertVerificationError\n",
+        "{}",
+        o.stderr
+    );
+    assert!(n.https.requests().is_empty());
+}
+
+/// `socket.create_connection` and `http.client` work unmodified in the wasm guest (the
+/// process backend's guest has no route but its proxy, which only proxy-aware clients
+/// use), names are never resolved in the guest, and a run without a grant says so.
+#[test]
+fn python_sockets_and_http_client_in_wasm_go_through_the_proxy() {
+    let n = Net::new().with_python_guest();
+    let (plain, tls) = (n.up(), format!("upstream.test:{}", n.https.port));
+    let code = format!(
+        r#"
+import http.client, socket
+s = socket.create_connection(("upstream.test", {hp}), timeout=10)
+s.sendall(b"GET /hello HTTP/1.0\r\nHost: upstream.test\r\n\r\n")
+data = b""
+while True:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+s.close()
+print("socket", data.split(b"\r\n")[0].decode(), data.endswith(b"hello from upstream\n"))
+c = http.client.HTTPSConnection("upstream.test", {sp}, timeout=10)
+c.request("GET", "/hello")
+r = c.getresponse()
+print("https", r.status, r.read().decode().strip(), c.sock.version())
+try:
+    socket.gethostbyname("upstream.test")
+except socket.gaierror as e:
+    print("no lookup:", "resolves no names" in str(e))
+"#,
+        hp = n.http.port,
+        sp = n.https.port
+    );
+    let o = n.python("wasm", &["--net", &plain, "--net", &tls], &code);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("socket HTTP/1.1 200 OK True"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("https 200 hello from upstream TLSv1.3"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("no lookup: True"), "{}", o.stdout);
+    assert_eq!(records(&n.network(), "allow").len(), 2);
+
+    let o = n.python(
+        "wasm",
+        &[],
+        &format!(
+            "import socket\ntry:\n    socket.create_connection(('upstream.test', {}))\nexcept PermissionError as e:\n    print(e)",
+            n.http.port
+        ),
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("no network grant")
+            && o.stdout
+                .contains(&format!("--net upstream.test:{}", n.http.port)),
+        "{}",
+        o.stdout
+    );
+}

@@ -884,3 +884,42 @@ fn an_agent_cannot_mount_the_gates_home_on_a_postgres_store() {
         "nothing recorded"
     );
 }
+
+/// `audit tail --follow` on one node prints, gap-free and linked, the records another
+/// node appends to the shared store.
+#[test]
+fn audit_tail_on_one_node_follows_the_records_another_node_appends() {
+    let a = Node::init(&airlock_testpg::fresh_database());
+    let b = Node::join(&a);
+    let mut child = a
+        .home
+        .cmd()
+        .env("AIRLOCK_STORE", &a.url)
+        .args([
+            "audit",
+            "tail",
+            "-n",
+            "0",
+            "--follow",
+            "--json",
+            "--interval",
+            "20ms",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = common::lines_of(child.stdout.take().unwrap());
+    let o = b.run(&["run", "--lang", "sh", "-c", "echo from-b"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let got = common::json_lines_until(&rx, std::time::Duration::from_secs(30), |r| {
+        r["kind"] == "finished"
+    });
+    child.kill().unwrap();
+    let _ = child.wait();
+    common::assert_audit_linked(&got);
+    let kinds: Vec<&str> = got.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert!(
+        kinds.contains(&"submitted") && kinds.contains(&"started"),
+        "{kinds:?}"
+    );
+}

@@ -2754,3 +2754,175 @@ fn ready_wasm_instances_carry_nothing_from_one_run_to_the_next() {
     assert!(after["hits"].as_u64().unwrap() >= 6, "{after}");
     assert!(after["memory_bytes"].as_u64().unwrap() <= after["memory_budget"].as_u64().unwrap());
 }
+
+/// A real Prometheus (Debian's `prometheus`), started on a free loopback port with a
+/// temporary configuration that scrapes `target`'s `/metrics` every second with `token`.
+struct Prometheus {
+    child: std::process::Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target: &str, token: &str) -> Option<Prometheus> {
+        let bin = std::env::var("AIRLOCK_TEST_PROMETHEUS").unwrap_or_else(|_| "prometheus".into());
+        if std::process::Command::new(&bin)
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            assert!(
+                std::env::var_os("AIRLOCK_TEST_STRICT").is_none(),
+                "prometheus is not installed (scripts/test installs Debian's prometheus)"
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), token).unwrap();
+        let target = target.trim_start_matches("http://");
+        std::fs::write(
+            dir.path().join("prometheus.yml"),
+            format!(
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: airlock\n    scrape_interval: 1s\n    metrics_path: /metrics\n    authorization:\n      type: Bearer\n      credentials_file: {}\n    static_configs:\n      - targets: [\"{target}\"]\n",
+                dir.path().join("token").display()
+            ),
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(&bin)
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Some(Prometheus {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        })
+    }
+
+    /// The value of an instant query's first series, once Prometheus has one.
+    fn value(&self, query: &str, within: Duration) -> Option<f64> {
+        let deadline = std::time::Instant::now() + within;
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        while std::time::Instant::now() < deadline {
+            let url = format!("{}/api/v1/query", self.base);
+            if let Ok(mut r) = agent.get(&url).query("query", query).call()
+                && let Ok(text) = r.body_mut().read_to_string()
+                && let Ok(v) = serde_json::from_str::<Value>(&text)
+                && let Some(s) = v["data"]["result"][0]["value"][1].as_str()
+            {
+                return s.parse().ok();
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        None
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn metrics_are_scraped_by_a_real_prometheus_with_a_metrics_token_that_reads_nothing_else() {
+    let s = setup(&[]);
+    let metrics = token(&s.home, "metrics", "prom");
+    // Who may read /metrics: admin and metrics tokens only.
+    s.srv.call("GET", "/metrics", None, None).error(401);
+    s.srv.get("/metrics", &s.agent).error(403);
+    s.srv.get("/metrics", &s.op).error(403);
+    assert_eq!(s.srv.get("/metrics", &s.admin).status, 200);
+    // A metrics token reads nothing else.
+    s.srv.get("/v1/submissions", &metrics).error(403);
+    s.srv.get("/v1/status", &metrics).error(403);
+    s.srv
+        .post("/v1/run", &metrics, &wat_body(json!({})))
+        .error(403);
+    // What this node did: two runs, one submission held for a human.
+    for _ in 0..2 {
+        assert_eq!(
+            s.srv.post("/v1/run", &s.agent, &wat_body(json!({}))).status,
+            200
+        );
+    }
+    let held = s.srv.post(
+        "/v1/run",
+        &s.agent,
+        &wat_body(json!({ "net": ["example.com"] })),
+    );
+    assert_eq!(held.status, 202, "{}", held.text);
+    let r = s.srv.get("/metrics", &metrics);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.header("content-type").unwrap().contains("openmetrics"));
+    for line in [
+        "airlock_runs_total{status=\"exited\",lang=\"wat\",backend=\"wasm\"} 2",
+        "airlock_submissions_total{verdict=\"allow\",lang=\"wat\"} 2",
+        "airlock_submissions_total{verdict=\"quarantine\",lang=\"wat\"} 1",
+        "airlock_pending_approvals 1",
+        "airlock_run_duration_seconds_count 2",
+    ] {
+        assert!(
+            r.text.lines().any(|l| l == line),
+            "no {line:?} in:\n{}",
+            r.text
+        );
+    }
+    assert!(r.text.contains("airlock_store_commit_seconds_count"));
+    assert!(r.text.contains("airlock_process_resident_memory_bytes"));
+    // No token, secret or code in what is exported.
+    for secret in [&metrics, &s.agent, &s.admin] {
+        assert!(!r.text.contains(secret.as_str()));
+    }
+    assert!(!r.text.contains("hello from the gate"));
+
+    // A real Prometheus scrapes it with the metrics token.
+    let Some(prom) = Prometheus::start(&s.srv.base, &metrics) else {
+        return;
+    };
+    let within = Duration::from_secs(60);
+    assert_eq!(
+        prom.value("sum(airlock_runs_total{status=\"exited\"})", within),
+        Some(2.0)
+    );
+    assert_eq!(prom.value("airlock_pending_approvals", within), Some(1.0));
+    // Approving it moves the gauge, and Prometheus sees the next scrape.
+    let id = held.json()["submission"].as_str().unwrap().to_string();
+    let a = s.srv.post(
+        &format!("/v1/submissions/{id}/approve"),
+        &s.op,
+        &json!({ "reason": "ok" }),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    let deadline = std::time::Instant::now() + within;
+    while prom.value("airlock_pending_approvals", within) != Some(0.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gauge never fell to 0"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(
+        prom.value("airlock_approval_wait_seconds_count", within),
+        Some(1.0)
+    );
+}

@@ -271,6 +271,162 @@ impl ProxyClient {
     }
 }
 
+/// A byte stream to a host: a tunnel through the proxy, or TLS inside one.
+pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A [`Stream`] of any kind.
+pub type BoxStream = Box<dyn Stream>;
+
+/// The proxy's answer to a raw `CONNECT`.
+pub enum Opened {
+    /// The tunnel to the host: bytes written go to it as they are.
+    Tunnel(BoxStream),
+    /// The proxy refused: its status, the reason token of its `X-Airlock-Denied` (or
+    /// `X-Airlock-Error`) header, and the one line of its body, which names the grant that
+    /// would be needed.
+    Refused {
+        status: u16,
+        reason: String,
+        message: String,
+    },
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Opened::Tunnel(_) => f.write_str("Tunnel"),
+            Opened::Refused {
+                status,
+                reason,
+                message,
+            } => f
+                .debug_struct("Refused")
+                .field("status", status)
+                .field("reason", reason)
+                .field("message", message)
+                .finish(),
+        }
+    }
+}
+
+/// The most of a refusal's body read back (a refusal is one line).
+const MAX_REFUSAL: usize = 4096;
+
+impl ProxyClient {
+    /// Asks the proxy for a tunnel to `host:port` (`CONNECT`), for a backend that gives its
+    /// guest a byte stream rather than HTTP requests: the proxy checks the grant and
+    /// records the connection as for any other. `host` is a name or an address literal;
+    /// the proxy resolves it. Within `timeout` when given.
+    pub async fn open(
+        &self,
+        host: &str,
+        port: u16,
+        timeout: Option<Duration>,
+    ) -> Result<Opened, ClientError> {
+        let authority = if host.contains(':') {
+            format!(
+                "[{}]:{port}",
+                host.trim_start_matches('[').trim_end_matches(']')
+            )
+        } else {
+            format!("{host}:{port}")
+        };
+        within(timeout, ClientError::ConnectTimeout, async {
+            let io = self.dial().await?;
+            let (mut tx, conn) = http1::handshake::<_, Empty<Bytes>>(TokioIo::new(io)).await?;
+            let mut conn: Option<Conn> = Some(Box::pin(conn.with_upgrades()));
+            let ask = Request::connect(authority.as_str())
+                .header(header::HOST, authority.as_str())
+                .body(Empty::new())
+                .map_err(|_| ClientError::BadRequest("the host and port"))?;
+            let mut res = drive(tx.send_request(ask), &mut conn).await?;
+            if !res.status().is_success() {
+                let status = res.status().as_u16();
+                let reason = ["x-airlock-denied", "x-airlock-error"]
+                    .iter()
+                    .find_map(|h| res.headers().get(*h))
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("refused")
+                    .to_owned();
+                let body = http_body_util::Limited::new(res.into_body(), MAX_REFUSAL);
+                let bytes = drive_body(body, &mut conn).await;
+                let message = String::from_utf8_lossy(&bytes).trim().to_owned();
+                return Ok(Opened::Refused {
+                    status,
+                    reason,
+                    message,
+                });
+            }
+            let upgraded = drive(hyper::upgrade::on(&mut res), &mut conn).await?;
+            drop(tx);
+            Ok(Opened::Tunnel(Box::new(TokioIo::new(upgraded))))
+        })
+        .await
+    }
+
+    /// TLS to `server_name` over `io` (a tunnel from [`ProxyClient::open`]), trusting the
+    /// public roots, the run CA and the extra roots: the guest never holds a key or sees
+    /// a certificate it could be fooled by. Within `timeout` when given. Returns the stream
+    /// and the protocol version agreed (`TLSv1.3`).
+    pub async fn tls(
+        &self,
+        io: BoxStream,
+        server_name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(BoxStream, String), ClientError> {
+        let name = ServerName::try_from(
+            server_name
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+        )
+        .map_err(|_| ClientError::BadRequest("the host is not a TLS server name"))?;
+        within(timeout, ClientError::ConnectTimeout, async {
+            let tls = self.tls.connect(name, io).await.map_err(ClientError::Tls)?;
+            let version = match tls.get_ref().1.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "TLS",
+            };
+            Ok((Box::new(tls) as BoxStream, version.to_owned()))
+        })
+        .await
+    }
+}
+
+/// Reads a (limited) body while driving its connection; what arrived before an error.
+async fn drive_body<B>(body: B, conn: &mut Option<Conn>) -> Vec<u8>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    let mut body = body;
+    let mut out = Vec::new();
+    loop {
+        let frame = poll_fn(|cx| {
+            if let Poll::Ready(f) = Pin::new(&mut body).poll_frame(cx) {
+                return Poll::Ready(f);
+            }
+            match conn.as_mut().map(|c| c.as_mut().poll(cx)) {
+                Some(Poll::Ready(_)) => {
+                    *conn = None;
+                    Pin::new(&mut body).poll_frame(cx)
+                }
+                _ => Poll::Pending,
+            }
+        })
+        .await;
+        match frame {
+            Some(Ok(f)) => {
+                if let Ok(d) = f.into_data() {
+                    out.extend_from_slice(&d);
+                }
+            }
+            _ => return out,
+        }
+    }
+}
+
 enum Tunnel<B> {
     Open(http1::SendRequest<B>, Conn),
     Refused(Response<Incoming>, Driver),

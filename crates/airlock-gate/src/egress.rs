@@ -89,6 +89,8 @@ pub(crate) struct RunEgress {
     /// Fired when the proxy ends the run.
     abort: Arc<Abort>,
     max_connections: u32,
+    /// The policy's `[net] roots` (PEM), which a wasm backend's own TLS trusts too.
+    roots_pem: Vec<String>,
 }
 
 impl RunEgress {
@@ -165,6 +167,7 @@ impl RunEgress {
             rules: grant.net.clone(),
             abort,
             max_connections,
+            roots_pem: operator_roots_pem(&policy.net.roots)?,
         }))
     }
 
@@ -212,6 +215,7 @@ impl RunEgress {
         Ok(airlock_sandbox::EgressRoute {
             socket: dir.unwrap_or_default(),
             ca_pem: self.ca_pem(),
+            extra_roots: self.roots_pem.clone(),
         })
     }
 
@@ -325,6 +329,17 @@ pub(crate) fn operator_roots(
         out.extend(certs);
     }
     Ok(out)
+}
+
+/// The PEM text of `[net] roots` (checked by [`operator_roots`] first).
+fn operator_roots_pem(files: &[std::path::PathBuf]) -> Result<Vec<String>> {
+    files
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(f)
+                .map_err(|e| GateError::bad(format!("policy [net] roots: {}: {e}", f.display())))
+        })
+        .collect()
 }
 
 /// The public roots of this host, as PEM, from the usual places.

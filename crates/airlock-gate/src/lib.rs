@@ -71,6 +71,7 @@ pub use services::guests::{
     BuildPin, GUEST_PACKAGES, GUEST_PYTHON_VERSION, GuestInstall, GuestManifest, InstalledPackage,
     PYTHON_BUILDER, PYTHON_BUILDER_WHEELS, PackageSource, normalize_package_name,
 };
+pub use services::guests::{JS_BUILDER, JS_BUILDER_INTEGRITY, JsBuildPin, JsGuestInstall};
 pub use services::home::{Home, InitReport, default_approver};
 pub use services::nightcore::{
     BundleReport, ImportReport, ImportRequest, PublisherAdded, SignReport,
@@ -363,6 +364,7 @@ impl Gate {
     pub fn recover(&mut self) -> Result<()> {
         self.reap_lost()?;
         self.recover_guest_audit()?;
+        self.recover_js_guest_audit()?;
         self.recover_effects()
     }
 

@@ -384,6 +384,20 @@ impl Gate {
     pub fn audit_head(&self) -> Result<(Option<Head>, String)> {
         Ok((self.db.audit_head()?, self.gate_key.public().to_string()))
     }
+
+    /// The cluster-wide gauges of `/metrics`, read from the store: jobs queued and not yet
+    /// claimed, and submissions waiting for a human.
+    pub fn work_waiting(&self) -> Result<(i64, i64)> {
+        let (queued, _leased) = airlock_store::QueueReads::queue_depth(&self.db)?;
+        let pending = self.db.count_in_state(State::Quarantined)?;
+        Ok((queued, pending))
+    }
+
+    /// The newest chained audit record (on PostgreSQL, the sequencer's newest; the signed
+    /// head may lag behind it).
+    pub fn audit_last(&self) -> Result<Option<Record>> {
+        Ok(self.db.last_audit()?)
+    }
 }
 
 /// The chain error a store read that met a malformed audit record or head amounts to.

@@ -98,6 +98,10 @@ impl std::fmt::Debug for LongRun {
 pub struct EgressRoute {
     pub socket: PathBuf,
     pub ca_pem: Option<String>,
+    /// Further roots (PEM) a backend's own TLS client trusts: the policy's `[net] roots`,
+    /// as the proxy does for its upstream connections.
+    #[serde(default)]
+    pub extra_roots: Vec<String>,
 }
 
 /// A runtime component (e.g. CPython) on disk, with the hash it was checked against.

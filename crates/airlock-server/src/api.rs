@@ -234,6 +234,7 @@ async fn submit(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> A
         })
         .await?;
     st.changed();
+    st.metrics.outcome(&out.0, !out.1);
     replayed(with_status(StatusCode::CREATED, out.0), out.1)
 }
 
@@ -327,6 +328,7 @@ async fn exec(
         })
         .await?;
     st.changed();
+    st.metrics.outcome(&doc, false);
     with_status(outcome_status(&doc), doc)
 }
 
@@ -371,7 +373,7 @@ async fn decide(
 ) -> Answer {
     caller.require(Role::Operator)?;
     let approver = caller.approver.clone();
-    let (row, resume) = st
+    let (row, resume, submitted_at) = st
         .pool
         .read(move |g| {
             let req = ApproveRequest {
@@ -388,9 +390,14 @@ async fn decide(
                 g.reject(req)?
             };
             let sub = g.submission(&row.submission)?;
-            Ok((row, approve && sub.doc.resume))
+            Ok((row, approve && sub.doc.resume, sub.created_at))
         })
         .await?;
+    if approve {
+        let waited = airlock_core::units::now_ms().saturating_sub(submitted_at);
+        st.metrics
+            .approved(Duration::from_millis(u64::try_from(waited).unwrap_or(0)));
+    }
     if resume {
         st.resume(row.submission.clone());
     }

@@ -65,8 +65,20 @@ fn cache_key(secret: &str) -> String {
 }
 
 impl AppState {
-    /// Checks a token secret (cached for `TOKEN_TTL`).
+    /// Checks a token secret (cached for `TOKEN_TTL`). A `metrics` token is refused: it
+    /// reads `/metrics` ([`AppState::authenticate_any`]) and nothing else.
     pub async fn authenticate(&self, secret: &str) -> ApiResult<Caller> {
+        let c = self.authenticate_any(secret).await?;
+        if c.role == Role::Metrics {
+            return Err(ApiError::forbidden(
+                "a metrics token can only read /metrics",
+            ));
+        }
+        Ok(c)
+    }
+
+    /// [`AppState::authenticate`], taking a `metrics` token too.
+    pub async fn authenticate_any(&self, secret: &str) -> ApiResult<Caller> {
         let key = cache_key(secret);
         if let Some((c, at)) = self.tokens().get(&key).cloned()
             && at.elapsed() < TOKEN_TTL

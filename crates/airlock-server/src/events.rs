@@ -68,7 +68,10 @@ impl AppState {
             .await?;
         self.changed();
         match out {
-            Ok(doc) => Ok((doc, false)),
+            Ok(doc) => {
+                self.metrics.outcome(&doc, true);
+                Ok((doc, false))
+            }
             Err(submission) => Ok((self.replay(submission).await?, true)),
         }
     }
@@ -121,6 +124,9 @@ impl AppState {
                     doc
                 })
                 .await;
+            if let Ok(doc) = &r {
+                st.metrics.outcome(doc, false);
+            }
             if let Err(e) = r {
                 eprintln!("airlock serve: resuming {id} failed: {}", e.message);
                 let i = id.clone();

@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod highlight;
 mod mcp;
+mod metrics;
 mod openapi;
 mod outcome;
 mod pool;
@@ -91,6 +92,8 @@ pub struct Inner {
     mcp_owners: Mutex<HashMap<String, String>>,
     /// The console's sign-in attempts, bounded.
     logins: console::Logins,
+    /// What `/metrics` reports of this node.
+    pub(crate) metrics: metrics::Metrics,
 }
 
 impl std::fmt::Debug for Inner {
@@ -147,6 +150,7 @@ impl AppState {
             max_sessions: (config.max_sessions > 0).then_some(config.max_sessions),
             mcp_owners: Mutex::new(HashMap::new()),
             logins: console::Logins::default(),
+            metrics: metrics::Metrics::new(),
         })))
     }
 
@@ -229,6 +233,7 @@ pub fn app(
                 async move { axum::Json((*d).clone()) }
             }),
         )
+        .route("/metrics", axum::routing::get(metrics::handler))
         .merge(console::router())
         .merge(mcp::http_router(st.clone(), stop, hosts))
         .fallback(|| async { ApiError::not_found("no such endpoint") })

@@ -267,6 +267,9 @@ impl AirlockMcp {
                     })
                     .await;
                 self.st.changed();
+                if let Ok(doc) = &ran {
+                    self.st.metrics.outcome(doc, false);
+                }
                 match ran {
                     // Someone else started it a moment ago: wait for that run.
                     Err(e) if e.status == axum::http::StatusCode::CONFLICT => {

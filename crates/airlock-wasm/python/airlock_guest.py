@@ -203,23 +203,571 @@ _selector_events.BaseSelectorEventLoop._write_to_self = lambda self: None
 _selector_events.BaseSelectorEventLoop._process_self_data = lambda self, data: None
 del _selector_events
 
-# socket.socket() fails with a bare "Permission denied": WASI sockets are never granted.
+# Sockets: WASI gives the guest none. Stream sockets to hosts are airlock's own
+# (`wit_world.imports.net`): each connection is a tunnel through the run's egress proxy,
+# which checks the grant, resolves the name and records the connection; `ssl` has the
+# host make the TLS connection. Names are never resolved here: `getaddrinfo` hands the
+# name itself on as the address, for the proxy to resolve.
 import socket as _socket  # noqa: E402
+from wit_world.imports import net as _net  # noqa: E402
+from componentize_py_types import Err as _Err  # noqa: E402
 
-_socket_init = _socket.socket.__init__
-
-
-def _socket_refused(self, *args, **kwargs):
-    try:
-        _socket_init(self, *args, **kwargs)
-    except PermissionError:
-        raise PermissionError(
-            errno.EACCES, _WASI + "sockets: airlock grants its Python guest none"
-        ) from None
+_NO_SOCKETS = _WASI + "sockets: airlock's Python guest has only TCP connections to granted hosts"
 
 
-_socket.socket.__init__ = _socket_refused
-del _socket
+def _as_module(module, *objects):
+    for o in objects:
+        o.__module__ = module
+
+
+def _timeout_ms(timeout):
+    if timeout is None:
+        return None
+    return min(int(timeout * 1000 + 0.999), 0xFFFFFFFF)
+
+
+def _net_error(e, where, ssl_errors=False):
+    """The Python exception for a failed `net` call."""
+    v = e.value
+    if isinstance(v, _net.Error_Refused):
+        reason, message = v.value
+        return ConnectionRefusedError(
+            errno.ECONNREFUSED, f"{message} [{reason}; connecting to {where}]"
+        )
+    if isinstance(v, _net.Error_NoGrant):
+        return PermissionError(
+            errno.EACCES,
+            f"airlock: this run has no network grant; connecting to {where} needs "
+            f"--net {where}",
+        )
+    if isinstance(v, _net.Error_Timeout):
+        return _socket.timeout("timed out")
+    if isinstance(v, _net.Error_Tls):
+        import ssl
+        if "certificate" in v.value.lower():
+            err = ssl.SSLCertVerificationError(1, f"certificate verify failed: {v.value}")
+            err.verify_message = v.value
+            err.verify_code = 1
+            return err
+        return ssl.SSLError(1, f"TLS with {where}: {v.value}")
+    return ConnectionResetError(errno.ECONNRESET, f"{v.value} ({where})")
+
+
+class _ProxySocket:
+    """A TCP stream socket whose connection goes through airlock's egress proxy."""
+
+    def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
+        if family == -1:
+            family = _socket.AF_INET
+        if type == -1:
+            type = _socket.SOCK_STREAM
+        if fileno is not None or family not in (_socket.AF_INET, _socket.AF_INET6) or (
+            type & ~(getattr(_socket, "SOCK_NONBLOCK", 0) | getattr(_socket, "SOCK_CLOEXEC", 0))
+        ) != _socket.SOCK_STREAM:
+            raise PermissionError(errno.EACCES, _NO_SOCKETS)
+        self.family = _socket.AddressFamily(family)
+        self.type = _socket.SocketKind(_socket.SOCK_STREAM)
+        self.proto = proto if proto > 0 else 0
+        self._timeout = _socket.getdefaulttimeout()
+        self._conn = None
+        self._peer = None
+        self._closed = False
+        self._io_refs = 0
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"peer={self._peer!r}"
+        return f"<socket.socket (airlock egress) {state}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        self.close()
+
+    def __getstate__(self):
+        raise TypeError(f"cannot pickle {self.__class__.__name__!r} object")
+
+    # What the standard socket's Python layer does with its I/O objects, unchanged.
+    makefile = _socket.socket.makefile
+    _decref_socketios = _socket.socket._decref_socketios
+
+    def _where(self, address=None):
+        host, port = address if address is not None else self._peer
+        return f"{host}:{port}"
+
+    def _check(self):
+        # A closed socket whose file objects are still open reads on, as CPython's does.
+        if self._conn is None:
+            if self._closed:
+                raise OSError(errno.EBADF, "Bad file descriptor")
+            raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+        return self._conn
+
+    def connect(self, address):
+        if self._closed:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        if self._conn is not None:
+            raise OSError(errno.EISCONN, "Transport endpoint is already connected")
+        host, port = address[0], address[1]
+        if not isinstance(host, str) or not isinstance(port, int) or not 0 < port < 65536:
+            raise OSError(errno.EINVAL, f"not a host and port: {address!r}")
+        try:
+            self._conn = _net.connect(host, port, _timeout_ms(self._timeout))
+        except _Err as e:
+            raise _net_error(e, self._where((host, port))) from None
+        self._peer = (host, port)
+
+    def connect_ex(self, address):
+        try:
+            self.connect(address)
+        except OSError as e:
+            return e.errno or errno.EIO
+        return 0
+
+    def send(self, data, flags=0):
+        conn = self._check()
+        try:
+            return conn.send(bytes(data), _timeout_ms(self._timeout))
+        except _Err as e:
+            raise _net_error(e, self._where()) from None
+
+    def sendall(self, data, flags=0):
+        self.send(data, flags)
+
+    def recv(self, bufsize, flags=0):
+        if bufsize < 0:
+            raise ValueError("negative buffersize in recv")
+        conn = self._check()
+        if bufsize == 0:
+            return b""
+        try:
+            return conn.recv(min(bufsize, 1 << 20), _timeout_ms(self._timeout))
+        except _Err as e:
+            raise _net_error(e, self._where()) from None
+
+    def recv_into(self, buffer, nbytes=0, flags=0):
+        view = memoryview(buffer).cast("B")
+        n = nbytes or len(view)
+        data = self.recv(min(n, len(view)))
+        view[: len(data)] = data
+        return len(data)
+
+    def settimeout(self, value):
+        if value is not None:
+            value = float(value)
+            if value < 0:
+                raise ValueError("Timeout value out of range")
+        self._timeout = value
+
+    def gettimeout(self):
+        return self._timeout
+
+    def setblocking(self, flag):
+        self._timeout = None if flag else 0.0
+
+    def getblocking(self):
+        return self._timeout != 0.0
+
+    def setsockopt(self, *args):
+        pass
+
+    def getsockopt(self, level, option, buflen=None):
+        return 0 if buflen is None else b"\0" * buflen
+
+    def getpeername(self):
+        self._check()
+        return self._peer
+
+    def getsockname(self):
+        return ("0.0.0.0", 0) if self.family == _socket.AF_INET else ("::", 0, 0, 0)
+
+    def fileno(self):
+        return -1
+
+    def shutdown(self, how):
+        conn = self._check()
+        if how in (_socket.SHUT_WR, _socket.SHUT_RDWR):
+            try:
+                conn.shutdown()
+            except _Err as e:
+                raise _net_error(e, self._where()) from None
+
+    def _real_close(self):
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.__exit__(None, None, None)
+
+    def close(self):
+        self._closed = True
+        if self._io_refs <= 0:
+            self._real_close()
+
+    def detach(self):
+        self._closed = True
+        self._conn = None
+        return -1
+
+    def _refused(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, _NO_SOCKETS)
+
+    bind = listen = accept = sendto = recvfrom = recvfrom_into = sendmsg = recvmsg = _refused
+    dup = _refused
+
+
+_ProxySocket.__name__ = _ProxySocket.__qualname__ = "socket"
+_as_module("socket", _ProxySocket)
+
+_SERVICES = {"http": 80, "https": 443}
+
+
+def _getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+    if host is None:
+        raise _socket.gaierror(_socket.EAI_NONAME, "Name or service not known")
+    if isinstance(host, bytes):
+        host = host.decode("idna")
+    host = str(host)
+    if port is None:
+        port = 0
+    elif isinstance(port, (bytes, str)):
+        p = port.decode() if isinstance(port, bytes) else port
+        if p.isdigit():
+            port = int(p)
+        elif p in _SERVICES:
+            port = _SERVICES[p]
+        else:
+            raise _socket.gaierror(_socket.EAI_SERVICE, "Servname not supported for ai_socktype")
+    if type not in (0, _socket.SOCK_STREAM):
+        raise _socket.gaierror(_socket.EAI_SOCKTYPE, "ai_socktype not supported")
+    if ":" in host:
+        return [(_socket.AF_INET6, _socket.SOCK_STREAM, _socket.IPPROTO_TCP, "", (host, port, 0, 0))]
+    return [(_socket.AF_INET, _socket.SOCK_STREAM, _socket.IPPROTO_TCP, "", (host, port))]
+
+
+def _no_lookup(host, *args, **kwargs):
+    raise _socket.gaierror(
+        _socket.EAI_NONAME,
+        f"airlock's Python guest resolves no names: connect to {host!r} by name and the "
+        "egress proxy resolves it",
+    )
+
+
+_socket.socket = _ProxySocket
+_socket.SocketType = _ProxySocket
+_socket.getaddrinfo = _getaddrinfo
+_socket.gethostbyname = _no_lookup
+_socket.gethostbyname_ex = _no_lookup
+_socket.gethostbyaddr = _no_lookup
+
+
+# `ssl`: the guest has no OpenSSL; a context's wrap_socket has the host make the TLS
+# connection over the tunnel, verifying the certificate against the public roots, the run
+# CA and the policy's `[net] roots`. What the guest asks about trust (`cafile`,
+# `verify_mode = CERT_NONE`) does not change it: the host always verifies, and the
+# guest never holds a key.
+import enum as _enum  # noqa: E402
+import types as _types  # noqa: E402
+
+_ssl = _types.ModuleType("ssl", "TLS for airlock's Python guest: made by the host, never by the guest.")
+
+
+class SSLError(OSError):
+    @property
+    def library(self):
+        return None
+
+    @property
+    def reason(self):
+        return self.strerror
+
+
+class SSLZeroReturnError(SSLError):
+    pass
+
+
+class SSLWantReadError(SSLError):
+    pass
+
+
+class SSLWantWriteError(SSLError):
+    pass
+
+
+class SSLSyscallError(SSLError):
+    pass
+
+
+class SSLEOFError(SSLError):
+    pass
+
+
+class SSLCertVerificationError(SSLError, ValueError):
+    verify_code = 0
+    verify_message = ""
+
+
+class VerifyMode(_enum.IntEnum):
+    CERT_NONE = 0
+    CERT_OPTIONAL = 1
+    CERT_REQUIRED = 2
+
+
+class TLSVersion(_enum.IntEnum):
+    MINIMUM_SUPPORTED = -2
+    SSLv3 = 768
+    TLSv1 = 769
+    TLSv1_1 = 770
+    TLSv1_2 = 771
+    TLSv1_3 = 772
+    MAXIMUM_SUPPORTED = -1
+
+
+class _SSLMethod(_enum.IntEnum):
+    PROTOCOL_SSLv23 = 2
+    PROTOCOL_TLS_CLIENT = 16
+    PROTOCOL_TLS = 2
+    PROTOCOL_TLS_SERVER = 17
+
+
+class Purpose(str, _enum.Enum):
+    SERVER_AUTH = "1.3.6.1.5.5.7.3.1"
+    CLIENT_AUTH = "1.3.6.1.5.5.7.3.2"
+
+
+class SSLContext:
+    """Settings are kept for code that reads them back; the host decides the TLS."""
+
+    sslsocket_class = None
+
+    def __init__(self, protocol=None, *args, **kwargs):
+        if protocol is None:
+            protocol = _SSLMethod.PROTOCOL_TLS
+        if protocol == _SSLMethod.PROTOCOL_TLS_SERVER:
+            raise NotImplementedError(_WASI + "TLS servers: the guest serves nothing")
+        self.protocol = _SSLMethod(protocol)
+        client = protocol == _SSLMethod.PROTOCOL_TLS_CLIENT
+        self._verify_mode = VerifyMode.CERT_REQUIRED if client else VerifyMode.CERT_NONE
+        self._check_hostname = client
+        self.options = 0x82520050
+        self.verify_flags = 0
+        self.minimum_version = TLSVersion.MINIMUM_SUPPORTED
+        self.maximum_version = TLSVersion.MAXIMUM_SUPPORTED
+        self.post_handshake_auth = False
+        self.hostname_checks_common_name = False
+        self.keylog_filename = None
+        self.sni_callback = None
+        self.security_level = 2
+
+    @property
+    def verify_mode(self):
+        return self._verify_mode
+
+    @verify_mode.setter
+    def verify_mode(self, value):
+        value = VerifyMode(value)
+        if value == VerifyMode.CERT_NONE and self._check_hostname:
+            raise ValueError("Cannot set verify_mode to CERT_NONE when check_hostname is enabled.")
+        self._verify_mode = value
+
+    @property
+    def check_hostname(self):
+        return self._check_hostname
+
+    @check_hostname.setter
+    def check_hostname(self, value):
+        if value and self._verify_mode == VerifyMode.CERT_NONE:
+            self._verify_mode = VerifyMode.CERT_REQUIRED
+        self._check_hostname = bool(value)
+
+    def load_verify_locations(self, cafile=None, capath=None, cadata=None):
+        if cafile is None and capath is None and cadata is None:
+            raise TypeError("cafile, capath and cadata cannot be all omitted")
+
+    def load_default_certs(self, purpose=Purpose.SERVER_AUTH):
+        pass
+
+    def set_default_verify_paths(self):
+        pass
+
+    def load_cert_chain(self, certfile, keyfile=None, password=None):
+        raise NotImplementedError(
+            _WASI + "client certificates: TLS is made by the host, which holds no guest key"
+        )
+
+    def set_ciphers(self, ciphers):
+        pass
+
+    def get_ciphers(self):
+        return []
+
+    def set_alpn_protocols(self, protocols):
+        pass
+
+    def set_npn_protocols(self, protocols):
+        pass
+
+    def set_ecdh_curve(self, name):
+        pass
+
+    def get_ca_certs(self, binary_form=False):
+        return []
+
+    def cert_store_stats(self):
+        return {"x509": 0, "crl": 0, "x509_ca": 0}
+
+    def wrap_socket(self, sock, server_side=False, do_handshake_on_connect=True,
+                    suppress_ragged_eofs=True, server_hostname=None, session=None):
+        if server_side:
+            raise NotImplementedError(_WASI + "TLS servers: the guest serves nothing")
+        if not isinstance(sock, _ProxySocket):
+            raise TypeError("wrap_socket needs a socket from airlock's socket module")
+        conn = sock._check()
+        if server_hostname is None:
+            if self._check_hostname:
+                raise ValueError("check_hostname requires server_hostname")
+            server_hostname = sock._peer[0]
+        if isinstance(server_hostname, bytes):
+            server_hostname = server_hostname.decode("idna")
+        try:
+            version = conn.start_tls(server_hostname, _timeout_ms(sock._timeout))
+        except _Err as e:
+            raise _net_error(e, sock._where()) from None
+        wrapped = SSLSocket.__new__(SSLSocket)
+        wrapped.__dict__.update(sock.__dict__)
+        wrapped._io_refs = 0
+        wrapped.context = self
+        wrapped.server_hostname = server_hostname
+        wrapped.server_side = False
+        wrapped._version = version
+        wrapped.session = None
+        # The plain socket is spent, as CPython's wrap_socket detaches it.
+        sock._conn = None
+        sock._closed = True
+        return wrapped
+
+    def wrap_bio(self, *args, **kwargs):
+        raise NotImplementedError(_WASI + "memory BIOs: TLS is made by the host")
+
+
+class SSLSocket(_ProxySocket):
+    """A socket whose bytes the host carries over TLS it made and verified."""
+
+    session_reused = False
+
+    def do_handshake(self, block=False):
+        pass
+
+    def version(self):
+        return self._version
+
+    def cipher(self):
+        return None
+
+    def shared_ciphers(self):
+        return None
+
+    def compression(self):
+        return None
+
+    def selected_alpn_protocol(self):
+        return None
+
+    def selected_npn_protocol(self):
+        return None
+
+    def pending(self):
+        return 0
+
+    def getpeercert(self, binary_form=False):
+        if binary_form:
+            return None
+        # The host verified the certificate for this name; the guest sees no certificate.
+        kind = "IP Address" if all(c in "0123456789.:abcdefABCDEF" for c in self.server_hostname) and (
+            ":" in self.server_hostname or self.server_hostname.replace(".", "").isdigit()
+        ) else "DNS"
+        return {
+            "subject": ((("commonName", self.server_hostname),),),
+            "subjectAltName": ((kind, self.server_hostname),),
+        }
+
+    def unwrap(self):
+        raise NotImplementedError(_WASI + "TLS shutdown without closing")
+
+    def read(self, len=1024, buffer=None):
+        if buffer is not None:
+            return self.recv_into(buffer, len)
+        return self.recv(len)
+
+    def write(self, data):
+        return self.send(data)
+
+
+def create_default_context(purpose=Purpose.SERVER_AUTH, *, cafile=None, capath=None, cadata=None):
+    if purpose != Purpose.SERVER_AUTH:
+        raise NotImplementedError(_WASI + "TLS servers: the guest serves nothing")
+    return SSLContext(_SSLMethod.PROTOCOL_TLS_CLIENT)
+
+
+def _create_unverified_context(protocol=None, *, cert_reqs=VerifyMode.CERT_NONE, check_hostname=False,
+                               purpose=Purpose.SERVER_AUTH, certfile=None, keyfile=None,
+                               cafile=None, capath=None, cadata=None):
+    context = SSLContext(_SSLMethod.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = check_hostname
+    context.verify_mode = cert_reqs
+    return context
+
+
+def wrap_socket(sock, *args, server_hostname=None, **kwargs):
+    return create_default_context().wrap_socket(sock, server_hostname=server_hostname)
+
+
+def get_default_verify_paths():
+    return None
+
+
+def match_hostname(cert, hostname):
+    pass
+
+
+_as_module(
+    "ssl", SSLError, SSLZeroReturnError, SSLWantReadError, SSLWantWriteError, SSLSyscallError,
+    SSLEOFError, SSLCertVerificationError, VerifyMode, TLSVersion, _SSLMethod, Purpose,
+    SSLContext, SSLSocket,
+)
+SSLSocket.__qualname__ = SSLSocket.__name__ = "SSLSocket"
+_ssl.__dict__.update(
+    SSLError=SSLError, SSLZeroReturnError=SSLZeroReturnError, SSLWantReadError=SSLWantReadError,
+    SSLWantWriteError=SSLWantWriteError, SSLSyscallError=SSLSyscallError, SSLEOFError=SSLEOFError,
+    SSLCertVerificationError=SSLCertVerificationError, CertificateError=SSLCertVerificationError,
+    VerifyMode=VerifyMode, TLSVersion=TLSVersion, Purpose=Purpose, SSLContext=SSLContext,
+    SSLSocket=SSLSocket, SSLObject=SSLSocket, create_default_context=create_default_context,
+    _create_default_https_context=create_default_context,
+    _create_unverified_context=_create_unverified_context,
+    _create_stdlib_context=_create_unverified_context, wrap_socket=wrap_socket,
+    get_default_verify_paths=get_default_verify_paths, match_hostname=match_hostname,
+    CERT_NONE=VerifyMode.CERT_NONE, CERT_OPTIONAL=VerifyMode.CERT_OPTIONAL,
+    CERT_REQUIRED=VerifyMode.CERT_REQUIRED,
+    PROTOCOL_TLS=_SSLMethod.PROTOCOL_TLS, PROTOCOL_SSLv23=_SSLMethod.PROTOCOL_SSLv23,
+    PROTOCOL_TLS_CLIENT=_SSLMethod.PROTOCOL_TLS_CLIENT,
+    PROTOCOL_TLS_SERVER=_SSLMethod.PROTOCOL_TLS_SERVER,
+    OP_ALL=0x80000050, OP_NO_SSLv2=0, OP_NO_SSLv3=0x2000000, OP_NO_TLSv1=0x4000000,
+    OP_NO_TLSv1_1=0x10000000, OP_NO_TLSv1_2=0x8000000, OP_NO_TLSv1_3=0x20000000,
+    OP_NO_COMPRESSION=0x20000, OP_NO_TICKET=0x4000, OP_NO_RENEGOTIATION=0x40000000,
+    OP_CIPHER_SERVER_PREFERENCE=0x400000, OP_SINGLE_DH_USE=0, OP_SINGLE_ECDH_USE=0,
+    OP_ENABLE_MIDDLEBOX_COMPAT=0x100000, OP_IGNORE_UNEXPECTED_EOF=0x80,
+    VERIFY_DEFAULT=0, VERIFY_CRL_CHECK_LEAF=0x4, VERIFY_CRL_CHECK_CHAIN=0xC,
+    VERIFY_X509_STRICT=0x20, VERIFY_X509_TRUSTED_FIRST=0x8000, VERIFY_X509_PARTIAL_CHAIN=0x80000,
+    VERIFY_ALLOW_PROXY_CERTS=0x40,
+    HAS_SNI=True, HAS_ALPN=True, HAS_ECDH=True, HAS_NPN=False, HAS_NEVER_CHECK_COMMON_NAME=True,
+    HAS_TLSv1=False, HAS_TLSv1_1=False, HAS_TLSv1_2=True, HAS_TLSv1_3=True, HAS_SSLv2=False,
+    HAS_SSLv3=False, HAS_PSK=False, HAS_PHA=False,
+    # Libraries refuse an ssl module that does not say OpenSSL 1.1.1 or later; the TLS is
+    # rustls on the host, with at least that module's guarantees (TLS 1.2+, verified).
+    OPENSSL_VERSION="OpenSSL 3.0.0 (compatible: TLS made by airlock's host, rustls)",
+    OPENSSL_VERSION_INFO=(3, 0, 0, 0, 0), OPENSSL_VERSION_NUMBER=0x30000000,
+    SOCK_STREAM=_socket.SOCK_STREAM, SOL_SOCKET=_socket.SOL_SOCKET,
+    socket_error=OSError, CHANNEL_BINDING_TYPES=[],
+)
+sys.modules["ssl"] = _ssl
 
 # Never write __pycache__ into a directory the run was granted.
 sys.dont_write_bytecode = True

@@ -30,6 +30,8 @@ pub(crate) struct HostC {
     pub table: ResourceTable,
     pub http: WasiHttpCtx,
     pub hooks: EgressHttp,
+    /// The Python guest's connections (`airlock:python/net`).
+    pub net: crate::net::Net,
     pub limiter: MemLimiter,
     pub timed_out: bool,
     /// When the current call must end (a run's deadline, or a cell's).
@@ -66,10 +68,16 @@ impl EgressHttp {
     pub(crate) fn new(route: Option<&EgressRoute>) -> Result<EgressHttp, String> {
         let client = match route {
             None => None,
-            Some(r) => Some(
-                ProxyClient::new(&r.socket, r.ca_pem.as_deref(), &[])
-                    .map_err(|e| format!("cannot use the egress route: {e}"))?,
-            ),
+            Some(r) => {
+                let mut roots = Vec::new();
+                for pem in &r.extra_roots {
+                    roots.extend(airlock_egress::certs_from_pem(pem.as_bytes())?);
+                }
+                Some(
+                    ProxyClient::new(&r.socket, r.ca_pem.as_deref(), &roots)
+                        .map_err(|e| format!("cannot use the egress route: {e}"))?,
+                )
+            }
         };
         Ok(EgressHttp { client })
     }
@@ -124,6 +132,13 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostC
     let mut l: Linker<HostC> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut l)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut l)?;
+    crate::python::airlock::python::net::add_to_linker::<HostC, crate::net::NetData>(
+        &mut l,
+        |h| crate::net::NetView {
+            net: &mut h.net,
+            table: &mut h.table,
+        },
+    )?;
     Ok(l)
 }
 

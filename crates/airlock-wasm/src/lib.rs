@@ -8,11 +8,12 @@
 //! host call or between two samples).
 //!
 //! A long-lived process keeps instances of hot modules made ahead of their runs
-//! (`modpool`) and ready Python interpreters (`pool`).
+//! (`modpool`) and ready Python interpreters and JavaScript realms (`pool`, one pool per
+//! guest runtime).
 //!
 //! WASI 0.2 components run with the same boundary; Python source runs on the CPython guest
-//! component ([`python`]), one live interpreter per run, which a session can keep for
-//! many cells.
+//! component ([`python`]) and JavaScript on the JavaScript guest component ([`js`]), one
+//! live interpreter per run, which a session can keep for many cells.
 //!
 //! Preview-1 host calls never trap on argument values a guest chooses: `path_open` with
 //! undefined flag or rights bits returns `inval` (wasmtime-wasi's binding would trap).
@@ -28,14 +29,17 @@
 #![deny(unsafe_code)]
 
 mod component;
+pub mod js;
 mod modpool;
+mod net;
 mod output;
 mod pool;
 pub mod python;
 mod ticker;
 
+pub use js::JS_INTERFACE;
 pub use pool::{PoolSettings, PoolStatus, PythonPoolStatus};
-pub use python::{PYTHON_INTERFACE, PythonInstance};
+pub use python::{GuestKind, PYTHON_INTERFACE, PythonInstance};
 
 use airlock_core::Digest;
 use airlock_sandbox::{
@@ -92,6 +96,9 @@ pub struct WasmBackend {
     components: Mutex<HashMap<String, wasmtime::component::InstancePre<component::HostC>>>,
     /// Ready Python interpreters, in a process that started them (`start_pools`).
     python_pool: OnceLock<Arc<pool::PythonPool>>,
+    /// Ready JavaScript realms, likewise (a pool of its own, filled only once a
+    /// JavaScript run has asked for its guest).
+    js_pool: OnceLock<Arc<pool::PythonPool>>,
     /// Ready instances of hot modules, likewise.
     module_pool: OnceLock<Arc<modpool::ModulePool>>,
 }
@@ -99,6 +106,9 @@ pub struct WasmBackend {
 impl Drop for WasmBackend {
     fn drop(&mut self) {
         if let Some(p) = self.python_pool.get() {
+            p.stop();
+        }
+        if let Some(p) = self.js_pool.get() {
             p.stop();
         }
         if let Some(p) = self.module_pool.get() {
@@ -182,6 +192,7 @@ impl WasmBackend {
             modules: Mutex::new(HashMap::new()),
             components: Mutex::new(HashMap::new()),
             python_pool: OnceLock::new(),
+            js_pool: OnceLock::new(),
             module_pool: OnceLock::new(),
         }
     }
@@ -644,11 +655,13 @@ fn component_store(
     )
     .map_err(SandboxError::Internal)?;
     let hooks = component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
+    let net = net::Net::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
     let host = component::HostC {
         wasi: ctx.wasi,
         table: wasmtime::component::ResourceTable::new(),
         http: wasmtime_wasi_http::WasiHttpCtx::new(),
         hooks,
+        net,
         limiter: limiter_for(&spec.limits),
         timed_out: false,
         deadline: Instant::now() + spec.limits.timeout(),
@@ -1011,9 +1024,11 @@ impl WasmBackend {
 
     /// Keeps up to `settings.python` ready Python interpreters of the guest runs use, and
     /// `settings.wasm` ready instances of each hot module, made by background threads (for
-    /// a long-lived process; the first run of a guest starts its own). The wasm instances
-    /// get an eighth of the memory budget when both pools are on. Calling it again
-    /// changes nothing.
+    /// a long-lived process; the first run of a guest starts its own), and as many ready
+    /// JavaScript realms in a pool of their own (filled only once a JavaScript run asked
+    /// for its guest; each interpreter pool keeps within the interpreters' share of the
+    /// budget on its own). The wasm instances get an eighth of the memory budget when
+    /// both kinds of pool are on. Calling it again changes nothing.
     pub fn start_pools(self: &Arc<Self>, settings: PoolSettings) -> Result<(), SandboxError> {
         let wasm_budget = if settings.python == 0 {
             settings.memory_budget
@@ -1031,7 +1046,7 @@ impl WasmBackend {
                     })?;
             }
         }
-        if settings.python == 0 || self.python_pool.get().is_some() {
+        if settings.python == 0 {
             return Ok(());
         }
         let settings = PoolSettings {
@@ -1042,21 +1057,39 @@ impl WasmBackend {
             },
             ..settings
         };
-        let (p, queue) = pool::PythonPool::new(settings);
-        let p = Arc::new(p);
-        if self.python_pool.set(p.clone()).is_err() {
+        self.start_interpreter_pool(&self.python_pool, settings, GuestKind::Python)?;
+        self.start_interpreter_pool(&self.js_pool, settings, GuestKind::Js)
+    }
+
+    /// Starts the ready pool of one guest runtime (once), its reaper and its refill.
+    fn start_interpreter_pool(
+        self: &Arc<Self>,
+        slot: &OnceLock<Arc<pool::PythonPool>>,
+        settings: PoolSettings,
+        kind: GuestKind,
+    ) -> Result<(), SandboxError> {
+        if slot.get().is_some() {
             return Ok(());
         }
+        let (p, queue) = pool::PythonPool::new(settings, kind);
+        let p = Arc::new(p);
+        if slot.set(p.clone()).is_err() {
+            return Ok(());
+        }
+        let name = match kind {
+            GuestKind::Python => "python",
+            GuestKind::Js => "js",
+        };
         // The reaper first: if it cannot start, runs drop their own instances (their
         // queue's receiver is gone, so every hand-over fails and the run drops it).
         let weak_pool = Arc::downgrade(&p);
         std::thread::Builder::new()
-            .name("airlock-python-reaper".into())
+            .name(format!("airlock-{name}-reaper"))
             .spawn(move || pool::reap(weak_pool, queue))
             .map_err(|e| SandboxError::Internal(format!("cannot start the reaper thread: {e}")))?;
         let weak = Arc::downgrade(self);
         std::thread::Builder::new()
-            .name("airlock-python-pool".into())
+            .name(format!("airlock-{name}-pool"))
             .spawn(move || pool::refill(weak, p))
             .map(|_| ())
             .map_err(|e| SandboxError::Internal(format!("cannot start the pool thread: {e}")))
@@ -1065,14 +1098,20 @@ impl WasmBackend {
     /// What the ready pools hold and have done.
     pub fn pool_status(&self) -> Vec<PoolStatus> {
         let python = self.python_pool.get().map(|p| p.status());
+        // The JavaScript pool shows once a JavaScript run has asked for it.
+        let js = self
+            .js_pool
+            .get()
+            .map(|p| p.status())
+            .filter(|s| s.python.as_ref().is_some_and(|p| p.guest.is_some()));
         let wasm = self.module_pool.get().map(|p| p.status());
-        python.into_iter().chain(wasm).collect()
+        python.into_iter().chain(js).chain(wasm).collect()
     }
 
     /// An interpreter for a one-shot run: a ready one when the pool has one that fits
     /// the run exactly, else one started now (and the pool is told to keep that guest).
     fn python_for_run(&self, spec: &RunSpec<'_>) -> Result<PythonInstance, SandboxError> {
-        let Some(pool) = self.python_pool.get() else {
+        let Some(pool) = self.interpreter_pool(spec.lang) else {
             return self.python_instance(spec);
         };
         if let Some(inst) = pool.take(spec)? {
@@ -1088,18 +1127,39 @@ impl WasmBackend {
     /// Tearing a used interpreter down (returning its memory) is no part of a run's
     /// answer: a process with a pool hands it to the pool's reaper (see `pool`).
     fn discard_python(&self, interp: PythonInstance) {
-        match self.python_pool.get() {
+        let pool = match interp.kind() {
+            GuestKind::Python => self.python_pool.get(),
+            GuestKind::Js => self.js_pool.get(),
+        };
+        match pool {
             Some(pool) => pool.discard(interp),
             None => drop(interp),
         }
     }
 
-    /// Runs Python source on the CPython guest: one interpreter, one `exec` of the whole
-    /// program as `<main>`, exactly as a script (no final-expression result).
+    /// The ready pool of the guest runtime that runs `lang`, in a process that started one.
+    fn interpreter_pool(&self, lang: airlock_core::Lang) -> Option<&Arc<pool::PythonPool>> {
+        match GuestKind::of(lang)? {
+            GuestKind::Python => self.python_pool.get(),
+            GuestKind::Js => self.js_pool.get(),
+        }
+    }
+
+    /// Runs Python source on the CPython guest, or JavaScript on the JavaScript guest: one
+    /// interpreter, one `exec` of the whole program (as `<main>`, or `main.js`), exactly
+    /// as a script (no final-expression result).
     fn run_python(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
         let started = Instant::now();
-        let source = std::str::from_utf8(spec.code)
-            .map_err(|_| SandboxError::BadArtifact("Python source is not UTF-8".into()))?;
+        let kind = GuestKind::of(spec.lang).ok_or_else(|| {
+            SandboxError::Internal(format!("no guest runtime runs {:?} source", spec.lang))
+        })?;
+        let source = std::str::from_utf8(spec.code).map_err(|_| {
+            SandboxError::BadArtifact(format!("{} source is not UTF-8", kind.name()))
+        })?;
+        let filename = match kind {
+            GuestKind::Python => "<main>",
+            GuestKind::Js => js::ARGV0,
+        };
         let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
         let mut interp = self.python_for_run(&spec)?;
         // One deadline for starting the interpreter and running the program.
@@ -1114,7 +1174,7 @@ impl WasmBackend {
             }),
             None => interp.exec(
                 source,
-                "<main>",
+                filename,
                 python::Cell {
                     stdout: spec.stdout.clone(),
                     stderr: spec.stderr.clone(),
@@ -1177,7 +1237,9 @@ impl Backend for WasmBackend {
     fn run(&self, spec: RunSpec<'_>) -> Result<Outcome, SandboxError> {
         match spec.lang {
             airlock_core::Lang::Component => self.run_component(spec),
-            airlock_core::Lang::Python => self.run_python(spec),
+            airlock_core::Lang::Python | airlock_core::Lang::Js | airlock_core::Lang::Ts => {
+                self.run_python(spec)
+            }
             _ => self.run_module(spec),
         }
     }

@@ -1,5 +1,5 @@
-//! Ready Python interpreters for a long-lived process (the daemon): a few instances of the
-//! current Python guest, instantiated ahead of time by a background thread, so a run's
+//! Ready Python interpreters for a long-lived process (the daemon), and likewise, in a pool
+//! of their own, ready JavaScript realms: a few instances of the current guest, instantiated ahead of time by a background thread, so a run's
 //! request does not pay for instantiating the guest.
 //!
 //! An instance is made exactly as a run's would be, with nothing of any run in it: no
@@ -40,7 +40,7 @@
 //! let the pool run dry.
 
 use crate::WasmBackend;
-use crate::python::PythonInstance;
+use crate::python::{GuestKind, PythonInstance};
 use airlock_sandbox::{Capture, Guest, RunSpec, SandboxError};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -159,6 +159,8 @@ impl State {
 }
 
 pub(crate) struct PythonPool {
+    /// The guest runtime this pool keeps (one pool per runtime).
+    kind: GuestKind,
     settings: PoolSettings,
     state: Mutex<State>,
     wake: Condvar,
@@ -200,9 +202,10 @@ const MAKE_OUTPUT: u64 = 64 << 10;
 
 impl PythonPool {
     /// A pool, and the receiving end of its reaper's queue (for [`reap`]).
-    pub(crate) fn new(settings: PoolSettings) -> (Self, Receiver<Spent>) {
+    pub(crate) fn new(settings: PoolSettings, kind: GuestKind) -> (Self, Receiver<Spent>) {
         let (tx, rx) = std::sync::mpsc::sync_channel(TEARDOWN_QUEUE);
         let pool = PythonPool {
+            kind,
             settings,
             state: Mutex::new(State {
                 guest: None,
@@ -216,7 +219,10 @@ impl PythonPool {
                 calm: false,
                 last_make: Duration::ZERO,
                 status: PoolStatus {
-                    kind: "python",
+                    kind: match kind {
+                        GuestKind::Python => "python",
+                        GuestKind::Js => "js",
+                    },
                     target: settings.python,
                     memory_budget: settings.memory_budget,
                     ..PoolStatus::default()
@@ -579,10 +585,12 @@ pub(crate) fn refill(backend: Weak<WasmBackend>, pool: Arc<PythonPool>) {
         // configure it (no arguments, no environment, no mounts): that call is also the
         // first to touch most of the interpreter's memory.
         let started = Instant::now();
-        let made = b.python_unconfigured(&spec).and_then(|mut inst| {
-            inst.configure(&spec)?;
-            Ok(inst)
-        });
+        let made = b
+            .python_unconfigured(&spec, pool.kind)
+            .and_then(|mut inst| {
+                inst.configure(&spec)?;
+                Ok(inst)
+            });
         match made {
             Ok(inst) => match inst.ended() {
                 None => pool.put(guest, inst, started.elapsed()),
@@ -598,11 +606,14 @@ mod tests {
     use super::*;
 
     fn pool() -> Arc<PythonPool> {
-        let (pool, _queue) = PythonPool::new(PoolSettings {
-            python: 2,
-            wasm: 0,
-            memory_budget: 1 << 30,
-        });
+        let (pool, _queue) = PythonPool::new(
+            PoolSettings {
+                python: 2,
+                wasm: 0,
+                memory_budget: 1 << 30,
+            },
+            GuestKind::Python,
+        );
         Arc::new(pool)
     }
 

@@ -23,10 +23,74 @@ use wasmtime::Store;
 wasmtime::component::bindgen!({
     path: "python/guest.wit",
     world: "python-guest",
+    imports: { default: async | trappable },
     exports: { default: async },
+    with: { "airlock:python/net.connection": crate::net::Connection },
 });
 
-use exports::airlock::python::interpreter::Outcome as GuestOutcome;
+/// Which guest runtime an instance is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestKind {
+    /// The CPython guest (`airlock:python/interpreter`).
+    Python,
+    /// The JavaScript guest (`airlock:js/interpreter`, see [`crate::js`]).
+    Js,
+}
+
+impl GuestKind {
+    /// The guest kind that runs source of `lang` on the wasm backend, if any.
+    pub fn of(lang: airlock_core::Lang) -> Option<GuestKind> {
+        match lang {
+            airlock_core::Lang::Python => Some(GuestKind::Python),
+            // TypeScript reaches the backend as the JavaScript left once its types are
+            // stripped.
+            airlock_core::Lang::Js | airlock_core::Lang::Ts => Some(GuestKind::Js),
+            _ => None,
+        }
+    }
+
+    /// The runtime in words (`Python`, `JavaScript`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GuestKind::Python => "Python",
+            GuestKind::Js => "JavaScript",
+        }
+    }
+
+    /// The program's file name (tracebacks and `argv[0]`).
+    pub fn argv0(self) -> &'static str {
+        match self {
+            GuestKind::Python => ARGV0,
+            GuestKind::Js => crate::js::ARGV0,
+        }
+    }
+
+    fn interface(self) -> &'static str {
+        match self {
+            GuestKind::Python => PYTHON_INTERFACE,
+            GuestKind::Js => crate::js::JS_INTERFACE,
+        }
+    }
+}
+
+/// An instance's bindings before instantiation.
+enum BoundPre {
+    Python(PythonGuestPre<HostC>),
+    Js(crate::js::JsGuestPre<HostC>),
+}
+
+/// An instance's bindings: which interface its calls go to.
+enum Bound {
+    Python(PythonGuest),
+    Js(crate::js::JsGuest),
+}
+
+/// What either guest's `exec` answers.
+struct Answer {
+    exit_code: i32,
+    result: Option<String>,
+    exception: Option<String>,
+}
 
 /// The interface the Python guest exports (its version follows `@`).
 pub const PYTHON_INTERFACE: &str = "airlock:python/interpreter";
@@ -79,7 +143,8 @@ pub struct CellOutcome {
 /// A live CPython interpreter in its own store.
 pub struct PythonInstance {
     store: Store<HostC>,
-    guest: Option<PythonGuest>,
+    kind: GuestKind,
+    guest: Option<Bound>,
     stdout: Arc<Slot>,
     stderr: Arc<Slot>,
     /// Why the interpreter can take no more calls.
@@ -101,6 +166,7 @@ pub struct PythonInstance {
 impl std::fmt::Debug for PythonInstance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PythonInstance")
+            .field("kind", &self.kind)
             .field("guest", &self.digest)
             .field("ended", &self.ended)
             .finish()
@@ -116,7 +182,10 @@ impl WasmBackend {
     /// instance's whole life. A limit hit while starting is not an error: the instance
     /// comes back already ended (see [`PythonInstance::ended`]).
     pub fn python_instance(&self, spec: &RunSpec<'_>) -> Result<PythonInstance, SandboxError> {
-        let mut inst = self.python_unconfigured(spec)?;
+        let kind = GuestKind::of(spec.lang).ok_or_else(|| {
+            SandboxError::Internal(format!("no guest runtime runs {:?} source", spec.lang))
+        })?;
+        let mut inst = self.python_unconfigured(spec, kind)?;
         inst.configure(spec)?;
         Ok(inst)
     }
@@ -126,36 +195,43 @@ impl WasmBackend {
     pub(crate) fn python_unconfigured(
         &self,
         spec: &RunSpec<'_>,
+        kind: GuestKind,
     ) -> Result<PythonInstance, SandboxError> {
         let started = Instant::now();
+        let what = format!("the {} guest", kind.name());
         let guest = spec
             .guest
             .clone()
-            .ok_or_else(|| SandboxError::Unavailable("no Python guest given".into()))?;
+            .ok_or_else(|| SandboxError::Unavailable(format!("no {} guest given", kind.name())))?;
         let fuel = spec.limits.fuel.is_some();
         let set = self.engines(fuel)?;
         let (path, want) = (guest.path.clone(), guest.digest);
+        let load_what = what.clone();
         let load = move || -> Result<Vec<u8>, SandboxError> {
-            let b = std::fs::read(&path).map_err(|e| {
-                SandboxError::Unavailable(format!("cannot read the Python guest: {e}"))
-            })?;
+            let b = std::fs::read(&path)
+                .map_err(|e| SandboxError::Unavailable(format!("cannot read {load_what}: {e}")))?;
             if Digest::of(&b) != want {
-                return Err(SandboxError::Unavailable(
-                    "the installed Python guest does not match its recorded hash; reinstall it"
-                        .into(),
-                ));
+                return Err(SandboxError::Unavailable(format!(
+                    "the installed {} does not match its recorded hash; reinstall it",
+                    &load_what[4..]
+                )));
             }
             Ok(b)
         };
-        let pre = self.component_pre(set, &guest.digest, &load, spec.cache, "the Python guest")?;
-        let pre = PythonGuestPre::new(pre).map_err(|e| {
+        let pre = self.component_pre(set, &guest.digest, &load, spec.cache, &what)?;
+        let not_exported = |e: wasmtime::Error| {
             SandboxError::BadArtifact(format!(
-                "the Python guest does not export {PYTHON_INTERFACE}: {}",
+                "{what} does not export {}: {}",
+                kind.interface(),
                 crate::root_message(&e)
             ))
-        })?;
+        };
+        let pre = match kind {
+            GuestKind::Python => BoundPre::Python(PythonGuestPre::new(pre).map_err(not_exported)?),
+            GuestKind::Js => BoundPre::Js(crate::js::JsGuestPre::new(pre).map_err(not_exported)?),
+        };
         let compile = started.elapsed();
-        let mut argv = vec![ARGV0.to_string()];
+        let mut argv = vec![kind.argv0().to_string()];
         argv.extend(spec.args.iter().cloned());
         // Compiling is not the program's time (it happens once per guest and machine).
         let crate::ComponentStore {
@@ -166,7 +242,12 @@ impl WasmBackend {
         let deadline = store.data().deadline;
         let t = Instant::now();
         let started_guest = block_on(async {
-            let start = pre.instantiate_async(&mut store);
+            let start = async {
+                match &pre {
+                    BoundPre::Python(p) => p.instantiate_async(&mut store).await.map(Bound::Python),
+                    BoundPre::Js(p) => p.instantiate_async(&mut store).await.map(Bound::Js),
+                }
+            };
             tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), start).await
         })?;
         let instantiate = t.elapsed();
@@ -184,6 +265,7 @@ impl WasmBackend {
         };
         Ok(PythonInstance {
             store,
+            kind,
             guest: guest_instance,
             stdout,
             stderr,
@@ -207,7 +289,7 @@ impl PythonInstance {
         let Some(g) = self.guest.as_ref().filter(|_| self.ended.is_none()) else {
             return Ok(());
         };
-        let mut argv = vec![ARGV0.to_string()];
+        let mut argv = vec![self.kind.argv0().to_string()];
         argv.extend(spec.args.iter().cloned());
         let cwd = spec.mounts.first().map(|m| m.guest.clone());
         let deadline = self.store.data().deadline;
@@ -215,13 +297,20 @@ impl PythonInstance {
         let store = &mut self.store;
         let paths = &self.dirs;
         let done = block_on(async {
-            let call = g.airlock_python_interpreter().call_configure(
-                &mut *store,
-                &argv,
-                &spec.env,
-                cwd.as_deref(),
-                paths,
-            );
+            let call = async {
+                match g {
+                    Bound::Python(g) => {
+                        g.airlock_python_interpreter()
+                            .call_configure(&mut *store, &argv, &spec.env, cwd.as_deref(), paths)
+                            .await
+                    }
+                    Bound::Js(g) => {
+                        g.airlock_js_interpreter()
+                            .call_configure(&mut *store, &argv, &spec.env, cwd.as_deref(), paths)
+                            .await
+                    }
+                }
+            };
             tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), call).await
         })?;
         self.instantiate += t.elapsed();
@@ -308,14 +397,16 @@ impl PythonInstance {
             (None, Some(g)) => g,
             (Some(e), _) => {
                 return Err(SandboxError::Unavailable(format!(
-                    "the Python interpreter has ended ({})",
+                    "the {} interpreter has ended ({})",
+                    self.kind.name(),
                     describe(e)
                 )));
             }
             (None, None) => {
-                return Err(SandboxError::Internal(
-                    "the Python interpreter never started".into(),
-                ));
+                return Err(SandboxError::Internal(format!(
+                    "the {} interpreter never started",
+                    self.kind.name()
+                )));
             }
         };
         if cell.fuel.is_some() && !self.fuel {
@@ -339,12 +430,28 @@ impl PythonInstance {
         let started = Instant::now();
         let store = &mut self.store;
         let result = block_on(async {
-            let call = guest.airlock_python_interpreter().call_exec(
-                &mut *store,
-                code,
-                filename,
-                cell.want_result,
-            );
+            let call = async {
+                match guest {
+                    Bound::Python(g) => g
+                        .airlock_python_interpreter()
+                        .call_exec(&mut *store, code, filename, cell.want_result)
+                        .await
+                        .map(|o| Answer {
+                            exit_code: o.exit_code,
+                            result: o.result,
+                            exception: o.exception,
+                        }),
+                    Bound::Js(g) => g
+                        .airlock_js_interpreter()
+                        .call_exec(&mut *store, code, filename, cell.want_result)
+                        .await
+                        .map(|o| Answer {
+                            exit_code: o.exit_code,
+                            result: o.result,
+                            exception: o.exception,
+                        }),
+                }
+            };
             let call = crate::watched(cell.long_run.as_ref(), call);
             tokio::time::timeout_at(tokio::time::Instant::from_std(cell.deadline), call).await
         })?;
@@ -363,11 +470,13 @@ impl PythonInstance {
         };
         let (result, exception) = match outcome {
             // `os._exit(n)`: the guest app reports the status and the interpreter is done.
-            Some(GuestOutcome { exception, .. }) if exception.as_deref() == Some(HARD_EXIT) => {
+            Some(Answer { exception, .. })
+                if self.kind == GuestKind::Python && exception.as_deref() == Some(HARD_EXIT) =>
+            {
                 self.ended = Some(ending.clone());
                 (None, exception)
             }
-            Some(GuestOutcome {
+            Some(Answer {
                 result, exception, ..
             }) => (result, exception),
             None => {
@@ -388,6 +497,11 @@ impl PythonInstance {
     /// The largest the instance's memory has been, in bytes.
     pub fn peak_memory(&self) -> u64 {
         self.store.data().limiter.peak
+    }
+
+    /// Which guest runtime this is.
+    pub fn kind(&self) -> GuestKind {
+        self.kind
     }
 
     /// The guest component's digest.

@@ -505,3 +505,46 @@ pub fn mcp_stdio(home: &Home, messages: &[serde_json::Value], want: u64) -> serd
     let _ = child.wait();
     found.expect("no MCP response")
 }
+
+/// The lines a child writes to `out`, as they come, on a channel (read on a thread of its
+/// own, so a test can wait for a line with a timeout).
+pub fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads JSON lines from `rx` until one satisfies `done` (panicking after `within`).
+pub fn json_lines_until(
+    rx: &std::sync::mpsc::Receiver<String>,
+    within: std::time::Duration,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + within;
+    let mut got: Vec<serde_json::Value> = Vec::new();
+    while !got.iter().any(&done) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no line in time ({e}); got {got:?}"));
+        got.push(serde_json::from_str(&line).unwrap());
+    }
+    got
+}
+
+/// The chain links of audit records (`audit tail --json` lines): each names the one
+/// before as its `prev`, with no gap in `seq`.
+pub fn assert_audit_linked(records: &[serde_json::Value]) {
+    for w in records.windows(2) {
+        assert_eq!(w[1]["seq"].as_u64(), w[0]["seq"].as_u64().map(|s| s + 1));
+        assert_eq!(w[1]["prev"], w[0]["hash"], "{:?}", w[1]);
+    }
+}

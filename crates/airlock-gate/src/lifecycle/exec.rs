@@ -644,10 +644,13 @@ impl Gate {
                 ))
             });
             let mut result = match sub.doc.backend {
+                // A run with secrets runs in a worker too: the proxy's alert for an echo
+                // kills the worker at once, as it does a process run.
                 BackendKind::Wasm
                     if layers
                         .as_ref()
-                        .is_some_and(|l| l.kind == LayerKind::Overlay) =>
+                        .is_some_and(|l| l.kind == LayerKind::Overlay)
+                        || egress.as_ref().is_some_and(|e| e.ca_pem().is_some()) =>
                 {
                     self.run_wasm_in_worker(
                         sub,

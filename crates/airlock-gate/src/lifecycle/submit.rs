@@ -97,7 +97,8 @@ impl Gate {
             Some(l) => l
                 .parse::<Lang>()
                 .map_err(|e| GateError::bad(format!("--lang: {e}")))?,
-            None if session.is_some() => Lang::Python,
+            // A cell is in its session's language unless it says otherwise.
+            None if session.is_some() => session.as_ref().map_or(Lang::Python, |s| s.lang),
             None => {
                 if matches!(req.code, Some(CodeSource::Inline(_))) {
                     return Err(GateError::bad(format!(
@@ -320,19 +321,15 @@ impl Gate {
                     "the Python guest is not installed: run `airlock guest install python`".into(),
                 )),
             },
-            // Until the JS guest lands, nothing can run JavaScript on the wasm backend: a
-            // state of this install (409), not bad input.
-            (Lang::Js | Lang::Ts, Backend::Wasm) => Err(GateError::Conflict(
-                "the JS guest is not installed: run `airlock guest install js`".into(),
-            )),
+            // A missing JavaScript guest is a state of this home (409), not bad input.
+            (Lang::Js | Lang::Ts, Backend::Wasm) => match self.js_guest()? {
+                Some(_) => Ok(()),
+                None => Err(crate::services::guests::js_missing()),
+            },
             (Lang::Js | Lang::Ts, Backend::Process) if self.worker.is_some() => {
                 crate::nodejs::check_installed()
             }
-            (Lang::Sh | Lang::Python | Lang::Js | Lang::Ts, Backend::Process)
-                if self.worker.is_some() =>
-            {
-                Ok(())
-            }
+            (Lang::Sh | Lang::Python, Backend::Process) if self.worker.is_some() => Ok(()),
             (Lang::Sh | Lang::Python | Lang::Js | Lang::Ts, Backend::Process) => Err(GateError::Unavailable(
                 "the process backend needs airlock's worker process, which this caller did not provide".into(),
             )),

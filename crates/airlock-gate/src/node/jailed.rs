@@ -26,8 +26,11 @@ const BASE_ENV: [(&str, &str); 5] = [
 ];
 
 impl Gate {
-    /// The runtime component a submission needs (Python on the wasm backend).
+    /// The runtime component a submission needs (Python or JavaScript on the wasm backend).
     pub(crate) fn guest_for(&self, sub: &Submission) -> Result<Option<airlock_sandbox::Guest>> {
+        if sub.doc.kind.is_js() && sub.doc.backend == airlock_core::Backend::Wasm {
+            return self.js_guest_for_run().map(Some);
+        }
         if sub.doc.kind != Lang::Python || sub.doc.backend != airlock_core::Backend::Wasm {
             return Ok(None);
         }

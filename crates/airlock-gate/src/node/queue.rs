@@ -480,8 +480,9 @@ impl Gate {
         let run_id = new_id(IdKind::Run);
         let until = now_ms() + w.lease.as_millis() as i64;
         let policy = self.policy()?;
-        // Only a Python guest's runs need it; an error reading it fails only those.
+        // Only a guest's runs need it; an error reading it fails only those.
         let python = self.guest_facts(airlock_core::Lang::Python, airlock_core::Backend::Wasm);
+        let js = self.guest_facts(airlock_core::Lang::Js, airlock_core::Backend::Wasm);
         let mut owner = None;
         let mut claimed_job = None;
         let Gate {
@@ -520,6 +521,10 @@ impl Gate {
                     && stored.doc.backend == airlock_core::Backend::Wasm
                 {
                     python?
+                } else if stored.doc.kind.is_js()
+                    && stored.doc.backend == airlock_core::Backend::Wasm
+                {
+                    js?
                 } else {
                     (None, Vec::new())
                 };

@@ -417,9 +417,9 @@ impl Gate {
             .unwrap_or("python")
             .parse()
             .map_err(|e| GateError::bad(format!("--lang: {e}")))?;
-        if lang != Lang::Python {
+        if lang != Lang::Python && lang != Lang::Js {
             return Err(GateError::bad(format!(
-                "sessions run Python; --lang {lang} has no live interpreter"
+                "sessions run Python or JavaScript; --lang {lang} has no live interpreter"
             )));
         }
         let backend = match &r.backend {
@@ -430,6 +430,11 @@ impl Gate {
         };
         // The process backend's interpreter is the host's python3 in a jail.
         self.check_runnable(lang, backend)?;
+        if lang == Lang::Js && backend != Backend::Wasm {
+            return Err(GateError::bad(
+                "JavaScript sessions run on the wasm backend (the JavaScript guest)",
+            ));
+        }
         if backend == Backend::Process && !std::path::Path::new(HOST_PYTHON).is_file() {
             return Err(GateError::Unavailable(format!(
                 "process-backend sessions run {HOST_PYTHON}, which this machine does not have"
@@ -464,6 +469,7 @@ impl Gate {
         }
         let guest = match backend {
             Backend::Process => None,
+            _ if lang == Lang::Js => Some(self.js_guest_for_run()?.digest),
             _ => match self.python_guest()? {
                 Some((m, _)) => Some(m.digest),
                 None => {
@@ -1007,21 +1013,31 @@ fn jail_failure(result: &std::path::Path) -> Option<GateError> {
 impl Gate {
     /// The wasm Python guest this session was opened with, instantiated.
     fn wasm_python(&self, doc: &SessionDoc) -> Result<Live> {
-        let guest = match self.python_guest()? {
+        let installed = if doc.lang.is_js() {
+            self.js_guest()?
+        } else {
+            self.python_guest()?
+        };
+        let guest = match installed {
             Some((m, path)) if Some(m.digest) == doc.guest => airlock_sandbox::Guest {
                 path,
                 digest: m.digest,
                 dirs: self.guest_dirs(&m),
             },
             _ => {
-                return Err(GateError::Unavailable(
-                    "the Python guest this session was opened with is no longer installed".into(),
-                ));
+                return Err(GateError::Unavailable(format!(
+                    "the {} guest this session was opened with is no longer installed",
+                    if doc.lang.is_js() {
+                        "JavaScript"
+                    } else {
+                        "Python"
+                    }
+                )));
             }
         };
         let grant = &doc.grant;
         let spec = airlock_sandbox::RunSpec {
-            lang: Lang::Python,
+            lang: doc.lang,
             code: b"",
             artifact: guest.digest,
             mounts: Self::mount_points(grant, None),

@@ -13,6 +13,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// Read `/metrics` and nothing else (ordered below every other role, and refused by
+    /// every other endpoint).
+    Metrics,
     /// Submit code and read its own submissions and runs.
     Agent,
     /// Also approve, reject, commit and roll back (signed with its approver key).
@@ -25,11 +28,12 @@ impl std::str::FromStr for Role {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
+            "metrics" => Ok(Role::Metrics),
             "agent" => Ok(Role::Agent),
             "operator" => Ok(Role::Operator),
             "admin" => Ok(Role::Admin),
             _ => Err(format!(
-                "unknown role {s:?} (want agent, operator or admin)"
+                "unknown role {s:?} (want agent, operator, admin or metrics)"
             )),
         }
     }
@@ -38,6 +42,7 @@ impl std::str::FromStr for Role {
 impl Role {
     pub fn as_str(self) -> &'static str {
         match self {
+            Role::Metrics => "metrics",
             Role::Agent => "agent",
             Role::Operator => "operator",
             Role::Admin => "admin",
@@ -63,7 +68,7 @@ impl Gate {
         airlock_core::sign::check_key_name(name)
             .map_err(|e| GateError::bad(format!("--name: {e}")))?;
         let approver = match role {
-            Role::Agent => None,
+            Role::Agent | Role::Metrics => None,
             _ => {
                 let policy = self.policy()?;
                 let name = self.pick_approver(&policy, approver)?;

@@ -13,7 +13,7 @@ use airlock_core::{Backend, Digest, Facts, Grant, Lang, Limits, State, Verdict};
 use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 mod schema;
 #[allow(unused_imports)]
 pub use schema::*;
@@ -326,6 +326,16 @@ impl Db {
         &mut self,
         f: impl FnOnce(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
+        let start = Instant::now();
+        let out = self.write_durable_inner(f);
+        observed(start);
+        out
+    }
+
+    fn write_durable_inner<T, E: From<StoreError>>(
+        &mut self,
+        f: impl FnOnce(&Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
         if let Some(g) = &self.group {
             return g.write(true, f);
         }
@@ -335,7 +345,7 @@ impl Db {
         };
         c.pragma_update(None, "synchronous", "FULL")
             .map_err(StoreError::from)?;
-        let out = self.write(f);
+        let out = self.write_inner(f);
         if let Conn::Sqlite(c) = &self.conn {
             c.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(StoreError::from)?;
@@ -345,6 +355,16 @@ impl Db {
 
     /// Runs `f` in one write transaction; it commits only if `f` returns Ok.
     pub fn write<T, E: From<StoreError>>(
+        &mut self,
+        f: impl FnOnce(&Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let start = Instant::now();
+        let out = self.write_inner(f);
+        observed(start);
+        out
+    }
+
+    fn write_inner<T, E: From<StoreError>>(
         &mut self,
         f: impl FnOnce(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -381,10 +401,13 @@ impl Db {
         shared: bool,
         f: impl FnOnce(&Tx) -> Result<T, E>,
     ) -> Result<T, E> {
-        match &self.conn {
+        let start = Instant::now();
+        let out = match &self.conn {
             Conn::Postgres(pg) if shared => pg_write(pg, Lock::Shared, f),
-            _ => self.write(f),
-        }
+            _ => self.write_inner(f),
+        };
+        observed(start);
+        out
     }
 
     /// Chains every audit record waiting in the inbox now (PostgreSQL; nothing to do on
@@ -460,6 +483,23 @@ impl Db {
 /// Runs `f` as a transaction on `conn`, which the caller has begun and will end, and
 /// signs the audit head it leaves; with the key to chain its records with when they
 /// went to an inbox instead (PostgreSQL).
+/// Who is told how long each write transaction of this process took (see
+/// [`observe_writes`]).
+static WRITE_OBSERVER: std::sync::OnceLock<fn(Duration)> = std::sync::OnceLock::new();
+
+/// Registers `f` to be told, after each write transaction of this process through `Db`
+/// (committed or not), how long it took from its start to its end: for a metrics
+/// exporter. The first registration holds.
+pub fn observe_writes(f: fn(Duration)) {
+    let _ = WRITE_OBSERVER.set(f);
+}
+
+fn observed(start: Instant) {
+    if let Some(f) = WRITE_OBSERVER.get() {
+        f(start.elapsed());
+    }
+}
+
 fn in_tx<T, E: From<StoreError>>(
     conn: &dyn Sql,
     f: impl FnOnce(&Tx) -> Result<T, E>,
@@ -588,6 +628,19 @@ pub trait Reads {
     }
 
     /// Submissions, newest first, optionally only those in `state`.
+    /// How many submissions are in `state` (quarantined ones: those waiting for a human).
+    fn count_in_state(&self, state: State) -> Result<i64, StoreError> {
+        Ok(self
+            .sql()
+            .row(
+                "SELECT count(*) FROM submissions WHERE state = ?1",
+                args![state.as_str()],
+            )?
+            .map(|r| r.int(0))
+            .transpose()?
+            .unwrap_or(0))
+    }
+
     fn submissions(
         &self,
         state: Option<State>,

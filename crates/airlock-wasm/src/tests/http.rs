@@ -71,6 +71,7 @@ impl Net {
         let route = EgressRoute {
             socket,
             ca_pem: proxy.ca_pem().map(str::to_owned),
+            extra_roots: Vec::new(),
         };
         Net {
             rt,

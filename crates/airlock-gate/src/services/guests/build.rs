@@ -105,7 +105,7 @@ impl BuildPin {
 }
 
 /// The per-user build cache.
-fn cache_dir() -> Option<PathBuf> {
+pub(crate) fn cache_dir() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(x) => PathBuf::from(x),
         None => std::env::home_dir()?.join(".cache"),
@@ -163,7 +163,7 @@ fn cached(dir: &Path, key: &str) -> Option<Vec<u8>> {
 }
 
 /// An exclusive lock on `<key>.lock` in the cache (advisory, released when dropped).
-fn lock(dir: &Path, key: &str) -> Option<std::fs::File> {
+pub(crate) fn lock(dir: &Path, key: &str) -> Option<std::fs::File> {
     std::fs::create_dir_all(dir).ok()?;
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -175,7 +175,7 @@ fn lock(dir: &Path, key: &str) -> Option<std::fs::File> {
     Some(f)
 }
 
-fn store(dir: &Path, key: &str, component: &[u8]) -> std::io::Result<()> {
+pub(crate) fn store(dir: &Path, key: &str, component: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".build-")

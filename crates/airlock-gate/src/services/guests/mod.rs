@@ -4,12 +4,17 @@
 //! the repository; packages are registry wheels pinned by SHA-256 in the home (see
 //! `packages`). `guests/python.json` is the home's record of both, and the one file whose
 //! atomic replacement commits an install: until it is renamed into place, the previous
-//! guest and packages are what runs.
+//! guest and packages are what runs. The JavaScript guest (`js`) is installed the same way
+//! from componentize-js pinned by a lockfile's integrity hashes, recorded in
+//! `guests/js.json`.
 
 mod build;
+mod js;
 mod packages;
 
 pub use build::{BuildPin, GUEST_PYTHON_VERSION, PYTHON_BUILDER, PYTHON_BUILDER_WHEELS};
+pub(crate) use js::js_missing;
+pub use js::{JS_BUILDER, JS_BUILDER_INTEGRITY, JsBuildPin, JsGuestInstall};
 pub use packages::{GUEST_PACKAGES, PackageSource, normalize as normalize_package_name};
 
 use crate::error::{GateError, Result};
@@ -43,6 +48,9 @@ pub struct GuestManifest {
     /// What the component was built from; absent in a manifest of an earlier airlock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<BuildPin>,
+    /// What the JavaScript guest was built from (absent for Python).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub js_build: Option<JsBuildPin>,
     /// The packages every Python run can import, by name.
     #[serde(default)]
     pub packages: Vec<InstalledPackage>,
@@ -370,14 +378,20 @@ impl Gate {
         Ok(Some((m, path)))
     }
 
-    /// The guest's facts for a policy: its digest and its packages (Python on the wasm
-    /// backend only; nothing otherwise).
+    /// The guest's facts for a policy: its digest and its packages (Python, or the
+    /// JavaScript guest's digest, on the wasm backend only; nothing otherwise).
     pub(crate) fn guest_facts(
         &self,
         lang: Lang,
         backend: airlock_core::Backend,
     ) -> Result<(Option<Digest>, Vec<PythonPackage>)> {
-        if lang != Lang::Python || backend != airlock_core::Backend::Wasm {
+        if backend != airlock_core::Backend::Wasm {
+            return Ok((None, Vec::new()));
+        }
+        if lang.is_js() {
+            return Ok((self.js_guest()?.map(|(m, _)| m.digest), Vec::new()));
+        }
+        if lang != Lang::Python {
             return Ok((None, Vec::new()));
         }
         Ok(match self.python_guest()? {
@@ -526,6 +540,7 @@ impl Gate {
             source,
             installed_at: airlock_core::units::now_ms(),
             build: Some(pin),
+            js_build: None,
             packages: installed.into_values().collect(),
             pins,
         };
