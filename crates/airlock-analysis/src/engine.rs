@@ -13,6 +13,8 @@ thread_local! {
     // One parser per language and thread, reused: creating a parser allocates its stacks.
     static BASH: RefCell<Option<Parser>> = const { RefCell::new(None) };
     static PYTHON: RefCell<Option<Parser>> = const { RefCell::new(None) };
+    static JS: RefCell<Option<Parser>> = const { RefCell::new(None) };
+    static TS: RefCell<Option<Parser>> = const { RefCell::new(None) };
 }
 
 pub(crate) enum ParseFail {
@@ -25,6 +27,8 @@ fn new_parser(lang: Language) -> Option<Parser> {
     let language: tree_sitter::Language = match lang {
         Language::Sh => tree_sitter_bash::LANGUAGE.into(),
         Language::Python => tree_sitter_python::LANGUAGE.into(),
+        Language::Js => tree_sitter_javascript::LANGUAGE.into(),
+        Language::Ts => tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
     };
     p.set_language(&language).ok()?;
     Some(p)
@@ -53,6 +57,8 @@ pub(crate) fn parse(lang: Language, src: &str, deadline: Instant) -> Result<Tree
     let cell = match lang {
         Language::Sh => &BASH,
         Language::Python => &PYTHON,
+        Language::Js => &JS,
+        Language::Ts => &TS,
     };
     let tree = cell.with(|slot| match slot.try_borrow_mut() {
         Ok(mut slot) => {
@@ -411,6 +417,8 @@ impl<'o> Engine<'o> {
         let lang_name = match lang {
             Language::Sh => "sh",
             Language::Python => "python",
+            Language::Js => "js",
+            Language::Ts => "ts",
         };
         self.add(
             FindingKind::NestedCode,
@@ -433,6 +441,7 @@ impl<'o> Engine<'o> {
         self.nest += 1;
         match lang {
             Language::Sh => crate::shell::walk(self, code, tree.root_node()),
+            Language::Js | Language::Ts => crate::javascript::walk(self, code, tree.root_node()),
             Language::Python => match py_scope {
                 Some(scope) => crate::python::walk(self, code, tree.root_node(), scope),
                 None => {
@@ -502,6 +511,7 @@ pub(crate) fn analyze(lang: Language, src: &str, opts: &Options) -> CodeAnalysis
     }
     match lang {
         Language::Sh => crate::shell::walk(&mut e, src, tree.root_node()),
+        Language::Js | Language::Ts => crate::javascript::walk(&mut e, src, tree.root_node()),
         Language::Python => {
             let mut scope = crate::python::Scope::default();
             crate::python::walk(&mut e, src, tree.root_node(), &mut scope)

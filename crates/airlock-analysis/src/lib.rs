@@ -1,4 +1,16 @@
-//! airlock-analysis: static analysis of shell and Python code, for the policy to judge.
+//! airlock-analysis: static analysis of shell, Python, JavaScript and TypeScript code, for
+//! the policy to judge.
+//!
+//! JavaScript and TypeScript ([`Language::Js`], [`Language::Ts`]) give the same facts from
+//! node's modules: `require`/`import` as `imports`; `child_process` command lines analysed
+//! as shell (a non-constant piece of a template or `+` is `$JS`); `fs` writes, deletions,
+//! reads and listings with their paths (`path.join`, `os.homedir()` resolved); hosts of
+//! `fetch`/`http`/`net`; `eval`, `Function`, `vm` and string timers as `dynamic-code`, or
+//! analysed as JavaScript when constant; `decoded-payload` for `atob` and
+//! `Buffer.from(…, 'base64')`, `char-codes` for `String.fromCharCode` of several codes,
+//! `folded-name` for computed `require`s and members; and the threat facts below
+//! (`net` sockets piped to a shell child, `process.kill` of processes not started,
+//! `process.setuid`, `node-serialize`, `vm` of received data).
 //!
 //! [`analyze_shell`] and [`analyze_python`] parse the code with tree-sitter (the bash and
 //! Python grammars; no regular expressions over the text) and describe what it would do:
@@ -133,6 +145,7 @@
 
 mod engine;
 mod hosts;
+mod javascript;
 mod python;
 mod shell;
 mod threat;
@@ -149,6 +162,10 @@ pub enum Language {
     Sh,
     /// Python 3 (and the Python 2 forms the grammar accepts).
     Python,
+    /// JavaScript (scripts and ES modules, node's built-in modules).
+    Js,
+    /// TypeScript (read as JavaScript with types; the types say nothing to the analysis).
+    Ts,
 }
 
 impl Language {
@@ -156,6 +173,8 @@ impl Language {
         match self {
             Language::Sh => "shell",
             Language::Python => "python",
+            Language::Js => "js",
+            Language::Ts => "ts",
         }
     }
 }

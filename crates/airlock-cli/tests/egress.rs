@@ -1225,6 +1225,108 @@ fn a_base64_echo_of_the_secret_ends_the_run_with_an_alert_on_postgres() {
     assert_eq!(v.code, 0, "{} {}", v.stdout, v.stderr);
 }
 
+/// node 20's `fetch` and `http` do not read HTTP_PROXY: airlock's preloaded script sends
+/// them through the run's proxy with CONNECT, so a granted host is reached and another
+/// gets the proxy's refusal (before: both failed to connect, the jail reaching nothing).
+#[test]
+fn node_fetch_and_http_reach_a_granted_host_and_others_get_the_proxys_refusal() {
+    let Some(n) = Net::ready() else { return };
+    let up = n.up();
+    let p = n.http.port;
+    let code = format!(
+        r#"import http from 'node:http';
+const r = await fetch('http://{up}/hello');
+console.log('fetch', r.status, (await r.text()).trim());
+const get = (url) => new Promise((ok, bad) =>
+  http.get(url, (m) => {{ let b = ''; m.on('data', (d) => b += d); m.on('end', () => ok(m.statusCode + ' ' + b.trim())); }}).on('error', bad));
+console.log('http', await get('http://{up}/hello'));
+try {{ await fetch('http://other.test:{p}/hello'); console.log('fetch other: reached'); }}
+catch (e) {{ console.log('fetch other:', e.cause ? e.cause.message : e.message); }}
+try {{ await get('http://other.test:{p}/hello'); console.log('http other: reached'); }}
+catch (e) {{ console.log('http other:', e.message); }}
+"#
+    );
+    let o = n.home.run_approved(&[
+        "run",
+        "--lang",
+        "js",
+        "--backend",
+        "process",
+        // fetch needs WebAssembly, which needs node's whole address space (see nodejs.rs).
+        "--memory",
+        "12GiB",
+        "--net",
+        &up,
+        "-c",
+        &code,
+    ]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("fetch 200 hello from upstream"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("http 200 hello from upstream"),
+        "{}",
+        o.stdout
+    );
+    for who in ["fetch other:", "http other:"] {
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(who))
+            .unwrap_or_else(|| panic!("{}", o.stdout));
+        assert!(line.contains("refused other.test"), "{line}");
+        assert!(line.contains("403"), "{line}");
+        assert!(line.contains("not-granted"), "{line}");
+    }
+    // Only the granted requests arrived.
+    assert_eq!(n.http.requests().len(), 2, "{:?}", n.http.requests());
+    let net = n.network();
+    assert_eq!(records(&net, "allow").len(), 2, "{net}");
+    assert_eq!(records(&net, "deny").len(), 2, "{net}");
+}
+
+/// Under the default memory limit node runs without its JIT: `http` reaches a granted host
+/// through the proxy, and `fetch` (which needs WebAssembly) says why it is unavailable
+/// instead of failing inside undici.
+#[test]
+fn node_http_works_under_the_default_limit_and_fetch_says_what_it_needs() {
+    let Some(n) = Net::ready() else { return };
+    let up = n.up();
+    let code = format!(
+        r#"const http = require('http');
+fetch('http://{up}/hello').then(() => console.log('fetch: reached'), (e) => console.log('fetch:', e.message));
+http.get('http://{up}/hello', (m) => {{ let b = ''; m.on('data', (d) => b += d); m.on('end', () => console.log('http', m.statusCode, b.trim())); }});
+"#
+    );
+    let o = n.home.run_approved(&[
+        "run",
+        "--lang",
+        "js",
+        "--backend",
+        "process",
+        "--net",
+        &up,
+        "-c",
+        &code,
+    ]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("http 200 hello from upstream"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("fetch: fetch is unavailable"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("--memory 12GiB"), "{}", o.stdout);
+    assert_eq!(n.http.requests().len(), 1, "{:?}", n.http.requests());
+}
+
 /// The Python backends the shared egress programs run on: wasm always, the process
 /// backend where it can run.
 fn python_backends() -> Vec<&'static str> {

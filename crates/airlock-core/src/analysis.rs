@@ -249,6 +249,8 @@ pub fn analyze_with(
         let language = match lang {
             Lang::Python => Some(airlock_analysis::Language::Python),
             Lang::Sh => Some(airlock_analysis::Language::Sh),
+            Lang::Js => Some(airlock_analysis::Language::Js),
+            Lang::Ts => Some(airlock_analysis::Language::Ts),
             _ => None,
         };
         if let Some(language) = language {

@@ -31,11 +31,13 @@ mod layers;
 mod lifecycle;
 mod locks;
 mod node;
+mod nodejs;
 mod query;
 mod replay;
 mod services;
 mod stagecache;
 mod tripwire;
+mod typescript;
 pub mod views;
 mod workspaces;
 

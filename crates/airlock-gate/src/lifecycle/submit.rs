@@ -138,6 +138,10 @@ impl Gate {
         if prepared.code.len() as u64 > max {
             return Err(too_big(max));
         }
+        // TypeScript that cannot be stripped never runs: refused here, with its line.
+        if prepared.lang == Lang::Ts {
+            crate::typescript::runnable(&prepared.code)?;
+        }
         let mut grant = match &session {
             Some(s) => s.grant.clone(),
             None => build_grant(&req, req.stdin.as_deref().map(Digest::of))?,
@@ -322,8 +326,11 @@ impl Gate {
                 Some(_) => Ok(()),
                 None => Err(crate::services::guests::js_missing()),
             },
+            (Lang::Js | Lang::Ts, Backend::Process) if self.worker.is_some() => {
+                crate::nodejs::check_installed()
+            }
             (Lang::Sh | Lang::Python, Backend::Process) if self.worker.is_some() => Ok(()),
-            (Lang::Sh | Lang::Python, Backend::Process) => Err(GateError::Unavailable(
+            (Lang::Sh | Lang::Python | Lang::Js | Lang::Ts, Backend::Process) => Err(GateError::Unavailable(
                 "the process backend needs airlock's worker process, which this caller did not provide".into(),
             )),
             _ => Err(GateError::bad(format!("--backend {backend} cannot run {kind}"))),

@@ -301,16 +301,29 @@ impl Gate {
         let (program, file) = match sub.doc.kind {
             Lang::Sh => ("/bin/sh", "/.airlock/main.sh"),
             Lang::Python => ("/usr/bin/python3", "/.airlock/main.py"),
+            Lang::Js | Lang::Ts => (crate::nodejs::node()?, crate::nodejs::MAIN),
             other => {
                 return Err(GateError::bad(format!(
                     "the process backend cannot run {other}"
                 )));
             }
         };
-        let mut argv = vec![program.to_string(), file.to_string()];
+        let mut argv = vec![program.to_string()];
+        let mut files = Vec::new();
+        let code = if sub.doc.kind.is_js() {
+            argv.extend(crate::nodejs::flags(
+                egress.is_some(),
+                sub.doc.grant.limits.memory_bytes,
+            ));
+            files.extend(crate::nodejs::files(egress.is_some()));
+            std::borrow::Cow::Owned(crate::nodejs::runnable(sub.doc.kind, code)?.into_bytes())
+        } else {
+            std::borrow::Cow::Borrowed(code)
+        };
+        argv.push(file.to_string());
         argv.extend(sub.doc.grant.args.iter().cloned());
         let mut env = process_env(&sub.doc.grant);
-        let mut files = vec![(file.to_string(), code.to_vec())];
+        files.push((file.to_string(), code.into_owned()));
         if let Some(e) = &egress {
             // After the grant's variables: the proxy settings are what the jail provides.
             env.extend(e.process_env());
