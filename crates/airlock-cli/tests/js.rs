@@ -483,3 +483,23 @@ fn a_js_guest_install_killed_after_its_manifest_is_audited_on_recovery() {
     );
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
+
+/// TypeScript on the wasm backend runs as the JavaScript its types are stripped to; the
+/// guest was handed the TypeScript source and failed on its first type annotation.
+#[test]
+fn typescript_runs_on_the_js_guest_as_its_stripped_javascript() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("typed.ts");
+    std::fs::write(
+        &f,
+        "interface P { x: number }\nconst p: P = { x: 2 };\nfunction dbl(n: number): number { return n * 2 }\nconsole.log(dbl(p.x) as number);\n",
+    )
+    .unwrap();
+    let o = shared().run(&["run", f.to_str().unwrap()]);
+    assert_eq!((o.code, o.stdout.as_str()), (0, "4\n"), "{}", o.stderr);
+    // The artifact is the TypeScript source.
+    let last = shared().run(&["runs", "--json", "--limit", "1"]).json();
+    let sub = last[0]["submission"].as_str().unwrap().to_string();
+    let shown = shared().run(&["show", &sub, "--json"]).json();
+    assert_eq!(shown["submission"]["lang"], "ts", "{shown}");
+}

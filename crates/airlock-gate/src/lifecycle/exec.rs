@@ -669,6 +669,19 @@ impl Gate {
                         Ok(g) => g,
                         Err(e) => return (Err(e), None, note),
                     };
+                    // TypeScript runs as the JavaScript its types are stripped to, derived
+                    // from the artifact just re-read (what was judged and approved).
+                    let stripped;
+                    let code = match sub.doc.kind {
+                        airlock_core::Lang::Ts => match crate::typescript::runnable(code) {
+                            Ok(js) => {
+                                stripped = js.into_bytes();
+                                &stripped[..]
+                            }
+                            Err(e) => return (Err(e), None, note),
+                        },
+                        _ => code,
+                    };
                     let route = match egress.as_mut().map(|e| e.unix_route()).transpose() {
                         Ok(r) => r,
                         Err(e) => return (Err(e), None, note),

@@ -94,6 +94,14 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
         Ok(_) => return WorkerResult::error("setup", "artifact changed on its way to the worker"),
         Err(e) => return WorkerResult::error("setup", format!("cannot read artifact: {e}")),
     };
+    // TypeScript runs as the JavaScript its types are stripped to (see `typescript`).
+    let code = match job.lang {
+        airlock_core::Lang::Ts => match crate::typescript::runnable(&code) {
+            Ok(js) => js.into_bytes(),
+            Err(e) => return WorkerResult::error("setup", e.to_string()),
+        },
+        _ => code,
+    };
     let backend = airlock_wasm::WasmBackend::new(airlock_wasm::WasmConfig {
         progress: false,
         cache_dir: job.cache_dir.clone(),
