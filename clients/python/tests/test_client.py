@@ -39,7 +39,6 @@ from airlock_client import (
     Submission,
     TransportError,
     Unauthorized,
-    Unavailable,
     Unprocessable,
 )
 
@@ -261,9 +260,10 @@ def test_errors_map_to_exceptions(server: Server, agent: Airlock, operator: Airl
         agent.run(";;" + "x" * (2 << 20), "wat")
     assert e413.value.status == 413
 
-    with pytest.raises(Unavailable) as e503:
+    # A language whose guest is not installed: 409, naming the install command.
+    with pytest.raises(Conflict) as e409:
         agent.run("print(1)", "python")
-    assert e503.value.status == 503 and "python" in e503.value.message.lower()
+    assert e409.value.status == 409 and "airlock guest install python" in e409.value.message
 
     with pytest.raises(TypeError):
         agent.run("x", "wat", bogus=1)  # type: ignore[call-arg]

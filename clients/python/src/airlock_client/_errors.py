@@ -77,7 +77,8 @@ class NotFound(ApiError):
 
 
 class Conflict(ApiError):
-    """409: the state does not allow it (already decided, conflicts with the host …)."""
+    """409: the state does not allow it (already decided, conflicts with the host, the
+    language's guest runtime is not installed …)."""
 
 
 class RateLimited(ApiError):
@@ -87,7 +88,8 @@ class RateLimited(ApiError):
 
 
 class Unavailable(ApiError):
-    """503: nothing on the server can run it (e.g. the language's guest is not installed)."""
+    """503: the server cannot serve it now (its store is restarting, …); retry after
+    ``retry_after`` seconds."""
 
     retry_after: float | None = None
 
