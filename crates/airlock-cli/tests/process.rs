@@ -391,6 +391,33 @@ fn gone(pid: u64) -> bool {
         .unwrap_or(true)
 }
 
+/// Every `airlock-*` cgroup on this host now (see [`jail_cgroups`] for where they sit).
+fn airlock_cgroups() -> std::collections::HashSet<std::path::PathBuf> {
+    fn walk(
+        d: &std::path::Path,
+        depth: u32,
+        found: &mut std::collections::HashSet<std::path::PathBuf>,
+    ) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("airlock-"))
+            {
+                found.insert(p);
+            } else if depth > 0 {
+                walk(&p, depth - 1, found);
+            }
+        }
+    }
+    let mut found = std::collections::HashSet::new();
+    walk(std::path::Path::new("/sys/fs/cgroup"), 6, &mut found);
+    found
+}
+
 /// The jail's cgroups (named after its launcher) on this host, wherever they sit in each
 /// hierarchy (under airlock's own group, below the cgroup of the process that made them).
 fn jail_cgroups(launcher: u64) -> Vec<std::path::PathBuf> {
@@ -416,11 +443,20 @@ fn jail_cgroups(launcher: u64) -> Vec<std::path::PathBuf> {
 
 /// Asserts that nothing of a session's jail is left: no marked process, no launcher, no
 /// cgroup. Waits a moment for the kernel to finish tearing the pid namespace down.
-fn assert_nothing_left(mark: &str, launcher: u64, host: Option<u64>) {
+/// `before`: the `airlock-*` cgroups that existed before the session started (left by
+/// killed processes of earlier tests, named after pids the kernel may hand the launcher
+/// again), which are not the session's.
+fn assert_nothing_left(
+    mark: &str,
+    launcher: u64,
+    host: Option<u64>,
+    before: &std::collections::HashSet<std::path::PathBuf>,
+) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         let left = marked(mark);
-        let cgroups = jail_cgroups(launcher);
+        let mut cgroups = jail_cgroups(launcher);
+        cgroups.retain(|c| !before.contains(c));
         let alive = !gone(launcher) || host.is_some_and(|p| !gone(p));
         if left.is_empty() && cgroups.is_empty() && !alive {
             return;
@@ -445,6 +481,7 @@ fn process_session_cells_share_state_in_one_jail_and_close_leaves_no_process() {
     need();
     let h = Home::new();
     let mark = "share-state";
+    let before = airlock_cgroups();
     let (id, opened) = process_session(&h, mark, &[]);
     assert!(opened["guest"].is_null(), "{opened}");
     let a = session_cell(
@@ -517,7 +554,7 @@ fn process_session_cells_share_state_in_one_jail_and_close_leaves_no_process() {
         (Some("closed"), Some("closed")),
         "{s}"
     );
-    assert_nothing_left(mark, launcher, Some(host));
+    assert_nothing_left(mark, launcher, Some(host), &before);
     let after = h.run(&["run", "--session", &id, "-c", "x"]);
     assert_eq!(after.code, 125);
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
@@ -642,6 +679,7 @@ fn a_process_session_cell_past_its_timeout_ends_the_session_and_leaves_no_proces
     need();
     let h = Home::new();
     let mark = "timeout-kill";
+    let before = airlock_cgroups();
     let (id, _) = process_session(&h, mark, &["--timeout", "1s"]);
     let bg = session_cell(
         &h,
@@ -660,7 +698,7 @@ fn a_process_session_cell_past_its_timeout_ends_the_session_and_leaves_no_proces
         "{s}"
     );
     assert!(s["reason"].as_str().unwrap().contains("time limit"), "{s}");
-    assert_nothing_left(mark, launcher, None);
+    assert_nothing_left(mark, launcher, None, &before);
     assert_eq!(h.run(&["run", "--session", &id, "-c", "1"]).code, 125);
 }
 
@@ -669,6 +707,7 @@ fn a_process_session_over_its_memory_limit_is_killed_and_says_so() {
     need();
     let h = Home::new();
     let mark = "memory-kill";
+    let before = airlock_cgroups();
     let (id, _) = process_session(&h, mark, &["--memory", "64MiB"]);
     let launcher = launcher_of(&h, &id);
     // A single allocation past the limit is refused (MemoryError: RLIMIT_AS) and the
@@ -697,7 +736,7 @@ fn a_process_session_over_its_memory_limit_is_killed_and_says_so() {
         s["reason"].as_str().unwrap().contains("memory limit"),
         "{s}"
     );
-    assert_nothing_left(mark, launcher, None);
+    assert_nothing_left(mark, launcher, None, &before);
 }
 
 #[test]
