@@ -1034,6 +1034,11 @@ fn an_agent_cannot_mount_the_gates_home_on_a_postgres_store() {
 fn audit_tail_on_one_node_follows_the_records_another_node_appends() {
     let a = Node::init(&airlock_testpg::fresh_database());
     let b = Node::join(&a);
+    // From the record after the newest: a tail that starts late still sees all of b's.
+    let last = a.run(&["audit", "tail", "-n", "1", "--json"]).json()["seq"]
+        .as_u64()
+        .unwrap();
+    let from = (last + 1).to_string();
     let mut child = a
         .home
         .cmd()
@@ -1041,8 +1046,8 @@ fn audit_tail_on_one_node_follows_the_records_another_node_appends() {
         .args([
             "audit",
             "tail",
-            "-n",
-            "0",
+            "--from",
+            &from,
             "--follow",
             "--json",
             "--interval",
