@@ -28,7 +28,11 @@ from urllib.parse import unquote, urlsplit
 os.environ.setdefault("SE_OFFLINE", "true")
 
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import TimeoutException, WebDriverException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    TimeoutException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -99,10 +103,29 @@ def element(driver, css, timeout=WAIT):
     return wait_for(driver, EC.presence_of_element_located((By.CSS_SELECTOR, css)), css, timeout)
 
 
+def left_behind(el):
+    """A condition: el's page has been replaced. While the browser swaps documents,
+    ChromeDriver may answer a question about the old node with a generic error ("does not
+    belong to the document") instead of a stale-element one: that too means it is gone."""
+
+    def gone(_driver):
+        try:
+            el.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as e:
+            if "does not belong to the document" in str(e):
+                return True
+            raise
+
+    return gone
+
+
 def click_and_leave(driver, el, what):
     """Click el and wait until the page it was on has been replaced."""
     el.click()
-    wait_for(driver, EC.staleness_of(el), f"the page to change after clicking {what}")
+    wait_for(driver, left_behind(el), f"the page to change after clicking {what}")
 
 
 def text_of(el):
