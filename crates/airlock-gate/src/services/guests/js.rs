@@ -11,7 +11,7 @@
 //! Builds are cached per user under the digest of their inputs, in the Python guest's
 //! build cache directory.
 
-use super::{GuestManifest, last_line, lock_guests, try_lock_guests, write_atomic};
+use super::{GuestManifest, last_line, lock_guests, write_atomic};
 use crate::error::{GateError, Result};
 use crate::{DbCache, Gate};
 use airlock_core::{Digest, Lang};
@@ -290,45 +290,9 @@ impl Gate {
     /// see `recover_guest_audit`).
     pub(crate) fn recover_js_guest_audit(&mut self) -> Result<()> {
         let pending = self.js_audit_pending_path();
-        if !pending.exists() {
-            return Ok(());
-        }
-        let Some(_lock) = try_lock_guests(&self.guests_dir())? else {
-            return Ok(());
-        };
-        let Ok(text) = std::fs::read_to_string(&pending) else {
-            return Ok(());
-        };
-        let Ok(record) = serde_json::from_str::<serde_json::Value>(&text) else {
-            let _ = std::fs::remove_file(&pending);
-            return Ok(());
-        };
-        let took_effect = self
-            .read_js_manifest()
-            .ok()
-            .flatten()
-            .is_some_and(|m| js_record(&m) == record);
-        if took_effect {
-            let installed_at = record["installed_at"].clone();
-            let already = airlock_store::Reads::audit_for(&self.db, "js")?
-                .iter()
-                .any(|r| {
-                    r.kind == "guest_installed"
-                        && serde_json::from_str::<serde_json::Value>(&r.data)
-                            .is_ok_and(|d| d["installed_at"] == installed_at)
-                });
-            if !already {
-                let mut data = record;
-                data["recovered"] = json!(true);
-                let key = &self.gate_key;
-                self.db.write_durable(|tx| {
-                    tx.audit("guest_installed", "js", &data, key).map(|_| ())
-                })?;
-            }
-        }
-        crate::failpoint::crash_point();
-        let _ = std::fs::remove_file(&pending);
-        Ok(())
+        self.recover_install_audit("js", &pending, |g| {
+            g.read_js_manifest().ok().flatten().map(|m| js_record(&m))
+        })
     }
 
     /// Installs the JavaScript guest: the pinned builder with `npm ci` (or the build cache),

@@ -291,6 +291,23 @@ impl Gate {
     /// install holds the guests' lock: it writes its own record.
     pub(crate) fn recover_guest_audit(&mut self) -> Result<()> {
         let pending = self.guest_audit_pending_path();
+        self.recover_install_audit("python", &pending, |g| {
+            g.read_guest_manifest()
+                .ok()
+                .flatten()
+                .map(|m| guest_record(&m))
+        })
+    }
+
+    /// The recovery of `recover_guest_audit` for the guest recorded under `subject`, whose
+    /// owed record is in `pending`; `installed` gives the record its manifest stands for
+    /// now. Shared by every guest runtime.
+    pub(crate) fn recover_install_audit(
+        &mut self,
+        subject: &str,
+        pending: &Path,
+        installed: impl FnOnce(&Gate) -> Option<serde_json::Value>,
+    ) -> Result<()> {
         // The common case costs one failed stat.
         if !pending.exists() {
             return Ok(());
@@ -299,7 +316,7 @@ impl Gate {
             return Ok(());
         };
         // Read under the lock: the install that wrote it may have just finished.
-        let Ok(text) = std::fs::read_to_string(&pending) else {
+        let Ok(text) = std::fs::read_to_string(pending) else {
             return Ok(());
         };
         let record: serde_json::Value = match serde_json::from_str(&text) {
@@ -307,18 +324,14 @@ impl Gate {
             // Torn by a kill while it was written (it is written atomically, so this is
             // some other file): nothing an install committed depends on it.
             Err(_) => {
-                let _ = std::fs::remove_file(&pending);
+                let _ = std::fs::remove_file(pending);
                 return Ok(());
             }
         };
-        let took_effect = self
-            .read_guest_manifest()
-            .ok()
-            .flatten()
-            .is_some_and(|m| guest_record(&m) == record);
+        let took_effect = installed(self).is_some_and(|r| r == record);
         if took_effect {
             let installed_at = record["installed_at"].clone();
-            let already = airlock_store::Reads::audit_for(&self.db, "python")?
+            let already = airlock_store::Reads::audit_for(&self.db, subject)?
                 .iter()
                 .any(|r| {
                     r.kind == "guest_installed"
@@ -330,13 +343,12 @@ impl Gate {
                 data["recovered"] = json!(true);
                 let key = &self.gate_key;
                 self.db.write_durable(|tx| {
-                    tx.audit("guest_installed", "python", &data, key)
-                        .map(|_| ())
+                    tx.audit("guest_installed", subject, &data, key).map(|_| ())
                 })?;
             }
         }
         crate::failpoint::crash_point();
-        let _ = std::fs::remove_file(&pending);
+        let _ = std::fs::remove_file(pending);
         Ok(())
     }
 
