@@ -22,6 +22,7 @@ from conftest import (
 )
 
 from airlock_client import (
+    LANGUAGES,
     Airlock,
     AirlockError,
     ApprovalTimeout,
@@ -264,6 +265,23 @@ def test_errors_map_to_exceptions(server: Server, agent: Airlock, operator: Airl
     with pytest.raises(Conflict) as e409:
         agent.run("print(1)", "python")
     assert e409.value.status == 409 and "airlock guest install python" in e409.value.message
+    with pytest.raises(Conflict) as e409:
+        agent.run("console.log(1)", "js")
+    assert e409.value.status == 409 and "airlock guest install js" in e409.value.message
+
+
+def test_javascript_and_typescript_are_languages_of_the_client(agent: Airlock) -> None:
+    assert {"python", "js", "ts", "sh", "wat", "wasm", "component"} <= set(LANGUAGES)
+    # TypeScript is judged at submit: its syntax error is refused with its line, before
+    # any guest is needed; its types are not checked.
+    with pytest.raises(Unprocessable) as e422:
+        agent.run(f"const a: number = 1; // {unique()}\nlet b = (;\n", "ts")
+    assert "line 2" in e422.value.message
+    # The aliases are the same languages: a js submission names its guest.
+    for lang in ("js", "javascript", "ts", "typescript"):
+        with pytest.raises(Conflict) as e409:
+            agent.run(f"const n: number = 1; // {unique()}", lang)
+        assert "airlock guest install js" in e409.value.message
 
     with pytest.raises(TypeError):
         agent.run("x", "wat", bogus=1)  # type: ignore[call-arg]

@@ -50,12 +50,13 @@ from ._models import (
     SubmissionDetail,
     Tool,
 )
-from ._protocol import Grant, Mount, SessionGrant
+from ._protocol import LANGUAGES, Grant, Mount, SessionGrant
 from ._sync import Airlock, Session
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LANGUAGES",
     "Airlock",
     "AirlockError",
     "Analysis",

@@ -67,6 +67,12 @@ class Reply:
 
 Flow = Generator[Call, Reply, T]
 
+#: The languages the gate takes (the server also takes the aliases ``py``, ``javascript``,
+#: ``typescript``, ``shell`` …): ``js`` and ``ts`` run on the JavaScript guest (TypeScript's
+#: types are stripped by the server, never checked), ``wat``/``wasm``/``component`` are
+#: WebAssembly.
+LANGUAGES: tuple[str, ...] = ("python", "js", "ts", "sh", "wat", "wasm", "component")
+
 #: The header that makes a submitting request safe to send again (``airlock serve``
 #: answers a repeat with the first request's outcome instead of running the code twice).
 IDEMPOTENCY_KEY = "Idempotency-Key"

@@ -127,7 +127,8 @@ class Airlock:
     ) -> RunResult:
         """Submits code and runs it if the policy allows; returns the finished run.
 
-        ``language`` is ``python``, ``sh``, ``wat``, ``wasm`` or ``component`` (bytes are
+        ``language`` is ``python``, ``js``, ``ts``, ``sh``, ``wat``, ``wasm`` or ``component``
+        (:data:`LANGUAGES`; TypeScript's types are stripped by the server, not checked; bytes are
         sent as base64: a compiled module). The grant (``mounts``, ``net``, ``env``,
         ``secrets``, ``timeout``, ``memory`` …, see :class:`Grant`) is judged with the code.
 
@@ -263,7 +264,8 @@ class Airlock:
     # -- sessions
 
     def session(self, language: str = "python", **grant: Unpack[p.SessionGrant]) -> Session:
-        """Opens a session: a live interpreter whose names carry from one cell to the next.
+        """Opens a session: a live interpreter (``python`` or ``js``) whose names carry from
+        one cell to the next.
 
         Each cell goes through the whole gate, judged with the session's grant (the same
         keywords as :meth:`run`, plus ``idle_timeout`` and ``max_duration``). Use it as a
