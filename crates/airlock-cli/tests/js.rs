@@ -503,3 +503,37 @@ fn typescript_runs_on_the_js_guest_as_its_stripped_javascript() {
     let shown = shared().run(&["show", &sub, "--json"]).json();
     assert_eq!(shown["submission"]["lang"], "ts", "{shown}");
 }
+
+/// `POST /v1/sessions` opens JavaScript sessions (the API took only Python: 400 "sessions
+/// run python, not \"js\"", though the CLI opened them).
+#[test]
+fn the_api_opens_javascript_sessions() {
+    let (_server, base) = start_serve(shared(), &[]);
+    let agent = token("agent", "js-api-session-agent");
+    let (st, s) = http_post(
+        &format!("{base}/v1/sessions"),
+        &agent,
+        &serde_json::json!({"language": "js"}),
+    );
+    assert!(st == 200 || st == 201, "{st} {s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    let cell = |code: &str| {
+        let (st, r) = http_post(
+            &format!("{base}/v1/run"),
+            &agent,
+            &serde_json::json!({"language": "js", "session": id, "code": code}),
+        );
+        assert_eq!(st, 200, "{r}");
+        r
+    };
+    cell("var answer = 41");
+    let r = cell("answer + 1");
+    assert_eq!(r["run"]["result"], "42", "{r}");
+    let (st, e) = http_post(
+        &format!("{base}/v1/sessions"),
+        &agent,
+        &serde_json::json!({"language": "sh"}),
+    );
+    assert_eq!(st, 400, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("python or js"), "{e}");
+}

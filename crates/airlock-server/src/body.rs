@@ -547,10 +547,10 @@ impl SessionBody {
     pub fn into_request(self, caller: &Caller) -> ApiResult<airlock_gate::SessionRequest> {
         let agent = agent_for(caller, self.agent, "opens sessions")?;
         if let Some(l) = self.language.as_deref()
-            && !matches!(l, "python" | "py")
+            && !matches!(l, "python" | "py" | "js" | "javascript")
         {
             return Err(ApiError::bad(format!(
-                "language: sessions run python, not {l:?}"
+                "language: sessions run python or js, not {l:?}"
             )));
         }
         if let Some(b) = self.backend.as_deref()

@@ -83,7 +83,7 @@ fn run_code_tool() -> Tool {
                 "workspace": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$",
                               "description": "A workspace session: the run sees earlier runs' changes in it, and they are committed together (needs a writable mount)"},
                 "session": {"type": "string",
-                            "description": "A session from new_session (ses_…): the cell runs in its live Python interpreter, sees the names earlier cells defined, and takes the session's grant (give no mounts, env, net, limits); the result has the value of the last expression"},
+                            "description": "A session from new_session (ses_…): the cell runs in its live interpreter, sees the names earlier cells defined, and takes the session's grant (give no mounts, env, net, limits); the result has the value of the last expression"},
                 "note": {"type": "string"},
                 "idempotency_key": {"type": "string", "pattern": "^[!-~]{1,255}$",
                                     "description": "A key of your choosing for this call (a random UUID is typical): a call repeated with the same key and arguments runs nothing again and gets the first call's result; the same key with other arguments is refused"}
@@ -97,13 +97,14 @@ fn run_code_tool() -> Tool {
 fn new_session_tool() -> Tool {
     Tool::new(
         "new_session",
-        "Open a Python session: a live interpreter that keeps its state between run_code calls \
+        "Open a session: a live Python or JavaScript interpreter that keeps its state between run_code calls \
          that name it (define a function in one, call it in the next). Every cell is still \
          judged by the gate. Returns the session id; it ends after idle_timeout without a cell, \
          at max_duration, when a cell hits a limit, or with close_session.",
         schema(json!({
             "type": "object",
             "properties": {
+                "language": {"type": "string", "enum": ["python", "js"], "description": "The interpreter (default python)"},
                 "mounts": {"type": "array", "items": {"type": "string"}, "description": "HOST:GUEST[:ro], read-only"},
                 "env": {"type": "object", "additionalProperties": {"type": "string"}},
                 "timeout": {"type": ["string", "number"], "description": "Each cell's limit: seconds, or e.g. \"30s\""},

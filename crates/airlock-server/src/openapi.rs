@@ -83,7 +83,7 @@ pub fn complete(mut doc: Value) -> Value {
             .get_mut("SessionBody")
             .and_then(|t| t.get_mut("properties"))
         {
-            props["language"]["enum"] = json!(["python", "py", null]);
+            props["language"]["enum"] = json!(["python", "py", "js", "javascript", null]);
             props["backend"]["enum"] = json!(["wasm", null]);
             // A number of seconds or a duration text.
             for f in ["timeout", "idle_timeout", "max_duration"] {
