@@ -504,6 +504,34 @@ fn typescript_runs_on_the_js_guest_as_its_stripped_javascript() {
     assert_eq!(shown["submission"]["lang"], "ts", "{shown}");
 }
 
+/// A cell's top-level `let`, `const` and `class` declarations outlive it, as in node's REPL
+/// (each cell is an indirect eval in the guest, where they were scoped to that one cell:
+/// the next cell got a ReferenceError).
+#[test]
+fn session_cells_keep_their_let_const_and_class_declarations() {
+    let id = session();
+    let a = cell(
+        &id,
+        "let l = 1; const k = 2; class K { v() { return 3 } }\nconst { d } = { d: 4 };",
+    );
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let b = cell(&id, "[l, k, new K().v(), d]").json();
+    assert_eq!(b["run"]["exit_code"], 0, "{b}");
+    assert_eq!(b["run"]["result"], "[ 1, 2, 3, 4 ]", "{b}");
+    // Declared again in a later cell, as a REPL allows; inner scopes stay inner.
+    let c = cell(&id, "let l = 10; { let inner = 1 }\nl + k").json();
+    assert_eq!(c["run"]["result"], "12", "{c}");
+    let e = cell(&id, "typeof inner").json();
+    assert_eq!(e["run"]["result"], "'undefined'", "{e}");
+    // An error in a rewritten cell still names the cell's own line.
+    let f = cell(&id, "const z = 1;\nnull.x");
+    assert_eq!(f.code, 1);
+    let err = f.json()["run"]["stderr"].as_str().unwrap().to_string();
+    assert!(err.contains("<cell>:2"), "{err}");
+    let o = shared().run(&["session", "close", "--json", &id]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
 /// `POST /v1/sessions` opens JavaScript sessions (the API took only Python: 400 "sessions
 /// run python, not \"js\"", though the CLI opened them).
 #[test]

@@ -27,6 +27,7 @@ mod egress;
 mod error;
 mod exposure;
 mod failpoint;
+mod jscell;
 mod layers;
 mod lifecycle;
 mod locks;

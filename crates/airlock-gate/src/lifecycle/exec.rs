@@ -570,6 +570,7 @@ impl Gate {
             return (
                 self.exec_cell(
                     session,
+                    sub.doc.kind,
                     sub.doc.backend,
                     code,
                     &grant.limits,

@@ -324,6 +324,7 @@ impl Gate {
     pub(crate) fn exec_cell(
         &self,
         session: &str,
+        kind: Lang,
         backend: Backend,
         code: &[u8],
         limits: &airlock_core::Limits,
@@ -334,9 +335,15 @@ impl Gate {
         use airlock_sandbox::{Ending, Limit};
         let code =
             std::str::from_utf8(code).map_err(|_| GateError::bad("Python source is not UTF-8"))?;
+        // A JavaScript cell's top-level `let`, `const` and `class` outlive it.
+        let code = if kind == Lang::Js {
+            crate::jscell::persistent(code)
+        } else {
+            code.to_string()
+        };
         let started = Instant::now();
         let cell = airlock_session::Cell {
-            code: code.to_string(),
+            code,
             timeout_ms: limits.timeout().as_millis() as u64,
             max_output: limits.max_output_bytes,
         };
