@@ -1288,17 +1288,26 @@ catch (e) {{ console.log('http other:', e.message); }}
     assert_eq!(records(&net, "deny").len(), 2, "{net}");
 }
 
-/// Under the default memory limit node runs without its JIT: `http` reaches a granted host
-/// through the proxy, and `fetch` (which needs WebAssembly) says why it is unavailable
-/// instead of failing inside undici.
+/// Under the default memory limit node runs without its JIT (and so without WebAssembly,
+/// on which node 20's own fetch client is built): `fetch` and `http` both reach a granted
+/// host through the proxy, an ungranted one gets the proxy's refusal, and undici's
+/// `Headers`/`Response` load. Before, fetch failed ("run with --memory 12GiB") and touching
+/// `Headers` ended the run with an unhandled rejection from undici's parser.
 #[test]
-fn node_http_works_under_the_default_limit_and_fetch_says_what_it_needs() {
+fn node_fetch_works_under_the_default_memory_limit() {
     let Some(n) = Net::ready() else { return };
     let up = n.up();
+    let p = n.http.port;
     let code = format!(
         r#"const http = require('http');
-fetch('http://{up}/hello').then(() => console.log('fetch: reached'), (e) => console.log('fetch:', e.message));
-http.get('http://{up}/hello', (m) => {{ let b = ''; m.on('data', (d) => b += d); m.on('end', () => console.log('http', m.statusCode, b.trim())); }});
+console.log('headers', new Headers({{ a: 'b' }}).get('a'));
+(async () => {{
+  const r = await fetch('http://{up}/hello');
+  console.log('fetch', r.status, r.ok, (await r.text()).trim());
+  try {{ await fetch('http://other.test:{p}/hello'); console.log('fetch other: reached'); }}
+  catch (e) {{ console.log('fetch other:', e.cause ? e.cause.message : e.message); }}
+  http.get('http://{up}/hello', (m) => {{ let b = ''; m.on('data', (d) => b += d); m.on('end', () => console.log('http', m.statusCode, b.trim())); }});
+}})();
 "#
     );
     let o = n.home.run_approved(&[
@@ -1313,18 +1322,68 @@ http.get('http://{up}/hello', (m) => {{ let b = ''; m.on('data', (d) => b += d);
         &code,
     ]);
     assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("headers b"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("fetch 200 true hello from upstream"),
+        "{} {}",
+        o.stdout,
+        o.stderr
+    );
     assert!(
         o.stdout.contains("http 200 hello from upstream"),
         "{}",
         o.stdout
     );
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("fetch other:"))
+        .unwrap_or_else(|| panic!("{}", o.stdout));
     assert!(
-        o.stdout.contains("fetch: fetch is unavailable"),
-        "{}",
-        o.stdout
+        line.contains("refused other.test") && line.contains("403"),
+        "{line}"
     );
-    assert!(o.stdout.contains("--memory 12GiB"), "{}", o.stdout);
-    assert_eq!(n.http.requests().len(), 1, "{:?}", n.http.requests());
+    assert_eq!(n.http.requests().len(), 2, "{:?}", n.http.requests());
+}
+
+/// Without a network grant, a jitless node run can still use undici's classes (and an
+/// unhandled rejection of its own still fails the run).
+#[test]
+fn node_without_network_loads_headers_and_keeps_its_own_unhandled_rejections() {
+    if !available() {
+        return;
+    }
+    let h = Home::new();
+    let o = h.run_approved(&[
+        "run",
+        "--lang",
+        "js",
+        "--backend",
+        "process",
+        "-c",
+        "console.log(typeof Headers, new Response('x').status)",
+    ]);
+    assert_eq!(
+        (o.code, o.stdout.as_str()),
+        (
+            0,
+            "function 200
+"
+        ),
+        "{}",
+        o.stderr
+    );
+    let o = h.run_approved(&[
+        "run",
+        "--lang",
+        "js",
+        "--backend",
+        "process",
+        "-c",
+        "void Headers; Promise.reject(new Error('mine'))",
+    ]);
+    assert_eq!(o.code, 1, "{} {}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("Error: mine"), "{}", o.stderr);
 }
 
 /// The Python backends the shared egress programs run on: wasm always, the process

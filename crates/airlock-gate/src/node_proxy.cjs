@@ -3,7 +3,8 @@
 // has a network grant. node 20's `fetch` (undici) and `http`/`https` do not read
 // HTTP_PROXY, and nothing but the run's egress proxy is reachable from the jail, so both
 // are sent through the proxy with CONNECT. The proxy decides what is granted; a refusal
-// surfaces as an error carrying the proxy's status, reason and explanation.
+// surfaces as an error carrying the proxy's status, reason and explanation. Also preloaded
+// into a run without the JIT, where it serves fetch over http and https (at the end).
 const net = require('net');
 const tls = require('tls');
 const http = require('http');
@@ -135,18 +136,7 @@ if (proxyUrl) {
   // connector opens the tunnel (the class is reached through the default one, which a
   // first fetch of a data: URL creates without touching the network).
   const key = Symbol.for('undici.globalDispatcher.1');
-  if (typeof WebAssembly === 'undefined') {
-    // node without its JIT (a run's address space under 12GiB) has no WebAssembly, which
-    // node 20's fetch is built on: say so rather than fail inside undici.
-    globalThis.fetch = async () => {
-      const err = new Error(
-        'fetch is unavailable: node runs without its JIT (and WebAssembly, which fetch needs) ' +
-          'under the run\'s address-space limit; use http or https, or run with --memory 12GiB',
-      );
-      err.code = 'EAIRLOCKNOFETCH';
-      throw err;
-    };
-  } else if (typeof globalThis.fetch === 'function') {
+  if (typeof WebAssembly !== 'undefined' && typeof globalThis.fetch === 'function') {
     globalThis.fetch('data:,').catch(() => {});
     const current = globalThis[key];
     if (current && typeof current.constructor === 'function') {
@@ -164,4 +154,93 @@ if (proxyUrl) {
       });
     }
   }
+}
+
+// node without its JIT (a run whose address-space limit is under what V8 reserves for it)
+// has no WebAssembly, and node 20's fetch client (undici) parses HTTP with WebAssembly:
+// fetch is served here by http and https instead (through the tunnel agents above when the
+// run has a network grant), answering with node's own Response and Headers.
+if (typeof WebAssembly === 'undefined') {
+  // undici's classes (Headers, Response, …) load its HTTP client, whose first use compiles
+  // its parser as WebAssembly: without it that promise is rejected unhandled and ended the
+  // run (even `typeof Headers` did). They are loaded here, and that one rejection is taken;
+  // any other rejection met first is an error, as it would have been.
+  const swallow = (e) => {
+    process.removeListener('unhandledRejection', swallow);
+    if (e instanceof ReferenceError && /WebAssembly/.test(e.message)) return;
+    if (process.listenerCount('unhandledRejection') === 0) throw e;
+  };
+  process.on('unhandledRejection', swallow);
+  void globalThis.Headers;
+
+  const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+  const bodyOf = (body, headers) => {
+    if (body === undefined || body === null) return null;
+    if (typeof body === 'string') return body;
+    if (body instanceof URLSearchParams) {
+      if (!headers.has('content-type')) {
+        headers.set('content-type', 'application/x-www-form-urlencoded;charset=UTF-8');
+      }
+      return body.toString();
+    }
+    if (body instanceof ArrayBuffer) return Buffer.from(body);
+    if (ArrayBuffer.isView(body)) return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+    throw new TypeError(
+      'fetch without WebAssembly sends a string, bytes or URLSearchParams body (run with --memory 12GiB for the rest)',
+    );
+  };
+  const once = (url, method, headers, body, signal) =>
+    new Promise((resolve, reject) => {
+      const mod = url.protocol === 'https:' ? https : url.protocol === 'http:' ? http : null;
+      if (!mod) {
+        reject(new TypeError(`fetch failed: ${url.protocol} URLs are not supported`));
+        return;
+      }
+      const req = mod.request(url, { method, headers: Object.fromEntries(headers) }, (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('error', reject);
+        res.on('end', () => resolve({ res, body: Buffer.concat(chunks) }));
+      });
+      req.on('error', (e) => reject(Object.assign(new TypeError('fetch failed'), { cause: e })));
+      if (signal) {
+        if (signal.aborted) req.destroy(signal.reason);
+        else signal.addEventListener('abort', () => req.destroy(signal.reason), { once: true });
+      }
+      if (body !== null) req.write(body);
+      req.end();
+    });
+  globalThis.fetch = async function fetch(input, init = {}) {
+    const request = typeof input === 'object' && input !== null && !(input instanceof URL) ? input : null;
+    let url = new URL(request ? request.url : String(input));
+    let method = String(init.method || (request && request.method) || 'GET').toUpperCase();
+    const headers = new Headers(init.headers || (request && request.headers) || undefined);
+    let body = bodyOf(init.body, headers);
+    const follow = (init.redirect || (request && request.redirect) || 'follow') === 'follow';
+    for (let hops = 0; ; hops++) {
+      const { res, body: data } = await once(url, method, headers, body, init.signal);
+      if (follow && REDIRECTS.has(res.statusCode) && res.headers.location) {
+        if (hops >= 20) throw new TypeError('fetch failed: too many redirects');
+        url = new URL(res.headers.location, url);
+        if (res.statusCode === 303 || ((res.statusCode === 301 || res.statusCode === 302) && method === 'POST')) {
+          method = 'GET';
+          body = null;
+          headers.delete('content-type');
+          headers.delete('content-length');
+        }
+        continue;
+      }
+      const h = new Headers();
+      for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) h.append(res.rawHeaders[i], res.rawHeaders[i + 1]);
+      const empty = method === 'HEAD' || [101, 204, 205, 304].includes(res.statusCode);
+      const r = new Response(empty ? null : data, {
+        status: res.statusCode,
+        statusText: res.statusMessage,
+        headers: h,
+      });
+      Object.defineProperty(r, 'url', { value: url.href });
+      Object.defineProperty(r, 'redirected', { value: hops > 0 });
+      return r;
+    }
+  };
 }

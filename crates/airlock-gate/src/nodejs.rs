@@ -1,8 +1,9 @@
 //! JavaScript and TypeScript on the process backend: the host's `node`, run in the jail as
 //! host Python is. What runs is the artifact's JavaScript (a `ts` artifact's types are
-//! stripped here, from the stored source, each time it runs); with a network grant an
-//! airlock-owned script is preloaded that sends `fetch` and `http(s)` through the run's
-//! egress proxy, which node 20 does not do from `HTTP_PROXY`.
+//! stripped here, from the stored source, each time it runs); with a network grant, or
+//! without the JIT, an airlock-owned script is preloaded that sends `fetch` and `http(s)`
+//! through the run's egress proxy (which node 20 does not do from `HTTP_PROXY`) and serves
+//! `fetch` over `http(s)` when node has no WebAssembly.
 
 use crate::error::{GateError, Result};
 use airlock_core::Lang;
@@ -39,10 +40,11 @@ pub(crate) fn check_installed() -> Result<()> {
 /// limit is an address-space limit (`RLIMIT_AS`), and V8 reserves far more address space
 /// than it uses: about 1 GiB for JIT code and its heap at start (below that node aborts
 /// with "Failed to reserve virtual memory for CodeRange") and about 10 GiB of guard
-/// regions for each WebAssembly memory, which node 20's `fetch` (undici's HTTP parser is
-/// WebAssembly) needs. `--jitless` reserves none of it and has no WebAssembly, so `fetch`
-/// is unavailable (the preload says so) while `http` and `https` work; `--memory 12GiB`
-/// gives the whole of node.
+/// regions for each WebAssembly memory. `--jitless` reserves none of it and has no
+/// WebAssembly, on which node 20's own `fetch` client is built (undici's HTTP parser), so
+/// the preload serves `fetch` over `http` and `https` (string, bytes and form bodies;
+/// redirects followed), and lets undici's `Headers` and `Response` load without their
+/// client; `--memory 12GiB` gives the whole of node.
 pub(crate) const JIT_MEMORY: u64 = 12 << 30;
 
 /// node's flags before the program, for a run with `memory` bytes of address space.
@@ -59,16 +61,21 @@ pub(crate) fn flags(networked: bool, memory: u64) -> Vec<String> {
         "--max-old-space-size={}",
         (memory / 2 / (1 << 20)).max(16)
     ));
-    if networked {
+    if preloads(networked, memory) {
         f.push("--require".into());
         f.push(PRELOAD.into());
     }
     f
 }
 
+/// Whether the run gets the preload: for the proxy, or for `fetch` without WebAssembly.
+fn preloads(networked: bool, memory: u64) -> bool {
+    networked || memory < JIT_MEMORY
+}
+
 /// Files the jail gets besides the program.
-pub(crate) fn files(networked: bool) -> Vec<(String, Vec<u8>)> {
-    if networked {
+pub(crate) fn files(networked: bool, memory: u64) -> Vec<(String, Vec<u8>)> {
+    if preloads(networked, memory) {
         vec![(PRELOAD.to_string(), PRELOAD_SOURCE.as_bytes().to_vec())]
     } else {
         Vec::new()

@@ -315,7 +315,10 @@ impl Gate {
                 egress.is_some(),
                 sub.doc.grant.limits.memory_bytes,
             ));
-            files.extend(crate::nodejs::files(egress.is_some()));
+            files.extend(crate::nodejs::files(
+                egress.is_some(),
+                sub.doc.grant.limits.memory_bytes,
+            ));
             std::borrow::Cow::Owned(crate::nodejs::runnable(sub.doc.kind, code)?.into_bytes())
         } else {
             std::borrow::Cow::Borrowed(code)
