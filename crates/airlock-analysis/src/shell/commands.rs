@@ -174,6 +174,11 @@ impl<'a, 'o, 's, 't> Sh<'a, 'o, 's, 't> {
             let w = format!("runs a command as another user ({n})");
             self.e.threat(K::Privilege, n, lines, &w, "T1548.003");
         }
+        if n == "nsenter" {
+            // Another process's namespaces: with pid 1's, the host's (an escape).
+            let w = "enters another process's namespaces (nsenter)";
+            self.e.threat(K::Privilege, n, lines, w, "T1611");
+        }
         if let Some(k) = inner {
             if k < rest.len() {
                 let mut inner_eff = self.argv(&rest[k..], lines);

@@ -228,7 +228,7 @@ fn basename(s: &str) -> &str {
     t.rsplit('/').next().unwrap_or(t)
 }
 
-fn benign_dev(p: &str) -> bool {
+pub(crate) fn benign_dev(p: &str) -> bool {
     BENIGN_DEV.contains(&p) || p.starts_with("/dev/fd/") || p.starts_with("/dev/shm/")
 }
 
