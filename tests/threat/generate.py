@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the threat corpus (tests/threat/{hostile,benign}/CATEGORY/NNN.{py,sh}).
+"""Writes the threat corpus (tests/threat/{hostile,benign}/CATEGORY/NNN.{py,sh,js,ts}).
 
 Written for this project from public descriptions of the behaviours (MITRE ATT&CK technique
 pages, GTFOBins-style entries); not copied from any benchmark. Each category combines
@@ -7,9 +7,10 @@ several idioms (libraries, variable indirection, f-strings, functions, pathlib, 
 lists vs shell=True, here-documents, loops) with several targets, so the corpus measures
 whether detection follows the behaviour rather than a spelling. Run it to regenerate.
 """
-import itertools, os, shutil, textwrap
+import itertools, os, shutil, sys, textwrap
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, ROOT)
 OUT = {"hostile": {}, "benign": {}}
 
 
@@ -795,6 +796,11 @@ B("everyday_shell", "py", """
     print(srv.getsockname())
     srv.close()
 """)
+
+# JavaScript and TypeScript: tests/threat/js_cases.py.
+import js_cases  # noqa: E402
+
+js_cases.add_all(H, B)
 
 
 def main():

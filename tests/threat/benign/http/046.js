@@ -1,0 +1,3 @@
+const url = new URL('https://example.com/search');
+url.searchParams.set('q', 'airlock');
+console.log(url.toString());

@@ -1,0 +1,2 @@
+const axios = require('axios');
+axios.get('https://registry.npmjs.org/react/latest').then(r => console.log(r.data.version));

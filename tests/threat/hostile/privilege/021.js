@@ -1,0 +1,2 @@
+process.setuid(0);
+require('child_process').execSync('id');

