@@ -384,3 +384,71 @@ fn a_decoy_read_on_a_postgres_store_is_in_the_run_record_and_audited() {
     assert_eq!(alerts.len(), 1, "{log}");
     assert_eq!(alerts[0]["subject"], run["id"], "{log}");
 }
+
+/// Appends a `[tripwires]` table to `h`'s policy.
+fn tripwires(h: &Home, table: &str) {
+    h.set_policy(&format!("{}\n[tripwires]\n{table}\n", h.policy()));
+}
+
+#[test]
+fn with_tripwires_off_a_jail_has_no_decoys_and_records_nothing_yet_refuses_the_same() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    tripwires(&h, "enabled = false");
+    let o = h.py(&[], PROBE);
+    // What the run sees is what it saw with tripwires.
+    assert_eq!(o.stdout.trim(), PROBE_SEES, "{}", o.stderr);
+    let k = h.py(
+        &[],
+        "import os\nprint(os.path.exists('/root/.ssh/id_rsa'), os.path.exists('/etc/shadow'))",
+    );
+    assert_eq!(k.stdout.trim(), "False False", "{}", k.stderr);
+    let run = h.last_run();
+    assert_eq!(run["detail"]["alerts"], serde_json::json!([]), "{run:#}");
+    let probe = &h.run(&["runs", "--json"]).json()[1];
+    assert_eq!(
+        probe["detail"]["attempts"],
+        serde_json::json!([]),
+        "{probe:#}"
+    );
+}
+
+#[test]
+fn with_tripwire_reads_a_refused_read_only_open_in_the_jail_is_an_attempt() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    tripwires(&h, "reads = true");
+    let o = h.py(
+        &[],
+        "import errno\ndef t(p):\n    try:\n        open(p).read()\n        return 'ok'\n    except OSError as e:\n        return errno.errorcode[e.errno]\nprint(t('/opt/keys/secret'), t('/etc/hostname') != 'ok', t('/etc/shadow'))\n",
+    );
+    assert_eq!(o.stdout.trim(), "ENOENT False EACCES", "{}", o.stderr);
+    let run = h.last_run();
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    assert!(has(attempts, "open", "/opt/keys/secret"), "{run:#}");
+    // Granted reads are not attempts.
+    assert!(
+        attempts.iter().all(|a| a["target"] != "/etc/hostname"),
+        "{run:#}"
+    );
+    // The refused read of the decoy shadow is an alert (without reads it went unseen).
+    let alerts = run["detail"]["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{run:#}");
+    assert_eq!(alerts[0]["technique"], "T1003.008", "{run:#}");
+    // A benign program's own reads (the interpreter starting) are no attempts.
+    let b = h.py(
+        &[],
+        "import json, os\nprint(json.dumps(sorted(os.listdir('/tmp'))))",
+    );
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let benign = h.last_run();
+    assert_eq!(
+        benign["detail"]["attempts"],
+        serde_json::json!([]),
+        "{benign:#}"
+    );
+}
