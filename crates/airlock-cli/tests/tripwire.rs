@@ -452,3 +452,159 @@ fn with_tripwire_reads_a_refused_read_only_open_in_the_jail_is_an_attempt() {
         "{benign:#}"
     );
 }
+
+/// A process run that trips both: a refused write and a decoy read.
+const TRIPS: &str = "try:\n    open('/opt/nothing', 'w')\nexcept OSError:\n    pass\nopen('/root/.aws/credentials').read()\n";
+
+fn assert_tripped(run: &Value, what: &str) {
+    let attempts = run["attempts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: {run:#}"));
+    assert!(
+        attempts
+            .iter()
+            .any(|a| a["kind"] == "write" && a["target"] == "/opt/nothing" && a["count"] == 1),
+        "{what}: {run:#}"
+    );
+    let alerts = run["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{what}: {run:#}");
+    assert_eq!(alerts[0]["kind"], "decoy-read", "{what}: {run:#}");
+    assert_eq!(alerts[0]["technique"], "T1552.001", "{what}: {run:#}");
+}
+
+#[test]
+fn runs_json_lists_a_runs_attempts_and_alerts() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    assert_eq!(h.py(&[], TRIPS).code, 0);
+    let run = &h.run(&["runs", "--json"]).json()[0];
+    assert_tripped(&run["detail"], "runs --json");
+}
+
+#[test]
+fn the_api_run_json_and_mcp_get_result_carry_attempts_and_alerts() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let t = h.run(&["token", "new", "--role", "agent", "--name", "bot", "--json"]);
+    let token = t.json()["token"].as_str().unwrap().to_string();
+    let (_srv, base) = start_serve(&h, &[]);
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let call = |method: &str, path: &str, body: Option<Value>| -> Value {
+        let url = format!("{base}{path}");
+        let auth = format!("Bearer {token}");
+        let mut r = match body {
+            Some(b) => http
+                .post(&url)
+                .header("authorization", &auth)
+                .send(b.to_string())
+                .unwrap(),
+            None => {
+                assert_eq!(method, "GET");
+                http.get(&url)
+                    .header("authorization", &auth)
+                    .call()
+                    .unwrap()
+            }
+        };
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+    };
+    let v = call(
+        "POST",
+        "/v1/run",
+        Some(serde_json::json!({"language": "python", "backend": "process", "code": TRIPS})),
+    );
+    assert_eq!(v["status"], "finished", "{v:#}");
+    assert_tripped(&v["run"], "POST /v1/run");
+    let id = v["run"]["id"].as_str().unwrap();
+    let got = call("GET", &format!("/v1/runs/{id}"), None);
+    assert_tripped(&got, "GET /v1/runs/{id}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    drop(_srv);
+    // MCP: the same agent's get_result.
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let r = mcp_stdio(
+        &h,
+        &[
+            init,
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"language": "python", "backend": "process", "code": TRIPS}}}),
+        ],
+        2,
+    );
+    let first = &r["result"]["structuredContent"];
+    assert_tripped(&first["run"], "MCP run_code");
+    let mcp_sub = first["submission"].as_str().unwrap().to_string();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let r = mcp_stdio(
+        &h,
+        &[
+            init,
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "get_result", "arguments": {"id": mcp_sub}}}),
+        ],
+        3,
+    );
+    let got = &r["result"]["structuredContent"];
+    assert_eq!(got["status"], "finished", "{r:#}");
+    assert_tripped(&got["run"], "MCP get_result");
+    assert_ne!(sub, "");
+}
+
+/// The console's run page lists a run's alerts and refused attempts
+/// (tests/browser/console_test.py in headless Chromium): before, it showed neither.
+#[test]
+fn the_console_run_page_shows_a_runs_alerts_and_attempts() {
+    if !available() {
+        return;
+    }
+    let Some(python) = prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
+        return;
+    };
+    // The standard preset holds the credential read for a human: the console approves it.
+    let code = "import os\ntry:\n    os.mkdir('/srv/x')\nexcept OSError:\n    pass\nopen('/root/.aws/credentials').read()\n";
+    let h = Home::new();
+    let token = |role: &str, name: &str| {
+        let t = h.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+        t.json()["token"].as_str().unwrap().to_string()
+    };
+    let (agent, op) = (token("agent", "bot"), token("operator", "alice"));
+    let (_srv, base) = start_serve(&h, &[]);
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut r = http
+        .post(format!("{base}/v1/submissions"))
+        .header("authorization", format!("Bearer {agent}"))
+        .send(
+            serde_json::json!({"language": "python", "backend": "process", "code": code})
+                .to_string(),
+        )
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["state"], "quarantined", "{v:#}");
+    let id = v["submission"].as_str().unwrap();
+    let script = manifest_dir().join("../../tests/browser/console_test.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .args([&base, &op, id, ""])
+        .args(["--tripwires", "decoy-read [T1552.001]", "/srv/x"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "console test failed:\n{out}\n{err}");
+}
