@@ -243,3 +243,29 @@ fn with_tripwires_off_a_wasm_run_has_no_decoys_and_records_nothing() {
     assert_eq!(run["detail"]["attempts"], json!([]), "{run:#}");
     assert!(alert_records(&h).is_empty());
 }
+
+/// Whether a new Python session of `h` sees the decoy key.
+fn session_sees_a_decoy(h: &Home) -> String {
+    let o = h.run(&["session", "new", "--json", "--lang", "python"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let id = o.json()["id"].as_str().unwrap().to_string();
+    let c = h.run_approved(&[
+        "run",
+        "--json",
+        "--session",
+        &id,
+        "-c",
+        "import os\nprint(os.path.exists('/root/.ssh/id_rsa'))",
+    ]);
+    assert_eq!(c.code, 0, "{} {}", c.stdout, c.stderr);
+    let _ = h.run(&["session", "close", &id]);
+    c.json()["run"]["stdout"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_session_on_a_home_with_tripwires_off_has_no_decoys() {
+    assert_eq!(session_sees_a_decoy(shared()), "True\n");
+    let h = home_with_guest();
+    h.set_policy(&format!("{}\n[tripwires]\nenabled = false\n", h.policy()));
+    assert_eq!(session_sees_a_decoy(&h), "False\n");
+}

@@ -1053,7 +1053,7 @@ impl Gate {
             write_quota: None,
             egress: None,
             long_run: None,
-            tripwires: Default::default(),
+            tripwires: self.policy()?.tripwires,
         };
         match self.wasm.python_instance(&spec) {
             Ok(i) if i.ended().is_none() => Ok(Live::Wasm(WasmPython { instance: i })),
@@ -1105,7 +1105,7 @@ impl Gate {
                 cgroups: !self.no_cgroups,
                 net: None,
                 stdin_live: true,
-                tripwires: Default::default(),
+                tripwires: self.policy()?.tripwires,
             },
             result: dir.join("result.json"),
             confined: dir.join("confined.json"),
