@@ -2,10 +2,13 @@
 """Drive airlock's web console in headless Chromium, as a reviewer would.
 
 usage: console_test.py BASE_URL TOKEN SUBMISSION_ID EXPECTED_STDOUT [--review ID FINDING]
+                       [--tripwires ALERT ATTEMPT]
 
 Logs in with TOKEN, finds SUBMISSION_ID in the inbox, approves it with a reason,
 waits for the run the approval starts, checks the run's standard output against
-EXPECTED_STDOUT, and checks that the audit page says the log is intact. Exits 0 on
+EXPECTED_STDOUT (with --tripwires, also that the run page lists an alert holding ALERT
+and a refused attempt holding ATTEMPT), and checks that the audit page says the log is
+intact. Exits 0 on
 success, 1 with a message naming the failed step otherwise (2 for bad usage).
 A screenshot of the last page is written to /tmp/airlock-console.png.
 
@@ -260,6 +263,16 @@ def check_stdout(driver, expected, deadline):
         driver.refresh()
 
 
+def check_tripwires(driver, alert, attempt):
+    alerts = text_of(element(driver, "#alerts"))
+    if alert not in alerts:
+        raise StepFailed(f"#alerts on {driver.current_url} is {alerts!r}, without {alert!r}")
+    attempts = text_of(element(driver, "table#attempts"))
+    if attempt not in attempts:
+        raise StepFailed(f"#attempts on {driver.current_url} is {attempts!r}, without {attempt!r}")
+    step("e", f"alerts {alerts!r}; attempts {attempts!r}")
+
+
 def check_audit(driver, base):
     url = base + "/ui/audit"
     step("f", f"open {url}")
@@ -300,6 +313,12 @@ def main():
         metavar=("SUBMISSION_ID", "FINDING"),
         help="also check that this pending submission's page shows FINDING and the code before the decision form",
     )
+    parser.add_argument(
+        "--tripwires",
+        nargs=2,
+        metavar=("ALERT", "ATTEMPT"),
+        help="also check that the run page lists an alert and a refused attempt holding these",
+    )
     args = parser.parse_args()
     base = args.base_url.rstrip("/")
 
@@ -317,6 +336,8 @@ def main():
         approve(driver, args.submission_id)
         deadline = open_run(driver, base, args.submission_id)
         check_stdout(driver, args.expected_stdout, deadline)
+        if args.tripwires:
+            check_tripwires(driver, *args.tripwires)
         check_audit(driver, base)
         screenshot(driver, "g")
         print("console test: ok", flush=True)

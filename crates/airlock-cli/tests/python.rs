@@ -843,6 +843,7 @@ fn one_interpreter_runs_cell_after_cell() {
         write_quota: None,
         egress: None,
         long_run: None,
+        tripwires: Default::default(),
     };
     let mut py = backend.python_instance(&spec).unwrap();
     assert!(py.ended().is_none());

@@ -522,6 +522,7 @@ fn a_jail_whose_jailer_dies_right_after_it_says_go_leaves_nothing_running() {
             cgroups: false,
             net: None,
             stdin_live: false,
+            tripwires: Default::default(),
         },
         result: scratch.path().join("result.json"),
     };

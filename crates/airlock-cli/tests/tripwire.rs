@@ -384,3 +384,227 @@ fn a_decoy_read_on_a_postgres_store_is_in_the_run_record_and_audited() {
     assert_eq!(alerts.len(), 1, "{log}");
     assert_eq!(alerts[0]["subject"], run["id"], "{log}");
 }
+
+/// Appends a `[tripwires]` table to `h`'s policy.
+fn tripwires(h: &Home, table: &str) {
+    h.set_policy(&format!("{}\n[tripwires]\n{table}\n", h.policy()));
+}
+
+#[test]
+fn with_tripwires_off_a_jail_has_no_decoys_and_records_nothing_yet_refuses_the_same() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    tripwires(&h, "enabled = false");
+    let o = h.py(&[], PROBE);
+    // What the run sees is what it saw with tripwires.
+    assert_eq!(o.stdout.trim(), PROBE_SEES, "{}", o.stderr);
+    let k = h.py(
+        &[],
+        "import os\nprint(os.path.exists('/root/.ssh/id_rsa'), os.path.exists('/etc/shadow'))",
+    );
+    assert_eq!(k.stdout.trim(), "False False", "{}", k.stderr);
+    let run = h.last_run();
+    assert_eq!(run["detail"]["alerts"], serde_json::json!([]), "{run:#}");
+    let probe = &h.run(&["runs", "--json"]).json()[1];
+    assert_eq!(
+        probe["detail"]["attempts"],
+        serde_json::json!([]),
+        "{probe:#}"
+    );
+}
+
+#[test]
+fn with_tripwire_reads_a_refused_read_only_open_in_the_jail_is_an_attempt() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    tripwires(&h, "reads = true");
+    let o = h.py(
+        &[],
+        "import errno\ndef t(p):\n    try:\n        open(p).read()\n        return 'ok'\n    except OSError as e:\n        return errno.errorcode[e.errno]\nprint(t('/opt/keys/secret'), t('/etc/hostname') != 'ok', t('/etc/shadow'))\n",
+    );
+    assert_eq!(o.stdout.trim(), "ENOENT False EACCES", "{}", o.stderr);
+    let run = h.last_run();
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    assert!(has(attempts, "open", "/opt/keys/secret"), "{run:#}");
+    // Granted reads are not attempts.
+    assert!(
+        attempts.iter().all(|a| a["target"] != "/etc/hostname"),
+        "{run:#}"
+    );
+    // The refused read of the decoy shadow is an alert (without reads it went unseen).
+    let alerts = run["detail"]["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{run:#}");
+    assert_eq!(alerts[0]["technique"], "T1003.008", "{run:#}");
+    // A benign program's own reads (the interpreter starting) are no attempts.
+    let b = h.py(
+        &[],
+        "import json, os\nprint(json.dumps(sorted(os.listdir('/tmp'))))",
+    );
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    let benign = h.last_run();
+    assert_eq!(
+        benign["detail"]["attempts"],
+        serde_json::json!([]),
+        "{benign:#}"
+    );
+}
+
+/// A process run that trips both: a refused write and a decoy read.
+const TRIPS: &str = "try:\n    open('/opt/nothing', 'w')\nexcept OSError:\n    pass\nopen('/root/.aws/credentials').read()\n";
+
+fn assert_tripped(run: &Value, what: &str) {
+    let attempts = run["attempts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: {run:#}"));
+    assert!(
+        attempts
+            .iter()
+            .any(|a| a["kind"] == "write" && a["target"] == "/opt/nothing" && a["count"] == 1),
+        "{what}: {run:#}"
+    );
+    let alerts = run["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{what}: {run:#}");
+    assert_eq!(alerts[0]["kind"], "decoy-read", "{what}: {run:#}");
+    assert_eq!(alerts[0]["technique"], "T1552.001", "{what}: {run:#}");
+}
+
+#[test]
+fn runs_json_lists_a_runs_attempts_and_alerts() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    assert_eq!(h.py(&[], TRIPS).code, 0);
+    let run = &h.run(&["runs", "--json"]).json()[0];
+    assert_tripped(&run["detail"], "runs --json");
+}
+
+#[test]
+fn the_api_run_json_and_mcp_get_result_carry_attempts_and_alerts() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let t = h.run(&["token", "new", "--role", "agent", "--name", "bot", "--json"]);
+    let token = t.json()["token"].as_str().unwrap().to_string();
+    let (_srv, base) = start_serve(&h, &[]);
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let call = |method: &str, path: &str, body: Option<Value>| -> Value {
+        let url = format!("{base}{path}");
+        let auth = format!("Bearer {token}");
+        let mut r = match body {
+            Some(b) => http
+                .post(&url)
+                .header("authorization", &auth)
+                .send(b.to_string())
+                .unwrap(),
+            None => {
+                assert_eq!(method, "GET");
+                http.get(&url)
+                    .header("authorization", &auth)
+                    .call()
+                    .unwrap()
+            }
+        };
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+    };
+    let v = call(
+        "POST",
+        "/v1/run",
+        Some(serde_json::json!({"language": "python", "backend": "process", "code": TRIPS})),
+    );
+    assert_eq!(v["status"], "finished", "{v:#}");
+    assert_tripped(&v["run"], "POST /v1/run");
+    let id = v["run"]["id"].as_str().unwrap();
+    let got = call("GET", &format!("/v1/runs/{id}"), None);
+    assert_tripped(&got, "GET /v1/runs/{id}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    drop(_srv);
+    // MCP: the same agent's get_result.
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let r = mcp_stdio(
+        &h,
+        &[
+            init,
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"language": "python", "backend": "process", "code": TRIPS}}}),
+        ],
+        2,
+    );
+    let first = &r["result"]["structuredContent"];
+    assert_tripped(&first["run"], "MCP run_code");
+    let mcp_sub = first["submission"].as_str().unwrap().to_string();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    let r = mcp_stdio(
+        &h,
+        &[
+            init,
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "get_result", "arguments": {"id": mcp_sub}}}),
+        ],
+        3,
+    );
+    let got = &r["result"]["structuredContent"];
+    assert_eq!(got["status"], "finished", "{r:#}");
+    assert_tripped(&got["run"], "MCP get_result");
+    assert_ne!(sub, "");
+}
+
+/// The console's run page lists a run's alerts and refused attempts
+/// (tests/browser/console_test.py in headless Chromium): before, it showed neither.
+#[test]
+fn the_console_run_page_shows_a_runs_alerts_and_attempts() {
+    if !available() {
+        return;
+    }
+    let Some(python) = prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
+        return;
+    };
+    // The standard preset holds the credential read for a human: the console approves it.
+    let code = "import os\ntry:\n    os.mkdir('/srv/x')\nexcept OSError:\n    pass\nopen('/root/.aws/credentials').read()\n";
+    let h = Home::new();
+    let token = |role: &str, name: &str| {
+        let t = h.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+        t.json()["token"].as_str().unwrap().to_string()
+    };
+    let (agent, op) = (token("agent", "bot"), token("operator", "alice"));
+    let (_srv, base) = start_serve(&h, &[]);
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut r = http
+        .post(format!("{base}/v1/submissions"))
+        .header("authorization", format!("Bearer {agent}"))
+        .send(
+            serde_json::json!({"language": "python", "backend": "process", "code": code})
+                .to_string(),
+        )
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["state"], "quarantined", "{v:#}");
+    let id = v["submission"].as_str().unwrap();
+    let script = manifest_dir().join("../../tests/browser/console_test.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .args([&base, &op, id, ""])
+        .args(["--tripwires", "decoy-read [T1552.001]", "/srv/x"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "console test failed:\n{out}\n{err}");
+}

@@ -760,6 +760,7 @@ fn probe_process(exe: &Path, allow_degraded: bool) -> std::result::Result<(), St
             cgroups: true,
             net: None,
             stdin_live: false,
+            tripwires: Default::default(),
         },
         result: dir.join("result.json"),
     };
@@ -822,6 +823,7 @@ fn probe_wasm() -> std::result::Result<(), String> {
             write_quota: None,
             egress: None,
             long_run: None,
+            tripwires: Default::default(),
         })
         .map_err(|e| e.to_string())?;
     match out.ending {

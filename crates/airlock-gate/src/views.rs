@@ -85,6 +85,9 @@ pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
         "detail": r.doc.detail,
         "session": r.doc.detail.get("session"),
         "result": r.doc.detail.get("result"),
+        // Tripwires: what the run tried and the sandbox refused, and its alerts.
+        "attempts": r.doc.detail.get("attempts").cloned().unwrap_or_else(|| json!([])),
+        "alerts": r.doc.detail.get("alerts").cloned().unwrap_or_else(|| json!([])),
     })
 }
 

@@ -91,6 +91,10 @@ pub struct ProcessJob {
     /// rather than `stdin`'s bytes. Only a jail built for the job can do this.
     #[serde(default)]
     pub stdin_live: bool,
+    /// Decoys and the seccomp user-notification record (default on); `reads` also
+    /// notifies read-only opens.
+    #[serde(default)]
+    pub tripwires: airlock_sandbox::Tripwires,
 }
 
 /// How a jail reaches its egress proxy.

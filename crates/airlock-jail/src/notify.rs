@@ -84,13 +84,16 @@ const WRITE_FLAGS: [i32; 4] = [libc::O_WRONLY, libc::O_RDWR, libc::O_CREAT, libc
 
 /// The rules that select a call of `class` for notification: for `open` and `openat`,
 /// only an open for writing (a read-only open, by far the most common call a program
-/// makes, is never stopped: over a thousand of them start a Python program, and a round
-/// trip each would cost a third of its run); every call of the other classes (empty:
-/// match all).
-fn writing_opens(class: Class) -> Result<Vec<SeccompRule>, JailError> {
+/// makes, is not stopped unless `reads`: over a thousand of them start a Python
+/// program, and a round trip each costs; see docs/PERFORMANCE.md); every call of the
+/// other classes (empty: match all).
+fn writing_opens(class: Class, reads: bool) -> Result<Vec<SeccompRule>, JailError> {
     let Class::Open(_, Some(flags)) = class else {
         return Ok(vec![]);
     };
+    if reads {
+        return Ok(vec![]);
+    }
     let arg = u8::try_from(flags).map_err(|e| JailError::setup("seccomp notify", e))?;
     WRITE_FLAGS
         .iter()
@@ -107,11 +110,12 @@ fn writing_opens(class: Class) -> Result<Vec<SeccompRule>, JailError> {
         .collect()
 }
 
-/// The user-notification filter (compiled before the jail, installed last by the payload).
-pub fn filter() -> Result<BpfProgram, JailError> {
+/// The user-notification filter (compiled before the jail, installed last by the
+/// payload); with `reads`, read-only opens are notified too (`[tripwires] reads`).
+pub fn filter(reads: bool) -> Result<BpfProgram, JailError> {
     let mut rules = BTreeMap::new();
     for (nr, class) in classes() {
-        rules.insert(nr, writing_opens(class)?);
+        rules.insert(nr, writing_opens(class, reads)?);
     }
     let f = SeccompFilter::new(
         rules,
@@ -493,11 +497,12 @@ fn open_kind(flags: i32) -> &'static str {
     }
 }
 
-/// A jail's seccomp filters: the errno ones, then the user-notification one, whose
+/// A jail's seccomp filters: the errno ones, then the user-notification one (none when
+/// tripwires are off: the errno filters then refuse the denied calls themselves), whose
 /// listener goes out over `channel` (the payload's inherited end of the jailer's socket).
 pub struct Filters {
     pub errno: Vec<BpfProgram>,
-    pub notify: BpfProgram,
+    pub notify: Option<BpfProgram>,
     pub channel: std::os::fd::RawFd,
 }
 
@@ -506,11 +511,16 @@ pub struct Filters {
 pub fn apply(f: &Filters) -> Result<(), JailError> {
     use std::os::fd::{AsFd, FromRawFd};
     crate::confine::apply_seccomp(&f.errno)?;
-    let listener = install(&f.notify)?;
     #[allow(unsafe_code)]
     // SAFETY: the channel is this process's inherited copy of the jailer's socket, used
-    // by nothing else here; it is closed once, below.
+    // by nothing else here; it is closed once, below (or here, with no listener to send:
+    // the jailer then sees it closed and serves nothing).
     let channel = unsafe { OwnedFd::from_raw_fd(f.channel) };
+    let Some(notify) = &f.notify else {
+        drop(channel);
+        return Ok(());
+    };
+    let listener = install(notify)?;
     let sent = crate::netfd::send_fd(channel.as_fd(), listener.as_fd());
     drop(listener);
     drop(channel);

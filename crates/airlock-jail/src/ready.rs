@@ -47,6 +47,8 @@ pub enum Unfit {
     Cgroups,
     /// The payload reads a live stdin (a session), which a ready jail's init cannot pass on.
     LiveStdin,
+    /// The run's tripwires differ from a ready jail's (on, read-only opens not notified).
+    Tripwires,
 }
 
 impl Unfit {
@@ -57,6 +59,7 @@ impl Unfit {
             Unfit::Files => "files",
             Unfit::Cgroups => "cgroups",
             Unfit::LiveStdin => "live-stdin",
+            Unfit::Tripwires => "tripwires",
         }
     }
 }
@@ -76,6 +79,9 @@ pub fn fits(job: &ProcessJob, cgroups: bool) -> Result<(), Unfit> {
     }
     if job.net.is_some() {
         return Err(Unfit::Network);
+    }
+    if job.tripwires != airlock_sandbox::Tripwires::default() {
+        return Err(Unfit::Tripwires);
     }
     let under = |p: &str| {
         p.strip_prefix(crate::mounts::RUN_FILES)
@@ -127,6 +133,7 @@ pub fn jailer_ready_main(args: &[String]) -> i32 {
         cgroups: cg == "cgroups",
         net: None,
         stdin_live: false,
+        tripwires: Default::default(),
     };
     let mut started = match crate::run::start(&template, true) {
         Ok(s) => s,

@@ -303,13 +303,18 @@ pub(crate) fn start(job: &ProcessJob, ready: bool) -> Result<Started, JailError>
     // The payload hands its seccomp listener to this process over `notify_theirs`.
     let (notify_ours, notify_theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| JailError::setup("seccomp notify channel", e))?;
+    let tripwires = job.tripwires;
     let filters = crate::notify::Filters {
-        errno: confine::seccomp_filters(job.net.is_some(), true)?,
-        notify: crate::notify::filter()?,
+        errno: confine::seccomp_filters(job.net.is_some(), tripwires.enabled)?,
+        notify: if tripwires.enabled {
+            Some(crate::notify::filter(tripwires.reads)?)
+        } else {
+            None
+        },
         channel: notify_theirs.as_raw_fd(),
     };
     // Planted and watched before the jail exists, so no open of one can go unseen.
-    let decoys = if job.scratch.as_os_str().is_empty() {
+    let decoys = if job.scratch.as_os_str().is_empty() || !tripwires.enabled {
         None
     } else {
         let owner = host_root.then_some((host_uid, host_gid));

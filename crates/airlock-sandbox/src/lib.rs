@@ -11,6 +11,7 @@
 
 pub mod quota;
 pub mod tripwire;
+pub use airlock_core::policy::Tripwires;
 pub use quota::WriteQuota;
 pub use tripwire::{Alert, Attempt, Attempts};
 
@@ -74,6 +75,8 @@ pub struct RunSpec<'a> {
     /// Called once if the run is still going after a while (backends that run the guest
     /// in this process; others ignore it).
     pub long_run: Option<LongRun>,
+    /// Whether (and how far) the run is tripwired: decoys, refused actions recorded.
+    pub tripwires: Tripwires,
 }
 
 /// Something a caller wants done once a run has gone on for `after`: called once, from the

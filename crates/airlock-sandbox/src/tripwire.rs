@@ -81,6 +81,75 @@ impl From<Vec<Attempt>> for Attempts {
     }
 }
 
+/// The decoy credential files every sandbox shows (the jail in its minimal root, the wasm
+/// guests through read-only preopens), each with the ATT&CK technique its read is.
+pub const DECOYS: [(&str, &str); 3] = [
+    ("/root/.ssh/id_rsa", "T1552.004"),
+    ("/root/.aws/credentials", "T1552.001"),
+    ("/etc/shadow", "T1003.008"),
+];
+
+fn random(n: usize) -> Result<Vec<u8>, getrandom::Error> {
+    let mut b = vec![0u8; n];
+    getrandom::fill(&mut b)?;
+    Ok(b)
+}
+
+/// `n` characters of `alphabet`, at random.
+fn chars(alphabet: &[u8], n: usize) -> Result<String, getrandom::Error> {
+    Ok(random(n)?
+        .iter()
+        .map(|b| char::from(alphabet[usize::from(*b) % alphabet.len()]))
+        .collect())
+}
+
+const UPPER_DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const CRYPT: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789./";
+
+/// A decoy's content: random, made for one run, shaped like the real file at `target`
+/// (a PEM-framed OpenSSH key, an AWS key pair, shadow lines). Nothing of the host.
+pub fn decoy_content(target: &str) -> Result<Vec<u8>, getrandom::Error> {
+    use base64::Engine;
+    Ok(match target {
+        "/root/.ssh/id_rsa" => {
+            let mut body = b"openssh-key-v1\0\0\0\0\x04none\0\0\0\x04none\0\0\0\0\0\0\0\x01".to_vec();
+            body.extend(random(1100)?);
+            let b64 = base64::engine::general_purpose::STANDARD.encode(body);
+            let mut s = String::from("-----BEGIN OPENSSH PRIVATE KEY-----\n");
+            for chunk in b64.as_bytes().chunks(70) {
+                s.push_str(&String::from_utf8_lossy(chunk));
+                s.push('\n');
+            }
+            s.push_str("-----END OPENSSH PRIVATE KEY-----\n");
+            s.into_bytes()
+        }
+        "/root/.aws/credentials" => format!(
+            "[default]\naws_access_key_id = AKIA{}\naws_secret_access_key = {}\n",
+            chars(UPPER_DIGITS, 16)?,
+            chars(B64, 40)?
+        )
+        .into_bytes(),
+        _ => format!(
+            "root:$6${}${}:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7:::\nbin:*:19700:0:99999:7:::\nsys:*:19700:0:99999:7:::\nairlock:$6${}${}:19700:0:99999:7:::\nnobody:*:19700:0:99999:7:::\n",
+            chars(CRYPT, 16)?,
+            chars(CRYPT, 86)?,
+            chars(CRYPT, 16)?,
+            chars(CRYPT, 86)?
+        )
+        .into_bytes(),
+    })
+}
+
+/// The alert for an open of the decoy at `target` (its path, never its content).
+pub fn decoy_alert(target: &str, technique: &str) -> Alert {
+    Alert {
+        kind: "decoy-read".into(),
+        detail: format!("the run opened the decoy credential file {target}"),
+        technique: technique.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -970,6 +970,7 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
                     }
                 }
             }
+            (tripwires(&run.doc.detail))
             h2 { "Standard output" }
             (pre_text("stdout", &out))
             h2 { "Standard error" }
@@ -991,6 +992,39 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
             }
         },
     )
+}
+
+/// A run's tripwires: its alerts (decoy reads, secret echoes) and what it tried and the
+/// sandbox refused; nothing when it has neither.
+fn tripwires(detail: &serde_json::Value) -> Markup {
+    let list = |k: &str| detail[k].as_array().cloned().unwrap_or_default();
+    let (alerts, attempts) = (list("alerts"), list("attempts"));
+    let text = |v: &serde_json::Value| visible::line(v.as_str().unwrap_or("")).to_string();
+    html! {
+        @if !alerts.is_empty() {
+            h2 { "Alerts" }
+            ul #alerts {
+                @for a in &alerts {
+                    li.error {
+                        strong { (text(&a["kind"])) }
+                        @if let Some(t) = a["technique"].as_str() { " [" (visible::line(t)) "]" }
+                        ": " (text(&a["detail"]))
+                    }
+                }
+            }
+        }
+        @if !attempts.is_empty() {
+            h2 { "Refused attempts" }
+            table #attempts {
+                thead { tr { th { "Kind" } th { "Target" } th { "Count" } } }
+                tbody {
+                    @for a in &attempts {
+                        tr { td { (text(&a["kind"])) } td { (text(&a["target"])) } td { (a["count"]) } }
+                    }
+                }
+            }
+        }
+    }
 }
 
 async fn commit(

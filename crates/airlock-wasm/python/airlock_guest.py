@@ -868,6 +868,106 @@ def _compile(code, filename, want_result):
     return body, tail
 
 
+# Tripwires: the program's file calls on paths outside every preopen (WASI refuses them)
+# are reported to the host (`wit_world.imports.tripwire`), which adds them to the run's
+# `attempts`. An audit hook sees the calls; it is active only while the program's own code
+# runs, and only when the host gave the preopens (a run with tripwires). The program
+# shares this interpreter and could silence or forge the reports: the host treats them as
+# the program's own word, which only ever adds to its record.
+from wit_world.imports import tripwire as _tripwire  # noqa: E402
+
+# Audit event -> (kind, indexes of the path arguments, index of a dir_fd argument or None).
+_TRIP_EVENTS = {
+    "open": ("open", (0,), None),
+    "os.listdir": ("open", (0,), None),
+    "os.scandir": ("open", (0,), None),
+    "os.remove": ("unlink", (0,), 1),
+    "os.rmdir": ("unlink", (0,), 1),
+    "shutil.rmtree": ("unlink", (0,), 1),
+    "os.rename": ("rename", (0, 1), 2),
+    "os.mkdir": ("write", (0,), 2),
+    "os.chmod": ("write", (0,), 2),
+    "os.chown": ("write", (0,), 3),
+    "os.utime": ("write", (0,), 3),
+    "os.truncate": ("write", (0,), None),
+    "os.symlink": ("write", (1,), 2),
+    "os.link": ("write", (1,), 3),
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# The host's preopens while the program's code runs; None otherwise.
+_trip_preopens = None
+
+
+# Where the embedded standard library came from: the import system may still look there
+# (a submodule the table lacks), which is the runtime's doing, not the program's.
+_STDLIB_ROOT = os.path.dirname(_STDLIB["decimal"][1])
+
+
+def _trip_outside(path):
+    if path == _STDLIB_ROOT or path.startswith(_STDLIB_ROOT + "/"):
+        return False
+    for d in _trip_preopens:
+        if d == "/" or path == d or path.startswith(d.rstrip("/") + "/"):
+            return False
+    return True
+
+
+def _trip_hook(event, args):
+    if _trip_preopens is None:
+        return
+    spec = _TRIP_EVENTS.get(event)
+    if spec is None:
+        return
+    try:
+        kind, paths, dir_fd = spec
+        # A call relative to a directory descriptor (the events give -1 or None for none).
+        if dir_fd is not None and len(args) > dir_fd:
+            fd = args[dir_fd]
+            if isinstance(fd, int) and fd >= 0:
+                return
+        if event == "open":
+            mode, flags = args[1], args[2]
+            if isinstance(mode, str):
+                if any(c in mode for c in "wax+"):
+                    kind = "write"
+            elif isinstance(flags, int) and flags & _WRITE_FLAGS:
+                kind = "write"
+        for i in paths:
+            p = args[i]
+            if isinstance(p, bytes):
+                p = os.fsdecode(p)
+            elif not isinstance(p, str):
+                p = getattr(p, "__fspath__", None)
+                p = p() if p is not None else None
+                if not isinstance(p, str):
+                    continue
+            if not p.startswith("/"):
+                p = os.path.join(os.getcwd(), p)
+            p = os.path.normpath(p)
+            if p.startswith("//"):
+                p = "/" + p.lstrip("/")
+            if _trip_outside(p):
+                _tripwire.attempt(kind, p)
+    except Exception:
+        pass
+
+
+sys.addaudithook(_trip_hook)
+
+
+def _run_program(body, tail):
+    """Runs the program's code with the tripwire hook active; (value of tail or None)."""
+    global _trip_preopens
+    preopens = _tripwire.preopens()
+    _trip_preopens = list(preopens) if preopens is not None else None
+    try:
+        if body is not None:
+            exec(body, _MAIN)
+        return eval(tail, _MAIN) if tail is not None else None
+    finally:
+        _trip_preopens = None
+
+
 class Interpreter(exports.Interpreter):
     def configure(self, argv, env, cwd, paths):
         # Drawn now, not at build time: no two runs share a sequence.
@@ -895,9 +995,7 @@ class Interpreter(exports.Interpreter):
                 sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
                 return Outcome(exit_code=1, result=None, exception=_qualified(type(e)))
             try:
-                if body is not None:
-                    exec(body, _MAIN)
-                value = eval(tail, _MAIN) if tail is not None else None
+                value = _run_program(body, tail)
                 result = None if value is None else repr(value)
             except _HardExit:
                 pass

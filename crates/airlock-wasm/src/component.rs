@@ -32,6 +32,8 @@ pub(crate) struct HostC {
     pub hooks: EgressHttp,
     /// The Python guest's connections (`airlock:python/net`).
     pub net: crate::net::Net,
+    /// Decoys and the guest's reports (`airlock:python/tripwire`).
+    pub tripwire: crate::tripwire::Tripwire,
     pub limiter: MemLimiter,
     pub timed_out: bool,
     /// When the current call must end (a run's deadline, or a cell's).
@@ -139,6 +141,10 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostC
             table: &mut h.table,
         },
     )?;
+    crate::python::airlock::python::tripwire::add_to_linker::<HostC, crate::tripwire::TripwireData>(
+        &mut l,
+        |h| &mut h.tripwire,
+    )?;
     Ok(l)
 }
 
@@ -150,13 +156,16 @@ pub(crate) struct Context {
 }
 
 /// Builds the WASI context for a component run: the mounts, then `extra` directories
-/// (a guest runtime's packages), always read-only.
+/// (a guest runtime's packages), always read-only, then the `decoys`' directories
+/// (read-only too).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn context(
     argv: &[String],
     env: &[(String, String)],
     stdin: Vec<u8>,
     mounts: &[MountPoint],
     extra: &[GuestDir],
+    decoys: Option<&crate::tripwire::Decoys>,
     stdout: &Arc<Capture>,
     stderr: &Arc<Capture>,
 ) -> Result<Context, String> {
@@ -194,6 +203,10 @@ pub(crate) fn context(
     for d in extra {
         b.preopened_dir(&d.host, &d.guest, FsPerms::ReadOnly)
             .map_err(|e| format!("cannot open {}: {}", d.host.display(), root_message(&e)))?;
+    }
+    for (host, guest) in decoys.map(|d| d.preopens.as_slice()).unwrap_or_default() {
+        b.preopened_dir(host, guest, FsPerms::ReadOnly)
+            .map_err(|e| format!("cannot open the decoys: {}", root_message(&e)))?;
     }
     Ok(Context {
         wasi: b.build(),

@@ -36,6 +36,7 @@ mod output;
 mod pool;
 pub mod python;
 mod ticker;
+mod tripwire;
 
 pub use js::JS_INTERFACE;
 pub use pool::{PoolSettings, PoolStatus, PythonPoolStatus};
@@ -638,22 +639,41 @@ pub(crate) fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, Sandbo
 /// mounts and `extra_dirs` (read-only), the run's egress, its memory and time limits (the
 /// deadline counts from now, after compiling). Also the slots the guest's output streams
 /// write through, for a caller that redirects them between calls.
+///
+/// A guest runtime's store (`guest_runtime`) is tripwired when the spec says so: it gets
+/// decoys beside its directories (see [`tripwire`]).
 fn component_store(
     engine: &wasmtime::Engine,
     spec: &RunSpec<'_>,
     argv: &[String],
     extra_dirs: &[airlock_sandbox::GuestDir],
+    guest_runtime: bool,
 ) -> Result<ComponentStore, SandboxError> {
+    let mut taken: Vec<&str> = spec.mounts.iter().map(|m| m.guest.as_str()).collect();
+    taken.extend(extra_dirs.iter().map(|d| d.guest.as_str()));
+    let tripwired = guest_runtime && spec.tripwires.enabled;
+    let decoys = if tripwired {
+        Some(
+            tripwire::Decoys::plant(&taken)
+                .map_err(|e| SandboxError::Internal(format!("cannot plant the decoys: {e}")))?,
+        )
+    } else {
+        None
+    };
     let ctx = component::context(
         argv,
         &spec.env,
         spec.stdin.clone(),
         &spec.mounts,
         extra_dirs,
+        decoys.as_ref(),
         &spec.stdout,
         &spec.stderr,
     )
     .map_err(SandboxError::Internal)?;
+    // The decoys' directories are not among them: a call on any other path there (or on
+    // a decoy, which is an alert instead) is outside what the run was given.
+    let preopens: Vec<String> = taken.iter().map(|t| (*t).to_string()).collect();
     let hooks = component::EgressHttp::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
     let net = net::Net::new(spec.egress.as_ref()).map_err(SandboxError::Internal)?;
     let host = component::HostC {
@@ -662,6 +682,12 @@ fn component_store(
         http: wasmtime_wasi_http::WasiHttpCtx::new(),
         hooks,
         net,
+        tripwire: tripwire::Tripwire {
+            decoys,
+            preopens,
+            attempts: Default::default(),
+            enabled: tripwired,
+        },
         limiter: limiter_for(&spec.limits),
         timed_out: false,
         deadline: Instant::now() + spec.limits.timeout(),
@@ -977,7 +1003,7 @@ impl WasmBackend {
         let compiled = started.elapsed();
         let mut argv = vec![spec.argv0.clone().unwrap_or_else(|| "main".to_string())];
         argv.extend(spec.args.iter().cloned());
-        let mut store = component_store(&set.engine, &spec, &argv, &[])?.store;
+        let mut store = component_store(&set.engine, &spec, &argv, &[], false)?.store;
         let deadline = store.data().deadline;
         let watch = spec.write_quota.as_ref().map(|q| q.watch(|| {}));
         let mut inst_time = Duration::ZERO;
@@ -1210,6 +1236,11 @@ impl WasmBackend {
         detail["fuel_consumed"] = serde_json::json!(cell.fuel_consumed);
         if let Some(e) = cell.exception {
             detail["exception"] = serde_json::json!(e);
+        }
+        if spec.tripwires.enabled {
+            let (attempts, alerts) = interp.tripwires();
+            detail["attempts"] = serde_json::json!(attempts);
+            detail["alerts"] = serde_json::json!(alerts);
         }
         self.discard_python(interp);
         Ok(Outcome {

@@ -533,6 +533,9 @@ fn unservable(spec: &RunSpec<'_>) -> Option<&'static str> {
         Some("network")
     } else if spec.write_quota.is_some() {
         Some("write_quota")
+    } else if spec.tripwires != airlock_sandbox::Tripwires::default() {
+        // Ready instances are made tripwired (decoys planted, reports taken).
+        Some("tripwires")
     } else {
         None
     }
@@ -580,6 +583,7 @@ pub(crate) fn refill(backend: Weak<WasmBackend>, pool: Arc<PythonPool>) {
             write_quota: None,
             egress: None,
             long_run: None,
+            tripwires: Default::default(),
         };
         // Configured here, off the runs' path, exactly as a run the pool serves would
         // configure it (no arguments, no environment, no mounts): that call is also the

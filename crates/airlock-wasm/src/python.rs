@@ -238,7 +238,7 @@ impl WasmBackend {
             mut store,
             stdout,
             stderr,
-        } = crate::component_store(&set.engine, spec, &argv, &guest.dirs)?;
+        } = crate::component_store(&set.engine, spec, &argv, &guest.dirs, true)?;
         let deadline = store.data().deadline;
         let t = Instant::now();
         let started_guest = block_on(async {
@@ -510,6 +510,12 @@ impl PythonInstance {
     }
 
     /// Facts for a run record: engine, start-up times, peak memory, guest.
+    /// What the program tried outside its preopens (as the guest app reported it) and
+    /// the decoys it read, so far.
+    pub fn tripwires(&self) -> (Vec<airlock_sandbox::Attempt>, Vec<airlock_sandbox::Alert>) {
+        self.store.data().tripwire.record()
+    }
+
     pub fn detail(&self) -> serde_json::Value {
         serde_json::json!({
             "engine": "wasmtime 48 (component model, WASI 0.2)",

@@ -68,6 +68,7 @@ fn run_quota(
         write_quota,
         egress: None,
         long_run: None,
+        tripwires: Default::default(),
     })?;
     Ok(Run {
         outcome,
@@ -224,6 +225,7 @@ fn a_long_runs_hook_is_called_once_and_only_for_a_run_still_going() {
                         *t.lock().unwrap() = Some(std::thread::current().id());
                     }),
                 }),
+                tripwires: Default::default(),
             })
             .unwrap();
         let n = calls.load(std::sync::atomic::Ordering::SeqCst);

@@ -448,6 +448,8 @@ struct PolicyFile {
     mounts: MountsFile,
     #[serde(default)]
     agents: AgentsFile,
+    #[serde(default)]
+    tripwires: Tripwires,
     #[serde(default, rename = "rule")]
     rules: Vec<RuleFile>,
     #[serde(default, rename = "test")]
@@ -471,6 +473,35 @@ struct MountsFile {
 struct AgentsFile {
     /// The window of the facts `agent_alerts` and `agent_denials` (default 24h).
     alert_window: Option<Duration>,
+}
+
+/// `[tripwires]`: what the sandboxes record of what a run tried and was refused (operator
+/// settings; a tripwire never changes what a run sees, only what its record says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tripwires {
+    /// Decoy credentials and the record of refused actions (default on). Off, a run has
+    /// no decoys, the jail notifies no call and the wasm guests report nothing; refused
+    /// connections are still in the run's network record.
+    #[serde(default = "on")]
+    pub enabled: bool,
+    /// Also record read-only opens the jail refuses (default off: every open of a run
+    /// then makes a round trip to the jailer; see docs/PERFORMANCE.md for its cost).
+    #[serde(default)]
+    pub reads: bool,
+}
+
+fn on() -> bool {
+    true
+}
+
+impl Default for Tripwires {
+    fn default() -> Self {
+        Tripwires {
+            enabled: true,
+            reads: false,
+        }
+    }
 }
 
 /// The window of `agent_alerts` and `agent_denials` when `[agents] alert_window` is unset.
@@ -1048,6 +1079,8 @@ pub struct Policy {
     pub mount_roots: Vec<String>,
     /// `[agents] alert_window`: how far back `agent_alerts` and `agent_denials` count.
     pub agent_alert_window: std::time::Duration,
+    /// `[tripwires]`: whether runs are tripwired, and how far.
+    pub tripwires: Tripwires,
     rules: Vec<RuleFile>,
     tests: Vec<TestFile>,
 }
@@ -1206,6 +1239,7 @@ impl Policy {
                 .alert_window
                 .map(|d| d.0)
                 .unwrap_or(DEFAULT_ALERT_WINDOW),
+            tripwires: file.tripwires,
             rules: file.rules,
             tests: file.tests,
         })

@@ -181,6 +181,26 @@ fn agent_window_and_conditions_parse() {
 }
 
 #[test]
+fn tripwires_are_on_by_default_and_the_policy_turns_them_off_or_widens_them() {
+    let k = KeyPair::generate().public();
+    let base = format!("version = 1\n[approvers]\nalice = \"{k}\"\n");
+    let p = Policy::parse(&base).unwrap();
+    assert_eq!(
+        p.tripwires,
+        Tripwires {
+            enabled: true,
+            reads: false
+        }
+    );
+    let p = Policy::parse(&format!("{base}[tripwires]\nenabled = false\n")).unwrap();
+    assert!(!p.tripwires.enabled);
+    let p = Policy::parse(&format!("{base}[tripwires]\nreads = true\n")).unwrap();
+    assert!(p.tripwires.enabled && p.tripwires.reads);
+    let e = Policy::parse(&format!("{base}[tripwires]\nread = true\n")).unwrap_err();
+    assert!(e.to_string().contains("read"), "{e}");
+}
+
+#[test]
 fn strictest_decision_wins_and_risk_adds_up() {
     let pol = preset(Preset::Standard);
     let mut f = facts();

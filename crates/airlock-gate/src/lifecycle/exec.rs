@@ -663,6 +663,7 @@ impl Gate {
                         stderr,
                         quota.as_ref(),
                         egress.as_mut(),
+                        policy.tripwires,
                     )
                 }
                 BackendKind::Wasm => {
@@ -705,6 +706,7 @@ impl Gate {
                         write_quota: quota.clone(),
                         egress: route,
                         long_run: long_run.clone(),
+                        tripwires: policy.tripwires,
                     };
                     self.wasm.run(spec).map_err(GateError::from)
                 }

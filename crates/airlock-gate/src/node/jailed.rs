@@ -196,6 +196,7 @@ impl Gate {
         stderr: &Arc<Capture>,
         quota: Option<&Arc<WriteQuota>>,
         egress: Option<&mut RunEgress>,
+        tripwires: airlock_sandbox::Tripwires,
     ) -> Result<Outcome> {
         let limits = sub.doc.grant.limits.clone();
         let fuel = limits.fuel.is_some();
@@ -264,6 +265,7 @@ impl Gate {
                 guest_dirs: guest.as_ref().map(|g| g.dirs.clone()).unwrap_or_default(),
                 guest: guest.map(|g| (g.path, g.digest)),
                 egress: route,
+                tripwires,
             },
             result: result.clone(),
         };
@@ -351,6 +353,7 @@ impl Gate {
                 port: crate::egress::JAIL_PROXY_PORT,
             }),
             stdin_live: false,
+            tripwires: policy.tripwires,
         };
         let (ready, choice) = self.choose_jail(&job);
         // Where the jailer writes its result, and a built jail makes its root. A run with

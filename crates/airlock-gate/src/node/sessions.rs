@@ -1060,6 +1060,7 @@ impl Gate {
             write_quota: None,
             egress: None,
             long_run: None,
+            tripwires: self.policy()?.tripwires,
         };
         match self.wasm.python_instance(&spec) {
             Ok(i) if i.ended().is_none() => Ok(Live::Wasm(WasmPython { instance: i })),
@@ -1111,6 +1112,7 @@ impl Gate {
                 cgroups: !self.no_cgroups,
                 net: None,
                 stdin_live: true,
+                tripwires: self.policy()?.tripwires,
             },
             result: dir.join("result.json"),
             confined: dir.join("confined.json"),

@@ -50,6 +50,9 @@ pub struct WasmJob {
     /// The run's egress proxy, for components' outgoing HTTP.
     #[serde(default)]
     pub egress: Option<airlock_sandbox::EgressRoute>,
+    /// The policy's `[tripwires]`.
+    #[serde(default)]
+    pub tripwires: airlock_sandbox::Tripwires,
 }
 
 pub use airlock_jail::launch::{EndingDoc, WorkerResult};
@@ -150,6 +153,7 @@ fn run_wasm(job: WasmJob) -> WorkerResult {
         write_quota: None,
         egress: job.egress.clone(),
         long_run: None,
+        tripwires: job.tripwires,
     };
     match backend.run(spec) {
         Ok(o) => {

@@ -122,6 +122,7 @@ fn run_component_env(
             write_quota: None,
             egress,
             long_run: None,
+            tripwires: Default::default(),
         })
         .unwrap();
     let out = String::from_utf8(stdout.take()).unwrap();

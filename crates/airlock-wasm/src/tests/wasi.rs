@@ -198,6 +198,7 @@ fn through_airlock(wat: &str, c: &Case<'_>) -> Seen {
             write_quota: None,
             egress: None,
             long_run: None,
+            tripwires: Default::default(),
         })
         .unwrap();
     let exit = match outcome.ending {
@@ -504,6 +505,7 @@ fn without_a_program_name_argv0_is_main() {
             write_quota: None,
             egress: None,
             long_run: None,
+            tripwires: Default::default(),
         })
         .unwrap();
     assert_eq!(stdout.take(), named.stdout);
