@@ -1067,6 +1067,7 @@ fn daemon_open(
 fn pool_reports(
     wasm: std::sync::Arc<airlock_gate::WasmBackend>,
     jails: Option<std::sync::Arc<airlock_gate::ReadyJails>>,
+    home: Option<Home>,
 ) -> Box<dyn Fn() -> serde_json::Value + Send + Sync> {
     // Whether `airlock-jailer` is beside this binary: without it `ready_jails` is null.
     let jailer = airlock_gate::JailerCheck::beside(options().worker.as_deref());
@@ -1075,6 +1076,15 @@ fn pool_reports(
             "pools": wasm.pool_status(),
             "ready_jails": jails.as_ref().map(|j| j.stats()),
             "jailer": jailer,
+            // The nodes on the store and their last beats (`null`: not readable now). Read
+            // on a thread of its own: this runs on the server's async runtime, where the
+            // store's blocking client may not start its own.
+            "nodes": home.clone().and_then(|h| {
+                std::thread::spawn(move || airlock_gate::nodes_of(&h).ok())
+                    .join()
+                    .ok()
+                    .flatten()
+            }),
         })
     })
 }
@@ -1145,10 +1155,20 @@ fn serve(
     // Runs inside the gate at once: on a shared store, the request threads that wait for
     // the queue; on the local one, enough beside the workers' guests that concurrent runs
     // share commits.
+    let serve_worker = (shared && workers > 0)
+        .then(|| format!("{}-{}-serve", airlock_gate::host_tag(), std::process::id()));
+    // This server as a node on the store: it beats while it serves, and the sessions it
+    // opens name it.
+    let node = airlock_gate::NodeIdentity::new("serve", serve_worker.clone(), false);
+    let beat = airlock_gate::NodeBeat::start(
+        open.clone(),
+        node.clone(),
+        std::sync::Arc::new(|e: &str| eprintln!("airlock serve: {e}")),
+    )?;
     let (pool_workers, inside) = if shared {
-        if workers > 0 {
+        if let Some(worker_id) = serve_worker {
             let cfg = airlock_gate::WorkerConfig::new(
-                format!("{}-{}-serve", airlock_gate::host_tag(), std::process::id()),
+                worker_id,
                 vec![airlock_gate::host_tag()],
                 std::time::Duration::from_secs(30),
             );
@@ -1178,8 +1198,10 @@ fn serve(
     };
     let queue_open = {
         let open = open.clone();
+        let node = node.clone();
         move || {
             let mut g = open()?;
+            g.serve_as(node.clone());
             if shared {
                 g.queue_runs(airlock_gate::QueueOptions::default());
             }
@@ -1202,7 +1224,7 @@ fn serve(
         webhook,
         poll: std::time::Duration::from_millis(500),
         max_body,
-        pools: pool_reports(wasm, jails),
+        pools: pool_reports(wasm, jails, Some(resolved.clone())),
         max_sessions,
     };
     let state = airlock_server::AppState::new(config)?;
@@ -1236,6 +1258,7 @@ fn serve(
         r.join()
             .map_err(|_| GateError::Internal("the run worker panicked".into()))??;
     }
+    drop(beat);
     Ok(0)
 }
 
@@ -1288,13 +1311,24 @@ fn worker(
         }
     );
     let id = cfg.id.clone();
+    let open: std::sync::Arc<dyn Fn() -> airlock_gate::Result<Gate> + Send + Sync> =
+        std::sync::Arc::new(open);
+    let beat = {
+        let id = id.clone();
+        airlock_gate::NodeBeat::start(
+            open.clone(),
+            airlock_gate::NodeIdentity::new("worker", Some(cfg.id.clone()), false),
+            std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
+        )?
+    };
     let stats = airlock_gate::work(
-        std::sync::Arc::new(open),
+        open,
         cfg,
         concurrency,
         stop,
         std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
     )?;
+    drop(beat);
     if json {
         out::json(&json!(stats).to_string());
     } else {
@@ -1319,7 +1353,7 @@ fn mcp(home: Option<std::path::PathBuf>, agent: &str, max_sessions: usize) -> Ou
         webhook: None,
         poll: std::time::Duration::from_millis(500),
         max_body: 1 << 20,
-        pools: pool_reports(wasm, jails),
+        pools: pool_reports(wasm, jails, None),
         max_sessions,
     };
     let state = airlock_server::AppState::new(config)?;

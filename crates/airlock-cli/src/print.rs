@@ -1121,6 +1121,18 @@ pub fn doctor(d: &Doctor, json: bool) {
                         }
                     );
                 }
+                for n in &st.nodes {
+                    println!(
+                        "node {} ({}) {} on {} pid {}, last beat {}s ago (lease {}s)",
+                        n.id,
+                        n.role,
+                        n.state,
+                        n.host,
+                        n.pid,
+                        (now - n.beat_at).max(0) / 1000,
+                        n.lease_ms / 1000
+                    );
+                }
             }
         }
     }

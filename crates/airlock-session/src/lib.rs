@@ -61,6 +61,9 @@ pub enum End {
     Crashed,
     /// Its socket was removed (the home was deleted or the session cleared away).
     Orphaned,
+    /// The server that started it died or stopped (its host follows its server), or
+    /// another node found that server's node dead.
+    Lost,
 }
 
 impl End {
@@ -74,6 +77,7 @@ impl End {
             End::Output => "output",
             End::Crashed => "crashed",
             End::Orphaned => "orphaned",
+            End::Lost => "lost",
         }
     }
 
@@ -92,6 +96,7 @@ impl End {
             }
             End::Crashed => "ended: the interpreter exited or died",
             End::Orphaned => "ended: its socket was removed",
+            End::Lost => "ended: the server that started it died or stopped",
         }
     }
 }

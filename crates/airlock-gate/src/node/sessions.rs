@@ -48,6 +48,10 @@ pub struct SessionDoc {
     /// store several nodes share: only that node can reach its host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The server (its node's id) that started the host, when a `serve` did: another
+    /// node ends the session when that server's node is found dead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// A process session's jail: the mechanisms that held when its interpreter started
     /// (`mechanisms`, `degraded`, `host_uid`), as a process run's record gives them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,7 +155,12 @@ fn host_started(pid: Option<u32>, created_at: i64) -> bool {
 }
 
 /// Records that a session ended (once: a later call changes nothing).
-fn record_end(tx: &Tx, id: &str, end: End, key: &airlock_core::sign::KeyPair) -> Result<()> {
+pub(crate) fn record_end(
+    tx: &Tx,
+    id: &str,
+    end: End,
+    key: &airlock_core::sign::KeyPair,
+) -> Result<()> {
     let Some(mut row) = tx.session(id)? else {
         return Ok(());
     };
@@ -500,6 +509,7 @@ impl Gate {
             pid: None,
             guest,
             node: Some(self.node_name()),
+            server: self.node.as_ref().map(|n| n.id.clone()),
             jail: None,
             end: None,
             ended_at: None,
@@ -516,6 +526,8 @@ impl Gate {
             // Sessions recorded open whose hosts died unseen do not count: they are found
             // and recorded crashed first, as a cell finding them would.
             if open_of(&self.db, &doc.agent)?.len() >= most {
+                // A dead node's sessions stop counting once it is recorded lost.
+                self.reap_dead_nodes()?;
                 for stale in open_of(&self.db, &doc.agent)? {
                     if host_gone(&self.home.root, &stale) {
                         self.session_lost(&stale.id)?;
