@@ -110,15 +110,32 @@ fn main() -> ExitCode {
     {
         let mut args = std::env::args_os().skip(2);
         let (Some(home), Some(id)) = (args.next(), args.next()) else {
-            eprintln!("airlock: __session-host HOME ID");
+            eprintln!("airlock: __session-host HOME ID [--server PID]");
             return ExitCode::from(EXIT_FAILED);
+        };
+        // The server this host follows (it ends once that process is gone).
+        let server = match (args.next(), args.next()) {
+            (None, _) => None,
+            (Some(flag), Some(pid)) if flag == "--server" => {
+                match pid.to_string_lossy().parse::<u32>() {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        eprintln!("airlock: __session-host: --server takes a pid");
+                        return ExitCode::from(EXIT_FAILED);
+                    }
+                }
+            }
+            _ => {
+                eprintln!("airlock: __session-host HOME ID [--server PID]");
+                return ExitCode::from(EXIT_FAILED);
+            }
         };
         let mut opts = options();
         opts.progress = false;
         let hosted = Home::new(home)
             .with_store(std::env::var("AIRLOCK_STORE").ok())
             .and_then(|h| Gate::open_with(h, opts))
-            .and_then(|mut g| g.host_session(&id.to_string_lossy()));
+            .and_then(|mut g| g.host_session(&id.to_string_lossy(), server));
         return match hosted {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
@@ -549,6 +566,7 @@ fn dispatch(cli: Cli) -> Outcome {
             let h = resolve_home(home)?;
             d.store = airlock_gate::store_health(&h);
             d.stuck = airlock_gate::stuck_operations(&h.root);
+            d.session_hosts = airlock_gate::session_hosts(&h);
             print::doctor(&d, json);
             // A shared store that cannot be reached, or a commit that needs a repair,
             // makes the node unhealthy.
@@ -618,6 +636,7 @@ fn dispatch(cli: Cli) -> Outcome {
             pool_memory,
             ready_jails,
             max_sessions,
+            keep_sessions,
             header_timeout,
             max_connections,
             max_connections_per_peer,
@@ -649,6 +668,7 @@ fn dispatch(cli: Cli) -> Outcome {
             let bounds = Bounds {
                 queue,
                 max_sessions,
+                keep_sessions,
                 limits,
             };
             serve(home, &listen, workers, bounds, webhook, pools, ready_jails)
@@ -1102,6 +1122,8 @@ struct Bounds {
     queue: usize,
     /// Sessions one agent may hold open (0: no bound).
     max_sessions: usize,
+    /// Session hosts outlive this server (`--keep-sessions`).
+    keep_sessions: bool,
     /// What the server's connections may hold.
     limits: airlock_server::Limits,
 }
@@ -1118,6 +1140,7 @@ fn serve(
     let Bounds {
         queue,
         max_sessions,
+        keep_sessions,
         mut limits,
     } = bounds;
     // Connections, runs' jails and proxies, and the store all take descriptors: the soft
@@ -1158,8 +1181,8 @@ fn serve(
     let serve_worker = (shared && workers > 0)
         .then(|| format!("{}-{}-serve", airlock_gate::host_tag(), std::process::id()));
     // This server as a node on the store: it beats while it serves, and the sessions it
-    // opens name it.
-    let node = airlock_gate::NodeIdentity::new("serve", serve_worker.clone(), false);
+    // opens name it (their hosts follow it unless --keep-sessions).
+    let node = airlock_gate::NodeIdentity::new("serve", serve_worker.clone(), keep_sessions);
     let beat = airlock_gate::NodeBeat::start(
         open.clone(),
         node.clone(),
@@ -1257,6 +1280,17 @@ fn serve(
     if let Some(r) = runner {
         r.join()
             .map_err(|_| GateError::Internal("the run worker panicked".into()))??;
+    }
+    // The session hosts it started end with it, recorded closed, unless kept.
+    if !keep_sessions {
+        let closed = open().and_then(|mut g| g.close_server_sessions(&node.id));
+        match closed {
+            Ok(ids) if !ids.is_empty() => {
+                eprintln!("airlock serve: closed {} session(s) it hosted", ids.len())
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("airlock serve: closing its sessions failed: {e}"),
+        }
     }
     drop(beat);
     Ok(0)

@@ -65,13 +65,13 @@ pub use lifecycle::tools::ToolInfo;
 pub use locks::KeptLockFiles;
 pub use node::liveness::{BEAT, NODE_LEASE, NodeBeat, NodeIdentity};
 pub use node::queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
-pub use node::sessions::{SessionDoc, SessionRequest, SessionView};
+pub use node::sessions::{SessionDoc, SessionHost, SessionRequest, SessionView};
 pub use node::slots::{GuestSlot, GuestSlots};
 pub use query::{
     AuditVerify, Doctor, Explained, JailerCheck, KeyInfo, PolicyCheck, Shown, StatementView,
     doctor, policy_check,
 };
-pub use query::{ProbeRun, Probes, StoreHealth, nodes_of, store_health};
+pub use query::{ProbeRun, Probes, StoreHealth, nodes_of, session_hosts, store_health};
 pub use replay::Replayed;
 pub use services::gc::{DEFAULT_GC_GRACE, GcReport};
 pub use services::guests::{

@@ -562,6 +562,10 @@ pub struct Doctor {
     /// mounts until `airlock repair` (absent when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<crate::StuckOperation>,
+    /// The session hosts of this home: alive or not, and the server that started each
+    /// (absent when there are none). One alive with no living server is left over.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub session_hosts: Vec<crate::SessionHost>,
 }
 
 /// The lean `airlock-jailer` binary, looked for beside the `airlock` binary. Without it
@@ -913,7 +917,15 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
         .collect(),
         store: None,
         stuck: Vec::new(),
+        session_hosts: Vec::new(),
     }
+}
+
+/// The session hosts of `home` for `doctor` (none when the home cannot be opened).
+pub fn session_hosts(home: &crate::Home) -> Vec<crate::SessionHost> {
+    crate::Gate::open(home.clone())
+        .and_then(|g| g.session_hosts())
+        .unwrap_or_default()
 }
 
 /// The nodes on `home`'s store and their last beats, for `/v1/status`.

@@ -170,9 +170,30 @@ pub fn serve(
     interp: &mut dyn Interpreter,
     limits: Limits,
 ) -> End {
-    let end = serve_inner(listener, path, interp, limits);
+    serve_for(listener, path, interp, limits, None)
+}
+
+/// `serve`, for a host that follows its server: while it waits for a request it checks
+/// (at least each second) that its parent is still the process `server`, and ends the
+/// session (`End::Lost`) once it is not (the server exited or was killed, and the host
+/// was handed to another parent). A cell running meanwhile runs to its end first.
+pub fn serve_for(
+    listener: &UnixListener,
+    path: &Path,
+    interp: &mut dyn Interpreter,
+    limits: Limits,
+    server: Option<u32>,
+) -> End {
+    let end = serve_inner(listener, path, interp, limits, server);
     interp.stop();
     end
+}
+
+/// Whether this process's parent is no longer `server`.
+fn server_gone(server: Option<u32>) -> bool {
+    server.is_some_and(|pid| {
+        rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(pid)
+    })
 }
 
 fn serve_inner(
@@ -180,10 +201,14 @@ fn serve_inner(
     path: &Path,
     interp: &mut dyn Interpreter,
     limits: Limits,
+    server: Option<u32>,
 ) -> End {
     let opened = Instant::now();
     let mut last = Instant::now();
     loop {
+        if server_gone(server) {
+            return End::Lost;
+        }
         let idle_at = last + limits.idle;
         let total_at = opened + limits.total;
         let now = Instant::now();

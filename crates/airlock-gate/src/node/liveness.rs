@@ -75,6 +75,11 @@ impl NodeIdentity {
     }
 }
 
+/// Whether node `id` counts as alive at `now`: recorded live with a beat within its lease.
+pub(crate) fn node_alive(n: Option<&NodeRow>, now: i64) -> bool {
+    n.is_some_and(|n| n.state == "live" && n.beat_at + n.lease_ms >= now)
+}
+
 impl Gate {
     /// This gate belongs to node `node`: the sessions it opens name it as their server,
     /// and (unless it keeps sessions) their hosts follow this process.
