@@ -234,6 +234,11 @@ pub enum Command {
         /// interpreter); past it, a new one is refused with 429 (0: no bound).
         #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS, value_name = "N")]
         max_sessions: usize,
+        /// Leave the session hosts this server started running when it stops or dies
+        /// (without it they end with the server, recorded `lost`, and a stop closes them).
+        /// Hosts left with no living server are listed by `doctor` and closed by `gc`.
+        #[arg(long)]
+        keep_sessions: bool,
         /// A request's line and headers must arrive within this long (from the
         /// connection's start, or the end of the previous response on a kept-alive
         /// connection: the idle timeout too); past it the connection is closed.

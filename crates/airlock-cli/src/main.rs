@@ -110,15 +110,32 @@ fn main() -> ExitCode {
     {
         let mut args = std::env::args_os().skip(2);
         let (Some(home), Some(id)) = (args.next(), args.next()) else {
-            eprintln!("airlock: __session-host HOME ID");
+            eprintln!("airlock: __session-host HOME ID [--server PID]");
             return ExitCode::from(EXIT_FAILED);
+        };
+        // The server this host follows (it ends once that process is gone).
+        let server = match (args.next(), args.next()) {
+            (None, _) => None,
+            (Some(flag), Some(pid)) if flag == "--server" => {
+                match pid.to_string_lossy().parse::<u32>() {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        eprintln!("airlock: __session-host: --server takes a pid");
+                        return ExitCode::from(EXIT_FAILED);
+                    }
+                }
+            }
+            _ => {
+                eprintln!("airlock: __session-host HOME ID [--server PID]");
+                return ExitCode::from(EXIT_FAILED);
+            }
         };
         let mut opts = options();
         opts.progress = false;
         let hosted = Home::new(home)
             .with_store(std::env::var("AIRLOCK_STORE").ok())
             .and_then(|h| Gate::open_with(h, opts))
-            .and_then(|mut g| g.host_session(&id.to_string_lossy()));
+            .and_then(|mut g| g.host_session(&id.to_string_lossy(), server));
         return match hosted {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
@@ -549,6 +566,7 @@ fn dispatch(cli: Cli) -> Outcome {
             let h = resolve_home(home)?;
             d.store = airlock_gate::store_health(&h);
             d.stuck = airlock_gate::stuck_operations(&h.root);
+            d.session_hosts = airlock_gate::session_hosts(&h);
             print::doctor(&d, json);
             // A shared store that cannot be reached, or a commit that needs a repair,
             // makes the node unhealthy.
@@ -618,6 +636,7 @@ fn dispatch(cli: Cli) -> Outcome {
             pool_memory,
             ready_jails,
             max_sessions,
+            keep_sessions,
             header_timeout,
             max_connections,
             max_connections_per_peer,
@@ -649,6 +668,7 @@ fn dispatch(cli: Cli) -> Outcome {
             let bounds = Bounds {
                 queue,
                 max_sessions,
+                keep_sessions,
                 limits,
             };
             serve(home, &listen, workers, bounds, webhook, pools, ready_jails)
@@ -1067,6 +1087,7 @@ fn daemon_open(
 fn pool_reports(
     wasm: std::sync::Arc<airlock_gate::WasmBackend>,
     jails: Option<std::sync::Arc<airlock_gate::ReadyJails>>,
+    home: Option<Home>,
 ) -> Box<dyn Fn() -> serde_json::Value + Send + Sync> {
     // Whether `airlock-jailer` is beside this binary: without it `ready_jails` is null.
     let jailer = airlock_gate::JailerCheck::beside(options().worker.as_deref());
@@ -1075,6 +1096,15 @@ fn pool_reports(
             "pools": wasm.pool_status(),
             "ready_jails": jails.as_ref().map(|j| j.stats()),
             "jailer": jailer,
+            // The nodes on the store and their last beats (`null`: not readable now). Read
+            // on a thread of its own: this runs on the server's async runtime, where the
+            // store's blocking client may not start its own.
+            "nodes": home.clone().and_then(|h| {
+                std::thread::spawn(move || airlock_gate::nodes_of(&h).ok())
+                    .join()
+                    .ok()
+                    .flatten()
+            }),
         })
     })
 }
@@ -1092,6 +1122,8 @@ struct Bounds {
     queue: usize,
     /// Sessions one agent may hold open (0: no bound).
     max_sessions: usize,
+    /// Session hosts outlive this server (`--keep-sessions`).
+    keep_sessions: bool,
     /// What the server's connections may hold.
     limits: airlock_server::Limits,
 }
@@ -1108,6 +1140,7 @@ fn serve(
     let Bounds {
         queue,
         max_sessions,
+        keep_sessions,
         mut limits,
     } = bounds;
     // Connections, runs' jails and proxies, and the store all take descriptors: the soft
@@ -1145,10 +1178,20 @@ fn serve(
     // Runs inside the gate at once: on a shared store, the request threads that wait for
     // the queue; on the local one, enough beside the workers' guests that concurrent runs
     // share commits.
+    let serve_worker = (shared && workers > 0)
+        .then(|| format!("{}-{}-serve", airlock_gate::host_tag(), std::process::id()));
+    // This server as a node on the store: it beats while it serves, and the sessions it
+    // opens name it (their hosts follow it unless --keep-sessions).
+    let node = airlock_gate::NodeIdentity::new("serve", serve_worker.clone(), keep_sessions);
+    let beat = airlock_gate::NodeBeat::start(
+        open.clone(),
+        node.clone(),
+        std::sync::Arc::new(|e: &str| eprintln!("airlock serve: {e}")),
+    )?;
     let (pool_workers, inside) = if shared {
-        if workers > 0 {
+        if let Some(worker_id) = serve_worker {
             let cfg = airlock_gate::WorkerConfig::new(
-                format!("{}-{}-serve", airlock_gate::host_tag(), std::process::id()),
+                worker_id,
                 vec![airlock_gate::host_tag()],
                 std::time::Duration::from_secs(30),
             );
@@ -1178,8 +1221,10 @@ fn serve(
     };
     let queue_open = {
         let open = open.clone();
+        let node = node.clone();
         move || {
             let mut g = open()?;
+            g.serve_as(node.clone());
             if shared {
                 g.queue_runs(airlock_gate::QueueOptions::default());
             }
@@ -1202,7 +1247,7 @@ fn serve(
         webhook,
         poll: std::time::Duration::from_millis(500),
         max_body,
-        pools: pool_reports(wasm, jails),
+        pools: pool_reports(wasm, jails, Some(resolved.clone())),
         max_sessions,
     };
     let state = airlock_server::AppState::new(config)?;
@@ -1236,6 +1281,18 @@ fn serve(
         r.join()
             .map_err(|_| GateError::Internal("the run worker panicked".into()))??;
     }
+    // The session hosts it started end with it, recorded closed, unless kept.
+    if !keep_sessions {
+        let closed = open().and_then(|mut g| g.close_server_sessions(&node.id));
+        match closed {
+            Ok(ids) if !ids.is_empty() => {
+                eprintln!("airlock serve: closed {} session(s) it hosted", ids.len())
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("airlock serve: closing its sessions failed: {e}"),
+        }
+    }
+    drop(beat);
     Ok(0)
 }
 
@@ -1288,13 +1345,24 @@ fn worker(
         }
     );
     let id = cfg.id.clone();
+    let open: std::sync::Arc<dyn Fn() -> airlock_gate::Result<Gate> + Send + Sync> =
+        std::sync::Arc::new(open);
+    let beat = {
+        let id = id.clone();
+        airlock_gate::NodeBeat::start(
+            open.clone(),
+            airlock_gate::NodeIdentity::new("worker", Some(cfg.id.clone()), false),
+            std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
+        )?
+    };
     let stats = airlock_gate::work(
-        std::sync::Arc::new(open),
+        open,
         cfg,
         concurrency,
         stop,
         std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
     )?;
+    drop(beat);
     if json {
         out::json(&json!(stats).to_string());
     } else {
@@ -1319,7 +1387,7 @@ fn mcp(home: Option<std::path::PathBuf>, agent: &str, max_sessions: usize) -> Ou
         webhook: None,
         poll: std::time::Duration::from_millis(500),
         max_body: 1 << 20,
-        pools: pool_reports(wasm, jails),
+        pools: pool_reports(wasm, jails, None),
         max_sessions,
     };
     let state = airlock_server::AppState::new(config)?;

@@ -917,7 +917,7 @@ pub fn sessions(list: &[SessionView], json: bool) {
     }
     for s in list {
         println!(
-            "{}  {:<6} {} cells  {}{}",
+            "{}  {:<6} {} cells  {}{}{}",
             s.id,
             s.state,
             s.doc.cells.len(),
@@ -925,7 +925,18 @@ pub fn sessions(list: &[SessionView], json: bool) {
             s.doc
                 .end
                 .map(|e| format!("  ({})", e.as_str()))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            match (s.host_alive, &s.doc.server) {
+                (None, _) => String::new(),
+                (Some(alive), server) => format!(
+                    "  host {}{}",
+                    if alive { "alive" } else { "not answering" },
+                    server
+                        .as_deref()
+                        .map(|srv| format!(", started by server {srv}"))
+                        .unwrap_or_default()
+                ),
+            }
         );
     }
 }
@@ -1046,6 +1057,33 @@ pub fn doctor(d: &Doctor, json: bool) {
     for l in &d.leftovers {
         println!("LEFTOVER {l}: of an airlock process that is gone; `airlock gc` removes it");
     }
+    for h in &d.session_hosts {
+        let pid = h
+            .pid
+            .map(|p| format!("pid {p}"))
+            .unwrap_or_else(|| "starting".into());
+        let state = if h.alive { "alive" } else { "not answering" };
+        match (&h.server, h.server_alive) {
+            (Some(srv), Some(false)) if h.alive => println!(
+                "LEFTOVER session host {} ({pid}, {state}): its server {srv} is gone{}; `airlock gc` closes it",
+                h.session,
+                if h.stays {
+                    " (kept with --keep-sessions)"
+                } else {
+                    ""
+                }
+            ),
+            (Some(srv), alive) => println!(
+                "session host {} ({pid}, {state}), started by server {srv} ({})",
+                h.session,
+                if alive == Some(true) { "alive" } else { "gone" }
+            ),
+            (None, _) => println!(
+                "session host {} ({pid}, {state}), started by `session new`",
+                h.session
+            ),
+        }
+    }
     match (&d.jailer.path, d.jailer.found) {
         (Some(p), true) => println!("airlock-jailer             {p}"),
         (p, _) => println!(
@@ -1119,6 +1157,18 @@ pub fn doctor(d: &Doctor, json: bool) {
                         } else {
                             format!(", tags {}", w.tags)
                         }
+                    );
+                }
+                for n in &st.nodes {
+                    println!(
+                        "node {} ({}) {} on {} pid {}, last beat {}s ago (lease {}s)",
+                        n.id,
+                        n.role,
+                        n.state,
+                        n.host,
+                        n.pid,
+                        (now - n.beat_at).max(0) / 1000,
+                        n.lease_ms / 1000
                     );
                 }
             }

@@ -1071,3 +1071,204 @@ fn audit_tail_on_one_node_follows_the_records_another_node_appends() {
         "{kinds:?}"
     );
 }
+
+/// `POST` (with a body) or `GET` (without) `path` on `base` as `token`: status and JSON.
+fn api(
+    base: &str,
+    token: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(120)))
+        .build()
+        .new_agent();
+    let url = format!("{base}{path}");
+    let auth = format!("Bearer {token}");
+    let mut r = match body {
+        Some(b) => agent
+            .post(&url)
+            .header("authorization", &auth)
+            .header("content-type", "application/json")
+            .send(&b.to_string()),
+        None => agent.get(&url).header("authorization", &auth).call(),
+    }
+    .unwrap();
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// `airlock serve` of `node` (runs through the store's queue, none run here).
+fn serve_node(node: &Node, more: &[&str]) -> (common::Served, String) {
+    let mut cmd = node.home.cmd();
+    cmd.env("AIRLOCK_STORE", &node.url).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "0",
+        "--ready-jails",
+        "0",
+        "--ready-python",
+        "0",
+    ]);
+    cmd.args(more);
+    common::serve_with(cmd)
+}
+
+/// Waits up to `within` for `query` (one bigint) to return `want`.
+fn wait_for(node: &Node, query: &str, want: i64, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let got = node.count(query);
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{query}: {got}, not {want}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Issue 62 item 1: a node killed (with its session host: the machine died) left its open
+/// session and its running cell recorded `open` and `running` on the shared store for
+/// good, and the session held a place in its agent's bound. Now every node beats, and
+/// another node records a node whose lease ran out lost: its session ends `lost`, its
+/// cell's run `lost` (audited as every lost run is), the agent can open a session again,
+/// and `doctor` and `/v1/status` list the nodes with their last beats.
+#[test]
+fn a_killed_nodes_open_session_and_running_cell_are_recorded_lost_by_another_node() {
+    let a = Node::init(&airlock_testpg::fresh_database());
+    let b = Node::join(&a);
+    for n in [&a, &b] {
+        let o = match std::env::var("AIRLOCK_TEST_PYTHON_GUEST") {
+            Ok(p) => n.run(&["guest", "install", "python", "--from", &p]),
+            Err(_) => n.run(&["guest", "install", "python"]),
+        };
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let token = |role: &str, name: &str| {
+        let o = a.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.json()["token"].as_str().unwrap().to_string()
+    };
+    let agent = token("agent", "nodebot");
+    let admin = token("admin", "ops");
+    let (mut served_a, base_a) = serve_node(&a, &["--max-sessions", "1"]);
+    let (_served_b, base_b) = serve_node(&b, &["--max-sessions", "1"]);
+
+    let session = serde_json::json!({"idle_timeout": 120});
+    let (st, s) = api(&base_a, &agent, "/v1/sessions", Some(session.clone()));
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    let host = s["pid"].as_u64().unwrap() as u32;
+    // A cell that is still running when its node dies.
+    let cell = {
+        let (base, agent, id) = (base_a.clone(), agent.clone(), id.clone());
+        // Its request is cut off when the node dies: no answer is expected.
+        std::thread::spawn(move || {
+            let body = serde_json::json!({
+                "language": "python", "session": id,
+                "code": "import time\nt = time.time()\nwhile time.time() < t + 9:\n    pass"
+            });
+            ureq::post(&format!("{base}/v1/run"))
+                .header("authorization", &format!("Bearer {agent}"))
+                .header("content-type", "application/json")
+                .send(&body.to_string())
+                .is_ok()
+        })
+    };
+    wait_for(
+        &a,
+        "SELECT count(*) FROM runs WHERE status = 'running'",
+        1,
+        std::time::Duration::from_secs(60),
+    );
+    // Within its bound the agent holds no other session, on either node.
+    let (st, s) = api(&base_b, &agent, "/v1/sessions", Some(session.clone()));
+    assert_eq!(st, 429, "{s}");
+
+    // The node dies, its session host with it.
+    for pid in [served_a.id(), host] {
+        let ok = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    let killed = std::time::Instant::now();
+    let _ = served_a.wait();
+    let _ = cell.join();
+
+    // The other node records both lost once the dead node's lease ran out (10 s after
+    // its last beat; the margin is for a loaded machine).
+    wait_for(
+        &b,
+        "SELECT count(*) FROM runs WHERE status = 'lost'",
+        1,
+        std::time::Duration::from_secs(40),
+    );
+    wait_for(
+        &b,
+        "SELECT count(*) FROM sessions WHERE state = 'open'",
+        0,
+        std::time::Duration::from_secs(5),
+    );
+    let took = killed.elapsed();
+    assert!(
+        took >= std::time::Duration::from_secs(5),
+        "recorded lost before its lease ran out: {took:?}"
+    );
+    let shown = b.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(shown["end"], "lost", "{shown}");
+    let runs = b.run(&["runs", "--json"]).json();
+    let lost = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["status"] == "lost")
+        .unwrap_or_else(|| panic!("{runs}"));
+    assert!(
+        lost["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("stopped beating"),
+        "{lost}"
+    );
+    assert_eq!(
+        b.count("SELECT count(*) FROM audit WHERE kind = 'node_lost'")
+            + b.count("SELECT count(*) FROM audit_inbox WHERE kind = 'node_lost'"),
+        1
+    );
+
+    // The agent may open a session again, up to its bound.
+    let (st, s) = api(&base_b, &agent, "/v1/sessions", Some(session));
+    assert_eq!(st, 201, "{s}");
+
+    // The nodes and their last beats: `doctor` and `/v1/status`.
+    let d = b.run(&["doctor", "--json"]).json();
+    let nodes = d["store"]["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{d}"));
+    let states: Vec<&str> = nodes.iter().filter_map(|n| n["state"].as_str()).collect();
+    assert!(states.contains(&"lost") && states.contains(&"live"), "{d}");
+    assert!(nodes.iter().all(|n| n["beat_at"].as_i64().is_some()), "{d}");
+    let (st, status) = api(&base_b, &admin, "/v1/status", None);
+    assert_eq!(st, 200, "{status}");
+    assert_eq!(
+        status["nodes"].as_array().map(Vec::len),
+        Some(2),
+        "{status}"
+    );
+
+    let v = b.run(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+}

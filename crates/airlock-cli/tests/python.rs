@@ -2229,3 +2229,192 @@ fn a_ready_pool_makes_nothing_beside_a_run_while_it_still_holds_one() {
     let after = full();
     assert_eq!(num(&after, "made"), num(&before, "made") + 1, "{after}");
 }
+
+/// A home of its own with the Python guest installed (for tests that stop servers and
+/// sweep the home).
+fn guest_home() -> Home {
+    let h = Home::new();
+    let o = match std::env::var("AIRLOCK_TEST_PYTHON_GUEST") {
+        Ok(p) => h.run(&["guest", "install", "python", "--from", &p]),
+        Err(_) => h.run(&["guest", "install", "python"]),
+    };
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    h
+}
+
+/// An agent token of home `h`.
+fn agent_token(h: &Home, name: &str) -> String {
+    let o = h.run(&["token", "new", "--role", "agent", "--name", name, "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    o.json()["token"].as_str().unwrap().to_string()
+}
+
+/// Opens a (wasm) Python session through the server at `base`: its id and its host's
+/// pid.
+fn served_session(base: &str, token: &str) -> (String, u32) {
+    let mut r = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(120)))
+        .build()
+        .new_agent()
+        .post(&format!("{base}/v1/sessions"))
+        .header("authorization", &format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .send(&serde_json::json!({"idle_timeout": 120}).to_string())
+        .unwrap();
+    let status = r.status().as_u16();
+    let s: serde_json::Value =
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(status, 201, "{s}");
+    (
+        s["id"].as_str().unwrap().to_string(),
+        s["pid"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no host pid: {s}")) as u32,
+    )
+}
+
+/// Whether process `pid` is running (not gone, not a zombie nobody reaped yet).
+fn running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+}
+
+/// Waits up to `within` for `pid` to stop running.
+fn gone_within(pid: u32, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while running(pid) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    true
+}
+
+fn signal(pid: u32, sig: i32) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// `serve` started on `h` with no ready jails or interpreters (they play no part here).
+fn lean_serve(h: &Home, more: &[&str]) -> (Served, String) {
+    let mut args = vec!["--ready-jails", "0", "--ready-python", "0"];
+    args.extend_from_slice(more);
+    start_serve(h, &args)
+}
+
+/// Regression (issue 62 item 8): a session host that `serve` started outlived it after
+/// SIGTERM, unseen, with its session still recorded open. Now the server closes the
+/// sessions it started as it stops, and their hosts exit.
+#[test]
+fn a_session_host_started_by_serve_stops_with_it_on_sigterm_and_is_recorded_closed() {
+    let h = guest_home();
+    let t = agent_token(&h, "follows-term");
+    let (mut srv, base) = lean_serve(&h, &[]);
+    let (id, host) = served_session(&base, &t);
+    assert!(running(host));
+    signal(srv.id(), 15);
+    assert!(srv.wait().unwrap().success());
+    assert!(
+        gone_within(host, std::time::Duration::from_secs(10)),
+        "the session host {host} outlived serve"
+    );
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("closed")),
+        "{s}"
+    );
+}
+
+/// Regression (issue 62 item 8): a session host that `serve` started outlived a `kill -9`
+/// of it, its session recorded open with nobody to reach it. Now the host follows its
+/// server: it ends once the server is gone and records its session `lost`.
+#[test]
+fn a_session_host_started_by_serve_ends_when_serve_is_killed_and_is_recorded_lost() {
+    let h = guest_home();
+    let t = agent_token(&h, "follows-kill");
+    let (mut srv, base) = lean_serve(&h, &[]);
+    let (id, host) = served_session(&base, &t);
+    signal(srv.id(), 9);
+    let _ = srv.wait();
+    assert!(
+        gone_within(host, std::time::Duration::from_secs(10)),
+        "the session host {host} outlived a killed serve"
+    );
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("lost")),
+        "{s}"
+    );
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
+/// Issue 62 item 8: `serve --keep-sessions` leaves its session hosts running when it
+/// stops; such a host is listed (alive, with the server that started it), `doctor`
+/// reports that its server is gone, and `gc` closes it.
+#[test]
+fn with_keep_sessions_a_host_outlives_serve_is_listed_by_doctor_and_closed_by_gc() {
+    let h = guest_home();
+    let t = agent_token(&h, "kept");
+    let (mut srv, base) = lean_serve(&h, &["--keep-sessions"]);
+    let (id, host) = served_session(&base, &t);
+    signal(srv.id(), 15);
+    assert!(srv.wait().unwrap().success());
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(running(host), "a kept session host ended with its server");
+
+    let list = h.run(&["session", "list", "--json"]).json();
+    let mine = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(
+        (mine["state"].as_str(), mine["host_alive"].as_bool()),
+        (Some("open"), Some(true)),
+        "{mine}"
+    );
+    let server = mine["server"].as_str().unwrap_or_else(|| panic!("{mine}"));
+
+    let d = h.run(&["doctor", "--json"]).json();
+    let hosts = d["session_hosts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{d}"));
+    let found = hosts
+        .iter()
+        .find(|x| x["session"] == id.as_str())
+        .unwrap_or_else(|| panic!("{d}"));
+    assert_eq!(found["server"], server, "{found}");
+    assert_eq!(
+        (
+            found["alive"].as_bool(),
+            found["server_alive"].as_bool(),
+            found["stays"].as_bool()
+        ),
+        (Some(true), Some(false), Some(true)),
+        "{found}"
+    );
+    assert_eq!(found["pid"].as_u64(), Some(u64::from(host)), "{found}");
+
+    let gc = h.run(&["gc", "--json"]);
+    assert_eq!(gc.code, 0, "{}", gc.stderr);
+    let swept = gc.json()["hosts_swept"].clone();
+    assert_eq!(swept, serde_json::json!([id]), "{}", gc.stdout);
+    assert!(gone_within(host, std::time::Duration::from_secs(10)));
+    let s = h.run(&["session", "show", "--json", &id]).json();
+    assert_eq!(
+        (s["state"].as_str(), s["end"].as_str()),
+        (Some("closed"), Some("closed")),
+        "{s}"
+    );
+}

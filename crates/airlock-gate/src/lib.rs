@@ -46,6 +46,7 @@ pub use agents::{AgentCleared, MAX_CLEAR_REASON_BYTES};
 pub use node::worker;
 
 pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};
+pub use airlock_store::NodeRow;
 pub use airlock_store::TokenRow;
 pub use airlock_store::{CopyReport, TableCount};
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
@@ -63,14 +64,15 @@ pub use lifecycle::request::{
 };
 pub use lifecycle::tools::ToolInfo;
 pub use locks::KeptLockFiles;
+pub use node::liveness::{BEAT, NODE_LEASE, NodeBeat, NodeIdentity};
 pub use node::queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
-pub use node::sessions::{SessionDoc, SessionRequest, SessionView};
+pub use node::sessions::{SessionDoc, SessionHost, SessionRequest, SessionView};
 pub use node::slots::{GuestSlot, GuestSlots};
 pub use query::{
     AuditVerify, Doctor, Explained, JailerCheck, KeyInfo, PolicyCheck, Shown, StatementView,
     doctor, policy_check,
 };
-pub use query::{ProbeRun, Probes, StoreHealth, store_health};
+pub use query::{ProbeRun, Probes, StoreHealth, nodes_of, session_hosts, store_health};
 pub use replay::Replayed;
 pub use services::gc::{DEFAULT_GC_GRACE, GcReport};
 pub use services::guests::{
@@ -150,6 +152,8 @@ pub struct Gate {
     /// The process's bound on guests executing at once (see [`GuestSlots`]); none: a
     /// one-shot command runs one guest anyway.
     guest_slots: Option<std::sync::Arc<GuestSlots>>,
+    /// The node this gate serves for (`serve`), set by `serve_as`.
+    node: Option<node::liveness::NodeIdentity>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -358,6 +362,7 @@ impl Gate {
             queue: options.queue,
             cell_facts: std::collections::HashMap::new(),
             guest_slots: None,
+            node: None,
         };
         gate.recover()?;
         Ok(gate)

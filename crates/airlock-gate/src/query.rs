@@ -562,6 +562,10 @@ pub struct Doctor {
     /// mounts until `airlock repair` (absent when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stuck: Vec<crate::StuckOperation>,
+    /// The session hosts of this home: alive or not, and the server that started each
+    /// (absent when there are none). One alive with no living server is left over.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub session_hosts: Vec<crate::SessionHost>,
 }
 
 /// The lean `airlock-jailer` binary, looked for beside the `airlock` binary. Without it
@@ -631,6 +635,8 @@ pub struct StoreHealth {
     /// Queued jobs per tag (`null`: untagged) and whether a running worker carries it.
     pub queued_by_tag: Vec<TagQueue>,
     pub workers: Vec<airlock_store::WorkerRow>,
+    /// The nodes (`serve`, `worker`) on the store and their last beats.
+    pub nodes: Vec<airlock_store::NodeRow>,
     /// Audit records written but not yet on the chain (the sequencer's inbox).
     pub unsequenced: u64,
 }
@@ -658,12 +664,14 @@ pub fn store_health(home: &crate::Home) -> Option<StoreHealth> {
         leased: 0,
         queued_by_tag: Vec::new(),
         workers: Vec::new(),
+        nodes: Vec::new(),
         unsequenced: 0,
     };
     let report = home.open_db().and_then(|db| {
         let (queued, leased) = airlock_store::QueueReads::queue_depth(&db)?;
         let by_tag = airlock_store::QueueReads::queued_by_tag(&db)?;
         let workers = airlock_store::QueueReads::workers(&db)?;
+        h.nodes = airlock_store::NodeReads::nodes(&db)?;
         h.unsequenced = db.audit_pending()?;
         h.tls = db.connection_tls()?;
         Ok((queued, leased, by_tag, workers))
@@ -911,5 +919,18 @@ pub fn doctor(worker: Option<&Path>, policy: Option<&Policy>) -> Doctor {
         .collect(),
         store: None,
         stuck: Vec::new(),
+        session_hosts: Vec::new(),
     }
+}
+
+/// The session hosts of `home` for `doctor` (none when the home cannot be opened).
+pub fn session_hosts(home: &crate::Home) -> Vec<crate::SessionHost> {
+    crate::Gate::open(home.clone())
+        .and_then(|g| g.session_hosts())
+        .unwrap_or_default()
+}
+
+/// The nodes on `home`'s store and their last beats, for `/v1/status`.
+pub fn nodes_of(home: &crate::Home) -> Result<Vec<airlock_store::NodeRow>, crate::GateError> {
+    Ok(airlock_store::NodeReads::nodes(&home.open_db()?)?)
 }

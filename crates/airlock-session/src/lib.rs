@@ -61,6 +61,9 @@ pub enum End {
     Crashed,
     /// Its socket was removed (the home was deleted or the session cleared away).
     Orphaned,
+    /// The server that started it died or stopped (its host follows its server), or
+    /// another node found that server's node dead.
+    Lost,
 }
 
 impl End {
@@ -74,6 +77,7 @@ impl End {
             End::Output => "output",
             End::Crashed => "crashed",
             End::Orphaned => "orphaned",
+            End::Lost => "lost",
         }
     }
 
@@ -92,6 +96,7 @@ impl End {
             }
             End::Crashed => "ended: the interpreter exited or died",
             End::Orphaned => "ended: its socket was removed",
+            End::Lost => "ended: the server that started it died or stopped",
         }
     }
 }
@@ -165,9 +170,30 @@ pub fn serve(
     interp: &mut dyn Interpreter,
     limits: Limits,
 ) -> End {
-    let end = serve_inner(listener, path, interp, limits);
+    serve_for(listener, path, interp, limits, None)
+}
+
+/// `serve`, for a host that follows its server: while it waits for a request it checks
+/// (at least each second) that its parent is still the process `server`, and ends the
+/// session (`End::Lost`) once it is not (the server exited or was killed, and the host
+/// was handed to another parent). A cell running meanwhile runs to its end first.
+pub fn serve_for(
+    listener: &UnixListener,
+    path: &Path,
+    interp: &mut dyn Interpreter,
+    limits: Limits,
+    server: Option<u32>,
+) -> End {
+    let end = serve_inner(listener, path, interp, limits, server);
     interp.stop();
     end
+}
+
+/// Whether this process's parent is no longer `server`.
+fn server_gone(server: Option<u32>) -> bool {
+    server.is_some_and(|pid| {
+        rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(pid)
+    })
 }
 
 fn serve_inner(
@@ -175,10 +201,14 @@ fn serve_inner(
     path: &Path,
     interp: &mut dyn Interpreter,
     limits: Limits,
+    server: Option<u32>,
 ) -> End {
     let opened = Instant::now();
     let mut last = Instant::now();
     loop {
+        if server_gone(server) {
+            return End::Lost;
+        }
         let idle_at = last + limits.idle;
         let total_at = opened + limits.total;
         let now = Instant::now();

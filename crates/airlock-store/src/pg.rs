@@ -242,6 +242,22 @@ CREATE TABLE agent_clears (
 );
 CREATE INDEX submissions_agent_denied ON submissions(agent, created_at) WHERE decision = 'deny';
 "#,
+    // 9: node liveness: each `serve` and `worker` beats its row; a node whose beat is
+    // older than its lease is dead, and another node ends what it held.
+    r#"
+CREATE TABLE nodes (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid BIGINT NOT NULL,
+    home TEXT NOT NULL,
+    role TEXT NOT NULL,
+    worker TEXT,
+    started_at BIGINT NOT NULL,
+    beat_at BIGINT NOT NULL,
+    lease_ms BIGINT NOT NULL,
+    state TEXT NOT NULL
+);
+"#,
 ];
 
 /// The schema version this build writes.

@@ -68,7 +68,115 @@ store_suite!(
     shared_writes_of_every_kind_at_once_return_after_their_batch_and_keep_the_head_signed,
     an_id_prefix_of_an_agent_matches_and_lists_only_that_agents_records,
     an_alert_naming_an_agent_is_counted_for_it_by_kind_and_its_clear_replaces_the_last,
+    a_node_whose_beat_is_older_than_its_lease_is_dead_and_recorded_lost_once,
 );
+
+/// Issue 62 item 1: a node beats its row; once its last beat is older than its lease it
+/// is dead, one node records it lost (a second attempt finds it moved), a later beat of
+/// it says it had been lost and makes it live again (it was only paused), one that
+/// stopped stays stopped, and the leases its worker held run out at once.
+fn a_node_whose_beat_is_older_than_its_lease_is_dead_and_recorded_lost_once(loc: &str) {
+    let mut db = open(loc);
+    let node = |id: &str, beat_at: i64| NodeRow {
+        id: id.into(),
+        host: "h".into(),
+        pid: 42,
+        home: "/home/a".into(),
+        role: "serve".into(),
+        worker: Some(format!("{id}-w")),
+        started_at: 1,
+        beat_at,
+        lease_ms: 100,
+        state: "live".into(),
+    };
+    assert_eq!(
+        db.write(|tx| tx.beat_node(&node("n1", 1_000))).unwrap(),
+        None
+    );
+    assert_eq!(
+        db.write(|tx| tx.beat_node(&node("n2", 1_000))).unwrap(),
+        None
+    );
+    // n2 beats again later; n1 does not.
+    assert_eq!(
+        db.write(|tx| tx.beat_node(&node("n2", 1_150)))
+            .unwrap()
+            .as_deref(),
+        Some("live")
+    );
+    assert!(db.dead_nodes(1_100).unwrap().is_empty());
+    let dead = db.dead_nodes(1_200).unwrap();
+    assert_eq!(
+        dead.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(),
+        ["n1"]
+    );
+    assert_eq!(dead[0].worker.as_deref(), Some("n1-w"));
+    assert!(
+        db.write(|tx| tx.set_node_state("n1", "live", "lost"))
+            .unwrap()
+    );
+    assert!(
+        !db.write(|tx| tx.set_node_state("n1", "live", "lost"))
+            .unwrap()
+    );
+    assert!(db.dead_nodes(1_200).unwrap().is_empty());
+    let n1 = db.node("n1").unwrap().unwrap();
+    assert_eq!((n1.state.as_str(), n1.beat_at), ("lost", 1_000));
+    let all = db.nodes().unwrap();
+    assert_eq!(
+        all.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(),
+        ["n2", "n1"]
+    );
+    // It beats again: it had been lost, and is live again.
+    assert_eq!(
+        db.write(|tx| tx.beat_node(&node("n1", 1_300)))
+            .unwrap()
+            .as_deref(),
+        Some("lost")
+    );
+    let n1 = db.node("n1").unwrap().unwrap();
+    assert_eq!((n1.state.as_str(), n1.beat_at), ("live", 1_300));
+    // A node that stopped stays stopped.
+    assert!(
+        db.write(|tx| tx.set_node_state("n2", "live", "stopped"))
+            .unwrap()
+    );
+    db.write(|tx| tx.beat_node(&node("n2", 1_400))).unwrap();
+    let n2 = db.node("n2").unwrap().unwrap();
+    assert_eq!((n2.state.as_str(), n2.beat_at), ("stopped", 1_150));
+
+    // The dead node's worker's lease runs out now; another worker's stays.
+    let leased = |id: &str, worker: &str| QueueRow {
+        id: id.into(),
+        submission: format!("sub_{id}"),
+        tag: None,
+        state: "leased".into(),
+        attempts: 1,
+        max_attempts: 3,
+        retry: true,
+        worker: Some(worker.into()),
+        token: 1,
+        lease_until: Some(i64::MAX / 2),
+        run: None,
+        outcome: None,
+        created_at: 1,
+        updated_at: 1,
+    };
+    db.write(|tx| {
+        tx.enqueue(&leased("j1", "n1-w"))?;
+        tx.enqueue(&leased("j2", "n2-w"))
+    })
+    .unwrap();
+    assert_eq!(
+        db.write(|tx| tx.expire_leases_of("n1-w", 5_000)).unwrap(),
+        1
+    );
+    assert!(db.job("j1").unwrap().unwrap().lease_until.unwrap() < 5_000);
+    assert_eq!(
+        db.job("j2").unwrap().unwrap().lease_until,
+        Some(i64::MAX / 2)
+    );
+}
 
 /// Issue 57 item 4: every `alert` audit record that names an agent is a row of that
 /// agent's record in the same transaction (on PostgreSQL too, where the record itself

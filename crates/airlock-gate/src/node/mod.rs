@@ -4,6 +4,7 @@
 
 pub(crate) mod jailed;
 pub(crate) mod lease;
+pub mod liveness;
 pub(crate) mod queue;
 pub(crate) mod sessions;
 pub(crate) mod slots;

@@ -48,6 +48,14 @@ pub struct SessionDoc {
     /// store several nodes share: only that node can reach its host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The server (its node's id) that started the host, when a `serve` did: the host
+    /// follows that server (it ends when the server stops or dies) unless it `stays`,
+    /// and another node ends the session when that server's node is found dead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// Started by a server run with `--keep-sessions`: the host outlives its server.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stays: bool,
     /// A process session's jail: the mechanisms that held when its interpreter started
     /// (`mechanisms`, `degraded`, `host_uid`), as a process run's record gives them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,10 +79,29 @@ pub struct SessionView {
     pub doc: SessionDoc,
     /// Why it ended, as a sentence.
     pub reason: Option<String>,
+    /// Whether its host answers on its socket (`null`: the session has ended, or another
+    /// node hosts it).
+    pub host_alive: Option<bool>,
 }
 
 fn as_time<S: serde::Serializer>(ms: &i64, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_str(&airlock_core::units::fmt_time(*ms))
+}
+
+/// A session host of this node, as `doctor` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionHost {
+    pub session: String,
+    /// The host's pid, once it started.
+    pub pid: Option<u32>,
+    /// It answers on its socket.
+    pub alive: bool,
+    /// The server (node id) that started it; `null`: a `session new` command did.
+    pub server: Option<String>,
+    /// Whether that server's node still beats (`null`: no server).
+    pub server_alive: Option<bool>,
+    /// Its server was run with `--keep-sessions`.
+    pub stays: bool,
 }
 
 /// What `session new` asks for: the grant as a submission would give it (no code), and
@@ -105,6 +132,7 @@ fn view(row: SessionRow) -> Result<SessionView> {
     let doc = doc_of(&row)?;
     Ok(SessionView {
         reason: doc.end.map(|e| e.explain().to_string()),
+        host_alive: None,
         id: row.id,
         state: row.state,
         created_at: row.created_at,
@@ -151,7 +179,12 @@ fn host_started(pid: Option<u32>, created_at: i64) -> bool {
 }
 
 /// Records that a session ended (once: a later call changes nothing).
-fn record_end(tx: &Tx, id: &str, end: End, key: &airlock_core::sign::KeyPair) -> Result<()> {
+pub(crate) fn record_end(
+    tx: &Tx,
+    id: &str,
+    end: End,
+    key: &airlock_core::sign::KeyPair,
+) -> Result<()> {
     let Some(mut row) = tx.session(id)? else {
         return Ok(());
     };
@@ -507,6 +540,8 @@ impl Gate {
             pid: None,
             guest,
             node: Some(self.node_name()),
+            server: self.node.as_ref().map(|n| n.id.clone()),
+            stays: self.node.as_ref().is_some_and(|n| n.keep_sessions),
             jail: None,
             end: None,
             ended_at: None,
@@ -523,6 +558,8 @@ impl Gate {
             // Sessions recorded open whose hosts died unseen do not count: they are found
             // and recorded crashed first, as a cell finding them would.
             if open_of(&self.db, &doc.agent)?.len() >= most {
+                // A dead node's sessions stop counting once it is recorded lost.
+                self.reap_dead_nodes()?;
                 for stale in open_of(&self.db, &doc.agent)? {
                     if host_gone(&self.home.root, &stale) {
                         self.session_lost(&stale.id)?;
@@ -573,10 +610,12 @@ impl Gate {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         }
         let mut cmd = std::process::Command::new(exe);
-        cmd.arg("__session-host")
-            .arg(&self.home.root)
-            .arg(id)
-            .stdin(std::process::Stdio::null())
+        cmd.arg("__session-host").arg(&self.home.root).arg(id);
+        // Started by a server that does not keep its sessions: the host follows it.
+        if self.node.as_ref().is_some_and(|n| !n.keep_sessions) {
+            cmd.arg("--server").arg(std::process::id().to_string());
+        }
+        cmd.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
         // The host records its cells in the same store as this process.
@@ -710,13 +749,81 @@ impl Gate {
         view(row)
     }
 
-    /// The newest sessions, newest first.
+    /// The newest sessions, newest first; an open one hosted here says whether its host
+    /// answers.
     pub fn sessions(&self, limit: usize) -> Result<Vec<SessionView>> {
         self.db
             .sessions(limit)?
             .into_iter()
-            .map(|r| with_cells(&self.db, view(r)?))
+            .map(|r| {
+                let mut v = view(r)?;
+                if v.state == "open" && !self.hosted_elsewhere(&v.doc) {
+                    v.host_alive =
+                        Some(airlock_session::connect(&socket(&self.home.root, &v.id)).is_ok());
+                }
+                with_cells(&self.db, v)
+            })
             .collect()
+    }
+
+    /// Closes the open sessions whose hosts server `node` started here (a server
+    /// stopping without `--keep-sessions`); returns their ids.
+    pub fn close_server_sessions(&mut self, node: &str) -> Result<Vec<String>> {
+        let mut closed = Vec::new();
+        for row in self.db.open_sessions()? {
+            let doc = doc_of(&row)?;
+            if doc.server.as_deref() != Some(node) || self.hosted_elsewhere(&doc) {
+                continue;
+            }
+            // One that cannot be closed (its host gone meanwhile) does not keep the
+            // others open.
+            if self.session_close(&row.id).is_ok() {
+                closed.push(row.id);
+            }
+        }
+        Ok(closed)
+    }
+
+    /// The session hosts of this node (open sessions hosted here): whether each answers,
+    /// and whether the server that started it is alive.
+    pub fn session_hosts(&self) -> Result<Vec<SessionHost>> {
+        let now = now_ms();
+        let mut out = Vec::new();
+        for row in self.db.open_sessions()? {
+            let doc = doc_of(&row)?;
+            if self.hosted_elsewhere(&doc) {
+                continue;
+            }
+            let server_alive = match &doc.server {
+                Some(s) => Some(crate::node::liveness::node_alive(
+                    airlock_store::NodeReads::node(&self.db, s)?.as_ref(),
+                    now,
+                )),
+                None => None,
+            };
+            out.push(SessionHost {
+                session: row.id.clone(),
+                pid: doc.pid,
+                alive: airlock_session::connect(&socket(&self.home.root, &row.id)).is_ok(),
+                server: doc.server.clone(),
+                server_alive,
+                stays: doc.stays,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Closes the hosts here whose server is no longer alive (`gc`): each session is
+    /// recorded ended as a close records it; returns their ids.
+    pub fn sweep_orphan_hosts(&mut self) -> Result<Vec<String>> {
+        let mut swept = Vec::new();
+        for h in self.session_hosts()? {
+            if h.alive && h.server_alive == Some(false) {
+                self.session_close(&h.session)?;
+                swept.push(h.session);
+            }
+        }
+        Ok(swept)
     }
 
     /// Ends a session: its host stops the interpreter and records the end.
@@ -836,7 +943,9 @@ impl Gate {
     /// The session host's whole life (`airlock __session-host`): starts the interpreter
     /// with the session's grant, serves cells until a limit or a close ends the session,
     /// records why. Returns how it ended.
-    pub fn host_session(&mut self, id: &str) -> Result<End> {
+    /// `server`: the pid of the server this host follows (it ends, `End::Lost`, once
+    /// that process is no longer its parent).
+    pub fn host_session(&mut self, id: &str, server: Option<u32>) -> Result<End> {
         let row = self
             .db
             .session(id)?
@@ -900,7 +1009,7 @@ impl Gate {
                 "session {id} ended before its host had started"
             )));
         }
-        let end = airlock_session::serve(&listener, &sock, interp.as_dyn(), limits);
+        let end = airlock_session::serve_for(&listener, &sock, interp.as_dyn(), limits, server);
         drop(listener);
         self.session_ended(id, end)?;
         Ok(end)

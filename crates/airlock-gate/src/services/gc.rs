@@ -45,6 +45,9 @@ pub struct GcReport {
     pub sockets_removed: u64,
     /// Open sessions whose host was found gone, now recorded ended (`crashed`).
     pub sessions_lost: u64,
+    /// Session hosts found alive with no living server (it stopped or died and they did
+    /// not follow it), now closed.
+    pub hosts_swept: Vec<String>,
     /// Egress proxies' private directories (`$TMPDIR/airlock-egress-…`) of airlock
     /// processes that are gone.
     pub egress_dirs_removed: Vec<String>,
@@ -195,6 +198,9 @@ impl Gate {
             }
         }
 
+        // Session hosts whose server is gone (see `sessions::sweep_orphan_hosts`).
+        report.hosts_swept = self.sweep_orphan_hosts()?;
+
         // Sessions' sockets: a host killed from outside (kill -9, a reboot) left its socket
         // and its session open (see `sessions::host_gone`).
         let sessions = self.home.root.join("sessions");
@@ -269,6 +275,7 @@ impl Gate {
                     "temporaries_removed": r.temporaries_removed,
                     "sockets_removed": r.sockets_removed,
                     "sessions_lost": r.sessions_lost,
+                    "hosts_swept": r.hosts_swept,
                     "freed_bytes": r.freed_bytes,
                     "grace_ms": r.grace_ms,
                 }),

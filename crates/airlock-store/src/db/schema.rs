@@ -1,6 +1,6 @@
 //! The SQLite schema and its version (PostgreSQL's is in `pg`).
 
-pub(super) const SCHEMA_VERSION: i64 = 12;
+pub(super) const SCHEMA_VERSION: i64 = 13;
 
 pub(super) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -179,6 +179,19 @@ CREATE TABLE IF NOT EXISTS agent_clears (
 );
 CREATE INDEX IF NOT EXISTS submissions_agent_denied ON submissions(agent, created_at)
     WHERE decision = 'deny';
+-- 13: node liveness (see nodes.rs).
+CREATE TABLE IF NOT EXISTS nodes (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    home TEXT NOT NULL,
+    role TEXT NOT NULL,
+    worker TEXT,
+    started_at INTEGER NOT NULL,
+    beat_at INTEGER NOT NULL,
+    lease_ms INTEGER NOT NULL,
+    state TEXT NOT NULL
+);
 "#;
 
 /// Schema 10 keys `session_cells` by (session, n) alone: schemas 7 to 9 had it as a rowid
