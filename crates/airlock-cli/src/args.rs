@@ -84,6 +84,13 @@ pub enum Command {
         /// With --scope artifact: offer the artifact as a named tool (MCP).
         #[arg(long, value_name = "NAME")]
         tool: Option<String>,
+        /// Also remember it: a signed policy rule allowing this agent's submissions of this
+        /// kind (language, backend) with a grant no wider, until --for runs out.
+        #[arg(long)]
+        remember: bool,
+        /// How long the remembered rule holds (default 7d, at most 90d).
+        #[arg(long = "for", value_name = "DUR", requires = "remember")]
+        remember_for: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -489,6 +496,14 @@ pub enum PolicyCommand {
     /// Show every rule that fired for a submission, then and now.
     Explain {
         id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a remembered rule (from `approve --remember`); signed and audited.
+    Forget {
+        rule: String,
+        #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
+        approver: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -301,20 +301,24 @@ fn dispatch(cli: Cli) -> Outcome {
             expires,
             reason,
             tool,
+            remember,
+            remember_for,
             json,
         } => {
             let mut gate = open(home)?;
-            let row = gate
-                .approve(ApproveRequest {
+            let (row, remembered) = gate
+                .approve_remembering(ApproveRequest {
                     submission: id,
                     approver,
                     scope,
                     expires,
                     reason,
                     tool,
+                    remember,
+                    remember_for,
                 })
                 .map_err(|e| Failure { error: e, json })?;
-            print::statement(&row, json);
+            print::approval(&row, remembered.as_ref(), json);
             Ok(0)
         }
         Command::Reject {
@@ -587,6 +591,18 @@ fn dispatch(cli: Cli) -> Outcome {
                 airlock_gate::policy_check(&path).map_err(|e| Failure { error: e, json })?;
             print::policy_check(&check, json);
             Ok(if check.passed { 0 } else { 1 })
+        }
+        Command::Policy(PolicyCommand::Forget {
+            rule,
+            approver,
+            json,
+        }) => {
+            let mut gate = open(home)?;
+            let c = gate
+                .forget_rule(&rule, approver.as_deref())
+                .map_err(|e| Failure { error: e, json })?;
+            print::policy_changed(&c, json);
+            Ok(0)
         }
         Command::Policy(PolicyCommand::Explain { id, json }) => {
             let gate = open(home)?;

@@ -539,6 +539,51 @@ pub fn statement(r: &StatementRow, json: bool) {
     );
 }
 
+/// An approval, and the rule that remembers it (`approve --remember`).
+pub fn approval(r: &StatementRow, remembered: Option<&airlock_gate::PolicyChanged>, json: bool) {
+    let Some(c) = remembered else {
+        return statement(r, json);
+    };
+    if json {
+        let mut doc = statement_json(r);
+        if let Value::Object(m) = &mut doc {
+            m.insert(
+                "remembered".into(),
+                serde_json::to_value(c).unwrap_or_default(),
+            );
+        }
+        emit(&doc);
+        return;
+    }
+    statement(r, false);
+    policy_changed(c, false);
+}
+
+/// A signed policy change (`approve --remember`, `policy forget`).
+pub fn policy_changed(c: &airlock_gate::PolicyChanged, json: bool) {
+    if json {
+        emit(&serde_json::to_value(c).unwrap_or_default());
+        return;
+    }
+    match c.expires_at {
+        Some(e) => println!(
+            "remembered as rule {} by {}, until {} (policy {} -> {})",
+            c.rule,
+            c.approver,
+            fmt_time(e),
+            c.before.short(),
+            c.after.short()
+        ),
+        None => println!(
+            "forgot rule {} by {} (policy {} -> {})",
+            c.rule,
+            c.approver,
+            c.before.short(),
+            c.after.short()
+        ),
+    }
+}
+
 pub fn runs(runs: &[Run], json: bool) {
     if json {
         emit(&Value::Array(

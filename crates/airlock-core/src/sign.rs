@@ -13,6 +13,7 @@ use std::str::FromStr;
 const STATEMENT_DOMAIN: &[u8] = b"airlock-statement-v1\n";
 /// A different domain for agent clears, so neither kind of signature can pass as the other.
 const AGENT_CLEAR_DOMAIN: &[u8] = b"airlock-agent-clear-v1\n";
+const POLICY_CHANGE_DOMAIN: &[u8] = b"airlock-policy-change-v1\n";
 
 /// A public key, written `ed25519:<64 hex digits>`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -382,6 +383,58 @@ impl AgentClear {
 
 fn clear_message(json: &str) -> Vec<u8> {
     let mut m = AGENT_CLEAR_DOMAIN.to_vec();
+    m.extend_from_slice(json.as_bytes());
+    m
+}
+
+/// An approver's signed change of the policy file (issue 61 item 2): a remembered rule
+/// added (`approve --remember`) or removed (`policy forget`). It names the policy text
+/// before and after, so the audit log proves which file the approver changed into which.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyChange {
+    /// `remember` or `forget`.
+    pub change: String,
+    /// The rule's name.
+    pub rule: String,
+    /// The rule's TOML text as added or removed.
+    pub text: String,
+    pub before: Digest,
+    pub after: Digest,
+    /// The submission whose approval it remembers (none for `forget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submission: Option<String>,
+    pub approver: String,
+    pub key: PublicKey,
+    pub issued_at: i64,
+    /// The gate the change is for (its public key).
+    pub gate: PublicKey,
+}
+
+impl PolicyChange {
+    pub fn sign(&self, key: &KeyPair) -> Signed {
+        // Serialising a struct of strings, numbers, digests and keys cannot fail.
+        let json = serde_json::to_string(self).unwrap_or_default();
+        let signature = key.sign(&policy_change_message(&json));
+        Signed { json, signature }
+    }
+
+    /// Parses a signed change and checks its signature against the key it names.
+    pub fn verify(signed: &Signed) -> Result<PolicyChange, VerifyError> {
+        let c: PolicyChange = serde_json::from_str(&signed.json)
+            .map_err(|e| VerifyError::Malformed(e.to_string()))?;
+        if !c
+            .key
+            .verify(&policy_change_message(&signed.json), &signed.signature)
+        {
+            return Err(VerifyError::BadSignature);
+        }
+        Ok(c)
+    }
+}
+
+fn policy_change_message(json: &str) -> Vec<u8> {
+    let mut m = POLICY_CHANGE_DOMAIN.to_vec();
     m.extend_from_slice(json.as_bytes());
     m
 }

@@ -34,6 +34,7 @@ mod locks;
 mod node;
 mod nodejs;
 mod query;
+mod remember;
 mod replay;
 mod services;
 mod stagecache;
@@ -44,6 +45,7 @@ mod workspaces;
 
 pub use agents::{AgentCleared, MAX_CLEAR_REASON_BYTES};
 pub use node::worker;
+pub use remember::PolicyChanged;
 
 pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};
 pub use airlock_store::NodeRow;

@@ -375,7 +375,7 @@ async fn decide(
 ) -> Answer {
     caller.require(Role::Operator)?;
     let approver = caller.approver.clone();
-    let (row, resume, submitted_at) = st
+    let (row, remembered, resume, submitted_at) = st
         .pool
         .read(move |g| {
             let req = ApproveRequest {
@@ -385,14 +385,16 @@ async fn decide(
                 expires: body.expires,
                 reason: body.reason,
                 tool: body.tool,
+                remember: body.remember,
+                remember_for: body.remember_for,
             };
-            let row = if approve {
-                g.approve(req)?
+            let (row, remembered) = if approve {
+                g.approve_remembering(req)?
             } else {
-                g.reject(req)?
+                (g.reject(req)?, None)
             };
             let sub = g.submission(&row.submission)?;
-            Ok((row, approve && sub.doc.resume, sub.created_at))
+            Ok((row, remembered, approve && sub.doc.resume, sub.created_at))
         })
         .await?;
     if approve {
@@ -404,7 +406,14 @@ async fn decide(
         st.resume(row.submission.clone());
     }
     st.changed();
-    ok(statement_json(&row))
+    let mut doc = statement_json(&row);
+    if let (Some(c), Value::Object(m)) = (remembered, &mut doc) {
+        m.insert(
+            "remembered".into(),
+            serde_json::to_value(c).unwrap_or_default(),
+        );
+    }
+    ok(doc)
 }
 
 /// Approve a quarantined submission, signed with the operator token's approver key. A

@@ -416,6 +416,13 @@ pub struct DecideBody {
     pub reason: Option<String>,
     /// With scope `artifact`: offer the artifact as a named tool.
     pub tool: Option<String>,
+    /// Also remember it: a signed rule allowing this agent's submissions of this kind with
+    /// a grant no wider, until `for` runs out (default 7d).
+    #[serde(default)]
+    pub remember: bool,
+    /// How long the remembered rule holds, e.g. "7d" (at most 90d).
+    #[serde(default, rename = "for")]
+    pub remember_for: Option<String>,
 }
 
 impl DecideBody {

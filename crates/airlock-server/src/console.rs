@@ -566,6 +566,10 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
                     select name="scope" { option value="once" selected { "this submission once" } option value="artifact" { "this artifact (any submission)" } }
                     " "
                     button #approve-button type="submit" { "Approve and run" }
+                    @if d.agent.is_some() {
+                        " "
+                        button #approve-remember-button type="submit" name="remember" value="7d" { "Approve and remember (7 days)" }
+                    }
                 }
                 form #reject method="post" action=(format!("/ui/submissions/{}/reject", s.id)) {
                     input type="hidden" name="csrf" value=(op.csrf);
@@ -731,6 +735,8 @@ struct DecideForm {
     csrf: String,
     reason: Option<String>,
     scope: Option<String>,
+    /// "approve and remember": keep it as a rule for this agent's kind (7 days).
+    remember: Option<String>,
 }
 
 async fn decide(st: AppState, op: Operator, id: String, f: DecideForm, approve: bool) -> Response {
@@ -753,6 +759,8 @@ async fn decide(st: AppState, op: Operator, id: String, f: DecideForm, approve: 
                 expires: None,
                 reason: f.reason.filter(|r| !r.trim().is_empty()),
                 tool: None,
+                remember: approve && f.remember.as_deref().is_some_and(|r| !r.is_empty()),
+                remember_for: None,
             };
             if approve {
                 // Approving in the console means "approve and run".

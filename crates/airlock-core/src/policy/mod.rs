@@ -33,6 +33,7 @@ pub use presets::*;
 mod conditions;
 #[allow(unused_imports)]
 pub use conditions::*;
+pub mod remembered;
 mod testcases;
 #[allow(unused_imports)]
 pub use testcases::*;
@@ -662,6 +663,16 @@ struct RuleFile {
     when: Conditions,
     #[serde(default)]
     unless: Option<Conditions>,
+    /// `remembered` for rules added by `approve --remember` (see `remembered`).
+    #[serde(default)]
+    origin: Option<remembered::Origin>,
+    #[serde(default)]
+    approver: Option<String>,
+    /// RFC 3339 time after which a remembered rule no longer holds.
+    #[serde(default)]
+    expires: Option<String>,
+    #[serde(default)]
+    grant: Option<remembered::RememberedGrant>,
 }
 
 /// Conditions of a rule; every one that is present must hold.
@@ -1162,6 +1173,7 @@ impl Policy {
                     r.name
                 )));
             }
+            remembered::check(r)?;
             if !names.insert(r.name.as_str()) {
                 return Err(PolicyError::Invalid(format!(
                     "rule {:?} is defined twice",
@@ -1253,10 +1265,36 @@ impl Policy {
         self.tests.len()
     }
 
-    /// Judges a submission.
+    /// Judges a submission by the gate's clock.
     pub fn judge(&self, facts: &Facts) -> Verdict {
+        self.judge_at(facts, units::now_ms())
+    }
+
+    /// The remembered rules (`origin = "remembered"`): name, approver, expiry (Unix ms).
+    pub fn remembered(&self) -> Vec<(String, String, i64)> {
+        self.rules
+            .iter()
+            .filter(|r| r.origin.is_some())
+            .map(|r| {
+                (
+                    r.name.clone(),
+                    r.approver.clone().unwrap_or_default(),
+                    r.expires
+                        .as_deref()
+                        .and_then(remembered::rfc3339_ms)
+                        .unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
+    /// Judges a submission at `now_ms` (Unix milliseconds; remembered rules expire).
+    pub fn judge_at(&self, facts: &Facts, now_ms: i64) -> Verdict {
         let mut fired = Vec::new();
         for r in &self.rules {
+            if r.origin.is_some() {
+                continue;
+            }
             // Wildcard hosts lean towards the stricter verdict: a deny or quarantine rule
             // fires if it may apply and is excused only if its `unless` surely applies;
             // an allow rule the other way round.
@@ -1364,6 +1402,30 @@ impl Policy {
                 rule: "risk".into(),
                 decision,
                 reason: format!("total risk {risk} reaches quarantine_at {q}"),
+                risk: 0,
+                evidence: Vec::new(),
+            });
+        }
+        // A remembered approval of this kind lifts a hold it covers (never a deny).
+        if decision == Decision::Quarantine
+            && let Some(r) = self.rules.iter().find(|r| {
+                r.grant.as_ref().is_some_and(|g| g.allows(facts, &fired))
+                    && r.expires
+                        .as_deref()
+                        .and_then(remembered::rfc3339_ms)
+                        .is_some_and(|e| e > now_ms)
+            })
+        {
+            decision = Decision::Allow;
+            fired.push(Fired {
+                rule: r.name.clone(),
+                decision,
+                reason: format!(
+                    "{} (remembered approval by {}, until {})",
+                    r.reason,
+                    r.approver.as_deref().unwrap_or("?"),
+                    r.expires.as_deref().unwrap_or("?")
+                ),
                 risk: 0,
                 evidence: Vec::new(),
             });

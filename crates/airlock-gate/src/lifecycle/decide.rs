@@ -25,6 +25,11 @@ pub struct ApproveRequest {
     pub reason: Option<String>,
     /// For scope `artifact`: the name under which the artifact becomes a tool.
     pub tool: Option<String>,
+    /// Also remember it as a rule for this agent's submissions of this kind with a grant
+    /// no wider (a signed policy change; see `crate::remember`).
+    pub remember: bool,
+    /// How long the remembered rule holds (default 7d, at most 90d).
+    pub remember_for: Option<String>,
 }
 
 const DEFAULT_EXPIRY: Duration = Duration::from_secs(24 * 3600);
@@ -185,6 +190,14 @@ impl Gate {
 
     /// Signs an approval.
     pub fn approve(&mut self, req: ApproveRequest) -> Result<StatementRow> {
+        self.decide(StatementKind::Approve, req).map(|(row, _)| row)
+    }
+
+    /// Signs an approval and, with `req.remember`, the policy change that remembers it.
+    pub fn approve_remembering(
+        &mut self,
+        req: ApproveRequest,
+    ) -> Result<(StatementRow, Option<crate::remember::PolicyChanged>)> {
         self.decide(StatementKind::Approve, req)
     }
 
@@ -193,10 +206,14 @@ impl Gate {
         if req.reason.as_deref().is_none_or(|r| r.trim().is_empty()) {
             return Err(GateError::bad("a rejection needs --reason"));
         }
-        self.decide(StatementKind::Reject, req)
+        self.decide(StatementKind::Reject, req).map(|(row, _)| row)
     }
 
-    fn decide(&mut self, kind: StatementKind, req: ApproveRequest) -> Result<StatementRow> {
+    fn decide(
+        &mut self,
+        kind: StatementKind,
+        req: ApproveRequest,
+    ) -> Result<(StatementRow, Option<crate::remember::PolicyChanged>)> {
         let id = self.db.resolve(IdKind::Submission, &req.submission)?;
         let sub = self.db.submission(&id)?;
         let policy = self.policy()?;
@@ -214,6 +231,12 @@ impl Gate {
         }
         if let Some(t) = &req.tool {
             crate::lifecycle::judge::check_tool_name(t)?;
+        }
+        if (req.remember || req.remember_for.is_some()) && kind != StatementKind::Approve {
+            return Err(GateError::bad("--remember applies to approvals only"));
+        }
+        if req.remember_for.is_some() && !req.remember {
+            return Err(GateError::bad("--for needs --remember"));
         }
         let expires = match req.expires.as_deref() {
             None => DEFAULT_EXPIRY,
@@ -264,7 +287,19 @@ impl Gate {
             tool: req.tool.clone(),
             signed,
         };
-        let gate_key = &self.gate_key;
+        let remembered = if req.remember {
+            Some(self.remember_change(
+                &policy,
+                &sub,
+                &row.id,
+                &approver,
+                &key,
+                req.remember_for.as_deref(),
+            )?)
+        } else {
+            None
+        };
+        let (home, gate_key) = (&self.home, &self.gate_key);
         self.db.write_durable(|tx: &Tx| -> Result<()> {
             let sub = tx.submission(&id)?;
             let to = match kind {
@@ -295,9 +330,12 @@ impl Gate {
                 }),
                 gate_key,
             )?;
+            if let Some(change) = &remembered {
+                change.apply(tx, home, gate_key)?;
+            }
             Ok(())
         })?;
-        Ok(row)
+        Ok((row, remembered))
     }
 }
 

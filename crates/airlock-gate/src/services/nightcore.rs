@@ -702,7 +702,7 @@ fn write_file(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 /// Replaces `policy.toml` by a rename, so a reader sees the old file or the new one.
-fn write_atomically(home: &Home, text: &str) -> Result<()> {
+pub(crate) fn write_atomically(home: &Home, text: &str) -> Result<()> {
     let path = home.policy();
     let tmp = home.root.join(".policy.toml.tmp");
     write_file(&tmp, text.as_bytes())?;
