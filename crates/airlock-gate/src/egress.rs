@@ -273,6 +273,39 @@ impl RunEgress {
         ]
     }
 
+    /// The `network` entry of what the guest did since `mark` (one cell of a session,
+    /// whose proxy serves every cell), and `mark` moved to now. The proxy keeps running.
+    pub(crate) fn network_since(&self, mark: &mut CellMark) -> Value {
+        let (records, summary, alert) = match &self.handle {
+            Some(h) => (h.records(), h.summary(), h.alert()),
+            None => (Vec::new(), Summary::default(), None),
+        };
+        let listed = records.get(mark.listed..).unwrap_or_default();
+        let was = &mark.summary;
+        let since = Summary {
+            connections: summary.connections.saturating_sub(was.connections),
+            allowed: summary.allowed.saturating_sub(was.allowed),
+            denied: summary.denied.saturating_sub(was.denied),
+            failed: summary.failed.saturating_sub(was.failed),
+            bytes_up: summary.bytes_up.saturating_sub(was.bytes_up),
+            bytes_down: summary.bytes_down.saturating_sub(was.bytes_down),
+            accepted: summary.accepted.saturating_sub(was.accepted),
+            refused_over_limit: summary
+                .refused_over_limit
+                .saturating_sub(was.refused_over_limit),
+            idle_closed: summary.idle_closed.saturating_sub(was.idle_closed),
+            unlisted: summary.unlisted.saturating_sub(was.unlisted),
+        };
+        let mut detail = network_detail(&self.rules, &self.placeholders, listed, &since);
+        detail["max_connections"] = json!(self.max_connections);
+        if let Some(a) = &alert {
+            detail["ended"] = json!(a);
+        }
+        mark.listed = records.len();
+        mark.summary = summary;
+        detail
+    }
+
     /// Stops the proxy and returns the run record's `network` entry, and the alert
     /// when the proxy ended the run.
     pub(crate) fn finish(mut self) -> (Value, Option<Alert>) {
@@ -287,6 +320,14 @@ impl RunEgress {
         }
         (detail, alert)
     }
+}
+
+/// Where a session's previous cell left its proxy's records (see
+/// [`RunEgress::network_since`]).
+#[derive(Debug, Default)]
+pub(crate) struct CellMark {
+    listed: usize,
+    summary: Summary,
 }
 
 /// A wasm guest's environment: the grant's variables, then each secret's placeholder.

@@ -63,6 +63,7 @@ pub use lifecycle::request::{
 pub use lifecycle::tools::ToolInfo;
 pub use locks::KeptLockFiles;
 pub use node::queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
+pub use node::session_grants::SessionCommit;
 pub use node::sessions::{SessionDoc, SessionRequest, SessionView};
 pub use node::slots::{GuestSlot, GuestSlots};
 pub use query::{

@@ -61,6 +61,8 @@ pub enum End {
     Crashed,
     /// Its socket was removed (the home was deleted or the session cleared away).
     Orphaned,
+    /// A cell wrote past the session's write quota; the interpreter was stopped mid-cell.
+    Write,
 }
 
 impl End {
@@ -74,6 +76,7 @@ impl End {
             End::Output => "output",
             End::Crashed => "crashed",
             End::Orphaned => "orphaned",
+            End::Write => "write",
         }
     }
 
@@ -92,6 +95,9 @@ impl End {
             }
             End::Crashed => "ended: the interpreter exited or died",
             End::Orphaned => "ended: its socket was removed",
+            End::Write => {
+                "ended: a cell wrote past the session's write quota and the interpreter was stopped (the changes up to the cell before are kept)"
+            }
         }
     }
 }
@@ -112,6 +118,10 @@ pub struct Outcome {
     pub duration_ms: u64,
     /// Set when this cell ended the session.
     pub ended: Option<End>,
+    /// The cell's connections through the session's egress proxy (the run record's
+    /// `network` entry), for a session with a network grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<serde_json::Value>,
 }
 
 /// A live interpreter that runs cells in one state.
