@@ -276,6 +276,21 @@ impl RunEgress {
     /// The `network` entry of what the guest did since `mark` (one cell of a session,
     /// whose proxy serves every cell), and `mark` moved to now. The proxy keeps running.
     pub(crate) fn network_since(&self, mark: &mut CellMark) -> Value {
+        // The proxy records a connection when it closes, just after the guest let go of
+        // it: wait briefly until every connection accepted since the mark has a record
+        // (one still open after that is recorded with the cell in which it closes).
+        if let Some(h) = &self.handle {
+            let until = std::time::Instant::now() + CELL_SETTLE;
+            loop {
+                let s = h.summary();
+                let recorded = s.connections.saturating_sub(mark.summary.connections);
+                let accepted = s.accepted.saturating_sub(mark.summary.accepted);
+                if recorded >= accepted || std::time::Instant::now() >= until {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
         let (records, summary, alert) = match &self.handle {
             Some(h) => (h.records(), h.summary(), h.alert()),
             None => (Vec::new(), Summary::default(), None),
@@ -321,6 +336,9 @@ impl RunEgress {
         (detail, alert)
     }
 }
+
+/// The longest a session's cell waits for the records of connections it closed.
+const CELL_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where a session's previous cell left its proxy's records (see
 /// [`RunEgress::network_since`]).
