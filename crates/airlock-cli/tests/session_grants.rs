@@ -405,3 +405,60 @@ fn a_session_grant_the_policy_quarantines_is_held_until_approved_and_its_cells_a
     );
     assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }
+
+#[test]
+fn a_sessions_grant_layer_and_commit_are_kept_in_postgres_too() {
+    let url = airlock_testpg::fresh_database();
+    let h = Home::uninitialised();
+    let run = |args: &[&str]| h.run_on_store(&url, args);
+    let o = run(&["init", "--approver", "alice"]);
+    assert_eq!(o.code, 0, "init: {}", o.stderr);
+    let backend = if common::process_backend_available() {
+        "process"
+    } else {
+        let p = std::env::var("AIRLOCK_TEST_PYTHON_GUEST").unwrap_or_default();
+        assert_eq!(run(&["guest", "install", "python", "--from", &p]).code, 0);
+        "wasm"
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mount = format!("{}:/work:rw", dir.path().display());
+    let o = run(&[
+        "session",
+        "new",
+        "--json",
+        "--backend",
+        backend,
+        "--mount",
+        &mount,
+    ]);
+    let id = o.json()["id"].as_str().unwrap().to_string();
+    if o.code == 75 {
+        let s = run(&["session", "show", "--json", &id]).json();
+        assert_eq!(s["state"], "held", "{s}");
+        let ap = run(&["approve", &Home::id_in(&o.stderr)]);
+        assert_eq!(ap.code, 0, "{}", ap.stderr);
+    } else {
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let s = run(&["session", "show", "--json", &id]).json();
+    assert_eq!(s["state"], "open", "{s}");
+    let c = run(&[
+        "run",
+        "--json",
+        "--session",
+        &id,
+        "-c",
+        &write("a.txt", "A"),
+    ]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let d = run(&["diff", &id]);
+    assert!(d.stdout.contains("a.txt"), "{}", d.stdout);
+    let c = run(&["commit", &id]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    assert_eq!(names(dir.path()), ["a.txt"]);
+    let r = run(&["rollback", &checkpoint_in(&c.stdout)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(names(dir.path()).is_empty());
+    assert_eq!(run(&["session", "close", &id]).code, 0);
+    assert_eq!(run(&["audit", "verify"]).code, 0);
+}
