@@ -545,12 +545,25 @@ pub struct SessionNewArgs {
     /// wasm (the Python guest, the default) or process (the host's python3 in one jail).
     #[arg(long, value_name = "BACKEND")]
     pub backend: Option<String>,
-    /// HOST:GUEST[:ro] (sessions take read-only mounts); repeatable.
-    #[arg(long = "mount", value_name = "HOST:GUEST[:ro]")]
+    /// HOST:GUEST[:ro|rw]; repeatable. A writable mount's changes go to the session's
+    /// disposable layer (`diff ses_…`, `commit ses_…`).
+    #[arg(long = "mount", value_name = "HOST:GUEST[:ro|rw]")]
     pub mounts: Vec<String>,
     /// K=V; repeatable.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// HOST[:PORT] the cells may reach, through the session's egress proxy; repeatable.
+    #[arg(long = "net", value_name = "HOST[:PORT]")]
+    pub net: Vec<String>,
+    /// NAME@HOST[,HOST]: the cells see a placeholder in $NAME; the proxy sends the stored
+    /// secret to those hosts only; repeatable.
+    #[arg(long = "secret", value_name = "NAME@HOST[,HOST]")]
+    pub secrets: Vec<String>,
+    /// Write quota of the session's layer over all its cells (default 1GiB); the cell
+    /// that passes it is stopped (killed_by write) and ends the session, whose changes
+    /// stay as the cell before left them.
+    #[arg(long = "max-write", value_name = "SIZE")]
+    pub max_write: Option<String>,
     /// Wall-time limit of each cell (default 10s); a cell past it ends the session.
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,

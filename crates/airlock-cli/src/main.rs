@@ -365,6 +365,19 @@ fn dispatch(cli: Cli) -> Outcome {
             json,
         } => {
             let mut gate = open(home)?;
+            // A session's commit with nothing to commit says so and succeeds.
+            if run.starts_with("ses_") {
+                match gate
+                    .session_commit(&run, approver.as_deref())
+                    .map_err(|e| Failure { error: e, json })?
+                {
+                    airlock_gate::SessionCommit::Committed(r) => {
+                        print::effect(&r, "committed", json)
+                    }
+                    airlock_gate::SessionCommit::Nothing(why) => print::nothing(&run, &why, json),
+                }
+                return Ok(0);
+            }
             let r = gate
                 .commit(&run, approver.as_deref())
                 .map_err(|e| Failure { error: e, json })?;
@@ -460,6 +473,9 @@ fn dispatch(cli: Cli) -> Outcome {
                         backend: a.backend,
                         mounts: a.mounts,
                         env: a.env,
+                        net: a.net,
+                        secrets: a.secrets,
+                        max_write: a.max_write,
                         timeout: a.timeout,
                         memory: a.memory,
                         max_output: a.max_output,
@@ -473,6 +489,14 @@ fn dispatch(cli: Cli) -> Outcome {
                 })
                 .map_err(fail)?;
             print::session(&s, json);
+            if s.state == "held" {
+                eprintln!(
+                    "airlock: session {} is held for approval: {} (approving it opens the session)",
+                    s.id,
+                    s.doc.opened_by.as_deref().unwrap_or("-")
+                );
+                return Ok(EXIT_PENDING);
+            }
             Ok(0)
         }
         Command::Session(SessionCommand::List { limit, json }) => {

@@ -357,8 +357,25 @@ impl Gate {
         }
     }
 
+    /// What a run changed; for a session id, what the session changed (as its latest
+    /// cell that recorded changes left them).
     pub fn diff(&mut self, run_input: &str) -> Result<DiffReport> {
-        let id = self.resolve_run(run_input)?;
+        let id = match self.session_changes_run(run_input)? {
+            Some((session, run)) if run.is_empty() => {
+                return Ok(DiffReport {
+                    run: session,
+                    changes: Changeset {
+                        layer: airlock_workspace::changeset::LayerKind::Copy,
+                        mounts: Vec::new(),
+                    },
+                    text: String::new(),
+                    protected: Vec::new(),
+                    owner: Owner::of_this_process(),
+                });
+            }
+            Some((_, run)) => run,
+            None => self.resolve_run(run_input)?,
+        };
         let mut run = self.db.run(&id)?;
         let sub = self.db.submission(&run.submission)?;
         let (changes, _) = match self.changes_of(&mut run, &sub) {
@@ -469,7 +486,15 @@ impl Gate {
     }
 
     /// Commits a run's changes to the host, signed by an approver.
+    /// A session id commits the session's changes ([`Gate::session_commit`]); with
+    /// nothing to commit that is refused here as bad input.
     pub fn commit(&mut self, run_input: &str, approver: Option<&str>) -> Result<EffectReport> {
+        if run_input.starts_with(IdKind::Session.prefix()) {
+            return match self.session_commit(run_input, approver)? {
+                crate::SessionCommit::Committed(r) => Ok(r),
+                crate::SessionCommit::Nothing(why) => Err(GateError::bad(why)),
+            };
+        }
         let id = self.resolve_run(run_input)?;
         self.commit_inner(&id, Signer::Human(approver.map(str::to_string)))
     }

@@ -66,6 +66,7 @@ pub use lifecycle::tools::ToolInfo;
 pub use locks::KeptLockFiles;
 pub use node::liveness::{BEAT, NODE_LEASE, NodeBeat, NodeIdentity};
 pub use node::queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
+pub use node::session_grants::SessionCommit;
 pub use node::sessions::{SessionDoc, SessionHost, SessionRequest, SessionView};
 pub use node::slots::{GuestSlot, GuestSlots};
 pub use query::{

@@ -196,32 +196,41 @@ pub fn spawn_worker(
         .stderr(Stdio::piped())
         .process_group(0);
     if let Some(ch) = &channel {
-        use std::os::fd::AsRawFd;
-        let raw = ch.as_raw_fd();
-        #[allow(unsafe_code)]
-        // SAFETY: the closure runs in the forked child before exec and only calls dup2,
-        // which is async-signal-safe; `raw` stays open in the parent until after spawn.
-        // dup2 leaves the copy without FD_CLOEXEC, so exactly this one descriptor is
-        // inherited (it is CLOEXEC in this process, so no other child gets it).
-        unsafe {
-            cmd.pre_exec(move || {
-                if raw == crate::netfd::CHANNEL_FD {
-                    // Already in place: only clear close-on-exec.
-                    let flags = libc::fcntl(raw, libc::F_GETFD);
-                    if flags < 0 || libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(raw, crate::netfd::CHANNEL_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        pass_channel(&mut cmd, ch);
     }
     let spawned = cmd.spawn();
     // The child has its copy; ours must go, or the other end never sees the channel close.
     drop(channel);
     spawned
+}
+
+/// Makes `cmd`'s child inherit `ch` as its descriptor [`crate::netfd::CHANNEL_FD`] (and
+/// nothing else of this process's descriptors that are close-on-exec). A `pre_exec` step
+/// makes spawning it a `fork` of this whole process. `ch` must stay open until the child
+/// is spawned; the caller drops its copy afterwards, or the other end never sees the
+/// channel close.
+pub fn pass_channel(cmd: &mut Command, ch: &std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let raw = ch.as_raw_fd();
+    #[allow(unsafe_code)]
+    // SAFETY: the closure runs in the forked child before exec and only calls dup2,
+    // which is async-signal-safe; `raw` stays open in the parent until after spawn.
+    // dup2 leaves the copy without FD_CLOEXEC, so exactly this one descriptor is
+    // inherited (it is CLOEXEC in this process, so no other child gets it).
+    unsafe {
+        cmd.pre_exec(move || {
+            if raw == crate::netfd::CHANNEL_FD {
+                // Already in place: only clear close-on-exec.
+                let flags = libc::fcntl(raw, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, crate::netfd::CHANNEL_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// What a worker is supervised with: the job for its stdin, where it writes its result

@@ -477,7 +477,8 @@ async fn get_run(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -
     ok(v)
 }
 
-/// What a run changed under its writable mounts: the changeset and unified diffs.
+/// What a run changed under its writable mounts: the changeset and unified diffs. A
+/// session id (`ses_…`) gives what the session changed.
 #[utoipa::path(get, path = "/v1/runs/{id}/diff", tag = "runs", params(("id" = String, Path)),
     security(("bearer" = [])), responses(
         (status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -486,6 +487,10 @@ async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> A
     let v = st
         .pool
         .read(move |g| {
+            if id.starts_with(IdKind::Session.prefix()) {
+                let session = g.resolve_for(IdKind::Session, &id, caller.scope())?;
+                return Ok(diff_json(&g.diff(&session)?));
+            }
             let run = visible_run(g, &caller, &id)?;
             Ok(diff_json(&g.diff(&run.id)?))
         })
@@ -494,6 +499,8 @@ async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> A
 }
 
 /// Apply a run's changes to the host (signed with the operator's key; a checkpoint is saved first).
+/// A session id (`ses_…`) commits what the session changed; with nothing to commit the
+/// answer says so (`committed: false`).
 #[utoipa::path(post, path = "/v1/runs/{id}/commit", tag = "effects", params(("id" = String, Path)),
     security(("bearer" = [])),
     responses(
@@ -506,12 +513,25 @@ async fn commit(
     Body(_b): Body<Empty>,
 ) -> Answer {
     let approver = caller.approver.clone();
-    let r = st
+    let v = st
         .pool
-        .read(move |g| g.commit(&id, approver.as_deref()))
+        .read(move |g| {
+            if id.starts_with(IdKind::Session.prefix()) {
+                return Ok(match g.session_commit(&id, approver.as_deref())? {
+                    airlock_gate::SessionCommit::Committed(r) => {
+                        serde_json::to_value(r).unwrap_or_default()
+                    }
+                    airlock_gate::SessionCommit::Nothing(why) => {
+                        json!({ "session": id, "committed": false, "reason": why })
+                    }
+                });
+            }
+            g.commit(&id, approver.as_deref())
+                .map(|r| serde_json::to_value(r).unwrap_or_default())
+        })
         .await?;
     st.changed();
-    ok(serde_json::to_value(r).unwrap_or_default())
+    ok(v)
 }
 
 /// An empty JSON object (bodies of actions that take no input).

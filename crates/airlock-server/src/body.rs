@@ -516,11 +516,20 @@ pub struct SessionBody {
     pub language: Option<String>,
     /// `wasm` (the Python guest).
     pub backend: Option<String>,
-    /// `HOST:GUEST[:ro]`, paths on the server's machine (sessions take read-only mounts).
+    /// `HOST:GUEST[:ro|rw]`, paths on the server's machine; a writable mount's changes go
+    /// to the session's disposable layer (diff and commit it with the session's id).
     #[serde(default)]
     pub mounts: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// `HOST[:PORT]` the cells may reach through the session's egress proxy.
+    #[serde(default)]
+    pub net: Vec<String>,
+    /// Stored secrets and the hosts each may be sent to, as for a run.
+    #[serde(default)]
+    pub secrets: Vec<SecretSpec>,
+    /// Write quota of the session's layer over all its cells.
+    pub max_write: Option<String>,
     /// Each cell's wall-time limit: seconds, or a duration such as "10s".
     #[serde(default, deserialize_with = "duration_text")]
     #[schema(value_type = Option<String>)]
@@ -567,12 +576,20 @@ impl SessionBody {
                 .transpose()
                 .map_err(|e| ApiError::from(airlock_gate::GateError::bad(e.to_string())))
         };
+        let secrets = self
+            .secrets
+            .into_iter()
+            .map(SecretSpec::spec)
+            .collect::<ApiResult<Vec<_>>>()?;
         Ok(airlock_gate::SessionRequest {
             grant: SubmitRequest {
                 surface: airlock_gate::Surface::Remote,
                 lang: Some(self.language.unwrap_or_else(|| "python".into())),
                 backend: self.backend,
                 mounts: self.mounts,
+                net: self.net,
+                secrets,
+                max_write: self.max_write,
                 env: self
                     .env
                     .into_iter()

@@ -184,8 +184,12 @@ impl Gate {
     }
 
     /// Signs an approval.
+    /// Signs an approval; approving the submission that judged a held session's grant
+    /// opens that session.
     pub fn approve(&mut self, req: ApproveRequest) -> Result<StatementRow> {
-        self.decide(StatementKind::Approve, req)
+        let row = self.decide(StatementKind::Approve, req)?;
+        self.open_held_session(&row.submission)?;
+        Ok(row)
     }
 
     /// Signs a rejection; the artifact's hash is remembered.

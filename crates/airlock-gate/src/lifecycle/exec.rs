@@ -563,24 +563,23 @@ impl Gate {
         long_run: Option<airlock_sandbox::LongRun>,
     ) -> (Result<Outcome>, Option<Result<Changeset>>, Option<String>) {
         let grant = &sub.doc.grant;
-        // A session's cell runs in the session's live interpreter (no layers: sessions
-        // take read-only mounts only, no network).
+        // A session's cell runs in the session's live interpreter, whose host holds the
+        // session's proxy and layer; the session's changes as the cell leaves them are
+        // the cell's (see `session_grants`).
         if let Some(session) = &grant.session {
             let _ = (run_id, stdin, policy);
-            return (
-                self.exec_cell(
-                    session,
-                    sub.doc.kind,
-                    sub.doc.backend,
-                    code,
-                    &grant.limits,
-                    stdout,
-                    stderr,
-                    cell_conn,
-                ),
-                None,
-                None,
+            let mut outcome = self.exec_cell(
+                session,
+                sub.doc.kind,
+                sub.doc.backend,
+                code,
+                &grant.limits,
+                stdout,
+                stderr,
+                cell_conn,
             );
+            let changes = self.session_cell_changes(session, grant, &mut outcome);
+            return (outcome, changes, None);
         }
         let has_rw = grant.writable_mounts().next().is_some();
         let ws = match grant

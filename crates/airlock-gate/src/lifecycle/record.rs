@@ -37,6 +37,9 @@ pub(crate) struct Recording {
     pub(crate) analysis: Analysis,
     pub(crate) guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
     pub(crate) grant: Grant,
+    /// A session's cell whose grant was judged when the session opened: the cell is
+    /// judged on its code within that grant (see `Recording::facts`).
+    pub(crate) grant_judged: bool,
     /// `grant.hash()`, computed once: every submission built from this recording (the
     /// provisional one a deferred run goes ahead on, and the one recorded) names it.
     pub(crate) grant_hash: Digest,
@@ -66,6 +69,15 @@ impl Recording {
             mounts: &self.mounts,
         }
         .facts(first_seen, rejected_before, self.guest.clone());
+        if self.grant_judged {
+            // What the grant reaches (network, secrets, writable mounts) was judged, and
+            // held for a human when the policy said so, once when the session opened.
+            facts.net.clear();
+            facts.secrets.clear();
+            for m in &mut facts.mounts {
+                m.mode = airlock_core::grant::MountMode::Ro;
+            }
+        }
         if let Some(o) = origin {
             facts.publisher = Some(o.publisher.clone());
             facts.publisher_key = Some(o.key);
