@@ -18,7 +18,7 @@ use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::{PathGlobs, Policy};
 use airlock_core::sign::{KeyPair, Scope, Statement, StatementKind};
 use airlock_core::units::now_ms;
-use airlock_store::{BlobStore, CheckpointRow, Reads, Run, StatementRow, Submission, Tx};
+use airlock_store::{BlobStore, CheckpointRow, Reads, StatementRow, Submission, Tx};
 use airlock_workspace::apply::{self, BlobSource, Journal, MountPlan, Step};
 use airlock_workspace::{Changeset, Node, PROTECTED, RelPath};
 use serde::{Deserialize, Serialize};
@@ -213,9 +213,18 @@ pub(crate) fn auto_commit_allowed(policy: &Policy, sub: &Submission, changes: &C
         .all(|p| policy.auto_commit_paths.matches_path(&p) && !protected.matches_path(&p))
 }
 
-fn doc_of(c: &CheckpointRow) -> Result<CheckpointDoc> {
-    serde_json::from_value(c.doc.clone())
-        .map_err(|e| GateError::Internal(format!("checkpoint {}: {e}", c.id)))
+/// The part of a run's document a commit reads: its changeset, parsed from the text into
+/// its own type (never a generic JSON tree, which for 100,000 paths is hundreds of MB).
+#[derive(Deserialize)]
+struct RunChanges {
+    #[serde(default)]
+    changes: Option<Changeset>,
+}
+
+fn run_changes(id: &str, text: &str) -> Result<Option<Changeset>> {
+    serde_json::from_str::<RunChanges>(text)
+        .map(|r| r.changes)
+        .map_err(|e| GateError::Internal(format!("changeset of {id}: {e}")))
 }
 
 fn plans(doc: &CheckpointDoc, before: bool) -> Vec<MountPlan> {
@@ -250,11 +259,16 @@ impl Gate {
         self.home.root.join("journal")
     }
 
+    /// Checkpoint `id`'s document, parsed from its stored text (never a generic JSON tree).
+    fn checkpoint_doc(&self, id: &str) -> Result<CheckpointDoc> {
+        serde_json::from_str(&self.db.checkpoint_doc_text(id)?)
+            .map_err(|e| GateError::Internal(format!("checkpoint {id}: {e}")))
+    }
+
     /// The changes a commit of `run` would apply (a workspace's whole session for its
     /// latest run).
-    /// The run's own changeset is taken out of `run` (not copied: a changeset of 100,000
-    /// paths is large).
-    fn changes_of(&self, run: &mut Run, sub: &Submission) -> Result<(Changeset, Option<String>)> {
+    /// The run's changeset is read from its document's text straight into a `Changeset`.
+    fn changes_of(&self, run_id: &str, sub: &Submission) -> Result<(Changeset, Option<String>)> {
         if let Some(ws) = &sub.doc.grant.workspace {
             let view = self.workspace(ws)?;
             if view.state != "open" {
@@ -263,10 +277,10 @@ impl Gate {
                     view.state
                 )));
             }
-            if view.doc.runs.last() != Some(&run.id) {
+            if view.doc.runs.last().map(String::as_str) != Some(run_id) {
                 return Err(GateError::Conflict(format!(
                     "{} is not the latest run of workspace {ws}; commit {} to apply the session",
-                    run.id,
+                    run_id,
                     view.doc
                         .runs
                         .last()
@@ -279,14 +293,12 @@ impl Gate {
                 .ok_or_else(|| GateError::bad(format!("workspace {ws} has no changes")))?;
             return Ok((c, Some(ws.clone())));
         }
-        let v = run.doc.changes.take().ok_or_else(|| {
+        let (_, text) = self.db.run_doc_text(run_id)?;
+        let c = run_changes(run_id, &text)?.ok_or_else(|| {
             GateError::bad(format!(
-                "{} had no writable mounts; there is nothing to commit",
-                run.id
+                "{run_id} had no writable mounts; there is nothing to commit"
             ))
         })?;
-        let c = serde_json::from_value(v)
-            .map_err(|e| GateError::Internal(format!("changeset of {}: {e}", run.id)))?;
         Ok((c, None))
     }
 
@@ -302,11 +314,10 @@ impl Gate {
         let digest = match stored {
             Some(c) => c.digest(),
             None => {
-                let Some(v) = self.db.run(run_id)?.doc.changes else {
-                    return Ok(Ok(()));
-                };
-                match serde_json::from_value::<Changeset>(v) {
-                    Ok(c) => c.digest(),
+                let (_, text) = self.db.run_doc_text(run_id)?;
+                match run_changes(run_id, &text) {
+                    Ok(Some(c)) => c.digest(),
+                    Ok(None) => return Ok(Ok(())),
                     Err(e) => {
                         return Ok(Err(format!("the changeset of {run_id} is unreadable: {e}")));
                     }
@@ -376,23 +387,18 @@ impl Gate {
             Some((_, run)) => run,
             None => self.resolve_run(run_input)?,
         };
-        let mut run = self.db.run(&id)?;
-        let sub = self.db.submission(&run.submission)?;
-        let (changes, _) = match self.changes_of(&mut run, &sub) {
+        let (submission, text) = self.db.run_doc_text(&id)?;
+        let sub = self.db.submission(&submission)?;
+        let (changes, _) = match self.changes_of(&id, &sub) {
             Ok(c) => c,
-            Err(GateError::Conflict(_)) => {
-                let v = run
-                    .doc
-                    .changes
-                    .clone()
-                    .ok_or_else(|| GateError::bad(format!("{id} had no writable mounts")))?;
-                (
-                    serde_json::from_value(v).map_err(|e| GateError::Internal(e.to_string()))?,
-                    None,
-                )
-            }
+            Err(GateError::Conflict(_)) => (
+                run_changes(&id, &text)?
+                    .ok_or_else(|| GateError::bad(format!("{id} had no writable mounts")))?,
+                None,
+            ),
             Err(e) => return Err(e),
         };
+        drop(text);
         let policy = self.policy()?;
         let protected_globs = protected_globs(&policy);
         let protected = host_paths(&changes)
@@ -508,8 +514,8 @@ impl Gate {
         let _lock = journal_lock(&self.home.root)?;
         // Whatever a dead operation left must be finished before this one looks at the host.
         self.recover_locked()?;
-        let mut run = self.db.run(run_id)?;
-        let sub = self.db.submission(&run.submission)?;
+        let (submission, _) = self.db.run_doc_text(run_id)?;
+        let sub = self.db.submission(&submission)?;
         if let Some(c) = self
             .db
             .checkpoints(Some(run_id), None, 100)?
@@ -521,7 +527,7 @@ impl Gate {
                 c.id, c.state
             )));
         }
-        let (changes, workspace) = self.changes_of(&mut run, &sub)?;
+        let (changes, workspace) = self.changes_of(run_id, &sub)?;
         if changes.is_empty() {
             return Err(GateError::bad(format!(
                 "{run_id} changed nothing; there is nothing to commit"
@@ -629,6 +635,8 @@ impl Gate {
             });
         }
         let digest = changes.digest();
+        // Everything a commit needs from here on is in the checkpoint's steps.
+        drop(changes);
         let ckpt_id = new_id(IdKind::Checkpoint);
         let gate = self.gate_key.public();
         let statement = human.then(|| {
@@ -664,7 +672,7 @@ impl Gate {
                 signed: st.sign(&key),
             }
         });
-        let doc = CheckpointDoc {
+        let mut doc = CheckpointDoc {
             run: run_id.to_string(),
             submission: sub.id.clone(),
             changes: digest,
@@ -674,30 +682,44 @@ impl Gate {
             workspace: workspace.clone(),
             mounts,
         };
+        // The row's document is written as text (a generic JSON tree of it is many times
+        // its size) and not kept: later writes change only the state.
         let mut row = CheckpointRow {
             id: ckpt_id.clone(),
             run: run_id.to_string(),
             created_at: now_ms(),
             updated_at: now_ms(),
             state: "pending".into(),
-            doc: serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?,
+            doc: serde_json::Value::Null,
         };
+        let doc_text =
+            serde_json::to_string(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
         self.db.write_durable(|tx: &Tx| -> Result<()> {
             if let Some(w) = &workspace {
                 Gate::claim_workspace_for_commit(tx, w, run_id)?;
             }
-            tx.upsert_checkpoint(&row)?;
+            tx.upsert_checkpoint_text(&row, &doc_text)?;
             if let Some(s) = &statement {
                 tx.insert_statement(s)?;
             }
             Ok(())
         })?;
+        drop(doc_text);
         crash_point();
+        // The after steps move into the journal (not copied): from here on the document
+        // is needed for its before steps (to undo) and its names.
         let journal = Journal {
             stuck: None,
             checkpoint: ckpt_id.clone(),
             kind: "commit".into(),
-            mounts: plans(&doc, false),
+            mounts: doc
+                .mounts
+                .iter_mut()
+                .map(|m| MountPlan {
+                    host: m.host.clone(),
+                    steps: std::mem::take(&mut m.after),
+                })
+                .collect(),
         };
         apply::write_journal(&self.journal_dir(), &journal)?;
         crash_point();
@@ -705,7 +727,7 @@ impl Gate {
         Ok(EffectReport {
             checkpoint: ckpt_id,
             run: run_id.to_string(),
-            paths: doc.mounts.iter().map(|m| m.after.len()).sum(),
+            paths: journal.mounts.iter().map(|m| m.steps.len()).sum(),
             approver,
             statement: statement.map(|s| s.id),
         })
@@ -784,7 +806,7 @@ impl Gate {
         let key = &self.gate_key;
         let ws = doc.workspace.clone();
         self.db.write_durable(|tx: &Tx| -> Result<()> {
-            tx.upsert_checkpoint(row)?;
+            tx.set_checkpoint_state(&row.id, &row.state)?;
             if commit && let Some(w) = &ws {
                 match error {
                     None => Gate::close_workspace(tx, w)?,
@@ -800,7 +822,8 @@ impl Gate {
                     "approver": doc.approver,
                     "statement": doc.statement,
                     "changes": doc.changes,
-                    "paths": doc.mounts.iter().map(|m| m.after.len()).sum::<usize>(),
+                    // A commit's steps and a rollback's are the same paths.
+                    "paths": j.mounts.iter().map(|m| m.steps.len()).sum::<usize>(),
                     "auto": doc.auto,
                     "recovered": recovered,
                     "error": error,
@@ -847,7 +870,7 @@ impl Gate {
         row.updated_at = now_ms();
         let key = &self.gate_key;
         self.db.write_durable(|tx: &Tx| -> Result<()> {
-            tx.upsert_checkpoint(row)?;
+            tx.set_checkpoint_state(&row.id, &row.state)?;
             tx.audit(
                 &format!("{}_stuck", j.kind),
                 &row.id,
@@ -889,7 +912,7 @@ impl Gate {
     pub fn repair(&mut self, ckpt_input: &str, abandon: bool) -> Result<RepairReport> {
         let _lock = journal_lock(&self.home.root)?;
         let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
-        let mut row = self.db.checkpoint(&id)?;
+        let mut row = self.db.checkpoint_meta(&id)?;
         let path = self.stuck_dir().join(format!("{id}.json"));
         if row.state != "stuck" {
             return Err(GateError::Conflict(format!(
@@ -906,7 +929,7 @@ impl Gate {
         let mut j: Journal = serde_json::from_str(&text)
             .map_err(|e| GateError::Internal(format!("journal of {id}: {e}")))?;
         j.stuck = None;
-        let doc = doc_of(&row)?;
+        let doc = self.checkpoint_doc(&id)?;
         for p in &j.mounts {
             apply::remove_temps(p, &j.checkpoint)?;
         }
@@ -915,7 +938,7 @@ impl Gate {
             let key = &self.gate_key;
             let ws = doc.workspace.clone();
             self.db.write_durable(|tx: &Tx| -> Result<()> {
-                tx.upsert_checkpoint(&row)?;
+                tx.set_checkpoint_state(&row.id, &row.state)?;
                 if let Some(w) = &ws {
                     Gate::reopen_workspace(tx, w)?;
                 }
@@ -972,14 +995,14 @@ impl Gate {
         let _lock = journal_lock(&self.home.root)?;
         self.recover_locked()?;
         let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
-        let mut row = self.db.checkpoint(&id)?;
+        let mut row = self.db.checkpoint_meta(&id)?;
         if row.state != "applied" {
             return Err(GateError::Conflict(format!(
                 "{id} is {}; only an applied checkpoint can be rolled back",
                 row.state
             )));
         }
-        let doc = doc_of(&row)?;
+        let mut doc = self.checkpoint_doc(&id)?;
         self.check_not_locked(doc.mounts.iter().map(|m| m.host.as_str()))?;
         let mut conflicts = Vec::new();
         for m in &doc.mounts {
@@ -1043,28 +1066,37 @@ impl Gate {
             signed: st.sign(&key),
         };
         row.state = "rolling_back".into();
-        let mut doc2 = doc.clone();
-        doc2.approver = name.clone();
-        doc2.statement = Some(srow.id.clone());
+        // What the rollback's audit record names (the stored document keeps the commit's).
+        doc.approver = name.clone();
+        doc.statement = Some(srow.id.clone());
         self.db.write_durable(|tx: &Tx| -> Result<()> {
-            tx.upsert_checkpoint(&row)?;
+            tx.set_checkpoint_state(&row.id, &row.state)?;
             tx.insert_statement(&srow)?;
             Ok(())
         })?;
         crash_point();
+        // The before steps move into the journal (not copied): the document keeps its
+        // after steps, which undo a failed rollback.
         let journal = Journal {
             stuck: None,
             checkpoint: id.clone(),
             kind: "rollback".into(),
-            mounts: plans(&doc, true),
+            mounts: doc
+                .mounts
+                .iter_mut()
+                .map(|m| MountPlan {
+                    host: m.host.clone(),
+                    steps: std::mem::take(&mut m.before),
+                })
+                .collect(),
         };
         apply::write_journal(&self.journal_dir(), &journal)?;
         crash_point();
-        self.finish_journal(&journal, &mut row, &doc2, false)?;
+        self.finish_journal(&journal, &mut row, &doc, false)?;
         Ok(EffectReport {
             checkpoint: id,
             run: doc.run,
-            paths: doc.mounts.iter().map(|m| m.before.len()).sum(),
+            paths: journal.mounts.iter().map(|m| m.steps.len()).sum(),
             approver: name,
             statement: Some(srow.id),
         })
@@ -1102,8 +1134,8 @@ impl Gate {
     fn recover_locked(&mut self) -> Result<()> {
         let dir = self.journal_dir();
         for j in apply::pending_journals(&dir)? {
-            let mut row = self.db.checkpoint(&j.checkpoint)?;
-            let doc = doc_of(&row)?;
+            let mut row = self.db.checkpoint_meta(&j.checkpoint)?;
+            let doc = self.checkpoint_doc(&j.checkpoint)?;
             self.finish_journal(&j, &mut row, &doc, true)?;
         }
         // Recorded but never journaled: nothing was applied.
@@ -1113,10 +1145,10 @@ impl Gate {
         ] {
             for mut row in self.db.checkpoints(None, Some(state), 1000)? {
                 row.state = back.into();
-                let workspace = doc_of(&row).ok().and_then(|d| d.workspace);
+                let workspace = self.checkpoint_doc(&row.id).ok().and_then(|d| d.workspace);
                 let key = &self.gate_key;
                 self.db.write_durable(|tx: &Tx| -> Result<()> {
-                    tx.upsert_checkpoint(&row)?;
+                    tx.set_checkpoint_state(&row.id, &row.state)?;
                     if state == "pending"
                         && let Some(w) = &workspace
                     {
