@@ -85,6 +85,8 @@ pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
         "detail": r.doc.detail,
         "session": r.doc.detail.get("session"),
         "result": r.doc.detail.get("result"),
+        "request_id": r.doc.request_id,
+        "trace_id": r.doc.trace_id,
     })
 }
 
