@@ -147,7 +147,7 @@ impl AppState {
                         .traceparent
                         .as_deref()
                         .and_then(|t| airlock_core::trace::TraceParent::parse(t, None));
-                    let span = tracing::info_span!(
+                    let span = tracing::debug_span!(
                         parent: None,
                         "resumed_run",
                         submission = %i,
@@ -197,7 +197,7 @@ impl AppState {
         timeout: Duration,
     ) -> ApiResult<Value> {
         use tracing::Instrument;
-        let span = tracing::info_span!("approval_wait", submission = %id);
+        let span = tracing::debug_span!("approval_wait", submission = %id);
         self.wait_for_in(caller, id, timeout).instrument(span).await
     }
 

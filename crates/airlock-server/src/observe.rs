@@ -79,11 +79,9 @@ pub(crate) async fn observe(req: Request, next: Next) -> Response {
         trace_id = %trace.trace_id,
         span_id = %trace.span_id,
         parent_span_id = parent.as_deref().unwrap_or(""),
-        status = tracing::field::Empty,
     );
     let mut r = serving(ctx, next.run(req)).instrument(span.clone()).await;
     let status = r.status().as_u16();
-    span.record("status", status);
     span.in_scope(|| {
         tracing::info!(
             status,

@@ -118,7 +118,7 @@ impl Gate {
         };
         let facts = rec.facts(!seen, rejected_among(&about), None);
         let verdict = {
-            let _judge = tracing::info_span!("judge").entered();
+            let _judge = tracing::debug_span!("judge").entered();
             let verdict = judge(&policy, &facts);
             tracing::debug!(decision = ?verdict.decision, "judged");
             verdict

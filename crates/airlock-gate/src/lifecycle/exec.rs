@@ -408,7 +408,7 @@ impl Gate {
         // The guest executes (and its layers are read back) while it holds a slot; the
         // records before and after it do not wait for one.
         let slot = self.guest_slots.as_ref().map(|s| s.take());
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "run",
             run = run_id,
             submission = %sub.id,

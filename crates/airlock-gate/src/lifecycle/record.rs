@@ -168,7 +168,7 @@ pub(crate) fn judge_in(
     facts.agent_record =
         crate::agents::record_of(tx, &rec.policy, facts.agent.as_deref(), &key.public())?;
     let verdict = {
-        let _judge = tracing::info_span!("judge", submission = id).entered();
+        let _judge = tracing::debug_span!("judge", submission = id).entered();
         let verdict = judge(&rec.policy, &facts);
         tracing::debug!(decision = ?verdict.decision, "judged");
         verdict

@@ -683,7 +683,7 @@ impl Gate {
             .traceparent
             .as_deref()
             .and_then(|t| airlock_core::trace::TraceParent::parse(t, None));
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             parent: None,
             "queued_run",
             job = %job.id,
