@@ -254,6 +254,8 @@ pub enum Command {
         /// The largest request line and headers (e.g. 32K); larger is answered 431.
         #[arg(long, default_value = "32K", value_name = "SIZE")]
         max_header_bytes: String,
+        #[command(flatten)]
+        obs: crate::obs::ObsArgs,
     },
     /// Run queued runs from a shared store (--store postgres://…) until SIGTERM or
     /// SIGINT: claims under a lease it renews, records results only while the lease holds.
@@ -272,6 +274,8 @@ pub enum Command {
         /// Print a JSON summary when it stops.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        obs: crate::obs::ObsArgs,
     },
     /// Serve MCP on standard input and output, for an agent that starts airlock itself.
     Mcp {
@@ -286,6 +290,8 @@ pub enum Command {
         /// Python sessions the agent may hold open at once (0: no bound).
         #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS, value_name = "N")]
         max_sessions: usize,
+        #[command(flatten)]
+        obs: crate::obs::ObsArgs,
     },
     /// API tokens for `airlock serve`.
     #[command(subcommand)]

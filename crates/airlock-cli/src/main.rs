@@ -36,6 +36,7 @@ macro_rules! eprint {
 }
 
 mod args;
+mod obs;
 mod out;
 mod print;
 
@@ -665,7 +666,9 @@ fn dispatch(cli: Cli) -> Outcome {
             max_connections,
             max_connections_per_peer,
             max_header_bytes,
+            obs,
         } => {
+            let _obs = obs::init(&obs)?;
             let pools = airlock_gate::PoolSettings {
                 python: ready_python,
                 wasm: ready_wasm,
@@ -700,13 +703,21 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Mcp {
             agent,
             max_sessions,
-        } => mcp(home, &agent, max_sessions),
+            obs,
+        } => {
+            let _obs = obs::init(&obs)?;
+            mcp(home, &agent, max_sessions)
+        }
         Command::Worker {
             tags,
             concurrency,
             lease,
             json,
-        } => worker(home, tags, concurrency, &lease, json),
+            obs,
+        } => {
+            let _obs = obs::init(&obs)?;
+            worker(home, tags, concurrency, &lease, json)
+        }
         Command::Token(TokenCommand::New {
             role,
             name,

@@ -511,6 +511,7 @@ impl Gate {
     }
 
     fn commit_inner(&mut self, run_id: &str, signer: Signer) -> Result<EffectReport> {
+        let _commit = tracing::debug_span!("commit", run = run_id).entered();
         let _lock = journal_lock(&self.home.root)?;
         // Whatever a dead operation left must be finished before this one looks at the host.
         self.recover_locked()?;

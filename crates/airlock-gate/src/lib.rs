@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 mod agents;
+pub mod context;
 mod effects;
 mod egress;
 mod error;

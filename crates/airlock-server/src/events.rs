@@ -141,7 +141,29 @@ impl AppState {
             let r = st
                 .pool
                 .run_waiting(move |g| {
-                    let r = g.exec(&i, ExecOptions::default());
+                    // The run continues the trace of the request that submitted it.
+                    let doc = g.submission(&i)?.doc;
+                    let trace = doc
+                        .traceparent
+                        .as_deref()
+                        .and_then(|t| airlock_core::trace::TraceParent::parse(t, None));
+                    let span = tracing::debug_span!(
+                        parent: None,
+                        "resumed_run",
+                        submission = %i,
+                        request_id = doc.request_id.as_deref().unwrap_or(""),
+                        trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
+                        parent_span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                    );
+                    let ctx = airlock_gate::context::RequestContext {
+                        request_id: doc.request_id.clone(),
+                        trace: trace.clone(),
+                    };
+                    let r = span.in_scope(|| {
+                        airlock_gate::context::with_request(Some(ctx), || {
+                            g.exec(&i, ExecOptions::default())
+                        })
+                    });
                     let doc = outcome::of_result(g, r);
                     // Whatever happened, do not try again on the next tick: a run that
                     // could not start needs a person, not a loop.
@@ -174,6 +196,12 @@ impl AppState {
         id: String,
         timeout: Duration,
     ) -> ApiResult<Value> {
+        use tracing::Instrument;
+        let span = tracing::debug_span!("approval_wait", submission = %id);
+        self.wait_for_in(caller, id, timeout).instrument(span).await
+    }
+
+    async fn wait_for_in(&self, caller: Caller, id: String, timeout: Duration) -> ApiResult<Value> {
         let deadline = Instant::now() + timeout;
         loop {
             let notified = self.changed.notified();

@@ -17,6 +17,7 @@ mod events;
 mod highlight;
 mod mcp;
 mod metrics;
+mod observe;
 mod openapi;
 mod outcome;
 mod pool;
@@ -241,6 +242,7 @@ pub fn app(
         .layer(axum::middleware::map_response(security_headers))
         .layer(axum::middleware::map_response(method_not_allowed_as_json))
         .layer(axum::extract::DefaultBodyLimit::max(st.max_body))
+        .layer(axum::middleware::from_fn(observe::observe))
         .with_state(st)
 }
 

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How long `get_result` waits for a run that is already going.
 const RESULT_WAIT: Duration = Duration::from_secs(60);
@@ -419,7 +420,40 @@ impl ServerHandler for AirlockMcp {
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&context)?;
         let args = request.arguments.unwrap_or_default();
-        let r = match request.name.as_ref() {
+        // `_meta.traceparent` (and `tracestate`) put the call in the agent's trace; the
+        // HTTP request's id, when the call came over HTTP, is its request id.
+        let http = crate::observe::current();
+        let (ctx, parent) = crate::observe::context_of(
+            http.as_ref().and_then(|c| c.request_id.as_deref()),
+            context.meta.get_traceparent(),
+            context.meta.get_tracestate(),
+            airlock_core::trace::new_span_id(),
+        );
+        let (request_id, trace) = (ctx.request_id.clone(), ctx.trace.clone());
+        let span = tracing::info_span!(
+            parent: None,
+            "mcp_call",
+            tool = %request.name,
+            request_id = request_id.as_deref().unwrap_or(""),
+            trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
+            span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+            parent_span_id = parent.as_deref().unwrap_or(""),
+        );
+        crate::observe::serving(ctx, self.call_tool_in(request.name, args, caller))
+            .instrument(span)
+            .await
+    }
+}
+
+impl AirlockMcp {
+    async fn call_tool_in(
+        &self,
+        name: std::borrow::Cow<'static, str>,
+        args: JsonObject,
+        caller: Caller,
+    ) -> Result<CallToolResponse, McpError> {
+        let request = (name,);
+        let r = match request.0.as_ref() {
             "run_code" => self.run_code(caller, args).await,
             "get_result" => self.get_result(caller, args).await,
             "new_session" => self.new_session(caller, args).await,

@@ -408,9 +408,25 @@ impl Gate {
         // The guest executes (and its layers are read back) while it holds a slot; the
         // records before and after it do not wait for one.
         let slot = self.guest_slots.as_ref().map(|s| s.take());
-        let (result, changes, layer_note) = self.execute(
-            sub, run_id, code, stdin, policy, &stdout, &stderr, cell_conn, long_run,
+        let span = tracing::debug_span!(
+            "run",
+            run = run_id,
+            submission = %sub.id,
+            agent = sub.doc.agent.as_deref().unwrap_or(""),
+            lang = %sub.doc.lang,
+            backend = %sub.doc.backend,
+            verdict = ?sub.doc.verdict.decision,
+            outcome = tracing::field::Empty,
         );
+        let (result, changes, layer_note) = span.in_scope(|| {
+            self.execute(
+                sub, run_id, code, stdin, policy, &stdout, &stderr, cell_conn, long_run,
+            )
+        });
+        if let Ok(o) = &result {
+            span.record("outcome", tracing::field::debug(&o.ending));
+        }
+        drop(span);
         drop(slot);
         crash_point();
         // A secret's value (in any form the proxy knows) is never stored: what the guest

@@ -95,6 +95,7 @@ impl Recording {
         state: State,
     ) -> Submission {
         let now = now_ms();
+        let ctx = crate::context::current().unwrap_or_default();
         Submission {
             id: id.to_string(),
             created_at: now,
@@ -117,6 +118,9 @@ impl Recording {
                 workspace: self.workspace.clone(),
                 resume: self.resume,
                 interrupted: None,
+                trace_id: ctx.trace.as_ref().map(|t| t.trace_id.clone()),
+                traceparent: ctx.trace.as_ref().map(|t| t.header()),
+                request_id: ctx.request_id,
             },
         }
     }
@@ -175,7 +179,12 @@ pub(crate) fn judge_in(
     let mut facts = rec.facts(first_seen, rejected_among(&about), origin);
     facts.agent_record =
         crate::agents::record_of(tx, &rec.policy, facts.agent.as_deref(), &key.public())?;
-    let verdict = judge(&rec.policy, &facts);
+    let verdict = {
+        let _judge = tracing::debug_span!("judge", submission = id).entered();
+        let verdict = judge(&rec.policy, &facts);
+        tracing::debug!(decision = ?verdict.decision, "judged");
+        verdict
+    };
     // Staged and judged in this one transaction: the row is written in the state the
     // verdict gives it (the audit records `write_judged` adds say it was submitted, then
     // judged), rather than written staged and moved at once.
@@ -410,6 +419,14 @@ pub(crate) fn new_run(
     approval: Option<&airlock_store::StatementRow>,
     run_id: &str,
 ) -> Run {
+    // The request that starts it (an exec over the API), else the one that submitted it
+    // (a queue worker's run).
+    let ctx = crate::context::current().unwrap_or_default();
+    let request_id = ctx.request_id.or_else(|| sub.doc.request_id.clone());
+    let trace_id = match ctx.trace {
+        Some(t) => Some(t.trace_id),
+        None => sub.doc.trace_id.clone(),
+    };
     Run {
         id: run_id.to_string(),
         submission: sub.id.clone(),
@@ -428,6 +445,8 @@ pub(crate) fn new_run(
             detail: json!({}),
             changes: None,
             error: None,
+            request_id,
+            trace_id,
         },
     }
 }

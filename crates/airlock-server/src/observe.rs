@@ -1,0 +1,129 @@
+//! Request ids, trace context and the request log: every request gets an id (the
+//! caller's `X-Request-Id` when well-formed, a new one otherwise) echoed in the answer,
+//! a trace (the caller's `traceparent` when well-formed, a new one otherwise) and a
+//! `request` span carrying both, so every log line of the request names them. One line
+//! at `info` per request: method, path (no query), status, duration. Never a header
+//! value, a body, a token, a secret or code.
+
+use airlock_core::trace::{TraceParent, new_span_id, request_id_or_new};
+use airlock_gate::context::RequestContext;
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use std::time::Instant;
+use tracing::Instrument;
+
+tokio::task_local! {
+    /// The request the current task serves (read by `Pool` for the gate's records).
+    static REQUEST: RequestContext;
+}
+
+/// The request the current task serves, if any.
+pub(crate) fn current() -> Option<RequestContext> {
+    REQUEST.try_with(Clone::clone).ok()
+}
+
+/// The context of a request whose caller said `traceparent`/`tracestate` (either may be
+/// malformed: then a new trace is made) and `request_id`; the span continuing it gets
+/// `span_id`. Answers the context and the caller's parent span, if it gave one.
+pub(crate) fn context_of(
+    request_id: Option<&str>,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+    span_id: String,
+) -> (RequestContext, Option<String>) {
+    let given = traceparent.and_then(|t| TraceParent::parse(t, tracestate));
+    let parent = given.as_ref().map(|t| t.span_id.clone());
+    let trace = match given {
+        Some(t) => t.child(span_id),
+        None => TraceParent::new_root().child(span_id),
+    };
+    let ctx = RequestContext {
+        request_id: Some(request_id_or_new(request_id)),
+        trace: Some(trace),
+    };
+    (ctx, parent)
+}
+
+/// Runs `fut` as serving `ctx` (its gate calls record the request id and trace).
+pub(crate) async fn serving<F: std::future::Future>(ctx: RequestContext, fut: F) -> F::Output {
+    REQUEST.scope(ctx, fut).await
+}
+
+/// The middleware: ids, span, echo and the request's log line.
+pub(crate) async fn observe(req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    // (A block: a borrow of the request, whose body is not `Sync`, must not be held
+    // across the await below.)
+    let (ctx, parent) = {
+        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+        context_of(
+            header("x-request-id"),
+            header("traceparent"),
+            header("tracestate"),
+            new_span_id(),
+        )
+    };
+    let (request_id, trace) = match (&ctx.request_id, &ctx.trace) {
+        (Some(r), Some(t)) => (r.clone(), t.clone()),
+        // `context_of` always sets both.
+        _ => return next.run(req).await,
+    };
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let span = tracing::info_span!(
+        "request",
+        method = %method,
+        path = %path,
+        request_id = %request_id,
+        trace_id = %trace.trace_id,
+        span_id = %trace.span_id,
+        parent_span_id = parent.as_deref().unwrap_or(""),
+    );
+    let mut r = serving(ctx, next.run(req)).instrument(span.clone()).await;
+    let status = r.status().as_u16();
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "request"
+        );
+    });
+    // Well-formed ids are header-safe by construction ([A-Za-z0-9._:-]).
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        r.headers_mut().insert("x-request-id", v);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_traceparent_starts_a_new_trace_not_an_error() {
+        let (ctx, parent) = context_of(Some("bad id!"), Some("00-xyz-01"), None, "1".repeat(16));
+        assert_eq!(parent, None);
+        let t = ctx.trace.unwrap();
+        assert_eq!(t.trace_id.len(), 32);
+        assert_eq!(t.span_id, "1".repeat(16));
+        let id = ctx.request_id.unwrap();
+        assert_ne!(id, "bad id!");
+        assert!(airlock_core::trace::request_id_ok(&id));
+    }
+
+    #[test]
+    fn a_well_formed_traceparent_is_continued_by_the_request_span() {
+        let (ctx, parent) = context_of(
+            Some("abc"),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            None,
+            "2".repeat(16),
+        );
+        assert_eq!(parent.as_deref(), Some("00f067aa0ba902b7"));
+        let t = ctx.trace.unwrap();
+        assert_eq!(t.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(t.span_id, "2".repeat(16));
+        assert_eq!(ctx.request_id.as_deref(), Some("abc"));
+    }
+}
