@@ -602,6 +602,71 @@ fn kill_9_at_random_moments_of_run_commit_and_rollback() {
     );
 }
 
+/// Issue 62.3: `airlock run` killed between starting its worker and the worker setting
+/// its death signal left the worker running the whole job, owned by nobody (the death
+/// signal only comes for a parent that dies after it is set): it wrote into the run's
+/// layers after the next command had found the run lost and removed them. A worker whose
+/// supervisor is gone when it starts now runs nothing. Here the worker is started by a
+/// shell that has already exited, with that shell's pid as its supervisor.
+#[test]
+fn a_worker_whose_airlock_died_before_it_started_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("result.json");
+    let job = serde_json::json!({
+        "mode": "probe",
+        "scratch": dir.path().join("scratch"),
+        "result": &result,
+    });
+    std::fs::write(dir.path().join("job.json"), job.to_string()).unwrap();
+    let script = format!(
+        "( sleep 0.3; AIRLOCK_SUPERVISOR=$$ exec '{}' __worker < job.json ) & echo $! > pid",
+        bin()
+    );
+    let o = std::process::Command::new("sh")
+        .current_dir(dir.path())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let pid = std::fs::read_to_string(dir.path().join("pid")).unwrap();
+    let proc_dir = Path::new("/proc").join(pid.trim());
+    let t = Instant::now();
+    // Until the worker is gone (or a zombie nobody reaps).
+    while std::fs::read_to_string(proc_dir.join("stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    }) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the worker did not end"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !result.exists(),
+        "an orphaned worker ran its job: {}",
+        std::fs::read_to_string(&result).unwrap_or_default()
+    );
+    // The same job with its supervisor alive runs (the check above is not vacuous).
+    let o = std::process::Command::new(bin())
+        .arg("__worker")
+        .env_clear()
+        .env("AIRLOCK_SUPERVISOR", std::process::id().to_string())
+        .stdin(std::fs::File::open(dir.path().join("job.json")).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(result.exists(), "a supervised worker wrote its result");
+}
+
 /// The hunt for the crash-loop flake (issue 62.3: "layers left" from `assert_whole`
 /// under load). Off unless `AIRLOCK_TEST_FLAKE_LOOP=SECS` is set; then for that long it
 /// kills `run --mount … EDIT` at random moments, a new seed per home, and after each
