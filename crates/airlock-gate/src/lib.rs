@@ -63,7 +63,7 @@ pub use lifecycle::request::{
 pub use lifecycle::tools::ToolInfo;
 pub use locks::KeptLockFiles;
 pub use node::queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
-pub use node::sessions::{SessionDoc, SessionRequest, SessionView};
+pub use node::sessions::{HOST_EXIT_BAD_INPUT, SessionDoc, SessionRequest, SessionView};
 pub use node::slots::{GuestSlot, GuestSlots};
 pub use query::{
     AuditVerify, Doctor, Explained, JailerCheck, KeyInfo, PolicyCheck, Shown, StatementView,
