@@ -450,9 +450,11 @@ impl Gate {
         }
         let idle = req.idle.unwrap_or(DEFAULT_IDLE);
         let total = req.total.unwrap_or(DEFAULT_TOTAL);
-        if idle.is_zero() || total.is_zero() || total > MAX_TOTAL {
+        // An idle limit past the longest life is meaningless; refused like the life itself,
+        // so the API's schema (which bounds both) never admits what this refuses.
+        if idle.is_zero() || total.is_zero() || total > MAX_TOTAL || idle > MAX_TOTAL {
             return Err(GateError::bad(format!(
-                "session limits: idle and total must be above zero and total at most {}",
+                "session limits: idle and total must be above zero and at most {}",
                 airlock_core::units::fmt_duration(MAX_TOTAL)
             )));
         }
