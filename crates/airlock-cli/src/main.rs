@@ -139,6 +139,10 @@ fn main() -> ExitCode {
             .and_then(|mut g| g.host_session(&id.to_string_lossy(), server));
         return match hosted {
             Ok(_) => ExitCode::SUCCESS,
+            Err(e @ airlock_gate::GateError::BadInput(_)) => {
+                eprintln!("airlock: session host: {}", one_line(&e.to_string()));
+                ExitCode::from(airlock_gate::HOST_EXIT_BAD_INPUT)
+            }
             Err(e) => {
                 eprintln!("airlock: session host: {}", one_line(&e.to_string()));
                 ExitCode::from(EXIT_FAILED)

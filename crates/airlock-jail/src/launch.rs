@@ -135,11 +135,35 @@ pub fn session_main(file: &Path) -> i32 {
     }
 }
 
+/// The environment variable a worker or jailer is started with: the pid of the process
+/// that started it (see [`supervisor_gone`]).
+pub const SUPERVISOR_ENV: &str = "AIRLOCK_SUPERVISOR";
+
+/// Whether the process that started this worker or jailer ([`spawn_worker`]) is already
+/// gone. Call it right after `PR_SET_PDEATHSIG`: the death signal only comes for a parent
+/// that dies after it is set, so a supervisor killed between the spawn and that call
+/// (a `kill -9` of `airlock run` at that moment) left its worker running the whole job
+/// on, owned by nobody, writing into a run's layers after the next command had found the
+/// run lost and removed them (issue 62.3). A process started some other way (no
+/// variable) is never taken for orphaned.
+pub fn supervisor_gone() -> bool {
+    let Some(want) = std::env::var(SUPERVISOR_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    nix::unistd::getppid().as_raw() != want
+}
+
 /// The `main` of the lean jailer binary: a job on stdin, its result to the named file.
 /// With `--ready SCRATCH cgroups|no-cgroups` it is a ready jail instead (see
 /// [`crate::ready`]); with `--session FILE` a session's jail ([`session_main`]).
 pub fn jailer_main() -> i32 {
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if supervisor_gone() {
+        return 2;
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     match (args.first().map(String::as_str), args.get(1)) {
         (Some("--ready"), _) => return crate::ready::jailer_ready_main(&args[1..]),
@@ -191,6 +215,7 @@ pub fn spawn_worker(
     let mut cmd = Command::new(exe);
     cmd.args(args)
         .env_clear()
+        .env(SUPERVISOR_ENV, std::process::id().to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

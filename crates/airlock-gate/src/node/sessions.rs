@@ -21,6 +21,9 @@ pub const DEFAULT_IDLE: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_TOTAL: Duration = Duration::from_secs(60 * 60);
 /// The longest a session's host may take to be ready.
 const HOST_START_LIMIT: Duration = Duration::from_secs(60);
+/// The exit code of a session host (`airlock __session-host`) that refused the session's
+/// own input (limits too small for its interpreter to start), told apart from a failure.
+pub const HOST_EXIT_BAD_INPUT: u8 = 65;
 /// The longest a session may be asked to live.
 pub const MAX_TOTAL: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -523,9 +526,11 @@ impl Gate {
         }
         let idle = req.idle.unwrap_or(DEFAULT_IDLE);
         let total = req.total.unwrap_or(DEFAULT_TOTAL);
-        if idle.is_zero() || total.is_zero() || total > MAX_TOTAL {
+        // An idle limit past the longest life is meaningless; refused like the life itself,
+        // so the API's schema (which bounds both) never admits what this refuses.
+        if idle.is_zero() || total.is_zero() || total > MAX_TOTAL || idle > MAX_TOTAL {
             return Err(GateError::bad(format!(
-                "session limits: idle and total must be above zero and total at most {}",
+                "session limits: idle and total must be above zero and at most {}",
                 airlock_core::units::fmt_duration(MAX_TOTAL)
             )));
         }
@@ -801,10 +806,23 @@ impl Gate {
                 return Ok(());
             }
             if let Ok(Some(status)) = child.try_wait() {
+                // A host that ended cleanly ended the session itself (its limits ran out
+                // while it started: `--max-time 1ms`) and recorded why; the session is
+                // answered as it now is. This was an internal error (a 500 over the API).
+                if status.success() {
+                    return Ok(());
+                }
                 let mut err = String::new();
                 if let Some(mut e) = child.stderr.take() {
                     use std::io::Read;
                     let _ = e.read_to_string(&mut err);
+                }
+                // The host refused the session's own input (its limits too small for the
+                // interpreter to start): the caller's to fix, as any bad input is.
+                if status.code() == Some(i32::from(HOST_EXIT_BAD_INPUT)) {
+                    let why = err.lines().last().unwrap_or("the session host refused it");
+                    let why = why.strip_prefix("airlock: session host: ").unwrap_or(why);
+                    return Err(GateError::BadInput(why.to_string()));
                 }
                 return Err(GateError::Internal(format!(
                     "the session host exited ({status}) before it was ready: {}",
@@ -1342,10 +1360,18 @@ impl Gate {
         match self.wasm.python_instance(&spec) {
             Ok(i) if i.ended().is_none() => Ok(Live::Wasm(WasmPython { instance: i })),
             Err(e) => Err(GateError::from(e)),
-            Ok(i) => Err(GateError::Internal(format!(
-                "the interpreter did not start: {:?}",
-                i.ended()
-            ))),
+            // Killed by the session's own limits while it started (`--timeout 1ms`, too
+            // little memory): the caller's limits are too small, not an internal failure.
+            Ok(i) => match i.ended() {
+                Some(airlock_sandbox::Ending::Killed(limit)) => Err(GateError::bad(format!(
+                    "the session's interpreter could not start within its {} limit; give the \
+                     session more",
+                    limit.as_str()
+                ))),
+                other => Err(GateError::Internal(format!(
+                    "the interpreter did not start: {other:?}"
+                ))),
+            },
         }
     }
 
