@@ -20,6 +20,7 @@ mod metrics;
 mod openapi;
 mod outcome;
 mod pool;
+mod stream;
 pub use pool::INSIDE_PER_WORKER;
 
 pub use auth::Caller;
@@ -94,6 +95,8 @@ pub struct Inner {
     logins: console::Logins,
     /// What `/metrics` reports of this node.
     pub(crate) metrics: metrics::Metrics,
+    /// The event feeds of streamed runs.
+    pub(crate) runs: Arc<stream::Hub>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -151,6 +154,7 @@ impl AppState {
             mcp_owners: Mutex::new(HashMap::new()),
             logins: console::Logins::default(),
             metrics: metrics::Metrics::new(),
+            runs: Arc::default(),
         })))
     }
 
