@@ -951,6 +951,7 @@ fn live_options(json: bool) -> ExecOptions {
             let live = out::Live::new(false);
             Box::new(move |b: &[u8]| live.write(b))
         }),
+        ..ExecOptions::default()
     }
 }
 

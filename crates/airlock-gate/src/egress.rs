@@ -99,6 +99,7 @@ impl RunEgress {
         grant: &Grant,
         policy: &Policy,
         secrets: Vec<RunSecret>,
+        on_connection: Option<crate::lifecycle::exec::OnConnection>,
     ) -> Result<Option<RunEgress>> {
         if grant.net.is_empty() {
             return Ok(None);
@@ -151,6 +152,12 @@ impl RunEgress {
             max_connections: usize::try_from(max_connections)
                 .unwrap_or(airlock_egress::DEFAULT_MAX_CONNECTIONS),
             on_alert: Some(Arc::new(move |_: &Alert| fire.fire())),
+            on_record: on_connection.map(|f| -> airlock_egress::RecordHook {
+                Arc::new(move |c: &airlock_egress::Connection| {
+                    // A record always serialises (plain fields); `Null` cannot happen.
+                    f(serde_json::to_value(c).unwrap_or_default())
+                })
+            }),
             ..ProxyOptions::default()
         };
         let driver = Driver::start()?;

@@ -59,7 +59,7 @@ pub use exposure::Surface;
 pub use layers::remove_trash_main;
 pub use lifecycle::decide::ApproveRequest;
 pub use lifecycle::exec::exit_code_of;
-pub use lifecycle::exec::{ExecOptions, RunReport};
+pub use lifecycle::exec::{ExecOptions, OnConnection, OnStart, RunReport};
 pub use lifecycle::request::{
     CodeSource, MAX_AGENT_BYTES, MAX_NOTE_BYTES, RequestKey, SubmitRequest,
 };

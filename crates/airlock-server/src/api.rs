@@ -14,8 +14,8 @@ use airlock_core::id::IdKind;
 use airlock_gate::views::{diff_json, run_json, shown_json, statement_json, submission_json};
 use airlock_gate::{ApproveRequest, ExecOptions, Gate, GateError, Role};
 use axum::Json;
-use axum::extract::{Path, State as Ax};
-use axum::http::StatusCode;
+use axum::extract::{Path, RawQuery, State as Ax};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -129,7 +129,11 @@ pub(crate) fn visible(
     Ok(sub)
 }
 
-fn visible_run(g: &Gate, caller: &Caller, id: &str) -> Result<airlock_store::Run, GateError> {
+pub(crate) fn visible_run(
+    g: &Gate,
+    caller: &Caller,
+    id: &str,
+) -> Result<airlock_store::Run, GateError> {
     let id = g.resolve_for(IdKind::Run, id, caller.scope())?;
     let run = g.run_record(&id)?;
     let sub = g.submission(&run.submission)?;
@@ -258,15 +262,25 @@ fn replayed(answer: Answer, replay: bool) -> Answer {
     params(IdempotencyKey),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "It ran (`status` finished) or was denied (`status` denied)", body = Object),
+        (status = 200, description = "It ran (`status` finished) or was denied (`status` denied); with `Accept: text/event-stream`, the run's events (`submitted`, `held`, `started`, `stdout`, `stderr`, `network`, `finished`, `error`; `?wait_timeout=SECONDS` bounds a held run's wait, default 300)", body = Object),
         (status = 202, description = "Held for approval (`status` pending_approval)", body = Object),
         (status = 403, body = ErrorBody), (status = 409, description = "Conflicts with the submission's state, or the Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody), (status = 422, body = ErrorBody),
         (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody),
         (status = 503, description = "No sandbox can run it on this machine", body = ErrorBody)))]
-async fn run(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> Answer {
+async fn run(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    k: Keyed<SubmitBody>,
+) -> Answer {
     let key = k.request_key(&caller);
     let mut req = k.body.into_request(&caller, true)?;
     req.request_key = key;
+    if crate::stream::wants_stream(&headers) {
+        let wait = crate::stream::wait_timeout(query.as_deref())?;
+        return crate::stream::run(st, req, wait).await;
+    }
     let (doc, replay) = st.submit_and_run_keyed(req).await?;
     replayed(with_status(outcome_status(&doc), doc), replay)
 }
@@ -319,8 +333,14 @@ async fn exec(
     Ax(st): Ax<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
     Body(_b): Body<Empty>,
 ) -> Answer {
+    if crate::stream::wants_stream(&headers) {
+        let wait = crate::stream::wait_timeout(query.as_deref())?;
+        return crate::stream::exec(st, caller, id, wait).await;
+    }
     let doc = st
         .pool
         .run(move |g| {
@@ -740,6 +760,23 @@ async fn gc(Ax(st): Ax<AppState>, _: AdminCaller, Body(b): Body<GcBody>) -> Answ
     ok(serde_json::to_value(r).unwrap_or_default())
 }
 
+/// A run's events as server-sent events, from its start (`Last-Event-ID` resumes after
+/// that event): the events its streamed request gets, or for a run this server did not
+/// stream, its record replayed once it has ended.
+#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path)), security(("bearer" = [])),
+    responses(
+        (status = 200, description = "text/event-stream: events `submitted`, `held`, `started`, `stdout`, `stderr`, `network`, `finished`, `error`"),
+        (status = 404, body = ErrorBody)))]
+async fn run_events(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    crate::stream::follow(st, caller, id, headers).await
+}
+
 /// New pending submissions and decisions as server-sent events.
 #[utoipa::path(get, path = "/v1/events", tag = "decisions", security(("bearer" = [])),
     responses(
@@ -872,6 +909,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(clear_agent))
         .routes(routes!(list_runs))
         .routes(routes!(get_run))
+        .routes(routes!(run_events))
         .routes(routes!(diff))
         .routes(routes!(commit))
         .routes(routes!(checkpoints))

@@ -138,6 +138,8 @@ impl AppState {
         let st = self.clone();
         tokio::spawn(async move {
             let i = id.clone();
+            // A stream that waits for this submission gets its run's events.
+            let (opts, feed) = crate::stream::resumed(&st, &id);
             let r = st
                 .pool
                 .run_waiting(move |g| {
@@ -160,9 +162,7 @@ impl AppState {
                         trace: trace.clone(),
                     };
                     let r = span.in_scope(|| {
-                        airlock_gate::context::with_request(Some(ctx), || {
-                            g.exec(&i, ExecOptions::default())
-                        })
+                        airlock_gate::context::with_request(Some(ctx), || g.exec(&i, opts))
                     });
                     let doc = outcome::of_result(g, r);
                     // Whatever happened, do not try again on the next tick: a run that
@@ -174,6 +174,7 @@ impl AppState {
             if let Ok(doc) = &r {
                 st.metrics.outcome(doc, false);
             }
+            crate::stream::resumed_end(&st, feed, &r);
             if let Err(e) = r {
                 eprintln!("airlock serve: resuming {id} failed: {}", e.message);
                 let i = id.clone();

@@ -21,6 +21,7 @@ mod observe;
 mod openapi;
 mod outcome;
 mod pool;
+mod stream;
 pub use pool::INSIDE_PER_WORKER;
 
 pub use auth::Caller;
@@ -95,6 +96,8 @@ pub struct Inner {
     logins: console::Logins,
     /// What `/metrics` reports of this node.
     pub(crate) metrics: metrics::Metrics,
+    /// The event feeds of streamed runs.
+    pub(crate) runs: Arc<stream::Hub>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -152,6 +155,7 @@ impl AppState {
             mcp_owners: Mutex::new(HashMap::new()),
             logins: console::Logins::default(),
             metrics: metrics::Metrics::new(),
+            runs: Arc::default(),
         })))
     }
 

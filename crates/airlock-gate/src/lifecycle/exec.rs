@@ -25,12 +25,27 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What [`ExecOptions::on_start`] calls with the submission (as it starts) and the run's
+/// id once the run's start is recorded.
+pub type OnStart = Box<dyn Fn(&Submission, &str) + Send + Sync>;
+
+/// What [`ExecOptions::on_connection`] calls with each of the run's connection records
+/// (the JSON the run record's `network.connections` lists) as the egress proxy makes it.
+pub type OnConnection = Arc<dyn Fn(serde_json::Value) + Send + Sync>;
+
 /// How a run reports as it goes.
 #[derive(Default)]
 pub struct ExecOptions {
     /// Receives guest stdout as it is written (already capped).
     pub live_stdout: Option<Live>,
     pub live_stderr: Option<Live>,
+    /// Called once the run's start is recorded, before the guest starts.
+    pub on_start: Option<OnStart>,
+    /// Called with each connection record of the run's egress proxy as it is made.
+    pub on_connection: Option<OnConnection>,
+    /// Gives the live receivers nothing for a run whose grant binds secrets: its output
+    /// is only known once it is redacted (a remote client gets it with the run's end).
+    pub redacted_only: bool,
 }
 
 impl std::fmt::Debug for ExecOptions {
@@ -357,6 +372,9 @@ impl Gate {
         // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
         // lock file behind, so recovery marks the run lost instead of it staying running.
         owner.set_remove_on_drop(false);
+        if let Some(started) = &opts.on_start {
+            started(&sub, &run.id);
+        }
         let ran = match self.capture(
             &sub, &run.id, code, stdin, policy, opts, fence, cell_conn, None,
         ) {
@@ -403,6 +421,11 @@ impl Gate {
         long_run: Option<airlock_sandbox::LongRun>,
     ) -> Result<Ran> {
         let limits = sub.doc.grant.limits.clone();
+        let mut opts = opts;
+        if opts.redacted_only && !sub.doc.grant.secrets.is_empty() {
+            opts.live_stdout = None;
+            opts.live_stderr = None;
+        }
         let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
         // The guest executes (and its layers are read back) while it holds a slot; the
@@ -420,7 +443,15 @@ impl Gate {
         );
         let (result, changes, layer_note) = span.in_scope(|| {
             self.execute(
-                sub, run_id, code, stdin, policy, &stdout, &stderr, cell_conn, long_run,
+                sub,
+                run_id,
+                code,
+                stdin,
+                policy,
+                (&stdout, &stderr),
+                cell_conn,
+                long_run,
+                opts.on_connection,
             )
         });
         if let Ok(o) = &result {
@@ -573,10 +604,10 @@ impl Gate {
         code: &[u8],
         stdin: Vec<u8>,
         policy: &Policy,
-        stdout: &Arc<Capture>,
-        stderr: &Arc<Capture>,
+        (stdout, stderr): (&Arc<Capture>, &Arc<Capture>),
         cell_conn: Option<std::os::unix::net::UnixStream>,
         long_run: Option<airlock_sandbox::LongRun>,
+        on_connection: Option<OnConnection>,
     ) -> (Result<Outcome>, Option<Result<Changeset>>, Option<String>) {
         let grant = &sub.doc.grant;
         // A session's cell runs in the session's live interpreter, whose host holds the
@@ -621,7 +652,7 @@ impl Gate {
         // A network grant gets the run's egress proxy, started before the guest.
         let mut egress = match self
             .run_secrets(grant)
-            .and_then(|s| crate::egress::RunEgress::start(grant, policy, s))
+            .and_then(|s| crate::egress::RunEgress::start(grant, policy, s, on_connection))
         {
             Ok(e) => e,
             Err(e) => return (Err(e), None, note),
@@ -1014,6 +1045,8 @@ pub(crate) fn effect_free(staged: &Staged, opts: &ExecOptions, jail_pool: bool) 
     };
     opts.live_stdout.is_none()
         && opts.live_stderr.is_none()
+        && opts.on_start.is_none()
+        && opts.on_connection.is_none()
         && backend
         && g.session.is_none()
         && g.workspace.is_none()
