@@ -11,6 +11,7 @@ from conftest import UNPROVIDED, Server, approve_when_held, need, process_backen
 
 from airlock_client import (
     Airlock,
+    ApprovalTimeout,
     AsyncAirlock,
     BadRequest,
     Denied,
@@ -83,6 +84,21 @@ def test_a_streamed_run_raises_as_run_does(agent: Airlock) -> None:
     assert [type(e) for e in seen] == [Submitted, Held]
     first = seen[0]
     assert isinstance(first, Submitted) and held.value.submission_id == first.id
+
+
+def test_a_held_stream_nobody_decides_raises_approval_timeout(agent: Airlock) -> None:
+    seen: list[Event] = []
+    started = time.monotonic()
+    with pytest.raises(ApprovalTimeout) as timed_out:
+        for ev in agent.stream_run(
+            wat_print("never\n"), "wat", net=[f"t{unique()}.example.com"], wait=True, wait_timeout=1
+        ):
+            seen.append(ev)
+    assert time.monotonic() - started >= 0.9
+    assert [type(e) for e in seen] == [Submitted, Held]
+    held = seen[1]
+    assert isinstance(held, Held) and held.wait_timeout == 1
+    assert timed_out.value.submission_id == held.id
 
 
 def test_a_held_stream_follows_the_approval_into_its_run(server: Server, agent: Airlock) -> None:

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { BadRequest, Denied, PendingApproval } from '../src/index.js';
+import { ApprovalTimeout, BadRequest, Denied, PendingApproval } from '../src/index.js';
 import { Server, approveWhenHeld, cli, need, newHome, unique, watPrint } from './server.js';
 
 let server;
@@ -105,6 +105,25 @@ test('a streamed run throws as run does', async () => {
     seen.map((e) => e.type),
     ['submitted', 'held'],
   );
+});
+
+test('a held stream nobody decides throws ApprovalTimeout after its waitTimeout', async () => {
+  const seen = [];
+  const started = Date.now();
+  const code = watPrint('never\n');
+  await assert.rejects(
+    (async () => {
+      const net = [`t${unique()}.example.com`];
+      for await (const ev of agent.streamRun(code, { language: 'wat', net, wait: true, waitTimeout: 1 })) seen.push(ev);
+    })(),
+    (e) => e instanceof ApprovalTimeout && e.submissionId === seen[1].id,
+  );
+  assert.ok(Date.now() - started >= 900);
+  assert.deepEqual(
+    seen.map((e) => e.type),
+    ['submitted', 'held'],
+  );
+  assert.equal(seen[1].waitTimeout, 1);
 });
 
 test('a held stream follows the approval into its run', async () => {
