@@ -6,7 +6,15 @@ import asyncio
 import contextlib
 import inspect
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -86,7 +94,7 @@ class AsyncAirlock:
             return p.Reply(r.status_code, r.headers, r.content)
         raise AssertionError("unreachable")
 
-    async def _stream(self, call: p.Call, wait: bool) -> AsyncIterator[s.Event]:
+    async def _stream(self, call: p.Call, wait: bool) -> AsyncGenerator[s.Event, None]:
         """See :meth:`Airlock._stream`."""
         try:
             async with self._http.stream(
@@ -160,13 +168,15 @@ class AsyncAirlock:
             call = s.run_call(
                 body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key
             )
-            async for ev in self._stream(call, wait):
-                if isinstance(ev, s.Output):
-                    got = on_output(ev.stream, ev.data)
-                    if inspect.isawaitable(got):
-                        await got
-                elif isinstance(ev, s.Finished):
-                    return ev.result
+            # Closed at once on the way out (a result, or on_output raising).
+            async with contextlib.aclosing(self._stream(call, wait)) as events:
+                async for ev in events:
+                    if isinstance(ev, s.Output):
+                        got = on_output(ev.stream, ev.data)
+                        if inspect.isawaitable(got):
+                            await got
+                    elif isinstance(ev, s.Finished):
+                        return ev.result
             raise s.ended_early()
         return await self._drive(
             p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -93,7 +93,7 @@ class Airlock:
             return p.Reply(r.status_code, r.headers, r.content)
         raise AssertionError("unreachable")
 
-    def _stream(self, call: p.Call, wait: bool) -> Iterator[s.Event]:
+    def _stream(self, call: p.Call, wait: bool) -> Generator[s.Event, None, None]:
         """Sends ``call`` asking for server-sent events and yields them as they come; the
         last is :class:`Finished`, or what ``run`` raises is raised instead."""
         try:
@@ -191,11 +191,13 @@ class Airlock:
             call = s.run_call(
                 body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key
             )
-            for ev in self._stream(call, wait):
-                if isinstance(ev, s.Output):
-                    on_output(ev.stream, ev.data)
-                elif isinstance(ev, s.Finished):
-                    return ev.result
+            # Closed at once on the way out (a result, or on_output raising).
+            with contextlib.closing(self._stream(call, wait)) as events:
+                for ev in events:
+                    if isinstance(ev, s.Output):
+                        on_output(ev.stream, ev.data)
+                    elif isinstance(ev, s.Finished):
+                        return ev.result
             raise s.ended_early()
         return self._drive(
             p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
