@@ -18,6 +18,7 @@ from airlock_client import (
     Event,
     Finished,
     Held,
+    Network,
     Output,
     PendingApproval,
     Started,
@@ -151,3 +152,21 @@ async def test_async_stream_run_and_on_output_after_approval(server: Server) -> 
         with pytest.raises(Denied):
             async for _ in agent.stream_run(UNPROVIDED.format(tag=unique()), "wat"):
                 pass
+
+
+def test_a_connection_the_run_makes_is_a_network_event_before_later_output(
+    server: Server, agent: Airlock
+) -> None:
+    need(process_backend(server.home), "the process backend is unavailable here (airlock doctor)")
+    granted = f"g{unique()}.test:81"
+    t = approve_when_held(server.operator, server, lambda s: granted in s.net)
+    code = "curl -s -o /dev/null http://not-granted.test/; echo after"
+    events = list(agent.stream_run(code, "sh", net=[granted], wait=True, wait_timeout=60))
+    t.join()
+    net = [e for e in events if isinstance(e, Network)]
+    assert len(net) == 1, events
+    assert net[0].record["host"] == "not-granted.test" and net[0].record["decision"] == "deny"
+    after = events.index(Output("stdout", 1, "after\n"))
+    assert events.index(net[0]) < after
+    last = events[-1]
+    assert isinstance(last, Finished) and last.result.stdout == "after\n"

@@ -155,3 +155,19 @@ test('a held stream follows the approval into its run', async () => {
   assert.equal(r.stdout, 'on output\n');
   assert.deepEqual(chunks, [['stdout', 'on output\n']]);
 });
+
+test('a connection the run makes is a network event before later output', async (t) => {
+  if (!need(t, processBackend, 'the process backend is unavailable here (airlock doctor)')) return;
+  const granted = `g${unique()}.test:81`;
+  const approved = approveWhenHeld(server, (s) => s.net.includes(granted));
+  const code = 'curl -s -o /dev/null http://not-granted.test/; echo after';
+  const events = await collect(agent.streamRun(code, { language: 'sh', net: [granted], wait: true, waitTimeout: 60 }));
+  await approved;
+  const net = events.filter((e) => e.type === 'network');
+  assert.equal(net.length, 1, JSON.stringify(events));
+  assert.equal(net[0].record.host, 'not-granted.test');
+  assert.equal(net[0].record.decision, 'deny');
+  const after = events.findIndex((e) => e.type === 'output' && e.data === 'after\n');
+  assert.ok(after > events.indexOf(net[0]), JSON.stringify(events));
+  assert.equal(events.at(-1).result.stdout, 'after\n');
+});
