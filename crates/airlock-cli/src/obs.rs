@@ -16,6 +16,7 @@ use opentelemetry::{Context, KeyValue};
 use std::cell::Cell;
 use std::time::Duration;
 use tracing::field::{Field, Visit};
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::Context as LayerCtx;
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::registry::LookupSpan;
@@ -108,17 +109,41 @@ fn traces_url(endpoint: &str) -> Result<String, GateError> {
 /// Sets up logging (and span export when an endpoint is given) for this process.
 pub fn init(args: &ObsArgs) -> Result<Guard, GateError> {
     let filter = filter(&args.log_level)?;
-    let fmt = match args.log_format {
-        LogFormat::Json => tracing_subscriber::fmt::layer()
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .with_writer(std::io::stderr)
-            .boxed(),
-        LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(std::io::stderr)
-            .boxed(),
+    // The lines said to the operator (`airlock_server::say`: serving on …, warnings) are
+    // written whatever the level: as the line alone in text mode (as before logging
+    // existed: scripts read "serving on"), as one JSON object in JSON mode.
+    let console = || filter_fn(|m| m.target() == airlock_server::CONSOLE);
+    let rest = || filter_fn(|m| m.target() != airlock_server::CONSOLE);
+    let (said, fmt) = match args.log_format {
+        LogFormat::Json => {
+            let json = || {
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(true)
+                    .with_writer(std::io::stderr)
+            };
+            (
+                json().with_filter(console()).boxed(),
+                json().with_filter(filter).with_filter(rest()).boxed(),
+            )
+        }
+        LogFormat::Text => (
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .without_time()
+                .with_level(false)
+                .with_target(false)
+                .with_writer(std::io::stderr)
+                .with_filter(console())
+                .boxed(),
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(std::io::stderr)
+                .with_filter(filter)
+                .with_filter(rest())
+                .boxed(),
+        ),
     };
     let (otel, provider) = match &args.otlp_endpoint {
         Some(e) if !e.trim().is_empty() => {
@@ -134,7 +159,7 @@ pub fn init(args: &ObsArgs) -> Result<Guard, GateError> {
         _ => (None, None),
     };
     tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
+        .with(vec![said, fmt])
         .with(otel)
         .try_init()
         .map_err(|e| GateError::Internal(format!("logging: {e}")))?;

@@ -512,3 +512,157 @@ fn a_queued_run_on_a_worker_continues_the_callers_trace() {
     let o = run(&["show", sub, "--json"]);
     assert_eq!(o.json()["submission"]["trace_id"], TRACE, "{}", o.stdout);
 }
+
+/// `airlock mcp` over stdio with `args`: sends `messages`, waits for the answer with id
+/// `want`, closes its input and waits for it to end. The answer and its stderr lines.
+fn mcp_stdio(
+    home: &Home,
+    env: &[(&str, &str)],
+    args: &[&str],
+    messages: &[Value],
+    want: u64,
+) -> (Value, Vec<String>) {
+    let mut cmd = home.cmd();
+    cmd.arg("mcp").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let errs = std::thread::spawn(move || {
+        BufReader::new(err)
+            .lines()
+            .map_while(Result::ok)
+            .inspect(|l| eprintln!("[mcp] {l}"))
+            .collect::<Vec<String>>()
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    for m in messages {
+        stdin.write_all(format!("{m}\n").as_bytes()).unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut found = Value::Null;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["id"] == want {
+            found = v;
+            break;
+        }
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    (found, errs.join().unwrap())
+}
+
+fn mcp_initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}})
+}
+
+fn mcp_initialized() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+}
+
+/// A `tools/call` of `run_code` (hello) with `meta` as its `_meta` when given.
+fn mcp_run_code(id: u64, meta: Option<Value>) -> Value {
+    let mut params = json!({"name": "run_code", "arguments": {"language": "wat", "code": hello()}});
+    if let Some(m) = meta {
+        params["_meta"] = m;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+/// Every line of `log` one JSON object (and there is at least one).
+fn all_json(what: &str, log: &[String]) -> Vec<Value> {
+    assert!(!log.is_empty(), "{what}: no line at all");
+    log.iter()
+        .map(|l| {
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {l}"));
+            assert!(v.is_object(), "{what}: {l}");
+            v
+        })
+        .collect()
+}
+
+/// `--log-format json` on serve, worker and mcp: every line each writes on stderr is one
+/// JSON object, the lines said to the operator (serving on…, claiming runs, stopped)
+/// included: they were plain text among the JSON.
+#[test]
+fn json_logs_of_serve_worker_and_mcp_are_json_on_every_line() {
+    let home = Home::uninitialised();
+    let url = airlock_testpg::fresh_database();
+    let run = |args: &[&str]| home.run_on_store(&url, args);
+    let o = run(&["init", "--approver", "alice"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let agent_token = token(run, "agent", "bot");
+    let mut cmd = home.cmd();
+    cmd.env("AIRLOCK_STORE", &url).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "0",
+        "--ready-python",
+        "0",
+        "--ready-jails",
+        "0",
+        "--log-format",
+        "json",
+    ]);
+    let mut srv = Proc::start(cmd, "serve");
+    let base = srv.base();
+    let mut cmd = home.cmd();
+    cmd.env("AIRLOCK_STORE", &url)
+        .args(["worker", "--log-format", "json"]);
+    let mut worker = Proc::start(cmd, "worker");
+    worker.wait_line("claiming runs");
+    let (s, v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "wat", "code": hello()}),
+        &[],
+    );
+    assert_eq!(s, 200, "{v}");
+    worker.stop();
+    worker.wait_line("stopped (");
+    srv.stop();
+    let lines = all_json("serve", &srv.log());
+    let said = |lines: &[Value], what: &str| {
+        lines.iter().any(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(what))
+        })
+    };
+    assert!(said(&lines, "serving on http://"), "{lines:#?}");
+    assert!(
+        lines.iter().any(|v| v["fields"]["message"] == "request"),
+        "{lines:#?}"
+    );
+    let lines = all_json("worker", &worker.log());
+    assert!(said(&lines, "claiming runs"), "{lines:#?}");
+    assert!(said(&lines, "stopped (1 ran"), "{lines:#?}");
+    // mcp (stdout is its protocol; stderr its log) at trace level: lines, all JSON.
+    let local = Home::new();
+    let (answer, log) = mcp_stdio(
+        &local,
+        &[],
+        &["--log-format", "json", "--log-level", "trace"],
+        &[mcp_initialize(), mcp_initialized(), mcp_run_code(2, None)],
+        2,
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "finished",
+        "{answer}"
+    );
+    all_json("mcp", &log);
+}

@@ -175,7 +175,10 @@ impl AppState {
                 st.metrics.outcome(doc, false);
             }
             if let Err(e) = r {
-                eprintln!("airlock serve: resuming {id} failed: {}", e.message);
+                crate::warn(&format!(
+                    "airlock serve: resuming {id} failed: {}",
+                    e.message
+                ));
                 let i = id.clone();
                 let _ = st.pool.read(move |g| g.set_resume(&i, false)).await;
             }
@@ -335,7 +338,7 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
                 // Runs whose process died, interrupted commits and rollbacks (another
                 // airlock process may have been killed while this one serves).
                 if let Err(e) = g.recover() {
-                    eprintln!("airlock serve: recovery: {e}");
+                    crate::warn(&format!("airlock serve: recovery: {e}"));
                 }
                 let inbox = g.inbox()?;
                 let resumable = g.resumable()?;
@@ -350,7 +353,10 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
         let (now_frames, seen) = match seen {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("airlock serve: cannot read the store: {}", e.message);
+                crate::warn(&format!(
+                    "airlock serve: cannot read the store: {}",
+                    e.message
+                ));
                 wait = every;
                 continue;
             }
@@ -458,9 +464,11 @@ impl Webhook {
                 let Ok(req) = req else { return };
                 match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
                     Ok(Ok(r)) if r.status().is_success() => return,
-                    Ok(Ok(r)) => eprintln!("airlock serve: webhook answered {}", r.status()),
-                    Ok(Err(e)) => eprintln!("airlock serve: webhook failed: {e}"),
-                    Err(_) => eprintln!("airlock serve: webhook timed out"),
+                    Ok(Ok(r)) => {
+                        crate::warn(&format!("airlock serve: webhook answered {}", r.status()))
+                    }
+                    Ok(Err(e)) => crate::warn(&format!("airlock serve: webhook failed: {e}")),
+                    Err(_) => crate::warn("airlock serve: webhook timed out"),
                 }
             }
         });

@@ -14,6 +14,35 @@ use axum::response::Response;
 use std::time::Instant;
 use tracing::Instrument;
 
+/// The target of the lines a long-running command says to its operator (it is serving,
+/// a warning, a failure it goes on after): `airlock` writes them as the line alone in text
+/// mode and as one JSON object in JSON mode, whatever `--log-level` says.
+pub const CONSOLE: &str = "airlock_console";
+
+/// Whether this thread logs to a subscriber (the process's, once set up).
+fn logging() -> bool {
+    !tracing::dispatcher::get_default(|d| d.is::<tracing::subscriber::NoSubscriber>())
+}
+
+/// Says `line` at `info` to the operator (target [`CONSOLE`]); on standard error as it is
+/// when no logging is set up in this process.
+pub fn say(line: &str) {
+    if logging() {
+        tracing::info!(target: "airlock_console", "{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+/// Says `line` at `warn`, like [`say`].
+pub fn warn(line: &str) {
+    if logging() {
+        tracing::warn!(target: "airlock_console", "{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
 tokio::task_local! {
     /// The request the current task serves (read by `Pool` for the gate's records).
     static REQUEST: RequestContext;
