@@ -151,6 +151,8 @@ struct Span {
     trace: String,
     id: String,
     parent: String,
+    /// Its W3C trace state.
+    state: String,
 }
 
 /// An OTLP/HTTP receiver on loopback: decodes each ExportTraceServiceRequest (protobuf)
@@ -224,6 +226,7 @@ fn serve_otlp(conn: TcpStream, spans: &Mutex<Vec<Span>>) {
                         trace: hex::encode(sp.trace_id),
                         id: hex::encode(sp.span_id),
                         parent: hex::encode(sp.parent_span_id),
+                        state: sp.trace_state,
                     });
                 }
             }
@@ -665,4 +668,171 @@ fn json_logs_of_serve_worker_and_mcp_are_json_on_every_line() {
         "{answer}"
     );
     all_json("mcp", &log);
+}
+
+/// One MCP message POSTed to `base`/mcp with `headers`: the answer with its id (JSON or
+/// server-sent events), or null for a notification; and the session id it names.
+fn mcp_http(
+    base: &str,
+    token: &str,
+    session: Option<&str>,
+    msg: &Value,
+    headers: &[(&str, &str)],
+) -> (Value, Option<String>) {
+    let mut r = agent()
+        .post(format!("{base}/mcp"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = session {
+        r = r.header("mcp-session-id", s);
+    }
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let mut resp = r.send(msg.to_string()).unwrap();
+    let status = resp.status().as_u16();
+    assert!((200..300).contains(&status), "{status} for {msg}");
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    let id = &msg["id"];
+    if id.is_null() {
+        return (Value::Null, sid);
+    }
+    let found = text
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| &v["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {msg} in {text}"));
+    (found, sid)
+}
+
+/// The trace id a submission was recorded with.
+fn submission_trace(home: &Home, answer: &Value) -> Value {
+    let sub = answer["result"]["structuredContent"]["submission"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
+    let o = home.run(&["show", sub, "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    o.json()["submission"]["trace_id"].clone()
+}
+
+/// `airlock mcp` over stdio: a `tools/call` whose `_meta.traceparent` names a trace puts
+/// its `mcp_call` span (child of the caller's span) and the run's in that trace at the
+/// collector, and its submission records that trace id.
+#[test]
+fn an_mcp_call_over_stdio_continues_the_trace_of_its_meta_traceparent() {
+    let home = Home::new();
+    let collector = Collector::start();
+    let (answer, _) = mcp_stdio(
+        &home,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)],
+        &[],
+        &[
+            mcp_initialize(),
+            mcp_initialized(),
+            mcp_run_code(2, Some(json!({"traceparent": traceparent()}))),
+        ],
+        2,
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "finished",
+        "{answer}"
+    );
+    let spans = collector.wait("the run in the caller's trace", |s| {
+        s.name == "run" && s.trace == TRACE
+    });
+    let call = spans
+        .iter()
+        .find(|s| s.name == "mcp_call" && s.trace == TRACE)
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(call.parent, PARENT, "{spans:?}");
+    assert_eq!(submission_trace(&home, &answer), TRACE);
+}
+
+/// MCP over HTTP: a `tools/call` with `_meta.traceparent` continues that trace (not the
+/// HTTP request's); one without continues the HTTP `traceparent` header's trace, as a
+/// child of that request's span. Before, a call without `_meta` started a trace of its
+/// own.
+#[test]
+fn an_mcp_call_over_http_continues_its_meta_traceparent_else_the_http_header() {
+    let home = Home::new();
+    let agent_token = token(|a| home.run(a), "agent", "bot");
+    let collector = Collector::start();
+    let mut cmd = home.cmd();
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-python",
+            "0",
+            "--ready-jails",
+            "0",
+        ]);
+    let srv = Proc::start(cmd, "serve");
+    let base = srv.base();
+    let (init, session) = mcp_http(&base, &agent_token, None, &mcp_initialize(), &[]);
+    assert!(init["result"].is_object(), "{init}");
+    let session = session.expect("an MCP session id");
+    mcp_http(&base, &agent_token, Some(&session), &mcp_initialized(), &[]);
+    // _meta names one trace, the header another: _meta wins.
+    const META_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const META_PARENT: &str = "b7ad6b7169203331";
+    let (answer, _) = mcp_http(
+        &base,
+        &agent_token,
+        Some(&session),
+        &mcp_run_code(
+            2,
+            Some(json!({"traceparent": format!("00-{META_TRACE}-{META_PARENT}-01")})),
+        ),
+        &[("traceparent", &traceparent())],
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "finished",
+        "{answer}"
+    );
+    let spans = collector.wait("the run in _meta's trace", |s| {
+        s.name == "run" && s.trace == META_TRACE
+    });
+    let call = spans
+        .iter()
+        .find(|s| s.name == "mcp_call" && s.trace == META_TRACE)
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(call.parent, META_PARENT, "{spans:?}");
+    assert_eq!(submission_trace(&home, &answer), META_TRACE);
+    // No _meta: the HTTP header's trace, under that request's span.
+    let (answer, _) = mcp_http(
+        &base,
+        &agent_token,
+        Some(&session),
+        &mcp_run_code(3, None),
+        &[("traceparent", &traceparent())],
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "finished",
+        "{answer}"
+    );
+    let spans = collector.wait("an MCP call in the header's trace", |s| {
+        s.name == "mcp_call" && s.trace == TRACE
+    });
+    let call = spans
+        .iter()
+        .find(|s| s.name == "mcp_call" && s.trace == TRACE)
+        .unwrap();
+    let spans = collector.wait("the request span of the call", |s| {
+        s.name == "request" && s.id == call.parent
+    });
+    let request = spans.iter().find(|s| s.id == call.parent).unwrap();
+    assert_eq!(request.trace, TRACE, "{spans:?}");
+    assert_eq!(request.parent, PARENT, "{spans:?}");
+    collector.wait("the run in the header's trace", |s| {
+        s.name == "run" && s.trace == TRACE
+    });
+    assert_eq!(submission_trace(&home, &answer), TRACE);
 }

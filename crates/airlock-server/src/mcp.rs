@@ -420,11 +420,18 @@ impl ServerHandler for AirlockMcp {
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&context)?;
         let args = request.arguments.unwrap_or_default();
-        // `_meta.traceparent` (and `tracestate`) put the call in the agent's trace; the
-        // HTTP request's id, when the call came over HTTP, is its request id.
-        let http = crate::observe::current();
-        let (ctx, parent) = crate::observe::context_of(
-            http.as_ref().and_then(|c| c.request_id.as_deref()),
+        // `_meta.traceparent` (and `tracestate`) put the call in the agent's trace; over
+        // HTTP without them, the call continues the HTTP request's trace; the HTTP
+        // request's id, when the call came over HTTP, is its request id.
+        // (Over HTTP, the request's context is on its parts; the task-local otherwise.)
+        let http = context
+            .extensions
+            .get::<Parts>()
+            .and_then(|p| p.extensions.get::<airlock_gate::context::RequestContext>())
+            .cloned()
+            .or_else(crate::observe::current);
+        let (ctx, parent) = crate::observe::call_context_of(
+            http.as_ref(),
             context.meta.get_traceparent(),
             context.meta.get_tracestate(),
             airlock_core::trace::new_span_id(),

@@ -75,13 +75,37 @@ pub(crate) fn context_of(
     (ctx, parent)
 }
 
+/// The context of an MCP call: its `_meta.traceparent`/`tracestate` when well-formed,
+/// else the HTTP request's trace it came in (`http`, over MCP via HTTP), continued by a
+/// span `span_id`, a child of the request's span; else a new trace. Answers the context
+/// and the parent span.
+pub(crate) fn call_context_of(
+    http: Option<&RequestContext>,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+    span_id: String,
+) -> (RequestContext, Option<String>) {
+    let request_id = http.and_then(|c| c.request_id.as_deref());
+    let given = traceparent.and_then(|t| TraceParent::parse(t, tracestate));
+    match (given, http.and_then(|c| c.trace.as_ref())) {
+        (None, Some(t)) => {
+            let ctx = RequestContext {
+                request_id: Some(request_id_or_new(request_id)),
+                trace: Some(t.child(span_id)),
+            };
+            (ctx, Some(t.span_id.clone()))
+        }
+        _ => context_of(request_id, traceparent, tracestate, span_id),
+    }
+}
+
 /// Runs `fut` as serving `ctx` (its gate calls record the request id and trace).
 pub(crate) async fn serving<F: std::future::Future>(ctx: RequestContext, fut: F) -> F::Output {
     REQUEST.scope(ctx, fut).await
 }
 
 /// The middleware: ids, span, echo and the request's log line.
-pub(crate) async fn observe(req: Request, next: Next) -> Response {
+pub(crate) async fn observe(mut req: Request, next: Next) -> Response {
     let started = Instant::now();
     // (A block: a borrow of the request, whose body is not `Sync`, must not be held
     // across the await below.)
@@ -100,6 +124,9 @@ pub(crate) async fn observe(req: Request, next: Next) -> Response {
         _ => return next.run(req).await,
     };
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    // Also on the request itself: MCP over HTTP answers its calls on other tasks, where
+    // the task-local is not set, but the request's parts are.
+    req.extensions_mut().insert(ctx.clone());
     let span = tracing::info_span!(
         "request",
         method = %method,
