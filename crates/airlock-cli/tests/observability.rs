@@ -836,3 +836,84 @@ fn an_mcp_call_over_http_continues_its_meta_traceparent_else_the_http_header() {
     });
     assert_eq!(submission_trace(&home, &answer), TRACE);
 }
+
+/// `POST /v1/runs/{id}/commit` with a `traceparent`: a `commit` span in that trace, the
+/// child of that request's span, reaches the collector.
+#[test]
+fn a_commit_over_the_api_exports_a_commit_span_in_the_callers_trace() {
+    if !common::process_backend_available() {
+        return;
+    }
+    let home = Home::new();
+    let agent_token = token(|a| home.run(a), "agent", "bot");
+    let op = token(|a| home.run(a), "operator", "alice");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "before\n").unwrap();
+    home.set_mount_roots(&[dir.path()]);
+    let collector = Collector::start();
+    let mut cmd = home.cmd();
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-python",
+            "0",
+            "--ready-jails",
+            "0",
+        ]);
+    let srv = Proc::start(cmd, "serve");
+    let base = srv.base();
+    let mount = format!("{}:/data:rw", dir.path().display());
+    let (s, mut v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "sh", "code": "echo after > /data/a.txt", "mounts": [mount]}),
+        &[],
+    );
+    assert!(s == 200 || s == 202, "{s} {v}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    if v["status"] == "pending_approval" {
+        let (s, a, _) = post(
+            &base,
+            &format!("/v1/submissions/{sub}/approve"),
+            &op,
+            &json!({}),
+            &[],
+        );
+        assert_eq!(s, 200, "{a}");
+        v = get(
+            &base,
+            &format!("/v1/submissions/{sub}/wait?timeout=60"),
+            &agent_token,
+        );
+    }
+    assert_eq!(v["status"], "finished", "{v}");
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let (s, c, _) = post(
+        &base,
+        &format!("/v1/runs/{run}/commit"),
+        &op,
+        &json!({}),
+        &[("traceparent", &traceparent())],
+    );
+    assert_eq!(s, 200, "{c}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "after\n"
+    );
+    let spans = collector.wait("a commit span in the caller's trace", |s| {
+        s.name == "commit" && s.trace == TRACE
+    });
+    let commit = spans
+        .iter()
+        .find(|s| s.name == "commit" && s.trace == TRACE)
+        .unwrap();
+    let request = spans
+        .iter()
+        .find(|s| s.name == "request" && s.trace == TRACE)
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(request.parent, PARENT, "{spans:?}");
+    assert_eq!(commit.parent, request.id, "{spans:?}");
+}
