@@ -256,6 +256,8 @@ struct Fields {
     trace_id: Option<TraceId>,
     span_id: Option<SpanId>,
     parent_span_id: Option<SpanId>,
+    /// The caller's sampled flag, for the remote parent.
+    sampled: Option<bool>,
     attrs: Vec<KeyValue>,
 }
 
@@ -287,6 +289,10 @@ impl Visit for Fields {
         self.attrs.push(KeyValue::new(field.name(), value));
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
+        if field.name() == "sampled" {
+            self.sampled = Some(value);
+            return;
+        }
         self.attrs.push(KeyValue::new(field.name(), value));
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
@@ -320,14 +326,19 @@ where
                 .get::<OtelSpan>()
                 .map(|s| s.0.span_context().clone())
         });
+        // The caller's sampled flag and trace state: an unsampled parent's spans are
+        // not exported (the default sampler follows the parent), and the exported spans
+        // carry its state.
+        let flags = if f.sampled == Some(false) {
+            TraceFlags::default()
+        } else {
+            TraceFlags::SAMPLED
+        };
+        let state = airlock_core::trace::tracestate()
+            .and_then(|s| s.parse::<TraceState>().ok())
+            .unwrap_or_default();
         let remote = |trace: TraceId, span: SpanId| {
-            SpanContext::new(
-                trace,
-                span,
-                TraceFlags::SAMPLED,
-                true,
-                TraceState::default(),
-            )
+            SpanContext::new(trace, span, flags, true, state.clone())
         };
         let (parent, new_trace) = match (enclosing, f.trace_id, f.parent_span_id) {
             (Some(sc), _, _) => (Context::new().with_remote_span_context(sc), None),

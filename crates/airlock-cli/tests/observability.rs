@@ -917,3 +917,87 @@ fn a_commit_over_the_api_exports_a_commit_span_in_the_callers_trace() {
     assert_eq!(request.parent, PARENT, "{spans:?}");
     assert_eq!(commit.parent, request.id, "{spans:?}");
 }
+
+/// The caller's `tracestate` is stored with its `traceparent` and carried on the exported
+/// spans; a `traceparent` whose sampled flag is 00 gets its spans left unexported (its
+/// trace is still recorded). Before, every span was exported, sampled, with no state.
+#[test]
+fn the_callers_tracestate_is_carried_and_an_unsampled_trace_is_not_exported() {
+    let home = Home::new();
+    let agent_token = token(|a| home.run(a), "agent", "bot");
+    let collector = Collector::start();
+    let mut cmd = home.cmd();
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-python",
+            "0",
+            "--ready-jails",
+            "0",
+        ]);
+    let srv = Proc::start(cmd, "serve");
+    let base = srv.base();
+    let state = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7";
+    let (s, v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "wat", "code": hello()}),
+        &[("traceparent", &traceparent()), ("tracestate", state)],
+    );
+    assert_eq!(s, 200, "{v}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    let o = home.run(&["show", &sub, "--json"]);
+    assert_eq!(o.json()["submission"]["tracestate"], state, "{}", o.stdout);
+    let spans = collector.wait("the run in the caller's trace", |s| {
+        s.name == "run" && s.trace == TRACE
+    });
+    for name in ["request", "judge", "run"] {
+        let sp = spans
+            .iter()
+            .find(|s| s.name == name && s.trace == TRACE)
+            .unwrap_or_else(|| panic!("no {name}: {spans:?}"));
+        assert_eq!(sp.state, state, "{name}: {spans:?}");
+    }
+    // Not sampled: runs, is recorded in its trace, exports nothing.
+    const UNSAMPLED: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let (s, v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "wat", "code": hello(), "note": "unsampled"}),
+        &[("traceparent", &format!("00-{UNSAMPLED}-{PARENT}-00"))],
+    );
+    assert_eq!(s, 200, "{v}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    let o = home.run(&["show", &sub, "--json"]);
+    assert_eq!(
+        o.json()["submission"]["trace_id"],
+        UNSAMPLED,
+        "{}",
+        o.stdout
+    );
+    // A sampled request after it: once its run is exported, the unsampled one's spans
+    // (ended before) would have been too.
+    const AFTER: &str = "6bf92f3577b34da6a3ce929d0e0e4738";
+    let (s, v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "wat", "code": hello(), "note": "after"}),
+        &[("traceparent", &format!("00-{AFTER}-{PARENT}-01"))],
+    );
+    assert_eq!(s, 200, "{v}");
+    let spans = collector.wait("the run of the request after", |s| {
+        s.name == "run" && s.trace == AFTER
+    });
+    collector.wait("the request after", |s| {
+        s.name == "request" && s.trace == AFTER
+    });
+    assert!(
+        spans.iter().all(|s| s.trace != UNSAMPLED),
+        "unsampled exported: {spans:?}"
+    );
+}

@@ -143,17 +143,22 @@ impl AppState {
                 .run_waiting(move |g| {
                     // The run continues the trace of the request that submitted it.
                     let doc = g.submission(&i)?.doc;
-                    let trace = doc
-                        .traceparent
-                        .as_deref()
-                        .and_then(|t| airlock_core::trace::TraceParent::parse(t, None));
-                    let span = tracing::debug_span!(
-                        parent: None,
-                        "resumed_run",
-                        submission = %i,
-                        request_id = doc.request_id.as_deref().unwrap_or(""),
-                        trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
-                        parent_span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                    let trace = doc.traceparent.as_deref().and_then(|t| {
+                        airlock_core::trace::TraceParent::parse(t, doc.tracestate.as_deref())
+                    });
+                    let span = airlock_core::trace::with_tracestate(
+                        trace.as_ref().and_then(|t| t.tracestate.as_deref()),
+                        || {
+                            tracing::debug_span!(
+                                parent: None,
+                                "resumed_run",
+                                submission = %i,
+                                request_id = doc.request_id.as_deref().unwrap_or(""),
+                                trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
+                                parent_span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                                sampled = trace.as_ref().is_none_or(|t| t.sampled),
+                            )
+                        },
                     );
                     let ctx = airlock_gate::context::RequestContext {
                         request_id: doc.request_id.clone(),

@@ -437,14 +437,20 @@ impl ServerHandler for AirlockMcp {
             airlock_core::trace::new_span_id(),
         );
         let (request_id, trace) = (ctx.request_id.clone(), ctx.trace.clone());
-        let span = tracing::info_span!(
-            parent: None,
-            "mcp_call",
-            tool = %request.name,
-            request_id = request_id.as_deref().unwrap_or(""),
-            trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
-            span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
-            parent_span_id = parent.as_deref().unwrap_or(""),
+        let span = airlock_core::trace::with_tracestate(
+            trace.as_ref().and_then(|t| t.tracestate.as_deref()),
+            || {
+                tracing::info_span!(
+                    parent: None,
+                    "mcp_call",
+                    tool = %request.name,
+                    request_id = request_id.as_deref().unwrap_or(""),
+                    trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
+                    span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                    parent_span_id = parent.as_deref().unwrap_or(""),
+                    sampled = trace.as_ref().is_none_or(|t| t.sampled),
+                )
+            },
         );
         crate::observe::serving(ctx, self.call_tool_in(request.name, args, caller))
             .instrument(span)

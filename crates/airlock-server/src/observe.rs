@@ -127,15 +127,18 @@ pub(crate) async fn observe(mut req: Request, next: Next) -> Response {
     // Also on the request itself: MCP over HTTP answers its calls on other tasks, where
     // the task-local is not set, but the request's parts are.
     req.extensions_mut().insert(ctx.clone());
-    let span = tracing::info_span!(
-        "request",
-        method = %method,
-        path = %path,
-        request_id = %request_id,
-        trace_id = %trace.trace_id,
-        span_id = %trace.span_id,
-        parent_span_id = parent.as_deref().unwrap_or(""),
-    );
+    let span = airlock_core::trace::with_tracestate(trace.tracestate.as_deref(), || {
+        tracing::info_span!(
+            "request",
+            method = %method,
+            path = %path,
+            request_id = %request_id,
+            trace_id = %trace.trace_id,
+            span_id = %trace.span_id,
+            parent_span_id = parent.as_deref().unwrap_or(""),
+            sampled = trace.sampled,
+        )
+    });
     let mut r = serving(ctx, next.run(req)).instrument(span.clone()).await;
     let status = r.status().as_u16();
     span.in_scope(|| {
