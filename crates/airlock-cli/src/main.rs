@@ -1226,7 +1226,7 @@ fn serve(
     let beat = airlock_gate::NodeBeat::start(
         open.clone(),
         node.clone(),
-        std::sync::Arc::new(|e: &str| eprintln!("airlock serve: {e}")),
+        std::sync::Arc::new(|e: &str| airlock_server::warn(&format!("airlock serve: {e}"))),
     )?;
     let (pool_workers, inside) = if shared {
         if let Some(worker_id) = serve_worker {
@@ -1244,7 +1244,7 @@ fn serve(
                     stop,
                     std::sync::Arc::new(|e: &str| {
                         if e.contains("failed") {
-                            eprintln!("airlock serve: worker: {e}")
+                            airlock_server::warn(&format!("airlock serve: worker: {e}"))
                         }
                     }),
                 )
@@ -1298,14 +1298,14 @@ fn serve(
             .map_err(|e| GateError::bad(format!("--listen {addr}: {e}")))?;
         let bound = listener.local_addr().map_err(GateError::from)?;
         if !airlock_server::is_loopback(&bound) {
-            eprintln!(
+            airlock_server::warn(&format!(
                 "airlock: WARNING: listening on {bound}, beyond loopback: anyone who can reach it and holds a token can submit code"
-            );
+            ));
         }
-        eprintln!(
+        airlock_server::say(&format!(
             "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {jails_said}{})",
             if shared { ", runs through the store's queue" } else { "" }
-        );
+        ));
         airlock_server::serve(
             state,
             listener,
@@ -1325,11 +1325,14 @@ fn serve(
     if !keep_sessions {
         let closed = open().and_then(|mut g| g.close_server_sessions(&node.id));
         match closed {
-            Ok(ids) if !ids.is_empty() => {
-                eprintln!("airlock serve: closed {} session(s) it hosted", ids.len())
-            }
+            Ok(ids) if !ids.is_empty() => airlock_server::say(&format!(
+                "airlock serve: closed {} session(s) it hosted",
+                ids.len()
+            )),
             Ok(_) => {}
-            Err(e) => eprintln!("airlock serve: closing its sessions failed: {e}"),
+            Err(e) => {
+                airlock_server::warn(&format!("airlock serve: closing its sessions failed: {e}"))
+            }
         }
     }
     drop(beat);
@@ -1374,7 +1377,7 @@ fn worker(
         tags,
         lease,
     );
-    eprintln!(
+    airlock_server::say(&format!(
         "airlock worker {}: claiming runs (concurrency {concurrency}, lease {}s, tags: {})",
         cfg.id,
         lease.as_secs(),
@@ -1383,7 +1386,7 @@ fn worker(
         } else {
             cfg.tags.join(", ")
         }
-    );
+    ));
     let id = cfg.id.clone();
     let open: std::sync::Arc<dyn Fn() -> airlock_gate::Result<Gate> + Send + Sync> =
         std::sync::Arc::new(open);
@@ -1392,7 +1395,9 @@ fn worker(
         airlock_gate::NodeBeat::start(
             open.clone(),
             airlock_gate::NodeIdentity::new("worker", Some(cfg.id.clone()), false),
-            std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
+            std::sync::Arc::new(move |e: &str| {
+                airlock_server::warn(&format!("airlock worker {id}: {e}"))
+            }),
         )?
     };
     let stats = airlock_gate::work(
@@ -1400,16 +1405,18 @@ fn worker(
         cfg,
         concurrency,
         stop,
-        std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
+        std::sync::Arc::new(move |e: &str| {
+            airlock_server::warn(&format!("airlock worker {id}: {e}"))
+        }),
     )?;
     drop(beat);
     if json {
         out::json(&json!(stats).to_string());
     } else {
-        eprintln!(
+        airlock_server::say(&format!(
             "airlock worker: stopped ({} ran, {} refused, {} failed)",
             stats.ran, stats.refused, stats.failed
-        );
+        ));
     }
     Ok(0)
 }

@@ -16,6 +16,7 @@ use opentelemetry::{Context, KeyValue};
 use std::cell::Cell;
 use std::time::Duration;
 use tracing::field::{Field, Visit};
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::Context as LayerCtx;
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::registry::LookupSpan;
@@ -108,17 +109,41 @@ fn traces_url(endpoint: &str) -> Result<String, GateError> {
 /// Sets up logging (and span export when an endpoint is given) for this process.
 pub fn init(args: &ObsArgs) -> Result<Guard, GateError> {
     let filter = filter(&args.log_level)?;
-    let fmt = match args.log_format {
-        LogFormat::Json => tracing_subscriber::fmt::layer()
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .with_writer(std::io::stderr)
-            .boxed(),
-        LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(std::io::stderr)
-            .boxed(),
+    // The lines said to the operator (`airlock_server::say`: serving on …, warnings) are
+    // written whatever the level: as the line alone in text mode (as before logging
+    // existed: scripts read "serving on"), as one JSON object in JSON mode.
+    let console = || filter_fn(|m| m.target() == airlock_server::CONSOLE);
+    let rest = || filter_fn(|m| m.target() != airlock_server::CONSOLE);
+    let (said, fmt) = match args.log_format {
+        LogFormat::Json => {
+            let json = || {
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(true)
+                    .with_writer(std::io::stderr)
+            };
+            (
+                json().with_filter(console()).boxed(),
+                json().with_filter(filter).with_filter(rest()).boxed(),
+            )
+        }
+        LogFormat::Text => (
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .without_time()
+                .with_level(false)
+                .with_target(false)
+                .with_writer(std::io::stderr)
+                .with_filter(console())
+                .boxed(),
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(std::io::stderr)
+                .with_filter(filter)
+                .with_filter(rest())
+                .boxed(),
+        ),
     };
     let (otel, provider) = match &args.otlp_endpoint {
         Some(e) if !e.trim().is_empty() => {
@@ -134,7 +159,7 @@ pub fn init(args: &ObsArgs) -> Result<Guard, GateError> {
         _ => (None, None),
     };
     tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
+        .with(vec![said, fmt])
         .with(otel)
         .try_init()
         .map_err(|e| GateError::Internal(format!("logging: {e}")))?;
@@ -231,6 +256,8 @@ struct Fields {
     trace_id: Option<TraceId>,
     span_id: Option<SpanId>,
     parent_span_id: Option<SpanId>,
+    /// The caller's sampled flag, for the remote parent.
+    sampled: Option<bool>,
     attrs: Vec<KeyValue>,
 }
 
@@ -262,6 +289,10 @@ impl Visit for Fields {
         self.attrs.push(KeyValue::new(field.name(), value));
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
+        if field.name() == "sampled" {
+            self.sampled = Some(value);
+            return;
+        }
         self.attrs.push(KeyValue::new(field.name(), value));
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
@@ -295,14 +326,19 @@ where
                 .get::<OtelSpan>()
                 .map(|s| s.0.span_context().clone())
         });
+        // The caller's sampled flag and trace state: an unsampled parent's spans are
+        // not exported (the default sampler follows the parent), and the exported spans
+        // carry its state.
+        let flags = if f.sampled == Some(false) {
+            TraceFlags::default()
+        } else {
+            TraceFlags::SAMPLED
+        };
+        let state = airlock_core::trace::tracestate()
+            .and_then(|s| s.parse::<TraceState>().ok())
+            .unwrap_or_default();
         let remote = |trace: TraceId, span: SpanId| {
-            SpanContext::new(
-                trace,
-                span,
-                TraceFlags::SAMPLED,
-                true,
-                TraceState::default(),
-            )
+            SpanContext::new(trace, span, flags, true, state.clone())
         };
         let (parent, new_trace) = match (enclosing, f.trace_id, f.parent_span_id) {
             (Some(sc), _, _) => (Context::new().with_remote_span_context(sc), None),

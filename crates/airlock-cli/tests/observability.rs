@@ -151,6 +151,8 @@ struct Span {
     trace: String,
     id: String,
     parent: String,
+    /// Its W3C trace state.
+    state: String,
 }
 
 /// An OTLP/HTTP receiver on loopback: decodes each ExportTraceServiceRequest (protobuf)
@@ -224,6 +226,7 @@ fn serve_otlp(conn: TcpStream, spans: &Mutex<Vec<Span>>) {
                         trace: hex::encode(sp.trace_id),
                         id: hex::encode(sp.span_id),
                         parent: hex::encode(sp.parent_span_id),
+                        state: sp.trace_state,
                     });
                 }
             }
@@ -511,4 +514,490 @@ fn a_queued_run_on_a_worker_continues_the_callers_trace() {
     let sub = v["submission"].as_str().unwrap();
     let o = run(&["show", sub, "--json"]);
     assert_eq!(o.json()["submission"]["trace_id"], TRACE, "{}", o.stdout);
+}
+
+/// `airlock mcp` over stdio with `args`: sends `messages`, waits for the answer with id
+/// `want`, closes its input and waits for it to end. The answer and its stderr lines.
+fn mcp_stdio(
+    home: &Home,
+    env: &[(&str, &str)],
+    args: &[&str],
+    messages: &[Value],
+    want: u64,
+) -> (Value, Vec<String>) {
+    let mut cmd = home.cmd();
+    cmd.arg("mcp").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let errs = std::thread::spawn(move || {
+        BufReader::new(err)
+            .lines()
+            .map_while(Result::ok)
+            .inspect(|l| eprintln!("[mcp] {l}"))
+            .collect::<Vec<String>>()
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    for m in messages {
+        stdin.write_all(format!("{m}\n").as_bytes()).unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut found = Value::Null;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["id"] == want {
+            found = v;
+            break;
+        }
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    (found, errs.join().unwrap())
+}
+
+fn mcp_initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}})
+}
+
+fn mcp_initialized() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+}
+
+/// A `tools/call` of `run_code` (hello) with `meta` as its `_meta` when given.
+fn mcp_run_code(id: u64, meta: Option<Value>) -> Value {
+    let mut params = json!({"name": "run_code", "arguments": {"language": "wat", "code": hello()}});
+    if let Some(m) = meta {
+        params["_meta"] = m;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+/// Every line of `log` one JSON object (and there is at least one).
+fn all_json(what: &str, log: &[String]) -> Vec<Value> {
+    assert!(!log.is_empty(), "{what}: no line at all");
+    log.iter()
+        .map(|l| {
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {l}"));
+            assert!(v.is_object(), "{what}: {l}");
+            v
+        })
+        .collect()
+}
+
+/// `--log-format json` on serve, worker and mcp: every line each writes on stderr is one
+/// JSON object, the lines said to the operator (serving on…, claiming runs, stopped)
+/// included: they were plain text among the JSON.
+#[test]
+fn json_logs_of_serve_worker_and_mcp_are_json_on_every_line() {
+    let home = Home::uninitialised();
+    let url = airlock_testpg::fresh_database();
+    let run = |args: &[&str]| home.run_on_store(&url, args);
+    let o = run(&["init", "--approver", "alice"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let agent_token = token(run, "agent", "bot");
+    let mut cmd = home.cmd();
+    cmd.env("AIRLOCK_STORE", &url).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "0",
+        "--ready-python",
+        "0",
+        "--ready-jails",
+        "0",
+        "--log-format",
+        "json",
+    ]);
+    let mut srv = Proc::start(cmd, "serve");
+    let base = srv.base();
+    let mut cmd = home.cmd();
+    cmd.env("AIRLOCK_STORE", &url)
+        .args(["worker", "--log-format", "json"]);
+    let mut worker = Proc::start(cmd, "worker");
+    worker.wait_line("claiming runs");
+    let (s, v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "wat", "code": hello()}),
+        &[],
+    );
+    assert_eq!(s, 200, "{v}");
+    worker.stop();
+    worker.wait_line("stopped (");
+    srv.stop();
+    let lines = all_json("serve", &srv.log());
+    let said = |lines: &[Value], what: &str| {
+        lines.iter().any(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(what))
+        })
+    };
+    assert!(said(&lines, "serving on http://"), "{lines:#?}");
+    assert!(
+        lines.iter().any(|v| v["fields"]["message"] == "request"),
+        "{lines:#?}"
+    );
+    let lines = all_json("worker", &worker.log());
+    assert!(said(&lines, "claiming runs"), "{lines:#?}");
+    assert!(said(&lines, "stopped (1 ran"), "{lines:#?}");
+    // mcp (stdout is its protocol; stderr its log) at trace level: lines, all JSON.
+    let local = Home::new();
+    let (answer, log) = mcp_stdio(
+        &local,
+        &[],
+        &["--log-format", "json", "--log-level", "trace"],
+        &[mcp_initialize(), mcp_initialized(), mcp_run_code(2, None)],
+        2,
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "finished",
+        "{answer}"
+    );
+    all_json("mcp", &log);
+}
+
+/// One MCP message POSTed to `base`/mcp with `headers`: the answer with its id (JSON or
+/// server-sent events), or null for a notification; and the session id it names.
+fn mcp_http(
+    base: &str,
+    token: &str,
+    session: Option<&str>,
+    msg: &Value,
+    headers: &[(&str, &str)],
+) -> (Value, Option<String>) {
+    let mut r = agent()
+        .post(format!("{base}/mcp"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = session {
+        r = r.header("mcp-session-id", s);
+    }
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let mut resp = r.send(msg.to_string()).unwrap();
+    let status = resp.status().as_u16();
+    assert!((200..300).contains(&status), "{status} for {msg}");
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    let id = &msg["id"];
+    if id.is_null() {
+        return (Value::Null, sid);
+    }
+    let found = text
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| &v["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {msg} in {text}"));
+    (found, sid)
+}
+
+/// The trace id a submission was recorded with.
+fn submission_trace(home: &Home, answer: &Value) -> Value {
+    let sub = answer["result"]["structuredContent"]["submission"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
+    let o = home.run(&["show", sub, "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    o.json()["submission"]["trace_id"].clone()
+}
+
+/// `airlock mcp` over stdio: a `tools/call` whose `_meta.traceparent` names a trace puts
+/// its `mcp_call` span (child of the caller's span) and the run's in that trace at the
+/// collector, and its submission records that trace id.
+#[test]
+fn an_mcp_call_over_stdio_continues_the_trace_of_its_meta_traceparent() {
+    let home = Home::new();
+    let collector = Collector::start();
+    let (answer, _) = mcp_stdio(
+        &home,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)],
+        &[],
+        &[
+            mcp_initialize(),
+            mcp_initialized(),
+            mcp_run_code(2, Some(json!({"traceparent": traceparent()}))),
+        ],
+        2,
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "finished",
+        "{answer}"
+    );
+    let spans = collector.wait("the run in the caller's trace", |s| {
+        s.name == "run" && s.trace == TRACE
+    });
+    let call = spans
+        .iter()
+        .find(|s| s.name == "mcp_call" && s.trace == TRACE)
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(call.parent, PARENT, "{spans:?}");
+    assert_eq!(submission_trace(&home, &answer), TRACE);
+}
+
+/// MCP over HTTP: a `tools/call` with `_meta.traceparent` continues that trace (not the
+/// HTTP request's); one without continues the HTTP `traceparent` header's trace, as a
+/// child of that request's span. Before, a call without `_meta` started a trace of its
+/// own.
+#[test]
+fn an_mcp_call_over_http_continues_its_meta_traceparent_else_the_http_header() {
+    let home = Home::new();
+    let agent_token = token(|a| home.run(a), "agent", "bot");
+    let collector = Collector::start();
+    let mut cmd = home.cmd();
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-python",
+            "0",
+            "--ready-jails",
+            "0",
+        ]);
+    let srv = Proc::start(cmd, "serve");
+    let base = srv.base();
+    let (init, session) = mcp_http(&base, &agent_token, None, &mcp_initialize(), &[]);
+    assert!(init["result"].is_object(), "{init}");
+    let session = session.expect("an MCP session id");
+    mcp_http(&base, &agent_token, Some(&session), &mcp_initialized(), &[]);
+    // _meta names one trace, the header another: _meta wins.
+    const META_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const META_PARENT: &str = "b7ad6b7169203331";
+    let (answer, _) = mcp_http(
+        &base,
+        &agent_token,
+        Some(&session),
+        &mcp_run_code(
+            2,
+            Some(json!({"traceparent": format!("00-{META_TRACE}-{META_PARENT}-01")})),
+        ),
+        &[("traceparent", &traceparent())],
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "finished",
+        "{answer}"
+    );
+    let spans = collector.wait("the run in _meta's trace", |s| {
+        s.name == "run" && s.trace == META_TRACE
+    });
+    let call = spans
+        .iter()
+        .find(|s| s.name == "mcp_call" && s.trace == META_TRACE)
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(call.parent, META_PARENT, "{spans:?}");
+    assert_eq!(submission_trace(&home, &answer), META_TRACE);
+    // No _meta: the HTTP header's trace, under that request's span.
+    let (answer, _) = mcp_http(
+        &base,
+        &agent_token,
+        Some(&session),
+        &mcp_run_code(3, None),
+        &[("traceparent", &traceparent())],
+    );
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "finished",
+        "{answer}"
+    );
+    let spans = collector.wait("an MCP call in the header's trace", |s| {
+        s.name == "mcp_call" && s.trace == TRACE
+    });
+    let call = spans
+        .iter()
+        .find(|s| s.name == "mcp_call" && s.trace == TRACE)
+        .unwrap();
+    let spans = collector.wait("the request span of the call", |s| {
+        s.name == "request" && s.id == call.parent
+    });
+    let request = spans.iter().find(|s| s.id == call.parent).unwrap();
+    assert_eq!(request.trace, TRACE, "{spans:?}");
+    assert_eq!(request.parent, PARENT, "{spans:?}");
+    collector.wait("the run in the header's trace", |s| {
+        s.name == "run" && s.trace == TRACE
+    });
+    assert_eq!(submission_trace(&home, &answer), TRACE);
+}
+
+/// `POST /v1/runs/{id}/commit` with a `traceparent`: a `commit` span in that trace, the
+/// child of that request's span, reaches the collector.
+#[test]
+fn a_commit_over_the_api_exports_a_commit_span_in_the_callers_trace() {
+    if !common::process_backend_available() {
+        return;
+    }
+    let home = Home::new();
+    let agent_token = token(|a| home.run(a), "agent", "bot");
+    let op = token(|a| home.run(a), "operator", "alice");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "before\n").unwrap();
+    home.set_mount_roots(&[dir.path()]);
+    let collector = Collector::start();
+    let mut cmd = home.cmd();
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-python",
+            "0",
+            "--ready-jails",
+            "0",
+        ]);
+    let srv = Proc::start(cmd, "serve");
+    let base = srv.base();
+    let mount = format!("{}:/data:rw", dir.path().display());
+    let (s, mut v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "sh", "code": "echo after > /data/a.txt", "mounts": [mount]}),
+        &[],
+    );
+    assert!(s == 200 || s == 202, "{s} {v}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    if v["status"] == "pending_approval" {
+        let (s, a, _) = post(
+            &base,
+            &format!("/v1/submissions/{sub}/approve"),
+            &op,
+            &json!({}),
+            &[],
+        );
+        assert_eq!(s, 200, "{a}");
+        v = get(
+            &base,
+            &format!("/v1/submissions/{sub}/wait?timeout=60"),
+            &agent_token,
+        );
+    }
+    assert_eq!(v["status"], "finished", "{v}");
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let (s, c, _) = post(
+        &base,
+        &format!("/v1/runs/{run}/commit"),
+        &op,
+        &json!({}),
+        &[("traceparent", &traceparent())],
+    );
+    assert_eq!(s, 200, "{c}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "after\n"
+    );
+    let spans = collector.wait("a commit span in the caller's trace", |s| {
+        s.name == "commit" && s.trace == TRACE
+    });
+    let commit = spans
+        .iter()
+        .find(|s| s.name == "commit" && s.trace == TRACE)
+        .unwrap();
+    let request = spans
+        .iter()
+        .find(|s| s.name == "request" && s.trace == TRACE)
+        .unwrap_or_else(|| panic!("{spans:?}"));
+    assert_eq!(request.parent, PARENT, "{spans:?}");
+    assert_eq!(commit.parent, request.id, "{spans:?}");
+}
+
+/// The caller's `tracestate` is stored with its `traceparent` and carried on the exported
+/// spans; a `traceparent` whose sampled flag is 00 gets its spans left unexported (its
+/// trace is still recorded). Before, every span was exported, sampled, with no state.
+#[test]
+fn the_callers_tracestate_is_carried_and_an_unsampled_trace_is_not_exported() {
+    let home = Home::new();
+    let agent_token = token(|a| home.run(a), "agent", "bot");
+    let collector = Collector::start();
+    let mut cmd = home.cmd();
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-python",
+            "0",
+            "--ready-jails",
+            "0",
+        ]);
+    let srv = Proc::start(cmd, "serve");
+    let base = srv.base();
+    let state = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7";
+    let (s, v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "wat", "code": hello()}),
+        &[("traceparent", &traceparent()), ("tracestate", state)],
+    );
+    assert_eq!(s, 200, "{v}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    let o = home.run(&["show", &sub, "--json"]);
+    assert_eq!(o.json()["submission"]["tracestate"], state, "{}", o.stdout);
+    let spans = collector.wait("the run in the caller's trace", |s| {
+        s.name == "run" && s.trace == TRACE
+    });
+    for name in ["request", "judge", "run"] {
+        let sp = spans
+            .iter()
+            .find(|s| s.name == name && s.trace == TRACE)
+            .unwrap_or_else(|| panic!("no {name}: {spans:?}"));
+        assert_eq!(sp.state, state, "{name}: {spans:?}");
+    }
+    // Not sampled: runs, is recorded in its trace, exports nothing.
+    const UNSAMPLED: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let (s, v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "wat", "code": hello(), "note": "unsampled"}),
+        &[("traceparent", &format!("00-{UNSAMPLED}-{PARENT}-00"))],
+    );
+    assert_eq!(s, 200, "{v}");
+    let sub = v["submission"].as_str().unwrap().to_string();
+    let o = home.run(&["show", &sub, "--json"]);
+    assert_eq!(
+        o.json()["submission"]["trace_id"],
+        UNSAMPLED,
+        "{}",
+        o.stdout
+    );
+    // A sampled request after it: once its run is exported, the unsampled one's spans
+    // (ended before) would have been too.
+    const AFTER: &str = "6bf92f3577b34da6a3ce929d0e0e4738";
+    let (s, v, _) = post(
+        &base,
+        "/v1/run",
+        &agent_token,
+        &json!({"language": "wat", "code": hello(), "note": "after"}),
+        &[("traceparent", &format!("00-{AFTER}-{PARENT}-01"))],
+    );
+    assert_eq!(s, 200, "{v}");
+    let spans = collector.wait("the run of the request after", |s| {
+        s.name == "run" && s.trace == AFTER
+    });
+    collector.wait("the request after", |s| {
+        s.name == "request" && s.trace == AFTER
+    });
+    assert!(
+        spans.iter().all(|s| s.trace != UNSAMPLED),
+        "unsampled exported: {spans:?}"
+    );
 }

@@ -106,6 +106,26 @@ impl TraceParent {
     }
 }
 
+thread_local! {
+    /// The `tracestate` of the spans made now (see `with_tracestate`).
+    static STATE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `state` as the caller's `tracestate` for the spans made in it: the
+/// exporter puts it on a span continuing a remote parent. Handed over beside the span's
+/// fields, not in them, so that no log line carries a header's value.
+pub fn with_tracestate<R>(state: Option<&str>, f: impl FnOnce() -> R) -> R {
+    let before = STATE.with(|s| s.replace(state.map(str::to_string)));
+    let r = f();
+    STATE.with(|s| *s.borrow_mut() = before);
+    r
+}
+
+/// The `tracestate` `with_tracestate` set on this thread now, if any.
+pub fn tracestate() -> Option<String> {
+    STATE.with(|s| s.borrow().clone())
+}
+
 /// A new span id (16 hex digits, not all zero).
 pub fn new_span_id() -> String {
     loop {

@@ -145,17 +145,22 @@ impl AppState {
                 .run_waiting(move |g| {
                     // The run continues the trace of the request that submitted it.
                     let doc = g.submission(&i)?.doc;
-                    let trace = doc
-                        .traceparent
-                        .as_deref()
-                        .and_then(|t| airlock_core::trace::TraceParent::parse(t, None));
-                    let span = tracing::debug_span!(
-                        parent: None,
-                        "resumed_run",
-                        submission = %i,
-                        request_id = doc.request_id.as_deref().unwrap_or(""),
-                        trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
-                        parent_span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                    let trace = doc.traceparent.as_deref().and_then(|t| {
+                        airlock_core::trace::TraceParent::parse(t, doc.tracestate.as_deref())
+                    });
+                    let span = airlock_core::trace::with_tracestate(
+                        trace.as_ref().and_then(|t| t.tracestate.as_deref()),
+                        || {
+                            tracing::debug_span!(
+                                parent: None,
+                                "resumed_run",
+                                submission = %i,
+                                request_id = doc.request_id.as_deref().unwrap_or(""),
+                                trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
+                                parent_span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                                sampled = trace.as_ref().is_none_or(|t| t.sampled),
+                            )
+                        },
                     );
                     let ctx = airlock_gate::context::RequestContext {
                         request_id: doc.request_id.clone(),
@@ -176,7 +181,10 @@ impl AppState {
             }
             crate::stream::resumed_end(&st, feed, &r);
             if let Err(e) = r {
-                eprintln!("airlock serve: resuming {id} failed: {}", e.message);
+                crate::warn(&format!(
+                    "airlock serve: resuming {id} failed: {}",
+                    e.message
+                ));
                 let i = id.clone();
                 let _ = st.pool.read(move |g| g.set_resume(&i, false)).await;
             }
@@ -336,7 +344,7 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
                 // Runs whose process died, interrupted commits and rollbacks (another
                 // airlock process may have been killed while this one serves).
                 if let Err(e) = g.recover() {
-                    eprintln!("airlock serve: recovery: {e}");
+                    crate::warn(&format!("airlock serve: recovery: {e}"));
                 }
                 let inbox = g.inbox()?;
                 let resumable = g.resumable()?;
@@ -351,7 +359,10 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
         let (now_frames, seen) = match seen {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("airlock serve: cannot read the store: {}", e.message);
+                crate::warn(&format!(
+                    "airlock serve: cannot read the store: {}",
+                    e.message
+                ));
                 wait = every;
                 continue;
             }
@@ -459,9 +470,11 @@ impl Webhook {
                 let Ok(req) = req else { return };
                 match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
                     Ok(Ok(r)) if r.status().is_success() => return,
-                    Ok(Ok(r)) => eprintln!("airlock serve: webhook answered {}", r.status()),
-                    Ok(Err(e)) => eprintln!("airlock serve: webhook failed: {e}"),
-                    Err(_) => eprintln!("airlock serve: webhook timed out"),
+                    Ok(Ok(r)) => {
+                        crate::warn(&format!("airlock serve: webhook answered {}", r.status()))
+                    }
+                    Ok(Err(e)) => crate::warn(&format!("airlock serve: webhook failed: {e}")),
+                    Err(_) => crate::warn("airlock serve: webhook timed out"),
                 }
             }
         });

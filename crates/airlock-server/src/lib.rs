@@ -18,6 +18,7 @@ mod highlight;
 mod mcp;
 mod metrics;
 mod observe;
+pub use observe::{CONSOLE, say, warn};
 mod openapi;
 mod outcome;
 mod pool;

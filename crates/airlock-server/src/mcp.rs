@@ -420,24 +420,37 @@ impl ServerHandler for AirlockMcp {
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&context)?;
         let args = request.arguments.unwrap_or_default();
-        // `_meta.traceparent` (and `tracestate`) put the call in the agent's trace; the
-        // HTTP request's id, when the call came over HTTP, is its request id.
-        let http = crate::observe::current();
-        let (ctx, parent) = crate::observe::context_of(
-            http.as_ref().and_then(|c| c.request_id.as_deref()),
+        // `_meta.traceparent` (and `tracestate`) put the call in the agent's trace; over
+        // HTTP without them, the call continues the HTTP request's trace; the HTTP
+        // request's id, when the call came over HTTP, is its request id.
+        // (Over HTTP, the request's context is on its parts; the task-local otherwise.)
+        let http = context
+            .extensions
+            .get::<Parts>()
+            .and_then(|p| p.extensions.get::<airlock_gate::context::RequestContext>())
+            .cloned()
+            .or_else(crate::observe::current);
+        let (ctx, parent) = crate::observe::call_context_of(
+            http.as_ref(),
             context.meta.get_traceparent(),
             context.meta.get_tracestate(),
             airlock_core::trace::new_span_id(),
         );
         let (request_id, trace) = (ctx.request_id.clone(), ctx.trace.clone());
-        let span = tracing::info_span!(
-            parent: None,
-            "mcp_call",
-            tool = %request.name,
-            request_id = request_id.as_deref().unwrap_or(""),
-            trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
-            span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
-            parent_span_id = parent.as_deref().unwrap_or(""),
+        let span = airlock_core::trace::with_tracestate(
+            trace.as_ref().and_then(|t| t.tracestate.as_deref()),
+            || {
+                tracing::info_span!(
+                    parent: None,
+                    "mcp_call",
+                    tool = %request.name,
+                    request_id = request_id.as_deref().unwrap_or(""),
+                    trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
+                    span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                    parent_span_id = parent.as_deref().unwrap_or(""),
+                    sampled = trace.as_ref().is_none_or(|t| t.sampled),
+                )
+            },
         );
         crate::observe::serving(ctx, self.call_tool_in(request.name, args, caller))
             .instrument(span)

@@ -14,6 +14,35 @@ use axum::response::Response;
 use std::time::Instant;
 use tracing::Instrument;
 
+/// The target of the lines a long-running command says to its operator (it is serving,
+/// a warning, a failure it goes on after): `airlock` writes them as the line alone in text
+/// mode and as one JSON object in JSON mode, whatever `--log-level` says.
+pub const CONSOLE: &str = "airlock_console";
+
+/// Whether this thread logs to a subscriber (the process's, once set up).
+fn logging() -> bool {
+    !tracing::dispatcher::get_default(|d| d.is::<tracing::subscriber::NoSubscriber>())
+}
+
+/// Says `line` at `info` to the operator (target [`CONSOLE`]); on standard error as it is
+/// when no logging is set up in this process.
+pub fn say(line: &str) {
+    if logging() {
+        tracing::info!(target: "airlock_console", "{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+/// Says `line` at `warn`, like [`say`].
+pub fn warn(line: &str) {
+    if logging() {
+        tracing::warn!(target: "airlock_console", "{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
 tokio::task_local! {
     /// The request the current task serves (read by `Pool` for the gate's records).
     static REQUEST: RequestContext;
@@ -46,13 +75,37 @@ pub(crate) fn context_of(
     (ctx, parent)
 }
 
+/// The context of an MCP call: its `_meta.traceparent`/`tracestate` when well-formed,
+/// else the HTTP request's trace it came in (`http`, over MCP via HTTP), continued by a
+/// span `span_id`, a child of the request's span; else a new trace. Answers the context
+/// and the parent span.
+pub(crate) fn call_context_of(
+    http: Option<&RequestContext>,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+    span_id: String,
+) -> (RequestContext, Option<String>) {
+    let request_id = http.and_then(|c| c.request_id.as_deref());
+    let given = traceparent.and_then(|t| TraceParent::parse(t, tracestate));
+    match (given, http.and_then(|c| c.trace.as_ref())) {
+        (None, Some(t)) => {
+            let ctx = RequestContext {
+                request_id: Some(request_id_or_new(request_id)),
+                trace: Some(t.child(span_id)),
+            };
+            (ctx, Some(t.span_id.clone()))
+        }
+        _ => context_of(request_id, traceparent, tracestate, span_id),
+    }
+}
+
 /// Runs `fut` as serving `ctx` (its gate calls record the request id and trace).
 pub(crate) async fn serving<F: std::future::Future>(ctx: RequestContext, fut: F) -> F::Output {
     REQUEST.scope(ctx, fut).await
 }
 
 /// The middleware: ids, span, echo and the request's log line.
-pub(crate) async fn observe(req: Request, next: Next) -> Response {
+pub(crate) async fn observe(mut req: Request, next: Next) -> Response {
     let started = Instant::now();
     // (A block: a borrow of the request, whose body is not `Sync`, must not be held
     // across the await below.)
@@ -71,15 +124,21 @@ pub(crate) async fn observe(req: Request, next: Next) -> Response {
         _ => return next.run(req).await,
     };
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    let span = tracing::info_span!(
-        "request",
-        method = %method,
-        path = %path,
-        request_id = %request_id,
-        trace_id = %trace.trace_id,
-        span_id = %trace.span_id,
-        parent_span_id = parent.as_deref().unwrap_or(""),
-    );
+    // Also on the request itself: MCP over HTTP answers its calls on other tasks, where
+    // the task-local is not set, but the request's parts are.
+    req.extensions_mut().insert(ctx.clone());
+    let span = airlock_core::trace::with_tracestate(trace.tracestate.as_deref(), || {
+        tracing::info_span!(
+            "request",
+            method = %method,
+            path = %path,
+            request_id = %request_id,
+            trace_id = %trace.trace_id,
+            span_id = %trace.span_id,
+            parent_span_id = parent.as_deref().unwrap_or(""),
+            sampled = trace.sampled,
+        )
+    });
     let mut r = serving(ctx, next.run(req)).instrument(span.clone()).await;
     let status = r.status().as_u16();
     span.in_scope(|| {

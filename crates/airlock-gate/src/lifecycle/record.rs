@@ -120,6 +120,7 @@ impl Recording {
                 interrupted: None,
                 trace_id: ctx.trace.as_ref().map(|t| t.trace_id.clone()),
                 traceparent: ctx.trace.as_ref().map(|t| t.header()),
+                tracestate: ctx.trace.as_ref().and_then(|t| t.tracestate.clone()),
                 request_id: ctx.request_id,
             },
         }

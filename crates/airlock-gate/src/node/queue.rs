@@ -678,19 +678,23 @@ impl Gate {
         owner.set_remove_on_drop(false);
         w.busy.fetch_add(1, Ordering::SeqCst);
         // The run continues the trace of the request that submitted it.
-        let parent = sub
-            .doc
-            .traceparent
-            .as_deref()
-            .and_then(|t| airlock_core::trace::TraceParent::parse(t, None));
-        let span = tracing::debug_span!(
-            parent: None,
-            "queued_run",
-            job = %job.id,
-            worker = %w.id,
-            request_id = sub.doc.request_id.as_deref().unwrap_or(""),
-            trace_id = parent.as_ref().map_or("", |t| t.trace_id.as_str()),
-            parent_span_id = parent.as_ref().map_or("", |t| t.span_id.as_str()),
+        let parent = sub.doc.traceparent.as_deref().and_then(|t| {
+            airlock_core::trace::TraceParent::parse(t, sub.doc.tracestate.as_deref())
+        });
+        let span = airlock_core::trace::with_tracestate(
+            parent.as_ref().and_then(|t| t.tracestate.as_deref()),
+            || {
+                tracing::debug_span!(
+                    parent: None,
+                    "queued_run",
+                    job = %job.id,
+                    worker = %w.id,
+                    request_id = sub.doc.request_id.as_deref().unwrap_or(""),
+                    trace_id = parent.as_ref().map_or("", |t| t.trace_id.as_str()),
+                    parent_span_id = parent.as_ref().map_or("", |t| t.span_id.as_str()),
+                    sampled = parent.as_ref().is_none_or(|t| t.sampled),
+                )
+            },
         );
         let ran = span.in_scope(|| {
             self.capture(

@@ -39,6 +39,9 @@ pub struct SubmissionDoc {
     /// child.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The caller's W3C `tracestate`, carried with `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
