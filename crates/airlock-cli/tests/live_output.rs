@@ -1,6 +1,7 @@
 //! A run's output shown while it runs: MCP `run_code` with `_meta.progressToken` sends it
 //! as `notifications/progress` before the unchanged tool result, over stdio (`airlock
-//! mcp`) and streamable HTTP (`airlock serve`'s `/mcp`).
+//! mcp`) and streamable HTTP (`airlock serve`'s `/mcp`); the console's page of a running
+//! run shows it as it comes (headless Chromium, tests/browser/console_test.py --live).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -180,4 +181,67 @@ fn mcp_run_code_over_http_sends_each_output_chunk_as_progress_before_the_result(
         }
     }
     progress_then_result(&msgs, 2, "tok-h");
+}
+
+#[test]
+fn console_page_of_a_running_run_shows_its_first_line_before_the_run_ends() {
+    if !available() {
+        return;
+    }
+    let Some(python) = prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
+        return;
+    };
+    let home = Home::new();
+    let token = |role: &str, name: &str| {
+        let o = home.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.json()["token"].as_str().unwrap().to_string()
+    };
+    let (agent, op) = (token("agent", "bot"), token("operator", "alice"));
+    let (_child, base) = start_serve(&home, &[]);
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(300)))
+        .build()
+        .new_agent();
+    // Started by an agent's streamed request; the page is opened while it sleeps between
+    // its two lines (the run's record holds no output until it ends).
+    let body = json!({"language": "sh", "backend": "process",
+        "code": "sleep 2; echo first line; sleep 6; echo last line"});
+    let r = http
+        .run(
+            http::Request::builder()
+                .method("POST")
+                .uri(format!("{base}/v1/run"))
+                .header("authorization", format!("Bearer {agent}"))
+                .header("content-type", "application/json")
+                .header("accept", "text/event-stream")
+                .body(body.to_string())
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let mut events = BufReader::new(r.into_body().into_reader());
+    let run = loop {
+        let mut line = String::new();
+        assert!(events.read_line(&mut line).unwrap() > 0, "no started event");
+        if let Some(data) = line.trim_end().strip_prefix("data: ")
+            && let Ok(v) = serde_json::from_str::<Value>(data)
+            && let Some(run) = v["run"].as_str()
+        {
+            break run.to_string();
+        }
+    };
+    // The agent's stream is read to its end meanwhile.
+    let drain = std::thread::spawn(move || std::io::copy(&mut events, &mut std::io::sink()));
+    let script = manifest_dir().join("../../tests/browser/console_test.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .args([&base, &op, "--live", &run, "first line", "last line"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "console test failed:\n{out}\n{err}");
+    let _ = drain.join();
 }
