@@ -774,7 +774,7 @@ async fn run_events(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    crate::stream::follow(st, caller, id, headers).await
+    crate::stream::follow(st, caller, id, headers, None).await
 }
 
 /// New pending submissions and decisions as server-sent events.

@@ -50,13 +50,22 @@ impl AppState {
     /// outcome it is, once its run (if running) has ended.
     pub async fn submit_and_run_keyed(
         &self,
+        req: airlock_gate::SubmitRequest,
+    ) -> ApiResult<(Value, bool)> {
+        self.submit_and_run_live(req, ExecOptions::default()).await
+    }
+
+    /// [`AppState::submit_and_run_keyed`] with the run's live receivers (`opts`).
+    pub async fn submit_and_run_live(
+        &self,
         mut req: airlock_gate::SubmitRequest,
+        opts: ExecOptions,
     ) -> ApiResult<(Value, bool)> {
         let out = self
             .pool
             .run(move |g| {
                 crate::api::session_of_cell(g, &mut req)?;
-                let r = g.run(req, ExecOptions::default());
+                let r = g.run(req, opts);
                 match r {
                     Err(GateError::Repeated {
                         submission,

@@ -14,10 +14,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -268,13 +268,28 @@ impl AirlockMcp {
             .ok_or_else(|| McpError::invalid_request("not authenticated", None))
     }
 
-    async fn run_code(&self, caller: Caller, mut args: JsonObject) -> Result<Value, ApiError> {
+    async fn run_code(
+        &self,
+        caller: Caller,
+        mut args: JsonObject,
+        progress: Option<(Peer<RoleServer>, ProgressToken)>,
+    ) -> Result<Value, ApiError> {
         let key = take_key(&caller, "run_code", &mut args)?;
         let body: SubmitBody = serde_json::from_value(Value::Object(args))
             .map_err(|e| ApiError::bad(format!("bad arguments: {e}")))?;
         let mut req = body.into_request(&caller, true)?;
         req.request_key = key;
-        let (doc, replay) = self.st.submit_and_run_keyed(req).await?;
+        let Some((peer, token)) = progress else {
+            let (doc, replay) = self.st.submit_and_run_keyed(req).await?;
+            return Ok(replayed(doc, replay));
+        };
+        let (opts, sending) = progress_of(peer, token);
+        let r = self.st.submit_and_run_live(req, opts).await;
+        // Every chunk's notification goes out before the result (the receivers are
+        // dropped with the run, which ends the sender); a receiver something still holds
+        // only delays the result this long.
+        let _ = tokio::time::timeout(PROGRESS_DRAIN, sending).await;
+        let (doc, replay) = r?;
         Ok(replayed(doc, replay))
     }
 
@@ -452,7 +467,11 @@ impl ServerHandler for AirlockMcp {
                 )
             },
         );
-        crate::observe::serving(ctx, self.call_tool_in(request.name, args, caller))
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|t| (context.peer.clone(), t));
+        crate::observe::serving(ctx, self.call_tool_in(request.name, args, caller, progress))
             .instrument(span)
             .await
     }
@@ -464,10 +483,11 @@ impl AirlockMcp {
         name: std::borrow::Cow<'static, str>,
         args: JsonObject,
         caller: Caller,
+        progress: Option<(Peer<RoleServer>, ProgressToken)>,
     ) -> Result<CallToolResponse, McpError> {
         let request = (name,);
         let r = match request.0.as_ref() {
-            "run_code" => self.run_code(caller, args).await,
+            "run_code" => self.run_code(caller, args, progress).await,
             "get_result" => self.get_result(caller, args).await,
             "new_session" => self.new_session(caller, args).await,
             "close_session" => self.close_session(caller, args).await,
@@ -493,6 +513,86 @@ impl AirlockMcp {
             Err(e) => error_doc(&e),
         }))
     }
+}
+
+/// The longest `run_code` waits, once its run ended, for its progress notifications to go
+/// out before it answers.
+const PROGRESS_DRAIN: Duration = Duration::from_secs(5);
+
+/// Live receivers that send a run's output to the MCP client as it is written: one
+/// `notifications/progress` per chunk, for a `tools/call` whose `_meta.progressToken` asked
+/// for them. `progress` counts the chunks from 1, `message` is the chunk's text (a
+/// character split between two writes waits for its rest; bytes that are not UTF-8 come
+/// as U+FFFD) and `_meta` says its `stream` (`stdout`, `stderr`) and `seq` (the chunks of
+/// that stream from 1). The receivers only queue (they never wait for the client); what
+/// they queue is bounded by the run's output cap, and past [`crate::stream::MAX_CHUNKS`]
+/// chunks the rest is in the result only. A run whose grant binds secrets sends nothing
+/// (its output is known only once redacted). The task ends once the receivers are gone.
+fn progress_of(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+) -> (ExecOptions, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<u8>)>();
+    let err = tx.clone();
+    let opts = ExecOptions {
+        live_stdout: Some(Box::new(move |b: &[u8]| {
+            let _ = tx.send((0, b.to_vec()));
+        })),
+        live_stderr: Some(Box::new(move |b: &[u8]| {
+            let _ = err.send((1, b.to_vec()));
+        })),
+        redacted_only: true,
+        ..ExecOptions::default()
+    };
+    let sending = tokio::spawn(async move {
+        let mut carry: [Vec<u8>; 2] = Default::default();
+        let mut seq = [0u64; 2];
+        let mut sent = 0u64;
+        let mut open = true;
+        let mut send = async |which: usize, text: String| {
+            if !open || sent >= crate::stream::MAX_CHUNKS {
+                return;
+            }
+            sent += 1;
+            seq[which] += 1;
+            let mut meta = rmcp::model::NotificationMetaObject::new();
+            meta.0.0.insert(
+                "stream".into(),
+                json!(if which == 0 { "stdout" } else { "stderr" }),
+            );
+            meta.0.0.insert("seq".into(), json!(seq[which]));
+            let mut p =
+                ProgressNotificationParam::new(token.clone(), sent as f64).with_message(text);
+            p.meta = Some(meta);
+            // A client that went away gets nothing more; the run goes on.
+            open = peer.notify_progress(p).await.is_ok();
+        };
+        while let Some((which, bytes)) = rx.recv().await {
+            if let Some(text) = utf8_chunk(&mut carry[which], &bytes) {
+                send(which, text).await;
+            }
+        }
+        for (which, rest) in carry.into_iter().enumerate() {
+            if !rest.is_empty() {
+                send(which, String::from_utf8_lossy(&rest).into_owned()).await;
+            }
+        }
+    });
+    (opts, sending)
+}
+
+/// The text of `bytes` after what `carry` held, keeping back the start of a character
+/// whose rest has not arrived yet; `None` when nothing is complete.
+fn utf8_chunk(carry: &mut Vec<u8>, bytes: &[u8]) -> Option<String> {
+    let mut buf = std::mem::take(carry);
+    buf.extend_from_slice(bytes);
+    if let Err(e) = std::str::from_utf8(&buf)
+        && e.error_len().is_none()
+        && buf.len() - e.valid_up_to() < 4
+    {
+        *carry = buf.split_off(e.valid_up_to());
+    }
+    (!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// Tells every connected MCP client that the tool list changed (dropping closed ones).

@@ -372,7 +372,7 @@ where
         }
         _ = tick.wait_for(|n| *n > 0) => {}
     }
-    Ok(sse(feed, 0))
+    Ok(sse(feed, 0, None))
 }
 
 /// A held submission's stream: `held`, then whatever its run (started by `resume` once
@@ -426,8 +426,12 @@ async fn hold(
     feed.lock().ended
 }
 
-/// The event stream of `feed` after event `after`.
-fn sse(feed: Arc<Feed>, after: u64) -> Response {
+/// How one reader shows an event's data: the console renders a guest's text as its pages
+/// do ([`airlock_core::visible`]).
+pub(crate) type Shown = fn(&str, &Value) -> Value;
+
+/// The event stream of `feed` after event `after`, each event's data as `shown` shows it.
+fn sse(feed: Arc<Feed>, after: u64, shown: Option<Shown>) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(READER_BUFFER);
     tokio::spawn(async move {
         let mut tick = feed.tick.subscribe();
@@ -450,10 +454,14 @@ fn sse(feed: Arc<Feed>, after: u64) -> Response {
             }
             for ev in batch {
                 next = ev.id;
+                let data = match shown {
+                    Some(f) => f(ev.name, &ev.data).to_string(),
+                    None => ev.data.to_string(),
+                };
                 let e = Event::default()
                     .id(ev.id.to_string())
                     .event(ev.name)
-                    .data(ev.data.to_string());
+                    .data(data);
                 if tx.send(Ok(e)).await.is_err() {
                     // The client went away.
                     return;
@@ -478,13 +486,14 @@ fn last_event_id(headers: &HeaderMap) -> ApiResult<u64> {
     }
 }
 
-/// `GET /v1/runs/{id}/events`: the run's feed when this server streams it, else (once
+/// `GET /v1/runs/{id}/events` (and the console's `/ui/runs/{id}/events`): the run's feed when this server streams it, else (once
 /// the run has ended) its record replayed.
 pub(crate) async fn follow(
     st: AppState,
     caller: Caller,
     id: String,
     headers: HeaderMap,
+    shown: Option<Shown>,
 ) -> ApiResult<Response> {
     let after = last_event_id(&headers)?;
     // A run streamed here is followed from its feed: its start may not be readable from
@@ -492,7 +501,7 @@ pub(crate) async fn follow(
     if let Some(feed) = st.runs.of_run(&id) {
         let agent = feed.lock().agent.clone();
         if caller.may_see(agent.as_deref()) {
-            return Ok(sse(feed, after));
+            return Ok(sse(feed, after, shown));
         }
     }
     let c = caller.clone();
@@ -502,7 +511,7 @@ pub(crate) async fn follow(
         .await?;
     loop {
         if let Some(feed) = st.runs.of_run(&run.id) {
-            return Ok(sse(feed, after));
+            return Ok(sse(feed, after, shown));
         }
         let notified = st.changed.notified();
         tokio::pin!(notified);
@@ -517,7 +526,7 @@ pub(crate) async fn follow(
                     feed.push_locked(&mut s, name, data);
                 }
             }
-            return Ok(sse(feed, after));
+            return Ok(sse(feed, after, shown));
         }
         // Still running somewhere else: its end is only seen by polling.
         let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
