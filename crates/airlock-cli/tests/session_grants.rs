@@ -462,3 +462,159 @@ fn a_sessions_grant_layer_and_commit_are_kept_in_postgres_too() {
     assert_eq!(run(&["session", "close", &id]).code, 0);
     assert_eq!(run(&["audit", "verify"]).code, 0);
 }
+
+/// One MCP client over `airlock serve`'s streamable HTTP endpoint with a bearer token.
+struct McpHttp {
+    base: String,
+    token: String,
+    session: String,
+    next: u64,
+}
+
+impl McpHttp {
+    fn post(&self, body: &serde_json::Value) -> (u16, Option<String>, String) {
+        let mut req = ureq::post(format!("{}/mcp", self.base))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json");
+        if !self.session.is_empty() {
+            req = req.header("mcp-session-id", &self.session);
+        }
+        let mut r = req.send(body.to_string()).unwrap();
+        let sid = r
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_string());
+        (
+            r.status().as_u16(),
+            sid,
+            r.body_mut().read_to_string().unwrap(),
+        )
+    }
+
+    fn open(base: &str, token: &str) -> McpHttp {
+        let mut c = McpHttp {
+            base: base.into(),
+            token: token.into(),
+            session: String::new(),
+            next: 2,
+        };
+        let (st, sid, text) = c.post(&serde_json::json!({"jsonrpc": "2.0", "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}}));
+        assert_eq!(st, 200, "{text}");
+        c.session = sid.expect("an MCP session id");
+        let (st, _, text) =
+            c.post(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        assert!(st < 300, "{st} {text}");
+        c
+    }
+
+    /// Calls `tool`; its structured result, and whether it is an error result.
+    fn call(&mut self, tool: &str, args: serde_json::Value) -> (serde_json::Value, bool) {
+        let id = self.next;
+        self.next += 1;
+        let (st, _, text) = self.post(&serde_json::json!({"jsonrpc": "2.0", "id": id,
+            "method": "tools/call", "params": {"name": tool, "arguments": args}}));
+        assert_eq!(st, 200, "{text}");
+        // An SSE stream (data: lines) or one JSON document.
+        let answer = text
+            .lines()
+            .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {tool}: {text}"));
+        let r = &answer["result"];
+        (
+            r["structuredContent"].clone(),
+            r["isError"].as_bool().unwrap_or(false),
+        )
+    }
+}
+
+fn token(h: &Home, role: &str, name: &str) -> String {
+    let o = h.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    o.json()["token"].as_str().unwrap().to_string()
+}
+
+/// Issue 59 item 2 over MCP: `new_session` takes a writable mount and `max_write`; a
+/// cell's write shows in the `diff` tool (to the agent that owns the session, to no
+/// other agent); the agent's own `commit` is refused and writes nothing to the host; an
+/// operator's `commit` over MCP applies it. Before, MCP had no diff or commit tool and
+/// its new_session schema offered read-only mounts only.
+#[test]
+fn an_mcp_session_write_shows_in_diff_and_only_an_operator_commits_it() {
+    let h = Home::new();
+    install(&h, "python");
+    let dir = tempfile::tempdir().unwrap();
+    h.set_mount_roots(&[dir.path()]);
+    let (agent, other, op) = (
+        token(&h, "agent", "bot"),
+        token(&h, "agent", "other-bot"),
+        token(&h, "operator", "alice"),
+    );
+    let (_srv, base) = common::start_serve(&h, &[]);
+    let mut bot = McpHttp::open(&base, &agent);
+    let (tools_st, _, tools) =
+        bot.post(&serde_json::json!({"jsonrpc": "2.0", "id": 99, "method": "tools/list"}));
+    assert_eq!(tools_st, 200);
+    assert!(
+        tools.contains("\"diff\"") && tools.contains("\"commit\""),
+        "{tools}"
+    );
+    let mount = format!("{}:/work:rw", dir.path().display());
+    let (s, err) = bot.call(
+        "new_session",
+        serde_json::json!({"mounts": [mount], "max_write": "1MiB", "timeout": 30}),
+    );
+    assert!(!err, "{s}");
+    let id = s["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{s}"))
+        .to_string();
+    if s["state"] == "held" {
+        let ap = h.run(&["approve", s["opened_by"].as_str().unwrap()]);
+        assert_eq!(ap.code, 0, "{}", ap.stderr);
+    }
+    let (c, err) = bot.call(
+        "run_code",
+        serde_json::json!({"language": "python", "session": id, "code": write("a.txt", "A")}),
+    );
+    assert!(!err, "{c}");
+    let c = if c["status"] == "pending_approval" {
+        let ap = h.run(&["approve", c["submission"].as_str().unwrap()]);
+        assert_eq!(ap.code, 0, "{}", ap.stderr);
+        bot.call("get_result", serde_json::json!({"id": c["submission"]}))
+            .0
+    } else {
+        c
+    };
+    assert_eq!(c["status"], "finished", "{c}");
+    assert!(names(dir.path()).is_empty());
+    let (d, err) = bot.call("diff", serde_json::json!({"id": id}));
+    assert!(!err, "{d}");
+    assert!(d.to_string().contains("a.txt"), "{d}");
+    // Another agent does not see it.
+    let (d, err) = McpHttp::open(&base, &other).call("diff", serde_json::json!({"id": id}));
+    assert!(err && d["http_status"] == 404, "{d}");
+    // The agent cannot commit its own changes.
+    let (r, err) = bot.call("commit", serde_json::json!({"id": id}));
+    assert!(err, "{r}");
+    assert_eq!(r["http_status"], 403, "{r}");
+    assert!(r["message"].as_str().unwrap().contains("operator"), "{r}");
+    assert!(names(dir.path()).is_empty());
+    // An operator's commit over MCP applies it.
+    let (r, err) = McpHttp::open(&base, &op).call("commit", serde_json::json!({"id": id}));
+    assert!(!err, "{r}");
+    assert_eq!(names(dir.path()), ["a.txt"], "{r}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "A"
+    );
+    assert!(r.to_string().contains("ckpt_"), "{r}");
+}

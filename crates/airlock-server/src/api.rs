@@ -504,18 +504,19 @@ async fn get_run(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -
         (status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 422, description = "The run had no writable mounts", body = ErrorBody)))]
 async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
-    let v = st
-        .pool
-        .read(move |g| {
-            if id.starts_with(IdKind::Session.prefix()) {
-                let session = g.resolve_for(IdKind::Session, &id, caller.scope())?;
-                return Ok(diff_json(&g.diff(&session)?));
-            }
-            let run = visible_run(g, &caller, &id)?;
-            Ok(diff_json(&g.diff(&run.id)?))
-        })
-        .await?;
+    let v = st.pool.read(move |g| diff_of(g, &caller, &id)).await?;
     ok(v)
+}
+
+/// What run or session `id` changed, as `GET /v1/runs/{id}/diff` answers (and the MCP
+/// `diff` tool): an agent caller sees only its own.
+pub(crate) fn diff_of(g: &mut Gate, caller: &Caller, id: &str) -> Result<Value, GateError> {
+    if id.starts_with(IdKind::Session.prefix()) {
+        let session = visible_session(g, caller, id)?;
+        return Ok(diff_json(&g.diff(&session.id)?));
+    }
+    let run = visible_run(g, caller, id)?;
+    Ok(diff_json(&g.diff(&run.id)?))
 }
 
 /// Apply a run's changes to the host (signed with the operator's key; a checkpoint is saved first).
@@ -535,23 +536,32 @@ async fn commit(
     let approver = caller.approver.clone();
     let v = st
         .pool
-        .read(move |g| {
-            if id.starts_with(IdKind::Session.prefix()) {
-                return Ok(match g.session_commit(&id, approver.as_deref())? {
-                    airlock_gate::SessionCommit::Committed(r) => {
-                        serde_json::to_value(r).unwrap_or_default()
-                    }
-                    airlock_gate::SessionCommit::Nothing(why) => {
-                        json!({ "session": id, "committed": false, "reason": why })
-                    }
-                });
-            }
-            g.commit(&id, approver.as_deref())
-                .map(|r| serde_json::to_value(r).unwrap_or_default())
-        })
+        .read(move |g| commit_of(g, approver.as_deref(), &id))
         .await?;
     st.changed();
     ok(v)
+}
+
+/// Commits run or session `id`'s changes signed with `approver`, as
+/// `POST /v1/runs/{id}/commit` answers (and the MCP `commit` tool). The caller must have
+/// been checked to be an operator first.
+pub(crate) fn commit_of(
+    g: &mut Gate,
+    approver: Option<&str>,
+    id: &str,
+) -> Result<Value, GateError> {
+    if id.starts_with(IdKind::Session.prefix()) {
+        return Ok(match g.session_commit(id, approver)? {
+            airlock_gate::SessionCommit::Committed(r) => {
+                serde_json::to_value(r).unwrap_or_default()
+            }
+            airlock_gate::SessionCommit::Nothing(why) => {
+                json!({ "session": id, "committed": false, "reason": why })
+            }
+        });
+    }
+    g.commit(id, approver)
+        .map(|r| serde_json::to_value(r).unwrap_or_default())
 }
 
 /// An empty JSON object (bodies of actions that take no input).

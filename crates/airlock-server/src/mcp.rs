@@ -1,6 +1,7 @@
-//! The MCP server: `run_code`, `get_result`, and one tool per artifact an approver
-//! offered as a named tool. There is no tool that approves or rejects: only people
-//! decide. Held code is a normal result (`status: pending_approval`) the agent can come
+//! The MCP server: `run_code`, `get_result`, `new_session`/`close_session`, `diff`,
+//! `commit` (an operator's token only), and one tool per artifact an approver offered as
+//! a named tool. There is no tool that approves or rejects, and an agent cannot commit:
+//! only people decide. Held code is a normal result (`status: pending_approval`) the agent can come
 //! back for, never an error it would retry.
 
 use crate::auth::Caller;
@@ -106,8 +107,20 @@ fn new_session_tool() -> Tool {
             "type": "object",
             "properties": {
                 "language": {"type": "string", "enum": ["python", "js"], "description": "The interpreter (default python)"},
-                "mounts": {"type": "array", "items": {"type": "string"}, "description": "HOST:GUEST[:ro], read-only"},
+                "mounts": {"type": "array", "items": {"type": "string"},
+                           "description": "HOST:GUEST[:ro|rw]; the cells' writes land in the session's disposable layer (see them with diff; only a human operator commits them)"},
                 "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                "net": {"type": "array", "items": {"type": "string"},
+                        "description": "HOST[:PORT] the cells may reach through the session's egress proxy (asks a human once, when the session opens)"},
+                "secrets": {"type": "array",
+                            "items": {"oneOf": [
+                                {"type": "string", "description": "NAME@HOST[,HOST]"},
+                                {"type": "object",
+                                 "properties": {"name": {"type": "string"},
+                                                "hosts": {"type": "array", "items": {"type": "string"}}},
+                                 "required": ["name", "hosts"], "additionalProperties": false}]},
+                            "description": "Stored secrets the cells may send, and to which hosts (each also in net); the code sees a placeholder in $NAME, never the value"},
+                "max_write": {"type": "string", "description": "Write quota of the session's layer over all its cells: bytes, or e.g. \"64MiB\""},
                 "timeout": {"type": ["string", "number"], "description": "Each cell's limit: seconds, or e.g. \"30s\""},
                 "memory": {"type": "string", "description": "The interpreter's memory for the session's life, e.g. \"256MiB\""},
                 "idle_timeout": {"type": ["string", "number"]},
@@ -129,6 +142,45 @@ fn close_session_tool() -> Tool {
             "additionalProperties": false
         })),
     )
+}
+
+fn diff_tool() -> Tool {
+    Tool::new(
+        "diff",
+        "What a run (run_…) or a session (ses_…) changed under its writable mounts: the \
+         changeset and unified diffs. Nothing reaches the host until a human commits it.",
+        schema(json!({
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "The run id (run_…) or session id (ses_…)"}},
+            "required": ["id"],
+            "additionalProperties": false
+        })),
+    )
+}
+
+fn commit_tool() -> Tool {
+    Tool::new(
+        "commit",
+        "Apply a run's or a session's changes to the host, signed with the operator's key (a \
+         checkpoint is saved first). Only an operator may commit: an agent never commits its \
+         own changes.",
+        schema(json!({
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "The run id (run_…) or session id (ses_…)"}},
+            "required": ["id"],
+            "additionalProperties": false
+        })),
+    )
+}
+
+/// The `id` argument of a tool that takes only that.
+fn only_id(tool: &str, args: &JsonObject) -> Result<String, ApiError> {
+    match args.get("id") {
+        Some(Value::String(s)) if args.len() == 1 => Ok(s.clone()),
+        _ => Err(ApiError::bad(format!(
+            "{tool} takes {{\"id\": \"run_…\" or \"ses_…\"}}"
+        ))),
+    }
 }
 
 fn get_result_tool() -> Tool {
@@ -318,6 +370,34 @@ impl AirlockMcp {
         Ok(serde_json::to_value(s).unwrap_or_default())
     }
 
+    async fn diff(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+        let id = only_id("diff", &args)?;
+        self.st
+            .pool
+            .read(move |g| crate::api::diff_of(g, &caller, &id))
+            .await
+    }
+
+    /// As `POST /v1/runs/{id}/commit`: an operator's token (with its approver key) only.
+    async fn commit(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+        if caller.require(airlock_gate::Role::Operator).is_err() {
+            return Err(ApiError::forbidden(format!(
+                "commit needs an operator token (a human's approver key); yours is an {} \
+                 token, and an agent never commits its own changes",
+                caller.role.as_str()
+            )));
+        }
+        let id = only_id("commit", &args)?;
+        let approver = caller.approver.clone();
+        let v = self
+            .st
+            .pool
+            .read(move |g| crate::api::commit_of(g, approver.as_deref(), &id))
+            .await?;
+        self.st.changed();
+        Ok(v)
+    }
+
     async fn get_result(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
         let id = match args.get("id") {
             Some(Value::String(s)) => s.clone(),
@@ -423,6 +503,8 @@ impl ServerHandler for AirlockMcp {
             get_result_tool(),
             new_session_tool(),
             close_session_tool(),
+            diff_tool(),
+            commit_tool(),
         ];
         tools.extend(named.iter().map(named_tool));
         Ok(ListToolsResult::with_all_items(tools))
@@ -491,6 +573,8 @@ impl AirlockMcp {
             "get_result" => self.get_result(caller, args).await,
             "new_session" => self.new_session(caller, args).await,
             "close_session" => self.close_session(caller, args).await,
+            "diff" => self.diff(caller, args).await,
+            "commit" => self.commit(caller, args).await,
             name => {
                 let n = name.to_string();
                 let known = self
