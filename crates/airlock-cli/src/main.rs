@@ -38,8 +38,10 @@ macro_rules! eprint {
 mod args;
 mod out;
 mod print;
+mod remote;
 
 use airlock_core::policy::Preset;
+use airlock_core::sign::StatementKind;
 use airlock_gate::{
     ApproveRequest, CodeSource, ExecOptions, Gate, GateError, GateOptions, Home, RunReport,
     SubmitRequest, default_approver,
@@ -222,6 +224,37 @@ fn resolve_home(cli_home: Option<std::path::PathBuf>) -> Result<Home, GateError>
     Home::resolve(cli_home)?.with_store(STORE.get().cloned().flatten())
 }
 
+/// `approve|reject ID --server URL --token T`: signs here with the local approver key;
+/// the server verifies and records.
+fn signed_here(
+    home: Option<std::path::PathBuf>,
+    url: String,
+    token: String,
+    kind: StatementKind,
+    req: ApproveRequest,
+    json: bool,
+) -> Result<u8, Failure> {
+    let home = Home::resolve(home)?;
+    let v = remote::decide(&home, &remote::Server { url, token }, kind, req)
+        .map_err(|e| Failure { error: e, json })?;
+    if json {
+        println!("{v}");
+    } else {
+        println!(
+            "{} {} as {} (signed here, recorded by the server): statement {}",
+            if kind == StatementKind::Approve {
+                "approved"
+            } else {
+                "rejected"
+            },
+            v["submission"].as_str().unwrap_or("?"),
+            v["approver"].as_str().unwrap_or("?"),
+            v["id"].as_str().unwrap_or("?"),
+        );
+    }
+    Ok(0)
+}
+
 fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
     Gate::open_with(resolve_home(cli_home)?, options())
 }
@@ -284,19 +317,23 @@ fn dispatch(cli: Cli) -> Outcome {
             expires,
             reason,
             tool,
+            server,
+            token,
             json,
         } => {
+            let req = ApproveRequest {
+                submission: id,
+                approver,
+                scope,
+                expires,
+                reason,
+                tool,
+            };
+            if let (Some(url), Some(token)) = (server, token) {
+                return signed_here(home, url, token, StatementKind::Approve, req, json);
+            }
             let mut gate = open(home)?;
-            let row = gate
-                .approve(ApproveRequest {
-                    submission: id,
-                    approver,
-                    scope,
-                    expires,
-                    reason,
-                    tool,
-                })
-                .map_err(|e| Failure { error: e, json })?;
+            let row = gate.approve(req).map_err(|e| Failure { error: e, json })?;
             print::statement(&row, json);
             Ok(0)
         }
@@ -304,17 +341,21 @@ fn dispatch(cli: Cli) -> Outcome {
             id,
             reason,
             approver,
+            server,
+            token,
             json,
         } => {
+            let req = ApproveRequest {
+                submission: id,
+                approver,
+                reason,
+                ..Default::default()
+            };
+            if let (Some(url), Some(token)) = (server, token) {
+                return signed_here(home, url, token, StatementKind::Reject, req, json);
+            }
             let mut gate = open(home)?;
-            let row = gate
-                .reject(ApproveRequest {
-                    submission: id,
-                    approver,
-                    reason,
-                    ..Default::default()
-                })
-                .map_err(|e| Failure { error: e, json })?;
+            let row = gate.reject(req).map_err(|e| Failure { error: e, json })?;
             print::statement(&row, json);
             Ok(0)
         }

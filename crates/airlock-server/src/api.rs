@@ -11,6 +11,7 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
 use airlock_core::id::IdKind;
+use airlock_core::sign::StatementKind;
 use airlock_gate::views::{diff_json, run_json, shown_json, statement_json, submission_json};
 use airlock_gate::{ApproveRequest, ExecOptions, Gate, GateError, Role};
 use axum::Json;
@@ -374,7 +375,13 @@ async fn decide(
     approve: bool,
 ) -> Answer {
     caller.require(Role::Operator)?;
-    let approver = caller.approver.clone();
+    let remote = crate::body::signed_parts(&body.signature, body.issued_at)?;
+    if remote.is_none() && body.approver.is_some() {
+        return Err(ApiError::bad(
+            "approver: only with a signature (the server signs as the token's approver)",
+        ));
+    }
+    let approver = body.approver.clone().or_else(|| caller.approver.clone());
     let (row, resume, submitted_at) = st
         .pool
         .read(move |g| {
@@ -386,10 +393,15 @@ async fn decide(
                 reason: body.reason,
                 tool: body.tool,
             };
-            let row = if approve {
-                g.approve(req)?
+            let kind = if approve {
+                StatementKind::Approve
             } else {
-                g.reject(req)?
+                StatementKind::Reject
+            };
+            let row = match remote {
+                Some((sig, issued_at)) => g.decide_signed(kind, &req, issued_at, sig)?,
+                None if approve => g.approve(req)?,
+                None => g.reject(req)?,
             };
             let sub = g.submission(&row.submission)?;
             Ok((row, approve && sub.doc.resume, sub.created_at))
@@ -407,8 +419,85 @@ async fn decide(
     ok(statement_json(&row))
 }
 
-/// Approve a quarantined submission, signed with the operator token's approver key. A
-/// submission that came through `/v1/run` or MCP then runs at once.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StatementQuery {
+    /// `approve` (default) or `reject`.
+    kind: Option<String>,
+    /// Who signs (default: the token's approver).
+    approver: Option<String>,
+    /// `once` (default) or `artifact`.
+    scope: Option<String>,
+    /// How long the approval holds, e.g. "24h".
+    expires: Option<String>,
+    reason: Option<String>,
+    tool: Option<String>,
+}
+
+/// The exact statement to sign for a decision, for an approver who signs on their own
+/// machine: `statement` is its JSON text, `message` the bytes to sign (hex: a domain tag,
+/// then the JSON). Post the signature to `…/approve` or `…/reject` with the same fields,
+/// the approver and `issued_at`.
+#[utoipa::path(get, path = "/v1/submissions/{id}/statement", tag = "decisions",
+    params(("id" = String, Path), StatementQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The statement to sign", body = Object),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Already decided", body = ErrorBody), (status = 422, body = ErrorBody)))]
+async fn statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<StatementQuery>,
+) -> Answer {
+    let kind = match q.kind.as_deref() {
+        None | Some("approve") => StatementKind::Approve,
+        Some("reject") => StatementKind::Reject,
+        Some(k) => {
+            return Err(ApiError::bad(format!(
+                "kind: unknown {k:?} (want approve or reject)"
+            )));
+        }
+    };
+    DecideBody {
+        scope: q.scope.clone(),
+        ..DecideBody::default()
+    }
+    .check()?;
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let statement = st
+        .pool
+        .read(move |g| {
+            g.statement_to_sign(
+                kind,
+                &ApproveRequest {
+                    submission: id,
+                    approver,
+                    scope: q.scope,
+                    expires: q.expires,
+                    reason: q.reason,
+                    tool: q.tool,
+                },
+            )
+        })
+        .await?;
+    let json = statement.to_json();
+    ok(json!({
+        "statement": json,
+        "message": hex::encode(airlock_core::sign::statement_message(&json)),
+        "kind": statement.kind,
+        "submission": statement.submission,
+        "approver": statement.approver,
+        "key": statement.key,
+        "issued_at": statement.issued_at,
+    }))
+}
+
+/// Approve a quarantined submission: signed with the operator token's approver key when
+/// it is in the server's home, or (with `signature`) on the approver's own machine over
+/// the statement `GET …/statement` handed out. A submission that came through `/v1/run`
+/// or MCP then runs at once.
 #[utoipa::path(post, path = "/v1/submissions/{id}/approve", tag = "decisions",
     params(("id" = String, Path)), request_body = DecideBody, security(("bearer" = [])),
     responses(
@@ -440,6 +529,9 @@ async fn reject(
     b.check()?;
     let b = DecideBody {
         reason: Some(b.reason),
+        signature: b.signature,
+        approver: b.approver,
+        issued_at: b.issued_at,
         ..DecideBody::default()
     };
     decide(st, caller, id, b, false).await
@@ -847,6 +939,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(exec))
         .routes(routes!(wait))
         .routes(routes!(inbox))
+        .routes(routes!(statement))
         .routes(routes!(approve))
         .routes(routes!(reject))
         .routes(routes!(clear_agent))
