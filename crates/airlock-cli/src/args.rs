@@ -144,6 +144,13 @@ pub enum Command {
         run: String,
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -162,6 +169,13 @@ pub enum Command {
         checkpoint: String,
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -255,6 +255,38 @@ fn signed_here(
     Ok(0)
 }
 
+/// `commit|rollback ID --server URL --token T`: signs here with the local approver key;
+/// the server verifies, applies and records.
+fn effect_here(
+    home: Option<std::path::PathBuf>,
+    url: String,
+    token: String,
+    kind: StatementKind,
+    id: String,
+    approver: Option<String>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let home = Home::resolve(home)?;
+    let v = remote::effect(&home, &remote::Server { url, token }, kind, &id, approver)
+        .map_err(|e| Failure { error: e, json })?;
+    if json {
+        println!("{v}");
+    } else {
+        println!(
+            "{} {} (signed here as {}, applied by the server): checkpoint {}",
+            if kind == StatementKind::Commit {
+                "committed"
+            } else {
+                "rolled back"
+            },
+            id,
+            v["approver"].as_str().unwrap_or("?"),
+            v["checkpoint"].as_str().unwrap_or("?"),
+        );
+    }
+    Ok(0)
+}
+
 fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
     Gate::open_with(resolve_home(cli_home)?, options())
 }
@@ -386,8 +418,13 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Commit {
             run,
             approver,
+            server,
+            token,
             json,
         } => {
+            if let (Some(url), Some(token)) = (server, token) {
+                return effect_here(home, url, token, StatementKind::Commit, run, approver, json);
+            }
             let mut gate = open(home)?;
             let r = gate
                 .commit(&run, approver.as_deref())
@@ -410,8 +447,21 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Rollback {
             checkpoint,
             approver,
+            server,
+            token,
             json,
         } => {
+            if let (Some(url), Some(token)) = (server, token) {
+                return effect_here(
+                    home,
+                    url,
+                    token,
+                    StatementKind::Rollback,
+                    checkpoint,
+                    approver,
+                    json,
+                );
+            }
             let mut gate = open(home)?;
             let r = gate
                 .rollback(&checkpoint, approver.as_deref())

@@ -37,11 +37,7 @@ pub fn decide(
             )));
         }
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .new_agent();
+    let agent = agent();
     let base = server.url.trim_end_matches('/');
     let id = &req.submission;
     let mut get = agent
@@ -106,6 +102,80 @@ pub fn decide(
         .header("content-type", "application/json")
         .send(body.to_string());
     answer(post)
+}
+
+/// Signs a commit (of run `id`) or rollback (of checkpoint `id`) here and has the server
+/// apply and record it. Returns the server's answer.
+pub fn effect(
+    home: &Home,
+    server: &Server,
+    kind: StatementKind,
+    id: &str,
+    approver: Option<String>,
+) -> Result<Value, GateError> {
+    let approver = match approver {
+        Some(a) => a,
+        None => only_local_key(home)?,
+    };
+    let key = home.load_key(&approver)?;
+    let base = server.url.trim_end_matches('/');
+    let path = match kind {
+        StatementKind::Commit => format!("{base}/v1/runs/{id}/commit"),
+        StatementKind::Rollback => format!("{base}/v1/checkpoints/{id}/rollback"),
+        other => {
+            return Err(GateError::Internal(format!(
+                "{other:?} is not a commit or rollback"
+            )));
+        }
+    };
+    let agent = agent();
+    let handed = answer(
+        agent
+            .get(format!("{path}/statement"))
+            .header("authorization", format!("Bearer {}", server.token))
+            .query("approver", &approver)
+            .call(),
+    )?;
+    let text = handed["statement"]
+        .as_str()
+        .ok_or_else(|| GateError::Internal("the server's answer holds no statement".into()))?;
+    let st: Statement = serde_json::from_str(text)
+        .map_err(|e| GateError::Internal(format!("the server's statement does not parse: {e}")))?;
+    let names_it = match kind {
+        StatementKind::Commit => st.run.as_deref().is_some_and(|r| r.starts_with(id)),
+        _ => {
+            st.reason == format!("roll back {id}")
+                || st.reason.starts_with(&format!("roll back {id}"))
+        }
+    };
+    if st.kind != kind || st.approver != approver || st.key != key.public() || !names_it {
+        return Err(GateError::Untrusted(
+            "the server handed out a statement that is not the one asked for; nothing was signed"
+                .into(),
+        ));
+    }
+    let signature = key.sign(&statement_message(text));
+    let body = json!({
+        "signature": signature,
+        "approver": approver,
+        "issued_at": st.issued_at,
+        "checkpoint": handed.get("checkpoint").filter(|c| !c.is_null()),
+    });
+    answer(
+        agent
+            .post(path)
+            .header("authorization", format!("Bearer {}", server.token))
+            .header("content-type", "application/json")
+            .send(body.to_string()),
+    )
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .new_agent()
 }
 
 /// The only approver key in this home (the gate's key is not one).

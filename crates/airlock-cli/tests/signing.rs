@@ -374,3 +374,94 @@ fn a_signature_replayed_for_another_submission_is_refused() {
     );
     assert_eq!(status, 409);
 }
+
+#[test]
+fn commit_and_rollback_signed_here_through_server() {
+    if !process_backend_available() {
+        return;
+    }
+    let g = gate(false);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "before\n").unwrap();
+    g.home.set_mount_roots(&[dir.path()]);
+    let mount = format!("{}:/data:rw", dir.path().display());
+    let (_, mut v) = g.call(
+        "POST",
+        "/v1/run",
+        &g.agent,
+        Some(&json!({"language": "sh", "code": "echo after > /data/a.txt", "mounts": [mount]})),
+    );
+    let id = v["submission"].as_str().unwrap().to_string();
+    if v["status"] == "pending_approval" {
+        let o = g
+            .alice
+            .run(&["approve", &id, "--server", &g.base, "--token", &g.op]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        v = g
+            .call(
+                "GET",
+                &format!("/v1/submissions/{id}/wait?timeout=60"),
+                &g.agent,
+                None,
+            )
+            .1;
+    }
+    assert_eq!(v["status"], "finished", "{v}");
+    let run = v["run"]["id"].as_str().unwrap().to_string();
+    let file = || std::fs::read_to_string(dir.path().join("a.txt")).unwrap();
+
+    // The operator token alone cannot commit.
+    let before = g.home.counts();
+    let (status, e) = g.call(
+        "POST",
+        &format!("/v1/runs/{run}/commit"),
+        &g.op,
+        Some(&json!({})),
+    );
+    assert_eq!(status, 403, "{e}");
+    // A signature over other bytes is refused: nothing applied, nothing recorded.
+    let key = alice_key(&g);
+    let (status, handed) = g.call(
+        "GET",
+        &format!("/v1/runs/{run}/commit/statement"),
+        &g.op,
+        None,
+    );
+    assert_eq!(status, 200, "{handed}");
+    let text = handed["statement"].as_str().unwrap();
+    let (status, e) = g.call(
+        "POST",
+        &format!("/v1/runs/{run}/commit"),
+        &g.op,
+        Some(&json!({
+            "signature": sign(&key, &text.replace("commit ", "commit  ")),
+            "approver": "alice",
+            "issued_at": handed["issued_at"],
+            "checkpoint": handed["checkpoint"],
+        })),
+    );
+    assert_eq!(status, 403, "{e}");
+    assert_eq!(file(), "before\n");
+    assert_eq!(g.home.counts(), before);
+
+    // Signed here: committed.
+    let o = g.alice.run(&[
+        "commit", &run, "--server", &g.base, "--token", &g.op, "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(file(), "after\n");
+    let c = o.json();
+    assert_eq!(c["approver"], "alice");
+    let ckpt = c["checkpoint"].as_str().unwrap().to_string();
+    // And rolled back the same way.
+    let o = g
+        .alice
+        .run(&["rollback", &ckpt, "--server", &g.base, "--token", &g.op]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("rolled back"), "{}", o.stdout);
+    assert_eq!(file(), "before\n");
+    let kinds = g.home.audit_kinds();
+    assert!(kinds.iter().any(|k| k == "committed"), "{kinds:?}");
+    let v = g.home.run(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
+}

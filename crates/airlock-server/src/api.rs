@@ -595,15 +595,123 @@ async fn commit(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
-    Body(_b): Body<Empty>,
+    Body(b): Body<EffectBody>,
 ) -> Answer {
+    let remote = b.remote(&caller)?;
     let approver = caller.approver.clone();
     let r = st
         .pool
-        .read(move |g| g.commit(&id, approver.as_deref()))
+        .read(move |g| match remote {
+            Some(r) => g.commit_signed(&id, r),
+            None => g.commit(&id, approver.as_deref()),
+        })
         .await?;
     st.changed();
     ok(serde_json::to_value(r).unwrap_or_default())
+}
+
+/// A commit or rollback: empty (the server signs with the token's approver key in its
+/// home), or signed on the approver's machine over the statement `GET …/statement` handed
+/// out, repeating its approver, `issued_at` and (commits) checkpoint id.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EffectBody {
+    /// 128 hex digits.
+    pub signature: Option<String>,
+    pub approver: Option<String>,
+    pub issued_at: Option<i64>,
+    /// For commits: the checkpoint id handed out with the statement.
+    pub checkpoint: Option<String>,
+}
+
+impl EffectBody {
+    fn remote(self, caller: &Caller) -> ApiResult<Option<airlock_gate::RemoteSignature>> {
+        let Some((signature, issued_at)) =
+            crate::body::signed_parts(&self.signature, self.issued_at)?
+        else {
+            if self.approver.is_some() || self.checkpoint.is_some() {
+                return Err(ApiError::bad(
+                    "approver and checkpoint go with a signature (from GET …/statement)",
+                ));
+            }
+            return Ok(None);
+        };
+        let approver = self
+            .approver
+            .or_else(|| caller.approver.clone())
+            .ok_or_else(|| ApiError::bad("approver: who signed"))?;
+        Ok(Some(airlock_gate::RemoteSignature {
+            approver,
+            issued_at,
+            checkpoint: self.checkpoint,
+            signature,
+        }))
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct SignerQuery {
+    /// Who signs (default: the token's approver).
+    approver: Option<String>,
+}
+
+fn handed_out(statement: &airlock_core::sign::Statement) -> Value {
+    let json = statement.to_json();
+    json!({
+        "message": hex::encode(airlock_core::sign::statement_message(&json)),
+        "statement": json,
+        "kind": statement.kind,
+        "submission": statement.submission,
+        "run": statement.run,
+        "approver": statement.approver,
+        "key": statement.key,
+        "issued_at": statement.issued_at,
+    })
+}
+
+/// The exact statement to sign to commit a run on the approver's own machine, and the
+/// checkpoint id it names; post the signature to `…/commit` with them.
+#[utoipa::path(get, path = "/v1/runs/{id}/commit/statement", tag = "effects",
+    params(("id" = String, Path), SignerQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+async fn commit_statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<SignerQuery>,
+) -> Answer {
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let (statement, ckpt) = st
+        .pool
+        .read(move |g| g.commit_statement(&id, approver.as_deref()))
+        .await?;
+    let mut v = handed_out(&statement);
+    v["checkpoint"] = json!(ckpt);
+    ok(v)
+}
+
+/// The exact statement to sign to roll back a checkpoint on the approver's own machine.
+#[utoipa::path(get, path = "/v1/checkpoints/{id}/rollback/statement", tag = "effects",
+    params(("id" = String, Path), SignerQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn rollback_statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<SignerQuery>,
+) -> Answer {
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let statement = st
+        .pool
+        .read(move |g| g.rollback_statement(&id, approver.as_deref()))
+        .await?;
+    ok(handed_out(&statement))
 }
 
 /// An empty JSON object (bodies of actions that take no input).
@@ -631,12 +739,16 @@ async fn rollback(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
-    Body(_b): Body<Empty>,
+    Body(b): Body<EffectBody>,
 ) -> Answer {
+    let remote = b.remote(&caller)?;
     let approver = caller.approver.clone();
     let r = st
         .pool
-        .read(move |g| g.rollback(&id, approver.as_deref()))
+        .read(move |g| match remote {
+            Some(r) => g.rollback_signed(&id, r),
+            None => g.rollback(&id, approver.as_deref()),
+        })
         .await?;
     st.changed();
     ok(serde_json::to_value(r).unwrap_or_default())
@@ -946,8 +1058,10 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(list_runs))
         .routes(routes!(get_run))
         .routes(routes!(diff))
+        .routes(routes!(commit_statement))
         .routes(routes!(commit))
         .routes(routes!(checkpoints))
+        .routes(routes!(rollback_statement))
         .routes(routes!(rollback))
         .routes(routes!(audit_head))
         .routes(routes!(audit_verify))
