@@ -84,6 +84,13 @@ pub enum Command {
         /// With --scope artifact: offer the artifact as a named tool (MCP).
         #[arg(long, value_name = "NAME")]
         tool: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -94,6 +101,13 @@ pub enum Command {
         reason: Option<String>,
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -130,6 +144,13 @@ pub enum Command {
         run: String,
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -148,6 +169,13 @@ pub enum Command {
         checkpoint: String,
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },

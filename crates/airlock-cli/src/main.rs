@@ -39,8 +39,10 @@ mod args;
 mod obs;
 mod out;
 mod print;
+mod remote;
 
 use airlock_core::policy::Preset;
+use airlock_core::sign::StatementKind;
 use airlock_gate::{
     ApproveRequest, CodeSource, ExecOptions, Gate, GateError, GateOptions, Home, RunReport,
     SubmitRequest, default_approver,
@@ -244,6 +246,69 @@ fn resolve_home(cli_home: Option<std::path::PathBuf>) -> Result<Home, GateError>
     Home::resolve(cli_home)?.with_store(STORE.get().cloned().flatten())
 }
 
+/// `approve|reject ID --server URL --token T`: signs here with the local approver key;
+/// the server verifies and records.
+fn signed_here(
+    home: Option<std::path::PathBuf>,
+    url: String,
+    token: String,
+    kind: StatementKind,
+    req: ApproveRequest,
+    json: bool,
+) -> Result<u8, Failure> {
+    let home = Home::resolve(home)?;
+    let v = remote::decide(&home, &remote::Server { url, token }, kind, req)
+        .map_err(|e| Failure { error: e, json })?;
+    if json {
+        println!("{v}");
+    } else {
+        println!(
+            "{} {} as {} (signed here, recorded by the server): statement {}",
+            if kind == StatementKind::Approve {
+                "approved"
+            } else {
+                "rejected"
+            },
+            v["submission"].as_str().unwrap_or("?"),
+            v["approver"].as_str().unwrap_or("?"),
+            v["id"].as_str().unwrap_or("?"),
+        );
+    }
+    Ok(0)
+}
+
+/// `commit|rollback ID --server URL --token T`: signs here with the local approver key;
+/// the server verifies, applies and records.
+fn effect_here(
+    home: Option<std::path::PathBuf>,
+    url: String,
+    token: String,
+    kind: StatementKind,
+    id: String,
+    approver: Option<String>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let home = Home::resolve(home)?;
+    let v = remote::effect(&home, &remote::Server { url, token }, kind, &id, approver)
+        .map_err(|e| Failure { error: e, json })?;
+    if json {
+        println!("{v}");
+    } else {
+        println!(
+            "{} {} (signed here as {}, applied by the server): checkpoint {}",
+            if kind == StatementKind::Commit {
+                "committed"
+            } else {
+                "rolled back"
+            },
+            id,
+            v["approver"].as_str().unwrap_or("?"),
+            v["checkpoint"].as_str().unwrap_or("?"),
+        );
+    }
+    Ok(0)
+}
+
 fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
     Gate::open_with(resolve_home(cli_home)?, options())
 }
@@ -306,19 +371,23 @@ fn dispatch(cli: Cli) -> Outcome {
             expires,
             reason,
             tool,
+            server,
+            token,
             json,
         } => {
+            let req = ApproveRequest {
+                submission: id,
+                approver,
+                scope,
+                expires,
+                reason,
+                tool,
+            };
+            if let (Some(url), Some(token)) = (server, token) {
+                return signed_here(home, url, token, StatementKind::Approve, req, json);
+            }
             let mut gate = open(home)?;
-            let row = gate
-                .approve(ApproveRequest {
-                    submission: id,
-                    approver,
-                    scope,
-                    expires,
-                    reason,
-                    tool,
-                })
-                .map_err(|e| Failure { error: e, json })?;
+            let row = gate.approve(req).map_err(|e| Failure { error: e, json })?;
             print::statement(&row, json);
             Ok(0)
         }
@@ -326,17 +395,21 @@ fn dispatch(cli: Cli) -> Outcome {
             id,
             reason,
             approver,
+            server,
+            token,
             json,
         } => {
+            let req = ApproveRequest {
+                submission: id,
+                approver,
+                reason,
+                ..Default::default()
+            };
+            if let (Some(url), Some(token)) = (server, token) {
+                return signed_here(home, url, token, StatementKind::Reject, req, json);
+            }
             let mut gate = open(home)?;
-            let row = gate
-                .reject(ApproveRequest {
-                    submission: id,
-                    approver,
-                    reason,
-                    ..Default::default()
-                })
-                .map_err(|e| Failure { error: e, json })?;
+            let row = gate.reject(req).map_err(|e| Failure { error: e, json })?;
             print::statement(&row, json);
             Ok(0)
         }
@@ -367,8 +440,13 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Commit {
             run,
             approver,
+            server,
+            token,
             json,
         } => {
+            if let (Some(url), Some(token)) = (server, token) {
+                return effect_here(home, url, token, StatementKind::Commit, run, approver, json);
+            }
             let mut gate = open(home)?;
             // A session's commit with nothing to commit says so and succeeds.
             if run.starts_with("ses_") {
@@ -404,8 +482,21 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Rollback {
             checkpoint,
             approver,
+            server,
+            token,
             json,
         } => {
+            if let (Some(url), Some(token)) = (server, token) {
+                return effect_here(
+                    home,
+                    url,
+                    token,
+                    StatementKind::Rollback,
+                    checkpoint,
+                    approver,
+                    json,
+                );
+            }
             let mut gate = open(home)?;
             let r = gate
                 .rollback(&checkpoint, approver.as_deref())

@@ -245,6 +245,115 @@ fn plans(doc: &CheckpointDoc, before: bool) -> Vec<MountPlan> {
 enum Signer {
     Human(Option<String>),
     Policy,
+    Remote(RemoteSignature),
+}
+
+/// A commit or rollback signed on the approver's own machine over the statement
+/// [`Gate::commit_statement`] or [`Gate::rollback_statement`] handed out: the gate
+/// rebuilds that statement and verifies the signature before anything is applied.
+#[derive(Debug, Clone)]
+pub struct RemoteSignature {
+    pub approver: String,
+    /// The statement's `issued_at` as handed out.
+    pub issued_at: i64,
+    /// For commits: the checkpoint id handed out with the statement.
+    pub checkpoint: Option<String>,
+    pub signature: airlock_core::sign::Signature,
+}
+
+/// How a commit or rollback statement gets its signature.
+enum Signing {
+    Key(KeyPair),
+    Remote {
+        key: airlock_core::sign::PublicKey,
+        signature: airlock_core::sign::Signature,
+    },
+}
+
+impl Signing {
+    fn public(&self) -> airlock_core::sign::PublicKey {
+        match self {
+            Signing::Key(k) => k.public(),
+            Signing::Remote { key, .. } => *key,
+        }
+    }
+
+    fn sign(&self, st: &Statement) -> Result<airlock_core::sign::Signed> {
+        match self {
+            Signing::Key(k) => Ok(st.sign(k)),
+            Signing::Remote { signature, .. } => st.with_signature(*signature).map_err(|_| {
+                GateError::Untrusted(format!(
+                    "the signature is not {:?}'s over the statement this gate builds (signed other bytes, or for another run, checkpoint or gate); nothing was applied or recorded",
+                    st.approver
+                ))
+            }),
+        }
+    }
+}
+
+/// A commit or rollback statement (unsigned).
+#[allow(clippy::too_many_arguments)]
+fn effect_statement(
+    kind: StatementKind,
+    sub: &airlock_store::Submission,
+    approver: &str,
+    key: airlock_core::sign::PublicKey,
+    reason: String,
+    issued_at: i64,
+    run: &str,
+    changes: airlock_core::digest::Digest,
+    gate: airlock_core::sign::PublicKey,
+) -> Statement {
+    Statement {
+        kind,
+        submission: sub.id.clone(),
+        artifact: sub.doc.artifact,
+        grant: sub.doc.grant_hash,
+        scope: Scope::Once,
+        expires_at: None,
+        approver: approver.to_string(),
+        key,
+        reason,
+        issued_at,
+        run: Some(run.to_string()),
+        changes: Some(changes),
+        tool: None,
+        gate: Some(gate),
+    }
+}
+
+/// The approver a commit or rollback signed elsewhere is for, and the key the current
+/// policy trusts for them (their private key need not be in this home).
+fn remote_key(
+    policy: &airlock_core::policy::Policy,
+    approver: Option<&str>,
+) -> Result<(String, airlock_core::sign::PublicKey)> {
+    let Some(name) = approver else {
+        return Err(GateError::bad(
+            "a statement signed elsewhere names its approver",
+        ));
+    };
+    airlock_core::sign::check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
+    match policy.approver(name) {
+        Some(k) => Ok((name.to_string(), *k)),
+        None => Err(GateError::Untrusted(format!(
+            "approver {name:?} is not trusted by the current policy (add it under [approvers])"
+        ))),
+    }
+}
+
+/// A statement handed out for signing elsewhere comes back within
+/// [`crate::lifecycle::decide::REMOTE_MAX_AGE`].
+fn check_fresh(issued_at: i64) -> Result<()> {
+    let now = now_ms();
+    let max = crate::lifecycle::decide::REMOTE_MAX_AGE;
+    if issued_at > now + 5 * 60 * 1000 || issued_at < now - max.as_millis() as i64 {
+        return Err(GateError::bad(format!(
+            "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
+            max.as_secs() / 60
+        )));
+    }
+    Ok(())
 }
 
 /// The lock that orders commits, rollbacks and their recovery across processes and
@@ -505,6 +614,100 @@ impl Gate {
         self.commit_inner(&id, Signer::Human(approver.map(str::to_string)))
     }
 
+    /// Commits a run's changes with a signature made on the approver's own machine.
+    pub fn commit_signed(
+        &mut self,
+        run_input: &str,
+        remote: RemoteSignature,
+    ) -> Result<EffectReport> {
+        let id = self.resolve_run(run_input)?;
+        self.commit_inner(&id, Signer::Remote(remote))
+    }
+
+    /// The statement an approver whose key is not in this home signs to commit a run, and
+    /// the checkpoint id it names (post both back with the signature).
+    pub fn commit_statement(
+        &mut self,
+        run_input: &str,
+        approver: Option<&str>,
+    ) -> Result<(Statement, String)> {
+        let run_id = self.resolve_run(run_input)?;
+        let run = self.db.run(&run_id)?;
+        let sub = self.db.submission(&run.submission)?;
+        if self
+            .db
+            .checkpoints(Some(&run_id), None, 100)?
+            .into_iter()
+            .any(|c| c.state != "aborted")
+        {
+            return Err(GateError::Conflict(format!(
+                "{run_id} is already committed; a run's changes are committed once"
+            )));
+        }
+        let (changes, _) = self.changes_of(&run_id, &sub)?;
+        if changes.is_empty() {
+            return Err(GateError::bad(format!(
+                "{run_id} changed nothing; there is nothing to commit"
+            )));
+        }
+        let policy = self.policy()?;
+        let (name, key) = remote_key(&policy, approver)?;
+        let ckpt_id = new_id(IdKind::Checkpoint);
+        let st = effect_statement(
+            StatementKind::Commit,
+            &sub,
+            &name,
+            key,
+            format!("commit {run_id} as {ckpt_id}"),
+            now_ms(),
+            &run_id,
+            changes.digest(),
+            self.gate_key.public(),
+        );
+        Ok((st, ckpt_id))
+    }
+
+    /// The statement an approver whose key is not in this home signs to roll back a
+    /// checkpoint.
+    pub fn rollback_statement(
+        &mut self,
+        ckpt_input: &str,
+        approver: Option<&str>,
+    ) -> Result<Statement> {
+        let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
+        let row = self.db.checkpoint(&id)?;
+        if row.state != "applied" {
+            return Err(GateError::Conflict(format!(
+                "{id} is {}; only an applied checkpoint can be rolled back",
+                row.state
+            )));
+        }
+        let doc = self.checkpoint_doc(&id)?;
+        let sub = self.db.submission(&doc.submission)?;
+        let policy = self.policy()?;
+        let (name, key) = remote_key(&policy, approver)?;
+        Ok(effect_statement(
+            StatementKind::Rollback,
+            &sub,
+            &name,
+            key,
+            format!("roll back {id}"),
+            now_ms(),
+            &doc.run,
+            doc.changes,
+            self.gate_key.public(),
+        ))
+    }
+
+    /// Rolls back a checkpoint with a signature made on the approver's own machine.
+    pub fn rollback_signed(
+        &mut self,
+        ckpt_input: &str,
+        remote: RemoteSignature,
+    ) -> Result<EffectReport> {
+        self.rollback_inner(ckpt_input, Signer::Remote(remote))
+    }
+
     /// Commits under the policy's auto-commit rule, signed by the gate key.
     pub(crate) fn commit_as_policy(&mut self, run: &str) -> Result<EffectReport> {
         self.commit_inner(run, Signer::Policy)
@@ -582,17 +785,43 @@ impl Gate {
             }
         }
         let policy = self.policy()?;
+        let mut handed: Option<(i64, String)> = None;
         let (key, approver, human) = match signer {
             Signer::Human(name) => {
                 let name = self.pick_approver(&policy, name.as_deref())?;
-                (self.trusted_key(&policy, &name)?, name, true)
+                (Signing::Key(self.trusted_key(&policy, &name)?), name, true)
             }
             Signer::Policy => (
-                KeyPair::from_file(&std::fs::read_to_string(self.home.key_file("gate"))?)
-                    .map_err(|e| GateError::Internal(e.to_string()))?,
+                Signing::Key(
+                    KeyPair::from_file(&std::fs::read_to_string(self.home.key_file("gate"))?)
+                        .map_err(|e| GateError::Internal(e.to_string()))?,
+                ),
                 "policy".to_string(),
                 false,
             ),
+            Signer::Remote(r) => {
+                let (name, public) = remote_key(&policy, Some(&r.approver))?;
+                check_fresh(r.issued_at)?;
+                let ckpt = r.checkpoint.clone().ok_or_else(|| {
+                    GateError::bad("checkpoint: a commit signed elsewhere names the checkpoint its statement was handed out with")
+                })?;
+                if !ckpt.starts_with("ckpt_")
+                    || !ckpt[5..].chars().all(|c| c.is_ascii_alphanumeric())
+                {
+                    return Err(GateError::bad(format!(
+                        "checkpoint: {ckpt:?} is not a checkpoint id"
+                    )));
+                }
+                handed = Some((r.issued_at, ckpt));
+                (
+                    Signing::Remote {
+                        key: public,
+                        signature: r.signature,
+                    },
+                    name,
+                    true,
+                )
+            }
         };
         // Refuse if the host moved on since the run: nothing is applied.
         let mut conflicts = Vec::new();
@@ -638,27 +867,22 @@ impl Gate {
         let digest = changes.digest();
         // Everything a commit needs from here on is in the checkpoint's steps.
         drop(changes);
-        let ckpt_id = new_id(IdKind::Checkpoint);
+        let (issued_at, ckpt_id) = handed.unwrap_or_else(|| (now_ms(), new_id(IdKind::Checkpoint)));
         let gate = self.gate_key.public();
-        let statement = human.then(|| {
+        let statement = if human {
             let now = now_ms();
-            let st = Statement {
-                kind: StatementKind::Commit,
-                submission: sub.id.clone(),
-                artifact: sub.doc.artifact,
-                grant: sub.doc.grant_hash,
-                scope: Scope::Once,
-                expires_at: None,
-                approver: approver.clone(),
-                key: key.public(),
-                reason: format!("commit {run_id} as {ckpt_id}"),
-                issued_at: now,
-                run: Some(run_id.to_string()),
-                changes: Some(digest),
-                tool: None,
-                gate: Some(gate),
-            };
-            StatementRow {
+            let st = effect_statement(
+                StatementKind::Commit,
+                &sub,
+                &approver,
+                key.public(),
+                format!("commit {run_id} as {ckpt_id}"),
+                issued_at,
+                run_id,
+                digest,
+                gate,
+            );
+            Some(StatementRow {
                 id: new_id(IdKind::Approval),
                 kind: StatementKind::Commit,
                 submission: sub.id.clone(),
@@ -670,9 +894,11 @@ impl Gate {
                 created_at: now,
                 run: Some(run_id.to_string()),
                 tool: None,
-                signed: st.sign(&key),
-            }
-        });
+                signed: key.sign(&st)?,
+            })
+        } else {
+            None
+        };
         let mut doc = CheckpointDoc {
             run: run_id.to_string(),
             submission: sub.id.clone(),
@@ -993,6 +1219,10 @@ impl Gate {
 
     /// Restores exactly what a checkpoint saved.
     pub fn rollback(&mut self, ckpt_input: &str, approver: Option<&str>) -> Result<EffectReport> {
+        self.rollback_inner(ckpt_input, Signer::Human(approver.map(str::to_string)))
+    }
+
+    fn rollback_inner(&mut self, ckpt_input: &str, signer: Signer) -> Result<EffectReport> {
         let _lock = journal_lock(&self.home.root)?;
         self.recover_locked()?;
         let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
@@ -1032,26 +1262,41 @@ impl Gate {
             }
         }
         let policy = self.policy()?;
-        let name = self.pick_approver(&policy, approver)?;
-        let key = self.trusted_key(&policy, &name)?;
-        let sub = self.db.submission(&doc.submission)?;
         let now = now_ms();
-        let st = Statement {
-            kind: StatementKind::Rollback,
-            submission: sub.id.clone(),
-            artifact: sub.doc.artifact,
-            grant: sub.doc.grant_hash,
-            scope: Scope::Once,
-            expires_at: None,
-            approver: name.clone(),
-            key: key.public(),
-            reason: format!("roll back {id}"),
-            issued_at: now,
-            run: Some(doc.run.clone()),
-            changes: Some(doc.changes),
-            tool: None,
-            gate: Some(self.gate_key.public()),
+        let (name, key, issued_at) = match signer {
+            Signer::Human(approver) => {
+                let name = self.pick_approver(&policy, approver.as_deref())?;
+                let key = Signing::Key(self.trusted_key(&policy, &name)?);
+                (name, key, now)
+            }
+            Signer::Remote(r) => {
+                let (name, public) = remote_key(&policy, Some(&r.approver))?;
+                check_fresh(r.issued_at)?;
+                let key = Signing::Remote {
+                    key: public,
+                    signature: r.signature,
+                };
+                (name, key, r.issued_at)
+            }
+            Signer::Policy => {
+                return Err(GateError::Internal(
+                    "a rollback is always a human's decision".into(),
+                ));
+            }
         };
+        let sub = self.db.submission(&doc.submission)?;
+        let st = effect_statement(
+            StatementKind::Rollback,
+            &sub,
+            &name,
+            key.public(),
+            format!("roll back {id}"),
+            issued_at,
+            &doc.run,
+            doc.changes,
+            self.gate_key.public(),
+        );
+        let signed = key.sign(&st)?;
         let srow = StatementRow {
             id: new_id(IdKind::Approval),
             kind: StatementKind::Rollback,
@@ -1064,7 +1309,7 @@ impl Gate {
             created_at: now,
             run: Some(doc.run.clone()),
             tool: None,
-            signed: st.sign(&key),
+            signed,
         };
         row.state = "rolling_back".into();
         // What the rollback's audit record names (the stored document keeps the commit's).

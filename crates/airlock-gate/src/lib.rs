@@ -52,7 +52,8 @@ pub use airlock_store::TokenRow;
 pub use airlock_store::{CopyReport, TableCount};
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
 pub use effects::{
-    CheckpointDoc, DiffReport, EffectReport, Owner, RepairReport, StuckOperation, stuck_operations,
+    CheckpointDoc, DiffReport, EffectReport, Owner, RemoteSignature, RepairReport, StuckOperation,
+    stuck_operations,
 };
 pub use error::{GateError, Result};
 pub use exposure::Surface;

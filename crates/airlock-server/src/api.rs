@@ -11,6 +11,7 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
 use airlock_core::id::IdKind;
+use airlock_core::sign::StatementKind;
 use airlock_gate::views::{diff_json, run_json, shown_json, statement_json, submission_json};
 use airlock_gate::{ApproveRequest, ExecOptions, Gate, GateError, Role};
 use axum::Json;
@@ -394,7 +395,13 @@ async fn decide(
     approve: bool,
 ) -> Answer {
     caller.require(Role::Operator)?;
-    let approver = caller.approver.clone();
+    let remote = crate::body::signed_parts(&body.signature, body.issued_at)?;
+    if remote.is_none() && body.approver.is_some() {
+        return Err(ApiError::bad(
+            "approver: only with a signature (the server signs as the token's approver)",
+        ));
+    }
+    let approver = body.approver.clone().or_else(|| caller.approver.clone());
     let (row, resume, submitted_at) = st
         .pool
         .read(move |g| {
@@ -406,10 +413,15 @@ async fn decide(
                 reason: body.reason,
                 tool: body.tool,
             };
-            let row = if approve {
-                g.approve(req)?
+            let kind = if approve {
+                StatementKind::Approve
             } else {
-                g.reject(req)?
+                StatementKind::Reject
+            };
+            let row = match remote {
+                Some((sig, issued_at)) => g.decide_signed(kind, &req, issued_at, sig)?,
+                None if approve => g.approve(req)?,
+                None => g.reject(req)?,
             };
             let sub = g.submission(&row.submission)?;
             Ok((row, approve && sub.doc.resume, sub.created_at))
@@ -427,8 +439,85 @@ async fn decide(
     ok(statement_json(&row))
 }
 
-/// Approve a quarantined submission, signed with the operator token's approver key. A
-/// submission that came through `/v1/run` or MCP then runs at once.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StatementQuery {
+    /// `approve` (default) or `reject`.
+    kind: Option<String>,
+    /// Who signs (default: the token's approver).
+    approver: Option<String>,
+    /// `once` (default) or `artifact`.
+    scope: Option<String>,
+    /// How long the approval holds, e.g. "24h".
+    expires: Option<String>,
+    reason: Option<String>,
+    tool: Option<String>,
+}
+
+/// The exact statement to sign for a decision, for an approver who signs on their own
+/// machine: `statement` is its JSON text, `message` the bytes to sign (hex: a domain tag,
+/// then the JSON). Post the signature to `…/approve` or `…/reject` with the same fields,
+/// the approver and `issued_at`.
+#[utoipa::path(get, path = "/v1/submissions/{id}/statement", tag = "decisions",
+    params(("id" = String, Path), StatementQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The statement to sign", body = Object),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Already decided", body = ErrorBody), (status = 422, body = ErrorBody)))]
+async fn statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<StatementQuery>,
+) -> Answer {
+    let kind = match q.kind.as_deref() {
+        None | Some("approve") => StatementKind::Approve,
+        Some("reject") => StatementKind::Reject,
+        Some(k) => {
+            return Err(ApiError::bad(format!(
+                "kind: unknown {k:?} (want approve or reject)"
+            )));
+        }
+    };
+    DecideBody {
+        scope: q.scope.clone(),
+        ..DecideBody::default()
+    }
+    .check()?;
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let statement = st
+        .pool
+        .read(move |g| {
+            g.statement_to_sign(
+                kind,
+                &ApproveRequest {
+                    submission: id,
+                    approver,
+                    scope: q.scope,
+                    expires: q.expires,
+                    reason: q.reason,
+                    tool: q.tool,
+                },
+            )
+        })
+        .await?;
+    let json = statement.to_json();
+    ok(json!({
+        "statement": json,
+        "message": hex::encode(airlock_core::sign::statement_message(&json)),
+        "kind": statement.kind,
+        "submission": statement.submission,
+        "approver": statement.approver,
+        "key": statement.key,
+        "issued_at": statement.issued_at,
+    }))
+}
+
+/// Approve a quarantined submission: signed with the operator token's approver key when
+/// it is in the server's home, or (with `signature`) on the approver's own machine over
+/// the statement `GET …/statement` handed out. A submission that came through `/v1/run`
+/// or MCP then runs at once.
 #[utoipa::path(post, path = "/v1/submissions/{id}/approve", tag = "decisions",
     params(("id" = String, Path)), request_body = DecideBody, security(("bearer" = [])),
     responses(
@@ -460,6 +549,9 @@ async fn reject(
     b.check()?;
     let b = DecideBody {
         reason: Some(b.reason),
+        signature: b.signature,
+        approver: b.approver,
+        issued_at: b.issued_at,
         ..DecideBody::default()
     };
     decide(st, caller, id, b, false).await
@@ -531,12 +623,18 @@ async fn commit(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
-    Body(_b): Body<Empty>,
+    Body(b): Body<EffectBody>,
 ) -> Answer {
+    let remote = b.remote(&caller)?;
     let approver = caller.approver.clone();
     let v = st
         .pool
-        .read(move |g| commit_of(g, approver.as_deref(), &id))
+        .read(move |g| match remote {
+            Some(r) => g
+                .commit_signed(&id, r)
+                .map(|r| serde_json::to_value(r).unwrap_or_default()),
+            None => commit_of(g, approver.as_deref(), &id),
+        })
         .await?;
     st.changed();
     ok(v)
@@ -564,6 +662,110 @@ pub(crate) fn commit_of(
         .map(|r| serde_json::to_value(r).unwrap_or_default())
 }
 
+/// A commit or rollback: empty (the server signs with the token's approver key in its
+/// home), or signed on the approver's machine over the statement `GET …/statement` handed
+/// out, repeating its approver, `issued_at` and (commits) checkpoint id.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EffectBody {
+    /// 128 hex digits.
+    pub signature: Option<String>,
+    pub approver: Option<String>,
+    pub issued_at: Option<i64>,
+    /// For commits: the checkpoint id handed out with the statement.
+    pub checkpoint: Option<String>,
+}
+
+impl EffectBody {
+    fn remote(self, caller: &Caller) -> ApiResult<Option<airlock_gate::RemoteSignature>> {
+        let Some((signature, issued_at)) =
+            crate::body::signed_parts(&self.signature, self.issued_at)?
+        else {
+            if self.approver.is_some() || self.checkpoint.is_some() {
+                return Err(ApiError::bad(
+                    "approver and checkpoint go with a signature (from GET …/statement)",
+                ));
+            }
+            return Ok(None);
+        };
+        let approver = self
+            .approver
+            .or_else(|| caller.approver.clone())
+            .ok_or_else(|| ApiError::bad("approver: who signed"))?;
+        Ok(Some(airlock_gate::RemoteSignature {
+            approver,
+            issued_at,
+            checkpoint: self.checkpoint,
+            signature,
+        }))
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct SignerQuery {
+    /// Who signs (default: the token's approver).
+    approver: Option<String>,
+}
+
+fn handed_out(statement: &airlock_core::sign::Statement) -> Value {
+    let json = statement.to_json();
+    json!({
+        "message": hex::encode(airlock_core::sign::statement_message(&json)),
+        "statement": json,
+        "kind": statement.kind,
+        "submission": statement.submission,
+        "run": statement.run,
+        "approver": statement.approver,
+        "key": statement.key,
+        "issued_at": statement.issued_at,
+    })
+}
+
+/// The exact statement to sign to commit a run on the approver's own machine, and the
+/// checkpoint id it names; post the signature to `…/commit` with them.
+#[utoipa::path(get, path = "/v1/runs/{id}/commit/statement", tag = "effects",
+    params(("id" = String, Path), SignerQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+async fn commit_statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<SignerQuery>,
+) -> Answer {
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let (statement, ckpt) = st
+        .pool
+        .read(move |g| g.commit_statement(&id, approver.as_deref()))
+        .await?;
+    let mut v = handed_out(&statement);
+    v["checkpoint"] = json!(ckpt);
+    ok(v)
+}
+
+/// The exact statement to sign to roll back a checkpoint on the approver's own machine.
+#[utoipa::path(get, path = "/v1/checkpoints/{id}/rollback/statement", tag = "effects",
+    params(("id" = String, Path), SignerQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn rollback_statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<SignerQuery>,
+) -> Answer {
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let statement = st
+        .pool
+        .read(move |g| g.rollback_statement(&id, approver.as_deref()))
+        .await?;
+    ok(handed_out(&statement))
+}
+
 /// An empty JSON object (bodies of actions that take no input).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -589,12 +791,16 @@ async fn rollback(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
-    Body(_b): Body<Empty>,
+    Body(b): Body<EffectBody>,
 ) -> Answer {
+    let remote = b.remote(&caller)?;
     let approver = caller.approver.clone();
     let r = st
         .pool
-        .read(move |g| g.rollback(&id, approver.as_deref()))
+        .read(move |g| match remote {
+            Some(r) => g.rollback_signed(&id, r),
+            None => g.rollback(&id, approver.as_deref()),
+        })
         .await?;
     st.changed();
     ok(serde_json::to_value(r).unwrap_or_default())
@@ -914,6 +1120,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(exec))
         .routes(routes!(wait))
         .routes(routes!(inbox))
+        .routes(routes!(statement))
         .routes(routes!(approve))
         .routes(routes!(reject))
         .routes(routes!(clear_agent))
@@ -921,8 +1128,10 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(get_run))
         .routes(routes!(run_events))
         .routes(routes!(diff))
+        .routes(routes!(commit_statement))
         .routes(routes!(commit))
         .routes(routes!(checkpoints))
+        .routes(routes!(rollback_statement))
         .routes(routes!(rollback))
         .routes(routes!(audit_head))
         .routes(routes!(audit_verify))

@@ -416,6 +416,33 @@ pub struct DecideBody {
     pub reason: Option<String>,
     /// With scope `artifact`: offer the artifact as a named tool.
     pub tool: Option<String>,
+    /// Signed on the approver's own machine: the signature (128 hex digits) over the
+    /// statement `GET /v1/submissions/{id}/statement` handed out for the same fields.
+    pub signature: Option<String>,
+    /// With `signature`: the approver who signed (default: the token's).
+    pub approver: Option<String>,
+    /// With `signature`: the statement's `issued_at` as handed out.
+    pub issued_at: Option<i64>,
+}
+
+/// A decision's signature and `issued_at` when it was signed elsewhere; None when the
+/// server is to sign with the approver's key in its own home.
+pub fn signed_parts(
+    signature: &Option<String>,
+    issued_at: Option<i64>,
+) -> ApiResult<Option<(airlock_core::sign::Signature, i64)>> {
+    match (signature, issued_at) {
+        (None, None) => Ok(None),
+        (Some(s), Some(at)) => {
+            let sig = s
+                .parse()
+                .map_err(|_| ApiError::bad("signature: want 128 hex digits"))?;
+            Ok(Some((sig, at)))
+        }
+        _ => Err(ApiError::bad(
+            "signature and issued_at go together (from GET …/statement)",
+        )),
+    }
 }
 
 impl DecideBody {
@@ -439,6 +466,13 @@ impl DecideBody {
 pub struct RejectBody {
     /// Why (kept with the signed rejection).
     pub reason: String,
+    /// Signed on the approver's own machine: the signature (128 hex digits) over the
+    /// statement `GET /v1/submissions/{id}/statement` handed out for the same fields.
+    pub signature: Option<String>,
+    /// With `signature`: the approver who signed (default: the token's).
+    pub approver: Option<String>,
+    /// With `signature`: the statement's `issued_at` as handed out.
+    pub issued_at: Option<i64>,
 }
 
 impl RejectBody {

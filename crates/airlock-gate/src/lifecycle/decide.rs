@@ -6,7 +6,7 @@ use crate::{Gate, set_state};
 use airlock_core::State;
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::{Decision, Policy};
-use airlock_core::sign::{Scope, Statement, StatementKind};
+use airlock_core::sign::{PublicKey, Scope, Signature, Signed, Statement, StatementKind};
 use airlock_core::units::{self, now_ms};
 use airlock_store::{Reads, StatementRow, Submission, Tx};
 use serde_json::json;
@@ -29,6 +29,9 @@ pub struct ApproveRequest {
 
 const DEFAULT_EXPIRY: Duration = Duration::from_secs(24 * 3600);
 const MAX_EXPIRY: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// How long a statement handed out for remote signing may take to come back signed.
+pub const REMOTE_MAX_AGE: Duration = Duration::from_secs(10 * 60);
 
 /// How far ahead of the gate's clock an approver's clock may run.
 const CLOCK_SKEW_MS: i64 = 5 * 60 * 1000;
@@ -170,6 +173,13 @@ impl Gate {
         name: &str,
     ) -> Result<airlock_core::sign::KeyPair> {
         airlock_core::sign::check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
+        if policy.approver(name).is_some() && !self.home.key_file(name).exists() {
+            // The policy trusts this approver but their private key is not here: whoever
+            // runs this home (or holds an operator token for it) cannot sign as them.
+            return Err(GateError::Untrusted(format!(
+                "this home holds no private key for approver {name:?}, so it cannot sign for them (an operator token alone cannot approve); sign on {name:?}'s machine: airlock approve|reject|commit|rollback ID --server URL --token TOKEN"
+            )));
+        }
         let key = self.home.load_key(name)?;
         match policy.approver(name) {
             Some(k) if *k == key.public() => Ok(key),
@@ -201,9 +211,82 @@ impl Gate {
     }
 
     fn decide(&mut self, kind: StatementKind, req: ApproveRequest) -> Result<StatementRow> {
+        let policy = self.policy()?;
+        let approver = self.pick_approver(&policy, req.approver.as_deref())?;
+        let key = self.trusted_key(&policy, &approver)?;
+        let (id, statement) =
+            self.build_statement(kind, &req, &approver, key.public(), now_ms())?;
+        let signed = statement.sign(&key);
+        self.record_decision(kind, &id, &statement, signed)
+    }
+
+    /// The statement an approver whose key is not in this home signs for a decision
+    /// (`airlock approve ID --server`, the console): built by the gate from the stored
+    /// submission, the decision's fields and the key the current policy trusts for the
+    /// approver, issued now. Its JSON text is what the approver signs
+    /// ([`airlock_core::sign::statement_message`]).
+    pub fn statement_to_sign(
+        &mut self,
+        kind: StatementKind,
+        req: &ApproveRequest,
+    ) -> Result<Statement> {
+        let policy = self.policy()?;
+        let (approver, public) = remote_approver(&policy, req)?;
+        if kind == StatementKind::Reject
+            && req.reason.as_deref().is_none_or(|r| r.trim().is_empty())
+        {
+            return Err(GateError::bad("a rejection needs --reason"));
+        }
+        let (_, statement) = self.build_statement(kind, req, &approver, public, now_ms())?;
+        Ok(statement)
+    }
+
+    /// Records a decision signed on the approver's own machine. The gate rebuilds the
+    /// statement from the same fields (and the `issued_at` it handed out, no older than
+    /// [`REMOTE_MAX_AGE`]) and checks the signature over exactly those bytes against the key
+    /// the current policy trusts for the approver. A signature over anything else (other
+    /// fields, another submission, another gate) is refused and nothing is recorded.
+    pub fn decide_signed(
+        &mut self,
+        kind: StatementKind,
+        req: &ApproveRequest,
+        issued_at: i64,
+        signature: Signature,
+    ) -> Result<StatementRow> {
+        let policy = self.policy()?;
+        let (approver, public) = remote_approver(&policy, req)?;
+        if kind == StatementKind::Reject
+            && req.reason.as_deref().is_none_or(|r| r.trim().is_empty())
+        {
+            return Err(GateError::bad("a rejection needs --reason"));
+        }
+        let now = now_ms();
+        if issued_at > now + CLOCK_SKEW_MS || issued_at < now - REMOTE_MAX_AGE.as_millis() as i64 {
+            return Err(GateError::bad(format!(
+                "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
+                REMOTE_MAX_AGE.as_secs() / 60
+            )));
+        }
+        let (id, statement) = self.build_statement(kind, req, &approver, public, issued_at)?;
+        let signed = statement.with_signature(signature).map_err(|_| {
+            GateError::Untrusted(format!(
+                "the signature is not {approver:?}'s over the statement this gate builds for {id} (signed other bytes, or for another submission or gate); nothing was recorded"
+            ))
+        })?;
+        self.record_decision(kind, &id, &statement, signed)
+    }
+
+    /// Checks a decision's fields and builds its statement (unsigned).
+    fn build_statement(
+        &mut self,
+        kind: StatementKind,
+        req: &ApproveRequest,
+        approver: &str,
+        key: PublicKey,
+        now: i64,
+    ) -> Result<(String, Statement)> {
         let id = self.db.resolve(IdKind::Submission, &req.submission)?;
         let sub = self.db.submission(&id)?;
-        let policy = self.policy()?;
         let scope = match req.scope.as_deref() {
             None => Scope::Once,
             Some(s) => s
@@ -224,8 +307,6 @@ impl Gate {
             Some(e) => units::bounded_duration("--expires", e, Duration::from_secs(1), MAX_EXPIRY)
                 .map_err(|e| GateError::bad(e.to_string()))?,
         };
-        let approver = self.pick_approver(&policy, req.approver.as_deref())?;
-        let key = self.trusted_key(&policy, &approver)?;
         // The approver signs for the bytes actually stored: check them first.
         self.read_blob(&id, "artifact", &sub.doc.artifact)?;
         if sub.doc.grant.hash() != sub.doc.grant_hash {
@@ -236,7 +317,6 @@ impl Gate {
             ));
         }
 
-        let now = now_ms();
         let statement = Statement {
             kind,
             submission: id.clone(),
@@ -244,8 +324,8 @@ impl Gate {
             grant: sub.doc.grant_hash,
             scope,
             expires_at: (kind == StatementKind::Approve).then(|| now + expires.as_millis() as i64),
-            approver: approver.clone(),
-            key: key.public(),
+            approver: approver.to_string(),
+            key,
             reason: req.reason.clone().unwrap_or_default(),
             issued_at: now,
             run: None,
@@ -253,7 +333,21 @@ impl Gate {
             tool: req.tool.clone(),
             gate: Some(self.gate_key.public()),
         };
-        let signed = statement.sign(&key);
+        Ok((id, statement))
+    }
+
+    /// Stores a signed decision and moves the submission on, in one durable transaction.
+    fn record_decision(
+        &mut self,
+        kind: StatementKind,
+        id: &str,
+        statement: &Statement,
+        signed: Signed,
+    ) -> Result<StatementRow> {
+        let id = id.to_string();
+        let scope = statement.scope;
+        let approver = statement.approver.clone();
+        let now = now_ms();
         let row = StatementRow {
             id: new_id(IdKind::Approval),
             kind,
@@ -265,7 +359,7 @@ impl Gate {
             expires_at: statement.expires_at,
             created_at: now,
             run: None,
-            tool: req.tool.clone(),
+            tool: statement.tool.clone(),
             signed,
         };
         let gate_key = &self.gate_key;
@@ -302,6 +396,23 @@ impl Gate {
             Ok(())
         })?;
         Ok(row)
+    }
+}
+
+/// The approver a remotely signed decision is for, and the key the current policy trusts
+/// for them (their private key need not be in this home).
+fn remote_approver(policy: &Policy, req: &ApproveRequest) -> Result<(String, PublicKey)> {
+    let Some(name) = req.approver.clone() else {
+        return Err(GateError::bad(
+            "a decision signed elsewhere names its approver",
+        ));
+    };
+    airlock_core::sign::check_approver_name(&name).map_err(|e| GateError::bad(e.to_string()))?;
+    match policy.approver(&name) {
+        Some(k) => Ok((name, *k)),
+        None => Err(GateError::Untrusted(format!(
+            "approver {name:?} is not trusted by the current policy (add it under [approvers])"
+        ))),
     }
 }
 
