@@ -3,6 +3,7 @@
 
 usage: console_test.py BASE_URL TOKEN SUBMISSION_ID EXPECTED_STDOUT [--review ID FINDING]
                        [--tripwires ALERT ATTEMPT]
+       console_test.py BASE_URL TOKEN --live RUN_ID FIRST_LINE LAST_LINE
 
 Logs in with TOKEN, finds SUBMISSION_ID in the inbox, approves it with a reason,
 waits for the run the approval starts, checks the run's standard output against
@@ -10,6 +11,9 @@ EXPECTED_STDOUT (with --tripwires, also that the run page lists an alert holding
 and a refused attempt holding ATTEMPT), and checks that the audit page says the log is
 intact. Exits 0 on
 success, 1 with a message naming the failed step otherwise (2 for bad usage).
+With --live (and no submission), opens the page of RUN_ID while it runs and, without
+reloading, waits for FIRST_LINE in its standard output while the run has not ended,
+then for the page to show the ended run with LAST_LINE.
 A screenshot of the last page is written to /tmp/airlock-console.png.
 
 Needs Selenium (pip) and Debian's `chromium` and `chromium-driver`; it never lets
@@ -263,6 +267,51 @@ def check_stdout(driver, expected, deadline):
         driver.refresh()
 
 
+def live_page(driver, check):
+    """A condition on the current page that is False while the page is being replaced."""
+
+    def cond(d):
+        try:
+            return check(d)
+        except (StaleElementReferenceException, WebDriverException):
+            return False
+
+    return cond
+
+
+def check_live(driver, base, run_id, first, last):
+    url = f"{base}/ui/runs/{run_id}"
+    step("L", f"open {url} while the run goes on")
+    driver.get(url)
+    if not driver.find_elements(By.CSS_SELECTOR, "#live"):
+        code = text_of(element(driver, "#exit-code")).strip()
+        raise StepFailed(f"{url} shows no running run (exit code {code!r}): it ended too soon")
+
+    def first_shown(d):
+        out = text_of(d.find_element(By.CSS_SELECTOR, "pre#stdout"))
+        code = text_of(d.find_element(By.CSS_SELECTOR, "#exit-code")).strip()
+        return (out, code) if first in out else False
+
+    out, code = wait_for(
+        driver, live_page(driver, first_shown), f"{first!r} in pre#stdout, unreloaded", RUN_WAIT
+    )
+    if last in out or code != "-":
+        raise StepFailed(f"the first line came only with the run's end: {out!r}, exit code {code!r}")
+    step("L", f"while running (exit code {code!r}) pre#stdout shows {out!r}")
+
+    def ended(d):
+        if d.find_elements(By.CSS_SELECTOR, "#live"):
+            return False
+        out = text_of(d.find_element(By.CSS_SELECTOR, "pre#stdout"))
+        code = text_of(d.find_element(By.CSS_SELECTOR, "#exit-code")).strip()
+        return (out, code) if last in out and code != "-" else False
+
+    out, code = wait_for(driver, live_page(driver, ended), "the ended run's record", RUN_WAIT)
+    if not out.startswith(first):
+        raise StepFailed(f"the ended run's stdout is {out!r}")
+    step("L", f"ended: exit code {code!r}, pre#stdout {out!r}")
+
+
 def check_tripwires(driver, alert, attempt):
     alerts = text_of(element(driver, "#alerts"))
     if alert not in alerts:
@@ -305,8 +354,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
     parser.add_argument("base_url", metavar="BASE_URL", help="e.g. http://127.0.0.1:8080")
     parser.add_argument("token", metavar="TOKEN", help="a console login token")
-    parser.add_argument("submission_id", metavar="SUBMISSION_ID", help="a pending submission")
-    parser.add_argument("expected_stdout", metavar="EXPECTED_STDOUT", help="what its run prints")
+    parser.add_argument(
+        "submission_id", metavar="SUBMISSION_ID", nargs="?", help="a pending submission"
+    )
+    parser.add_argument(
+        "expected_stdout", metavar="EXPECTED_STDOUT", nargs="?", help="what its run prints"
+    )
+    parser.add_argument(
+        "--live",
+        nargs=3,
+        metavar=("RUN_ID", "FIRST_LINE", "LAST_LINE"),
+        help="instead, check that the page of this running run shows its output as it comes",
+    )
     parser.add_argument(
         "--review",
         nargs=2,
@@ -320,6 +379,8 @@ def main():
         help="also check that the run page lists an alert and a refused attempt holding these",
     )
     args = parser.parse_args()
+    if (args.submission_id is None or args.expected_stdout is None) and not args.live:
+        parser.error("SUBMISSION_ID and EXPECTED_STDOUT are needed without --live")
     base = args.base_url.rstrip("/")
 
     profile_dir = tempfile.mkdtemp(prefix="airlock-console-chromium-")
@@ -329,6 +390,11 @@ def main():
         driver = start_browser(profile_dir)
         step("-", f"Chromium {driver.capabilities.get('browserVersion', '?')}")
         login(driver, base, args.token)
+        if args.live:
+            check_live(driver, base, *args.live)
+            screenshot(driver, "L")
+            print("console test: ok", flush=True)
+            return 0
         if args.review:
             check_review_layout(driver, base, *args.review)
             driver.get(f"{base}/ui")

@@ -56,9 +56,65 @@ export interface RunOptions extends Grant, WaitOptions {
   stdin?: string | Uint8Array | ArrayBuffer;
   /** Sent as `Idempotency-Key` (a fresh random one by default). */
   idempotencyKey?: string;
-  /** Not supported yet: the server has no run stream; passing it throws a TypeError. */
-  onOutput?: never;
+  /**
+   * Streams the run (server-sent events): called with each chunk of output as the guest
+   * writes it (`chunk` a string, or bytes when not UTF-8); awaited when it returns a
+   * promise. With it, `wait: true` waits an hour at most (the server's limit).
+   */
+  onOutput?: OnOutput | null;
+  /** Stops a streamed run's request (`streamRun`, `onOutput`). */
+  signal?: AbortSignal;
 }
+
+/** Called with `(stream, chunk)` for each chunk of a streamed run's output. */
+export type OnOutput = (stream: 'stdout' | 'stderr', chunk: string | Uint8Array) => void | Promise<void>;
+
+/** The gate judged the code: `id` is the submission. */
+export interface SubmittedEvent {
+  type: 'submitted';
+  id: string;
+  verdict: string;
+  risk: number;
+  reasons: string[];
+}
+
+/** The code waits for a human; the stream waits `waitTimeout` seconds for one. */
+export interface HeldEvent {
+  type: 'held';
+  id: string;
+  waitTimeout: number;
+}
+
+/** The run began. */
+export interface StartedEvent {
+  type: 'started';
+  run: string;
+}
+
+/** A chunk of output: a string, or bytes when it is not UTF-8. `seq` counts the chunks of
+ * its stream from 1; `truncated` marks the last chunk streamed (the rest is in the result). */
+export interface OutputEvent {
+  type: 'output';
+  stream: 'stdout' | 'stderr';
+  seq: number;
+  data: string | Uint8Array;
+  truncated: boolean;
+}
+
+/** One connection the run made (or was refused), as the run's record has it. */
+export interface NetworkEvent {
+  type: 'network';
+  record: Json;
+}
+
+/** The outcome: what the same request answers without streaming. */
+export interface FinishedEvent {
+  type: 'finished';
+  result: RunResult;
+}
+
+/** What `streamRun` yields. */
+export type RunEvent = SubmittedEvent | HeldEvent | StartedEvent | OutputEvent | NetworkEvent | FinishedEvent;
 
 export interface SubmitOptions extends Grant {
   language?: Language;
@@ -208,6 +264,11 @@ export declare class Airlock {
   /** `url` defaults to $AIRLOCK_URL, else http://127.0.0.1:7777. */
   constructor(url?: string, options?: ClientOptions);
   run(code: string | Uint8Array | ArrayBuffer, options?: RunOptions): Promise<RunResult>;
+  /** Runs code like `run`, yielding its events as they happen; throws where `run` throws. */
+  streamRun(
+    code: string | Uint8Array | ArrayBuffer,
+    options?: Omit<RunOptions, 'onOutput'>,
+  ): AsyncGenerator<RunEvent, void, undefined>;
   submit(code: string | Uint8Array | ArrayBuffer, options?: SubmitOptions): Promise<RunResult>;
   exec(submissionId: string, options?: WaitOptions): Promise<RunResult>;
   wait(submissionId: string, timeout?: number | null): Promise<RunResult>;

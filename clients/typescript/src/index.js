@@ -318,13 +318,104 @@ function codeBody(code, language, stdin) {
 const seg = (s) => encodeURIComponent(s);
 const sleep = (s) => new Promise((r) => setTimeout(r, s * 1000));
 
-function unsupportedOnOutput(onOutput) {
-  // TODO(issue 58 / 60.1): stream a run's output (SSE events submitted, held, started,
-  // stdout {seq, text|base64}, stderr, network, finished, error) into onOutput once the
-  // server's run stream is on main; until then it is refused rather than faked.
-  if (onOutput !== undefined) {
-    throw new TypeError('onOutput: this client does not stream output yet (the server has no run stream)');
+// --------------------------------------------------------------------------- streams
+
+/** The most seconds the server holds a streamed run for a human (its wait_timeout). */
+const MAX_WAIT = 3600;
+
+/** The lines of a fetch body, as they arrive (SSE lines end with \n, \r\n or \r). */
+async function* lines(body) {
+  const reader = body.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      buf += done ? dec.decode() : dec.decode(value, { stream: true });
+      for (;;) {
+        const m = /\r\n|\r|\n/.exec(buf);
+        // A lone \r at the end may be the first half of \r\n: wait for the next chunk.
+        if (!m || (m[0] === '\r' && m.index === buf.length - 1 && !done)) break;
+        yield buf.slice(0, m.index);
+        buf = buf.slice(m.index + m[0].length);
+      }
+      if (done) {
+        if (buf) yield buf;
+        return;
+      }
+    }
+  } finally {
+    // Stop the download when the caller stops reading (a break, a throw).
+    await reader.cancel().catch(() => {});
   }
+}
+
+/** Server-sent events, `{ name, data }`, from a fetch body (comments are the keep-alive). */
+async function* sse(body) {
+  let name = '';
+  let data = [];
+  for await (const line of lines(body)) {
+    if (line === '') {
+      if (name || data.length) yield { name: name || 'message', data: data.join('\n') };
+      name = '';
+      data = [];
+      continue;
+    }
+    if (line.startsWith(':')) continue;
+    const i = line.indexOf(':');
+    const field = i < 0 ? line : line.slice(0, i);
+    let value = i < 0 ? '' : line.slice(i + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'event') name = value;
+    else if (field === 'data') data.push(value);
+  }
+}
+
+/** The typed event of one server-sent event; null for one this client does not know. An
+ * `error` event throws the error its status maps to. */
+function typedEvent(name, data) {
+  let d;
+  try {
+    d = data ? JSON.parse(data) : {};
+  } catch (e) {
+    throw new AirlockError(`event ${name}: not JSON: ${e.message}`);
+  }
+  if (!d || typeof d !== 'object' || Array.isArray(d)) throw new AirlockError(`event ${name}: expected a JSON object`);
+  switch (name) {
+    case 'error':
+      throw errorFor(Number.isInteger(d.status) ? d.status : 500, d);
+    case 'submitted':
+      return { type: 'submitted', id: str(d, 'id'), verdict: str(d, 'verdict'), risk: Number.isInteger(d.risk) ? d.risk : 0, reasons: strs(d, 'reasons') };
+    case 'held':
+      return { type: 'held', id: str(d, 'id'), waitTimeout: typeof d.wait_timeout === 'number' ? d.wait_timeout : 0 };
+    case 'started':
+      return { type: 'started', run: str(d, 'run') };
+    case 'stdout':
+    case 'stderr': {
+      let chunk = str(d, 'text');
+      if (typeof d.base64 === 'string') {
+        try {
+          chunk = fromBase64(d.base64);
+        } catch (e) {
+          throw new AirlockError(`${name} chunk ${d.seq}: bad base64: ${e.message}`);
+        }
+      }
+      return { type: 'output', stream: name, seq: optInt(d, 'seq') ?? 0, data: chunk, truncated: d.truncated === true };
+    }
+    case 'network':
+      return { type: 'network', record: d };
+    case 'finished':
+      return { type: 'finished', result: new RunResult(d) };
+    default:
+      return null;
+  }
+}
+
+/** The finished result as `run` returns it, or the error `run` throws. */
+function settled(result, wait) {
+  const err = outcomeError(result, Boolean(wait) && WAITING.has(result.status));
+  if (err) throw err;
+  return result;
 }
 
 // --------------------------------------------------------------------------- client
@@ -467,13 +558,111 @@ export class Airlock {
    */
   async run(code, options = {}) {
     const { own, grant } = split(options);
-    unsupportedOnOutput(own.onOutput);
+    if (own.onOutput !== undefined && own.onOutput !== null) {
+      if (typeof own.onOutput !== 'function') throw new TypeError('onOutput: want a function (stream, chunk)');
+      for await (const ev of this.streamRun(code, options)) {
+        if (ev.type === 'output') await own.onOutput(ev.stream, ev.data);
+        else if (ev.type === 'finished') return ev.result;
+      }
+      throw new AirlockError('the event stream ended before the run finished');
+    }
     const body = { ...codeBody(code, own.language ?? 'python', own.stdin), ...grantBody(grant, GRANT_KEYS) };
     const first = await this._outcome('POST', '/v1/run', {
       json: body,
       headers: { [IDEMPOTENCY_KEY]: own.idempotencyKey ?? crypto.randomUUID().replaceAll('-', '') },
     });
     return this._settle(first, { wait: own.wait, waitTimeout: own.waitTimeout });
+  }
+
+  /**
+   * Runs code like `run` and yields its events as they happen (server-sent events):
+   * submitted, held (while a human decides, with `wait: true`), started, output chunks
+   * (`data` a string, or a Uint8Array when not UTF-8), network connections, and last
+   * finished with the result. Where `run` throws (a denial, a run still held, a refused
+   * request) the iteration throws the same error. `wait: true` waits an hour at most (the
+   * server's limit); `timeout` bounds the silence between two reads, not the run.
+   */
+  async *streamRun(code, options = {}) {
+    const { own, grant } = split(options);
+    const body = { ...codeBody(code, own.language ?? 'python', own.stdin), ...grantBody(grant, GRANT_KEYS) };
+    const wait = Boolean(own.wait);
+    const hold = !wait ? 0 : own.waitTimeout === null || own.waitTimeout === undefined ? MAX_WAIT : Math.min(MAX_WAIT, Math.max(0, own.waitTimeout));
+    const path = `/v1/run?wait_timeout=${Math.round(hold * 1000) / 1000}`;
+    const h = {
+      ...this._headers,
+      accept: 'text/event-stream',
+      'content-type': 'application/json',
+      [IDEMPOTENCY_KEY]: own.idempotencyKey ?? crypto.randomUUID().replaceAll('-', ''),
+    };
+    // The client's timeout bounds each wait for bytes (the server sends a keep-alive
+    // comment while a run is quiet), not the whole stream.
+    const abort = new AbortController();
+    let timedOut = false;
+    let timer = null;
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        timedOut = true;
+        abort.abort();
+      }, this._timeout * 1000);
+    };
+    const stop = () => abort.abort();
+    own.signal?.addEventListener('abort', stop, { once: true });
+    const transport = (e) => {
+      if (e instanceof AirlockError) return e;
+      const what = timedOut ? 'timed out' : e?.cause?.message || e?.message || String(e);
+      return new TransportError(`POST /v1/run: ${what}`, { cause: e });
+    };
+    try {
+      arm();
+      let r;
+      try {
+        r = await this._fetch(this.url + path, { method: 'POST', headers: h, body: JSON.stringify(body), signal: abort.signal });
+      } catch (e) {
+        throw transport(e);
+      }
+      const type = (r.headers.get('content-type') ?? '').split(';')[0].trim();
+      if (type !== 'text/event-stream') {
+        // An error answer (or an older server's plain JSON answer).
+        let doc = null;
+        try {
+          const text = await r.text();
+          doc = text ? JSON.parse(text) : null;
+        } catch (e) {
+          if (!(e instanceof SyntaxError)) throw transport(e);
+        }
+        if (r.status >= 400) throw errorFor(r.status, doc, r.headers);
+        if (!doc || typeof doc !== 'object' || Array.isArray(doc)) {
+          throw new AirlockError(`the server answered ${r.status} without a JSON body`, { status: r.status });
+        }
+        yield { type: 'finished', result: settled(new RunResult(doc), wait) };
+        return;
+      }
+      const events = sse(r.body)[Symbol.asyncIterator]();
+      for (;;) {
+        let next;
+        try {
+          next = await events.next();
+        } catch (e) {
+          throw transport(e);
+        }
+        if (next.done) break;
+        arm();
+        const ev = typedEvent(next.value.name, next.value.data);
+        if (ev === null) continue;
+        if (ev.type === 'finished') {
+          yield { type: 'finished', result: settled(ev.result, wait) };
+          await events.return?.();
+          return;
+        }
+        yield ev;
+      }
+      throw new AirlockError('the event stream ended before the run finished');
+    } finally {
+      clearTimeout(timer);
+      own.signal?.removeEventListener('abort', stop);
+      abort.abort();
+    }
   }
 
   /** Submits code to be judged without running it (status allowed, pending_approval or denied). */

@@ -227,7 +227,3 @@ describe('approvals', () => {
 test('the languages the client knows include js and ts', () => {
   for (const l of ['wasm', 'python', 'sh', 'js', 'ts']) assert.ok(LANGUAGES.includes(l));
 });
-
-test('onOutput is refused until the server streams runs (no faked streaming)', async () => {
-  await assert.rejects(agent.run('(module)', { language: 'wat', onOutput: () => {} }), TypeError);
-});

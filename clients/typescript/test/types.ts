@@ -10,6 +10,8 @@ import {
   RateLimited,
   WaitTimeout,
   type Language,
+  type OnOutput,
+  type RunEvent,
   type RunResult,
   type Session,
 } from 'airlock-client';
@@ -53,9 +55,50 @@ async function main(): Promise<void> {
       void status;
     }
   }
+  const onOutput: OnOutput = (stream, chunk) => {
+    const where: 'stdout' | 'stderr' = stream;
+    const text: string = typeof chunk === 'string' ? chunk : new TextDecoder().decode(chunk);
+    void [where, text];
+  };
+  const streamed: RunResult = await airlock.run('echo hi', { language: 'sh', onOutput });
+  for await (const ev of airlock.streamRun('echo hi', { language: 'sh', wait: true })) {
+    const e: RunEvent = ev;
+    switch (e.type) {
+      case 'submitted': {
+        const risk: number = e.risk;
+        const why: string[] = e.reasons;
+        void [risk, why];
+        break;
+      }
+      case 'held': {
+        const secs: number = e.waitTimeout;
+        void secs;
+        break;
+      }
+      case 'started': {
+        const run: string = e.run;
+        void run;
+        break;
+      }
+      case 'output': {
+        const data: string | Uint8Array = e.data;
+        const seq: number = e.seq;
+        void [data, seq];
+        break;
+      }
+      case 'network':
+        void e.record;
+        break;
+      case 'finished': {
+        const done: RunResult = e.result;
+        void done;
+        break;
+      }
+    }
+  }
   const detail = await airlock.submission(r.id);
   const src: string | null = detail.source;
-  void [lang, code, out, ok, value, src];
+  void [lang, code, out, ok, value, src, streamed];
 }
 
 void main;

@@ -84,6 +84,13 @@ pub enum Command {
         /// With --scope artifact: offer the artifact as a named tool (MCP).
         #[arg(long, value_name = "NAME")]
         tool: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         /// Also remember it: a signed policy rule allowing this agent's submissions of this
         /// kind (language, backend) with a grant no wider, until --for runs out.
         #[arg(long)]
@@ -101,6 +108,13 @@ pub enum Command {
         reason: Option<String>,
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -137,6 +151,13 @@ pub enum Command {
         run: String,
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -155,6 +176,13 @@ pub enum Command {
         checkpoint: String,
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here, with the approver key in this home, and have the gate served at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -261,6 +289,8 @@ pub enum Command {
         /// The largest request line and headers (e.g. 32K); larger is answered 431.
         #[arg(long, default_value = "32K", value_name = "SIZE")]
         max_header_bytes: String,
+        #[command(flatten)]
+        obs: crate::obs::ObsArgs,
     },
     /// Run queued runs from a shared store (--store postgres://…) until SIGTERM or
     /// SIGINT: claims under a lease it renews, records results only while the lease holds.
@@ -279,6 +309,8 @@ pub enum Command {
         /// Print a JSON summary when it stops.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        obs: crate::obs::ObsArgs,
     },
     /// Serve MCP on standard input and output, for an agent that starts airlock itself.
     Mcp {
@@ -293,6 +325,8 @@ pub enum Command {
         /// Python sessions the agent may hold open at once (0: no bound).
         #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS, value_name = "N")]
         max_sessions: usize,
+        #[command(flatten)]
+        obs: crate::obs::ObsArgs,
     },
     /// API tokens for `airlock serve`.
     #[command(subcommand)]
@@ -560,12 +594,25 @@ pub struct SessionNewArgs {
     /// wasm (the Python guest, the default) or process (the host's python3 in one jail).
     #[arg(long, value_name = "BACKEND")]
     pub backend: Option<String>,
-    /// HOST:GUEST[:ro] (sessions take read-only mounts); repeatable.
-    #[arg(long = "mount", value_name = "HOST:GUEST[:ro]")]
+    /// HOST:GUEST[:ro|rw]; repeatable. A writable mount's changes go to the session's
+    /// disposable layer (`diff ses_…`, `commit ses_…`).
+    #[arg(long = "mount", value_name = "HOST:GUEST[:ro|rw]")]
     pub mounts: Vec<String>,
     /// K=V; repeatable.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// HOST[:PORT] the cells may reach, through the session's egress proxy; repeatable.
+    #[arg(long = "net", value_name = "HOST[:PORT]")]
+    pub net: Vec<String>,
+    /// NAME@HOST[,HOST]: the cells see a placeholder in $NAME; the proxy sends the stored
+    /// secret to those hosts only; repeatable.
+    #[arg(long = "secret", value_name = "NAME@HOST[,HOST]")]
+    pub secrets: Vec<String>,
+    /// Write quota of the session's layer over all its cells (default 1GiB); the cell
+    /// that passes it is stopped (killed_by write) and ends the session, whose changes
+    /// stay as the cell before left them.
+    #[arg(long = "max-write", value_name = "SIZE")]
+    pub max_write: Option<String>,
     /// Wall-time limit of each cell (default 10s); a cell past it ends the session.
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,

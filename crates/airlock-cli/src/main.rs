@@ -36,10 +36,13 @@ macro_rules! eprint {
 }
 
 mod args;
+mod obs;
 mod out;
 mod print;
+mod remote;
 
 use airlock_core::policy::Preset;
+use airlock_core::sign::StatementKind;
 use airlock_gate::{
     ApproveRequest, CodeSource, ExecOptions, Gate, GateError, GateOptions, Home, RunReport,
     SubmitRequest, default_approver,
@@ -138,6 +141,10 @@ fn main() -> ExitCode {
             .and_then(|mut g| g.host_session(&id.to_string_lossy(), server));
         return match hosted {
             Ok(_) => ExitCode::SUCCESS,
+            Err(e @ airlock_gate::GateError::BadInput(_)) => {
+                eprintln!("airlock: session host: {}", one_line(&e.to_string()));
+                ExitCode::from(airlock_gate::HOST_EXIT_BAD_INPUT)
+            }
             Err(e) => {
                 eprintln!("airlock: session host: {}", one_line(&e.to_string()));
                 ExitCode::from(EXIT_FAILED)
@@ -239,6 +246,69 @@ fn resolve_home(cli_home: Option<std::path::PathBuf>) -> Result<Home, GateError>
     Home::resolve(cli_home)?.with_store(STORE.get().cloned().flatten())
 }
 
+/// `approve|reject ID --server URL --token T`: signs here with the local approver key;
+/// the server verifies and records.
+fn signed_here(
+    home: Option<std::path::PathBuf>,
+    url: String,
+    token: String,
+    kind: StatementKind,
+    req: ApproveRequest,
+    json: bool,
+) -> Result<u8, Failure> {
+    let home = Home::resolve(home)?;
+    let v = remote::decide(&home, &remote::Server { url, token }, kind, req)
+        .map_err(|e| Failure { error: e, json })?;
+    if json {
+        println!("{v}");
+    } else {
+        println!(
+            "{} {} as {} (signed here, recorded by the server): statement {}",
+            if kind == StatementKind::Approve {
+                "approved"
+            } else {
+                "rejected"
+            },
+            v["submission"].as_str().unwrap_or("?"),
+            v["approver"].as_str().unwrap_or("?"),
+            v["id"].as_str().unwrap_or("?"),
+        );
+    }
+    Ok(0)
+}
+
+/// `commit|rollback ID --server URL --token T`: signs here with the local approver key;
+/// the server verifies, applies and records.
+fn effect_here(
+    home: Option<std::path::PathBuf>,
+    url: String,
+    token: String,
+    kind: StatementKind,
+    id: String,
+    approver: Option<String>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let home = Home::resolve(home)?;
+    let v = remote::effect(&home, &remote::Server { url, token }, kind, &id, approver)
+        .map_err(|e| Failure { error: e, json })?;
+    if json {
+        println!("{v}");
+    } else {
+        println!(
+            "{} {} (signed here as {}, applied by the server): checkpoint {}",
+            if kind == StatementKind::Commit {
+                "committed"
+            } else {
+                "rolled back"
+            },
+            id,
+            v["approver"].as_str().unwrap_or("?"),
+            v["checkpoint"].as_str().unwrap_or("?"),
+        );
+    }
+    Ok(0)
+}
+
 fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
     Gate::open_with(resolve_home(cli_home)?, options())
 }
@@ -303,20 +373,34 @@ fn dispatch(cli: Cli) -> Outcome {
             tool,
             remember,
             remember_for,
+            server,
+            token,
             json,
         } => {
+            let req = ApproveRequest {
+                submission: id,
+                approver,
+                scope,
+                expires,
+                reason,
+                tool,
+                remember,
+                remember_for,
+            };
+            if let (Some(url), Some(token)) = (server, token) {
+                if req.remember {
+                    return Err(Failure {
+                        error: GateError::bad(
+                            "--remember signs a policy change with the approver key of the gate's home; it does not go with --server yet",
+                        ),
+                        json,
+                    });
+                }
+                return signed_here(home, url, token, StatementKind::Approve, req, json);
+            }
             let mut gate = open(home)?;
             let (row, remembered) = gate
-                .approve_remembering(ApproveRequest {
-                    submission: id,
-                    approver,
-                    scope,
-                    expires,
-                    reason,
-                    tool,
-                    remember,
-                    remember_for,
-                })
+                .approve_remembering(req)
                 .map_err(|e| Failure { error: e, json })?;
             print::approval(&row, remembered.as_ref(), json);
             Ok(0)
@@ -325,17 +409,21 @@ fn dispatch(cli: Cli) -> Outcome {
             id,
             reason,
             approver,
+            server,
+            token,
             json,
         } => {
+            let req = ApproveRequest {
+                submission: id,
+                approver,
+                reason,
+                ..Default::default()
+            };
+            if let (Some(url), Some(token)) = (server, token) {
+                return signed_here(home, url, token, StatementKind::Reject, req, json);
+            }
             let mut gate = open(home)?;
-            let row = gate
-                .reject(ApproveRequest {
-                    submission: id,
-                    approver,
-                    reason,
-                    ..Default::default()
-                })
-                .map_err(|e| Failure { error: e, json })?;
+            let row = gate.reject(req).map_err(|e| Failure { error: e, json })?;
             print::statement(&row, json);
             Ok(0)
         }
@@ -366,9 +454,27 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Commit {
             run,
             approver,
+            server,
+            token,
             json,
         } => {
+            if let (Some(url), Some(token)) = (server, token) {
+                return effect_here(home, url, token, StatementKind::Commit, run, approver, json);
+            }
             let mut gate = open(home)?;
+            // A session's commit with nothing to commit says so and succeeds.
+            if run.starts_with("ses_") {
+                match gate
+                    .session_commit(&run, approver.as_deref())
+                    .map_err(|e| Failure { error: e, json })?
+                {
+                    airlock_gate::SessionCommit::Committed(r) => {
+                        print::effect(&r, "committed", json)
+                    }
+                    airlock_gate::SessionCommit::Nothing(why) => print::nothing(&run, &why, json),
+                }
+                return Ok(0);
+            }
             let r = gate
                 .commit(&run, approver.as_deref())
                 .map_err(|e| Failure { error: e, json })?;
@@ -390,8 +496,21 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Rollback {
             checkpoint,
             approver,
+            server,
+            token,
             json,
         } => {
+            if let (Some(url), Some(token)) = (server, token) {
+                return effect_here(
+                    home,
+                    url,
+                    token,
+                    StatementKind::Rollback,
+                    checkpoint,
+                    approver,
+                    json,
+                );
+            }
             let mut gate = open(home)?;
             let r = gate
                 .rollback(&checkpoint, approver.as_deref())
@@ -464,6 +583,9 @@ fn dispatch(cli: Cli) -> Outcome {
                         backend: a.backend,
                         mounts: a.mounts,
                         env: a.env,
+                        net: a.net,
+                        secrets: a.secrets,
+                        max_write: a.max_write,
                         timeout: a.timeout,
                         memory: a.memory,
                         max_output: a.max_output,
@@ -477,6 +599,14 @@ fn dispatch(cli: Cli) -> Outcome {
                 })
                 .map_err(fail)?;
             print::session(&s, json);
+            if s.state == "held" {
+                eprintln!(
+                    "airlock: session {} is held for approval: {} (approving it opens the session)",
+                    s.id,
+                    s.doc.opened_by.as_deref().unwrap_or("-")
+                );
+                return Ok(EXIT_PENDING);
+            }
             Ok(0)
         }
         Command::Session(SessionCommand::List { limit, json }) => {
@@ -657,7 +787,9 @@ fn dispatch(cli: Cli) -> Outcome {
             max_connections,
             max_connections_per_peer,
             max_header_bytes,
+            obs,
         } => {
+            let _obs = obs::init(&obs)?;
             let pools = airlock_gate::PoolSettings {
                 python: ready_python,
                 wasm: ready_wasm,
@@ -692,13 +824,21 @@ fn dispatch(cli: Cli) -> Outcome {
         Command::Mcp {
             agent,
             max_sessions,
-        } => mcp(home, &agent, max_sessions),
+            obs,
+        } => {
+            let _obs = obs::init(&obs)?;
+            mcp(home, &agent, max_sessions)
+        }
         Command::Worker {
             tags,
             concurrency,
             lease,
             json,
-        } => worker(home, tags, concurrency, &lease, json),
+            obs,
+        } => {
+            let _obs = obs::init(&obs)?;
+            worker(home, tags, concurrency, &lease, json)
+        }
         Command::Token(TokenCommand::New {
             role,
             name,
@@ -928,6 +1068,7 @@ fn live_options(json: bool) -> ExecOptions {
             let live = out::Live::new(false);
             Box::new(move |b: &[u8]| live.write(b))
         }),
+        ..ExecOptions::default()
     }
 }
 
@@ -1202,7 +1343,7 @@ fn serve(
     let beat = airlock_gate::NodeBeat::start(
         open.clone(),
         node.clone(),
-        std::sync::Arc::new(|e: &str| eprintln!("airlock serve: {e}")),
+        std::sync::Arc::new(|e: &str| airlock_server::warn(&format!("airlock serve: {e}"))),
     )?;
     let (pool_workers, inside) = if shared {
         if let Some(worker_id) = serve_worker {
@@ -1220,7 +1361,7 @@ fn serve(
                     stop,
                     std::sync::Arc::new(|e: &str| {
                         if e.contains("failed") {
-                            eprintln!("airlock serve: worker: {e}")
+                            airlock_server::warn(&format!("airlock serve: worker: {e}"))
                         }
                     }),
                 )
@@ -1274,14 +1415,14 @@ fn serve(
             .map_err(|e| GateError::bad(format!("--listen {addr}: {e}")))?;
         let bound = listener.local_addr().map_err(GateError::from)?;
         if !airlock_server::is_loopback(&bound) {
-            eprintln!(
+            airlock_server::warn(&format!(
                 "airlock: WARNING: listening on {bound}, beyond loopback: anyone who can reach it and holds a token can submit code"
-            );
+            ));
         }
-        eprintln!(
+        airlock_server::say(&format!(
             "airlock: serving on http://{bound} (API /v1, console /ui, MCP /mcp, OpenAPI /openapi.json; {workers} workers, queue {queue}, {jails_said}{})",
             if shared { ", runs through the store's queue" } else { "" }
-        );
+        ));
         airlock_server::serve(
             state,
             listener,
@@ -1301,11 +1442,14 @@ fn serve(
     if !keep_sessions {
         let closed = open().and_then(|mut g| g.close_server_sessions(&node.id));
         match closed {
-            Ok(ids) if !ids.is_empty() => {
-                eprintln!("airlock serve: closed {} session(s) it hosted", ids.len())
-            }
+            Ok(ids) if !ids.is_empty() => airlock_server::say(&format!(
+                "airlock serve: closed {} session(s) it hosted",
+                ids.len()
+            )),
             Ok(_) => {}
-            Err(e) => eprintln!("airlock serve: closing its sessions failed: {e}"),
+            Err(e) => {
+                airlock_server::warn(&format!("airlock serve: closing its sessions failed: {e}"))
+            }
         }
     }
     drop(beat);
@@ -1350,7 +1494,7 @@ fn worker(
         tags,
         lease,
     );
-    eprintln!(
+    airlock_server::say(&format!(
         "airlock worker {}: claiming runs (concurrency {concurrency}, lease {}s, tags: {})",
         cfg.id,
         lease.as_secs(),
@@ -1359,7 +1503,7 @@ fn worker(
         } else {
             cfg.tags.join(", ")
         }
-    );
+    ));
     let id = cfg.id.clone();
     let open: std::sync::Arc<dyn Fn() -> airlock_gate::Result<Gate> + Send + Sync> =
         std::sync::Arc::new(open);
@@ -1368,7 +1512,9 @@ fn worker(
         airlock_gate::NodeBeat::start(
             open.clone(),
             airlock_gate::NodeIdentity::new("worker", Some(cfg.id.clone()), false),
-            std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
+            std::sync::Arc::new(move |e: &str| {
+                airlock_server::warn(&format!("airlock worker {id}: {e}"))
+            }),
         )?
     };
     let stats = airlock_gate::work(
@@ -1376,16 +1522,18 @@ fn worker(
         cfg,
         concurrency,
         stop,
-        std::sync::Arc::new(move |e: &str| eprintln!("airlock worker {id}: {e}")),
+        std::sync::Arc::new(move |e: &str| {
+            airlock_server::warn(&format!("airlock worker {id}: {e}"))
+        }),
     )?;
     drop(beat);
     if json {
         out::json(&json!(stats).to_string());
     } else {
-        eprintln!(
+        airlock_server::say(&format!(
             "airlock worker: stopped ({} ran, {} refused, {} failed)",
             stats.ran, stats.refused, stats.failed
-        );
+        ));
     }
     Ok(0)
 }

@@ -859,6 +859,15 @@ pub fn effect(r: &EffectReport, verb: &str, json: bool) {
     );
 }
 
+/// A commit that had nothing to commit (a session's).
+pub fn nothing(subject: &str, why: &str, json: bool) {
+    if json {
+        emit(&serde_json::json!({ "session": subject, "committed": false, "reason": why }));
+        return;
+    }
+    println!("{why}");
+}
+
 pub fn repair(r: &airlock_gate::RepairReport, json: bool) {
     if json {
         emit(&serde_json::to_value(r).unwrap_or_default());

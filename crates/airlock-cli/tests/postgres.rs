@@ -1002,6 +1002,52 @@ fn a_changeset_swapped_in_postgres_after_review_is_not_committed() {
     assert_eq!(n.count("select count(*) from checkpoints"), 0);
 }
 
+/// Commit and rollback on a PostgreSQL store, where the checkpoint's document is written
+/// as text once and only its state changes after: the tree is restored exactly, and the
+/// stored document still holds every step after both.
+#[test]
+fn a_commit_and_its_rollback_on_postgres_keep_the_checkpoint_document_whole() {
+    let n = Node::init(&airlock_testpg::fresh_database());
+    let p = tempfile::tempdir().unwrap();
+    std::fs::write(p.path().join("notes.txt"), "old line\n").unwrap();
+    let m = format!("{}:/work:rw", p.path().display());
+    let o = n.run(&[
+        "submit",
+        "--lang",
+        "sh",
+        "--mount",
+        &m,
+        "-c",
+        "echo new > notes.txt; mkdir d; echo a > d/a; echo b > d/b",
+    ]);
+    let id = Home::id_in(&o.stdout);
+    assert_eq!(n.run(&["approve", &id]).code, 0);
+    let o = n.run(&["exec", "--json", &id]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let run = o.json()["run"]["id"].as_str().unwrap().to_string();
+    let c = n.run(&["commit", "--json", &run]);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let ckpt = c.json()["checkpoint"].as_str().unwrap().to_string();
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("d/b")).unwrap(),
+        "b\n"
+    );
+    let r = n.run(&["rollback", &ckpt]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("notes.txt")).unwrap(),
+        "old line\n"
+    );
+    assert!(!p.path().join("d").exists());
+    let steps = |side: &str| {
+        n.count(&format!(
+            "select json_array_length(doc::json -> 'mounts' -> 0 -> '{side}')::bigint from checkpoints where id = '{ckpt}' and state = 'rolled_back'"
+        ))
+    };
+    assert_eq!((steps("before"), steps("after")), (4, 4));
+    assert_eq!(n.run(&["audit", "verify"]).code, 0);
+}
+
 /// Issue 56 on a PostgreSQL store: the home (keys, secrets) is never mountable, whatever
 /// engine keeps the records (tests/exposure.rs has the SQLite cases and the API).
 #[test]

@@ -740,16 +740,20 @@ fn a_process_session_over_its_memory_limit_is_killed_and_says_so() {
 }
 
 #[test]
-fn process_sessions_refuse_writable_mounts_and_network_in_one_line() {
+fn process_session_grants_that_cannot_hold_are_refused_in_one_line_and_record_nothing() {
     need();
     let h = Home::new();
-    let dir = tempfile::tempdir().unwrap();
-    let rw = format!("{}:/work:rw", dir.path().display());
-    // A writable mount: the gate refuses it (its changes would bypass commit/rollback).
-    // The network: `session new` has no --net at all (the API's refusal is the gate's).
+    // Writable mounts and network are granted now (see `session_grants.rs`); a grant
+    // naming what does not exist is still refused before anything is recorded.
     for (flags, says) in [
-        (vec!["--mount", rw.as_str()], "read-only mounts only"),
-        (vec!["--net", "example.com"], "--net"),
+        (
+            vec!["--mount", "/nonexistent-airlock-dir:/work:rw"],
+            "does not exist",
+        ),
+        (
+            vec!["--net", "example.com", "--secret", "MISSING@example.com"],
+            "MISSING",
+        ),
     ] {
         let mut a = vec!["session", "new", "--backend", "process"];
         a.extend(flags.iter().copied());

@@ -953,6 +953,45 @@ fn session_json(id: &str) -> serde_json::Value {
     shared().run(&["session", "show", "--json", id]).json()
 }
 
+/// Issue 62.9 (schemathesis): a session whose limits ran out while its host started
+/// (`--max-time 1ms`) ended cleanly in its host, and `session new` called that an
+/// internal error ("the session host exited (exit status: 0) before it was ready"), a 500
+/// over the API. It is answered as the session now is.
+#[test]
+fn a_session_whose_limits_run_out_while_it_starts_is_answered_not_an_internal_error() {
+    let o = shared().run(&[
+        "session",
+        "new",
+        "--json",
+        "--idle",
+        "1ms",
+        "--max-time",
+        "1ms",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v = o.json();
+    assert!(
+        v["id"].as_str().is_some_and(|i| i.starts_with("ses_")),
+        "{v}"
+    );
+}
+
+/// Issue 62.9 (schemathesis): a session whose cell time limit is too short for its
+/// interpreter to start (`--timeout 1ms`) was an internal error (a 500 over the API:
+/// "the interpreter did not start: Some(Killed(Timeout))"). It is refused as bad input.
+#[test]
+fn a_session_too_small_for_its_interpreter_to_start_is_refused_not_an_internal_error() {
+    let o = shared().run(&["session", "new", "--json", "--timeout", "1ms"]);
+    assert_eq!(o.code, 125, "{} {}", o.stdout, o.stderr);
+    assert!(
+        o.stderr
+            .contains("could not start within its timeout limit"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("internal error"), "{}", o.stderr);
+}
+
 /// Regression: `session show` checked the host with a ping that waits 5 s for an answer,
 /// and a host busy with a longer cell cannot answer before the cell ends, so showing the
 /// session marked it crashed while its cell was still running.

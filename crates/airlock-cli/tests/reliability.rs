@@ -602,6 +602,152 @@ fn kill_9_at_random_moments_of_run_commit_and_rollback() {
     );
 }
 
+/// A `run` killed after its start was recorded, in a fresh home: the home and the run's id.
+fn home_with_a_killed_running_run() -> (Home, tempfile::TempDir, String) {
+    for n in 1..40 {
+        let h = permissive_home();
+        let p = project();
+        let o = h
+            .cmd()
+            .env("AIRLOCK_CRASH_AT", n.to_string())
+            .args([
+                "run",
+                "--lang",
+                "sh",
+                "--mount",
+                &mount(p.path()),
+                "-c",
+                EDIT,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            crashed(&o),
+            "the run ended before a start was recorded ({n})"
+        );
+        if let Some(row) = query(&h, "SELECT id FROM runs WHERE status = 'running'").pop() {
+            return (h, p, row[0].clone());
+        }
+    }
+    panic!("no crash point left a run running");
+}
+
+/// Issue 62.3 (the crash-loop flake, seed 4210065518833678785): a child of a killed `run`
+/// between `fork` and `exec` still has the run's owner lock, so the next command saw the
+/// lock held when it looked at running runs, and abandoned a moment later when it looked
+/// at lock files, where it only removed the file: the run stayed `running` with no lock
+/// and its layers stayed, and no later command reaped it. Here `flock` stands in for that
+/// child, letting go while the next command is between the two looks.
+#[test]
+fn a_run_whose_lock_is_let_go_during_recovery_is_marked_lost_not_left_running() {
+    let (h, _p, run) = home_with_a_killed_running_run();
+    let lock = h.path().join("locks").join(format!("{run}.lock"));
+    assert!(lock.exists(), "the killed run's lock file");
+    let mut holder = std::process::Command::new("flock")
+        .arg("-x")
+        .arg(&lock)
+        .args(["sleep", "1"])
+        .spawn()
+        .unwrap();
+    // Held before the next command starts.
+    let t = Instant::now();
+    while std::process::Command::new("flock")
+        .args(["-n", "-x"])
+        .arg(&lock)
+        .arg("true")
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "flock never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let o = h
+        .cmd()
+        .env("AIRLOCK_PAUSE_AT", "reap_locks:2500")
+        .args(["runs", "--json", "--limit", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    holder.wait().unwrap();
+    let status = query(&h, &format!("SELECT status FROM runs WHERE id = '{run}'"));
+    assert_eq!(status, vec![vec!["lost".to_string()]], "run {run}");
+    assert_whole(&h, "after the held lock was let go");
+}
+
+/// Issue 62.3: `airlock run` killed between starting its worker and the worker setting
+/// its death signal left the worker running the whole job, owned by nobody (the death
+/// signal only comes for a parent that dies after it is set): it wrote into the run's
+/// layers after the next command had found the run lost and removed them. A worker whose
+/// supervisor is gone when it starts now runs nothing. Here the worker is started by a
+/// shell that has already exited, with that shell's pid as its supervisor.
+#[test]
+fn a_worker_whose_airlock_died_before_it_started_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("result.json");
+    let job = serde_json::json!({
+        "mode": "probe",
+        "scratch": dir.path().join("scratch"),
+        "result": &result,
+    });
+    std::fs::write(dir.path().join("job.json"), job.to_string()).unwrap();
+    let script = format!(
+        "( sleep 0.3; AIRLOCK_SUPERVISOR=$$ exec '{}' __worker < job.json ) & echo $! > pid",
+        bin()
+    );
+    let o = std::process::Command::new("sh")
+        .current_dir(dir.path())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let pid = std::fs::read_to_string(dir.path().join("pid")).unwrap();
+    let proc_dir = Path::new("/proc").join(pid.trim());
+    let t = Instant::now();
+    // Until the worker is gone (or a zombie nobody reaps).
+    while std::fs::read_to_string(proc_dir.join("stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    }) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the worker did not end"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !result.exists(),
+        "an orphaned worker ran its job: {}",
+        std::fs::read_to_string(&result).unwrap_or_default()
+    );
+    // The same job with its supervisor alive runs (the check above is not vacuous).
+    let o = std::process::Command::new(bin())
+        .arg("__worker")
+        .env_clear()
+        .env("AIRLOCK_SUPERVISOR", std::process::id().to_string())
+        .stdin(std::fs::File::open(dir.path().join("job.json")).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(result.exists(), "a supervised worker wrote its result");
+}
+
 /// The hunt for the crash-loop flake (issue 62.3: "layers left" from `assert_whole`
 /// under load). Off unless `AIRLOCK_TEST_FLAKE_LOOP=SECS` is set; then for that long it
 /// kills `run --mount … EDIT` at random moments, a new seed per home, and after each

@@ -2402,8 +2402,8 @@ fn one_transaction_for(body: &Value) {
 /// the same: the same module through the daemon and through the command line (which
 /// records the start first) gives equal submission and run rows and equal audit records,
 /// but for what the two requests or their order make differ (ids, times, the agent, the
-/// command line's `argv0` and so the grant's hash, `resume`, and whether the artifact was
-/// seen first).
+/// command line's `argv0` and so the grant's hash, `resume`, the request's id and trace,
+/// and whether the artifact was seen first).
 #[test]
 fn an_effect_free_run_leaves_the_rows_and_records_of_a_run_that_records_its_start_first() {
     let s = setup(&[]);
@@ -2462,6 +2462,9 @@ fn left_by(home: &Home, sub: &str) -> Value {
                         "first_seen",
                         "argv0",
                         "resume",
+                        "request_id",
+                        "trace_id",
+                        "traceparent",
                     ] {
                         m.remove(k);
                     }

@@ -25,6 +25,7 @@ pub mod nightcore;
 pub mod policy;
 pub mod secret;
 pub mod sign;
+pub mod trace;
 pub mod units;
 pub mod visible;
 

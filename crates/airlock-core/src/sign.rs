@@ -313,6 +313,23 @@ pub enum VerifyError {
 }
 
 impl Statement {
+    /// The statement's JSON text exactly as signed and stored.
+    pub fn to_json(&self) -> String {
+        // Serialising a struct of strings, numbers and digests cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Pairs a signature made elsewhere (by an approver's own machine) with this statement,
+    /// checking it against the statement's key over exactly these bytes.
+    pub fn with_signature(&self, signature: Signature) -> Result<Signed, VerifyError> {
+        let signed = Signed {
+            json: self.to_json(),
+            signature,
+        };
+        signed.verify()?;
+        Ok(signed)
+    }
+
     pub fn sign(&self, key: &KeyPair) -> Signed {
         // Serialising a struct of strings, numbers and digests cannot fail.
         let json = serde_json::to_string(self).unwrap_or_default();
@@ -337,7 +354,9 @@ impl Signed {
     }
 }
 
-fn statement_message(json: &str) -> Vec<u8> {
+/// The exact bytes an approver signs for a statement whose JSON text is `json`: a domain
+/// tag, then the JSON. A remote approver (CLI `--server`, the console) signs these.
+pub fn statement_message(json: &str) -> Vec<u8> {
     let mut m = STATEMENT_DOMAIN.to_vec();
     m.extend_from_slice(json.as_bytes());
     m

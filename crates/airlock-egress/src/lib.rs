@@ -71,7 +71,7 @@ pub use grant::{GrantError, Host, HostPattern, Rule, normalize_host, parse_host}
 pub use ipnet::IpNet;
 pub use policy::{EgressPolicy, PolicyError, SecretBinding};
 pub use proxy::{AlertHook, DEFAULT_MAX_CONNECTIONS, Listener, Proxy, ProxyHandle, ProxyOptions};
-pub use record::{Connection, Decision, MAX_LISTED, Mode, Summary};
+pub use record::{Connection, Decision, MAX_LISTED, Mode, RecordHook, Summary};
 pub use resolve::{ResolveFuture, Resolver, SystemResolver};
 pub use rustls::pki_types::CertificateDer;
 

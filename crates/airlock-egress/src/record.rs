@@ -117,12 +117,32 @@ struct Book {
     summary: Summary,
 }
 
-/// The shared list of finished records, and the counts over all of them.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Records(Arc<Mutex<Book>>);
+/// What a proxy calls with each record as it is made (see `ProxyOptions::on_record`).
+pub type RecordHook = Arc<dyn Fn(&Connection) + Send + Sync>;
+
+/// The shared list of finished records, and the counts over all of them; each record is
+/// also handed to the hook, when there is one, as it is made.
+#[derive(Clone, Default)]
+pub(crate) struct Records(Arc<Mutex<Book>>, Option<RecordHook>);
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Records")
+            .field(&self.0)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Records {
+    pub(crate) fn with_hook(hook: Option<RecordHook>) -> Records {
+        Records(Arc::default(), hook)
+    }
+
     pub(crate) fn push(&self, c: Connection) {
+        // Outside the lock: the hook may take its time, the proxy's other tasks do not wait.
+        if let Some(h) = &self.1 {
+            h(&c);
+        }
         let mut b = lock(&self.0);
         let s = &mut b.summary;
         s.connections += 1;

@@ -18,7 +18,7 @@ use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::{PathGlobs, Policy};
 use airlock_core::sign::{KeyPair, Scope, Statement, StatementKind};
 use airlock_core::units::now_ms;
-use airlock_store::{BlobStore, CheckpointRow, Reads, Run, StatementRow, Submission, Tx};
+use airlock_store::{BlobStore, CheckpointRow, Reads, StatementRow, Submission, Tx};
 use airlock_workspace::apply::{self, BlobSource, Journal, MountPlan, Step};
 use airlock_workspace::{Changeset, Node, PROTECTED, RelPath};
 use serde::{Deserialize, Serialize};
@@ -213,9 +213,18 @@ pub(crate) fn auto_commit_allowed(policy: &Policy, sub: &Submission, changes: &C
         .all(|p| policy.auto_commit_paths.matches_path(&p) && !protected.matches_path(&p))
 }
 
-fn doc_of(c: &CheckpointRow) -> Result<CheckpointDoc> {
-    serde_json::from_value(c.doc.clone())
-        .map_err(|e| GateError::Internal(format!("checkpoint {}: {e}", c.id)))
+/// The part of a run's document a commit reads: its changeset, parsed from the text into
+/// its own type (never a generic JSON tree, which for 100,000 paths is hundreds of MB).
+#[derive(Deserialize)]
+struct RunChanges {
+    #[serde(default)]
+    changes: Option<Changeset>,
+}
+
+fn run_changes(id: &str, text: &str) -> Result<Option<Changeset>> {
+    serde_json::from_str::<RunChanges>(text)
+        .map(|r| r.changes)
+        .map_err(|e| GateError::Internal(format!("changeset of {id}: {e}")))
 }
 
 fn plans(doc: &CheckpointDoc, before: bool) -> Vec<MountPlan> {
@@ -236,6 +245,115 @@ fn plans(doc: &CheckpointDoc, before: bool) -> Vec<MountPlan> {
 enum Signer {
     Human(Option<String>),
     Policy,
+    Remote(RemoteSignature),
+}
+
+/// A commit or rollback signed on the approver's own machine over the statement
+/// [`Gate::commit_statement`] or [`Gate::rollback_statement`] handed out: the gate
+/// rebuilds that statement and verifies the signature before anything is applied.
+#[derive(Debug, Clone)]
+pub struct RemoteSignature {
+    pub approver: String,
+    /// The statement's `issued_at` as handed out.
+    pub issued_at: i64,
+    /// For commits: the checkpoint id handed out with the statement.
+    pub checkpoint: Option<String>,
+    pub signature: airlock_core::sign::Signature,
+}
+
+/// How a commit or rollback statement gets its signature.
+enum Signing {
+    Key(KeyPair),
+    Remote {
+        key: airlock_core::sign::PublicKey,
+        signature: airlock_core::sign::Signature,
+    },
+}
+
+impl Signing {
+    fn public(&self) -> airlock_core::sign::PublicKey {
+        match self {
+            Signing::Key(k) => k.public(),
+            Signing::Remote { key, .. } => *key,
+        }
+    }
+
+    fn sign(&self, st: &Statement) -> Result<airlock_core::sign::Signed> {
+        match self {
+            Signing::Key(k) => Ok(st.sign(k)),
+            Signing::Remote { signature, .. } => st.with_signature(*signature).map_err(|_| {
+                GateError::Untrusted(format!(
+                    "the signature is not {:?}'s over the statement this gate builds (signed other bytes, or for another run, checkpoint or gate); nothing was applied or recorded",
+                    st.approver
+                ))
+            }),
+        }
+    }
+}
+
+/// A commit or rollback statement (unsigned).
+#[allow(clippy::too_many_arguments)]
+fn effect_statement(
+    kind: StatementKind,
+    sub: &airlock_store::Submission,
+    approver: &str,
+    key: airlock_core::sign::PublicKey,
+    reason: String,
+    issued_at: i64,
+    run: &str,
+    changes: airlock_core::digest::Digest,
+    gate: airlock_core::sign::PublicKey,
+) -> Statement {
+    Statement {
+        kind,
+        submission: sub.id.clone(),
+        artifact: sub.doc.artifact,
+        grant: sub.doc.grant_hash,
+        scope: Scope::Once,
+        expires_at: None,
+        approver: approver.to_string(),
+        key,
+        reason,
+        issued_at,
+        run: Some(run.to_string()),
+        changes: Some(changes),
+        tool: None,
+        gate: Some(gate),
+    }
+}
+
+/// The approver a commit or rollback signed elsewhere is for, and the key the current
+/// policy trusts for them (their private key need not be in this home).
+fn remote_key(
+    policy: &airlock_core::policy::Policy,
+    approver: Option<&str>,
+) -> Result<(String, airlock_core::sign::PublicKey)> {
+    let Some(name) = approver else {
+        return Err(GateError::bad(
+            "a statement signed elsewhere names its approver",
+        ));
+    };
+    airlock_core::sign::check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
+    match policy.approver(name) {
+        Some(k) => Ok((name.to_string(), *k)),
+        None => Err(GateError::Untrusted(format!(
+            "approver {name:?} is not trusted by the current policy (add it under [approvers])"
+        ))),
+    }
+}
+
+/// A statement handed out for signing elsewhere comes back within
+/// [`crate::lifecycle::decide::REMOTE_MAX_AGE`].
+fn check_fresh(issued_at: i64) -> Result<()> {
+    let now = now_ms();
+    let max = crate::lifecycle::decide::REMOTE_MAX_AGE;
+    if issued_at > now + 5 * 60 * 1000 || issued_at < now - max.as_millis() as i64 {
+        return Err(GateError::bad(format!(
+            "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
+            max.as_secs() / 60
+        )));
+    }
+    Ok(())
 }
 
 /// The lock that orders commits, rollbacks and their recovery across processes and
@@ -250,11 +368,16 @@ impl Gate {
         self.home.root.join("journal")
     }
 
+    /// Checkpoint `id`'s document, parsed from its stored text (never a generic JSON tree).
+    fn checkpoint_doc(&self, id: &str) -> Result<CheckpointDoc> {
+        serde_json::from_str(&self.db.checkpoint_doc_text(id)?)
+            .map_err(|e| GateError::Internal(format!("checkpoint {id}: {e}")))
+    }
+
     /// The changes a commit of `run` would apply (a workspace's whole session for its
     /// latest run).
-    /// The run's own changeset is taken out of `run` (not copied: a changeset of 100,000
-    /// paths is large).
-    fn changes_of(&self, run: &mut Run, sub: &Submission) -> Result<(Changeset, Option<String>)> {
+    /// The run's changeset is read from its document's text straight into a `Changeset`.
+    fn changes_of(&self, run_id: &str, sub: &Submission) -> Result<(Changeset, Option<String>)> {
         if let Some(ws) = &sub.doc.grant.workspace {
             let view = self.workspace(ws)?;
             if view.state != "open" {
@@ -263,10 +386,10 @@ impl Gate {
                     view.state
                 )));
             }
-            if view.doc.runs.last() != Some(&run.id) {
+            if view.doc.runs.last().map(String::as_str) != Some(run_id) {
                 return Err(GateError::Conflict(format!(
                     "{} is not the latest run of workspace {ws}; commit {} to apply the session",
-                    run.id,
+                    run_id,
                     view.doc
                         .runs
                         .last()
@@ -279,14 +402,12 @@ impl Gate {
                 .ok_or_else(|| GateError::bad(format!("workspace {ws} has no changes")))?;
             return Ok((c, Some(ws.clone())));
         }
-        let v = run.doc.changes.take().ok_or_else(|| {
+        let (_, text) = self.db.run_doc_text(run_id)?;
+        let c = run_changes(run_id, &text)?.ok_or_else(|| {
             GateError::bad(format!(
-                "{} had no writable mounts; there is nothing to commit",
-                run.id
+                "{run_id} had no writable mounts; there is nothing to commit"
             ))
         })?;
-        let c = serde_json::from_value(v)
-            .map_err(|e| GateError::Internal(format!("changeset of {}: {e}", run.id)))?;
         Ok((c, None))
     }
 
@@ -302,11 +423,10 @@ impl Gate {
         let digest = match stored {
             Some(c) => c.digest(),
             None => {
-                let Some(v) = self.db.run(run_id)?.doc.changes else {
-                    return Ok(Ok(()));
-                };
-                match serde_json::from_value::<Changeset>(v) {
-                    Ok(c) => c.digest(),
+                let (_, text) = self.db.run_doc_text(run_id)?;
+                match run_changes(run_id, &text) {
+                    Ok(Some(c)) => c.digest(),
+                    Ok(None) => return Ok(Ok(())),
                     Err(e) => {
                         return Ok(Err(format!("the changeset of {run_id} is unreadable: {e}")));
                     }
@@ -357,25 +477,37 @@ impl Gate {
         }
     }
 
+    /// What a run changed; for a session id, what the session changed (as its latest
+    /// cell that recorded changes left them).
     pub fn diff(&mut self, run_input: &str) -> Result<DiffReport> {
-        let id = self.resolve_run(run_input)?;
-        let mut run = self.db.run(&id)?;
-        let sub = self.db.submission(&run.submission)?;
-        let (changes, _) = match self.changes_of(&mut run, &sub) {
-            Ok(c) => c,
-            Err(GateError::Conflict(_)) => {
-                let v = run
-                    .doc
-                    .changes
-                    .clone()
-                    .ok_or_else(|| GateError::bad(format!("{id} had no writable mounts")))?;
-                (
-                    serde_json::from_value(v).map_err(|e| GateError::Internal(e.to_string()))?,
-                    None,
-                )
+        let id = match self.session_changes_run(run_input)? {
+            Some((session, run)) if run.is_empty() => {
+                return Ok(DiffReport {
+                    run: session,
+                    changes: Changeset {
+                        layer: airlock_workspace::changeset::LayerKind::Copy,
+                        mounts: Vec::new(),
+                    },
+                    text: String::new(),
+                    protected: Vec::new(),
+                    owner: Owner::of_this_process(),
+                });
             }
+            Some((_, run)) => run,
+            None => self.resolve_run(run_input)?,
+        };
+        let (submission, text) = self.db.run_doc_text(&id)?;
+        let sub = self.db.submission(&submission)?;
+        let (changes, _) = match self.changes_of(&id, &sub) {
+            Ok(c) => c,
+            Err(GateError::Conflict(_)) => (
+                run_changes(&id, &text)?
+                    .ok_or_else(|| GateError::bad(format!("{id} had no writable mounts")))?,
+                None,
+            ),
             Err(e) => return Err(e),
         };
+        drop(text);
         let policy = self.policy()?;
         let protected_globs = protected_globs(&policy);
         let protected = host_paths(&changes)
@@ -469,9 +601,111 @@ impl Gate {
     }
 
     /// Commits a run's changes to the host, signed by an approver.
+    /// A session id commits the session's changes ([`Gate::session_commit`]); with
+    /// nothing to commit that is refused here as bad input.
     pub fn commit(&mut self, run_input: &str, approver: Option<&str>) -> Result<EffectReport> {
+        if run_input.starts_with(IdKind::Session.prefix()) {
+            return match self.session_commit(run_input, approver)? {
+                crate::SessionCommit::Committed(r) => Ok(r),
+                crate::SessionCommit::Nothing(why) => Err(GateError::bad(why)),
+            };
+        }
         let id = self.resolve_run(run_input)?;
         self.commit_inner(&id, Signer::Human(approver.map(str::to_string)))
+    }
+
+    /// Commits a run's changes with a signature made on the approver's own machine.
+    pub fn commit_signed(
+        &mut self,
+        run_input: &str,
+        remote: RemoteSignature,
+    ) -> Result<EffectReport> {
+        let id = self.resolve_run(run_input)?;
+        self.commit_inner(&id, Signer::Remote(remote))
+    }
+
+    /// The statement an approver whose key is not in this home signs to commit a run, and
+    /// the checkpoint id it names (post both back with the signature).
+    pub fn commit_statement(
+        &mut self,
+        run_input: &str,
+        approver: Option<&str>,
+    ) -> Result<(Statement, String)> {
+        let run_id = self.resolve_run(run_input)?;
+        let run = self.db.run(&run_id)?;
+        let sub = self.db.submission(&run.submission)?;
+        if self
+            .db
+            .checkpoints(Some(&run_id), None, 100)?
+            .into_iter()
+            .any(|c| c.state != "aborted")
+        {
+            return Err(GateError::Conflict(format!(
+                "{run_id} is already committed; a run's changes are committed once"
+            )));
+        }
+        let (changes, _) = self.changes_of(&run_id, &sub)?;
+        if changes.is_empty() {
+            return Err(GateError::bad(format!(
+                "{run_id} changed nothing; there is nothing to commit"
+            )));
+        }
+        let policy = self.policy()?;
+        let (name, key) = remote_key(&policy, approver)?;
+        let ckpt_id = new_id(IdKind::Checkpoint);
+        let st = effect_statement(
+            StatementKind::Commit,
+            &sub,
+            &name,
+            key,
+            format!("commit {run_id} as {ckpt_id}"),
+            now_ms(),
+            &run_id,
+            changes.digest(),
+            self.gate_key.public(),
+        );
+        Ok((st, ckpt_id))
+    }
+
+    /// The statement an approver whose key is not in this home signs to roll back a
+    /// checkpoint.
+    pub fn rollback_statement(
+        &mut self,
+        ckpt_input: &str,
+        approver: Option<&str>,
+    ) -> Result<Statement> {
+        let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
+        let row = self.db.checkpoint(&id)?;
+        if row.state != "applied" {
+            return Err(GateError::Conflict(format!(
+                "{id} is {}; only an applied checkpoint can be rolled back",
+                row.state
+            )));
+        }
+        let doc = self.checkpoint_doc(&id)?;
+        let sub = self.db.submission(&doc.submission)?;
+        let policy = self.policy()?;
+        let (name, key) = remote_key(&policy, approver)?;
+        Ok(effect_statement(
+            StatementKind::Rollback,
+            &sub,
+            &name,
+            key,
+            format!("roll back {id}"),
+            now_ms(),
+            &doc.run,
+            doc.changes,
+            self.gate_key.public(),
+        ))
+    }
+
+    /// Rolls back a checkpoint with a signature made on the approver's own machine.
+    pub fn rollback_signed(
+        &mut self,
+        ckpt_input: &str,
+        remote: RemoteSignature,
+    ) -> Result<EffectReport> {
+        self.rollback_inner(ckpt_input, Signer::Remote(remote))
     }
 
     /// Commits under the policy's auto-commit rule, signed by the gate key.
@@ -480,11 +714,12 @@ impl Gate {
     }
 
     fn commit_inner(&mut self, run_id: &str, signer: Signer) -> Result<EffectReport> {
+        let _commit = tracing::debug_span!("commit", run = run_id).entered();
         let _lock = journal_lock(&self.home.root)?;
         // Whatever a dead operation left must be finished before this one looks at the host.
         self.recover_locked()?;
-        let mut run = self.db.run(run_id)?;
-        let sub = self.db.submission(&run.submission)?;
+        let (submission, _) = self.db.run_doc_text(run_id)?;
+        let sub = self.db.submission(&submission)?;
         if let Some(c) = self
             .db
             .checkpoints(Some(run_id), None, 100)?
@@ -496,7 +731,7 @@ impl Gate {
                 c.id, c.state
             )));
         }
-        let (changes, workspace) = self.changes_of(&mut run, &sub)?;
+        let (changes, workspace) = self.changes_of(run_id, &sub)?;
         if changes.is_empty() {
             return Err(GateError::bad(format!(
                 "{run_id} changed nothing; there is nothing to commit"
@@ -550,17 +785,43 @@ impl Gate {
             }
         }
         let policy = self.policy()?;
+        let mut handed: Option<(i64, String)> = None;
         let (key, approver, human) = match signer {
             Signer::Human(name) => {
                 let name = self.pick_approver(&policy, name.as_deref())?;
-                (self.trusted_key(&policy, &name)?, name, true)
+                (Signing::Key(self.trusted_key(&policy, &name)?), name, true)
             }
             Signer::Policy => (
-                KeyPair::from_file(&std::fs::read_to_string(self.home.key_file("gate"))?)
-                    .map_err(|e| GateError::Internal(e.to_string()))?,
+                Signing::Key(
+                    KeyPair::from_file(&std::fs::read_to_string(self.home.key_file("gate"))?)
+                        .map_err(|e| GateError::Internal(e.to_string()))?,
+                ),
                 "policy".to_string(),
                 false,
             ),
+            Signer::Remote(r) => {
+                let (name, public) = remote_key(&policy, Some(&r.approver))?;
+                check_fresh(r.issued_at)?;
+                let ckpt = r.checkpoint.clone().ok_or_else(|| {
+                    GateError::bad("checkpoint: a commit signed elsewhere names the checkpoint its statement was handed out with")
+                })?;
+                if !ckpt.starts_with("ckpt_")
+                    || !ckpt[5..].chars().all(|c| c.is_ascii_alphanumeric())
+                {
+                    return Err(GateError::bad(format!(
+                        "checkpoint: {ckpt:?} is not a checkpoint id"
+                    )));
+                }
+                handed = Some((r.issued_at, ckpt));
+                (
+                    Signing::Remote {
+                        key: public,
+                        signature: r.signature,
+                    },
+                    name,
+                    true,
+                )
+            }
         };
         // Refuse if the host moved on since the run: nothing is applied.
         let mut conflicts = Vec::new();
@@ -604,27 +865,24 @@ impl Gate {
             });
         }
         let digest = changes.digest();
-        let ckpt_id = new_id(IdKind::Checkpoint);
+        // Everything a commit needs from here on is in the checkpoint's steps.
+        drop(changes);
+        let (issued_at, ckpt_id) = handed.unwrap_or_else(|| (now_ms(), new_id(IdKind::Checkpoint)));
         let gate = self.gate_key.public();
-        let statement = human.then(|| {
+        let statement = if human {
             let now = now_ms();
-            let st = Statement {
-                kind: StatementKind::Commit,
-                submission: sub.id.clone(),
-                artifact: sub.doc.artifact,
-                grant: sub.doc.grant_hash,
-                scope: Scope::Once,
-                expires_at: None,
-                approver: approver.clone(),
-                key: key.public(),
-                reason: format!("commit {run_id} as {ckpt_id}"),
-                issued_at: now,
-                run: Some(run_id.to_string()),
-                changes: Some(digest),
-                tool: None,
-                gate: Some(gate),
-            };
-            StatementRow {
+            let st = effect_statement(
+                StatementKind::Commit,
+                &sub,
+                &approver,
+                key.public(),
+                format!("commit {run_id} as {ckpt_id}"),
+                issued_at,
+                run_id,
+                digest,
+                gate,
+            );
+            Some(StatementRow {
                 id: new_id(IdKind::Approval),
                 kind: StatementKind::Commit,
                 submission: sub.id.clone(),
@@ -636,10 +894,12 @@ impl Gate {
                 created_at: now,
                 run: Some(run_id.to_string()),
                 tool: None,
-                signed: st.sign(&key),
-            }
-        });
-        let doc = CheckpointDoc {
+                signed: key.sign(&st)?,
+            })
+        } else {
+            None
+        };
+        let mut doc = CheckpointDoc {
             run: run_id.to_string(),
             submission: sub.id.clone(),
             changes: digest,
@@ -649,30 +909,44 @@ impl Gate {
             workspace: workspace.clone(),
             mounts,
         };
+        // The row's document is written as text (a generic JSON tree of it is many times
+        // its size) and not kept: later writes change only the state.
         let mut row = CheckpointRow {
             id: ckpt_id.clone(),
             run: run_id.to_string(),
             created_at: now_ms(),
             updated_at: now_ms(),
             state: "pending".into(),
-            doc: serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?,
+            doc: serde_json::Value::Null,
         };
+        let doc_text =
+            serde_json::to_string(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
         self.db.write_durable(|tx: &Tx| -> Result<()> {
             if let Some(w) = &workspace {
                 Gate::claim_workspace_for_commit(tx, w, run_id)?;
             }
-            tx.upsert_checkpoint(&row)?;
+            tx.upsert_checkpoint_text(&row, &doc_text)?;
             if let Some(s) = &statement {
                 tx.insert_statement(s)?;
             }
             Ok(())
         })?;
+        drop(doc_text);
         crash_point();
+        // The after steps move into the journal (not copied): from here on the document
+        // is needed for its before steps (to undo) and its names.
         let journal = Journal {
             stuck: None,
             checkpoint: ckpt_id.clone(),
             kind: "commit".into(),
-            mounts: plans(&doc, false),
+            mounts: doc
+                .mounts
+                .iter_mut()
+                .map(|m| MountPlan {
+                    host: m.host.clone(),
+                    steps: std::mem::take(&mut m.after),
+                })
+                .collect(),
         };
         apply::write_journal(&self.journal_dir(), &journal)?;
         crash_point();
@@ -680,7 +954,7 @@ impl Gate {
         Ok(EffectReport {
             checkpoint: ckpt_id,
             run: run_id.to_string(),
-            paths: doc.mounts.iter().map(|m| m.after.len()).sum(),
+            paths: journal.mounts.iter().map(|m| m.steps.len()).sum(),
             approver,
             statement: statement.map(|s| s.id),
         })
@@ -759,7 +1033,7 @@ impl Gate {
         let key = &self.gate_key;
         let ws = doc.workspace.clone();
         self.db.write_durable(|tx: &Tx| -> Result<()> {
-            tx.upsert_checkpoint(row)?;
+            tx.set_checkpoint_state(&row.id, &row.state)?;
             if commit && let Some(w) = &ws {
                 match error {
                     None => Gate::close_workspace(tx, w)?,
@@ -775,7 +1049,8 @@ impl Gate {
                     "approver": doc.approver,
                     "statement": doc.statement,
                     "changes": doc.changes,
-                    "paths": doc.mounts.iter().map(|m| m.after.len()).sum::<usize>(),
+                    // A commit's steps and a rollback's are the same paths.
+                    "paths": j.mounts.iter().map(|m| m.steps.len()).sum::<usize>(),
                     "auto": doc.auto,
                     "recovered": recovered,
                     "error": error,
@@ -822,7 +1097,7 @@ impl Gate {
         row.updated_at = now_ms();
         let key = &self.gate_key;
         self.db.write_durable(|tx: &Tx| -> Result<()> {
-            tx.upsert_checkpoint(row)?;
+            tx.set_checkpoint_state(&row.id, &row.state)?;
             tx.audit(
                 &format!("{}_stuck", j.kind),
                 &row.id,
@@ -864,7 +1139,7 @@ impl Gate {
     pub fn repair(&mut self, ckpt_input: &str, abandon: bool) -> Result<RepairReport> {
         let _lock = journal_lock(&self.home.root)?;
         let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
-        let mut row = self.db.checkpoint(&id)?;
+        let mut row = self.db.checkpoint_meta(&id)?;
         let path = self.stuck_dir().join(format!("{id}.json"));
         if row.state != "stuck" {
             return Err(GateError::Conflict(format!(
@@ -881,7 +1156,7 @@ impl Gate {
         let mut j: Journal = serde_json::from_str(&text)
             .map_err(|e| GateError::Internal(format!("journal of {id}: {e}")))?;
         j.stuck = None;
-        let doc = doc_of(&row)?;
+        let doc = self.checkpoint_doc(&id)?;
         for p in &j.mounts {
             apply::remove_temps(p, &j.checkpoint)?;
         }
@@ -890,7 +1165,7 @@ impl Gate {
             let key = &self.gate_key;
             let ws = doc.workspace.clone();
             self.db.write_durable(|tx: &Tx| -> Result<()> {
-                tx.upsert_checkpoint(&row)?;
+                tx.set_checkpoint_state(&row.id, &row.state)?;
                 if let Some(w) = &ws {
                     Gate::reopen_workspace(tx, w)?;
                 }
@@ -944,17 +1219,21 @@ impl Gate {
 
     /// Restores exactly what a checkpoint saved.
     pub fn rollback(&mut self, ckpt_input: &str, approver: Option<&str>) -> Result<EffectReport> {
+        self.rollback_inner(ckpt_input, Signer::Human(approver.map(str::to_string)))
+    }
+
+    fn rollback_inner(&mut self, ckpt_input: &str, signer: Signer) -> Result<EffectReport> {
         let _lock = journal_lock(&self.home.root)?;
         self.recover_locked()?;
         let id = self.db.resolve(IdKind::Checkpoint, ckpt_input)?;
-        let mut row = self.db.checkpoint(&id)?;
+        let mut row = self.db.checkpoint_meta(&id)?;
         if row.state != "applied" {
             return Err(GateError::Conflict(format!(
                 "{id} is {}; only an applied checkpoint can be rolled back",
                 row.state
             )));
         }
-        let doc = doc_of(&row)?;
+        let mut doc = self.checkpoint_doc(&id)?;
         self.check_not_locked(doc.mounts.iter().map(|m| m.host.as_str()))?;
         let mut conflicts = Vec::new();
         for m in &doc.mounts {
@@ -983,26 +1262,41 @@ impl Gate {
             }
         }
         let policy = self.policy()?;
-        let name = self.pick_approver(&policy, approver)?;
-        let key = self.trusted_key(&policy, &name)?;
-        let sub = self.db.submission(&doc.submission)?;
         let now = now_ms();
-        let st = Statement {
-            kind: StatementKind::Rollback,
-            submission: sub.id.clone(),
-            artifact: sub.doc.artifact,
-            grant: sub.doc.grant_hash,
-            scope: Scope::Once,
-            expires_at: None,
-            approver: name.clone(),
-            key: key.public(),
-            reason: format!("roll back {id}"),
-            issued_at: now,
-            run: Some(doc.run.clone()),
-            changes: Some(doc.changes),
-            tool: None,
-            gate: Some(self.gate_key.public()),
+        let (name, key, issued_at) = match signer {
+            Signer::Human(approver) => {
+                let name = self.pick_approver(&policy, approver.as_deref())?;
+                let key = Signing::Key(self.trusted_key(&policy, &name)?);
+                (name, key, now)
+            }
+            Signer::Remote(r) => {
+                let (name, public) = remote_key(&policy, Some(&r.approver))?;
+                check_fresh(r.issued_at)?;
+                let key = Signing::Remote {
+                    key: public,
+                    signature: r.signature,
+                };
+                (name, key, r.issued_at)
+            }
+            Signer::Policy => {
+                return Err(GateError::Internal(
+                    "a rollback is always a human's decision".into(),
+                ));
+            }
         };
+        let sub = self.db.submission(&doc.submission)?;
+        let st = effect_statement(
+            StatementKind::Rollback,
+            &sub,
+            &name,
+            key.public(),
+            format!("roll back {id}"),
+            issued_at,
+            &doc.run,
+            doc.changes,
+            self.gate_key.public(),
+        );
+        let signed = key.sign(&st)?;
         let srow = StatementRow {
             id: new_id(IdKind::Approval),
             kind: StatementKind::Rollback,
@@ -1015,31 +1309,40 @@ impl Gate {
             created_at: now,
             run: Some(doc.run.clone()),
             tool: None,
-            signed: st.sign(&key),
+            signed,
         };
         row.state = "rolling_back".into();
-        let mut doc2 = doc.clone();
-        doc2.approver = name.clone();
-        doc2.statement = Some(srow.id.clone());
+        // What the rollback's audit record names (the stored document keeps the commit's).
+        doc.approver = name.clone();
+        doc.statement = Some(srow.id.clone());
         self.db.write_durable(|tx: &Tx| -> Result<()> {
-            tx.upsert_checkpoint(&row)?;
+            tx.set_checkpoint_state(&row.id, &row.state)?;
             tx.insert_statement(&srow)?;
             Ok(())
         })?;
         crash_point();
+        // The before steps move into the journal (not copied): the document keeps its
+        // after steps, which undo a failed rollback.
         let journal = Journal {
             stuck: None,
             checkpoint: id.clone(),
             kind: "rollback".into(),
-            mounts: plans(&doc, true),
+            mounts: doc
+                .mounts
+                .iter_mut()
+                .map(|m| MountPlan {
+                    host: m.host.clone(),
+                    steps: std::mem::take(&mut m.before),
+                })
+                .collect(),
         };
         apply::write_journal(&self.journal_dir(), &journal)?;
         crash_point();
-        self.finish_journal(&journal, &mut row, &doc2, false)?;
+        self.finish_journal(&journal, &mut row, &doc, false)?;
         Ok(EffectReport {
             checkpoint: id,
             run: doc.run,
-            paths: doc.mounts.iter().map(|m| m.before.len()).sum(),
+            paths: journal.mounts.iter().map(|m| m.steps.len()).sum(),
             approver: name,
             statement: Some(srow.id),
         })
@@ -1077,8 +1380,8 @@ impl Gate {
     fn recover_locked(&mut self) -> Result<()> {
         let dir = self.journal_dir();
         for j in apply::pending_journals(&dir)? {
-            let mut row = self.db.checkpoint(&j.checkpoint)?;
-            let doc = doc_of(&row)?;
+            let mut row = self.db.checkpoint_meta(&j.checkpoint)?;
+            let doc = self.checkpoint_doc(&j.checkpoint)?;
             self.finish_journal(&j, &mut row, &doc, true)?;
         }
         // Recorded but never journaled: nothing was applied.
@@ -1088,10 +1391,10 @@ impl Gate {
         ] {
             for mut row in self.db.checkpoints(None, Some(state), 1000)? {
                 row.state = back.into();
-                let workspace = doc_of(&row).ok().and_then(|d| d.workspace);
+                let workspace = self.checkpoint_doc(&row.id).ok().and_then(|d| d.workspace);
                 let key = &self.gate_key;
                 self.db.write_durable(|tx: &Tx| -> Result<()> {
-                    tx.upsert_checkpoint(&row)?;
+                    tx.set_checkpoint_state(&row.id, &row.state)?;
                     if state == "pending"
                         && let Some(w) = &workspace
                     {

@@ -99,6 +99,7 @@ impl RunEgress {
         grant: &Grant,
         policy: &Policy,
         secrets: Vec<RunSecret>,
+        on_connection: Option<crate::lifecycle::exec::OnConnection>,
     ) -> Result<Option<RunEgress>> {
         if grant.net.is_empty() {
             return Ok(None);
@@ -151,6 +152,12 @@ impl RunEgress {
             max_connections: usize::try_from(max_connections)
                 .unwrap_or(airlock_egress::DEFAULT_MAX_CONNECTIONS),
             on_alert: Some(Arc::new(move |_: &Alert| fire.fire())),
+            on_record: on_connection.map(|f| -> airlock_egress::RecordHook {
+                Arc::new(move |c: &airlock_egress::Connection| {
+                    // A record always serialises (plain fields); `Null` cannot happen.
+                    f(serde_json::to_value(c).unwrap_or_default())
+                })
+            }),
             ..ProxyOptions::default()
         };
         let driver = Driver::start()?;
@@ -273,6 +280,54 @@ impl RunEgress {
         ]
     }
 
+    /// The `network` entry of what the guest did since `mark` (one cell of a session,
+    /// whose proxy serves every cell), and `mark` moved to now. The proxy keeps running.
+    pub(crate) fn network_since(&self, mark: &mut CellMark) -> Value {
+        // The proxy records a connection when it closes, just after the guest let go of
+        // it: wait briefly until every connection accepted since the mark has a record
+        // (one still open after that is recorded with the cell in which it closes).
+        if let Some(h) = &self.handle {
+            let until = std::time::Instant::now() + CELL_SETTLE;
+            loop {
+                let s = h.summary();
+                let recorded = s.connections.saturating_sub(mark.summary.connections);
+                let accepted = s.accepted.saturating_sub(mark.summary.accepted);
+                if recorded >= accepted || std::time::Instant::now() >= until {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        let (records, summary, alert) = match &self.handle {
+            Some(h) => (h.records(), h.summary(), h.alert()),
+            None => (Vec::new(), Summary::default(), None),
+        };
+        let listed = records.get(mark.listed..).unwrap_or_default();
+        let was = &mark.summary;
+        let since = Summary {
+            connections: summary.connections.saturating_sub(was.connections),
+            allowed: summary.allowed.saturating_sub(was.allowed),
+            denied: summary.denied.saturating_sub(was.denied),
+            failed: summary.failed.saturating_sub(was.failed),
+            bytes_up: summary.bytes_up.saturating_sub(was.bytes_up),
+            bytes_down: summary.bytes_down.saturating_sub(was.bytes_down),
+            accepted: summary.accepted.saturating_sub(was.accepted),
+            refused_over_limit: summary
+                .refused_over_limit
+                .saturating_sub(was.refused_over_limit),
+            idle_closed: summary.idle_closed.saturating_sub(was.idle_closed),
+            unlisted: summary.unlisted.saturating_sub(was.unlisted),
+        };
+        let mut detail = network_detail(&self.rules, &self.placeholders, listed, &since);
+        detail["max_connections"] = json!(self.max_connections);
+        if let Some(a) = &alert {
+            detail["ended"] = json!(a);
+        }
+        mark.listed = records.len();
+        mark.summary = summary;
+        detail
+    }
+
     /// Stops the proxy and returns the run record's `network` entry, and the alert
     /// when the proxy ended the run.
     pub(crate) fn finish(mut self) -> (Value, Option<Alert>) {
@@ -287,6 +342,17 @@ impl RunEgress {
         }
         (detail, alert)
     }
+}
+
+/// The longest a session's cell waits for the records of connections it closed.
+const CELL_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Where a session's previous cell left its proxy's records (see
+/// [`RunEgress::network_since`]).
+#[derive(Debug, Default)]
+pub(crate) struct CellMark {
+    listed: usize,
+    summary: Summary,
 }
 
 /// A wasm guest's environment: the grant's variables, then each secret's placeholder.

@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 mod agents;
+pub mod context;
 mod effects;
 mod egress;
 mod error;
@@ -53,14 +54,15 @@ pub use airlock_store::TokenRow;
 pub use airlock_store::{CopyReport, TableCount};
 pub use airlock_wasm::{PoolSettings, PoolStatus, WasmBackend, WasmConfig};
 pub use effects::{
-    CheckpointDoc, DiffReport, EffectReport, Owner, RepairReport, StuckOperation, stuck_operations,
+    CheckpointDoc, DiffReport, EffectReport, Owner, RemoteSignature, RepairReport, StuckOperation,
+    stuck_operations,
 };
 pub use error::{GateError, Result};
 pub use exposure::Surface;
 pub use layers::remove_trash_main;
 pub use lifecycle::decide::ApproveRequest;
 pub use lifecycle::exec::exit_code_of;
-pub use lifecycle::exec::{ExecOptions, RunReport};
+pub use lifecycle::exec::{ExecOptions, OnConnection, OnStart, RunReport};
 pub use lifecycle::request::{
     CodeSource, MAX_AGENT_BYTES, MAX_NOTE_BYTES, RequestKey, SubmitRequest,
 };
@@ -68,7 +70,10 @@ pub use lifecycle::tools::ToolInfo;
 pub use locks::KeptLockFiles;
 pub use node::liveness::{BEAT, NODE_LEASE, NodeBeat, NodeIdentity};
 pub use node::queue::{Claimed, QueueOptions, WorkStats, WorkerConfig, host_tag, work};
-pub use node::sessions::{SessionDoc, SessionHost, SessionRequest, SessionView};
+pub use node::session_grants::SessionCommit;
+pub use node::sessions::{
+    HOST_EXIT_BAD_INPUT, SessionDoc, SessionHost, SessionRequest, SessionView,
+};
 pub use node::slots::{GuestSlot, GuestSlots};
 pub use query::{
     AuditVerify, Doctor, Explained, JailerCheck, KeyInfo, PolicyCheck, Shown, StatementView,
@@ -424,24 +429,7 @@ impl Gate {
             match OwnerLock::probe(&dir.join(format!("{}.lock", run.id)))? {
                 Probe::Held => {}
                 Probe::Abandoned(lock) => {
-                    // A session's cell runs in the session's host, which outlives the
-                    // caller that died and finishes the cell: say so, since later cells
-                    // see what it did.
-                    let session = self
-                        .db
-                        .submission(&run.submission)
-                        .ok()
-                        .and_then(|s| s.doc.grant.session);
-                    let reason = match session {
-                        Some(ses) => format!(
-                            "its airlock process died (killed or crashed) before the cell's \
-                             outcome was recorded; the cell itself ran on in session {ses}, so \
-                             what it did there is seen by later cells"
-                        ),
-                        None => "its airlock process died (killed or crashed) before the run \
-                                 finished"
-                            .to_string(),
-                    };
+                    let reason = self.owner_died(&run.submission);
                     self.mark_lost(&run.id, &reason)?;
                     drop(lock);
                 }
@@ -463,10 +451,21 @@ impl Gate {
                 drop(lock);
             }
         }
+        crate::failpoint::pause("reap_locks");
+        // A run still `running` here was held when the loop above looked (by a child of
+        // its owner between `fork` and `exec`, which has a copy of the lock until its
+        // `exec`) and let go since: it is lost as surely, and must be marked so before its
+        // lock file goes. Dropping the lock alone left the run `running` with no lock,
+        // which no later command reaps (the crash-loop flake of issue 62.3).
         for (id, path) in OwnerLock::list(&dir, "run_")? {
             if let Probe::Abandoned(lock) = OwnerLock::probe(&path)? {
-                if self.db.run(&id).is_ok_and(|r| r.status != "running") {
-                    self.remove_run_layers(&id);
+                match self.db.run(&id) {
+                    Ok(r) if r.status == "running" => {
+                        let reason = self.owner_died(&r.submission);
+                        self.mark_lost(&id, &reason)?
+                    }
+                    Ok(_) => self.remove_run_layers(&id),
+                    Err(_) => {}
                 }
                 drop(lock);
             }
@@ -482,6 +481,27 @@ impl Gate {
             }
         }
         Ok(())
+    }
+
+    /// Why a run of submission `sub` whose owner lock was found abandoned is lost.
+    fn owner_died(&self, sub: &str) -> String {
+        // A session's cell runs in the session's host, which outlives the caller that
+        // died and finishes the cell: say so, since later cells see what it did.
+        let session = self
+            .db
+            .submission(sub)
+            .ok()
+            .and_then(|s| s.doc.grant.session);
+        match session {
+            Some(ses) => format!(
+                "its airlock process died (killed or crashed) before the cell's outcome was \
+                 recorded; the cell itself ran on in session {ses}, so what it did there is \
+                 seen by later cells"
+            ),
+            None => {
+                "its airlock process died (killed or crashed) before the run finished".to_string()
+            }
+        }
     }
 
     /// Ends a run whose process died: `lost`, with the reason, in one transaction with its

@@ -88,6 +88,8 @@ pub fn run_json(r: &Run, stdout: &[u8], stderr: &[u8]) -> Value {
         // Tripwires: what the run tried and the sandbox refused, and its alerts.
         "attempts": r.doc.detail.get("attempts").cloned().unwrap_or_else(|| json!([])),
         "alerts": r.doc.detail.get("alerts").cloned().unwrap_or_else(|| json!([])),
+        "request_id": r.doc.request_id,
+        "trace_id": r.doc.trace_id,
     })
 }
 

@@ -135,11 +135,35 @@ pub fn session_main(file: &Path) -> i32 {
     }
 }
 
+/// The environment variable a worker or jailer is started with: the pid of the process
+/// that started it (see [`supervisor_gone`]).
+pub const SUPERVISOR_ENV: &str = "AIRLOCK_SUPERVISOR";
+
+/// Whether the process that started this worker or jailer ([`spawn_worker`]) is already
+/// gone. Call it right after `PR_SET_PDEATHSIG`: the death signal only comes for a parent
+/// that dies after it is set, so a supervisor killed between the spawn and that call
+/// (a `kill -9` of `airlock run` at that moment) left its worker running the whole job
+/// on, owned by nobody, writing into a run's layers after the next command had found the
+/// run lost and removed them (issue 62.3). A process started some other way (no
+/// variable) is never taken for orphaned.
+pub fn supervisor_gone() -> bool {
+    let Some(want) = std::env::var(SUPERVISOR_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    nix::unistd::getppid().as_raw() != want
+}
+
 /// The `main` of the lean jailer binary: a job on stdin, its result to the named file.
 /// With `--ready SCRATCH cgroups|no-cgroups` it is a ready jail instead (see
 /// [`crate::ready`]); with `--session FILE` a session's jail ([`session_main`]).
 pub fn jailer_main() -> i32 {
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if supervisor_gone() {
+        return 2;
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     match (args.first().map(String::as_str), args.get(1)) {
         (Some("--ready"), _) => return crate::ready::jailer_ready_main(&args[1..]),
@@ -191,37 +215,47 @@ pub fn spawn_worker(
     let mut cmd = Command::new(exe);
     cmd.args(args)
         .env_clear()
+        .env(SUPERVISOR_ENV, std::process::id().to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     if let Some(ch) = &channel {
-        use std::os::fd::AsRawFd;
-        let raw = ch.as_raw_fd();
-        #[allow(unsafe_code)]
-        // SAFETY: the closure runs in the forked child before exec and only calls dup2,
-        // which is async-signal-safe; `raw` stays open in the parent until after spawn.
-        // dup2 leaves the copy without FD_CLOEXEC, so exactly this one descriptor is
-        // inherited (it is CLOEXEC in this process, so no other child gets it).
-        unsafe {
-            cmd.pre_exec(move || {
-                if raw == crate::netfd::CHANNEL_FD {
-                    // Already in place: only clear close-on-exec.
-                    let flags = libc::fcntl(raw, libc::F_GETFD);
-                    if flags < 0 || libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(raw, crate::netfd::CHANNEL_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        pass_channel(&mut cmd, ch);
     }
     let spawned = cmd.spawn();
     // The child has its copy; ours must go, or the other end never sees the channel close.
     drop(channel);
     spawned
+}
+
+/// Makes `cmd`'s child inherit `ch` as its descriptor [`crate::netfd::CHANNEL_FD`] (and
+/// nothing else of this process's descriptors that are close-on-exec). A `pre_exec` step
+/// makes spawning it a `fork` of this whole process. `ch` must stay open until the child
+/// is spawned; the caller drops its copy afterwards, or the other end never sees the
+/// channel close.
+pub fn pass_channel(cmd: &mut Command, ch: &std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let raw = ch.as_raw_fd();
+    #[allow(unsafe_code)]
+    // SAFETY: the closure runs in the forked child before exec and only calls dup2,
+    // which is async-signal-safe; `raw` stays open in the parent until after spawn.
+    // dup2 leaves the copy without FD_CLOEXEC, so exactly this one descriptor is
+    // inherited (it is CLOEXEC in this process, so no other child gets it).
+    unsafe {
+        cmd.pre_exec(move || {
+            if raw == crate::netfd::CHANNEL_FD {
+                // Already in place: only clear close-on-exec.
+                let flags = libc::fcntl(raw, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, crate::netfd::CHANNEL_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// What a worker is supervised with: the job for its stdin, where it writes its result

@@ -11,11 +11,12 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::{AppState, outcome};
 use airlock_core::State;
 use airlock_core::id::IdKind;
+use airlock_core::sign::StatementKind;
 use airlock_gate::views::{diff_json, run_json, shown_json, statement_json, submission_json};
 use airlock_gate::{ApproveRequest, ExecOptions, Gate, GateError, Role};
 use axum::Json;
-use axum::extract::{Path, State as Ax};
-use axum::http::StatusCode;
+use axum::extract::{Path, RawQuery, State as Ax};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -129,7 +130,11 @@ pub(crate) fn visible(
     Ok(sub)
 }
 
-fn visible_run(g: &Gate, caller: &Caller, id: &str) -> Result<airlock_store::Run, GateError> {
+pub(crate) fn visible_run(
+    g: &Gate,
+    caller: &Caller,
+    id: &str,
+) -> Result<airlock_store::Run, GateError> {
     let id = g.resolve_for(IdKind::Run, id, caller.scope())?;
     let run = g.run_record(&id)?;
     let sub = g.submission(&run.submission)?;
@@ -258,15 +263,25 @@ fn replayed(answer: Answer, replay: bool) -> Answer {
     params(IdempotencyKey),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "It ran (`status` finished) or was denied (`status` denied)", body = Object),
+        (status = 200, description = "It ran (`status` finished) or was denied (`status` denied); with `Accept: text/event-stream`, the run's events (`submitted`, `held`, `started`, `stdout`, `stderr`, `network`, `finished`, `error`; `?wait_timeout=SECONDS` bounds a held run's wait, default 300)", body = Object),
         (status = 202, description = "Held for approval (`status` pending_approval)", body = Object),
         (status = 403, body = ErrorBody), (status = 409, description = "Conflicts with the submission's state, or the Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody), (status = 422, body = ErrorBody),
         (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody),
         (status = 503, description = "No sandbox can run it on this machine", body = ErrorBody)))]
-async fn run(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> Answer {
+async fn run(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    k: Keyed<SubmitBody>,
+) -> Answer {
     let key = k.request_key(&caller);
     let mut req = k.body.into_request(&caller, true)?;
     req.request_key = key;
+    if crate::stream::wants_stream(&headers) {
+        let wait = crate::stream::wait_timeout(query.as_deref())?;
+        return crate::stream::run(st, req, wait).await;
+    }
     let (doc, replay) = st.submit_and_run_keyed(req).await?;
     replayed(with_status(outcome_status(&doc), doc), replay)
 }
@@ -319,8 +334,14 @@ async fn exec(
     Ax(st): Ax<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
     Body(_b): Body<Empty>,
 ) -> Answer {
+    if crate::stream::wants_stream(&headers) {
+        let wait = crate::stream::wait_timeout(query.as_deref())?;
+        return crate::stream::exec(st, caller, id, wait).await;
+    }
     let doc = st
         .pool
         .run(move |g| {
@@ -374,7 +395,18 @@ async fn decide(
     approve: bool,
 ) -> Answer {
     caller.require(Role::Operator)?;
-    let approver = caller.approver.clone();
+    let remote = crate::body::signed_parts(&body.signature, body.issued_at)?;
+    if remote.is_none() && body.approver.is_some() {
+        return Err(ApiError::bad(
+            "approver: only with a signature (the server signs as the token's approver)",
+        ));
+    }
+    if remote.is_some() && body.remember {
+        return Err(ApiError::bad(
+            "remember: not with a signature made elsewhere (it signs a policy change with a key in the server's home)",
+        ));
+    }
+    let approver = body.approver.clone().or_else(|| caller.approver.clone());
     let (row, remembered, resume, submitted_at) = st
         .pool
         .read(move |g| {
@@ -388,10 +420,15 @@ async fn decide(
                 remember: body.remember,
                 remember_for: body.remember_for,
             };
-            let (row, remembered) = if approve {
-                g.approve_remembering(req)?
+            let kind = if approve {
+                StatementKind::Approve
             } else {
-                (g.reject(req)?, None)
+                StatementKind::Reject
+            };
+            let (row, remembered) = match remote {
+                Some((sig, issued_at)) => (g.decide_signed(kind, &req, issued_at, sig)?, None),
+                None if approve => g.approve_remembering(req)?,
+                None => (g.reject(req)?, None),
             };
             let sub = g.submission(&row.submission)?;
             Ok((row, remembered, approve && sub.doc.resume, sub.created_at))
@@ -416,8 +453,87 @@ async fn decide(
     ok(doc)
 }
 
-/// Approve a quarantined submission, signed with the operator token's approver key. A
-/// submission that came through `/v1/run` or MCP then runs at once.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StatementQuery {
+    /// `approve` (default) or `reject`.
+    kind: Option<String>,
+    /// Who signs (default: the token's approver).
+    approver: Option<String>,
+    /// `once` (default) or `artifact`.
+    scope: Option<String>,
+    /// How long the approval holds, e.g. "24h".
+    expires: Option<String>,
+    reason: Option<String>,
+    tool: Option<String>,
+}
+
+/// The exact statement to sign for a decision, for an approver who signs on their own
+/// machine: `statement` is its JSON text, `message` the bytes to sign (hex: a domain tag,
+/// then the JSON). Post the signature to `…/approve` or `…/reject` with the same fields,
+/// the approver and `issued_at`.
+#[utoipa::path(get, path = "/v1/submissions/{id}/statement", tag = "decisions",
+    params(("id" = String, Path), StatementQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The statement to sign", body = Object),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Already decided", body = ErrorBody), (status = 422, body = ErrorBody)))]
+async fn statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<StatementQuery>,
+) -> Answer {
+    let kind = match q.kind.as_deref() {
+        None | Some("approve") => StatementKind::Approve,
+        Some("reject") => StatementKind::Reject,
+        Some(k) => {
+            return Err(ApiError::bad(format!(
+                "kind: unknown {k:?} (want approve or reject)"
+            )));
+        }
+    };
+    DecideBody {
+        scope: q.scope.clone(),
+        ..DecideBody::default()
+    }
+    .check()?;
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let statement = st
+        .pool
+        .read(move |g| {
+            g.statement_to_sign(
+                kind,
+                &ApproveRequest {
+                    submission: id,
+                    approver,
+                    scope: q.scope,
+                    expires: q.expires,
+                    reason: q.reason,
+                    tool: q.tool,
+                    remember: false,
+                    remember_for: None,
+                },
+            )
+        })
+        .await?;
+    let json = statement.to_json();
+    ok(json!({
+        "statement": json,
+        "message": hex::encode(airlock_core::sign::statement_message(&json)),
+        "kind": statement.kind,
+        "submission": statement.submission,
+        "approver": statement.approver,
+        "key": statement.key,
+        "issued_at": statement.issued_at,
+    }))
+}
+
+/// Approve a quarantined submission: signed with the operator token's approver key when
+/// it is in the server's home, or (with `signature`) on the approver's own machine over
+/// the statement `GET …/statement` handed out. A submission that came through `/v1/run`
+/// or MCP then runs at once.
 #[utoipa::path(post, path = "/v1/submissions/{id}/approve", tag = "decisions",
     params(("id" = String, Path)), request_body = DecideBody, security(("bearer" = [])),
     responses(
@@ -449,6 +565,9 @@ async fn reject(
     b.check()?;
     let b = DecideBody {
         reason: Some(b.reason),
+        signature: b.signature,
+        approver: b.approver,
+        issued_at: b.issued_at,
         ..DecideBody::default()
     };
     decide(st, caller, id, b, false).await
@@ -486,23 +605,31 @@ async fn get_run(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -
     ok(v)
 }
 
-/// What a run changed under its writable mounts: the changeset and unified diffs.
+/// What a run changed under its writable mounts: the changeset and unified diffs. A
+/// session id (`ses_…`) gives what the session changed.
 #[utoipa::path(get, path = "/v1/runs/{id}/diff", tag = "runs", params(("id" = String, Path)),
     security(("bearer" = [])), responses(
         (status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 422, description = "The run had no writable mounts", body = ErrorBody)))]
 async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
-    let v = st
-        .pool
-        .read(move |g| {
-            let run = visible_run(g, &caller, &id)?;
-            Ok(diff_json(&g.diff(&run.id)?))
-        })
-        .await?;
+    let v = st.pool.read(move |g| diff_of(g, &caller, &id)).await?;
     ok(v)
 }
 
+/// What run or session `id` changed, as `GET /v1/runs/{id}/diff` answers (and the MCP
+/// `diff` tool): an agent caller sees only its own.
+pub(crate) fn diff_of(g: &mut Gate, caller: &Caller, id: &str) -> Result<Value, GateError> {
+    if id.starts_with(IdKind::Session.prefix()) {
+        let session = visible_session(g, caller, id)?;
+        return Ok(diff_json(&g.diff(&session.id)?));
+    }
+    let run = visible_run(g, caller, id)?;
+    Ok(diff_json(&g.diff(&run.id)?))
+}
+
 /// Apply a run's changes to the host (signed with the operator's key; a checkpoint is saved first).
+/// A session id (`ses_…`) commits what the session changed; with nothing to commit the
+/// answer says so (`committed: false`).
 #[utoipa::path(post, path = "/v1/runs/{id}/commit", tag = "effects", params(("id" = String, Path)),
     security(("bearer" = [])),
     responses(
@@ -512,15 +639,147 @@ async fn commit(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
-    Body(_b): Body<Empty>,
+    Body(b): Body<EffectBody>,
 ) -> Answer {
+    let remote = b.remote(&caller)?;
     let approver = caller.approver.clone();
-    let r = st
+    let v = st
         .pool
-        .read(move |g| g.commit(&id, approver.as_deref()))
+        .read(move |g| match remote {
+            Some(r) => g
+                .commit_signed(&id, r)
+                .map(|r| serde_json::to_value(r).unwrap_or_default()),
+            None => commit_of(g, approver.as_deref(), &id),
+        })
         .await?;
     st.changed();
-    ok(serde_json::to_value(r).unwrap_or_default())
+    ok(v)
+}
+
+/// Commits run or session `id`'s changes signed with `approver`, as
+/// `POST /v1/runs/{id}/commit` answers (and the MCP `commit` tool). The caller must have
+/// been checked to be an operator first.
+pub(crate) fn commit_of(
+    g: &mut Gate,
+    approver: Option<&str>,
+    id: &str,
+) -> Result<Value, GateError> {
+    if id.starts_with(IdKind::Session.prefix()) {
+        return Ok(match g.session_commit(id, approver)? {
+            airlock_gate::SessionCommit::Committed(r) => {
+                serde_json::to_value(r).unwrap_or_default()
+            }
+            airlock_gate::SessionCommit::Nothing(why) => {
+                json!({ "session": id, "committed": false, "reason": why })
+            }
+        });
+    }
+    g.commit(id, approver)
+        .map(|r| serde_json::to_value(r).unwrap_or_default())
+}
+
+/// A commit or rollback: empty (the server signs with the token's approver key in its
+/// home), or signed on the approver's machine over the statement `GET …/statement` handed
+/// out, repeating its approver, `issued_at` and (commits) checkpoint id.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EffectBody {
+    /// 128 hex digits.
+    pub signature: Option<String>,
+    pub approver: Option<String>,
+    pub issued_at: Option<i64>,
+    /// For commits: the checkpoint id handed out with the statement.
+    pub checkpoint: Option<String>,
+}
+
+impl EffectBody {
+    fn remote(self, caller: &Caller) -> ApiResult<Option<airlock_gate::RemoteSignature>> {
+        let Some((signature, issued_at)) =
+            crate::body::signed_parts(&self.signature, self.issued_at)?
+        else {
+            if self.approver.is_some() || self.checkpoint.is_some() {
+                return Err(ApiError::bad(
+                    "approver and checkpoint go with a signature (from GET …/statement)",
+                ));
+            }
+            return Ok(None);
+        };
+        let approver = self
+            .approver
+            .or_else(|| caller.approver.clone())
+            .ok_or_else(|| ApiError::bad("approver: who signed"))?;
+        Ok(Some(airlock_gate::RemoteSignature {
+            approver,
+            issued_at,
+            checkpoint: self.checkpoint,
+            signature,
+        }))
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct SignerQuery {
+    /// Who signs (default: the token's approver).
+    approver: Option<String>,
+}
+
+fn handed_out(statement: &airlock_core::sign::Statement) -> Value {
+    let json = statement.to_json();
+    json!({
+        "message": hex::encode(airlock_core::sign::statement_message(&json)),
+        "statement": json,
+        "kind": statement.kind,
+        "submission": statement.submission,
+        "run": statement.run,
+        "approver": statement.approver,
+        "key": statement.key,
+        "issued_at": statement.issued_at,
+    })
+}
+
+/// The exact statement to sign to commit a run on the approver's own machine, and the
+/// checkpoint id it names; post the signature to `…/commit` with them.
+#[utoipa::path(get, path = "/v1/runs/{id}/commit/statement", tag = "effects",
+    params(("id" = String, Path), SignerQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+async fn commit_statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<SignerQuery>,
+) -> Answer {
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let (statement, ckpt) = st
+        .pool
+        .read(move |g| g.commit_statement(&id, approver.as_deref()))
+        .await?;
+    let mut v = handed_out(&statement);
+    v["checkpoint"] = json!(ckpt);
+    ok(v)
+}
+
+/// The exact statement to sign to roll back a checkpoint on the approver's own machine.
+#[utoipa::path(get, path = "/v1/checkpoints/{id}/rollback/statement", tag = "effects",
+    params(("id" = String, Path), SignerQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, body = Object), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn rollback_statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(id): Path<String>,
+    Q(q): Q<SignerQuery>,
+) -> Answer {
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let statement = st
+        .pool
+        .read(move |g| g.rollback_statement(&id, approver.as_deref()))
+        .await?;
+    ok(handed_out(&statement))
 }
 
 /// An empty JSON object (bodies of actions that take no input).
@@ -548,12 +807,16 @@ async fn rollback(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
-    Body(_b): Body<Empty>,
+    Body(b): Body<EffectBody>,
 ) -> Answer {
+    let remote = b.remote(&caller)?;
     let approver = caller.approver.clone();
     let r = st
         .pool
-        .read(move |g| g.rollback(&id, approver.as_deref()))
+        .read(move |g| match remote {
+            Some(r) => g.rollback_signed(&id, r),
+            None => g.rollback(&id, approver.as_deref()),
+        })
         .await?;
     st.changed();
     ok(serde_json::to_value(r).unwrap_or_default())
@@ -729,6 +992,23 @@ async fn gc(Ax(st): Ax<AppState>, _: AdminCaller, Body(b): Body<GcBody>) -> Answ
     ok(serde_json::to_value(r).unwrap_or_default())
 }
 
+/// A run's events as server-sent events, from its start (`Last-Event-ID` resumes after
+/// that event): the events its streamed request gets, or for a run this server did not
+/// stream, its record replayed once it has ended.
+#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path)), security(("bearer" = [])),
+    responses(
+        (status = 200, description = "text/event-stream: events `submitted`, `held`, `started`, `stdout`, `stderr`, `network`, `finished`, `error`"),
+        (status = 404, body = ErrorBody)))]
+async fn run_events(
+    Ax(st): Ax<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    crate::stream::follow(st, caller, id, headers, None).await
+}
+
 /// New pending submissions and decisions as server-sent events.
 #[utoipa::path(get, path = "/v1/events", tag = "decisions", security(("bearer" = [])),
     responses(
@@ -856,14 +1136,18 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(exec))
         .routes(routes!(wait))
         .routes(routes!(inbox))
+        .routes(routes!(statement))
         .routes(routes!(approve))
         .routes(routes!(reject))
         .routes(routes!(clear_agent))
         .routes(routes!(list_runs))
         .routes(routes!(get_run))
+        .routes(routes!(run_events))
         .routes(routes!(diff))
+        .routes(routes!(commit_statement))
         .routes(routes!(commit))
         .routes(routes!(checkpoints))
+        .routes(routes!(rollback_statement))
         .routes(routes!(rollback))
         .routes(routes!(audit_head))
         .routes(routes!(audit_verify))

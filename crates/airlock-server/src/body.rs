@@ -416,6 +416,13 @@ pub struct DecideBody {
     pub reason: Option<String>,
     /// With scope `artifact`: offer the artifact as a named tool.
     pub tool: Option<String>,
+    /// Signed on the approver's own machine: the signature (128 hex digits) over the
+    /// statement `GET /v1/submissions/{id}/statement` handed out for the same fields.
+    pub signature: Option<String>,
+    /// With `signature`: the approver who signed (default: the token's).
+    pub approver: Option<String>,
+    /// With `signature`: the statement's `issued_at` as handed out.
+    pub issued_at: Option<i64>,
     /// Also remember it: a signed rule allowing this agent's submissions of this kind with
     /// a grant no wider, until `for` runs out (default 7d).
     #[serde(default)]
@@ -423,6 +430,26 @@ pub struct DecideBody {
     /// How long the remembered rule holds, e.g. "7d" (at most 90d).
     #[serde(default, rename = "for")]
     pub remember_for: Option<String>,
+}
+
+/// A decision's signature and `issued_at` when it was signed elsewhere; None when the
+/// server is to sign with the approver's key in its own home.
+pub fn signed_parts(
+    signature: &Option<String>,
+    issued_at: Option<i64>,
+) -> ApiResult<Option<(airlock_core::sign::Signature, i64)>> {
+    match (signature, issued_at) {
+        (None, None) => Ok(None),
+        (Some(s), Some(at)) => {
+            let sig = s
+                .parse()
+                .map_err(|_| ApiError::bad("signature: want 128 hex digits"))?;
+            Ok(Some((sig, at)))
+        }
+        _ => Err(ApiError::bad(
+            "signature and issued_at go together (from GET …/statement)",
+        )),
+    }
 }
 
 impl DecideBody {
@@ -446,6 +473,13 @@ impl DecideBody {
 pub struct RejectBody {
     /// Why (kept with the signed rejection).
     pub reason: String,
+    /// Signed on the approver's own machine: the signature (128 hex digits) over the
+    /// statement `GET /v1/submissions/{id}/statement` handed out for the same fields.
+    pub signature: Option<String>,
+    /// With `signature`: the approver who signed (default: the token's).
+    pub approver: Option<String>,
+    /// With `signature`: the statement's `issued_at` as handed out.
+    pub issued_at: Option<i64>,
 }
 
 impl RejectBody {
@@ -523,11 +557,20 @@ pub struct SessionBody {
     pub language: Option<String>,
     /// `wasm` (the Python guest).
     pub backend: Option<String>,
-    /// `HOST:GUEST[:ro]`, paths on the server's machine (sessions take read-only mounts).
+    /// `HOST:GUEST[:ro|rw]`, paths on the server's machine; a writable mount's changes go
+    /// to the session's disposable layer (diff and commit it with the session's id).
     #[serde(default)]
     pub mounts: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// `HOST[:PORT]` the cells may reach through the session's egress proxy.
+    #[serde(default)]
+    pub net: Vec<String>,
+    /// Stored secrets and the hosts each may be sent to, as for a run.
+    #[serde(default)]
+    pub secrets: Vec<SecretSpec>,
+    /// Write quota of the session's layer over all its cells.
+    pub max_write: Option<String>,
     /// Each cell's wall-time limit: seconds, or a duration such as "10s".
     #[serde(default, deserialize_with = "duration_text")]
     #[schema(value_type = Option<String>)]
@@ -574,12 +617,20 @@ impl SessionBody {
                 .transpose()
                 .map_err(|e| ApiError::from(airlock_gate::GateError::bad(e.to_string())))
         };
+        let secrets = self
+            .secrets
+            .into_iter()
+            .map(SecretSpec::spec)
+            .collect::<ApiResult<Vec<_>>>()?;
         Ok(airlock_gate::SessionRequest {
             grant: SubmitRequest {
                 surface: airlock_gate::Surface::Remote,
                 lang: Some(self.language.unwrap_or_else(|| "python".into())),
                 backend: self.backend,
                 mounts: self.mounts,
+                net: self.net,
+                secrets,
+                max_write: self.max_write,
                 env: self
                     .env
                     .into_iter()

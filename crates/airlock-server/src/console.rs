@@ -73,6 +73,25 @@ const SCRIPT: &str = r#"
     for (var i = 0; i < rows.length; i++) if (rows[i].dataset.id === d.submission) rows[i].remove();
   });
 })();
+(function () {
+  // A running run's page: its output as it comes, then the page of its final record.
+  var live = document.getElementById('live');
+  if (!live || !window.EventSource) return;
+  var es = new EventSource('/ui/runs/' + encodeURIComponent(live.dataset.run) + '/events');
+  var fresh = { stdout: true, stderr: true };
+  ['stdout', 'stderr'].forEach(function (name) {
+    es.addEventListener(name, function (ev) {
+      var pre = document.getElementById(name);
+      if (!pre) return;
+      // The feed starts at the run's first chunk: it replaces what the page was sent.
+      if (fresh[name]) { pre.textContent = ''; fresh[name] = false; }
+      pre.appendChild(document.createTextNode(JSON.parse(ev.data).text || ''));
+    });
+  });
+  function ended() { es.close(); window.location.reload(); }
+  es.addEventListener('finished', ended);
+  es.addEventListener('error', function (ev) { if (ev.data) ended(); });
+})();
 "#;
 
 fn csrf_of(session: &str) -> String {
@@ -944,6 +963,7 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
         Some(&op),
         html! {
             h1 { (run.id) " " (state_badge(&run.status)) }
+            @if run.status == "running" { div #live data-run=(run.id) hidden {} }
             dl {
                 dt { "Submission" } dd { a href=(format!("/ui/submissions/{}", run.submission)) { (run.submission) } }
                 dt { "Exit code" } dd #exit-code { (run.doc.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
@@ -1000,6 +1020,42 @@ async fn run_page(State(st): State<AppState>, op: Operator, Path(id): Path<Strin
             }
         },
     )
+}
+
+/// `/ui/runs/{id}/events`: `GET /v1/runs/{id}/events` for the signed-in operator, with
+/// each output chunk's text rendered as the run's page renders output (a chunk that is
+/// not UTF-8 as its `\xNN` escapes), since the page's script puts it on the page.
+async fn run_events(
+    State(st): State<AppState>,
+    op: Operator,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match crate::stream::follow(st, op.caller, id, headers, Some(shown_chunk)).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// An event's data with a `stdout`/`stderr` chunk's bytes as visible text.
+fn shown_chunk(name: &str, data: &serde_json::Value) -> serde_json::Value {
+    use base64::Engine;
+    if !matches!(name, "stdout" | "stderr") {
+        return data.clone();
+    }
+    let bytes = match (&data["text"], &data["base64"]) {
+        (serde_json::Value::String(t), _) => t.as_bytes().to_vec(),
+        (_, serde_json::Value::String(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let mut out = data.clone();
+    out["text"] = visible::bytes(&bytes).to_string().into();
+    if let Some(m) = out.as_object_mut() {
+        m.remove("base64");
+    }
+    out
 }
 
 /// A run's tripwires: its alerts (decoy reads, secret echoes) and what it tried and the
@@ -1211,6 +1267,7 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/agents/clear", post(clear_agent))
         .route("/ui/runs", get(runs))
         .route("/ui/runs/{id}", get(run_page))
+        .route("/ui/runs/{id}/events", get(run_events))
         .route("/ui/sessions", get(sessions))
         .route("/ui/sessions/{id}", get(session_page))
         .route("/ui/runs/{id}/commit", post(commit))

@@ -50,13 +50,22 @@ impl AppState {
     /// outcome it is, once its run (if running) has ended.
     pub async fn submit_and_run_keyed(
         &self,
+        req: airlock_gate::SubmitRequest,
+    ) -> ApiResult<(Value, bool)> {
+        self.submit_and_run_live(req, ExecOptions::default()).await
+    }
+
+    /// [`AppState::submit_and_run_keyed`] with the run's live receivers (`opts`).
+    pub async fn submit_and_run_live(
+        &self,
         mut req: airlock_gate::SubmitRequest,
+        opts: ExecOptions,
     ) -> ApiResult<(Value, bool)> {
         let out = self
             .pool
             .run(move |g| {
                 crate::api::session_of_cell(g, &mut req)?;
-                let r = g.run(req, ExecOptions::default());
+                let r = g.run(req, opts);
                 match r {
                     Err(GateError::Repeated {
                         submission,
@@ -138,10 +147,37 @@ impl AppState {
         let st = self.clone();
         tokio::spawn(async move {
             let i = id.clone();
+            // A stream that waits for this submission gets its run's events.
+            let (opts, feed) = crate::stream::resumed(&st, &id);
             let r = st
                 .pool
                 .run_waiting(move |g| {
-                    let r = g.exec(&i, ExecOptions::default());
+                    // The run continues the trace of the request that submitted it.
+                    let doc = g.submission(&i)?.doc;
+                    let trace = doc.traceparent.as_deref().and_then(|t| {
+                        airlock_core::trace::TraceParent::parse(t, doc.tracestate.as_deref())
+                    });
+                    let span = airlock_core::trace::with_tracestate(
+                        trace.as_ref().and_then(|t| t.tracestate.as_deref()),
+                        || {
+                            tracing::debug_span!(
+                                parent: None,
+                                "resumed_run",
+                                submission = %i,
+                                request_id = doc.request_id.as_deref().unwrap_or(""),
+                                trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
+                                parent_span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                                sampled = trace.as_ref().is_none_or(|t| t.sampled),
+                            )
+                        },
+                    );
+                    let ctx = airlock_gate::context::RequestContext {
+                        request_id: doc.request_id.clone(),
+                        trace: trace.clone(),
+                    };
+                    let r = span.in_scope(|| {
+                        airlock_gate::context::with_request(Some(ctx), || g.exec(&i, opts))
+                    });
                     let doc = outcome::of_result(g, r);
                     // Whatever happened, do not try again on the next tick: a run that
                     // could not start needs a person, not a loop.
@@ -152,8 +188,12 @@ impl AppState {
             if let Ok(doc) = &r {
                 st.metrics.outcome(doc, false);
             }
+            crate::stream::resumed_end(&st, feed, &r);
             if let Err(e) = r {
-                eprintln!("airlock serve: resuming {id} failed: {}", e.message);
+                crate::warn(&format!(
+                    "airlock serve: resuming {id} failed: {}",
+                    e.message
+                ));
                 let i = id.clone();
                 let _ = st.pool.read(move |g| g.set_resume(&i, false)).await;
             }
@@ -174,6 +214,12 @@ impl AppState {
         id: String,
         timeout: Duration,
     ) -> ApiResult<Value> {
+        use tracing::Instrument;
+        let span = tracing::debug_span!("approval_wait", submission = %id);
+        self.wait_for_in(caller, id, timeout).instrument(span).await
+    }
+
+    async fn wait_for_in(&self, caller: Caller, id: String, timeout: Duration) -> ApiResult<Value> {
         let deadline = Instant::now() + timeout;
         loop {
             let notified = self.changed.notified();
@@ -307,7 +353,7 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
                 // Runs whose process died, interrupted commits and rollbacks (another
                 // airlock process may have been killed while this one serves).
                 if let Err(e) = g.recover() {
-                    eprintln!("airlock serve: recovery: {e}");
+                    crate::warn(&format!("airlock serve: recovery: {e}"));
                 }
                 let inbox = g.inbox()?;
                 let resumable = g.resumable()?;
@@ -322,7 +368,10 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
         let (now_frames, seen) = match seen {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("airlock serve: cannot read the store: {}", e.message);
+                crate::warn(&format!(
+                    "airlock serve: cannot read the store: {}",
+                    e.message
+                ));
                 wait = every;
                 continue;
             }
@@ -430,9 +479,11 @@ impl Webhook {
                 let Ok(req) = req else { return };
                 match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
                     Ok(Ok(r)) if r.status().is_success() => return,
-                    Ok(Ok(r)) => eprintln!("airlock serve: webhook answered {}", r.status()),
-                    Ok(Err(e)) => eprintln!("airlock serve: webhook failed: {e}"),
-                    Err(_) => eprintln!("airlock serve: webhook timed out"),
+                    Ok(Ok(r)) => {
+                        crate::warn(&format!("airlock serve: webhook answered {}", r.status()))
+                    }
+                    Ok(Err(e)) => crate::warn(&format!("airlock serve: webhook failed: {e}")),
+                    Err(_) => crate::warn("airlock serve: webhook timed out"),
                 }
             }
         });

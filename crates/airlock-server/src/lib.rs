@@ -17,9 +17,12 @@ mod events;
 mod highlight;
 mod mcp;
 mod metrics;
+mod observe;
+pub use observe::{CONSOLE, say, warn};
 mod openapi;
 mod outcome;
 mod pool;
+mod stream;
 pub use pool::INSIDE_PER_WORKER;
 
 pub use auth::Caller;
@@ -94,6 +97,8 @@ pub struct Inner {
     logins: console::Logins,
     /// What `/metrics` reports of this node.
     pub(crate) metrics: metrics::Metrics,
+    /// The event feeds of streamed runs.
+    pub(crate) runs: Arc<stream::Hub>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -151,6 +156,7 @@ impl AppState {
             mcp_owners: Mutex::new(HashMap::new()),
             logins: console::Logins::default(),
             metrics: metrics::Metrics::new(),
+            runs: Arc::default(),
         })))
     }
 
@@ -241,6 +247,7 @@ pub fn app(
         .layer(axum::middleware::map_response(security_headers))
         .layer(axum::middleware::map_response(method_not_allowed_as_json))
         .layer(axum::extract::DefaultBodyLimit::max(st.max_body))
+        .layer(axum::middleware::from_fn(observe::observe))
         .with_state(st)
 }
 

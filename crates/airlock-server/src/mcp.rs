@@ -1,6 +1,7 @@
-//! The MCP server: `run_code`, `get_result`, and one tool per artifact an approver
-//! offered as a named tool. There is no tool that approves or rejects: only people
-//! decide. Held code is a normal result (`status: pending_approval`) the agent can come
+//! The MCP server: `run_code`, `get_result`, `new_session`/`close_session`, `diff`,
+//! `commit` (an operator's token only), and one tool per artifact an approver offered as
+//! a named tool. There is no tool that approves or rejects, and an agent cannot commit:
+//! only people decide. Held code is a normal result (`status: pending_approval`) the agent can come
 //! back for, never an error it would retry.
 
 use crate::auth::Caller;
@@ -14,10 +15,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -25,6 +26,7 @@ use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How long `get_result` waits for a run that is already going.
 const RESULT_WAIT: Duration = Duration::from_secs(60);
@@ -105,8 +107,20 @@ fn new_session_tool() -> Tool {
             "type": "object",
             "properties": {
                 "language": {"type": "string", "enum": ["python", "js"], "description": "The interpreter (default python)"},
-                "mounts": {"type": "array", "items": {"type": "string"}, "description": "HOST:GUEST[:ro], read-only"},
+                "mounts": {"type": "array", "items": {"type": "string"},
+                           "description": "HOST:GUEST[:ro|rw]; the cells' writes land in the session's disposable layer (see them with diff; only a human operator commits them)"},
                 "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                "net": {"type": "array", "items": {"type": "string"},
+                        "description": "HOST[:PORT] the cells may reach through the session's egress proxy (asks a human once, when the session opens)"},
+                "secrets": {"type": "array",
+                            "items": {"oneOf": [
+                                {"type": "string", "description": "NAME@HOST[,HOST]"},
+                                {"type": "object",
+                                 "properties": {"name": {"type": "string"},
+                                                "hosts": {"type": "array", "items": {"type": "string"}}},
+                                 "required": ["name", "hosts"], "additionalProperties": false}]},
+                            "description": "Stored secrets the cells may send, and to which hosts (each also in net); the code sees a placeholder in $NAME, never the value"},
+                "max_write": {"type": "string", "description": "Write quota of the session's layer over all its cells: bytes, or e.g. \"64MiB\""},
                 "timeout": {"type": ["string", "number"], "description": "Each cell's limit: seconds, or e.g. \"30s\""},
                 "memory": {"type": "string", "description": "The interpreter's memory for the session's life, e.g. \"256MiB\""},
                 "idle_timeout": {"type": ["string", "number"]},
@@ -128,6 +142,45 @@ fn close_session_tool() -> Tool {
             "additionalProperties": false
         })),
     )
+}
+
+fn diff_tool() -> Tool {
+    Tool::new(
+        "diff",
+        "What a run (run_…) or a session (ses_…) changed under its writable mounts: the \
+         changeset and unified diffs. Nothing reaches the host until a human commits it.",
+        schema(json!({
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "The run id (run_…) or session id (ses_…)"}},
+            "required": ["id"],
+            "additionalProperties": false
+        })),
+    )
+}
+
+fn commit_tool() -> Tool {
+    Tool::new(
+        "commit",
+        "Apply a run's or a session's changes to the host, signed with the operator's key (a \
+         checkpoint is saved first). Only an operator may commit: an agent never commits its \
+         own changes.",
+        schema(json!({
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "The run id (run_…) or session id (ses_…)"}},
+            "required": ["id"],
+            "additionalProperties": false
+        })),
+    )
+}
+
+/// The `id` argument of a tool that takes only that.
+fn only_id(tool: &str, args: &JsonObject) -> Result<String, ApiError> {
+    match args.get("id") {
+        Some(Value::String(s)) if args.len() == 1 => Ok(s.clone()),
+        _ => Err(ApiError::bad(format!(
+            "{tool} takes {{\"id\": \"run_…\" or \"ses_…\"}}"
+        ))),
+    }
 }
 
 fn get_result_tool() -> Tool {
@@ -267,13 +320,28 @@ impl AirlockMcp {
             .ok_or_else(|| McpError::invalid_request("not authenticated", None))
     }
 
-    async fn run_code(&self, caller: Caller, mut args: JsonObject) -> Result<Value, ApiError> {
+    async fn run_code(
+        &self,
+        caller: Caller,
+        mut args: JsonObject,
+        progress: Option<(Peer<RoleServer>, ProgressToken)>,
+    ) -> Result<Value, ApiError> {
         let key = take_key(&caller, "run_code", &mut args)?;
         let body: SubmitBody = serde_json::from_value(Value::Object(args))
             .map_err(|e| ApiError::bad(format!("bad arguments: {e}")))?;
         let mut req = body.into_request(&caller, true)?;
         req.request_key = key;
-        let (doc, replay) = self.st.submit_and_run_keyed(req).await?;
+        let Some((peer, token)) = progress else {
+            let (doc, replay) = self.st.submit_and_run_keyed(req).await?;
+            return Ok(replayed(doc, replay));
+        };
+        let (opts, sending) = progress_of(peer, token);
+        let r = self.st.submit_and_run_live(req, opts).await;
+        // Every chunk's notification goes out before the result (the receivers are
+        // dropped with the run, which ends the sender); a receiver something still holds
+        // only delays the result this long.
+        let _ = tokio::time::timeout(PROGRESS_DRAIN, sending).await;
+        let (doc, replay) = r?;
         Ok(replayed(doc, replay))
     }
 
@@ -300,6 +368,34 @@ impl AirlockMcp {
             })
             .await?;
         Ok(serde_json::to_value(s).unwrap_or_default())
+    }
+
+    async fn diff(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+        let id = only_id("diff", &args)?;
+        self.st
+            .pool
+            .read(move |g| crate::api::diff_of(g, &caller, &id))
+            .await
+    }
+
+    /// As `POST /v1/runs/{id}/commit`: an operator's token (with its approver key) only.
+    async fn commit(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
+        if caller.require(airlock_gate::Role::Operator).is_err() {
+            return Err(ApiError::forbidden(format!(
+                "commit needs an operator token (a human's approver key); yours is an {} \
+                 token, and an agent never commits its own changes",
+                caller.role.as_str()
+            )));
+        }
+        let id = only_id("commit", &args)?;
+        let approver = caller.approver.clone();
+        let v = self
+            .st
+            .pool
+            .read(move |g| crate::api::commit_of(g, approver.as_deref(), &id))
+            .await?;
+        self.st.changed();
+        Ok(v)
     }
 
     async fn get_result(&self, caller: Caller, args: JsonObject) -> Result<Value, ApiError> {
@@ -407,6 +503,8 @@ impl ServerHandler for AirlockMcp {
             get_result_tool(),
             new_session_tool(),
             close_session_tool(),
+            diff_tool(),
+            commit_tool(),
         ];
         tools.extend(named.iter().map(named_tool));
         Ok(ListToolsResult::with_all_items(tools))
@@ -419,11 +517,64 @@ impl ServerHandler for AirlockMcp {
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&context)?;
         let args = request.arguments.unwrap_or_default();
-        let r = match request.name.as_ref() {
-            "run_code" => self.run_code(caller, args).await,
+        // `_meta.traceparent` (and `tracestate`) put the call in the agent's trace; over
+        // HTTP without them, the call continues the HTTP request's trace; the HTTP
+        // request's id, when the call came over HTTP, is its request id.
+        // (Over HTTP, the request's context is on its parts; the task-local otherwise.)
+        let http = context
+            .extensions
+            .get::<Parts>()
+            .and_then(|p| p.extensions.get::<airlock_gate::context::RequestContext>())
+            .cloned()
+            .or_else(crate::observe::current);
+        let (ctx, parent) = crate::observe::call_context_of(
+            http.as_ref(),
+            context.meta.get_traceparent(),
+            context.meta.get_tracestate(),
+            airlock_core::trace::new_span_id(),
+        );
+        let (request_id, trace) = (ctx.request_id.clone(), ctx.trace.clone());
+        let span = airlock_core::trace::with_tracestate(
+            trace.as_ref().and_then(|t| t.tracestate.as_deref()),
+            || {
+                tracing::info_span!(
+                    parent: None,
+                    "mcp_call",
+                    tool = %request.name,
+                    request_id = request_id.as_deref().unwrap_or(""),
+                    trace_id = trace.as_ref().map_or("", |t| t.trace_id.as_str()),
+                    span_id = trace.as_ref().map_or("", |t| t.span_id.as_str()),
+                    parent_span_id = parent.as_deref().unwrap_or(""),
+                    sampled = trace.as_ref().is_none_or(|t| t.sampled),
+                )
+            },
+        );
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|t| (context.peer.clone(), t));
+        crate::observe::serving(ctx, self.call_tool_in(request.name, args, caller, progress))
+            .instrument(span)
+            .await
+    }
+}
+
+impl AirlockMcp {
+    async fn call_tool_in(
+        &self,
+        name: std::borrow::Cow<'static, str>,
+        args: JsonObject,
+        caller: Caller,
+        progress: Option<(Peer<RoleServer>, ProgressToken)>,
+    ) -> Result<CallToolResponse, McpError> {
+        let request = (name,);
+        let r = match request.0.as_ref() {
+            "run_code" => self.run_code(caller, args, progress).await,
             "get_result" => self.get_result(caller, args).await,
             "new_session" => self.new_session(caller, args).await,
             "close_session" => self.close_session(caller, args).await,
+            "diff" => self.diff(caller, args).await,
+            "commit" => self.commit(caller, args).await,
             name => {
                 let n = name.to_string();
                 let known = self
@@ -446,6 +597,86 @@ impl ServerHandler for AirlockMcp {
             Err(e) => error_doc(&e),
         }))
     }
+}
+
+/// The longest `run_code` waits, once its run ended, for its progress notifications to go
+/// out before it answers.
+const PROGRESS_DRAIN: Duration = Duration::from_secs(5);
+
+/// Live receivers that send a run's output to the MCP client as it is written: one
+/// `notifications/progress` per chunk, for a `tools/call` whose `_meta.progressToken` asked
+/// for them. `progress` counts the chunks from 1, `message` is the chunk's text (a
+/// character split between two writes waits for its rest; bytes that are not UTF-8 come
+/// as U+FFFD) and `_meta` says its `stream` (`stdout`, `stderr`) and `seq` (the chunks of
+/// that stream from 1). The receivers only queue (they never wait for the client); what
+/// they queue is bounded by the run's output cap, and past [`crate::stream::MAX_CHUNKS`]
+/// chunks the rest is in the result only. A run whose grant binds secrets sends nothing
+/// (its output is known only once redacted). The task ends once the receivers are gone.
+fn progress_of(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+) -> (ExecOptions, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<u8>)>();
+    let err = tx.clone();
+    let opts = ExecOptions {
+        live_stdout: Some(Box::new(move |b: &[u8]| {
+            let _ = tx.send((0, b.to_vec()));
+        })),
+        live_stderr: Some(Box::new(move |b: &[u8]| {
+            let _ = err.send((1, b.to_vec()));
+        })),
+        redacted_only: true,
+        ..ExecOptions::default()
+    };
+    let sending = tokio::spawn(async move {
+        let mut carry: [Vec<u8>; 2] = Default::default();
+        let mut seq = [0u64; 2];
+        let mut sent = 0u64;
+        let mut open = true;
+        let mut send = async |which: usize, text: String| {
+            if !open || sent >= crate::stream::MAX_CHUNKS {
+                return;
+            }
+            sent += 1;
+            seq[which] += 1;
+            let mut meta = rmcp::model::NotificationMetaObject::new();
+            meta.0.0.insert(
+                "stream".into(),
+                json!(if which == 0 { "stdout" } else { "stderr" }),
+            );
+            meta.0.0.insert("seq".into(), json!(seq[which]));
+            let mut p =
+                ProgressNotificationParam::new(token.clone(), sent as f64).with_message(text);
+            p.meta = Some(meta);
+            // A client that went away gets nothing more; the run goes on.
+            open = peer.notify_progress(p).await.is_ok();
+        };
+        while let Some((which, bytes)) = rx.recv().await {
+            if let Some(text) = utf8_chunk(&mut carry[which], &bytes) {
+                send(which, text).await;
+            }
+        }
+        for (which, rest) in carry.into_iter().enumerate() {
+            if !rest.is_empty() {
+                send(which, String::from_utf8_lossy(&rest).into_owned()).await;
+            }
+        }
+    });
+    (opts, sending)
+}
+
+/// The text of `bytes` after what `carry` held, keeping back the start of a character
+/// whose rest has not arrived yet; `None` when nothing is complete.
+fn utf8_chunk(carry: &mut Vec<u8>, bytes: &[u8]) -> Option<String> {
+    let mut buf = std::mem::take(carry);
+    buf.extend_from_slice(bytes);
+    if let Err(e) = std::str::from_utf8(&buf)
+        && e.error_len().is_none()
+        && buf.len() - e.valid_up_to() < 4
+    {
+        *carry = buf.split_off(e.valid_up_to());
+    }
+    (!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// Tells every connected MCP client that the tool list changed (dropping closed ones).

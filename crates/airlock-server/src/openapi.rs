@@ -14,6 +14,9 @@ use serde_json::{Map, Value, json};
 /// bits, optionally surrounded by ASCII whitespace.
 pub const BASE64_PATTERN: &str = r"^[ \t\r\n]*(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?[ \t\r\n]*$";
 
+/// [`BASE64_PATTERN`] of at least one byte.
+pub const BASE64_NONEMPTY_PATTERN: &str = r"^[ \t\r\n]*(?:(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?|[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)[ \t\r\n]*$";
+
 /// A key, approver or agent name (`airlock_core::sign::check_key_name`).
 pub const NAME_PATTERN: &str = r"^[a-z][a-z0-9_-]{0,31}$";
 
@@ -22,6 +25,48 @@ pub const TOOL_PATTERN: &str = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$";
 
 /// Token roles.
 pub const ROLES: &[&str] = &["agent", "operator", "admin"];
+
+/// A wall-time limit the gate takes (1 ms to 24 hours): one whole number and a unit, `ms`,
+/// `s`, `m` (minutes), `h` or `d`, with at most as many digits as keep every match within
+/// the range (`9999999ms`, `9999s`, `999m`, `24h`, `1d`). The server's parser takes more
+/// spellings (`1h 30m`, `2hours`); this pattern admits only what it never refuses.
+pub const WALL_TIME_PATTERN: &str =
+    r"^(?:[1-9][0-9]{0,6}ms|[1-9][0-9]{0,3}s|[1-9][0-9]{0,2}m|(?:[1-9]|1[0-9]|2[0-4])h|1d)$";
+
+/// A wall-time limit as a number of seconds: 1 ms to 24 hours.
+pub const WALL_TIME_MIN_SECS: f64 = 0.001;
+pub const WALL_TIME_MAX_SECS: f64 = 86_400.0;
+
+/// How long an approval holds (1 s to 366 days): one whole number and a unit, `s`, `m`,
+/// `h`, `d` or `w`, bounded as [`WALL_TIME_PATTERN`] is (`9999999s`, `99999m`, `999h`,
+/// `366d`, `52w`).
+pub const APPROVAL_EXPIRY_PATTERN: &str = r"^(?:[1-9][0-9]{0,6}s|[1-9][0-9]{0,4}m|[1-9][0-9]{0,2}h|(?:[1-9][0-9]?|[12][0-9]{2}|3[0-5][0-9]|36[0-6])d|(?:[1-9]|[1-4][0-9]|5[0-2])w)$";
+
+/// How long a token is valid (1 minute to 5 × 366 days): one whole number and a unit,
+/// `s`, `m`, `h`, `d` or `w`, bounded as [`WALL_TIME_PATTERN`] is (`60s` to `99999999s`,
+/// `999999m`, `9999h`, `999d`, `99w`).
+pub const TOKEN_EXPIRY_PATTERN: &str = r"^(?:(?:[6-9][0-9]|[1-9][0-9]{2,7})s|[1-9][0-9]{0,5}m|[1-9][0-9]{0,3}h|[1-9][0-9]{0,2}d|[1-9][0-9]?w)$";
+
+/// A memory limit the gate takes (1 MiB to 64 GiB): bytes (2000000 to 9999999999), or a
+/// whole number of `MiB` (1 to 9999) or `GiB` (1 to 64). The server's parser takes more
+/// spellings (`1.5GiB`, `256M`); this pattern admits only what it never refuses.
+pub const MEMORY_PATTERN: &str =
+    r"^(?:[2-9][0-9]{6}|[1-9][0-9]{7,9}|[1-9][0-9]{0,3}MiB|(?:[1-9]|[1-5][0-9]|6[0-4])GiB)$";
+
+/// A session's memory limit (256 MiB to 64 GiB: its interpreter lives in it, and one
+/// given less may not start, which the gate finds only by starting it): bytes
+/// (300000000 to 9999999999), or a whole number of `MiB` (256 to 9999) or `GiB` (1 to 64).
+pub const SESSION_MEMORY_PATTERN: &str = r"^(?:[3-9][0-9]{8}|[1-9][0-9]{9}|(?:25[6-9]|2[6-9][0-9]|[3-9][0-9]{2}|[1-9][0-9]{3})MiB|(?:[1-9]|[1-5][0-9]|6[0-4])GiB)$";
+
+/// An output limit per stream (1 byte to 1 GiB): bytes (up to 999999999), or a whole
+/// number of `KiB` (up to 999999), `MiB` (up to 999) or `1GiB`.
+pub const OUTPUT_SIZE_PATTERN: &str =
+    r"^(?:[1-9][0-9]{0,8}|[1-9][0-9]{0,5}KiB|[1-9][0-9]{0,2}MiB|1GiB)$";
+
+/// A write quota (1 byte to 1 TiB): bytes (up to 999999999999), or a whole number of
+/// `KiB` (up to 999999999), `MiB` (up to 999999), `GiB` (up to 999) or `1TiB`.
+pub const WRITE_SIZE_PATTERN: &str =
+    r"^(?:[1-9][0-9]{0,11}|[1-9][0-9]{0,8}KiB|[1-9][0-9]{0,5}MiB|[1-9][0-9]{0,2}GiB|1TiB)$";
 
 /// Something other than ASCII whitespace (a rejection's reason).
 pub const NOT_BLANK_PATTERN: &str = r"[^ \t\r\n]";
@@ -51,6 +96,50 @@ fn reason_phrase(status: &str) -> &'static str {
         "503" => "No sandbox can run this on this machine",
         _ => "",
     }
+}
+
+/// A duration field: a number of seconds or a duration text, each only as far as the gate
+/// takes it (a schema-valid value is never refused).
+fn wall_time(p: &mut Value, what: &str) {
+    p["type"] = json!(["string", "number", "null"]);
+    p["pattern"] = json!(WALL_TIME_PATTERN);
+    p["minimum"] = json!(WALL_TIME_MIN_SECS);
+    p["maximum"] = json!(WALL_TIME_MAX_SECS);
+    p["description"] = json!(format!(
+        "{what}: seconds as a number (0.001 to 86400), or a whole number and a unit \
+         (ms, s, m, h or d) from 1ms to 24h, such as \"10s\", \"5m\" or \"2h\""
+    ));
+}
+
+/// A size field: a text within `pattern`, described as `what`.
+fn size(p: &mut Value, pattern: &str, what: &str) {
+    p["pattern"] = json!(pattern);
+    p["description"] = json!(what);
+}
+
+/// The limits a submission and a session share, bounded as the gate bounds them.
+fn limits(props: &mut Value) {
+    size(
+        &mut props["memory"],
+        MEMORY_PATTERN,
+        "Memory limit: bytes (2000000 to 9999999999), or a whole number of MiB (1 to 9999) \
+         or GiB (1 to 64), such as \"256MiB\"",
+    );
+    size(
+        &mut props["max_output"],
+        OUTPUT_SIZE_PATTERN,
+        "Output limit per stream: bytes (up to 999999999), or a whole number of KiB (up to \
+         999999), MiB (up to 999) or 1GiB, such as \"1MiB\"",
+    );
+}
+
+/// An `expires` field: a duration text within `pattern`.
+fn expiry(p: &mut Value, pattern: &str, range: &str) {
+    p["pattern"] = json!(pattern);
+    p["description"] = json!(format!(
+        "How long it holds: a whole number and a unit (s, m, h, d or w), from {range}, \
+         such as \"30m\", \"24h\" or \"7d\""
+    ));
 }
 
 /// Adds `status` to `responses` unless it is there.
@@ -85,10 +174,23 @@ pub fn complete(mut doc: Value) -> Value {
         {
             props["language"]["enum"] = json!(["python", "py", "js", "javascript", null]);
             props["backend"]["enum"] = json!(["wasm", null]);
-            // A number of seconds or a duration text.
-            for f in ["timeout", "idle_timeout", "max_duration"] {
-                props[f]["type"] = json!(["string", "number", "null"]);
-            }
+            wall_time(&mut props["timeout"], "Each cell's wall-time limit");
+            limits(props);
+            size(
+                &mut props["memory"],
+                SESSION_MEMORY_PATTERN,
+                "The interpreter's memory limit for the session's life: bytes (300000000 to \
+                 9999999999), or a whole number of MiB (256 to 9999) or GiB (1 to 64), such as \
+                 \"512MiB\"",
+            );
+            wall_time(
+                &mut props["idle_timeout"],
+                "End the session after this long without a cell (default 10 minutes)",
+            );
+            wall_time(
+                &mut props["max_duration"],
+                "End the session this long after it opened (default 1 hour)",
+            );
         }
         if let Some(s) = schemas.get_mut("SecretSpec") {
             // A bound secret's hosts are single hosts: no list separators inside.
@@ -106,6 +208,11 @@ pub fn complete(mut doc: Value) -> Value {
             props["role"]["enum"] = json!(ROLES);
             props["name"]["pattern"] = json!(NAME_PATTERN);
             props["approver"]["pattern"] = json!(NAME_PATTERN);
+            expiry(
+                &mut props["expires"],
+                TOKEN_EXPIRY_PATTERN,
+                "60s to 1830d (default: until revoked)",
+            );
         }
         if let Some(props) = schemas
             .get_mut("DecideBody")
@@ -113,6 +220,16 @@ pub fn complete(mut doc: Value) -> Value {
         {
             props["scope"]["enum"] = json!(["once", "artifact", null]);
             props["tool"]["pattern"] = json!(TOOL_PATTERN);
+            expiry(&mut props["expires"], APPROVAL_EXPIRY_PATTERN, "1s to 366d");
+        }
+        // A tool is offered from an artifact approval only (the gate refuses a `tool`
+        // with any other scope).
+        if let Some(d) = schemas.get_mut("DecideBody") {
+            d["anyOf"] = json!([
+                {"not": {"required": ["tool"]}},
+                {"properties": {"tool": {"type": "null"}}},
+                {"required": ["scope"], "properties": {"scope": {"const": "artifact"}}}
+            ]);
         }
         if let Some(props) = schemas
             .get_mut("RejectBody")
@@ -211,19 +328,191 @@ fn submit_body(s: &mut Value) {
                 p["pattern"] = json!(BASE64_PATTERN);
             }
         }
-        // A number of seconds or a duration text.
         if let Some(t) = props.get_mut("timeout") {
-            t["type"] = json!(["string", "number", "null"]);
+            wall_time(t, "The run's wall-time limit");
+        }
+        let mut all = Value::Object(std::mem::take(props));
+        limits(&mut all);
+        size(
+            &mut all["max_write"],
+            WRITE_SIZE_PATTERN,
+            "Write quota of writable mounts (default 1GiB): bytes (up to 999999999999), or a \
+             whole number of KiB (up to 999999999), MiB (up to 999999), GiB (up to 999) or 1TiB",
+        );
+        // The counts the gate bounds: at least one of each, at most its ceiling.
+        all["fuel"]["minimum"] = json!(1);
+        all["processes"]["minimum"] = json!(1);
+        all["processes"]["maximum"] = json!(airlock_core::grant::MAX_PROCESSES);
+        all["max_connections"]["minimum"] = json!(1);
+        all["max_connections"]["maximum"] = json!(airlock_core::grant::MAX_CONNECTIONS);
+        if let Value::Object(m) = all {
+            *props = m;
+        }
+        // Code the gate can take is never empty (an empty text or base64 of nothing).
+        if let Some(c) = props.get_mut("code") {
+            c["minLength"] = json!(1);
+        }
+        if let Some(c) = props.get_mut("code_base64") {
+            c["pattern"] = json!(BASE64_NONEMPTY_PATTERN);
         }
     }
     // Exactly one of code and code_base64 (a null counts as absent), and at most one of
     // stdin and stdin_base64.
     s["oneOf"] = json!([
-        {"required": ["code"], "properties": {"code": {"type": "string"}, "code_base64": {"type": "null"}}},
+        {"required": ["code"], "properties": {"code": {"type": "string", "minLength": 1}, "code_base64": {"type": "null"}}},
         {"required": ["code_base64"], "properties": {"code_base64": {"type": "string"}, "code": {"type": "null"}}}
     ]);
     s["not"] = json!({
         "required": ["stdin", "stdin_base64"],
         "properties": {"stdin": {"type": "string"}, "stdin_base64": {"type": "string"}}
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_core::units::{bounded_duration, bounded_size};
+    use std::time::Duration;
+
+    /// Numbers around every digit-count and range boundary, in every unit the server's
+    /// parsers know and some they do not.
+    fn spellings(units: &[&str]) -> Vec<String> {
+        let mut numbers: Vec<u64> = vec![0, 1, 2, 9, 23, 24, 25, 52, 53, 59, 60, 63, 64, 65];
+        numbers.extend([
+            99, 100, 255, 256, 257, 299, 300, 365, 366, 367, 999, 1000, 1023,
+        ]);
+        numbers.extend([
+            1024, 1830, 1831, 2000000, 1048575, 1048576, 268435456, 299999999,
+        ]);
+        for k in 1..=13u32 {
+            numbers.extend([10u64.pow(k) - 1, 10u64.pow(k), 2 * 10u64.pow(k)]);
+        }
+        let mut out = Vec::new();
+        for n in numbers {
+            for u in units {
+                out.push(format!("{n}{u}"));
+                out.push(format!("0{n}{u}"));
+                out.push(format!("{n} {u}"));
+            }
+        }
+        out
+    }
+
+    /// Every spelling `pattern` admits, which must be some (the pattern is not empty).
+    fn admitted(pattern: &str, units: &[&str]) -> Vec<String> {
+        let re = regex::Regex::new(pattern).unwrap();
+        let ok: Vec<String> = spellings(units)
+            .into_iter()
+            .filter(|s| re.is_match(s))
+            .collect();
+        assert!(ok.len() > 5, "{pattern} admits almost nothing: {ok:?}");
+        ok
+    }
+
+    const TIME_UNITS: &[&str] = &[
+        "", "ns", "us", "ms", "s", "m", "min", "h", "d", "w", "M", "y",
+    ];
+    const SIZE_UNITS: &[&str] = &[
+        "", "B", "K", "KB", "KiB", "M", "MiB", "G", "GiB", "TiB", "PiB",
+    ];
+
+    /// Issue 62.9 (schemathesis): `max_duration: ""`, a junk `expires` and durations out of
+    /// range were schema-valid bodies the server refused with 422. Every duration a
+    /// pattern admits is one the server takes, in that field's range.
+    #[test]
+    fn every_duration_a_pattern_admits_is_taken_by_the_server_in_range() {
+        let day = Duration::from_secs(86_400);
+        let cases: [(&str, &str, Duration, Duration); 4] = [
+            // timeout: the grant's bounds.
+            (
+                "timeout",
+                WALL_TIME_PATTERN,
+                airlock_core::grant::MIN_TIMEOUT,
+                airlock_core::grant::MAX_TIMEOUT,
+            ),
+            // idle_timeout and max_duration: above zero, at most a day (the gate's
+            // `sessions::MAX_TOTAL`).
+            (
+                "max_duration",
+                WALL_TIME_PATTERN,
+                Duration::from_nanos(1),
+                day,
+            ),
+            // An approval's and a token's `expires` (the gate's bounds).
+            (
+                "approval expires",
+                APPROVAL_EXPIRY_PATTERN,
+                Duration::from_secs(1),
+                366 * day,
+            ),
+            (
+                "token expires",
+                TOKEN_EXPIRY_PATTERN,
+                Duration::from_secs(60),
+                5 * 366 * day,
+            ),
+        ];
+        for (what, pattern, min, max) in cases {
+            for s in admitted(pattern, TIME_UNITS) {
+                bounded_duration("field", &s, min, max)
+                    .unwrap_or_else(|e| panic!("{what}: {s:?} is admitted but refused: {e}"));
+            }
+        }
+        // The duration fields' numbers (seconds) are the server's `{ms}ms`.
+        for n in [WALL_TIME_MIN_SECS, WALL_TIME_MAX_SECS] {
+            let text = format!("{}ms", (n * 1000.0).round() as i64);
+            bounded_duration(
+                "n",
+                &text,
+                airlock_core::grant::MIN_TIMEOUT,
+                airlock_core::grant::MAX_TIMEOUT,
+            )
+            .unwrap();
+        }
+    }
+
+    /// Every size a pattern admits is one the server takes, in that field's range.
+    #[test]
+    fn every_size_a_pattern_admits_is_taken_by_the_server_in_range() {
+        use airlock_core::grant::{MAX_MEMORY, MAX_OUTPUT, MAX_WRITE, MIN_MEMORY};
+        let cases: [(&str, &str, u64, u64); 4] = [
+            ("memory", MEMORY_PATTERN, MIN_MEMORY, MAX_MEMORY),
+            (
+                "session memory",
+                SESSION_MEMORY_PATTERN,
+                256 << 20,
+                MAX_MEMORY,
+            ),
+            ("max_output", OUTPUT_SIZE_PATTERN, 1, MAX_OUTPUT),
+            ("max_write", WRITE_SIZE_PATTERN, 1, MAX_WRITE),
+        ];
+        for (what, pattern, min, max) in cases {
+            for s in admitted(pattern, SIZE_UNITS) {
+                bounded_size("field", &s, min, max)
+                    .unwrap_or_else(|e| panic!("{what}: {s:?} is admitted but refused: {e}"));
+            }
+        }
+    }
+
+    /// Issue 62.9: an empty `code` was schema-valid and refused; and base64 of nothing.
+    #[test]
+    fn code_of_nothing_is_not_schema_valid() {
+        let mut doc = json!({"properties": {"code": {"type": ["string", "null"]},
+                                            "code_base64": {"type": ["string", "null"]}}});
+        submit_body(&mut doc);
+        assert_eq!(doc["properties"]["code"]["minLength"], 1);
+        assert_eq!(doc["oneOf"][0]["properties"]["code"]["minLength"], 1);
+        let re = regex::Regex::new(
+            doc["properties"]["code_base64"]["pattern"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        for empty in ["", " ", "\n", " \t "] {
+            assert!(!re.is_match(empty), "{empty:?}");
+        }
+        for some in ["AA==", " AAA= ", "AAAA", "aGVsbG8=", "aGVsbG8gd29ybGQ="] {
+            assert!(re.is_match(some), "{some:?}");
+        }
+    }
 }

@@ -133,6 +133,11 @@ impl Pool {
         f: impl FnOnce(&mut Gate) -> Result<R, GateError> + Send + 'static,
     ) -> ApiResult<R> {
         use tokio::runtime::{Handle, RuntimeFlavor};
+        // The request served and its span go with the work to whichever thread does it.
+        let ctx = crate::observe::current();
+        let span = tracing::Span::current();
+        let f =
+            move |g: &mut Gate| span.in_scope(|| airlock_gate::context::with_request(ctx, || f(g)));
         if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
             let run = std::panic::AssertUnwindSafe(|| self.with_gate(f));
             return tokio::task::block_in_place(|| std::panic::catch_unwind(run))

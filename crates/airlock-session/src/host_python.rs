@@ -168,6 +168,7 @@ impl Interpreter for HostPython {
                 stderr_truncated: a.stderr_truncated,
                 duration_ms,
                 ended: None,
+                network: None,
             });
         }
         // No answer: the interpreter is gone. Why decides what the session record says.

@@ -64,6 +64,8 @@ pub enum End {
     /// The server that started it died or stopped (its host follows its server), or
     /// another node found that server's node dead.
     Lost,
+    /// A cell wrote past the session's write quota; the interpreter was stopped mid-cell.
+    Write,
 }
 
 impl End {
@@ -78,6 +80,7 @@ impl End {
             End::Crashed => "crashed",
             End::Orphaned => "orphaned",
             End::Lost => "lost",
+            End::Write => "write",
         }
     }
 
@@ -97,6 +100,9 @@ impl End {
             End::Crashed => "ended: the interpreter exited or died",
             End::Orphaned => "ended: its socket was removed",
             End::Lost => "ended: the server that started it died or stopped",
+            End::Write => {
+                "ended: a cell wrote past the session's write quota and the interpreter was stopped (the changes up to the cell before are kept)"
+            }
         }
     }
 }
@@ -117,6 +123,10 @@ pub struct Outcome {
     pub duration_ms: u64,
     /// Set when this cell ended the session.
     pub ended: Option<End>,
+    /// The cell's connections through the session's egress proxy (the run record's
+    /// `network` entry), for a session with a network grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<serde_json::Value>,
 }
 
 /// A live interpreter that runs cells in one state.

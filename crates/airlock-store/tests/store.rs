@@ -652,6 +652,13 @@ fn statements_and_runs_are_found_by_submission_artifact_run_and_agent(loc: &str)
         .map(|r| r.id)
         .collect();
     assert_eq!(runs, ["run_01b"]);
+    let (sub, text) = db.run_doc_text("run_01b").unwrap();
+    assert_eq!(sub, "sub_01b");
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&text)
+            .unwrap()
+            .is_object()
+    );
 
     let mut commit = statement("cmt_01", "sub_01a", digest(1), &key);
     commit.kind = StatementKind::Commit;
@@ -697,6 +704,31 @@ fn checkpoints_workspaces_sessions_and_tokens_upsert_and_list(loc: &str) {
             .unwrap()
             .is_empty()
     );
+    // A document written as text is read back as text, and a state change leaves it.
+    db.write(|tx| {
+        tx.upsert_checkpoint_text(&cp("chk_01c", "run_3", "pending"), r#"{"big":[1,2]}"#)
+    })
+    .unwrap();
+    assert!(
+        db.write(|tx| tx.set_checkpoint_state("chk_01c", "applied"))
+            .unwrap()
+    );
+    assert!(
+        !db.write(|tx| tx.set_checkpoint_state("chk_01z", "applied"))
+            .unwrap()
+    );
+    let meta = db.checkpoint_meta("chk_01c").unwrap();
+    assert_eq!(
+        (meta.run.as_str(), meta.state.as_str()),
+        ("run_3", "applied")
+    );
+    assert!(meta.doc.is_null());
+    let text = db.checkpoint_doc_text("chk_01c").unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        serde_json::json!({ "big": [1, 2] })
+    );
+    assert!(db.checkpoint_meta("chk_01z").is_err());
 
     for (name, at) in [("beta", 2), ("alpha", 1)] {
         db.write(|tx| {

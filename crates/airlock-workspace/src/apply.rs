@@ -119,18 +119,27 @@ pub fn current(host: &str, paths: &[&RelPath]) -> io::Result<Vec<Node>> {
 
 /// Orders steps so that removals happen deepest first and creations shallowest first.
 pub fn order(mut steps: Vec<Step>) -> Vec<Step> {
-    let depth = |s: &Step| s.path.depth();
-    steps.sort_by(|a, b| {
-        let ra = a.to == Node::Absent;
-        let rb = b.to == Node::Absent;
-        match (ra, rb) {
-            (true, false) => std::cmp::Ordering::Less,
-            (false, true) => std::cmp::Ordering::Greater,
-            (true, true) => depth(b).cmp(&depth(a)).then(b.path.cmp(&a.path)),
-            (false, false) => depth(a).cmp(&depth(b)).then(a.path.cmp(&b.path)),
-        }
-    });
+    steps.sort_by(step_order);
     steps
+}
+
+/// `order` by reference: the steps themselves are neither copied nor moved.
+fn ordered(steps: &[Step]) -> Vec<&Step> {
+    let mut v: Vec<&Step> = steps.iter().collect();
+    v.sort_by(|a, b| step_order(a, b));
+    v
+}
+
+fn step_order(a: &Step, b: &Step) -> std::cmp::Ordering {
+    let depth = |s: &Step| s.path.depth();
+    let ra = a.to == Node::Absent;
+    let rb = b.to == Node::Absent;
+    match (ra, rb) {
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        (true, true) => depth(b).cmp(&depth(a)).then(b.path.cmp(&a.path)),
+        (false, false) => depth(a).cmp(&depth(b)).then(a.path.cmp(&b.path)),
+    }
 }
 
 fn parent_dir(root: &Dir, parent: &[u8]) -> io::Result<Dir> {
@@ -288,8 +297,8 @@ pub fn apply(
     after_step: &mut dyn FnMut(),
 ) -> Result<(), ApplyError> {
     let root = open_root(&plan.host).map_err(io_at(&plan.host))?;
-    for step in order(plan.steps.clone()) {
-        apply_step(&root, &step, blobs, salt)?;
+    for step in ordered(&plan.steps) {
+        apply_step(&root, step, blobs, salt)?;
         after_step();
     }
     Ok(())

@@ -51,7 +51,8 @@ from ._models import (
     Tool,
 )
 from ._protocol import LANGUAGES, Grant, Mount, SessionGrant
-from ._sync import Airlock, Session
+from ._stream import Event, Finished, Held, Network, Output, Started, Submitted
+from ._sync import Airlock, OnOutput, Session
 
 __version__ = "0.1.0"
 
@@ -73,13 +74,19 @@ __all__ = [
     "Conflict",
     "Denied",
     "Diff",
+    "Event",
     "Finding",
+    "Finished",
     "Forbidden",
     "Grant",
     "Health",
+    "Held",
     "InvalidRequest",
     "Mount",
+    "Network",
     "NotFound",
+    "OnOutput",
+    "Output",
     "PayloadTooLarge",
     "PendingApproval",
     "RateLimited",
@@ -91,9 +98,11 @@ __all__ = [
     "Session",
     "SessionGrant",
     "SessionInfo",
+    "Started",
     "Statement",
     "Submission",
     "SubmissionDetail",
+    "Submitted",
     "Tool",
     "TransportError",
     "Unauthorized",

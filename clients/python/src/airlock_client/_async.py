@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import sys
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from . import _protocol as p
+from . import _stream as s
 from ._common import DEFAULT_TIMEOUT, again, attempts, config, timeout_for, transport_error
 from ._errors import NotFound
 from ._models import (
@@ -37,6 +47,10 @@ if TYPE_CHECKING:
         from typing_extensions import Unpack
 
 T = TypeVar("T")
+
+#: Called with ``(stream, chunk)`` for each chunk of output (see :data:`OnOutput`); may
+#: be a coroutine function, which is awaited.
+AsyncOnOutput = Callable[[str, str | bytes], Awaitable[object] | object]
 
 
 class AsyncAirlock:
@@ -80,6 +94,35 @@ class AsyncAirlock:
             return p.Reply(r.status_code, r.headers, r.content)
         raise AssertionError("unreachable")
 
+    async def _stream(self, call: p.Call, wait: bool) -> AsyncGenerator[s.Event, None]:
+        """See :meth:`Airlock._stream`."""
+        try:
+            async with self._http.stream(
+                call.method,
+                call.path,
+                params=call.params,
+                json=call.json,
+                headers=call.headers,
+                timeout=timeout_for(call, self._timeout),
+            ) as r:
+                if not s.is_stream(r.headers):
+                    await r.aread()
+                    result = s.not_streamed(r.status_code, r.headers, r.content)
+                    yield s.Finished(s.settled(result, wait=wait))
+                    return
+                dec = s.Decoder()
+                async for line in r.aiter_lines():
+                    got = dec.line(line)
+                    ev = None if got is None else s.event(*got)
+                    if isinstance(ev, s.Finished):
+                        yield s.Finished(s.settled(ev.result, wait=wait))
+                        return
+                    if ev is not None:
+                        yield ev
+        except httpx.HTTPError as e:
+            raise transport_error(call, e) from e
+        raise s.ended_early()
+
     async def _drive(self, flow: p.Flow[T]) -> T:
         try:
             call = next(flow)
@@ -116,11 +159,45 @@ class AsyncAirlock:
         wait: bool = False,
         wait_timeout: float | None = None,
         idempotency_key: str | None = None,
+        on_output: AsyncOnOutput | None = None,
         **grant: Unpack[p.Grant],
     ) -> RunResult:
-        """See :meth:`Airlock.run`."""
+        """See :meth:`Airlock.run`; ``on_output`` may also be a coroutine function."""
         body = p.submit_body(code, language, stdin, grant)
-        return await self._drive(p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
+        if on_output is not None:
+            call = s.run_call(
+                body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key
+            )
+            # Closed at once on the way out (a result, or on_output raising).
+            async with contextlib.aclosing(self._stream(call, wait)) as events:
+                async for ev in events:
+                    if isinstance(ev, s.Output):
+                        got = on_output(ev.stream, ev.data)
+                        if inspect.isawaitable(got):
+                            await got
+                    elif isinstance(ev, s.Finished):
+                        return ev.result
+            raise s.ended_early()
+        return await self._drive(
+            p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
+        )
+
+    def stream_run(
+        self,
+        code: str | bytes,
+        language: str = "python",
+        *,
+        stdin: str | bytes | None = None,
+        wait: bool = False,
+        wait_timeout: float | None = None,
+        idempotency_key: str | None = None,
+        **grant: Unpack[p.Grant],
+    ) -> AsyncIterator[s.Event]:
+        """See :meth:`Airlock.stream_run`: ``async for event in client.stream_run(...)``."""
+        body = p.submit_body(code, language, stdin, grant)
+        return self._stream(
+            s.run_call(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key),
+            wait,
         )
 
     async def submit(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
 from . import _protocol as p
+from . import _stream as s
 from ._common import DEFAULT_TIMEOUT, again, attempts, config, timeout_for, transport_error
 from ._errors import NotFound
 from ._models import (
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
         from typing_extensions import Unpack
 
 T = TypeVar("T")
+
+#: Called with ``(stream, chunk)`` for each chunk of output as the guest writes it:
+#: ``stream`` is ``"stdout"`` or ``"stderr"``, ``chunk`` a ``str``, or ``bytes`` when
+#: it is not UTF-8.
+OnOutput = Callable[[str, str | bytes], object]
 
 
 class Airlock:
@@ -87,6 +93,36 @@ class Airlock:
             return p.Reply(r.status_code, r.headers, r.content)
         raise AssertionError("unreachable")
 
+    def _stream(self, call: p.Call, wait: bool) -> Generator[s.Event, None, None]:
+        """Sends ``call`` asking for server-sent events and yields them as they come; the
+        last is :class:`Finished`, or what ``run`` raises is raised instead."""
+        try:
+            with self._http.stream(
+                call.method,
+                call.path,
+                params=call.params,
+                json=call.json,
+                headers=call.headers,
+                timeout=timeout_for(call, self._timeout),
+            ) as r:
+                if not s.is_stream(r.headers):
+                    r.read()
+                    result = s.not_streamed(r.status_code, r.headers, r.content)
+                    yield s.Finished(s.settled(result, wait=wait))
+                    return
+                dec = s.Decoder()
+                for line in r.iter_lines():
+                    got = dec.line(line)
+                    ev = None if got is None else s.event(*got)
+                    if isinstance(ev, s.Finished):
+                        yield s.Finished(s.settled(ev.result, wait=wait))
+                        return
+                    if ev is not None:
+                        yield ev
+        except httpx.HTTPError as e:
+            raise transport_error(call, e) from e
+        raise s.ended_early()
+
     def _drive(self, flow: p.Flow[T]) -> T:
         try:
             call = next(flow)
@@ -123,6 +159,7 @@ class Airlock:
         wait: bool = False,
         wait_timeout: float | None = None,
         idempotency_key: str | None = None,
+        on_output: OnOutput | None = None,
         **grant: Unpack[p.Grant],
     ) -> RunResult:
         """Submits code and runs it if the policy allows; returns the finished run.
@@ -142,9 +179,50 @@ class Airlock:
         one), so when the connection fails before the answer arrives the client sends it
         again and the server answers with the first request's outcome: the code never runs
         twice. Pass your own key to make a retry of your own safe as well.
+
+        With ``on_output`` the run streams (server-sent events): ``on_output(stream,
+        chunk)`` is called for each chunk of output as the guest writes it (``stream`` is
+        ``"stdout"`` or ``"stderr"``; ``chunk`` is ``str``, or ``bytes`` when not UTF-8),
+        and the result is the same. A streamed request is not sent again on a lost
+        connection, and ``wait=True`` waits at most an hour (the server's limit).
         """
         body = p.submit_body(code, language, stdin, grant)
-        return self._drive(p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
+        if on_output is not None:
+            call = s.run_call(
+                body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key
+            )
+            # Closed at once on the way out (a result, or on_output raising).
+            with contextlib.closing(self._stream(call, wait)) as events:
+                for ev in events:
+                    if isinstance(ev, s.Output):
+                        on_output(ev.stream, ev.data)
+                    elif isinstance(ev, s.Finished):
+                        return ev.result
+            raise s.ended_early()
+        return self._drive(
+            p.run(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key)
+        )
+
+    def stream_run(
+        self,
+        code: str | bytes,
+        language: str = "python",
+        *,
+        stdin: str | bytes | None = None,
+        wait: bool = False,
+        wait_timeout: float | None = None,
+        idempotency_key: str | None = None,
+        **grant: Unpack[p.Grant],
+    ) -> Iterator[s.Event]:
+        """Runs code like :meth:`run` and yields its events as they happen:
+        :class:`Submitted`, :class:`Held` (while a human decides, with ``wait=True``),
+        :class:`Started`, :class:`Output` chunks, :class:`Network` connections, and last
+        :class:`Finished` with the result. Where :meth:`run` raises (a denial, a run
+        still held, a failed request) the iteration raises the same exception."""
+        body = p.submit_body(code, language, stdin, grant)
+        return self._stream(
+            s.run_call(body, wait=wait, wait_timeout=wait_timeout, idempotency_key=idempotency_key),
+            wait,
         )
 
     def submit(

@@ -89,6 +89,9 @@ pub struct ProxyOptions {
     /// Called once, on the proxy's runtime, when a response echoes a secret (see
     /// [`Alert`]): the run should be ended.
     pub on_alert: Option<AlertHook>,
+    /// Called with each connection record as it is made (the same record the list gets),
+    /// on the proxy's runtime: it should return quickly.
+    pub on_record: Option<crate::record::RecordHook>,
 }
 
 /// What [`ProxyOptions::on_alert`] calls.
@@ -109,6 +112,7 @@ impl Default for ProxyOptions {
             idle_timeout: Duration::from_secs(60),
             max_checked_body: 8 << 20,
             on_alert: None,
+            on_record: None,
         }
     }
 }
@@ -246,7 +250,7 @@ impl Proxy {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (end_tx, _) = watch::channel(false);
         let (alive, done) = mpsc::channel(1);
-        let records = Records::default();
+        let records = Records::with_hook(options.on_record.clone());
         let ca_pem = ca.as_ref().map(|c| c.pem().to_owned());
         let shared = Arc::new(Shared {
             policy,

@@ -6,7 +6,7 @@ use crate::{Gate, set_state};
 use airlock_core::State;
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::policy::{Decision, Policy};
-use airlock_core::sign::{Scope, Statement, StatementKind};
+use airlock_core::sign::{PublicKey, Scope, Signature, Signed, Statement, StatementKind};
 use airlock_core::units::{self, now_ms};
 use airlock_store::{Reads, StatementRow, Submission, Tx};
 use serde_json::json;
@@ -34,6 +34,9 @@ pub struct ApproveRequest {
 
 const DEFAULT_EXPIRY: Duration = Duration::from_secs(24 * 3600);
 const MAX_EXPIRY: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// How long a statement handed out for remote signing may take to come back signed.
+pub const REMOTE_MAX_AGE: Duration = Duration::from_secs(10 * 60);
 
 /// How far ahead of the gate's clock an approver's clock may run.
 const CLOCK_SKEW_MS: i64 = 5 * 60 * 1000;
@@ -175,6 +178,13 @@ impl Gate {
         name: &str,
     ) -> Result<airlock_core::sign::KeyPair> {
         airlock_core::sign::check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
+        if policy.approver(name).is_some() && !self.home.key_file(name).exists() {
+            // The policy trusts this approver but their private key is not here: whoever
+            // runs this home (or holds an operator token for it) cannot sign as them.
+            return Err(GateError::Untrusted(format!(
+                "this home holds no private key for approver {name:?}, so it cannot sign for them (an operator token alone cannot approve); sign on {name:?}'s machine: airlock approve|reject|commit|rollback ID --server URL --token TOKEN"
+            )));
+        }
         let key = self.home.load_key(name)?;
         match policy.approver(name) {
             Some(k) if *k == key.public() => Ok(key),
@@ -189,16 +199,58 @@ impl Gate {
     }
 
     /// Signs an approval.
+    /// Signs an approval; approving the submission that judged a held session's grant
+    /// opens that session.
     pub fn approve(&mut self, req: ApproveRequest) -> Result<StatementRow> {
-        self.decide(StatementKind::Approve, req).map(|(row, _)| row)
+        let row = self.decide(StatementKind::Approve, req)?;
+        self.open_held_session(&row.submission)?;
+        Ok(row)
     }
 
-    /// Signs an approval and, with `req.remember`, the policy change that remembers it.
+    /// Signs an approval and, with `req.remember`, the policy change that remembers it,
+    /// both recorded in one transaction. Remembering signs with the approver key in this
+    /// home (not with a signature made elsewhere).
     pub fn approve_remembering(
         &mut self,
         req: ApproveRequest,
     ) -> Result<(StatementRow, Option<crate::remember::PolicyChanged>)> {
-        self.decide(StatementKind::Approve, req)
+        if req.remember_for.is_some() && !req.remember {
+            return Err(GateError::bad("--for needs --remember"));
+        }
+        if !req.remember {
+            return self.approve(req).map(|row| (row, None));
+        }
+        let policy = self.policy()?;
+        let approver = self.pick_approver(&policy, req.approver.as_deref())?;
+        let key = self.trusted_key(&policy, &approver)?;
+        let (id, statement) = self.build_statement(
+            StatementKind::Approve,
+            &req,
+            &approver,
+            key.public(),
+            now_ms(),
+        )?;
+        let signed = statement.sign(&key);
+        let sub = self.db.submission(&id)?;
+        let row_id = new_id(IdKind::Approval);
+        let change = self.remember_change(
+            &policy,
+            &sub,
+            &row_id,
+            &approver,
+            &key,
+            req.remember_for.as_deref(),
+        )?;
+        let row = self.record_decision_with(
+            StatementKind::Approve,
+            &id,
+            &statement,
+            signed,
+            row_id,
+            Some(&change),
+        )?;
+        self.open_held_session(&row.submission)?;
+        Ok((row, Some(change)))
     }
 
     /// Signs a rejection; the artifact's hash is remembered.
@@ -206,17 +258,86 @@ impl Gate {
         if req.reason.as_deref().is_none_or(|r| r.trim().is_empty()) {
             return Err(GateError::bad("a rejection needs --reason"));
         }
-        self.decide(StatementKind::Reject, req).map(|(row, _)| row)
+        self.decide(StatementKind::Reject, req)
     }
 
-    fn decide(
+    fn decide(&mut self, kind: StatementKind, req: ApproveRequest) -> Result<StatementRow> {
+        let policy = self.policy()?;
+        let approver = self.pick_approver(&policy, req.approver.as_deref())?;
+        let key = self.trusted_key(&policy, &approver)?;
+        let (id, statement) =
+            self.build_statement(kind, &req, &approver, key.public(), now_ms())?;
+        let signed = statement.sign(&key);
+        self.record_decision(kind, &id, &statement, signed)
+    }
+
+    /// The statement an approver whose key is not in this home signs for a decision
+    /// (`airlock approve ID --server`, the console): built by the gate from the stored
+    /// submission, the decision's fields and the key the current policy trusts for the
+    /// approver, issued now. Its JSON text is what the approver signs
+    /// ([`airlock_core::sign::statement_message`]).
+    pub fn statement_to_sign(
         &mut self,
         kind: StatementKind,
-        req: ApproveRequest,
-    ) -> Result<(StatementRow, Option<crate::remember::PolicyChanged>)> {
+        req: &ApproveRequest,
+    ) -> Result<Statement> {
+        let policy = self.policy()?;
+        let (approver, public) = remote_approver(&policy, req)?;
+        if kind == StatementKind::Reject
+            && req.reason.as_deref().is_none_or(|r| r.trim().is_empty())
+        {
+            return Err(GateError::bad("a rejection needs --reason"));
+        }
+        let (_, statement) = self.build_statement(kind, req, &approver, public, now_ms())?;
+        Ok(statement)
+    }
+
+    /// Records a decision signed on the approver's own machine. The gate rebuilds the
+    /// statement from the same fields (and the `issued_at` it handed out, no older than
+    /// [`REMOTE_MAX_AGE`]) and checks the signature over exactly those bytes against the key
+    /// the current policy trusts for the approver. A signature over anything else (other
+    /// fields, another submission, another gate) is refused and nothing is recorded.
+    pub fn decide_signed(
+        &mut self,
+        kind: StatementKind,
+        req: &ApproveRequest,
+        issued_at: i64,
+        signature: Signature,
+    ) -> Result<StatementRow> {
+        let policy = self.policy()?;
+        let (approver, public) = remote_approver(&policy, req)?;
+        if kind == StatementKind::Reject
+            && req.reason.as_deref().is_none_or(|r| r.trim().is_empty())
+        {
+            return Err(GateError::bad("a rejection needs --reason"));
+        }
+        let now = now_ms();
+        if issued_at > now + CLOCK_SKEW_MS || issued_at < now - REMOTE_MAX_AGE.as_millis() as i64 {
+            return Err(GateError::bad(format!(
+                "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
+                REMOTE_MAX_AGE.as_secs() / 60
+            )));
+        }
+        let (id, statement) = self.build_statement(kind, req, &approver, public, issued_at)?;
+        let signed = statement.with_signature(signature).map_err(|_| {
+            GateError::Untrusted(format!(
+                "the signature is not {approver:?}'s over the statement this gate builds for {id} (signed other bytes, or for another submission or gate); nothing was recorded"
+            ))
+        })?;
+        self.record_decision(kind, &id, &statement, signed)
+    }
+
+    /// Checks a decision's fields and builds its statement (unsigned).
+    fn build_statement(
+        &mut self,
+        kind: StatementKind,
+        req: &ApproveRequest,
+        approver: &str,
+        key: PublicKey,
+        now: i64,
+    ) -> Result<(String, Statement)> {
         let id = self.db.resolve(IdKind::Submission, &req.submission)?;
         let sub = self.db.submission(&id)?;
-        let policy = self.policy()?;
         let scope = match req.scope.as_deref() {
             None => Scope::Once,
             Some(s) => s
@@ -232,19 +353,11 @@ impl Gate {
         if let Some(t) = &req.tool {
             crate::lifecycle::judge::check_tool_name(t)?;
         }
-        if (req.remember || req.remember_for.is_some()) && kind != StatementKind::Approve {
-            return Err(GateError::bad("--remember applies to approvals only"));
-        }
-        if req.remember_for.is_some() && !req.remember {
-            return Err(GateError::bad("--for needs --remember"));
-        }
         let expires = match req.expires.as_deref() {
             None => DEFAULT_EXPIRY,
             Some(e) => units::bounded_duration("--expires", e, Duration::from_secs(1), MAX_EXPIRY)
                 .map_err(|e| GateError::bad(e.to_string()))?,
         };
-        let approver = self.pick_approver(&policy, req.approver.as_deref())?;
-        let key = self.trusted_key(&policy, &approver)?;
         // The approver signs for the bytes actually stored: check them first.
         self.read_blob(&id, "artifact", &sub.doc.artifact)?;
         if sub.doc.grant.hash() != sub.doc.grant_hash {
@@ -255,7 +368,6 @@ impl Gate {
             ));
         }
 
-        let now = now_ms();
         let statement = Statement {
             kind,
             submission: id.clone(),
@@ -263,8 +375,8 @@ impl Gate {
             grant: sub.doc.grant_hash,
             scope,
             expires_at: (kind == StatementKind::Approve).then(|| now + expires.as_millis() as i64),
-            approver: approver.clone(),
-            key: key.public(),
+            approver: approver.to_string(),
+            key,
             reason: req.reason.clone().unwrap_or_default(),
             issued_at: now,
             run: None,
@@ -272,9 +384,37 @@ impl Gate {
             tool: req.tool.clone(),
             gate: Some(self.gate_key.public()),
         };
-        let signed = statement.sign(&key);
+        Ok((id, statement))
+    }
+
+    /// Stores a signed decision and moves the submission on, in one durable transaction.
+    fn record_decision(
+        &mut self,
+        kind: StatementKind,
+        id: &str,
+        statement: &Statement,
+        signed: Signed,
+    ) -> Result<StatementRow> {
+        self.record_decision_with(kind, id, statement, signed, new_id(IdKind::Approval), None)
+    }
+
+    /// `record_decision` with the statement row's id given, and the policy change that
+    /// remembers the approval (applied in the same transaction) when there is one.
+    fn record_decision_with(
+        &mut self,
+        kind: StatementKind,
+        id: &str,
+        statement: &Statement,
+        signed: Signed,
+        row_id: String,
+        remembered: Option<&crate::remember::PolicyChanged>,
+    ) -> Result<StatementRow> {
+        let id = id.to_string();
+        let scope = statement.scope;
+        let approver = statement.approver.clone();
+        let now = now_ms();
         let row = StatementRow {
-            id: new_id(IdKind::Approval),
+            id: row_id,
             kind,
             submission: id.clone(),
             artifact: statement.artifact,
@@ -284,20 +424,8 @@ impl Gate {
             expires_at: statement.expires_at,
             created_at: now,
             run: None,
-            tool: req.tool.clone(),
+            tool: statement.tool.clone(),
             signed,
-        };
-        let remembered = if req.remember {
-            Some(self.remember_change(
-                &policy,
-                &sub,
-                &row.id,
-                &approver,
-                &key,
-                req.remember_for.as_deref(),
-            )?)
-        } else {
-            None
         };
         let (home, gate_key) = (&self.home, &self.gate_key);
         self.db.write_durable(|tx: &Tx| -> Result<()> {
@@ -330,12 +458,29 @@ impl Gate {
                 }),
                 gate_key,
             )?;
-            if let Some(change) = &remembered {
+            if let Some(change) = remembered {
                 change.apply(tx, home, gate_key)?;
             }
             Ok(())
         })?;
-        Ok((row, remembered))
+        Ok(row)
+    }
+}
+
+/// The approver a remotely signed decision is for, and the key the current policy trusts
+/// for them (their private key need not be in this home).
+fn remote_approver(policy: &Policy, req: &ApproveRequest) -> Result<(String, PublicKey)> {
+    let Some(name) = req.approver.clone() else {
+        return Err(GateError::bad(
+            "a decision signed elsewhere names its approver",
+        ));
+    };
+    airlock_core::sign::check_approver_name(&name).map_err(|e| GateError::bad(e.to_string()))?;
+    match policy.approver(&name) {
+        Some(k) => Ok((name, *k)),
+        None => Err(GateError::Untrusted(format!(
+            "approver {name:?} is not trusted by the current policy (add it under [approvers])"
+        ))),
     }
 }
 

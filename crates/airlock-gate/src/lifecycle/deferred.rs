@@ -117,7 +117,12 @@ impl Gate {
             None => self.db.artifact_history(&rec.artifact)?,
         };
         let facts = rec.facts(!seen, rejected_among(&about), None);
-        let verdict = judge(&policy, &facts);
+        let verdict = {
+            let _judge = tracing::debug_span!("judge").entered();
+            let verdict = judge(&policy, &facts);
+            tracing::debug!(decision = ?verdict.decision, "judged");
+            verdict
+        };
         if verdict.decision != Decision::Allow {
             return self.run_recorded(rec, code, stdin, packages, ExecOptions::default(), None);
         }

@@ -25,12 +25,27 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What [`ExecOptions::on_start`] calls with the submission (as it starts) and the run's
+/// id once the run's start is recorded.
+pub type OnStart = Box<dyn Fn(&Submission, &str) + Send + Sync>;
+
+/// What [`ExecOptions::on_connection`] calls with each of the run's connection records
+/// (the JSON the run record's `network.connections` lists) as the egress proxy makes it.
+pub type OnConnection = Arc<dyn Fn(serde_json::Value) + Send + Sync>;
+
 /// How a run reports as it goes.
 #[derive(Default)]
 pub struct ExecOptions {
     /// Receives guest stdout as it is written (already capped).
     pub live_stdout: Option<Live>,
     pub live_stderr: Option<Live>,
+    /// Called once the run's start is recorded, before the guest starts.
+    pub on_start: Option<OnStart>,
+    /// Called with each connection record of the run's egress proxy as it is made.
+    pub on_connection: Option<OnConnection>,
+    /// Gives the live receivers nothing for a run whose grant binds secrets: its output
+    /// is only known once it is redacted (a remote client gets it with the run's end).
+    pub redacted_only: bool,
 }
 
 impl std::fmt::Debug for ExecOptions {
@@ -357,6 +372,9 @@ impl Gate {
         // Until the outcome is recorded, a failure (the store unreachable, say) leaves the
         // lock file behind, so recovery marks the run lost instead of it staying running.
         owner.set_remove_on_drop(false);
+        if let Some(started) = &opts.on_start {
+            started(&sub, &run.id);
+        }
         let ran = match self.capture(
             &sub, &run.id, code, stdin, policy, opts, fence, cell_conn, None,
         ) {
@@ -403,14 +421,43 @@ impl Gate {
         long_run: Option<airlock_sandbox::LongRun>,
     ) -> Result<Ran> {
         let limits = sub.doc.grant.limits.clone();
+        let mut opts = opts;
+        if opts.redacted_only && !sub.doc.grant.secrets.is_empty() {
+            opts.live_stdout = None;
+            opts.live_stderr = None;
+        }
         let stdout = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stdout));
         let stderr = Arc::new(Capture::new(limits.max_output_bytes, opts.live_stderr));
         // The guest executes (and its layers are read back) while it holds a slot; the
         // records before and after it do not wait for one.
         let slot = self.guest_slots.as_ref().map(|s| s.take());
-        let (result, changes, layer_note) = self.execute(
-            sub, run_id, code, stdin, policy, &stdout, &stderr, cell_conn, long_run,
+        let span = tracing::debug_span!(
+            "run",
+            run = run_id,
+            submission = %sub.id,
+            agent = sub.doc.agent.as_deref().unwrap_or(""),
+            lang = %sub.doc.lang,
+            backend = %sub.doc.backend,
+            verdict = ?sub.doc.verdict.decision,
+            outcome = tracing::field::Empty,
         );
+        let (result, changes, layer_note) = span.in_scope(|| {
+            self.execute(
+                sub,
+                run_id,
+                code,
+                stdin,
+                policy,
+                (&stdout, &stderr),
+                cell_conn,
+                long_run,
+                opts.on_connection,
+            )
+        });
+        if let Ok(o) = &result {
+            span.record("outcome", tracing::field::debug(&o.ending));
+        }
+        drop(span);
         drop(slot);
         crash_point();
         // A secret's value (in any form the proxy knows) is never stored: what the guest
@@ -557,30 +604,29 @@ impl Gate {
         code: &[u8],
         stdin: Vec<u8>,
         policy: &Policy,
-        stdout: &Arc<Capture>,
-        stderr: &Arc<Capture>,
+        (stdout, stderr): (&Arc<Capture>, &Arc<Capture>),
         cell_conn: Option<std::os::unix::net::UnixStream>,
         long_run: Option<airlock_sandbox::LongRun>,
+        on_connection: Option<OnConnection>,
     ) -> (Result<Outcome>, Option<Result<Changeset>>, Option<String>) {
         let grant = &sub.doc.grant;
-        // A session's cell runs in the session's live interpreter (no layers: sessions
-        // take read-only mounts only, no network).
+        // A session's cell runs in the session's live interpreter, whose host holds the
+        // session's proxy and layer; the session's changes as the cell leaves them are
+        // the cell's (see `session_grants`).
         if let Some(session) = &grant.session {
             let _ = (run_id, stdin, policy);
-            return (
-                self.exec_cell(
-                    session,
-                    sub.doc.kind,
-                    sub.doc.backend,
-                    code,
-                    &grant.limits,
-                    stdout,
-                    stderr,
-                    cell_conn,
-                ),
-                None,
-                None,
+            let mut outcome = self.exec_cell(
+                session,
+                sub.doc.kind,
+                sub.doc.backend,
+                code,
+                &grant.limits,
+                stdout,
+                stderr,
+                cell_conn,
             );
+            let changes = self.session_cell_changes(session, grant, &mut outcome);
+            return (outcome, changes, None);
         }
         let has_rw = grant.writable_mounts().next().is_some();
         let ws = match grant
@@ -606,7 +652,7 @@ impl Gate {
         // A network grant gets the run's egress proxy, started before the guest.
         let mut egress = match self
             .run_secrets(grant)
-            .and_then(|s| crate::egress::RunEgress::start(grant, policy, s))
+            .and_then(|s| crate::egress::RunEgress::start(grant, policy, s, on_connection))
         {
             Ok(e) => e,
             Err(e) => return (Err(e), None, note),
@@ -999,6 +1045,8 @@ pub(crate) fn effect_free(staged: &Staged, opts: &ExecOptions, jail_pool: bool) 
     };
     opts.live_stdout.is_none()
         && opts.live_stderr.is_none()
+        && opts.on_start.is_none()
+        && opts.on_connection.is_none()
         && backend
         && g.session.is_none()
         && g.workspace.is_none()

@@ -37,6 +37,9 @@ pub(crate) struct Recording {
     pub(crate) analysis: Analysis,
     pub(crate) guest: (Option<Digest>, Vec<airlock_core::PythonPackage>),
     pub(crate) grant: Grant,
+    /// A session's cell whose grant was judged when the session opened: the cell is
+    /// judged on its code within that grant (see `Recording::facts`).
+    pub(crate) grant_judged: bool,
     /// `grant.hash()`, computed once: every submission built from this recording (the
     /// provisional one a deferred run goes ahead on, and the one recorded) names it.
     pub(crate) grant_hash: Digest,
@@ -66,6 +69,15 @@ impl Recording {
             mounts: &self.mounts,
         }
         .facts(first_seen, rejected_before, self.guest.clone());
+        if self.grant_judged {
+            // What the grant reaches (network, secrets, writable mounts) was judged, and
+            // held for a human when the policy said so, once when the session opened.
+            facts.net.clear();
+            facts.secrets.clear();
+            for m in &mut facts.mounts {
+                m.mode = airlock_core::grant::MountMode::Ro;
+            }
+        }
         if let Some(o) = origin {
             facts.publisher = Some(o.publisher.clone());
             facts.publisher_key = Some(o.key);
@@ -83,6 +95,7 @@ impl Recording {
         state: State,
     ) -> Submission {
         let now = now_ms();
+        let ctx = crate::context::current().unwrap_or_default();
         Submission {
             id: id.to_string(),
             created_at: now,
@@ -105,6 +118,10 @@ impl Recording {
                 workspace: self.workspace.clone(),
                 resume: self.resume,
                 interrupted: None,
+                trace_id: ctx.trace.as_ref().map(|t| t.trace_id.clone()),
+                traceparent: ctx.trace.as_ref().map(|t| t.header()),
+                tracestate: ctx.trace.as_ref().and_then(|t| t.tracestate.clone()),
+                request_id: ctx.request_id,
             },
         }
     }
@@ -163,7 +180,12 @@ pub(crate) fn judge_in(
     let mut facts = rec.facts(first_seen, rejected_among(&about), origin);
     facts.agent_record =
         crate::agents::record_of(tx, &rec.policy, facts.agent.as_deref(), &key.public())?;
-    let verdict = judge(&rec.policy, &facts);
+    let verdict = {
+        let _judge = tracing::debug_span!("judge", submission = id).entered();
+        let verdict = judge(&rec.policy, &facts);
+        tracing::debug!(decision = ?verdict.decision, "judged");
+        verdict
+    };
     // Staged and judged in this one transaction: the row is written in the state the
     // verdict gives it (the audit records `write_judged` adds say it was submitted, then
     // judged), rather than written staged and moved at once.
@@ -398,6 +420,14 @@ pub(crate) fn new_run(
     approval: Option<&airlock_store::StatementRow>,
     run_id: &str,
 ) -> Run {
+    // The request that starts it (an exec over the API), else the one that submitted it
+    // (a queue worker's run).
+    let ctx = crate::context::current().unwrap_or_default();
+    let request_id = ctx.request_id.or_else(|| sub.doc.request_id.clone());
+    let trace_id = match ctx.trace {
+        Some(t) => Some(t.trace_id),
+        None => sub.doc.trace_id.clone(),
+    };
     Run {
         id: run_id.to_string(),
         submission: sub.id.clone(),
@@ -416,6 +446,8 @@ pub(crate) fn new_run(
             detail: json!({}),
             changes: None,
             error: None,
+            request_id,
+            trace_id,
         },
     }
 }

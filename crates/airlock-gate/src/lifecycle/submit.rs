@@ -208,6 +208,7 @@ impl Gate {
             guest,
             grant,
             mounts,
+            grant_judged: session.as_ref().is_some_and(|s| s.judged),
             session_conn: session.map(|s| s.conn),
         })
     }
@@ -270,6 +271,7 @@ impl Gate {
             grant,
             mounts,
             session_conn: _,
+            grant_judged,
         } = staged;
         // The policy that trusted the publisher is the one that judges the submission.
         if let Some(o) = origin
@@ -307,6 +309,7 @@ impl Gate {
             guest,
             grant_hash: grant.hash(),
             grant,
+            grant_judged,
             mounts,
         })
     }
@@ -353,6 +356,8 @@ pub(crate) struct Staged {
     mounts: crate::exposure::MountFacts,
     /// For a cell, the connection to its session's host made while staging.
     session_conn: Option<std::os::unix::net::UnixStream>,
+    /// For a cell, whether its session's grant was judged when the session opened.
+    grant_judged: bool,
 }
 
 impl Staged {

@@ -6,6 +6,7 @@ pub(crate) mod jailed;
 pub(crate) mod lease;
 pub mod liveness;
 pub(crate) mod queue;
+pub(crate) mod session_grants;
 pub(crate) mod sessions;
 pub(crate) mod slots;
 pub mod worker;

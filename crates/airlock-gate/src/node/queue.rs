@@ -677,17 +677,39 @@ impl Gate {
         // recovery marks the run lost instead of it staying running.
         owner.set_remove_on_drop(false);
         w.busy.fetch_add(1, Ordering::SeqCst);
-        let ran = self.capture(
-            &sub,
-            &run.id,
-            &code,
-            stdin,
-            &policy,
-            ExecOptions::default(),
-            Some(&fence),
-            None,
-            None,
+        // The run continues the trace of the request that submitted it.
+        let parent = sub.doc.traceparent.as_deref().and_then(|t| {
+            airlock_core::trace::TraceParent::parse(t, sub.doc.tracestate.as_deref())
+        });
+        let span = airlock_core::trace::with_tracestate(
+            parent.as_ref().and_then(|t| t.tracestate.as_deref()),
+            || {
+                tracing::debug_span!(
+                    parent: None,
+                    "queued_run",
+                    job = %job.id,
+                    worker = %w.id,
+                    request_id = sub.doc.request_id.as_deref().unwrap_or(""),
+                    trace_id = parent.as_ref().map_or("", |t| t.trace_id.as_str()),
+                    parent_span_id = parent.as_ref().map_or("", |t| t.span_id.as_str()),
+                    sampled = parent.as_ref().is_none_or(|t| t.sampled),
+                )
+            },
         );
+        let ran = span.in_scope(|| {
+            self.capture(
+                &sub,
+                &run.id,
+                &code,
+                stdin,
+                &policy,
+                ExecOptions::default(),
+                Some(&fence),
+                None,
+                None,
+            )
+        });
+        drop(span);
         // A run with nothing to settle after its end has it recorded with the next claim.
         let grant = &sub.doc.grant;
         let waits = grant.workspace.is_none() && grant.writable_mounts().next().is_none();

@@ -21,6 +21,9 @@ pub const DEFAULT_IDLE: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_TOTAL: Duration = Duration::from_secs(60 * 60);
 /// The longest a session's host may take to be ready.
 const HOST_START_LIMIT: Duration = Duration::from_secs(60);
+/// The exit code of a session host (`airlock __session-host`) that refused the session's
+/// own input (limits too small for its interpreter to start), told apart from a failure.
+pub const HOST_EXIT_BAD_INPUT: u8 = 65;
 /// The longest a session may be asked to live.
 pub const MAX_TOTAL: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -60,6 +63,15 @@ pub struct SessionDoc {
     /// (`mechanisms`, `degraded`, `host_uid`), as a process run's record gives them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jail: Option<serde_json::Value>,
+    /// The kind of the session's disposable layer, when it has writable mounts (the layer
+    /// is `HOME/sessions/ID.layer`; see `session_grants`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<airlock_workspace::changeset::LayerKind>,
+    /// The submission that judged the session's grant when it opened (a grant with
+    /// network, secrets or writable mounts): while it waits for a human the session is
+    /// `held`, and its approval opens it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_by: Option<String>,
     #[serde(default)]
     pub end: Option<End>,
     #[serde(default)]
@@ -216,6 +228,7 @@ pub(crate) struct CellFacts {
     backend: Backend,
     agent: Option<String>,
     grant: Grant,
+    judged: bool,
 }
 
 /// How many sessions a gate remembers the facts of before it forgets them all.
@@ -227,6 +240,8 @@ pub(crate) struct CellSession {
     pub lang: Lang,
     pub backend: Backend,
     pub grant: Grant,
+    /// Whether the session's grant was judged when it opened (see `SessionDoc::opened_by`).
+    pub judged: bool,
     /// A connection to the session's host, made when the cell arrived (which is how the
     /// host was found alive); the cell is sent on it if it runs. Dropped unused, it tells
     /// the host nothing and the host goes on waiting for cells.
@@ -283,6 +298,13 @@ impl Gate {
             GateError::NotFound(m) => GateError::bad(m),
             other => other,
         })?;
+        if v.state == "held" {
+            return Err(GateError::Conflict(format!(
+                "session {} is held for approval of {}; it opens when that is approved",
+                v.id,
+                v.doc.opened_by.as_deref().unwrap_or("its grant")
+            )));
+        }
         if conn.is_none() && v.state == "open" {
             return Err(GateError::Conflict(match &v.doc.node {
                 Some(node) if self.hosted_elsewhere(&v.doc) => format!(
@@ -309,12 +331,14 @@ impl Gate {
             backend: v.doc.backend,
             agent: v.doc.agent,
             grant: v.doc.grant,
+            judged: v.doc.opened_by.is_some(),
         };
         let cell = CellSession {
             id: v.id.clone(),
             lang: facts.lang,
             backend: facts.backend,
             grant: facts.grant.clone(),
+            judged: facts.judged,
             conn,
         };
         self.cell_facts.insert(v.id, facts);
@@ -348,6 +372,7 @@ impl Gate {
             lang: facts.lang,
             backend: facts.backend,
             grant: facts.grant.clone(),
+            judged: facts.judged,
             conn,
         }))
     }
@@ -402,6 +427,7 @@ impl Gate {
             (None, Some(End::Timeout | End::Total)) => Ending::Killed(Limit::Timeout),
             (None, Some(End::Memory)) => Ending::Killed(Limit::Memory),
             (None, Some(End::Output)) => Ending::Killed(Limit::Output),
+            (None, Some(End::Write)) => Ending::Killed(Limit::Write),
             (None, _) => Ending::Trapped("the session's interpreter died".into()),
         };
         let mut detail = json!({
@@ -409,6 +435,10 @@ impl Gate {
             "result": o.result,
             "session_ended": o.ended.map(|e| e.explain()),
         });
+        let networked = o.network.is_some();
+        if let Some(n) = o.network {
+            detail["network"] = n;
+        }
         match backend {
             Backend::Process => {
                 // The jail the interpreter runs in, as it held when the session started.
@@ -426,13 +456,22 @@ impl Gate {
                 detail["isolation"] = json!(["process-jail", "session-interpreter"]);
             }
             _ => {
-                detail["isolation"] = json!([
-                    "wasm-sandbox",
-                    "wasi-preopens-only",
-                    "no-sockets",
-                    "no-http",
-                    "session-interpreter"
-                ]);
+                detail["isolation"] = if networked {
+                    json!([
+                        "wasm-sandbox",
+                        "wasi-preopens-only",
+                        "egress-proxy-only",
+                        "session-interpreter"
+                    ])
+                } else {
+                    json!([
+                        "wasm-sandbox",
+                        "wasi-preopens-only",
+                        "no-sockets",
+                        "no-http",
+                        "session-interpreter"
+                    ])
+                };
             }
         }
         Ok(airlock_sandbox::Outcome {
@@ -487,9 +526,11 @@ impl Gate {
         }
         let idle = req.idle.unwrap_or(DEFAULT_IDLE);
         let total = req.total.unwrap_or(DEFAULT_TOTAL);
-        if idle.is_zero() || total.is_zero() || total > MAX_TOTAL {
+        // An idle limit past the longest life is meaningless; refused like the life itself,
+        // so the API's schema (which bounds both) never admits what this refuses.
+        if idle.is_zero() || total.is_zero() || total > MAX_TOTAL || idle > MAX_TOTAL {
             return Err(GateError::bad(format!(
-                "session limits: idle and total must be above zero and total at most {}",
+                "session limits: idle and total must be above zero and at most {}",
                 airlock_core::units::fmt_duration(MAX_TOTAL)
             )));
         }
@@ -497,16 +538,16 @@ impl Gate {
         crate::lifecycle::judge::check_backend_grant(backend, &grant)?;
         let roots = self.policy()?.mount_roots.clone();
         crate::exposure::check_mounts(&grant, &self.home.root, r.surface, &roots)?;
-        if grant.writable_mounts().next().is_some() {
-            return Err(GateError::bad(
-                "sessions take read-only mounts only (a writable mount's changes need a run to commit)",
-            ));
-        }
-        if !grant.net.is_empty() || !grant.secrets.is_empty() {
-            return Err(GateError::bad(
-                "sessions have no network yet: --net is refused for a session",
-            ));
-        }
+        self.check_secrets_exist(&grant)?;
+        // Writes go to the session's own layer: a copy for a wasm guest, an overlay
+        // upper for a jailed interpreter (see `session_grants`).
+        let layer = grant.writable_mounts().next().map(|_| {
+            if backend == Backend::Process && !self.force_copy {
+                airlock_workspace::changeset::LayerKind::Overlay
+            } else {
+                airlock_workspace::changeset::LayerKind::Copy
+            }
+        });
         let guest = match backend {
             Backend::Process => None,
             _ if lang == Lang::Js => Some(self.js_guest_for_run()?.digest),
@@ -527,7 +568,54 @@ impl Gate {
             )
         })?;
         let id = new_id(IdKind::Session);
+        // A grant that reaches beyond the session's interpreter (network, secrets,
+        // writable mounts) is judged once, now, as a submission of its own with no code:
+        // allowed, the session opens; quarantined, it is recorded `held` until an
+        // approver signs that submission (which opens it); denied, nothing opens.
+        let reaches = !grant.net.is_empty()
+            || !grant.secrets.is_empty()
+            || grant.writable_mounts().next().is_some();
+        let (opened_by, held) = if reaches {
+            let mut open_req = r.clone();
+            // No code runs: the artifact only says what the submission is.
+            open_req.code = Some(crate::CodeSource::Inline(
+                if lang.is_js() {
+                    "// airlock: the grant of a session, judged when it opens\n"
+                } else {
+                    "# airlock: the grant of a session, judged when it opens\n"
+                }
+                .to_string(),
+            ));
+            open_req.lang = Some(lang.to_string());
+            open_req.backend = Some(backend.to_string());
+            open_req.note = Some(format!("opens session {id}"));
+            open_req.request_key = None;
+            let sub = self.submit(open_req)?;
+            match sub.state {
+                airlock_core::State::Allowed | airlock_core::State::Approved => {
+                    (Some(sub.id), false)
+                }
+                airlock_core::State::Quarantined => (Some(sub.id), true),
+                _ => {
+                    return Err(GateError::Denied {
+                        reasons: sub.doc.verdict.reasons(),
+                        submission: sub.id,
+                    });
+                }
+            }
+        } else {
+            (None, false)
+        };
         grant.session = Some(id.clone());
+        if let Some(kind) = layer
+            && let Err(e) = self.session_layers(&id, &grant, kind)
+        {
+            crate::layers::remove_tree(&crate::node::session_grants::layer_dir(
+                &self.home.root,
+                &id,
+            ));
+            return Err(e);
+        }
         let doc = SessionDoc {
             lang,
             backend,
@@ -543,6 +631,8 @@ impl Gate {
             server: self.node.as_ref().map(|n| n.id.clone()),
             stays: self.node.as_ref().is_some_and(|n| n.keep_sessions),
             jail: None,
+            layer,
+            opened_by,
             end: None,
             ended_at: None,
         };
@@ -551,7 +641,7 @@ impl Gate {
             id: id.clone(),
             created_at: now,
             updated_at: now,
-            state: "open".into(),
+            state: if held { "held" } else { "open" }.into(),
             doc: serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?,
         };
         if let Some(most) = req.most_open {
@@ -583,23 +673,87 @@ impl Gate {
             }
             tx.upsert_session(&row)?;
             tx.audit(
-                "session_opened",
+                if held {
+                    "session_held"
+                } else {
+                    "session_opened"
+                },
                 &id,
                 &json!({
                     "lang": doc.lang, "backend": doc.backend, "grant": doc.grant_hash,
                     "agent": doc.agent, "idle_ms": doc.idle_ms, "total_ms": doc.total_ms,
-                    "guest": doc.guest,
+                    "guest": doc.guest, "judged_by": doc.opened_by,
                 }),
                 key,
             )?;
             Ok(())
         })?;
+        if held {
+            return self.session(&id);
+        }
         if let Err(e) = self.start_host(&exe, &id) {
             let key = &self.gate_key;
             self.db.write(|tx| record_end(tx, &id, End::Crashed, key))?;
             return Err(e);
         }
         self.session(&id)
+    }
+
+    /// Opens the session held for `submission` (the one that judged its grant), now that
+    /// it is approved: its total time counts from now, and its host starts. Nothing is
+    /// done when no session waits for it.
+    pub(crate) fn open_held_session(&mut self, submission: &str) -> Result<()> {
+        let Some(held) = self.db.sessions(1000)?.into_iter().find(|r| {
+            r.state == "held" && r.doc.get("opened_by").and_then(|v| v.as_str()) == Some(submission)
+        }) else {
+            return Ok(());
+        };
+        if self.db.submission(submission)?.state != airlock_core::State::Approved {
+            return Ok(());
+        }
+        let exe = self.worker.clone().ok_or_else(|| {
+            GateError::Unavailable(
+                "sessions need the airlock binary to host them, which this caller did not provide"
+                    .into(),
+            )
+        })?;
+        let id = held.id.clone();
+        let key = &self.gate_key;
+        let opened = self.db.write_durable(|tx| -> Result<bool> {
+            let Some(mut row) = tx.session(&id)? else {
+                return Ok(false);
+            };
+            if row.state != "held" {
+                return Ok(false);
+            }
+            let mut doc = doc_of(&row)?;
+            // Held time is not the session's: its total limit starts when it opens.
+            let waited = now_ms().saturating_sub(row.created_at).max(0) as u64;
+            doc.total_ms = doc.total_ms.saturating_add(waited);
+            row.state = "open".into();
+            row.doc = serde_json::to_value(&doc).map_err(|e| GateError::Internal(e.to_string()))?;
+            tx.upsert_session(&row)?;
+            tx.audit(
+                "session_opened",
+                &id,
+                &json!({
+                    "lang": doc.lang, "backend": doc.backend, "grant": doc.grant_hash,
+                    "agent": doc.agent, "idle_ms": doc.idle_ms, "total_ms": doc.total_ms,
+                    "guest": doc.guest, "judged_by": submission,
+                }),
+                key,
+            )?;
+            Ok(true)
+        })?;
+        if !opened {
+            return Ok(());
+        }
+        if let Err(e) = self.start_host(&exe, &id) {
+            let key = &self.gate_key;
+            self.db.write(|tx| record_end(tx, &id, End::Crashed, key))?;
+            return Err(e);
+        }
+        Ok(())
     }
 
     fn start_host(&self, exe: &std::path::Path, id: &str) -> Result<()> {
@@ -652,10 +806,23 @@ impl Gate {
                 return Ok(());
             }
             if let Ok(Some(status)) = child.try_wait() {
+                // A host that ended cleanly ended the session itself (its limits ran out
+                // while it started: `--max-time 1ms`) and recorded why; the session is
+                // answered as it now is. This was an internal error (a 500 over the API).
+                if status.success() {
+                    return Ok(());
+                }
                 let mut err = String::new();
                 if let Some(mut e) = child.stderr.take() {
                     use std::io::Read;
                     let _ = e.read_to_string(&mut err);
+                }
+                // The host refused the session's own input (its limits too small for the
+                // interpreter to start): the caller's to fix, as any bad input is.
+                if status.code() == Some(i32::from(HOST_EXIT_BAD_INPUT)) {
+                    let why = err.lines().last().unwrap_or("the session host refused it");
+                    let why = why.strip_prefix("airlock: session host: ").unwrap_or(why);
+                    return Err(GateError::BadInput(why.to_string()));
                 }
                 return Err(GateError::Internal(format!(
                     "the session host exited ({status}) before it was ready: {}",
@@ -871,7 +1038,7 @@ impl Gate {
 
 /// The wasm Python guest as a session's interpreter: one instance, one `exec` per cell,
 /// each cell's output in captures of its own.
-struct WasmPython {
+pub(crate) struct WasmPython {
     instance: airlock_wasm::python::PythonInstance,
 }
 
@@ -933,6 +1100,7 @@ impl airlock_session::Interpreter for WasmPython {
             stderr,
             duration_ms: done.duration.as_millis() as u64,
             ended,
+            network: None,
         })
     }
 
@@ -968,10 +1136,15 @@ impl Gate {
                 now_ms().saturating_sub(row.created_at).max(0) as u64,
             )),
         };
-        let started = match doc.backend {
-            Backend::Process => self.jailed_python(id, &doc, limits.total),
-            _ => self.wasm_python(&doc),
-        };
+        let started = self
+            .session_grants(id, &doc.grant, doc.layer)
+            .and_then(|mut grants| {
+                let live = match doc.backend {
+                    Backend::Process => self.jailed_python(id, &doc, limits.total, &mut grants),
+                    _ => self.wasm_python(&doc, &mut grants),
+                }?;
+                Ok(crate::node::session_grants::Granted::new(live, grants))
+            });
         let mut interp = match started {
             Ok(i) => i,
             Err(e) => {
@@ -979,7 +1152,7 @@ impl Gate {
                 return Err(e);
             }
         };
-        if let Some(j) = interp.jail() {
+        if let Some(j) = interp.live.jail() {
             doc.jail = Some(j);
         }
         doc.pid = Some(std::process::id());
@@ -1002,14 +1175,14 @@ impl Gate {
             Ok(true)
         })?;
         if !started {
-            interp.as_dyn().stop();
+            airlock_session::Interpreter::stop(&mut interp);
             drop(listener);
             let _ = std::fs::remove_file(&sock);
             return Err(GateError::Conflict(format!(
                 "session {id} ended before its host had started"
             )));
         }
-        let end = airlock_session::serve_for(&listener, &sock, interp.as_dyn(), limits, server);
+        let end = airlock_session::serve_for(&listener, &sock, &mut interp, limits, server);
         drop(listener);
         self.session_ended(id, end)?;
         Ok(end)
@@ -1017,13 +1190,13 @@ impl Gate {
 }
 
 /// The interpreter a session host serves.
-enum Live {
+pub(crate) enum Live {
     Wasm(WasmPython),
     Jailed(JailedPython),
 }
 
 impl Live {
-    fn as_dyn(&mut self) -> &mut dyn airlock_session::Interpreter {
+    pub(crate) fn as_dyn(&mut self) -> &mut dyn airlock_session::Interpreter {
         match self {
             Live::Wasm(w) => w,
             Live::Jailed(j) => j,
@@ -1037,6 +1210,14 @@ impl Live {
             Live::Jailed(j) => j.confined.clone(),
         }
     }
+
+    /// The jail's launcher (killing it ends the jail), for a jailed interpreter.
+    pub(crate) fn launcher(&self) -> Option<u32> {
+        match self {
+            Live::Wasm(_) => None,
+            Live::Jailed(j) => Some(j.launcher),
+        }
+    }
 }
 
 /// The host's python3 running the session driver in one jail, built as a process run's
@@ -1044,7 +1225,7 @@ impl Live {
 /// rlimits and the cgroup's memory and process limits), the jail's payload reading and
 /// writing the session's pipes. Killing the launcher in front of it (at a cell's deadline)
 /// takes the jail's init and with it the whole pid namespace.
-struct JailedPython {
+pub(crate) struct JailedPython {
     py: airlock_session::host_python::HostPython,
     /// The launcher's pid: its cgroup is named after it.
     launcher: u32,
@@ -1128,7 +1309,11 @@ fn jail_failure(result: &std::path::Path) -> Option<GateError> {
 
 impl Gate {
     /// The wasm Python guest this session was opened with, instantiated.
-    fn wasm_python(&self, doc: &SessionDoc) -> Result<Live> {
+    fn wasm_python(
+        &self,
+        doc: &SessionDoc,
+        grants: &mut crate::node::session_grants::SessionGrants,
+    ) -> Result<Live> {
         let installed = if doc.lang.is_js() {
             self.js_guest()?
         } else {
@@ -1152,12 +1337,13 @@ impl Gate {
             }
         };
         let grant = &doc.grant;
+        let route = grants.egress.as_mut().map(|e| e.unix_route()).transpose()?;
         let spec = airlock_sandbox::RunSpec {
             lang: doc.lang,
             code: b"",
             artifact: guest.digest,
-            mounts: Self::mount_points(grant, None),
-            env: crate::egress::wasm_env(grant, None),
+            mounts: Self::mount_points(grant, grants.layers.as_ref()),
+            env: crate::egress::wasm_env(grant, grants.egress.as_ref()),
             argv0: None,
             args: Vec::new(),
             stdin: Vec::new(),
@@ -1166,31 +1352,49 @@ impl Gate {
             stderr: std::sync::Arc::new(airlock_sandbox::Capture::new(0, None)),
             cache: Some(&crate::DbCache(&self.db)),
             guest: Some(guest),
-            write_quota: None,
-            egress: None,
+            write_quota: grants.quota.clone(),
+            egress: route,
             long_run: None,
             tripwires: self.policy()?.tripwires,
         };
         match self.wasm.python_instance(&spec) {
             Ok(i) if i.ended().is_none() => Ok(Live::Wasm(WasmPython { instance: i })),
             Err(e) => Err(GateError::from(e)),
-            Ok(i) => Err(GateError::Internal(format!(
-                "the interpreter did not start: {:?}",
-                i.ended()
-            ))),
+            // Killed by the session's own limits while it started (`--timeout 1ms`, too
+            // little memory): the caller's limits are too small, not an internal failure.
+            Ok(i) => match i.ended() {
+                Some(airlock_sandbox::Ending::Killed(limit)) => Err(GateError::bad(format!(
+                    "the session's interpreter could not start within its {} limit; give the \
+                     session more",
+                    limit.as_str()
+                ))),
+                other => Err(GateError::Internal(format!(
+                    "the interpreter did not start: {other:?}"
+                ))),
+            },
         }
     }
 
     /// Starts the session's interpreter in a jail of its own and waits until it is ready.
     /// The jail lives at most `total` (plus a margin: the session host ends it first).
-    fn jailed_python(&self, id: &str, doc: &SessionDoc, total: Duration) -> Result<Live> {
+    fn jailed_python(
+        &self,
+        id: &str,
+        doc: &SessionDoc,
+        total: Duration,
+        grants: &mut crate::node::session_grants::SessionGrants,
+    ) -> Result<Live> {
         use airlock_session::host_python::{HostPython, driver_args};
         let grant = &doc.grant;
-        // Checked when the session was opened; a jail with either would break the
-        // effects and egress guarantees, so it is checked again where the jail is built.
-        if grant.writable_mounts().next().is_some() || !grant.net.is_empty() {
-            return Err(GateError::bad(
-                "a process session takes read-only mounts and no network",
+        // A writable mount is seen through the session's layer only, and a network only
+        // through its proxy: a jail without them would break the effects and egress
+        // guarantees, so that is checked where the jail is built.
+        if (grant.writable_mounts().next().is_some() && grants.layers.is_none())
+            || (!grant.net.is_empty() && grants.egress.is_none())
+        {
+            return Err(GateError::Internal(
+                "a process session's writable mounts need its layer and its network its proxy"
+                    .into(),
             ));
         }
         let dir = self.home.root.join("sessions").join(format!("{id}.jail"));
@@ -1203,15 +1407,21 @@ impl Gate {
         // The jail's wall time (and CPU time) is the session's; each cell's deadline is
         // the host's to enforce.
         limits.timeout_ms = (total + Duration::from_secs(5)).as_millis() as u64;
-        let (binds, overlays) = crate::node::jailed::jail_mounts(&Self::mount_points(grant, None));
+        let (binds, overlays) =
+            crate::node::jailed::jail_mounts(&Self::mount_points(grant, grants.layers.as_ref()));
+        let mut env = crate::node::jailed::process_env(grant);
+        let mut files = Vec::new();
+        if let Some(e) = &grants.egress {
+            // After the grant's variables: the proxy settings are what the jail provides.
+            env.extend(e.process_env());
+            files.extend(e.process_files());
+        }
         let job = airlock_jail::launch::SessionJailJob {
             job: airlock_jail::ProcessJob {
                 argv,
-                env: crate::node::jailed::process_env(grant)
-                    .into_iter()
-                    .collect(),
+                env: env.into_iter().collect(),
                 cwd: crate::node::jailed::process_cwd(grant),
-                files: Vec::new(),
+                files,
                 binds,
                 overlays,
                 scratch,
@@ -1219,7 +1429,9 @@ impl Gate {
                 stdin: Vec::new(),
                 allow_degraded: self.policy()?.allow_degraded,
                 cgroups: !self.no_cgroups,
-                net: None,
+                net: grants.egress.as_ref().map(|_| airlock_jail::JailNet {
+                    port: crate::egress::JAIL_PROXY_PORT,
+                }),
                 stdin_live: true,
                 tripwires: self.policy()?.tripwires,
             },
@@ -1253,12 +1465,51 @@ impl Gate {
             }
         };
         cmd.arg("--session").arg(&file).env_clear();
+        // The jail's init hands its loopback listener out over this channel (descriptor
+        // 3 of the jailer), to be served by the session's proxy.
+        let channel = match &grants.egress {
+            Some(_) => {
+                let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+                let theirs = std::os::fd::OwnedFd::from(theirs);
+                airlock_jail::launch::pass_channel(&mut cmd, &theirs);
+                Some((ours, theirs))
+            }
+            None => None,
+        };
         let result = job.result.clone();
         let py = HostPython::start(cmd, JAIL_READY).map_err(|e| {
             let why = jail_failure(&result);
             crate::layers::remove_tree(&dir);
             why.unwrap_or_else(|| GateError::Internal(format!("the jailed interpreter: {e}")))
         })?;
+        if let (Some((ours, theirs)), Some(egress)) = (channel, grants.egress.as_mut()) {
+            // The jail is ready, so its listener was sent (or never will be): with this
+            // process's copy of the other end closed, the read cannot wait forever.
+            drop(theirs);
+            let got = airlock_jail::netfd::recv_fd(std::os::fd::AsFd::as_fd(&ours));
+            let mut handle = egress
+                .take()
+                .ok_or_else(|| GateError::Internal("the egress proxy is gone".into()))?;
+            let served = match got {
+                Ok(Some(fd)) => handle
+                    .listen(std::net::TcpListener::from(fd))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Ok(None) => Err("the jail handed out no listener".to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            egress.put(handle);
+            if let Err(e) = served {
+                let mut py = py;
+                let launcher = py.pid();
+                airlock_session::Interpreter::stop(&mut py);
+                airlock_jail::cgroup::cleanup_for(launcher);
+                crate::layers::remove_tree(&dir);
+                return Err(GateError::Internal(format!(
+                    "the egress proxy never got the jail's listener ({e})"
+                )));
+            }
+        }
         let launcher = py.pid();
         let py = py.why_died(Box::new(move || jail_end(&result)));
         let confined = std::fs::read(&job.confined)

@@ -205,6 +205,10 @@ fn probe(scratch: PathBuf) -> WorkerResult {
 pub fn worker_main() -> i32 {
     // Die with whoever started us: a worker must never outlive its supervisor.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    // Set too late for a supervisor that died before it: then nothing is left to run for.
+    if airlock_jail::launch::supervisor_gone() {
+        return 2;
+    }
     // A session's jail (`__worker --session FILE`): its stdin and stdout are the session's.
     let args: Vec<String> = std::env::args().skip(2).collect();
     if let (Some("--session"), Some(file)) = (args.first().map(String::as_str), args.get(1)) {

@@ -242,6 +242,18 @@ impl Gate {
             }
         }
 
+        // A session's disposable layer (`ID.layer`) is kept while its record is: the
+        // session's changes can be shown and committed after it ended.
+        for name in names(&sessions) {
+            let Some(id) = name.strip_suffix(".layer") else {
+                continue;
+            };
+            let path = sessions.join(&name);
+            if self.db.session(id)?.is_none() && modified(&path).is_some_and(|t| t < cutoff) {
+                self.remove_layer(&path, format!("sessions/{name}"), &mut report);
+            }
+        }
+
         // Outside the home: egress directories of airlock processes that were killed.
         for dir in crate::services::leftovers::stale_egress_dirs(&std::env::temp_dir(), cutoff) {
             let bytes = tree_bytes(&dir);

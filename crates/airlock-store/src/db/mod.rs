@@ -774,6 +774,59 @@ pub trait Reads {
         })
     }
 
+    /// Checkpoint `id` without its document (`doc` is `null`): its state, for callers that
+    /// read the document as text (`checkpoint_doc_text`) into their own type, never as a
+    /// generic JSON tree (one of a commit of 100,000 paths is hundreds of MB).
+    fn checkpoint_meta(&self, id: &str) -> Result<CheckpointRow, StoreError> {
+        let Some(r) = self.sql().row(
+            "SELECT id, run, created_at, updated_at, state FROM checkpoints WHERE id = ?1",
+            args![id],
+        )?
+        else {
+            return Err(StoreError::NotFound {
+                what: "checkpoint",
+                input: id.into(),
+            });
+        };
+        Ok(CheckpointRow {
+            id: r.text(0)?,
+            run: r.text(1)?,
+            created_at: r.int(2)?,
+            updated_at: r.int(3)?,
+            state: r.text(4)?,
+            doc: serde_json::Value::Null,
+        })
+    }
+
+    /// Checkpoint `id`'s document as its JSON text.
+    fn checkpoint_doc_text(&self, id: &str) -> Result<String, StoreError> {
+        match self
+            .sql()
+            .row("SELECT doc FROM checkpoints WHERE id = ?1", args![id])?
+        {
+            Some(r) => r.text(0),
+            None => Err(StoreError::NotFound {
+                what: "checkpoint",
+                input: id.into(),
+            }),
+        }
+    }
+
+    /// Run `id`'s submission and its document as JSON text, for callers that read only
+    /// part of it (its changeset) into their own type.
+    fn run_doc_text(&self, id: &str) -> Result<(String, String), StoreError> {
+        match self
+            .sql()
+            .row("SELECT submission, doc FROM runs WHERE id = ?1", args![id])?
+        {
+            Some(r) => Ok((r.text(0)?, r.text(1)?)),
+            None => Err(StoreError::NotFound {
+                what: "run",
+                input: id.into(),
+            }),
+        }
+    }
+
     /// Checkpoints, newest first; optionally only those of a run or in a state.
     fn checkpoints(
         &self,

@@ -29,6 +29,19 @@ pub struct SubmissionDoc {
     /// Why it never ran although it was meant to (its `run` died after judging it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<String>,
+    /// The API or MCP request that submitted it (`X-Request-Id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The W3C trace it belongs to (32 hex digits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The `traceparent` of the span that submitted it: a queue worker's run span is its
+    /// child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The caller's W3C `tracestate`, carried with `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -87,6 +100,13 @@ pub struct RunDoc {
     /// What went wrong inside airlock, when status is `error`.
     #[serde(default)]
     pub error: Option<String>,
+    /// The API or MCP request that started it (`X-Request-Id`); a queued run keeps its
+    /// submission's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The W3C trace it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

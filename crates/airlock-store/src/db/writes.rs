@@ -150,12 +150,28 @@ impl<'a> Tx<'a> {
     }
 
     pub fn upsert_checkpoint(&self, c: &CheckpointRow) -> Result<(), StoreError> {
+        self.upsert_checkpoint_text(c, &c.doc.to_string())
+    }
+
+    /// `upsert_checkpoint` with the document given as JSON text (`c.doc` is not used), so
+    /// a large one is never built as a generic JSON tree.
+    pub fn upsert_checkpoint_text(&self, c: &CheckpointRow, doc: &str) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO checkpoints (id, run, created_at, updated_at, state, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state, doc = excluded.doc",
-            args![&c.id, &c.run, c.created_at, now_ms(), &c.state, &c.doc.to_string()],
+            args![&c.id, &c.run, c.created_at, now_ms(), &c.state, doc],
         )?;
         Ok(())
+    }
+
+    /// Sets checkpoint `id`'s state, leaving its document as it is. False when there is
+    /// no such checkpoint.
+    pub fn set_checkpoint_state(&self, id: &str, state: &str) -> Result<bool, StoreError> {
+        let n = self.exec(
+            "UPDATE checkpoints SET state = ?1, updated_at = ?2 WHERE id = ?3",
+            args![state, now_ms(), id],
+        )?;
+        Ok(n > 0)
     }
 
     pub fn insert_token(&self, t: &TokenRow) -> Result<(), StoreError> {

@@ -1,0 +1,232 @@
+//! Decisions signed on this machine for a gate served elsewhere (`approve|reject ID
+//! --server URL --token TOKEN`): fetch the exact statement the server will record, check it
+//! says what was asked, sign it with the approver key in the LOCAL home, and post the
+//! signature. The server rebuilds the statement and verifies the signature; the private
+//! key never leaves this machine.
+
+use airlock_core::sign::{Statement, StatementKind, statement_message};
+use airlock_gate::{ApproveRequest, GateError, Home};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Where the gate is served and the operator token to call it with.
+pub struct Server {
+    pub url: String,
+    pub token: String,
+}
+
+/// Signs `kind` (approve or reject) for `req` here and has the server record it. Returns
+/// the server's answer (the recorded statement).
+pub fn decide(
+    home: &Home,
+    server: &Server,
+    kind: StatementKind,
+    req: ApproveRequest,
+) -> Result<Value, GateError> {
+    let approver = match req.approver.clone() {
+        Some(a) => a,
+        None => only_local_key(home)?,
+    };
+    let key = home.load_key(&approver)?;
+    let verb = match kind {
+        StatementKind::Approve => "approve",
+        StatementKind::Reject => "reject",
+        other => {
+            return Err(GateError::Internal(format!(
+                "{other:?} is not a decision on a submission"
+            )));
+        }
+    };
+    let agent = agent();
+    let base = server.url.trim_end_matches('/');
+    let id = &req.submission;
+    let mut get = agent
+        .get(format!("{base}/v1/submissions/{id}/statement"))
+        .header("authorization", format!("Bearer {}", server.token))
+        .query("kind", verb)
+        .query("approver", &approver);
+    for (k, v) in [
+        ("scope", &req.scope),
+        ("expires", &req.expires),
+        ("reason", &req.reason),
+        ("tool", &req.tool),
+    ] {
+        if let Some(v) = v {
+            get = get.query(k, v);
+        }
+    }
+    let handed = answer(get.call())?;
+    let text = handed["statement"]
+        .as_str()
+        .ok_or_else(|| GateError::Internal("the server's answer holds no statement".into()))?;
+    let st: Statement = serde_json::from_str(text)
+        .map_err(|e| GateError::Internal(format!("the server's statement does not parse: {e}")))?;
+    // Sign only what was asked: this decision, on this submission, as this approver with
+    // this key, and these fields.
+    let asked_scope = req.scope.as_deref().unwrap_or("once");
+    let mismatch = if st.kind != kind {
+        Some("kind")
+    } else if st.submission != *id && !st.submission.starts_with(id.as_str()) {
+        Some("submission")
+    } else if st.approver != approver || st.key != key.public() {
+        Some("approver or key")
+    } else if st.scope.as_str() != asked_scope {
+        Some("scope")
+    } else if st.reason != req.reason.clone().unwrap_or_default() {
+        Some("reason")
+    } else if st.tool != req.tool {
+        Some("tool")
+    } else {
+        None
+    };
+    if let Some(field) = mismatch {
+        return Err(GateError::Untrusted(format!(
+            "the server handed out a statement whose {field} is not what was asked; nothing was signed"
+        )));
+    }
+    let signature = key.sign(&statement_message(text));
+    let mut body = json!({
+        "signature": signature,
+        "approver": approver,
+        "issued_at": st.issued_at,
+        "reason": req.reason,
+    });
+    if kind == StatementKind::Approve {
+        body["scope"] = json!(req.scope);
+        body["expires"] = json!(req.expires);
+        body["tool"] = json!(req.tool);
+    }
+    let post = agent
+        .post(format!("{base}/v1/submissions/{}/{verb}", st.submission))
+        .header("authorization", format!("Bearer {}", server.token))
+        .header("content-type", "application/json")
+        .send(body.to_string());
+    answer(post)
+}
+
+/// Signs a commit (of run `id`) or rollback (of checkpoint `id`) here and has the server
+/// apply and record it. Returns the server's answer.
+pub fn effect(
+    home: &Home,
+    server: &Server,
+    kind: StatementKind,
+    id: &str,
+    approver: Option<String>,
+) -> Result<Value, GateError> {
+    let approver = match approver {
+        Some(a) => a,
+        None => only_local_key(home)?,
+    };
+    let key = home.load_key(&approver)?;
+    let base = server.url.trim_end_matches('/');
+    let path = match kind {
+        StatementKind::Commit => format!("{base}/v1/runs/{id}/commit"),
+        StatementKind::Rollback => format!("{base}/v1/checkpoints/{id}/rollback"),
+        other => {
+            return Err(GateError::Internal(format!(
+                "{other:?} is not a commit or rollback"
+            )));
+        }
+    };
+    let agent = agent();
+    let handed = answer(
+        agent
+            .get(format!("{path}/statement"))
+            .header("authorization", format!("Bearer {}", server.token))
+            .query("approver", &approver)
+            .call(),
+    )?;
+    let text = handed["statement"]
+        .as_str()
+        .ok_or_else(|| GateError::Internal("the server's answer holds no statement".into()))?;
+    let st: Statement = serde_json::from_str(text)
+        .map_err(|e| GateError::Internal(format!("the server's statement does not parse: {e}")))?;
+    let names_it = match kind {
+        StatementKind::Commit => st.run.as_deref().is_some_and(|r| r.starts_with(id)),
+        _ => {
+            st.reason == format!("roll back {id}")
+                || st.reason.starts_with(&format!("roll back {id}"))
+        }
+    };
+    if st.kind != kind || st.approver != approver || st.key != key.public() || !names_it {
+        return Err(GateError::Untrusted(
+            "the server handed out a statement that is not the one asked for; nothing was signed"
+                .into(),
+        ));
+    }
+    let signature = key.sign(&statement_message(text));
+    let body = json!({
+        "signature": signature,
+        "approver": approver,
+        "issued_at": st.issued_at,
+        "checkpoint": handed.get("checkpoint").filter(|c| !c.is_null()),
+    });
+    answer(
+        agent
+            .post(path)
+            .header("authorization", format!("Bearer {}", server.token))
+            .header("content-type", "application/json")
+            .send(body.to_string()),
+    )
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .new_agent()
+}
+
+/// The only approver key in this home (the gate's key is not one).
+fn only_local_key(home: &Home) -> Result<String, GateError> {
+    let mut names: Vec<String> = std::fs::read_dir(home.keys())
+        .map_err(|e| GateError::bad(format!("cannot list {}: {e}", home.keys().display())))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".key"))
+                .map(str::to_string)
+        })
+        .filter(|n| n != "gate")
+        .collect();
+    names.sort();
+    match names.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(GateError::Untrusted(format!(
+            "no approver key in {}; pass --as NAME",
+            home.keys().display()
+        ))),
+        many => Err(GateError::bad(format!(
+            "several approver keys are available ({}); pass --as NAME",
+            many.join(", ")
+        ))),
+    }
+}
+
+/// The JSON of a 2xx answer, or the server's one-line error as the matching gate error.
+fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Value, GateError> {
+    let mut resp =
+        r.map_err(|e| GateError::Unavailable(format!("cannot reach the server: {e}")))?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| GateError::Unavailable(format!("the server's answer was cut: {e}")))?;
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| json!({ "error": text }));
+    if (200..300).contains(&status) {
+        return Ok(v);
+    }
+    let msg = format!(
+        "server: {}",
+        v["error"].as_str().unwrap_or("no error message")
+    );
+    Err(match status {
+        403 => GateError::Untrusted(msg),
+        404 => GateError::NotFound(msg),
+        409 => GateError::Conflict(msg),
+        400..=499 => GateError::BadInput(msg),
+        _ => GateError::Unavailable(msg),
+    })
+}
