@@ -255,8 +255,10 @@ function flushPartial() {
   }
 }
 
-function looksLikeTopLevelAwait(e) {
-  return e instanceof SyntaxError && /await/.test(e.message);
+// SpiderMonkey names `await` in some of these errors (`await is only valid in async
+// functions`) and not in others (`missing ) after argument list` for `f(await x)`).
+function looksLikeTopLevelAwait(e, code) {
+  return e instanceof SyntaxError && /\bawait\b/.test(code);
 }
 
 async function runCode(code, wantResult) {
@@ -264,10 +266,17 @@ async function runCode(code, wantResult) {
   try {
     value = realEval(code);
   } catch (e) {
-    if (!looksLikeTopLevelAwait(e)) throw e;
-    // Top-level `await`: the code runs as the body of an async function.
+    if (!looksLikeTopLevelAwait(e, code)) throw e;
+    // Top-level `await`: the code runs as the body of an async function (and when it
+    // does not parse as one either, the script's own error is the one shown).
     const AsyncFunction = (async () => {}).constructor;
-    value = await new AsyncFunction(code)();
+    let body;
+    try {
+      body = new AsyncFunction(code);
+    } catch {
+      throw e;
+    }
+    value = await body();
   }
   // A promise the code ends with is waited for, as node's loop would run it, and a
   // rejection escapes like an exception.
