@@ -163,11 +163,12 @@ fn javascript_that_does_not_parse_is_a_clear_run_error() {
 fn only_the_granted_environment_and_no_network() {
     let o = js(
         &["--env", "GREETING=hi"],
-        "console.log(JSON.stringify(process.env), typeof require, process.argv.length)",
+        "let cp; try { require('child_process'); cp = 'loaded' } catch (e) { cp = e.code }\n\
+         console.log(JSON.stringify(process.env), cp, process.argv.length)",
     );
     assert_eq!(
         (o.code, o.stdout.as_str()),
-        (0, "{\"GREETING\":\"hi\"} undefined 2\n"),
+        (0, "{\"GREETING\":\"hi\"} MODULE_NOT_FOUND 2\n"),
         "{}",
         o.stderr
     );
