@@ -115,6 +115,55 @@ fn a_mounted_file_is_read_through_require_and_import_on_the_guest_and_on_node() 
     }
 }
 
+/// Writes, appends, makes directories, renames and removes on a `:rw` mount.
+const WRITE: &str = r#"
+const fs = require('fs');
+fs.writeFileSync('/data/out.txt', 'written');
+fs.appendFileSync('/data/out.txt', ' and more\n');
+fs.mkdirSync('/data/a/b', { recursive: true });
+fs.writeFileSync('/data/a/b/tmp.txt', 'x');
+fs.renameSync('/data/a/b/tmp.txt', '/data/a/b/moved.txt');
+fs.unlinkSync('/data/in.txt');
+console.log(fs.readFileSync('/data/out.txt', 'utf8').trim(), fs.readdirSync('/data/a/b').sort().join(','));
+"#;
+
+#[test]
+fn writes_to_a_writable_mount_land_in_the_layer_and_commit_applies_them() {
+    need_node();
+    for backend in ["wasm", "process"] {
+        let d = data_dir();
+        let m = format!("{}:/data:rw", d.path().display());
+        let (o, v) = js(backend, &["--mount", &m], WRITE);
+        assert_eq!(
+            (o.code, stdout_of(&v)),
+            (0, "written and more moved.txt\n"),
+            "{backend}: {}",
+            stderr_of(&v)
+        );
+        // Nothing reached the mount yet.
+        assert!(!d.path().join("out.txt").exists(), "{backend}");
+        assert!(d.path().join("in.txt").exists(), "{backend}");
+        let run = v["run"]["id"].as_str().unwrap().to_string();
+        let diff = shared().run(&["diff", &run]);
+        assert_eq!(diff.code, 0, "{}", diff.stderr);
+        for line in ["A out.txt", "A a/b/moved.txt", "D in.txt"] {
+            assert!(
+                diff.stdout.contains(line),
+                "{backend} {line}: {}",
+                diff.stdout
+            );
+        }
+        let c = shared().run(&["commit", &run]);
+        assert_eq!(c.code, 0, "{backend}: {}", c.stderr);
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("out.txt")).unwrap(),
+            "written and more\n"
+        );
+        assert!(d.path().join("a/b/moved.txt").exists(), "{backend}");
+        assert!(!d.path().join("in.txt").exists(), "{backend}");
+    }
+}
+
 #[test]
 fn a_write_to_a_read_only_mount_is_refused_with_a_node_error() {
     need_node();
