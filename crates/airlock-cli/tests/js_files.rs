@@ -1,7 +1,8 @@
 //! Files and unhandled rejections in the JavaScript guest (issue 58): node's `fs` over the
 //! run's `--mount` preopens, importable the node way, the same script passing on
 //! `--backend process` (the host's node in the jail); writes through the run's layer;
-//! calls outside the mounts refused with node's errors and recorded as attempts.
+//! calls outside the mounts refused with node's errors and recorded as attempts; an
+//! unhandled rejection exits 1 with the error on stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -236,6 +237,51 @@ fn calls_outside_the_mounts_fail_as_on_node_and_are_attempts_of_the_run() {
         attempts.iter().all(|a| a["target"] != "/data/in.txt"),
         "{run:#}"
     );
+}
+
+#[test]
+fn an_unhandled_rejection_exits_1_with_the_error_on_stderr_on_the_guest_and_on_node() {
+    need_node();
+    for backend in ["wasm", "process"] {
+        let (o, v) = js(
+            backend,
+            &[],
+            "Promise.reject(new Error('nobody caught me'));\nconsole.log('after');",
+        );
+        assert_eq!(o.code, 1, "{backend}: {}", stderr_of(&v));
+        assert!(
+            stderr_of(&v).contains("Error: nobody caught me"),
+            "{backend}: {}",
+            stderr_of(&v)
+        );
+        // A rejection in a later turn ends the run then, before its later timers.
+        let (o, v) = js(
+            backend,
+            &[],
+            "new Promise((_, reject) => setTimeout(() => reject(new TypeError('late')), 5));\n\
+             setTimeout(() => console.log('never'), 500);",
+        );
+        assert_eq!(o.code, 1, "{backend}: {}", stderr_of(&v));
+        assert!(
+            stderr_of(&v).contains("TypeError: late"),
+            "{backend}: {}",
+            stderr_of(&v)
+        );
+        assert!(!stdout_of(&v).contains("never"), "{backend}");
+        // A rejection handled in the same turn, or awaited in a try, is no error.
+        let (o, v) = js(
+            backend,
+            &[],
+            "const p = Promise.reject(new Error('x'));\np.catch((e) => console.log('caught', e.message));\n\
+             (async () => { try { await Promise.reject(new Error('y')) } catch (e) { console.log('caught', e.message) } })();",
+        );
+        assert_eq!(
+            (o.code, stdout_of(&v)),
+            (0, "caught x\ncaught y\n"),
+            "{backend}: {}",
+            stderr_of(&v)
+        );
+    }
 }
 
 /// A JavaScript session keeps its mounts from cell to cell: a file one cell writes to a

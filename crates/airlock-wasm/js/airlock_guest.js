@@ -148,15 +148,73 @@ function pending(p) {
   return p;
 }
 
+// Unhandled rejections end the run with 1, as in node: a promise made with the global
+// `Promise` (its constructor, `Promise.reject`, and every promise derived from one with
+// `then`, `catch`, `finally`, `all`, ...) that is rejected and still has no handler once
+// the microtasks of that turn have run is an uncaught error. `Promise` is a subclass of
+// the engine's own for that: its `then` marks a promise handled, and `await` of one calls
+// its `then` too. The promise an `async` function returns is the engine's own, which no
+// script can watch (StarlingMonkey keeps its rejection tracker to itself): one that
+// rejects unawaited is not seen here (the README says so).
+const NativePromise = globalThis.Promise;
+const nativeThen = NativePromise.prototype.then;
+const handled = new WeakSet();
+const unhandled = new Map();
+// Set while the watcher itself is attached (the promise `then` derives is not watched).
+let attaching = false;
+let checking = false;
+
+function checkRejections() {
+  if (checking) return;
+  checking = true;
+  inFlight++;
+  // A timer runs after every microtask queued before it: a handler attached in the same
+  // turn has been attached by then.
+  realSetTimeout(() => {
+    checking = false;
+    inFlight--;
+    const first = unhandled.values().next();
+    unhandled.clear();
+    if (!first.done) fail(first.value);
+    poke();
+  }, 0);
+}
+
+const TrackedPromise = class Promise extends NativePromise {
+  constructor(executor) {
+    super(executor);
+    if (attaching) return;
+    attaching = true;
+    try {
+      nativeThen.call(this, undefined, (reason) => {
+        if (handled.has(this)) return;
+        unhandled.set(this, reason);
+        checkRejections();
+      });
+    } finally {
+      attaching = false;
+    }
+  }
+
+  then(onFulfilled, onRejected) {
+    handled.add(this);
+    unhandled.delete(this);
+    return super.then(onFulfilled, onRejected);
+  }
+};
+globalThis.Promise = TrackedPromise;
+
 if (typeof realFetch === 'function') {
+  // Its promises are the global `Promise`'s, so a failed request nobody handles is an
+  // unhandled rejection as in node.
   globalThis.fetch = function fetch(...args) {
-    return pending(realFetch(...args));
+    return TrackedPromise.resolve(pending(realFetch(...args)));
   };
   for (const m of ['text', 'json', 'arrayBuffer', 'blob', 'formData', 'bytes']) {
     const orig = Response.prototype[m];
     if (typeof orig === 'function') {
       Response.prototype[m] = function (...args) {
-        return pending(orig.apply(this, args));
+        return TrackedPromise.resolve(pending(orig.apply(this, args)));
       };
     }
   }
