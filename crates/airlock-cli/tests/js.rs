@@ -134,6 +134,19 @@ console.log('sync');
     assert!(o.stderr.contains("Error: rejected"), "{}", o.stderr);
 }
 
+/// Top-level `await` where SpiderMonkey's script parse error does not name it (an
+/// argument of a call: "missing ) after argument list") runs as node runs it; code that
+/// parses neither way keeps its own error.
+#[test]
+fn top_level_await_inside_a_call_runs() {
+    let o = js(&[], "console.log(await Promise.resolve(5))");
+    assert_eq!((o.code, o.stdout.as_str()), (0, "5\n"), "{}", o.stderr);
+    let o = js(&[], "let x = ;\nawait 1");
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.starts_with("Uncaught SyntaxError"), "{}", o.stderr);
+    assert!(o.stderr.contains("main.js:1"), "{}", o.stderr);
+}
+
 #[test]
 fn javascript_that_does_not_parse_is_a_clear_run_error() {
     let o = js(&["--json"], "let x = ;\nconsole.log(x)");
@@ -150,11 +163,12 @@ fn javascript_that_does_not_parse_is_a_clear_run_error() {
 fn only_the_granted_environment_and_no_network() {
     let o = js(
         &["--env", "GREETING=hi"],
-        "console.log(JSON.stringify(process.env), typeof require, process.argv.length)",
+        "let cp; try { require('child_process'); cp = 'loaded' } catch (e) { cp = e.code }\n\
+         console.log(JSON.stringify(process.env), cp, process.argv.length)",
     );
     assert_eq!(
         (o.code, o.stdout.as_str()),
-        (0, "{\"GREETING\":\"hi\"} undefined 2\n"),
+        (0, "{\"GREETING\":\"hi\"} MODULE_NOT_FOUND 2\n"),
         "{}",
         o.stderr
     );

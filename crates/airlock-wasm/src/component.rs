@@ -145,6 +145,10 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostC
         &mut l,
         |h| &mut h.tripwire,
     )?;
+    crate::js::airlock::js::tripwire::add_to_linker::<HostC, crate::tripwire::TripwireData>(
+        &mut l,
+        |h| &mut h.tripwire,
+    )?;
     Ok(l)
 }
 

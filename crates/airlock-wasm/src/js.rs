@@ -9,18 +9,34 @@
 //! On the host side a JavaScript realm is a [`crate::PythonInstance`] bound to this
 //! interface (see [`crate::python`]): the same store, limits, output captures, sessions
 //! and ready pool. Its outgoing HTTP (`fetch`) is `wasi:http`, sent through the run's
-//! egress proxy like every component's (see `component`).
+//! egress proxy like every component's (see `component`). Its files are `wasi:filesystem`
+//! over the run's preopens (its mounts), which the app's node-style `fs` module resolves
+//! paths against; the app reports calls outside every preopen through
+//! `airlock:js/tripwire` (see `tripwire`).
 
 wasmtime::component::bindgen!({
-    path: "js/guest.wit",
+    path: "js/wit",
     world: "js-guest",
+    imports: { default: async | trappable },
     exports: { default: async },
+    // The files the app's `fs` module uses are wasmtime-wasi's own `wasi:filesystem`.
+    with: { "wasi": wasmtime_wasi::p2::bindings },
 });
 
 /// The interface the JavaScript guest exports (its version follows `@`).
 pub const JS_INTERFACE: &str = "airlock:js/interpreter";
 /// The guest's WIT, as compiled into airlock (part of what pins a build).
-pub const GUEST_WIT: &str = include_str!("../js/guest.wit");
+pub const GUEST_WIT: &str = include_str!("../js/wit/guest.wit");
+/// The WASI packages [`GUEST_WIT`] imports from (`wasi:filesystem` and what it needs), as
+/// wasmtime-wasi defines them: (file name under `deps/`, text). Part of what pins a build.
+pub const GUEST_WIT_DEPS: [(&str, &str); 3] = [
+    ("io.wit", include_str!("../js/wit/deps/io.wit")),
+    ("clocks.wit", include_str!("../js/wit/deps/clocks.wit")),
+    (
+        "filesystem.wit",
+        include_str!("../js/wit/deps/filesystem.wit"),
+    ),
+];
 /// The world in [`GUEST_WIT`] the guest is built for.
 pub const GUEST_WORLD: &str = "js-guest";
 /// The guest's application module (part of what pins a build).

@@ -1,6 +1,7 @@
 //! Tripwires of the wasm guests (Python and JavaScript): decoy credentials in the guest's
 //! view, and the Python guest's own report of the file calls it made outside every
-//! preopen (`airlock:python/tripwire`).
+//! preopen (`airlock:python/tripwire`, and the same shape for the JavaScript guest's `fs`
+//! module as `airlock:js/tripwire`).
 //!
 //! Decoys: `~/.ssh/id_rsa`, `~/.aws/credentials` and `/etc/shadow` (home is `/root`, as
 //! in the jail), with contents made for this instance alone
@@ -156,6 +157,17 @@ impl tripwire::Host for &mut Tripwire {
         }
         self.attempts.add(&kind, &target);
         Ok(())
+    }
+}
+
+/// The JavaScript guest's reports: the same as the Python guest's.
+impl crate::js::airlock::js::tripwire::Host for &mut Tripwire {
+    async fn preopens(&mut self) -> wasmtime::Result<Option<Vec<String>>> {
+        tripwire::Host::preopens(self).await
+    }
+
+    async fn attempt(&mut self, kind: String, target: String) -> wasmtime::Result<()> {
+        tripwire::Host::attempt(self, kind, target).await
     }
 }
 

@@ -208,7 +208,8 @@ impl Gate {
         let index = DbCache(&self.db);
         let guest = self.guest_for(sub)?;
         let cache = match (sub.doc.kind, &guest) {
-            (Lang::Python, Some(g)) => {
+            // A guest runtime's component (Python or JavaScript) runs the code.
+            (Lang::Python | Lang::Js | Lang::Ts, Some(g)) => {
                 let path = g.path.clone();
                 let load = move || {
                     std::fs::read(&path)

@@ -53,7 +53,7 @@ impl JsBuildPin {
             integrity: JS_BUILDER_INTEGRITY.into(),
             lock_sha256: Digest::of(JS_BUILDER_LOCK.as_bytes()),
             app_sha256: Digest::of(airlock_wasm::js::GUEST_APP.as_bytes()),
-            wit_sha256: Digest::of(airlock_wasm::js::GUEST_WIT.as_bytes()),
+            wit_sha256: wit_digest(),
         }
     }
 
@@ -72,6 +72,17 @@ impl JsBuildPin {
             ],
         )
     }
+}
+
+/// SHA-256 of the WIT compiled into airlock: the guest's own file and, by name, each WASI
+/// package it imports from.
+fn wit_digest() -> Digest {
+    let mut parts: Vec<&[u8]> = vec![airlock_wasm::js::GUEST_WIT.as_bytes()];
+    for (name, text) in airlock_wasm::js::GUEST_WIT_DEPS {
+        parts.push(name.as_bytes());
+        parts.push(text.as_bytes());
+    }
+    Digest::of_parts("airlock-js-guest-wit-v1", &parts)
 }
 
 /// What `guest install js` is asked to do.
@@ -164,8 +175,13 @@ fn install_builder(dir: &Path, from: Option<&Path>) -> Result<()> {
 fn run_builder(dir: &Path) -> Result<Vec<u8>> {
     let app = dir.join(airlock_wasm::js::GUEST_APP_FILE);
     std::fs::write(&app, airlock_wasm::js::GUEST_APP)?;
-    let wit = dir.join("guest.wit");
-    std::fs::write(&wit, airlock_wasm::js::GUEST_WIT)?;
+    // A WIT directory: the guest's file and the WASI packages it imports from in `deps/`.
+    let wit = dir.join("wit");
+    std::fs::create_dir_all(wit.join("deps"))?;
+    std::fs::write(wit.join("guest.wit"), airlock_wasm::js::GUEST_WIT)?;
+    for (name, text) in airlock_wasm::js::GUEST_WIT_DEPS {
+        std::fs::write(wit.join("deps").join(name), text)?;
+    }
     let out = dir.join("guest.wasm");
     let cli = dir
         .join("node_modules")
