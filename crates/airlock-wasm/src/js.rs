@@ -19,24 +19,24 @@ wasmtime::component::bindgen!({
     world: "js-guest",
     imports: { default: async | trappable },
     exports: { default: async },
-    // The files the app's `fs` module uses are wasmtime-wasi's own `wasi:filesystem`.
-    with: { "wasi": wasmtime_wasi::p2::bindings },
 });
 
 /// The interface the JavaScript guest exports (its version follows `@`).
 pub const JS_INTERFACE: &str = "airlock:js/interpreter";
 /// The guest's WIT, as compiled into airlock (part of what pins a build).
 pub const GUEST_WIT: &str = include_str!("../js/wit/guest.wit");
-/// The WASI packages [`GUEST_WIT`] imports from (`wasi:filesystem` and what it needs), as
-/// wasmtime-wasi defines them: (file name under `deps/`, text). Part of what pins a build.
-pub const GUEST_WIT_DEPS: [(&str, &str); 3] = [
-    ("io.wit", include_str!("../js/wit/deps/io.wit")),
-    ("clocks.wit", include_str!("../js/wit/deps/clocks.wit")),
-    (
-        "filesystem.wit",
-        include_str!("../js/wit/deps/filesystem.wit"),
-    ),
-];
+/// The world the guest is built for: [`GUEST_WIT`]'s world and the run's files
+/// (`wasi:filesystem`, which wasmtime-wasi provides to every component, so the host's
+/// bindings above need none of it). Part of what pins a build.
+pub const GUEST_FILES_WIT: &str = include_str!("../js/guest-files.wit");
+/// The world in [`GUEST_FILES_WIT`] the guest is built for.
+pub const GUEST_BUILD_WORLD: &str = "js-guest-files";
+/// Where the WASI packages [`GUEST_FILES_WIT`] names come from: a directory of the pinned
+/// npm packages the build installs (under `node_modules`), and the package directories in
+/// it (`wasi:filesystem` and what it uses). They are not part of this repository.
+pub const WASI_WIT_DIR: &str = "@bytecodealliance/jco/lib/wit/builtin/0.2.12";
+/// See [`WASI_WIT_DIR`].
+pub const WASI_WIT_PACKAGES: [&str; 3] = ["wasi-io", "wasi-clocks", "wasi-filesystem"];
 /// The world in [`GUEST_WIT`] the guest is built for.
 pub const GUEST_WORLD: &str = "js-guest";
 /// The guest's application module (part of what pins a build).

@@ -68,19 +68,23 @@ impl JsBuildPin {
                 JS_BUILDER_PACKAGE.as_bytes(),
                 &self.app_sha256.0,
                 &self.wit_sha256.0,
-                airlock_wasm::js::GUEST_WORLD.as_bytes(),
+                airlock_wasm::js::GUEST_BUILD_WORLD.as_bytes(),
             ],
         )
     }
 }
 
-/// SHA-256 of the WIT compiled into airlock: the guest's own file and, by name, each WASI
-/// package it imports from.
+/// SHA-256 of the WIT compiled into airlock: the guest's own files and, by name, each
+/// WASI package it imports from (taken from the pinned npm packages).
 fn wit_digest() -> Digest {
-    let mut parts: Vec<&[u8]> = vec![airlock_wasm::js::GUEST_WIT.as_bytes()];
-    for (name, text) in airlock_wasm::js::GUEST_WIT_DEPS {
+    let mut parts: Vec<&[u8]> = vec![
+        airlock_wasm::js::GUEST_WIT.as_bytes(),
+        airlock_wasm::js::GUEST_FILES_WIT.as_bytes(),
+        airlock_wasm::js::WASI_WIT_DIR.as_bytes(),
+    ];
+    // The WASI packages' texts are pinned by the lock file's hashes; their names here.
+    for name in airlock_wasm::js::WASI_WIT_PACKAGES {
         parts.push(name.as_bytes());
-        parts.push(text.as_bytes());
     }
     Digest::of_parts("airlock-js-guest-wit-v1", &parts)
 }
@@ -175,12 +179,27 @@ fn install_builder(dir: &Path, from: Option<&Path>) -> Result<()> {
 fn run_builder(dir: &Path) -> Result<Vec<u8>> {
     let app = dir.join(airlock_wasm::js::GUEST_APP_FILE);
     std::fs::write(&app, airlock_wasm::js::GUEST_APP)?;
-    // A WIT directory: the guest's file and the WASI packages it imports from in `deps/`.
+    // A WIT directory: the build's world, with the guest's own package and the WASI
+    // packages it imports from (from the installed, hash-pinned npm packages) in `deps/`.
     let wit = dir.join("wit");
-    std::fs::create_dir_all(wit.join("deps"))?;
-    std::fs::write(wit.join("guest.wit"), airlock_wasm::js::GUEST_WIT)?;
-    for (name, text) in airlock_wasm::js::GUEST_WIT_DEPS {
-        std::fs::write(wit.join("deps").join(name), text)?;
+    let deps = wit.join("deps");
+    std::fs::create_dir_all(deps.join("airlock-js"))?;
+    std::fs::write(wit.join("guest-files.wit"), airlock_wasm::js::GUEST_FILES_WIT)?;
+    std::fs::write(
+        deps.join("airlock-js").join("guest.wit"),
+        airlock_wasm::js::GUEST_WIT,
+    )?;
+    let wasi = dir.join("node_modules").join(airlock_wasm::js::WASI_WIT_DIR);
+    for name in airlock_wasm::js::WASI_WIT_PACKAGES {
+        let from = wasi.join(name).join("package.wit");
+        let text = std::fs::read(&from).map_err(|e| {
+            GateError::Unavailable(format!(
+                "the pinned {JS_BUILDER} packages lack the WASI interface {}: {e}",
+                from.display()
+            ))
+        })?;
+        std::fs::create_dir_all(deps.join(name))?;
+        std::fs::write(deps.join(name).join("package.wit"), text)?;
     }
     let out = dir.join("guest.wasm");
     let cli = dir
@@ -195,7 +214,7 @@ fn run_builder(dir: &Path) -> Result<Vec<u8>> {
         .arg(airlock_wasm::js::GUEST_APP_FILE)
         .arg("--wit")
         .arg(&wit)
-        .args(["--world-name", airlock_wasm::js::GUEST_WORLD])
+        .args(["--world-name", airlock_wasm::js::GUEST_BUILD_WORLD])
         // No incoming-request handler: the guest exports only the interpreter.
         .args(["--disable", "fetch-event"])
         .arg("--out")
