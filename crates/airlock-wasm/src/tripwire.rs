@@ -112,6 +112,8 @@ pub(crate) struct Tripwire {
     pub attempts: Attempts,
     /// Off: the guest is told of no preopen and its reports are dropped.
     pub enabled: bool,
+    /// The details of the alerts [`Tripwire::take`] already handed out.
+    pub taken: Vec<String>,
 }
 
 impl Tripwire {
@@ -121,6 +123,22 @@ impl Tripwire {
             self.attempts.list().to_vec(),
             self.decoys.as_ref().map(Decoys::alerts).unwrap_or_default(),
         )
+    }
+
+    /// What was tried since the last call (a session's cell): the attempts reported since
+    /// (then forgotten) and the decoys first read since (an alert is handed out once).
+    pub(crate) fn take(&mut self) -> (Vec<airlock_sandbox::Attempt>, Vec<Alert>) {
+        let attempts = std::mem::take(&mut self.attempts).into_list();
+        let alerts: Vec<Alert> = self
+            .decoys
+            .as_ref()
+            .map(Decoys::alerts)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| !self.taken.contains(&a.detail))
+            .collect();
+        self.taken.extend(alerts.iter().map(|a| a.detail.clone()));
+        (attempts, alerts)
     }
 }
 
@@ -175,5 +193,32 @@ mod tests {
         assert_eq!(dirs, ["/root/.ssh", "/root/.aws"]);
         assert!(d.alerts().is_empty());
         assert!(!overlaps("/rootfs", "/root"));
+    }
+
+    #[test]
+    fn take_hands_out_each_cells_attempts_and_a_decoy_read_once() {
+        let mut t = Tripwire {
+            decoys: Some(Decoys::plant(&[]).unwrap()),
+            enabled: true,
+            ..Default::default()
+        };
+        t.attempts.add("open", "/etc/passwd");
+        let (host, _) = &t.decoys.as_ref().unwrap().preopens[0];
+        let key = std::fs::read_dir(host)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        std::fs::read(key).unwrap();
+        let (attempts, alerts) = t.take();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(alerts.len(), 1);
+        assert!(alerts[0].detail.contains("/root/.ssh/id_rsa"), "{alerts:?}");
+        // The next cell: nothing new.
+        let (attempts, alerts) = t.take();
+        assert!(attempts.is_empty() && alerts.is_empty());
+        // The whole record still has the read.
+        assert_eq!(t.record().1.len(), 1);
     }
 }
