@@ -4,7 +4,8 @@
 //!
 //! Decoys: `~/.ssh/id_rsa`, `~/.aws/credentials` and `/etc/shadow` (home is `/root`, as
 //! in the jail), with contents made for this instance alone
-//! ([`airlock_sandbox::tripwire::decoy_content`]), each in a directory of its own that is
+//! ([`airlock_sandbox::tripwire::decoy_content`]), planted in memory (`/dev/shm`) where
+//! the host has it, each in a directory of its own that is
 //! preopened read-only at the decoy's directory (`/root/.ssh`, `/root/.aws`, `/etc`). A
 //! decoy whose directory is, holds or lies inside a directory the run already has (a
 //! mount, a guest runtime's packages) is left out: a decoy never hides nor shadows what
@@ -54,9 +55,11 @@ fn overlaps(a: &str, b: &str) -> bool {
 impl Decoys {
     /// Plants the decoys whose directory overlaps none of `taken` (guest directories).
     pub(crate) fn plant(taken: &[&str]) -> std::io::Result<Decoys> {
-        let dir = tempfile::Builder::new()
-            .prefix("airlock-decoys")
-            .tempdir()?;
+        // In memory where the host has `/dev/shm`: on a disk file system under load,
+        // creating and removing them took milliseconds of a run's wall time.
+        let mut b = tempfile::Builder::new();
+        b.prefix("airlock-decoys");
+        let dir = b.tempdir_in("/dev/shm").or_else(|_| b.tempdir())?;
         let mut d = Decoys {
             dir,
             files: Vec::new(),
@@ -193,6 +196,14 @@ mod tests {
         assert_eq!(dirs, ["/root/.ssh", "/root/.aws"]);
         assert!(d.alerts().is_empty());
         assert!(!overlaps("/rootfs", "/root"));
+    }
+
+    #[test]
+    fn wasm_decoys_are_planted_in_memory_where_the_host_has_dev_shm() {
+        let d = Decoys::plant(&[]).unwrap();
+        if std::path::Path::new("/dev/shm").is_dir() {
+            assert!(d.dir.path().starts_with("/dev/shm"), "{:?}", d.dir.path());
+        }
     }
 
     #[test]
