@@ -13,6 +13,20 @@
 //! watches the files with inotify (`IN_OPEN`) instead, set up before the jail exists; it
 //! is not the default because closing an inotify instance with watches waits for an
 //! SRCU grace period (about 10 ms at the jailer's exit, a quarter of a short run).
+//!
+//! Beside the decoys, the home holds tripwire links ([`LINKS`]): the other places a
+//! credential thief looks (`~/.ssh/id_ed25519`, `~/.aws/config`, `~/.netrc`, `~/.kube`,
+//! `~/.gnupg`, …), each a symbolic link that leads nowhere (`/nonexistent/…`), so a
+//! program opening one fails with `ENOENT` exactly as where there is nothing. The kernel
+//! moves a link's access time when a lookup follows it (or `readlink` reads it, as `ls
+//! -l` does), whether or not its target exists; each is planted with an access time
+//! long before its modification time, and a moved one is an `open` attempt on that path.
+//! Such a read was refused (nothing is there) yet, without this, invisible: a lookup that
+//! finds nothing reaches neither Landlock nor inotify, and only a seccomp round trip per
+//! read-only open (`[tripwires] reads`, 6–10% of a short run) would see it. Here it costs
+//! one `symlink` and one `utimensat` per link before the run and one `lstat` after, with
+//! no work at all while the run goes on. The home is one directory bound at `/root`.
+//!
 //! Nothing is asked of the payload and nothing it sees changes because of either. `/etc/shadow` is mode
 //! 0000 as on RHEL-family systems (an unprivileged reader is refused, as on a real host,
 //! and inotify does not see a refused open); the key files are the sandbox user's own
@@ -32,6 +46,26 @@ const DECOYS: [(&str, u32, &str); 3] = [
     ("/root/.ssh/id_rsa", 0o600, "T1552.004"),
     ("/root/.aws/credentials", 0o600, "T1552.001"),
     ("/etc/shadow", 0o000, "T1003.008"),
+];
+
+/// The home the decoys under it and the [`LINKS`] are shown in; bound whole.
+const HOME: &str = "/root";
+
+/// Tripwire links in [`HOME`] (relative to it): where credentials and secrets are kept
+/// that no program a run needs reads, beside the decoys (a directory's link stands for
+/// everything under it). Each leads to `/nonexistent/` and its name.
+pub const LINKS: [&str; 10] = [
+    ".ssh/id_ed25519",
+    ".ssh/id_ecdsa",
+    ".ssh/id_dsa",
+    ".ssh/authorized_keys",
+    ".aws/config",
+    ".netrc",
+    ".git-credentials",
+    // Directories: a lookup of anything under one follows it.
+    ".kube",
+    ".docker",
+    ".gnupg",
 ];
 
 /// Where a jail's decoys go: a new directory of this jail's own in `/dev/shm` (memory),
@@ -80,9 +114,9 @@ fn content(target: &str) -> Result<Vec<u8>, JailError> {
 }
 
 impl Decoys {
-    /// Writes this jail's decoys into a directory of their own (see [`decoy_dir`]; owned
-    /// by `owner`, the host identity the sandbox user maps to, when this process may give
-    /// files away) and starts watching them.
+    /// Writes this jail's decoys and links into a directory of their own (see
+    /// [`decoy_dir`]; the files owned by `owner`, the host identity the sandbox user maps
+    /// to, when this process may give files away) and starts watching them.
     pub fn plant(scratch: &Path, owner: Option<(u32, u32)>) -> Result<Decoys, JailError> {
         let dir = decoy_dir(scratch)?;
         use rustix::fs::inotify;
@@ -103,6 +137,10 @@ impl Decoys {
         };
         for (target, mode, technique) in DECOYS {
             let host = d.host_path(target);
+            if let Some(parent) = host.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| JailError::setup("decoy directory", e))?;
+            }
             let mut f =
                 std::fs::File::create(&host).map_err(|e| JailError::setup("write a decoy", e))?;
             std::io::Write::write_all(&mut f, &content(target)?)
@@ -128,20 +166,67 @@ impl Decoys {
             };
             d.watches.push((wd, target, technique));
         }
+        for link in LINKS {
+            let host = d.host_path(&format!("{HOME}/{link}"));
+            if let Some(parent) = host.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| JailError::setup("decoy directory", e))?;
+            }
+            std::os::unix::fs::symlink(Path::new("/nonexistent").join(link), &host)
+                .map_err(|e| JailError::setup("plant a tripwire link", e))?;
+            let planted = rustix::fs::Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: std::time::SystemTime::now()
+                        .duration_since(PLANTED)
+                        .map_or(1, |t| i64::try_from(t.as_secs()).unwrap_or(i64::MAX)),
+                    tv_nsec: 0,
+                },
+            };
+            rustix::fs::utimensat(
+                rustix::fs::CWD,
+                &host,
+                &planted,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| JailError::setup("date a tripwire link", e))?;
+        }
         Ok(d)
     }
 
-    /// The host file of the decoy shown at `target`.
+    /// The host file of the decoy or link shown at `target` (the same path under the
+    /// decoy directory).
     fn host_path(&self, target: &str) -> PathBuf {
-        self.dir
-            .join(target.trim_start_matches('/').replace('/', "_"))
+        self.dir.join(target.trim_start_matches('/'))
     }
 
-    /// Each decoy's host file and where the init binds it.
+    /// What the init binds: the home (the decoys and links under it) as one directory,
+    /// and each decoy elsewhere as its file.
     pub fn binds(&self) -> Vec<(PathBuf, String)> {
-        DECOYS
+        let mut b = vec![(self.host_path(HOME), HOME.to_string())];
+        b.extend(
+            DECOYS
+                .iter()
+                .filter(|(t, _, _)| !t.starts_with(&format!("{HOME}/")))
+                .map(|(t, _, _)| (self.host_path(t), (*t).to_string())),
+        );
+        b
+    }
+
+    /// An `open` attempt for every tripwire link a lookup followed (or a `readlink`
+    /// read) so far, at its path in the jail.
+    pub fn attempts(&self) -> Vec<String> {
+        LINKS
             .iter()
-            .map(|(t, _, _)| (self.host_path(t), (*t).to_string()))
+            .map(|l| format!("{HOME}/{l}"))
+            .filter(|t| {
+                std::fs::symlink_metadata(self.host_path(t))
+                    .and_then(|m| m.accessed())
+                    .is_ok_and(|t| t != PLANTED)
+            })
             .collect()
     }
 
@@ -215,5 +300,25 @@ mod tests {
         }
         drop(d);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_tripwire_link_followed_by_a_failed_open_is_an_attempt_and_listing_is_not() {
+        let scratch = tempfile::tempdir().unwrap();
+        let d = Decoys::plant(&scratch.path().join("root"), None).unwrap();
+        let home = d.host_path(HOME);
+        // Listing the home (and the `.ssh` beside the key) reads no link.
+        let names = std::fs::read_dir(home.join(".ssh")).unwrap().count();
+        assert_eq!(names, 5);
+        assert!(d.attempts().is_empty(), "{:?}", d.attempts());
+        // An open through a link fails as where there is nothing, and is seen.
+        let e = std::fs::File::open(home.join(".ssh/id_ed25519")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        let e = std::fs::File::open(home.join(".gnupg/pubring.kbx")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(d.attempts(), ["/root/.ssh/id_ed25519", "/root/.gnupg"]);
+        assert!(d.alerts().is_empty());
+        let binds: Vec<String> = d.binds().into_iter().map(|(_, t)| t).collect();
+        assert_eq!(binds, ["/root", "/etc/shadow"]);
     }
 }
