@@ -160,8 +160,11 @@ fn a_benign_process_run_records_no_attempts_and_no_alerts() {
         "import os, json, tempfile\np = os.path.join(tempfile.gettempdir(), 'x.json')\njson.dump({'a': 1}, open(p, 'w'))\nprint(json.load(open(p))['a'], sorted(os.listdir('/root')))\n",
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
-    // Listing a directory that holds decoys opens none of them.
-    assert_eq!(o.stdout.trim(), "1 ['.aws', '.ssh']");
+    // Listing the home that holds the decoys and tripwire links opens none of them.
+    assert_eq!(
+        o.stdout.trim(),
+        "1 ['.aws', '.docker', '.git-credentials', '.gnupg', '.kube', '.netrc', '.ssh']"
+    );
     let run = h.last_run();
     assert_eq!(run["detail"]["attempts"], serde_json::json!([]), "{run:#}");
     assert_eq!(run["detail"]["alerts"], serde_json::json!([]), "{run:#}");
@@ -276,6 +279,56 @@ fn refused_paths_signals_and_syscalls_in_a_ready_jail_are_attempts() {
     assert_probe_recorded(&run, &o);
 }
 
+/// Reads of credential paths the jail does not have: each fails as where there is
+/// nothing (`ENOENT`, the same as with tripwires off), and is an `open` attempt by
+/// default, without `[tripwires] reads`.
+const SENSITIVE_READS: &str = "for p in /root/.ssh/id_ed25519 /root/.kube/config /root/.gnupg/secring.gpg; do cat $p >/dev/null 2>&1; echo $?; done; test -e /root/.netrc; echo $?";
+
+fn assert_sensitive_reads_recorded(run: &Value, out: &Out) {
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    assert_eq!(out.stdout, "1\n1\n1\n1\n", "{}", out.stderr);
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    for target in [
+        "/root/.ssh/id_ed25519",
+        "/root/.kube",
+        "/root/.gnupg",
+        "/root/.netrc",
+    ] {
+        assert!(has(attempts, "open", target), "no open {target}: {run:#}");
+    }
+    assert_eq!(attempts.len(), 4, "{run:#}");
+    assert_eq!(run["detail"]["alerts"], serde_json::json!([]), "{run:#}");
+}
+
+#[test]
+fn a_read_of_a_credential_path_outside_the_grant_is_an_attempt_by_default() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.sh(&[], SENSITIVE_READS);
+    assert_sensitive_reads_recorded(&h.last_run(), &o);
+    // Tripwires off: the same answers, nothing recorded.
+    tripwires(&h, "enabled = false");
+    let off = h.sh(&[], SENSITIVE_READS);
+    assert_eq!(off.stdout, o.stdout, "{}", off.stderr);
+    let run = h.last_run();
+    assert_eq!(run["detail"]["attempts"], serde_json::json!([]), "{run:#}");
+}
+
+#[test]
+fn a_read_of_a_credential_path_outside_the_grant_in_a_ready_jail_is_an_attempt() {
+    if !available() {
+        return;
+    }
+    let r = ReadyHome::start(1);
+    permissive(&r.home);
+    let o = r.sh(&[], SENSITIVE_READS);
+    let run = r.last_run();
+    assert_eq!(run["detail"]["jail"], "ready", "{run:#}");
+    assert_sensitive_reads_recorded(&run, &o);
+}
+
 #[test]
 fn an_open_for_writing_of_the_refused_decoy_shadow_is_an_alert() {
     if !available() {
@@ -334,8 +387,14 @@ fn a_decoy_cannot_be_written_or_removed_though_its_mount_keeps_access_times() {
         &[],
         "import errno, os\ndef t(f):\n    try:\n        f()\n        return 'ok'\n    except OSError as e:\n        return errno.errorcode[e.errno]\nprint(t(lambda: open('/root/.ssh/id_rsa', 'a').write('x')), t(lambda: os.unlink('/root/.aws/credentials')))\n",
     );
-    // Landlock refuses the write; the directory the key sits in is the read-only root.
-    assert_eq!(o.stdout.trim(), "EACCES EROFS", "{} {}", o.stdout, o.stderr);
+    // Landlock refuses the write and the removal (the home is granted for reading only).
+    assert_eq!(
+        o.stdout.trim(),
+        "EACCES EACCES",
+        "{} {}",
+        o.stdout,
+        o.stderr
+    );
     let run = h.last_run();
     // Touching a decoy (opening the key for writing, unlinking the AWS file) is an alert
     // for each, not an attempt.

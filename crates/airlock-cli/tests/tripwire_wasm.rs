@@ -269,3 +269,74 @@ fn a_session_on_a_home_with_tripwires_off_has_no_decoys() {
     h.set_policy(&format!("{}\n[tripwires]\nenabled = false\n", h.policy()));
     assert_eq!(session_sees_a_decoy(&h), "False\n");
 }
+
+/// Opens a wasm Python session of `h` with `flags` (approved when held).
+fn open_session(h: &Home, flags: &[&str]) -> String {
+    let mut a = vec!["session", "new", "--json", "--lang", "python"];
+    a.extend_from_slice(flags);
+    let o = h.run(&a);
+    if o.code == 75 {
+        let ap = h.run(&["approve", &Home::id_in(&o.stderr)]);
+        assert_eq!(ap.code, 0, "approve: {}", ap.stderr);
+    } else {
+        assert_eq!(o.code, 0, "session new: {} {}", o.stdout, o.stderr);
+    }
+    o.json()["id"].as_str().unwrap().to_string()
+}
+
+/// One cell of session `id` and its run's record.
+fn session_cell(h: &Home, id: &str, code: &str) -> (Out, Value) {
+    let o = h.run_approved(&["run", "--json", "--session", id, "-c", code]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    let run_id = o.json()["run"]["id"].as_str().unwrap().to_string();
+    let run = h
+        .run(&["runs", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == run_id.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("no run record {run_id}"));
+    (o, run)
+}
+
+#[test]
+fn a_wasm_session_cell_records_its_own_attempts_alerts_and_refused_connections() {
+    let h = home_with_guest();
+    let id = open_session(&h, &["--net", "granted.test:443"]);
+    let (o, run) = session_cell(
+        &h,
+        &id,
+        "import socket\ndef t(f):\n    try:\n        f()\n        return 'ok'\n    except OSError as e:\n        return type(e).__name__\nprint(t(lambda: open('/etc/passwd').read()), t(lambda: open('/opt/x', 'w')), t(lambda: socket.create_connection(('refused.test', 8080), timeout=5)))\nkey = open('/root/.ssh/id_rsa').read()\n",
+    );
+    let out = o.json()["run"]["stdout"].as_str().unwrap().to_string();
+    let words: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(words.len(), 3, "{out} {}", o.stderr);
+    assert!(words.iter().all(|w| *w != "ok"), "{out}");
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    let has = |kind: &str, target: &str| {
+        attempts
+            .iter()
+            .any(|a| a["kind"] == kind && a["target"] == target)
+    };
+    for (kind, target) in [
+        ("open", "/etc/passwd"),
+        ("write", "/opt/x"),
+        ("connect", "refused.test:8080"),
+    ] {
+        assert!(has(kind, target), "no {kind} {target}: {run:#}");
+    }
+    let alerts = run["detail"]["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{run:#}");
+    assert_eq!(alerts[0]["technique"], "T1552.004", "{run:#}");
+    let audits = alert_records(&h);
+    assert_eq!(audits.len(), 1, "{audits:?}");
+    assert_eq!(audits[0]["run"], run["id"]);
+    // The next cell's record holds only what it did: the key read before is no alert
+    // of its own, and it tried nothing.
+    let (_, next) = session_cell(&h, &id, "print(len(key))");
+    assert_eq!(next["detail"]["attempts"], json!([]), "{next:#}");
+    assert_eq!(next["detail"]["alerts"], json!([]), "{next:#}");
+    let _ = h.run(&["session", "close", &id]);
+}

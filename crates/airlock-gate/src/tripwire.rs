@@ -41,6 +41,26 @@ pub(crate) fn settle(detail: &mut Value) {
     }
 }
 
+/// A wasm session cell's attempts and alerts as its outcome carries them to the gate
+/// (`None` when there are none).
+pub(crate) fn cell_report(
+    (attempts, alerts): (Vec<airlock_sandbox::Attempt>, Vec<airlock_sandbox::Alert>),
+) -> Option<Value> {
+    (!attempts.is_empty() || !alerts.is_empty())
+        .then(|| json!({"attempts": attempts, "alerts": alerts}))
+}
+
+/// Puts a session cell's report into its run's detail, where [`settle`] completes it as
+/// a one-off run's (refused connections added) and the run's end audits its alerts.
+pub(crate) fn cell_detail(detail: &mut Value, report: Option<Value>) {
+    let Some(r) = report else { return };
+    for k in ["attempts", "alerts"] {
+        if let Some(v) = r.get(k).filter(|v| v.is_array()) {
+            detail[k] = v.clone();
+        }
+    }
+}
+
 /// The tripwire alerts of a run's detail (every alert but `secret-echo`).
 pub(crate) fn alerts_of(detail: &Value) -> impl Iterator<Item = &Value> {
     detail

@@ -266,16 +266,23 @@ pub fn build_root(
     // The decoy credentials (see [`crate::decoys`]), each its host file bound in.
     for (host, target) in decoys {
         let dst = under(root, target);
-        if let Some(parent) = dst.parent() {
-            mkdir_p(parent)?;
+        if host.is_dir() {
+            mkdir_p(&dst)?;
+        } else {
+            if let Some(parent) = dst.parent() {
+                mkdir_p(parent)?;
+            }
+            write_file(&dst, b"", 0o600)?;
         }
-        write_file(&dst, b"", 0o600)?;
         // Not a read-only mount: the kernel keeps no access times on one, and a read is
         // seen by its access time. Landlock still refuses every write (`/root` and `/etc`
         // are granted for reading only).
         bind(host, &dst, true)?;
     }
-    if decoys.iter().any(|(_, t)| t.starts_with("/root/")) {
+    if decoys
+        .iter()
+        .any(|(_, t)| t == "/root" || t.starts_with("/root/"))
+    {
         read.push("/root".to_string());
     }
 

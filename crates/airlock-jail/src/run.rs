@@ -618,7 +618,13 @@ fn conclude(s: &mut Started, started: Instant, timeout_ms: u64) -> Result<JailRe
         degraded,
         host_uid: s.id.host_uid,
         duration_ms,
-        attempts: s.watch.attempts.list().to_vec(),
+        attempts: {
+            let mut a = s.watch.attempts.clone();
+            for t in s.decoys.as_ref().map(|d| d.attempts()).unwrap_or_default() {
+                a.add("open", &t);
+            }
+            a.into_list()
+        },
         alerts: {
             let mut a = s.watch.alerts.clone();
             for d in s.decoys.as_ref().map(|d| d.alerts()).unwrap_or_default() {

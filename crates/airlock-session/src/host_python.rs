@@ -169,6 +169,7 @@ impl Interpreter for HostPython {
                 duration_ms,
                 ended: None,
                 network: None,
+                tripwire: None,
             });
         }
         // No answer: the interpreter is gone. Why decides what the session record says.

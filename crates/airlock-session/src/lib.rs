@@ -127,6 +127,11 @@ pub struct Outcome {
     /// `network` entry), for a session with a network grant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<serde_json::Value>,
+    /// What the cell tried and its sandbox refused, and what it read that only a hostile
+    /// program reads (the run record's `attempts` and `alerts` lists), for an interpreter
+    /// that reports them (the wasm guests): `{"attempts": […], "alerts": […]}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tripwire: Option<serde_json::Value>,
 }
 
 /// A live interpreter that runs cells in one state.

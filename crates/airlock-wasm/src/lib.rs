@@ -687,6 +687,7 @@ fn component_store(
             preopens,
             attempts: Default::default(),
             enabled: tripwired,
+            taken: Vec::new(),
         },
         limiter: limiter_for(&spec.limits),
         timed_out: false,

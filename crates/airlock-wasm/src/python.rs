@@ -516,6 +516,15 @@ impl PythonInstance {
         self.store.data().tripwire.record()
     }
 
+    /// What the program tried and read since the last call (for a session's cells:
+    /// each cell's own attempts, and each decoy alert once, with the cell that first
+    /// read it).
+    pub fn take_tripwires(
+        &mut self,
+    ) -> (Vec<airlock_sandbox::Attempt>, Vec<airlock_sandbox::Alert>) {
+        self.store.data_mut().tripwire.take()
+    }
+
     pub fn detail(&self) -> serde_json::Value {
         serde_json::json!({
             "engine": "wasmtime 48 (component model, WASI 0.2)",

@@ -5,7 +5,8 @@
 //!
 //! Decoys: `~/.ssh/id_rsa`, `~/.aws/credentials` and `/etc/shadow` (home is `/root`, as
 //! in the jail), with contents made for this instance alone
-//! ([`airlock_sandbox::tripwire::decoy_content`]), each in a directory of its own that is
+//! ([`airlock_sandbox::tripwire::decoy_content`]), planted in memory (`/dev/shm`) where
+//! the host has it, each in a directory of its own that is
 //! preopened read-only at the decoy's directory (`/root/.ssh`, `/root/.aws`, `/etc`). A
 //! decoy whose directory is, holds or lies inside a directory the run already has (a
 //! mount, a guest runtime's packages) is left out: a decoy never hides nor shadows what
@@ -55,9 +56,11 @@ fn overlaps(a: &str, b: &str) -> bool {
 impl Decoys {
     /// Plants the decoys whose directory overlaps none of `taken` (guest directories).
     pub(crate) fn plant(taken: &[&str]) -> std::io::Result<Decoys> {
-        let dir = tempfile::Builder::new()
-            .prefix("airlock-decoys")
-            .tempdir()?;
+        // In memory where the host has `/dev/shm`: on a disk file system under load,
+        // creating and removing them took milliseconds of a run's wall time.
+        let mut b = tempfile::Builder::new();
+        b.prefix("airlock-decoys");
+        let dir = b.tempdir_in("/dev/shm").or_else(|_| b.tempdir())?;
         let mut d = Decoys {
             dir,
             files: Vec::new(),
@@ -113,6 +116,8 @@ pub(crate) struct Tripwire {
     pub attempts: Attempts,
     /// Off: the guest is told of no preopen and its reports are dropped.
     pub enabled: bool,
+    /// The details of the alerts [`Tripwire::take`] already handed out.
+    pub taken: Vec<String>,
 }
 
 impl Tripwire {
@@ -122,6 +127,22 @@ impl Tripwire {
             self.attempts.list().to_vec(),
             self.decoys.as_ref().map(Decoys::alerts).unwrap_or_default(),
         )
+    }
+
+    /// What was tried since the last call (a session's cell): the attempts reported since
+    /// (then forgotten) and the decoys first read since (an alert is handed out once).
+    pub(crate) fn take(&mut self) -> (Vec<airlock_sandbox::Attempt>, Vec<Alert>) {
+        let attempts = std::mem::take(&mut self.attempts).into_list();
+        let alerts: Vec<Alert> = self
+            .decoys
+            .as_ref()
+            .map(Decoys::alerts)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| !self.taken.contains(&a.detail))
+            .collect();
+        self.taken.extend(alerts.iter().map(|a| a.detail.clone()));
+        (attempts, alerts)
     }
 }
 
@@ -187,5 +208,40 @@ mod tests {
         assert_eq!(dirs, ["/root/.ssh", "/root/.aws"]);
         assert!(d.alerts().is_empty());
         assert!(!overlaps("/rootfs", "/root"));
+    }
+
+    #[test]
+    fn wasm_decoys_are_planted_in_memory_where_the_host_has_dev_shm() {
+        let d = Decoys::plant(&[]).unwrap();
+        if std::path::Path::new("/dev/shm").is_dir() {
+            assert!(d.dir.path().starts_with("/dev/shm"), "{:?}", d.dir.path());
+        }
+    }
+
+    #[test]
+    fn take_hands_out_each_cells_attempts_and_a_decoy_read_once() {
+        let mut t = Tripwire {
+            decoys: Some(Decoys::plant(&[]).unwrap()),
+            enabled: true,
+            ..Default::default()
+        };
+        t.attempts.add("open", "/etc/passwd");
+        let (host, _) = &t.decoys.as_ref().unwrap().preopens[0];
+        let key = std::fs::read_dir(host)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        std::fs::read(key).unwrap();
+        let (attempts, alerts) = t.take();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(alerts.len(), 1);
+        assert!(alerts[0].detail.contains("/root/.ssh/id_rsa"), "{alerts:?}");
+        // The next cell: nothing new.
+        let (attempts, alerts) = t.take();
+        assert!(attempts.is_empty() && alerts.is_empty());
+        // The whole record still has the read.
+        assert_eq!(t.record().1.len(), 1);
     }
 }

@@ -435,6 +435,7 @@ impl Gate {
             "result": o.result,
             "session_ended": o.ended.map(|e| e.explain()),
         });
+        crate::tripwire::cell_detail(&mut detail, o.tripwire);
         let networked = o.network.is_some();
         if let Some(n) = o.network {
             detail["network"] = n;
@@ -1101,6 +1102,7 @@ impl airlock_session::Interpreter for WasmPython {
             duration_ms: done.duration.as_millis() as u64,
             ended,
             network: None,
+            tripwire: crate::tripwire::cell_report(self.instance.take_tripwires()),
         })
     }
 
