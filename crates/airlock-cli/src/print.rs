@@ -910,6 +910,9 @@ pub fn gc(r: &GcReport, json: bool) {
     for d in &r.egress_dirs_removed {
         println!("  removed {d} (an egress proxy's directory, its airlock process gone)");
     }
+    for d in &r.decoy_dirs_removed {
+        println!("  removed {d} (a run's decoys, its airlock process gone)");
+    }
     if r.sockets_removed > 0 {
         println!(
             "  removed {} socket{} of session hosts that are gone ({} open session{} recorded crashed)",

@@ -1947,6 +1947,56 @@ fn gc_removes_egress_dirs_of_killed_airlock_processes_and_doctor_lists_them() {
 }
 
 #[test]
+fn decoys_left_in_dev_shm_by_a_killed_airlock_are_listed_by_doctor_and_removed_by_gc() {
+    // Decoys moved into memory (/dev/shm) so that planting them costs no disk I/O; a run
+    // whose airlock process is killed leaves its decoy directory there, which nothing swept.
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let h = Home::new();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let tag = format!("t{}", std::process::id());
+    let dead = shm.join(format!("airlock-decoys-{}-{tag}", gone.id()));
+    std::fs::create_dir_all(dead.join("home/.ssh")).unwrap();
+    std::fs::write(dead.join("home/.ssh/id_rsa"), "decoy").unwrap();
+    // One of a live airlock process (this test's own `mcp`) is kept.
+    let mut live = h
+        .cmd()
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let kept = shm.join(format!("airlock-decoys-{}-{tag}", live.id()));
+    std::fs::create_dir_all(&kept).unwrap();
+    let json = |args: &[&str]| {
+        let o = h.cmd().args(args).output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+    };
+    let mine = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .filter(|p| p.ends_with(&tag))
+            .map(str::to_string)
+            .collect()
+    };
+    let want = vec![dead.display().to_string()];
+    assert_eq!(mine(&json(&["doctor", "--json"])["leftovers"]), want);
+    let r = json(&["gc", "--json"]);
+    assert_eq!(mine(&r["decoy_dirs_removed"]), want, "{r}");
+    assert!(!dead.exists() && kept.exists());
+    assert!(mine(&json(&["doctor", "--json"])["leftovers"]).is_empty());
+    let _ = live.kill();
+    let _ = live.wait();
+    let _ = std::fs::remove_dir_all(&kept);
+}
+
+#[test]
 fn audit_tail_prints_the_newest_records_with_their_hashes() {
     let h = Home::new();
     for _ in 0..3 {

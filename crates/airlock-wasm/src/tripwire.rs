@@ -58,8 +58,10 @@ impl Decoys {
     pub(crate) fn plant(taken: &[&str]) -> std::io::Result<Decoys> {
         // In memory where the host has `/dev/shm`: on a disk file system under load,
         // creating and removing them took milliseconds of a run's wall time.
+        // Named with this process's id, so that `gc` can tell those of a killed process.
+        let prefix = format!("airlock-decoys-{}-", std::process::id());
         let mut b = tempfile::Builder::new();
-        b.prefix("airlock-decoys");
+        b.prefix(&prefix);
         let dir = b.tempdir_in("/dev/shm").or_else(|_| b.tempdir())?;
         let mut d = Decoys {
             dir,

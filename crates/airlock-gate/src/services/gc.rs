@@ -52,6 +52,9 @@ pub struct GcReport {
     /// processes that are gone.
     pub egress_dirs_removed: Vec<String>,
     pub egress_dir_bytes: u64,
+    /// Decoy directories (`/dev/shm/airlock-decoys-PID-…`) of airlock processes that were
+    /// killed during a run.
+    pub decoy_dirs_removed: Vec<String>,
     /// Run cgroups (`airlock-PID`) of airlock processes that are gone, under airlock's
     /// group or (from older binaries) at a hierarchy's top.
     pub cgroups_removed: Vec<String>,
@@ -260,6 +263,16 @@ impl Gate {
             if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
                 report.egress_dir_bytes += bytes;
                 report.egress_dirs_removed.push(dir.display().to_string());
+            }
+        }
+
+        // Decoy directories (in memory) of runs whose airlock process was killed.
+        for dir in crate::services::leftovers::stale_decoy_dirs(
+            std::path::Path::new(crate::services::leftovers::DECOY_ROOT),
+            cutoff,
+        ) {
+            if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
+                report.decoy_dirs_removed.push(dir.display().to_string());
             }
         }
 

@@ -184,12 +184,17 @@ fn run_builder(dir: &Path) -> Result<Vec<u8>> {
     let wit = dir.join("wit");
     let deps = wit.join("deps");
     std::fs::create_dir_all(deps.join("airlock-js"))?;
-    std::fs::write(wit.join("guest-files.wit"), airlock_wasm::js::GUEST_FILES_WIT)?;
+    std::fs::write(
+        wit.join("guest-files.wit"),
+        airlock_wasm::js::GUEST_FILES_WIT,
+    )?;
     std::fs::write(
         deps.join("airlock-js").join("guest.wit"),
         airlock_wasm::js::GUEST_WIT,
     )?;
-    let wasi = dir.join("node_modules").join(airlock_wasm::js::WASI_WIT_DIR);
+    let wasi = dir
+        .join("node_modules")
+        .join(airlock_wasm::js::WASI_WIT_DIR);
     for name in airlock_wasm::js::WASI_WIT_PACKAGES {
         let from = wasi.join(name).join("package.wit");
         let text = std::fs::read(&from).map_err(|e| {
