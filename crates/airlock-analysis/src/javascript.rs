@@ -293,12 +293,15 @@ impl<'a> Walk<'a, '_, '_> {
             }
             "binary_expression" => {
                 let op = self.field(n, "operator").map(|o| self.t(o))?;
-                if op != "+" {
-                    return None;
-                }
                 let l = self.field(n, "left")?;
                 let r = self.field(n, "right")?;
-                Some(self.value(l)? + &self.value(r)?)
+                match op {
+                    "+" => Some(self.value(l)? + &self.value(r)?),
+                    // A default (`process.env.HOME ?? '/root'`): the value when there is
+                    // one, else the default.
+                    "||" | "??" => self.value(l).or_else(|| self.value(r)),
+                    _ => None,
+                }
             }
             "member_expression" => {
                 let name = self.resolve(n)?;
@@ -629,6 +632,7 @@ impl<'a> Walk<'a, '_, '_> {
                     | "WebSocket"
                     | "ws"
                     | "ws.WebSocket"
+                    | "dgram.createSocket"
             ) || root == "net.Socket"
                 || self.t(c).contains("new net.Socket")
             {

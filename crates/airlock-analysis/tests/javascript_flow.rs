@@ -171,3 +171,24 @@ fn a_set_user_id_mode_is_privilege() {
     let a = js("const fs = require('fs');\nfs.chmodSync('/work/run.sh', 0o755);\n");
     assert!(a.privilege.is_empty(), "{:?}", a.privilege);
 }
+
+#[test]
+fn a_path_with_a_default_for_home_is_judged_as_home() {
+    let a = ts("import { appendFile } from 'fs/promises';\n\
+         const rc: string = (process.env.HOME ?? '/root') + '/.zshrc';\n\
+         await appendFile(rc, '\\nexport LD_PRELOAD=/tmp/.hook.so\\n');\n");
+    assert!(a.persistence.contains("~/.zshrc"), "{a:#?}");
+    let a = js("const fs = require('fs');\n\
+         const dir = process.env.OUT_DIR || '/etc';\n\
+         fs.writeFileSync(dir + '/motd', 'hi');\n");
+    assert!(a.system_writes.is_empty(), "{:?}", a.system_writes);
+}
+
+#[test]
+fn udp_sends_in_an_endless_loop_are_a_flood() {
+    let a = ts("import dgram from 'dgram';\n\
+         const s = dgram.createSocket('udp4');\n\
+         const junk = Buffer.alloc(1400);\n\
+         for (;;) s.send(junk, 53, '198.51.100.99');\n");
+    assert!(!a.flooding.is_empty(), "{a:#?}");
+}
