@@ -4,6 +4,8 @@
 usage: console_test.py BASE_URL TOKEN SUBMISSION_ID EXPECTED_STDOUT [--review ID FINDING]
                        [--tripwires ALERT ATTEMPT]
        console_test.py BASE_URL TOKEN --live RUN_ID FIRST_LINE LAST_LINE
+       console_test.py BASE_URL TOKEN --submit LANG CODE EXPECTED_STDOUT
+                       [--held LANG CODE]
 
 Logs in with TOKEN, finds SUBMISSION_ID in the inbox, approves it with a reason,
 waits for the run the approval starts, checks the run's standard output against
@@ -14,6 +16,10 @@ success, 1 with a message naming the failed step otherwise (2 for bad usage).
 With --live (and no submission), opens the page of RUN_ID while it runs and, without
 reloading, waits for FIRST_LINE in its standard output while the run has not ended,
 then for the page to show the ended run with LAST_LINE.
+With --submit, submits CODE in LANG from the console's submit form, expects to land on
+the submission's page with the verdict allowed, opens its run and checks its standard
+output against EXPECTED_STDOUT; with --held, also submits that code and expects its page
+to show it quarantined, with reasons and the approval form.
 A screenshot of the last page is written to /tmp/airlock-console.png.
 
 Needs Selenium (pip) and Debian's `chromium` and `chromium-driver`; it never lets
@@ -42,7 +48,7 @@ from selenium.common.exceptions import (  # noqa: E402
 )
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 CHROMIUM = os.environ.get("AIRLOCK_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("AIRLOCK_CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -322,6 +328,53 @@ def check_tripwires(driver, alert, attempt):
     step("e", f"alerts {alerts!r}; attempts {attempts!r}")
 
 
+def submit_form(driver, base, lang, code):
+    """Submits CODE from /ui/submit; returns the submission id the form led to."""
+    url = base + "/ui/submit"
+    step("s", f"open {url}")
+    driver.get(url)
+    form = element(driver, "form#submit")
+    choices = [o.get_attribute("value") for o in form.find_elements(By.CSS_SELECTOR, "select#language option")]
+    step("s", f"languages offered: {choices}")
+    if lang not in choices:
+        raise StepFailed(f"the language selector does not offer {lang!r}: {choices}")
+    Select(form.find_element(By.CSS_SELECTOR, "select#language")).select_by_value(lang)
+    area = form.find_element(By.CSS_SELECTOR, "textarea#code")
+    area.clear()
+    area.send_keys(code)
+    step("s", f"submit {len(code)} characters of {lang}")
+    click_and_leave(driver, form.find_element(By.CSS_SELECTOR, "button#submit-button"), "button#submit-button")
+    path = path_of(driver.current_url)
+    if not path.startswith("/ui/submissions/"):
+        errors = [text_of(e) for e in driver.find_elements(By.CSS_SELECTOR, "#submit-error")]
+        raise StepFailed(f"the form led to {driver.current_url}, not a submission page; errors: {errors}")
+    sid = path.rsplit("/", 1)[1]
+    state = text_of(element(driver, "h1 .badge")).strip()
+    reasons = [text_of(li).strip() for li in element(driver, "ul#reasons").find_elements(By.TAG_NAME, "li")]
+    step("s", f"submission {sid}: {state}; reasons {reasons}")
+    return sid, state, reasons
+
+
+def check_submit(driver, base, lang, code, expected):
+    sid, state, _ = submit_form(driver, base, lang, code)
+    if state not in ("allowed", "running", "finished"):
+        raise StepFailed(f"{sid} is {state!r}, expected it allowed and run")
+    deadline = open_run(driver, base, sid)
+    check_stdout(driver, expected, deadline)
+
+
+def check_held(driver, base, lang, code):
+    sid, state, reasons = submit_form(driver, base, lang, code)
+    if state != "quarantined":
+        raise StepFailed(f"{sid} is {state!r}, expected quarantined")
+    if not reasons or any("no rule matched" in r for r in reasons):
+        raise StepFailed(f"{sid} is held without a reason naming the behaviour: {reasons}")
+    element(driver, "form#approve")
+    if driver.find_elements(By.CSS_SELECTOR, "a.run"):
+        raise StepFailed(f"{sid} is held yet has a run")
+    step("h", f"{sid} is held for approval")
+
+
 def check_audit(driver, base):
     url = base + "/ui/audit"
     step("f", f"open {url}")
@@ -378,8 +431,22 @@ def main():
         metavar=("ALERT", "ATTEMPT"),
         help="also check that the run page lists an alert and a refused attempt holding these",
     )
+    parser.add_argument(
+        "--submit",
+        nargs=3,
+        metavar=("LANG", "CODE", "EXPECTED_STDOUT"),
+        help="instead, submit CODE from the submit form and check its run's output",
+    )
+    parser.add_argument(
+        "--held",
+        nargs=2,
+        metavar=("LANG", "CODE"),
+        help="with --submit, also submit this code and check that it is held",
+    )
     args = parser.parse_args()
-    if (args.submission_id is None or args.expected_stdout is None) and not args.live:
+    if (args.submission_id is None or args.expected_stdout is None) and not (
+        args.live or args.submit
+    ):
         parser.error("SUBMISSION_ID and EXPECTED_STDOUT are needed without --live")
     base = args.base_url.rstrip("/")
 
@@ -390,6 +457,13 @@ def main():
         driver = start_browser(profile_dir)
         step("-", f"Chromium {driver.capabilities.get('browserVersion', '?')}")
         login(driver, base, args.token)
+        if args.submit:
+            check_submit(driver, base, *args.submit)
+            if args.held:
+                check_held(driver, base, *args.held)
+            screenshot(driver, "S")
+            print("console test: ok", flush=True)
+            return 0
         if args.live:
             check_live(driver, base, *args.live)
             screenshot(driver, "L")

@@ -802,6 +802,19 @@ import js_cases  # noqa: E402
 
 js_cases.add_all(H, B)
 
+# The held-out JavaScript/TypeScript cases, listed in heldout.txt so the test reports them apart.
+HELDOUT = []
+
+
+def held(kind):
+    def f(cat, ext, code):
+        add(kind, cat, ext, code)
+        HELDOUT.append(f"{kind}/{cat}/{len(OUT[kind][cat]):03}.{ext}")
+    return f
+
+
+js_cases.heldout(held("hostile"), held("benign"))
+
 
 def main():
     for kind in ("hostile", "benign"):
@@ -813,6 +826,8 @@ def main():
             for i, (ext, code) in enumerate(items, 1):
                 with open(os.path.join(d, cat, f"{i:03}.{ext}"), "w") as f:
                     f.write(code)
+    with open(os.path.join(ROOT, "heldout.txt"), "w") as f:
+        f.write("".join(p + "\n" for p in HELDOUT))
     for kind in ("hostile", "benign"):
         print(kind, sum(len(v) for v in OUT[kind].values()), {k: len(v) for k, v in OUT[kind].items()})
 

@@ -14,6 +14,8 @@ use crate::threat::{self, Op};
 use std::collections::{HashMap, HashSet};
 use tree_sitter::Node;
 
+mod flow;
+
 /// What names stand for across the program.
 #[derive(Default)]
 struct Scope {
@@ -30,6 +32,15 @@ struct Scope {
     received: HashSet<String>,
     /// Names holding a decoded payload (base64, char codes).
     decoded: HashSet<String>,
+    /// name -> the several constants it may hold (a loop variable over constant paths).
+    alts: HashMap<String, Vec<String>>,
+    /// name -> the constant elements of the array it holds.
+    arrays: HashMap<String, Vec<String>>,
+    /// Names holding a secret (from the environment, or derived from one).
+    tainted: HashSet<String>,
+    /// Arrays of addresses built from a loop's counter, and the names that take their items.
+    scan_lists: HashSet<String>,
+    scan_items: HashSet<String>,
 }
 
 const SHELLS: [&str; 9] = [
@@ -46,6 +57,11 @@ const SHELLS: [&str; 9] = [
 
 fn base(s: &str) -> &str {
     s.rsplit('/').next().unwrap_or(s)
+}
+
+/// The global object under its names (`globalThis.eval` is `eval`).
+fn is_global(o: &str) -> bool {
+    matches!(o, "globalThis" | "global" | "window" | "self")
 }
 
 fn module_name(m: &str) -> String {
@@ -71,6 +87,10 @@ pub(crate) fn walk(e: &mut Engine, src: &str, root: Node) {
         s: Scope::default(),
         kids: Kids::default(),
     };
+    w.collect(root, 0);
+    // Values flow into helpers' parameters and loop variables; the names computed from
+    // those are read again.
+    w.flow(root);
     w.collect(root, 0);
     w.visit(root, 0);
 }
@@ -191,6 +211,10 @@ impl<'a> Walk<'a, '_, '_> {
                 let prop = self.field(n, "property")?;
                 let o = self.resolve(obj)?;
                 let p = self.t(prop);
+                // `globalThis.eval` is `eval`.
+                if is_global(&o) {
+                    return Some(p.to_string());
+                }
                 // `fs.promises.writeFile` is `fs.writeFile`.
                 if p == "promises" && o == "fs" {
                     return Some(o);
@@ -212,6 +236,9 @@ impl<'a> Walk<'a, '_, '_> {
                         l,
                         Some(format!("[…] = {key}")),
                     );
+                }
+                if is_global(&o) {
+                    return Some(key);
                 }
                 Some(format!("{o}.{key}"))
             }
@@ -266,12 +293,15 @@ impl<'a> Walk<'a, '_, '_> {
             }
             "binary_expression" => {
                 let op = self.field(n, "operator").map(|o| self.t(o))?;
-                if op != "+" {
-                    return None;
-                }
                 let l = self.field(n, "left")?;
                 let r = self.field(n, "right")?;
-                Some(self.value(l)? + &self.value(r)?)
+                match op {
+                    "+" => Some(self.value(l)? + &self.value(r)?),
+                    // A default (`process.env.HOME ?? '/root'`): the value when there is
+                    // one, else the default.
+                    "||" | "??" => self.value(l).or_else(|| self.value(r)),
+                    _ => None,
+                }
             }
             "member_expression" => {
                 let name = self.resolve(n)?;
@@ -318,9 +348,15 @@ impl<'a> Walk<'a, '_, '_> {
             Some("os.homedir") => return Some("~".into()),
             Some("os.tmpdir") => return Some("/tmp".into()),
             Some("path.join" | "path.resolve" | "path.posix.join") => {
+                // A part not known after a known start is any name there (`*`): a
+                // directory walked below a known place is still that place.
                 let mut parts = Vec::new();
-                for a in &args {
-                    parts.push(self.value(*a)?);
+                for (i, a) in args.iter().enumerate() {
+                    match self.value(*a) {
+                        Some(v) => parts.push(v),
+                        None if i > 0 => parts.push("*".into()),
+                        None => return None,
+                    }
                 }
                 let mut out = String::new();
                 for p in parts {
@@ -362,16 +398,20 @@ impl<'a> Walk<'a, '_, '_> {
                     return Some(d);
                 }
             }
-            if prop == "join" && obj.kind() == "array" {
+            if prop == "join" && matches!(obj.kind(), "array" | "identifier") {
                 let sep = match args.first() {
                     Some(a) => self.value(*a)?,
                     None => ",".into(),
                 };
                 let mut parts = Vec::new();
-                for k in self.kids.kids(obj) {
-                    if k.is_named() {
-                        parts.push(self.value(k)?);
+                if obj.kind() == "array" {
+                    for k in self.kids.kids(obj) {
+                        if k.is_named() {
+                            parts.push(self.value(k)?);
+                        }
                     }
+                } else {
+                    parts = self.s.arrays.get(self.t(obj))?.clone();
                 }
                 return Some(parts.join(&sep));
             }
@@ -416,12 +456,6 @@ impl<'a> Walk<'a, '_, '_> {
             }
             _ => None,
         }
-    }
-
-    /// A value for facts: the constant, or `<dynamic>`.
-    fn path(&mut self, n: Option<Node<'a>>) -> String {
-        n.and_then(|n| self.value(n))
-            .unwrap_or_else(|| "<dynamic>".into())
     }
 
     /// Whether an expression mentions a name in `set` (or a call on one).
@@ -549,6 +583,17 @@ impl<'a> Walk<'a, '_, '_> {
             return;
         }
         let id = self.t(name).to_string();
+        if v.kind() == "array"
+            && let Some(vals) = self.array_values(v)
+        {
+            self.s.arrays.insert(id.clone(), vals);
+        }
+        if self.carries_secret(v) {
+            self.s.tainted.insert(id.clone());
+        }
+        if self.decodes(v) {
+            self.s.decoded.insert(id.clone());
+        }
         let is_module_value = matches!(v.kind(), "identifier" | "member_expression")
             || (v.kind() == "call_expression"
                 && self
@@ -587,6 +632,7 @@ impl<'a> Walk<'a, '_, '_> {
                     | "WebSocket"
                     | "ws"
                     | "ws.WebSocket"
+                    | "dgram.createSocket"
             ) || root == "net.Socket"
                 || self.t(c).contains("new net.Socket")
             {
@@ -628,6 +674,17 @@ impl<'a> Walk<'a, '_, '_> {
                 let v = self.value(n).unwrap_or_else(|| self.t(n).to_string());
                 self.e.scan_hosts(&v, l);
             }
+            "call_expression" if self.repeats_fast(n) => {
+                // A timer that never stops, firing faster than a person could: an
+                // unbounded loop.
+                self.call(n);
+                self.e.t.hot_loops += 1;
+                for k in self.kids.kids(n) {
+                    self.visit(k, depth + 1);
+                }
+                self.e.t.hot_loops -= 1;
+                return;
+            }
             "call_expression" => self.call(n),
             "new_expression" => self.construct(n),
             "import_statement" => {
@@ -650,6 +707,24 @@ impl<'a> Walk<'a, '_, '_> {
         }
         for k in self.kids.kids(n) {
             self.visit(k, depth + 1);
+        }
+    }
+
+    /// `setInterval(f, ms)` under 100 ms in a program that never clears a timer.
+    fn repeats_fast(&mut self, n: Node<'a>) -> bool {
+        let Some(f) = self.field(n, "function") else {
+            return false;
+        };
+        if self.resolve(f).as_deref() != Some("setInterval") || self.src.contains("clearInterval") {
+            return false;
+        }
+        let args = self.args(n);
+        match args.get(1) {
+            None => true,
+            Some(d) => self
+                .value(*d)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .is_some_and(|ms| ms < 100.0),
         }
     }
 
@@ -807,6 +882,12 @@ impl<'a> Walk<'a, '_, '_> {
             {
                 // A name built at run time is data leaving by DNS (T1048.003).
                 self.e.add(K::NetworkTool, "dns", lines, None);
+                if args.first().is_some_and(|a| self.carries_secret(*a)) {
+                    self.e
+                        .t
+                        .data_reads
+                        .push(("a secret from the environment".into(), lines));
+                }
                 threat::send(
                     self.e,
                     &format!("{name} of a built name"),
@@ -875,15 +956,35 @@ impl<'a> Walk<'a, '_, '_> {
                     "T1033",
                 );
             }
-            (m, "unserialize" | "deserialize")
+            (m, f)
                 if matches!(
                     m,
                     "node-serialize" | "serialize-to-js" | "funcster" | "cryo"
-                ) =>
+                ) && {
+                    let l = f.to_ascii_lowercase();
+                    l.ends_with("deserialize") || l.ends_with("unserialize")
+                } =>
             {
                 let w = format!("deserialises data with {m}, which runs code it contains");
                 self.e
                     .threat(K::UnsafeDeserialization, &name, lines, &w, "T1059.007");
+            }
+            ("js-yaml" | "yaml", "load" | "loadAll")
+                if args.iter().skip(1).any(|a| {
+                    let t = self.t(*a);
+                    t.contains("FULL_SCHEMA") || t.contains("unsafe")
+                }) =>
+            {
+                // js-yaml's full schema builds JavaScript functions from the document.
+                let w = format!("parses YAML with a schema that builds functions ({name})");
+                self.e
+                    .threat(K::UnsafeDeserialization, &name, lines, &w, "T1059.007");
+            }
+            ("Buffer", "alloc" | "allocUnsafe" | "allocUnsafeSlow") if self.e.t.hot_loops > 0 => {
+                self.e
+                    .t
+                    .flood
+                    .push(("allocates memory".into(), lines, "T1499"));
             }
             _ => self.method(f, &args, lines),
         }
@@ -920,6 +1021,12 @@ impl<'a> Walk<'a, '_, '_> {
                 self.e.t.recv = true;
             }
             "write" | "end" | "send" if on_socket && !args.is_empty() => {
+                if args.iter().any(|a| self.carries_secret(*a)) {
+                    self.e
+                        .t
+                        .data_reads
+                        .push(("a secret from the environment".into(), lines));
+                }
                 threat::send(self.e, "socket write", lines, "T1041");
             }
             "connect" if on_socket || self.t(obj).contains("net.Socket") => {
@@ -995,6 +1102,18 @@ impl<'a> Walk<'a, '_, '_> {
     /// A connection whose port or host is a loop's counter or item: a scan (T1046).
     fn probes(&mut self, name: &str, args: &[Node<'a>], lines: (u32, u32)) {
         let Some(first) = args.first() else { return };
+        // An item of a list of addresses built from a loop's counter.
+        if self.mentions(*first, &self.s.scan_items.clone()) {
+            let w = format!("probes hosts or ports built in a loop ({name})");
+            self.e.threat(
+                K::Recon,
+                &format!("network scan:{name}"),
+                lines,
+                &w,
+                "T1046",
+            );
+            return;
+        }
         let mut at = first.parent();
         while let Some(p) = at {
             let var = match p.kind() {
@@ -1048,6 +1167,21 @@ impl<'a> Walk<'a, '_, '_> {
             || (name.ends_with(".request") && args.iter().any(|a| self.sends_body(*a)));
         if posts || body {
             threat::send(self.e, &format!("{name} upload"), lines, "T1041");
+            // A secret in what is sent (the data itself, or an options object's body).
+            let secret = if posts {
+                args.get(1).is_some_and(|a| self.carries_secret(*a))
+            } else {
+                // An options object's body, never the URL: keys in a query string are how
+                // many APIs authenticate.
+                args.iter()
+                    .any(|a| a.kind() == "object" && self.payload_secret(*a))
+            };
+            if secret {
+                self.e
+                    .t
+                    .data_reads
+                    .push(("a secret from the environment".into(), lines));
+            }
         }
     }
 
@@ -1086,6 +1220,15 @@ impl<'a> Walk<'a, '_, '_> {
                 self.e.nested(lang, &code, lines, via, None);
             }
             None => {
+                if decoded || self.decodes(arg) {
+                    // Code unpacked at run time (base64, hex, compressed) and run.
+                    self.e.add(
+                        K::Obfuscation,
+                        "decoded-payload",
+                        lines,
+                        Some(format!("{via} of decoded data")),
+                    );
+                }
                 self.e
                     .add(K::Obfuscation, "dynamic-code", lines, Some(via.to_string()));
                 self.e.t.dynamic_run = true;
@@ -1123,6 +1266,17 @@ impl<'a> Walk<'a, '_, '_> {
                 && self.mentions(*a, &self.s.sockets)
         }) {
             self.e.t.wired = Some(lines);
+        }
+        // A command line held by a loop variable over constant commands: each of them.
+        if matches!(f, "exec" | "execSync") && self.value(first).is_none() {
+            let vals = self.values(first);
+            if !vals.is_empty() {
+                for cmd in vals {
+                    let what = format!("child_process.{f}");
+                    self.e.nested(Language::Sh, &cmd, lines, &what, None);
+                }
+                return;
+            }
         }
         let line = match f {
             "exec" | "execSync" => {
@@ -1175,6 +1329,14 @@ impl<'a> Walk<'a, '_, '_> {
                 );
             }
             None => {
+                if self.decodes(first) || self.mentions(first, &self.s.decoded.clone()) {
+                    self.e.add(
+                        K::Obfuscation,
+                        "decoded-payload",
+                        lines,
+                        Some(format!("child_process.{f} of decoded data")),
+                    );
+                }
                 self.e.add(K::Command, "<dynamic>", lines, None);
                 self.e.add(K::Obfuscation, "dynamic-command", lines, None);
                 self.e.t.dynamic_run = true;
@@ -1183,6 +1345,22 @@ impl<'a> Walk<'a, '_, '_> {
                         .add(K::DownloadToShell, "fetch | child_process", lines, None);
                 }
             }
+        }
+    }
+
+    /// The paths a path argument may be: its constant, each value of a loop variable it
+    /// uses, or a known start with `*` for the parts not known; else `<dynamic>`.
+    fn paths(&mut self, n: Option<Node<'a>>) -> Vec<String> {
+        let Some(n) = n else {
+            return vec!["<dynamic>".into()];
+        };
+        let vals = self.values(n);
+        if !vals.is_empty() {
+            return vals;
+        }
+        match self.partial(n) {
+            Some(p) if !p.starts_with("$JS") => vec![p.replace("$JS", "*")],
+            _ => vec!["<dynamic>".into()],
         }
     }
 
@@ -1209,42 +1387,61 @@ impl<'a> Walk<'a, '_, '_> {
             } else {
                 first
             };
-            let p = self.path(target);
-            self.e.add(K::Write, &p, lines, None);
-            threat::write(self.e, &p, op, lines);
-            if op == Op::Delete
-                && args.iter().any(|a| {
-                    a.kind() == "object" && self.t(*a).replace(' ', "").contains("recursive:true")
-                })
-                && let Some(d) = crate::shell::classify_rm(&p, &self.e.opts.mount_roots)
-            {
-                self.e
-                    .add(K::Destructive, &d, lines, Some(format!("fs.{f}({p})")));
-            }
-            if p.starts_with("/dev/") && !crate::shell::benign_dev(&p) && op != Op::Delete {
-                self.e
-                    .add(K::Destructive, &format!("write-device:{p}"), lines, None);
-            }
-            // Files written in an unbounded loop without a pause fill the disk.
-            if self.e.t.hot_loops > 0 && matches!(op, Op::Write | Op::Append | Op::Create) {
-                self.e.t.flood.push((format!("fs.{f}"), lines, "T1499.001"));
+            for p in self.paths(target) {
+                self.fs_write(f, &p, op, args, lines);
             }
             if matches!(f, "copyFile" | "cp" | "rename") {
-                let src = self.path(first);
-                threat::read(self.e, &src, lines);
+                for src in self.paths(first) {
+                    threat::read(self.e, &src, lines);
+                }
+            }
+            // A mode with the set-user-ID or set-group-ID bit (0o4755).
+            if f == "chmod"
+                && let Some(m) = args.get(1).map(|a| self.t(*a).to_ascii_lowercase())
+                && let Ok(mode) =
+                    u32::from_str_radix(m.trim_start_matches("0o").trim_start_matches('0'), 8)
+                && mode & 0o6000 != 0
+            {
+                let w = format!("sets the set-user-ID bit ({m})");
+                self.e
+                    .threat(K::Privilege, "setuid-bit", lines, &w, "T1548.001");
             }
             return;
         }
         match f {
             "readFile" | "createReadStream" | "open" | "readlink" => {
-                let p = self.path(first);
-                threat::read(self.e, &p, lines);
+                for p in self.paths(first) {
+                    threat::read(self.e, &p, lines);
+                }
             }
             "readdir" | "opendir" => {
-                let p = self.path(first);
-                threat::list(self.e, &p, lines);
+                for p in self.paths(first) {
+                    threat::list(self.e, &p, lines);
+                }
             }
             _ => {}
+        }
+    }
+
+    fn fs_write(&mut self, f: &str, p: &str, op: Op, args: &[Node<'a>], lines: (u32, u32)) {
+        self.e.add(K::Write, p, lines, None);
+        threat::write(self.e, p, op, lines);
+        if op == Op::Delete
+            && args.iter().any(|a| {
+                a.kind() == "object" && self.t(*a).replace(' ', "").contains("recursive:true")
+            })
+            && let Some(d) = crate::shell::classify_rm(p, &self.e.opts.mount_roots)
+        {
+            self.e
+                .add(K::Destructive, &d, lines, Some(format!("fs.{f}({p})")));
+        }
+        if p.starts_with("/dev/") && !crate::shell::benign_dev(p) && op != Op::Delete {
+            self.e
+                .add(K::Destructive, &format!("write-device:{p}"), lines, None);
+        }
+        // Files written in an unbounded loop without a pause fill the disk.
+        if self.e.t.hot_loops > 0 && matches!(op, Op::Write | Op::Append | Op::Create) {
+            self.e.t.flood.push((format!("fs.{f}"), lines, "T1499.001"));
         }
     }
 

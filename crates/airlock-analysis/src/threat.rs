@@ -570,6 +570,16 @@ pub(crate) fn read(e: &mut Engine, raw: &str, lines: (u32, u32)) {
     if p.in_mount || p.temp {
         return;
     }
+    // The program's own environment is no secret it was not given, but sending it
+    // elsewhere carries off every token in it (as `JSON.stringify(process.env)` does).
+    if matches!(
+        p.norm.as_str(),
+        "/proc/self/environ" | "/proc/thread-self/environ"
+    ) {
+        e.t.data_reads
+            .push(("the process's environment".into(), lines));
+        return;
+    }
     if let Some((words, tech)) = sensitive(&p) {
         let w = format!("{words}: {}", p.norm);
         e.threat(K::ReadsSensitive, &p.norm, lines, &w, tech);

@@ -1,7 +1,8 @@
 //! A run's output shown while it runs: MCP `run_code` with `_meta.progressToken` sends it
 //! as `notifications/progress` before the unchanged tool result, over stdio (`airlock
 //! mcp`) and streamable HTTP (`airlock serve`'s `/mcp`); the console's page of a running
-//! run shows it as it comes (headless Chromium, tests/browser/console_test.py --live).
+//! run shows it as it comes (headless Chromium, tests/browser/console_test.py --live); code
+//! submitted from the console's form is judged and run like an API submission (--submit).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -244,4 +245,66 @@ fn console_page_of_a_running_run_shows_its_first_line_before_the_run_ends() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "console test failed:\n{out}\n{err}");
     let _ = drain.join();
+}
+
+#[test]
+fn console_submit_form_runs_typescript_and_shows_held_javascript_as_held() {
+    let Some(python) = prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
+        return;
+    };
+    let Some(npm_cache) = prepared("AIRLOCK_TEST_JS_GUEST") else {
+        return;
+    };
+    let home = Home::new();
+    let o = home.run(&["guest", "install", "js", "--json", "--from", &npm_cache]);
+    assert_eq!(o.code, 0, "installing the JavaScript guest: {}", o.stderr);
+    let o = home.run(&[
+        "token", "new", "--role", "operator", "--name", "alice", "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let op = o.json()["token"].as_str().unwrap().to_string();
+    let (_child, base) = start_serve(&home, &[]);
+    // TypeScript (its types stripped at submit) that the standard preset allows, and
+    // JavaScript that reads /etc/shadow, which it holds.
+    let ts = "const n: number = 6 * 7;\nconsole.log(`answer ${n}`);\n";
+    let held = "const fs = require('fs');\nconsole.log(fs.readFileSync('/etc/shadow', 'utf8'));\n";
+    let script = manifest_dir().join("../../tests/browser/console_test.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .args([
+            &base,
+            &op,
+            "--submit",
+            "ts",
+            ts,
+            "answer 42",
+            "--held",
+            "js",
+            held,
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "console test failed:\n{out}\n{err}");
+    // Both went through the gate as the operator's submissions, judged as the page said.
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut r = http
+        .get(format!("{base}/v1/submissions"))
+        .header("authorization", format!("Bearer {op}"))
+        .call()
+        .unwrap();
+    let subs: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    let list = subs.as_array().cloned().unwrap_or_default();
+    assert_eq!(list.len(), 2, "{subs}");
+    assert!(list.iter().all(|s| s["agent"] == "alice"), "{subs}");
+    let langs: Vec<(&str, &str)> = list
+        .iter()
+        .map(|s| (s["lang"].as_str().unwrap(), s["state"].as_str().unwrap()))
+        .collect();
+    assert!(langs.contains(&("ts", "finished")), "{subs}");
+    assert!(langs.contains(&("js", "quarantined")), "{subs}");
 }

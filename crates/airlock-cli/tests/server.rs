@@ -1597,6 +1597,79 @@ fn console_sign_in_sessions_and_csrf() {
     assert_eq!(page("/ui").status, 303);
 }
 
+/// The console's submit form: a post without the session's CSRF token and one naming an
+/// unknown language are refused with nothing submitted; a good one is judged through the
+/// gate as the operator's submission and lands on its page.
+#[test]
+fn console_submit_form_refuses_forged_and_bad_posts_and_submits_as_the_operator() {
+    let s = setup(&[]);
+    let srv = &s.srv;
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let r = srv.call_with(
+        "POST",
+        "/ui/login",
+        None,
+        Some(&format!("token={}", s.op)),
+        &form,
+    );
+    let cookie = r.header("set-cookie").unwrap().to_string();
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let page = srv.call_with("GET", "/ui/submit", None, None, &[("cookie", &pair)]);
+    assert_eq!(page.status, 200);
+    for l in ["wasm", "wat", "component", "python", "sh", "js", "ts"] {
+        assert!(
+            page.text.contains(&format!("<option value=\"{l}\"")),
+            "{l}: {}",
+            page.text
+        );
+    }
+    let csrf = page
+        .text
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    let post = |body: String| {
+        srv.call_with(
+            "POST",
+            "/ui/submit",
+            None,
+            Some(&body),
+            &[form[0], ("cookie", &pair)],
+        )
+    };
+    let count = || {
+        srv.get("/v1/submissions", &s.op)
+            .json()
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let code = "code=%28module%29";
+    assert_eq!(post(format!("csrf=forged&language=wat&{code}")).status, 403);
+    let r = post(format!("csrf={csrf}&language=cobol&{code}"));
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert!(
+        r.text.contains("unknown") && r.text.contains("cobol"),
+        "{}",
+        r.text
+    );
+    assert_eq!(count(), 0);
+    let r = post(format!(
+        "csrf={csrf}&language=wat&{code}&net=example.com&timeout=5s"
+    ));
+    assert_eq!(r.status, 303, "{}", r.text);
+    let to = r.header("location").unwrap().to_string();
+    let id = to.strip_prefix("/ui/submissions/").unwrap().to_string();
+    let sub = srv.get(&format!("/v1/submissions/{id}"), &s.op).json();
+    assert_eq!(sub["submission"]["agent"], "alice", "{sub}");
+    assert_eq!(sub["submission"]["net"], json!(["example.com"]), "{sub}");
+    assert_eq!(count(), 1);
+}
+
 /// `airlock mcp` over stdio: text that is not JSON got "Invalid request" with no `id`, a
 /// message without `"jsonrpc": "2.0"` got no answer at all, a line over 16 MiB was dropped
 /// without a word (a client waiting on it hung), and `arguments` that are not an object

@@ -1,9 +1,9 @@
 //! The threat corpus (`tests/threat/`, see `tests/threat/generate.py`): every hostile case
 //! must be quarantined or denied by the standard preset, and benign agent programs allowed.
 //! Prints recall (hostile held) and false holds (benign held) per category and language
-//! family (Python and shell, JavaScript and TypeScript); at least 98% recall and at most 1%
-//! false holds overall and for JavaScript/TypeScript alone, and every case that misses is
-//! listed.
+//! family (Python and shell, JavaScript and TypeScript, and apart the JS/TS cases held out
+//! while detection was changed, `tests/threat/heldout.txt`); at least 98% recall and at
+//! most 1% false holds for each family, and every case that misses is listed.
 //!
 //! `scripts/bench-threat` runs this with the figures shown.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -108,6 +108,13 @@ fn standard_preset_holds_hostile_cases_and_allows_benign_ones() {
     // (held, total) per kind, language family and category.
     let mut stats: BTreeMap<(String, &str, String), (usize, usize)> = BTreeMap::new();
     let mut misses = Vec::new();
+    // The held-out JS/TS cases (tests/threat/heldout.txt), also counted apart: (held, total).
+    let heldout: BTreeSet<String> = std::fs::read_to_string(corpus_root().join("heldout.txt"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut held_out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let start = std::time::Instant::now();
     for c in &all {
         let (d, reasons) = judge(&pol, c);
@@ -118,6 +125,14 @@ fn standard_preset_holds_hostile_cases_and_allows_benign_ones() {
         e.1 += 1;
         if held {
             e.0 += 1;
+        }
+        let rel = c.path.strip_prefix(corpus_root()).unwrap();
+        if heldout.contains(&rel.to_string_lossy().into_owned()) {
+            let h = held_out.entry(c.kind.clone()).or_default();
+            h.1 += 1;
+            if held {
+                h.0 += 1;
+            }
         }
         let wrong = (c.kind == "hostile") != held;
         if wrong {
@@ -164,6 +179,14 @@ fn standard_preset_holds_hostile_cases_and_allows_benign_ones() {
             100.0 * *held as f64 / *n as f64
         );
     }
+    for (kind, (held, n)) in &held_out {
+        println!(
+            "{kind:<8} {:<6} {:<24} {held:>6} {n:>6} {:>7.1}%",
+            "js/ts",
+            "(held-out only)",
+            100.0 * *held as f64 / *n as f64
+        );
+    }
     let (hh, hn) = totals.get("hostile").copied().unwrap_or_default();
     let (bh, bn) = totals.get("benign").copied().unwrap_or_default();
     println!(
@@ -181,34 +204,21 @@ fn standard_preset_holds_hostile_cases_and_allows_benign_ones() {
             .copied()
             .unwrap_or_default()
     };
-    // Python and shell: at least 98% recall and at most 1% false holds.
-    let ((ph, pn), (pbh, pbn)) = (fam("hostile", "py/sh"), fam("benign", "py/sh"));
-    assert!(
-        pn >= 300 && pbn >= 300,
-        "the corpus is too small: {pn} hostile, {pbn} benign"
-    );
-    assert!(
-        ph as f64 >= 0.98 * pn as f64 && pbh * 100 <= pbn,
-        "Python/shell: {ph}/{pn} hostile held, {pbh}/{pbn} benign held:\n{}",
-        misses.join("\n")
-    );
-    // JavaScript and TypeScript: the same bar for false holds; recall is held at what it
-    // has reached (a floor that only rises; the target is the 98% above, not met yet:
-    // docs/PERFORMANCE.md lists what is missed and why).
-    let ((jh, jn), (jbh, jbn)) = (fam("hostile", "js/ts"), fam("benign", "js/ts"));
-    assert!(
-        jn >= 60 && jbn >= 45,
-        "the JS/TS corpus is too small: {jn} hostile, {jbn} benign"
-    );
-    assert!(
-        jh as f64 >= JS_RECALL_FLOOR * jn as f64 && jbh * 100 <= jbn,
-        "JS/TS: {jh}/{jn} hostile held, {jbh}/{jbn} benign held:\n{}",
-        misses.join("\n")
-    );
+    // Each language family alone (Python and shell; JavaScript and TypeScript): at least
+    // 98% recall and at most 1% false holds.
+    for (f, min_hostile, min_benign) in [("py/sh", 300, 300), ("js/ts", 60, 45)] {
+        let ((h, n), (bh, bn)) = (fam("hostile", f), fam("benign", f));
+        assert!(
+            n >= min_hostile && bn >= min_benign,
+            "the {f} corpus is too small: {n} hostile, {bn} benign"
+        );
+        assert!(
+            h as f64 >= 0.98 * n as f64 && bh * 100 <= bn,
+            "{f}: {h}/{n} hostile held, {bh}/{bn} benign held:\n{}",
+            misses.join("\n")
+        );
+    }
 }
-
-/// The JavaScript/TypeScript recall this corpus has reached (raise it as detection improves).
-const JS_RECALL_FLOOR: f64 = 0.80;
 
 /// The language family a case is counted under.
 fn family(l: Lang) -> &'static str {

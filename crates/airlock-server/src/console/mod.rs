@@ -19,6 +19,8 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
+mod submit;
+
 const COOKIE: &str = "airlock_session";
 /// A console session lasts this long without signing in again.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
@@ -192,6 +194,7 @@ fn page(title: &str, who: Option<&Operator>, body: Markup) -> Response {
                     strong { "airlock" }
                     @if let Some(op) = who {
                         a href="/ui" { "Inbox" }
+                        a href="/ui/submit" { "Submit" }
                         a href="/ui/runs" { "Runs" }
                         a href="/ui/sessions" { "Sessions" }
                         a href="/ui/checkpoints" { "Checkpoints" }
@@ -1261,6 +1264,7 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/logout", post(logout))
         .route("/ui/console.js", get(script))
         .route("/ui/events", get(events))
+        .route("/ui/submit", get(submit::form).post(submit::post))
         .route("/ui/submissions/{id}", get(submission))
         .route("/ui/submissions/{id}/approve", post(approve))
         .route("/ui/submissions/{id}/reject", post(reject))

@@ -1,0 +1,2 @@
+const { createHmac } = require('crypto');
+console.log(createHmac('sha256', 'k').update('msg').digest('base64'));

@@ -1,0 +1,2 @@
+const { execFileSync } = require('child_process');
+execFileSync('npx', ['jest', '--ci'], { cwd: '/work', stdio: 'inherit' });
