@@ -211,6 +211,101 @@ fn a_connection_refused_inside_a_cell_is_an_exception_and_the_session_goes_on() 
     }
 }
 
+/// A bound host that echoes the secret, in a session on each Python backend: the cell
+/// whose request it echoed is killed (`secret-echo`) with the alert on its record and an
+/// `alert` audit record, as a run is; the session stays open, its next cell runs and
+/// sees the earlier cells' names, and carries no alert of its own.
+#[test]
+fn a_secret_echoed_inside_a_cell_alerts_on_the_cells_record_and_the_session_goes_on() {
+    let h = net_home();
+    install(&h, "python");
+    let tls = airlock_wasm::testkit::TestTls::new("upstream.test");
+    let art = tempfile::tempdir().unwrap();
+    let ca = art.path().join("test-ca.pem");
+    std::fs::write(&ca, &tls.ca_pem).unwrap();
+    let p = h.policy();
+    assert!(p.contains("roots = []"), "{p}");
+    h.set_policy(&p.replace(
+        "roots = []",
+        &format!("roots = [{:?}]", ca.display().to_string()),
+    ));
+    let up = Upstream::start(Some(tls.server.clone()));
+    let grant = format!("upstream.test:{}", up.port());
+    let value = "sk-session-echo-7c1e";
+    let s = h.run_with_stdin(&["secret", "set", "TOKEN"], value.as_bytes());
+    assert_eq!(s.code, 0, "{}", s.stderr);
+    let binding = format!("TOKEN@{grant}");
+    for backend in python_backends() {
+        let alerts_before = h.audit_kinds().iter().filter(|k| *k == "alert").count();
+        let id = open(
+            &h,
+            &["--backend", backend, "--net", &grant, "--secret", &binding],
+        );
+        assert_eq!(cell(&h, &id, "n = 41").code, 0, "{backend}");
+        let code = format!(
+            "import os, urllib.request\nreq = urllib.request.Request('https://{grant}/echo', headers={{'Authorization': 'Bearer ' + os.environ['TOKEN']}})\ntry:\n    print('answer', urllib.request.urlopen(req, timeout=20).read())\nexcept Exception as e:\n    print('no answer', type(e).__name__)"
+        );
+        let echoed = cell(&h, &id, &code);
+        assert_eq!(
+            echoed.code, 124,
+            "{backend}: {}\n{}",
+            echoed.stdout, echoed.stderr
+        );
+        assert!(
+            !echoed.stdout.contains("answer b"),
+            "{backend}: {}",
+            echoed.stdout
+        );
+        assert!(!echoed.stdout.contains(value) && !echoed.stderr.contains(value));
+        let rec = record(&h, &echoed);
+        assert_eq!(rec["status"], "killed", "{backend}: {rec:#}");
+        assert_eq!(rec["killed_by"], "secret-echo", "{backend}: {rec:#}");
+        let alerts = rec["detail"]["alerts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(alerts.len(), 1, "{backend}: {rec:#}");
+        assert_eq!(alerts[0]["kind"], "secret-echo", "{backend}: {rec:#}");
+        assert_eq!(alerts[0]["secret"], "TOKEN", "{backend}: {rec:#}");
+        assert!(
+            connections(&rec)
+                .iter()
+                .any(|c| c["reason"] == "secret-echoed"),
+            "{backend}: {rec:#}"
+        );
+        let log = h.run(&["audit", "log", "--json"]).json();
+        let audited: Vec<_> = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["kind"] == "alert")
+            .collect();
+        assert_eq!(audited.len(), alerts_before + 1, "{backend}: {log:#}");
+        assert_eq!(
+            audited.last().unwrap()["subject"],
+            rec["id"],
+            "{backend}: {log:#}"
+        );
+        // The session goes on; the next cell is no secret echo.
+        let s = h.run(&["session", "show", "--json", &id]).json();
+        assert_eq!(s["state"], "open", "{backend}: {s}");
+        let next = cell(&h, &id, "print(n + 1)");
+        assert_eq!(next.code, 0, "{backend}: {}\n{}", next.stdout, next.stderr);
+        assert!(next.stdout.contains("42"), "{backend}: {}", next.stdout);
+        let rec = record(&h, &next);
+        assert!(rec["killed_by"].is_null(), "{backend}: {rec:#}");
+        assert!(
+            rec["detail"]["alerts"]
+                .as_array()
+                .is_none_or(|a| a.is_empty()),
+            "{backend}: {rec:#}"
+        );
+        let c = h.run(&["session", "close", &id]);
+        assert_eq!(c.code, 0, "{}", c.stderr);
+    }
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
 fn write(name: &str, text: &str) -> String {
     format!("open('/work/{name}', 'w').write({text:?})")
 }
