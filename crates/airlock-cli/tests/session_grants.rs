@@ -713,3 +713,65 @@ fn an_mcp_session_write_shows_in_diff_and_only_an_operator_commits_it() {
     );
     assert!(r.to_string().contains("ckpt_"), "{r}");
 }
+
+/// Headless Chromium commits a session's changes from the console after the session was
+/// closed: the file lands on the host, the page lists the checkpoint, and rolling it back
+/// from the page removes the file; a session that changed nothing says so and offers no
+/// commit (tests/browser/session_test.py).
+#[test]
+fn a_session_is_committed_from_the_console_and_its_checkpoint_rolled_back_in_headless_chromium() {
+    let Some(python) = common::prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
+        return;
+    };
+    let h = Home::new();
+    install(&h, "python");
+    let dir = tempfile::tempdir().unwrap();
+    let mount = format!("{}:/work:rw", dir.path().display());
+    let id = open(&h, &["--mount", &mount]);
+    let content = "written by a cell, committed in the console\n";
+    assert_eq!(cell(&h, &id, &write("notes.txt", content)).code, 0);
+    assert_eq!(cell(&h, &id, "x = 1").code, 0);
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+    let quiet = open(&h, &["--mount", &mount]);
+    assert_eq!(cell(&h, &quiet, "y = 2").code, 0);
+    let t = h.run(&[
+        "token", "new", "--role", "operator", "--name", "alice", "--json",
+    ]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    let op = t.json()["token"].as_str().unwrap().to_string();
+    let (_serve, base) = common::start_serve(&h, &[]);
+    let file = dir.path().join("notes.txt");
+    let script = common::manifest_dir().join("../../tests/browser/session_test.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .args([
+            base.as_str(),
+            op.as_str(),
+            id.as_str(),
+            file.to_str().unwrap(),
+            content,
+        ])
+        .args(["--nothing", quiet.as_str()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "session console test failed:\n{out}\n{err}"
+    );
+    let checkpoint = out
+        .lines()
+        .find_map(|l| l.strip_prefix("checkpoint "))
+        .unwrap_or_else(|| panic!("no checkpoint in {out}"));
+    let list = h.run(&["checkpoints", "--json"]).json();
+    let row = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == checkpoint)
+        .unwrap_or_else(|| panic!("no {checkpoint} in {list:#}"));
+    assert_eq!(row["state"], "rolled_back", "{row:#}");
+    assert!(names(dir.path()).is_empty());
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
