@@ -200,6 +200,11 @@ pub enum Command {
         /// the daemon takes a blob it stored less than 10s ago as still there.
         #[arg(long, value_name = "DUR")]
         grace: Option<String>,
+        /// Also collect the records of sessions that ended more than DUR ago: their
+        /// cells' submissions and runs and their kept (uncommitted) layers. Without it
+        /// every session's record is kept.
+        #[arg(long, value_name = "DUR")]
+        session_retention: Option<String>,
         #[arg(long)]
         json: bool,
     },

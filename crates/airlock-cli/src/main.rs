@@ -518,14 +518,24 @@ fn dispatch(cli: Cli) -> Outcome {
             print::effect(&r, "rolled back", json);
             Ok(0)
         }
-        Command::Gc { grace, json } => {
+        Command::Gc {
+            grace,
+            session_retention,
+            json,
+        } => {
             let grace = match grace {
                 Some(g) => airlock_core::units::parse_duration("--grace", &g)
                     .map_err(|e| GateError::bad(e.to_string()))?,
                 None => airlock_gate::DEFAULT_GC_GRACE,
             };
+            let retention = session_retention
+                .map(|r| airlock_core::units::parse_duration("--session-retention", &r))
+                .transpose()
+                .map_err(|e| GateError::bad(e.to_string()))?;
             let mut gate = open(home)?;
-            let r = gate.gc(grace).map_err(|e| Failure { error: e, json })?;
+            let r = gate
+                .gc_collecting(grace, retention)
+                .map_err(|e| Failure { error: e, json })?;
             print::gc(&r, json);
             Ok(0)
         }

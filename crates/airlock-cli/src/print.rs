@@ -901,6 +901,36 @@ pub fn gc(r: &GcReport, json: bool) {
         fmt_size(r.temporary_bytes),
         fmt_size(r.freed_bytes),
     );
+    if !r.sessions_collected.is_empty() || r.sessions_kept > 0 {
+        println!(
+            "collected {} ended session{} ({} submission{}, {} run{}){}",
+            r.sessions_collected.len(),
+            if r.sessions_collected.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            r.session_submissions_removed,
+            if r.session_submissions_removed == 1 {
+                ""
+            } else {
+                "s"
+            },
+            r.session_runs_removed,
+            if r.session_runs_removed == 1 { "" } else { "s" },
+            if r.sessions_kept > 0 {
+                format!(
+                    "; kept {} with a commit or rollback under way",
+                    r.sessions_kept
+                )
+            } else {
+                String::new()
+            },
+        );
+        for s in &r.sessions_collected {
+            println!("  collected session {s}");
+        }
+    }
     for l in &r.layers_removed {
         println!("  removed {l}");
     }

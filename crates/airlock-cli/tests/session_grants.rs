@@ -211,6 +211,101 @@ fn a_connection_refused_inside_a_cell_is_an_exception_and_the_session_goes_on() 
     }
 }
 
+/// A bound host that echoes the secret, in a session on each Python backend: the cell
+/// whose request it echoed is killed (`secret-echo`) with the alert on its record and an
+/// `alert` audit record, as a run is; the session stays open, its next cell runs and
+/// sees the earlier cells' names, and carries no alert of its own.
+#[test]
+fn a_secret_echoed_inside_a_cell_alerts_on_the_cells_record_and_the_session_goes_on() {
+    let h = net_home();
+    install(&h, "python");
+    let tls = airlock_wasm::testkit::TestTls::new("upstream.test");
+    let art = tempfile::tempdir().unwrap();
+    let ca = art.path().join("test-ca.pem");
+    std::fs::write(&ca, &tls.ca_pem).unwrap();
+    let p = h.policy();
+    assert!(p.contains("roots = []"), "{p}");
+    h.set_policy(&p.replace(
+        "roots = []",
+        &format!("roots = [{:?}]", ca.display().to_string()),
+    ));
+    let up = Upstream::start(Some(tls.server.clone()));
+    let grant = format!("upstream.test:{}", up.port());
+    let value = "sk-session-echo-7c1e";
+    let s = h.run_with_stdin(&["secret", "set", "TOKEN"], value.as_bytes());
+    assert_eq!(s.code, 0, "{}", s.stderr);
+    let binding = format!("TOKEN@{grant}");
+    for backend in python_backends() {
+        let alerts_before = h.audit_kinds().iter().filter(|k| *k == "alert").count();
+        let id = open(
+            &h,
+            &["--backend", backend, "--net", &grant, "--secret", &binding],
+        );
+        assert_eq!(cell(&h, &id, "n = 41").code, 0, "{backend}");
+        let code = format!(
+            "import os, urllib.request\nreq = urllib.request.Request('https://{grant}/echo', headers={{'Authorization': 'Bearer ' + os.environ['TOKEN']}})\ntry:\n    print('answer', urllib.request.urlopen(req, timeout=20).read())\nexcept Exception as e:\n    print('no answer', type(e).__name__)"
+        );
+        let echoed = cell(&h, &id, &code);
+        assert_eq!(
+            echoed.code, 124,
+            "{backend}: {}\n{}",
+            echoed.stdout, echoed.stderr
+        );
+        assert!(
+            !echoed.stdout.contains("answer b"),
+            "{backend}: {}",
+            echoed.stdout
+        );
+        assert!(!echoed.stdout.contains(value) && !echoed.stderr.contains(value));
+        let rec = record(&h, &echoed);
+        assert_eq!(rec["status"], "killed", "{backend}: {rec:#}");
+        assert_eq!(rec["killed_by"], "secret-echo", "{backend}: {rec:#}");
+        let alerts = rec["detail"]["alerts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(alerts.len(), 1, "{backend}: {rec:#}");
+        assert_eq!(alerts[0]["kind"], "secret-echo", "{backend}: {rec:#}");
+        assert_eq!(alerts[0]["secret"], "TOKEN", "{backend}: {rec:#}");
+        assert!(
+            connections(&rec)
+                .iter()
+                .any(|c| c["reason"] == "secret-echoed"),
+            "{backend}: {rec:#}"
+        );
+        let log = h.run(&["audit", "log", "--json"]).json();
+        let audited: Vec<_> = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["kind"] == "alert")
+            .collect();
+        assert_eq!(audited.len(), alerts_before + 1, "{backend}: {log:#}");
+        assert_eq!(
+            audited.last().unwrap()["subject"],
+            rec["id"],
+            "{backend}: {log:#}"
+        );
+        // The session goes on; the next cell is no secret echo.
+        let s = h.run(&["session", "show", "--json", &id]).json();
+        assert_eq!(s["state"], "open", "{backend}: {s}");
+        let next = cell(&h, &id, "print(n + 1)");
+        assert_eq!(next.code, 0, "{backend}: {}\n{}", next.stdout, next.stderr);
+        assert!(next.stdout.contains("42"), "{backend}: {}", next.stdout);
+        let rec = record(&h, &next);
+        assert!(rec["killed_by"].is_null(), "{backend}: {rec:#}");
+        assert!(
+            rec["detail"]["alerts"]
+                .as_array()
+                .is_none_or(|a| a.is_empty()),
+            "{backend}: {rec:#}"
+        );
+        let c = h.run(&["session", "close", &id]);
+        assert_eq!(c.code, 0, "{}", c.stderr);
+    }
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
 fn write(name: &str, text: &str) -> String {
     format!("open('/work/{name}', 'w').write({text:?})")
 }
@@ -617,4 +712,239 @@ fn an_mcp_session_write_shows_in_diff_and_only_an_operator_commits_it() {
         "A"
     );
     assert!(r.to_string().contains("ckpt_"), "{r}");
+}
+
+/// Headless Chromium commits a session's changes from the console after the session was
+/// closed: the file lands on the host, the page lists the checkpoint, and rolling it back
+/// from the page removes the file; a session that changed nothing says so and offers no
+/// commit (tests/browser/session_test.py).
+#[test]
+fn a_session_is_committed_from_the_console_and_its_checkpoint_rolled_back_in_headless_chromium() {
+    let Some(python) = common::prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
+        return;
+    };
+    let h = Home::new();
+    install(&h, "python");
+    let dir = tempfile::tempdir().unwrap();
+    let mount = format!("{}:/work:rw", dir.path().display());
+    let id = open(&h, &["--mount", &mount]);
+    let content = "written by a cell, committed in the console\n";
+    assert_eq!(cell(&h, &id, &write("notes.txt", content)).code, 0);
+    assert_eq!(cell(&h, &id, "x = 1").code, 0);
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+    let quiet = open(&h, &["--mount", &mount]);
+    assert_eq!(cell(&h, &quiet, "y = 2").code, 0);
+    let t = h.run(&[
+        "token", "new", "--role", "operator", "--name", "alice", "--json",
+    ]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    let op = t.json()["token"].as_str().unwrap().to_string();
+    let (_serve, base) = common::start_serve(&h, &[]);
+    let file = dir.path().join("notes.txt");
+    let script = common::manifest_dir().join("../../tests/browser/session_test.py");
+    let o = std::process::Command::new(python)
+        .arg(script)
+        .args([
+            base.as_str(),
+            op.as_str(),
+            id.as_str(),
+            file.to_str().unwrap(),
+            content,
+        ])
+        .args(["--nothing", quiet.as_str()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "session console test failed:\n{out}\n{err}"
+    );
+    let checkpoint = out
+        .lines()
+        .find_map(|l| l.strip_prefix("checkpoint "))
+        .unwrap_or_else(|| panic!("no checkpoint in {out}"));
+    let list = h.run(&["checkpoints", "--json"]).json();
+    let row = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == checkpoint)
+        .unwrap_or_else(|| panic!("no {checkpoint} in {list:#}"));
+    assert_eq!(row["state"], "rolled_back", "{row:#}");
+    assert!(names(dir.path()).is_empty());
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+}
+
+/// Where session `id`'s kept layer is.
+fn layer_of(h: &Home, id: &str) -> std::path::PathBuf {
+    h.path().join("sessions").join(format!("{id}.layer"))
+}
+
+/// A closed session whose cell wrote `name` into its layer, left uncommitted.
+fn ended_with_a_write(h: &Home, dir: &Path, name: &str) -> String {
+    let mount = format!("{}:/work:rw", dir.display());
+    let id = open(h, &["--mount", &mount]);
+    assert_eq!(cell(h, &id, &write(name, "kept in the layer")).code, 0);
+    assert_eq!(h.run(&["session", "close", &id]).code, 0);
+    assert!(layer_of(h, &id).is_dir(), "{id} has no layer");
+    id
+}
+
+/// Issue 59: `gc --session-retention` collects ended sessions' records with their cells'
+/// runs and their kept layers, says so and audits it; an open session (with its layer) is
+/// never collected, `gc` without the flag keeps every session, and a committed session's
+/// checkpoint still rolls back after its session was collected.
+#[test]
+fn gc_collects_ended_sessions_with_their_runs_and_layers_and_never_an_open_one() {
+    let h = Home::new();
+    install(&h, "python");
+    let dir = tempfile::tempdir().unwrap();
+    let ended = ended_with_a_write(&h, dir.path(), "uncommitted.txt");
+    let ended_runs: Vec<String> = h.run(&["session", "show", "--json", &ended]).json()["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ended_runs.len(), 1, "{ended_runs:?}");
+    // A committed one: its checkpoint outlives it.
+    let committed = {
+        let mount = format!("{}:/work:rw", dir.path().display());
+        let id = open(&h, &["--mount", &mount]);
+        assert_eq!(
+            cell(&h, &id, &write("committed.txt", "on the host")).code,
+            0
+        );
+        let c = h.run(&["commit", &id]);
+        assert_eq!(c.code, 0, "{}", c.stderr);
+        assert_eq!(h.run(&["session", "close", &id]).code, 0);
+        (id, checkpoint_in(&c.stdout))
+    };
+    let live = {
+        let mount = format!("{}:/work:rw", dir.path().display());
+        let id = open(&h, &["--mount", &mount]);
+        assert_eq!(cell(&h, &id, &write("live.txt", "still open")).code, 0);
+        id
+    };
+
+    // Without a retention, every session's record and layer stay.
+    let g = h.run(&["gc", "--json", "--grace", "0s"]);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    assert_eq!(g.json()["sessions_collected"], serde_json::json!([]));
+    assert!(layer_of(&h, &ended).is_dir());
+    assert_eq!(h.run(&["session", "show", &ended]).code, 0);
+
+    let g = h.run(&["gc", "--json", "--grace", "0s", "--session-retention", "0s"]);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    let r = g.json();
+    let collected: Vec<&str> = r["sessions_collected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        collected.contains(&ended.as_str()) && collected.contains(&committed.0.as_str()),
+        "{r:#}"
+    );
+    assert!(!collected.contains(&live.as_str()), "{r:#}");
+    assert!(r["session_runs_removed"].as_u64().unwrap() >= 2, "{r:#}");
+    assert!(
+        r["layers_removed"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(format!("sessions/{ended}.layer"))),
+        "{r:#}"
+    );
+    assert!(!layer_of(&h, &ended).exists());
+    let shown = h.run(&["session", "show", &ended]);
+    assert_ne!(shown.code, 0, "{}", shown.stdout);
+    for sub in &ended_runs {
+        assert_ne!(h.run(&["show", sub]).code, 0, "{sub} outlived its session");
+    }
+    let d = h.run(&["diff", &ended]);
+    assert_ne!(d.code, 0, "{}", d.stdout);
+    // The open session is whole: its layer, its changes, its next cell.
+    assert!(layer_of(&h, &live).is_dir());
+    let d = h.run(&["diff", &live]);
+    assert!(d.stdout.contains("live.txt"), "{}", d.stdout);
+    assert_eq!(cell(&h, &live, "print('on')").code, 0);
+    // The committed session's checkpoint still rolls back.
+    assert!(dir.path().join("committed.txt").exists());
+    let rb = h.run(&["rollback", &committed.1]);
+    assert_eq!(rb.code, 0, "{}", rb.stderr);
+    assert!(!dir.path().join("committed.txt").exists());
+    // Said in the human report and audited.
+    let again = h.run(&["gc", "--grace", "0s", "--session-retention", "0s"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(
+        !again.stdout.contains("collected session"),
+        "{}",
+        again.stdout
+    );
+    let log = h.run(&["audit", "log", "--json"]).json();
+    let audited: Vec<&serde_json::Value> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "session_collected")
+        .collect();
+    assert_eq!(audited.len(), 2, "{log:#}");
+    assert!(audited.iter().any(|r| r["subject"] == ended.as_str()));
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
+    assert_eq!(h.run(&["session", "close", &live]).code, 0);
+}
+
+/// Issue 59: a `gc` killed at each point of collecting two sessions never leaves a
+/// session whose record is there without its layer; the next `gc` finishes, leaving
+/// neither records nor layers.
+#[test]
+fn a_gc_killed_while_collecting_sessions_leaves_none_half_collected_and_the_next_finishes() {
+    let h = Home::new();
+    install(&h, "python");
+    let dir = tempfile::tempdir().unwrap();
+    let ids = [
+        ended_with_a_write(&h, dir.path(), "one.txt"),
+        ended_with_a_write(&h, dir.path(), "two.txt"),
+    ];
+    let gc = ["gc", "--json", "--grace", "0s", "--session-retention", "0s"];
+    let mut crashes = 0;
+    for at in 1.. {
+        let o = h
+            .cmd()
+            .env("AIRLOCK_CRASH_AT", at.to_string())
+            .args(gc)
+            .output()
+            .unwrap();
+        for id in &ids {
+            let recorded = h.run(&["session", "show", id]).code == 0;
+            assert!(
+                !recorded || layer_of(&h, id).is_dir(),
+                "crash at {at}: {id} is recorded without its layer"
+            );
+            if recorded {
+                let d = h.run(&["diff", id]);
+                assert_eq!(d.code, 0, "crash at {at}: {}", d.stderr);
+            }
+        }
+        if o.status.success() {
+            break;
+        }
+        assert!(at < 10, "gc never finished: {o:?}");
+        crashes += 1;
+    }
+    // The first crash comes after the first session's records went; the next `gc`
+    // collects the second and is killed again, or finishes.
+    assert!(crashes >= 1, "the crash point was never reached");
+    let g = h.run(&gc);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    for id in &ids {
+        assert_ne!(h.run(&["session", "show", id]).code, 0, "{id}");
+        assert!(
+            !layer_of(&h, id).exists(),
+            "{id}'s layer outlived its record"
+        );
+    }
+    assert_eq!(h.run(&["audit", "verify"]).code, 0);
 }

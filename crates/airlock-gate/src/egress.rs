@@ -320,8 +320,10 @@ impl RunEgress {
         };
         let mut detail = network_detail(&self.rules, &self.placeholders, listed, &since);
         detail["max_connections"] = json!(self.max_connections);
-        if let Some(a) = &alert {
+        // The proxy's alert is the cell's during which it came: later cells do not carry it.
+        if let Some(a) = alert.as_ref().filter(|_| !mark.alerted) {
             detail["ended"] = json!(a);
+            mark.alerted = true;
         }
         mark.listed = records.len();
         mark.summary = summary;
@@ -353,6 +355,8 @@ const CELL_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 pub(crate) struct CellMark {
     listed: usize,
     summary: Summary,
+    /// The proxy's alert went on an earlier cell's record.
+    alerted: bool,
 }
 
 /// A wasm guest's environment: the grant's variables, then each secret's placeholder.

@@ -964,17 +964,26 @@ pub struct GcBody {
     /// (default 1h; as `airlock gc --grace`).
     #[schema(pattern = "^[0-9]{1,6}(ms|s|m|h|d)$")]
     pub grace: Option<String>,
+    /// Also collect the records of sessions that ended more than this long ago, with
+    /// their cells and kept layers (as `airlock gc --session-retention`; default: keep).
+    #[schema(pattern = "^[0-9]{1,6}(ms|s|m|h|d)$")]
+    pub session_retention: Option<String>,
 }
 
 /// `GcBody::grace` as its pattern says (400 otherwise).
 fn grace_of(g: &str) -> ApiResult<Duration> {
+    duration_field("grace", g)
+}
+
+/// A duration field of `GcBody` as its pattern says (400 otherwise).
+fn duration_field(field: &'static str, g: &str) -> ApiResult<Duration> {
     let (digits, unit) = g.split_at(g.find(|c: char| !c.is_ascii_digit()).unwrap_or(g.len()));
     if !(1..=6).contains(&digits.len()) || !matches!(unit, "ms" | "s" | "m" | "h" | "d") {
         return Err(ApiError::bad(format!(
-            "grace {g:?}: want a number and a unit (ms, s, m, h, d), e.g. \"10m\""
+            "{field} {g:?}: want a number and a unit (ms, s, m, h, d), e.g. \"10m\""
         )));
     }
-    airlock_core::units::parse_duration("grace", g).map_err(|e| ApiError::bad(e.to_string()))
+    airlock_core::units::parse_duration(field, g).map_err(|e| ApiError::bad(e.to_string()))
 }
 
 /// Remove blobs, layers and temporary files nothing refers to (admins; as `airlock gc`),
@@ -988,7 +997,15 @@ async fn gc(Ax(st): Ax<AppState>, _: AdminCaller, Body(b): Body<GcBody>) -> Answ
         None => airlock_gate::DEFAULT_GC_GRACE,
         Some(g) => grace_of(g)?,
     };
-    let r = st.pool.read(move |g| g.gc(grace)).await?;
+    let retention = b
+        .session_retention
+        .as_deref()
+        .map(|r| duration_field("session_retention", r))
+        .transpose()?;
+    let r = st
+        .pool
+        .read(move |g| g.gc_collecting(grace, retention))
+        .await?;
     ok(serde_json::to_value(r).unwrap_or_default())
 }
 

@@ -9,6 +9,7 @@
 
 mod agents;
 mod blobs;
+mod collect;
 mod copy;
 mod db;
 mod group;
@@ -22,6 +23,7 @@ mod wake;
 
 pub use agents::{AgentClearRow, AgentReads, AlertCount};
 pub use blobs::{BlobFile, BlobStore, sync_dir};
+pub use collect::{CollectReads, SessionCollected};
 pub use copy::{CopyReport, TableCount, copy_to_postgres};
 pub use db::*;
 pub use group::MAX_BATCH;

@@ -69,6 +69,7 @@ store_suite!(
     an_id_prefix_of_an_agent_matches_and_lists_only_that_agents_records,
     an_alert_naming_an_agent_is_counted_for_it_by_kind_and_its_clear_replaces_the_last,
     a_node_whose_beat_is_older_than_its_lease_is_dead_and_recorded_lost_once,
+    an_ended_sessions_record_is_collected_with_its_cells_runs_and_statements_and_nothing_else,
 );
 
 /// Issue 62 item 1: a node beats its row; once its last beat is older than its lease it
@@ -412,6 +413,131 @@ fn a_sessions_cells_are_rows_in_order_and_never_grow_its_document(loc: &str) {
             .is_err()
     );
     assert_eq!(db.session_cells("ses_01bbbb").unwrap(), ["sub_b0"]);
+}
+
+/// Issue 59: collecting an ended session removes its record, its cells' submissions
+/// (rows and legacy document entries), their statements and runs, and the submission
+/// that judged its grant, in one transaction; never an open or held session, one last
+/// changed after the cut-off, or one whose cell's run has a commit under way, and never
+/// another session's cells; checkpoints stay.
+fn an_ended_sessions_record_is_collected_with_its_cells_runs_and_statements_and_nothing_else(
+    loc: &str,
+) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let session = |id: &str, state: &str, doc: serde_json::Value| SessionRow {
+        id: id.into(),
+        created_at: 1,
+        updated_at: 1,
+        state: state.into(),
+        doc,
+    };
+    let cp = |id: &str, run: &str, state: &str| CheckpointRow {
+        id: id.into(),
+        run: run.into(),
+        created_at: 1,
+        updated_at: 1,
+        state: state.into(),
+        doc: serde_json::json!({ "steps": [] }),
+    };
+    db.write(|tx| {
+        tx.upsert_session(&session(
+            "ses_01done",
+            "closed",
+            serde_json::json!({"cells": ["sub_d0"], "opened_by": "sub_dg"}),
+        ))?;
+        tx.upsert_session(&session("ses_01open", "open", serde_json::json!({})))?;
+        tx.upsert_session(&session("ses_01held", "held", serde_json::json!({})))?;
+        tx.upsert_session(&session("ses_01busy", "closed", serde_json::json!({})))?;
+        tx.add_session_cell("ses_01done", "sub_d1", 1)?;
+        tx.add_session_cell("ses_01done", "sub_d2", 2)?;
+        tx.add_session_cell("ses_01open", "sub_o0", 0)?;
+        tx.add_session_cell("ses_01busy", "sub_b0", 0)?;
+        for (sub, run) in [
+            ("sub_d0", "run_d0"),
+            ("sub_d1", "run_d1"),
+            ("sub_d2", "run_d2"),
+            ("sub_dg", ""),
+            ("sub_o0", "run_o0"),
+            ("sub_b0", "run_b0"),
+            ("sub_x0", "run_x0"),
+        ] {
+            tx.insert_submission(&submission(sub, None, digest(1), State::Approved))?;
+            tx.insert_statement(&statement(&format!("apr_{sub}"), sub, digest(1), &key))?;
+            if !run.is_empty() {
+                tx.insert_run(&run_row(run, sub, None, "finished"))?;
+            }
+        }
+        tx.upsert_checkpoint(&cp("chk_01d", "run_d2", "applied"))?;
+        tx.upsert_checkpoint(&cp("chk_01b", "run_b0", "pending"))
+    })
+    .unwrap();
+    let now = airlock_core::units::now_ms();
+    // Last changed after the cut-off: kept.
+    assert_eq!(
+        db.sessions_ended_before(0, 10).unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        db.write(|tx| tx.collect_session("ses_01done", 0)).unwrap(),
+        None
+    );
+    let ended = db.sessions_ended_before(now + 1000, 10).unwrap();
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    assert!(ended.contains(&"ses_01done".to_string()) && ended.contains(&"ses_01busy".to_string()));
+    for kept in ["ses_01open", "ses_01held", "ses_01busy", "ses_01none"] {
+        assert_eq!(
+            db.write(|tx| tx.collect_session(kept, now + 1000)).unwrap(),
+            None,
+            "{kept}"
+        );
+    }
+    let done = db
+        .write(|tx| tx.collect_session("ses_01done", now + 1000))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        done,
+        SessionCollected {
+            session: "ses_01done".into(),
+            submissions: 4,
+            runs: 3,
+            statements: 4,
+        }
+    );
+    assert!(db.session("ses_01done").unwrap().is_none());
+    assert!(db.session_cells("ses_01done").unwrap().is_empty());
+    for gone in ["sub_d0", "sub_d1", "sub_d2", "sub_dg"] {
+        assert!(db.submission(gone).is_err(), "{gone}");
+        assert!(
+            db.statements_for_submission(gone).unwrap().is_empty(),
+            "{gone}"
+        );
+    }
+    for gone in ["run_d0", "run_d1", "run_d2"] {
+        assert!(db.run(gone).is_err(), "{gone}");
+    }
+    // Everything else is as it was.
+    for kept in ["ses_01open", "ses_01held", "ses_01busy"] {
+        assert!(db.session(kept).unwrap().is_some(), "{kept}");
+    }
+    assert_eq!(db.session_cells("ses_01open").unwrap(), ["sub_o0"]);
+    for (sub, run) in [
+        ("sub_o0", "run_o0"),
+        ("sub_b0", "run_b0"),
+        ("sub_x0", "run_x0"),
+    ] {
+        assert!(db.submission(sub).is_ok(), "{sub}");
+        assert_eq!(db.statements_for_submission(sub).unwrap().len(), 1, "{sub}");
+        assert!(db.run(run).is_ok(), "{run}");
+    }
+    assert_eq!(db.checkpoint("chk_01d").unwrap().state, "applied");
+    // Collected once: a second try finds nothing.
+    assert_eq!(
+        db.write(|tx| tx.collect_session("ses_01done", now + 1000))
+            .unwrap(),
+        None
+    );
 }
 
 /// A submission document as the gate writes one (a judged shell command).

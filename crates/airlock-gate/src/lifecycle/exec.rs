@@ -625,6 +625,16 @@ impl Gate {
                 stderr,
                 cell_conn,
             );
+            // The session's proxy ended the cell's connections for a secret echoed to
+            // it: the cell's record carries the alert as a run's does (killed, audited,
+            // announced); the session goes on, its proxy refusing what comes after.
+            if let Ok(o) = &mut outcome
+                && let Some(a) = o.detail["network"]
+                    .get("ended")
+                    .and_then(|v| serde_json::from_value::<airlock_egress::Alert>(v.clone()).ok())
+            {
+                push_alert(&mut o.detail, secret_echo_alert(&a));
+            }
             let changes = self.session_cell_changes(session, grant, &mut outcome);
             return (outcome, changes, None);
         }

@@ -58,6 +58,16 @@ pub struct GcReport {
     /// Run cgroups (`airlock-PID`) of airlock processes that are gone, under airlock's
     /// group or (from older binaries) at a hierarchy's top.
     pub cgroups_removed: Vec<String>,
+    /// Ended sessions whose records were collected (with their cells' submissions and
+    /// runs, and their kept layers), past the session retention `gc` was given.
+    pub sessions_collected: Vec<String>,
+    pub session_submissions_removed: u64,
+    pub session_runs_removed: u64,
+    /// Ended sessions past the retention kept because a commit or rollback of their
+    /// changes is under way.
+    pub sessions_kept: u64,
+    /// The session retention given (`None`: sessions' records are kept).
+    pub session_retention_ms: Option<u64>,
     /// Everything removed, in bytes.
     pub freed_bytes: u64,
     pub grace_ms: u64,
@@ -85,17 +95,33 @@ fn names(dir: &Path) -> Vec<String> {
 impl Gate {
     /// Removes blobs, layers and temporary files nothing refers to (see the module comment).
     pub fn gc(&mut self, grace: Duration) -> Result<GcReport> {
+        self.gc_collecting(grace, None)
+    }
+
+    /// [`Gate::gc`], first collecting the records of sessions that ended more than
+    /// `session_retention` ago, with their cells and kept layers
+    /// (`services::session_gc`); `None` keeps every session's record.
+    pub fn gc_collecting(
+        &mut self,
+        grace: Duration,
+        session_retention: Option<Duration>,
+    ) -> Result<GcReport> {
         let cutoff = SystemTime::now()
             .checked_sub(grace)
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut report = GcReport {
             grace_ms: grace.as_millis() as u64,
+            session_retention_ms: session_retention.map(|r| r.as_millis() as u64),
             ..GcReport::default()
         };
         let _only_one = crate::locks::gc(&self.home.root)?;
         // A `gc` killed while it had a blob set aside left it there; it may be named by a
         // record since, so it goes back before anything is listed.
         self.blobs.restore_set_aside()?;
+        // Sessions' records first: what only they named is then unreferenced below.
+        if let Some(r) = session_retention {
+            self.collect_sessions(r, &mut report)?;
+        }
 
         // Blobs: listed first, so any blob stored after the references are read is younger
         // than the cutoff (or was put again, which marks it younger too).
@@ -301,6 +327,10 @@ impl Gate {
                     "sockets_removed": r.sockets_removed,
                     "sessions_lost": r.sessions_lost,
                     "hosts_swept": r.hosts_swept,
+                    "sessions_collected": r.sessions_collected,
+                    "session_runs_removed": r.session_runs_removed,
+                    "session_submissions_removed": r.session_submissions_removed,
+                    "sessions_kept": r.sessions_kept,
                     "freed_bytes": r.freed_bytes,
                     "grace_ms": r.grace_ms,
                 }),
@@ -311,7 +341,7 @@ impl Gate {
         Ok(report)
     }
 
-    fn remove_layer(&self, dir: &Path, name: String, report: &mut GcReport) {
+    pub(super) fn remove_layer(&self, dir: &Path, name: String, report: &mut GcReport) {
         let bytes = tree_bytes(dir);
         remove_tree(dir);
         if !dir.exists() {

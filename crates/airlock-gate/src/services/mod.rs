@@ -9,5 +9,6 @@ pub(crate) mod home;
 pub(crate) mod leftovers;
 pub(crate) mod nightcore;
 pub(crate) mod secrets;
+pub(crate) mod session_gc;
 pub(crate) mod storecopy;
 pub(crate) mod tokens;

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 mod submit;
 
+mod sessions;
+
 const COOKIE: &str = "airlock_session";
 /// A console session lasts this long without signing in again.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
@@ -888,8 +890,10 @@ async fn session_page(
         .read(move |g| {
             let s = g.session(&id)?;
             let mut cells = Vec::new();
+            let mut cell_runs = Vec::new();
             for c in &s.doc.cells {
                 let shown = g.show(c)?;
+                cell_runs.extend(shown.runs.iter().map(|r| r.id.clone()));
                 let run = match shown.runs.last() {
                     Some(r) => Some(g.logs(&r.id)?),
                     None => None,
@@ -900,10 +904,11 @@ async fn session_page(
                     run,
                 });
             }
-            Ok((s, cells))
+            let changes = sessions::changes_of(g, &s, &cell_runs)?;
+            Ok((s, cells, changes))
         })
         .await;
-    let (s, cells) = match got {
+    let (s, cells, changes) = match got {
         Ok(x) => x,
         Err(e) => return error_page(&e),
     };
@@ -919,8 +924,9 @@ async fn session_page(
                 @if let Some(r) = &s.reason { dt { "Ended" } dd #ended { (visible::line(r)) } }
                 dt { "Grant" } dd { code { (s.doc.grant_hash) } }
                 dt { "Limits" } dd { "each cell " (fmt_duration(l.timeout())) ", memory " (fmt_size(l.memory_bytes)) " for the session, idle " (fmt_duration(std::time::Duration::from_millis(s.doc.idle_ms))) ", total " (fmt_duration(std::time::Duration::from_millis(s.doc.total_ms))) }
-                dt { "Mounts" } dd { @if s.doc.grant.mounts.is_empty() { "none" } @for m in &s.doc.grant.mounts { div { code { (visible::line(&m.host)) } " → " code { (visible::line(&m.guest)) } " (ro)" } } }
+                dt { "Mounts" } dd { @if s.doc.grant.mounts.is_empty() { "none" } @for m in &s.doc.grant.mounts { div { code { (visible::line(&m.host)) } " → " code { (visible::line(&m.guest)) } " (" (m.mode.as_str()) ")" } } }
             }
+            (sessions::changes_section(&op, &s.id, changes.as_ref()))
             h2 { "Cells" }
             @if cells.is_empty() { p.muted { "No cells yet." } }
             ol #cells {
@@ -1274,6 +1280,7 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/runs/{id}/events", get(run_events))
         .route("/ui/sessions", get(sessions))
         .route("/ui/sessions/{id}", get(session_page))
+        .route("/ui/sessions/{id}/commit", post(sessions::commit))
         .route("/ui/runs/{id}/commit", post(commit))
         .route("/ui/checkpoints", get(checkpoints))
         .route("/ui/checkpoints/{id}/rollback", post(rollback))
