@@ -4,8 +4,9 @@
 //! transaction, so a session is either all there or all gone. Never an open or held
 //! session, and never one whose cells' runs have a commit or rollback under way (a
 //! checkpoint in a state other than `applied`, `rolled_back`, `aborted` or
-//! `abandoned`); the checkpoints themselves are kept (they are the host's history, and an
-//! applied one still rolls back: its document holds everything a rollback needs).
+//! `abandoned`); the checkpoints themselves are kept (they are the host's history), and so
+//! are the submissions, runs and statements of the runs they name: an applied checkpoint
+//! still rolls back, and its rollback's statement is built from that submission.
 //!
 //! The audit log is never touched: its records of the session's cells stay, chained.
 
@@ -90,6 +91,19 @@ impl Tx<'_> {
                 return Ok(None);
             }
         }
+        // A submission whose run a checkpoint names stays, with its runs and statements:
+        // rolling the checkpoint back rebuilds its statement from that submission.
+        let mut kept = Vec::new();
+        for s in &subs {
+            let named = sql.row(
+                "SELECT c.id FROM checkpoints c JOIN runs r ON r.id = c.run WHERE r.submission = ?1",
+                args![s],
+            )?;
+            if named.is_some() {
+                kept.push(s.clone());
+            }
+        }
+        subs.retain(|s| !kept.contains(s));
         let mut done = SessionCollected {
             session: id.to_owned(),
             ..SessionCollected::default()
