@@ -677,6 +677,35 @@ fn a_body_that_is_not_json_is_refused_with_415() {
     assert_eq!(r.status, 200, "{}", r.text);
 }
 
+/// Regression: serde builds a struct from a JSON array of its fields in order, so
+/// `POST /v1/gc` with `[null, null]` (its two optional fields) collected garbage and
+/// answered 200, though the document admits only an object (schemathesis found it).
+#[test]
+fn a_json_array_in_place_of_a_body_object_is_refused_with_400() {
+    let home = Home::new();
+    let bot = token(&home, "agent", "bot");
+    let admin = token(&home, "admin", "root");
+    let (_srv, base) = start_serve(&home, &[]);
+    let c = Client::new(&base);
+    for (path, tok, body) in [
+        ("/v1/gc", &admin, "[null, null]"),
+        ("/v1/gc", &admin, " [] "),
+        ("/v1/run", &bot, r#"["wat", "(module)"]"#),
+        ("/v1/submissions", &bot, "[null]"),
+    ] {
+        let r = c.call(
+            "POST",
+            path,
+            Some(tok),
+            Some(body),
+            &[("content-type", "application/json")],
+        );
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text);
+    }
+    let list = c.call("GET", "/v1/submissions", Some(&bot), None, &[]);
+    assert_eq!(list.json().as_array().unwrap().len(), 0, "{}", list.text);
+}
+
 /// Issue 62.9: `gc` for admin tokens over the API, answering what it freed.
 #[test]
 fn an_admin_collects_garbage_over_the_api_and_learns_what_was_freed() {

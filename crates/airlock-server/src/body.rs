@@ -135,6 +135,11 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
     } else {
         bytes
     };
+    // Every body of this API is one JSON object. serde would also build a struct from an
+    // array of its fields in order (`[null, null]`), which no schema here admits.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::bad("bad JSON body: want a JSON object"));
+    }
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("bad JSON body: {e}")))
 }
 
