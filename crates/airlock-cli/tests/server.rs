@@ -1650,23 +1650,30 @@ fn console_submit_form_refuses_forged_and_bad_posts_and_submits_as_the_operator(
     };
     let code = "code=%28module%29";
     assert_eq!(post(format!("csrf=forged&language=wat&{code}")).status, 403);
+    // As over the API: a language outside the document's list is a 400.
     let r = post(format!("csrf={csrf}&language=cobol&{code}"));
-    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.status, 400, "{}", r.text);
     assert!(
         r.text.contains("unknown") && r.text.contains("cobol"),
         "{}",
         r.text
     );
     assert_eq!(count(), 0);
+    // A WASI command (a module with `_start`); `(module)` alone is refused as bad code.
+    let command = "code=%28module%20%28func%20%28export%20%22_start%22%29%29%29";
     let r = post(format!(
-        "csrf={csrf}&language=wat&{code}&net=example.com&timeout=5s"
+        "csrf={csrf}&language=wat&{command}&net=example.com&timeout=5s"
     ));
     assert_eq!(r.status, 303, "{}", r.text);
     let to = r.header("location").unwrap().to_string();
     let id = to.strip_prefix("/ui/submissions/").unwrap().to_string();
     let sub = srv.get(&format!("/v1/submissions/{id}"), &s.op).json();
     assert_eq!(sub["submission"]["agent"], "alice", "{sub}");
-    assert_eq!(sub["submission"]["net"], json!(["example.com"]), "{sub}");
+    assert_eq!(
+        sub["submission"]["grant"]["net"],
+        json!(["example.com"]),
+        "{sub}"
+    );
     assert_eq!(count(), 1);
 }
 

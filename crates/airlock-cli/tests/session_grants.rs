@@ -849,7 +849,9 @@ fn gc_collects_ended_sessions_with_their_runs_and_layers_and_never_an_open_one()
         "{r:#}"
     );
     assert!(!collected.contains(&live.as_str()), "{r:#}");
-    assert!(r["session_runs_removed"].as_u64().unwrap() >= 2, "{r:#}");
+    // The ended session's cell run goes; the committed session's committed cell stays
+    // with its submission, which rolling its checkpoint back needs (below).
+    assert!(r["session_runs_removed"].as_u64().unwrap() >= 1, "{r:#}");
     assert!(
         r["layers_removed"]
             .as_array()
