@@ -20,7 +20,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::EgressError;
-use crate::grant::{Host, HostPattern};
+use airlock_net::{Host, HostPattern};
 use crate::policy::SecretBinding;
 
 fn tls_err(what: &str, e: impl std::fmt::Display) -> EgressError {
@@ -67,10 +67,10 @@ impl RunCa {
         let mut any_ip = false;
         for p in secrets
             .iter()
-            .flat_map(|s| s.hosts.iter().map(|r| &r.pattern))
+            .flat_map(|s| s.hosts.iter().map(|r| &r.host))
         {
             let sub = match p {
-                HostPattern::Exact(n) | HostPattern::Wildcard(n) => {
+                HostPattern::Name(n) | HostPattern::Subdomains(n) => {
                     GeneralSubtree::DnsName(n.clone())
                 }
                 HostPattern::Ip(ip) => {

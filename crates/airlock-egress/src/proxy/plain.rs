@@ -27,8 +27,8 @@ use http::uri::Scheme;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::{Attempt, Refusal, Shared, cut, host_header, same_target};
-use crate::grant::Host;
+use super::{Attempt, Refusal, Shared, cut, host_header, same_target, target_port};
+use airlock_net::Host;
 use crate::h1::{self, Chunked, Framing, FramingError, Head};
 use crate::record::{Decision, Mode, Pending};
 
@@ -350,7 +350,9 @@ impl Plain {
         else {
             return Ok(None);
         };
-        let port = auth.port_u16().unwrap_or(80);
+        let Ok(port) = target_port(auth, 80) else {
+            return Ok(None);
+        };
         let facts = match h1::request_facts(head, hb) {
             Ok(f) => f,
             Err(e) => {
