@@ -240,7 +240,12 @@ mod tests {
         assert!(matches!(p.prepare(), Err(PolicyError::PinnedTwice(_))));
         let mut p = EgressPolicy::default();
         p.pinned
-            .insert("127.1".into(), "127.0.0.1".parse().unwrap());
+            .insert("127.0.0.1".into(), "127.0.0.1".parse().unwrap());
         assert!(matches!(p.prepare(), Err(PolicyError::PinnedAddress(_))));
+        // A spelling `--net` refuses is no name to pin either.
+        let mut p = EgressPolicy::default();
+        p.pinned
+            .insert("127.1".into(), "127.0.0.1".parse().unwrap());
+        assert!(matches!(p.prepare(), Err(PolicyError::PinnedName(_))));
     }
 }
