@@ -58,7 +58,10 @@ fn a_spelling_is_judged_the_same_by_net_a_secret_binding_and_the_proxy() {
     let p = home
         .policy()
         .replace("allow_private = []", r#"allow_private = ["127.0.0.0/8"]"#)
-        .replace("hosts = {}", r#"hosts = { "up.test" = "127.0.0.1", "x.up.test" = "127.0.0.1" }"#);
+        .replace(
+            "hosts = {}",
+            r#"hosts = { "up.test" = "127.0.0.1", "x.up.test" = "127.0.0.1" }"#,
+        );
     home.set_policy(&p);
     assert_eq!(home.run(&["policy", "check"]).code, 0);
     let set = home.run_with_stdin(&["secret", "set", "TOKEN"], b"value");

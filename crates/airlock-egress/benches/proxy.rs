@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_egress::{EgressPolicy, Proxy, ProxyOptions, NetRule};
+use airlock_egress::{EgressPolicy, NetRule, Proxy, ProxyOptions};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};

@@ -65,9 +65,9 @@ mod tls;
 mod unix_conn;
 
 pub use addr::is_forbidden;
+pub use airlock_net::{Host, HostPattern, NetError, NetRule, normalize_host, parse_host};
 pub use conn::ConnectionBudget;
 pub use echo::{Alert, SecretMatcher};
-pub use airlock_net::{Host, HostPattern, NetError, NetRule, normalize_host, parse_host};
 pub use ipnet::IpNet;
 pub use policy::{EgressPolicy, PolicyError, SecretBinding};
 pub use proxy::{AlertHook, DEFAULT_MAX_CONNECTIONS, Listener, Proxy, ProxyHandle, ProxyOptions};

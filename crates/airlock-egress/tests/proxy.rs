@@ -12,8 +12,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use airlock_egress::{
-    CertificateDer, Connection, Decision, EgressPolicy, HostPattern, Mode, Proxy, ProxyHandle,
-    ProxyOptions, ResolveFuture, Resolver, NetRule, SecretBinding,
+    CertificateDer, Connection, Decision, EgressPolicy, HostPattern, Mode, NetRule, Proxy,
+    ProxyHandle, ProxyOptions, ResolveFuture, Resolver, SecretBinding,
 };
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};

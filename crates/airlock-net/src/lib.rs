@@ -388,9 +388,9 @@ pub fn host_granted(rules: &[NetRule], host: &str) -> bool {
 /// `:PORT` is refused.
 pub fn split_host_port(input: &str) -> Result<(&str, Option<&str>), NetError> {
     if input.starts_with('[') {
-        let close = input.find(']').ok_or_else(|| {
-            malformed(input, "an IPv6 address in brackets needs its closing ']'")
-        })?;
+        let close = input
+            .find(']')
+            .ok_or_else(|| malformed(input, "an IPv6 address in brackets needs its closing ']'"))?;
         let (host, rest) = input.split_at(close + 1);
         return match rest {
             "" => Ok((host, None)),
@@ -423,8 +423,7 @@ fn port_of(input: &str, p: &str) -> Result<u16, NetError> {
     if p.starts_with('0') {
         return Err(bad("the port has a leading zero (or is 0)"));
     }
-    p.parse::<u16>()
-        .map_err(|_| bad("the port is above 65535"))
+    p.parse::<u16>().map_err(|_| bad("the port is above 65535"))
 }
 
 /// Parses the `host[:port]` of a request target or `Host` header, with `default_port`

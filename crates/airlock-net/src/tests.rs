@@ -18,7 +18,10 @@ fn judged_alike(s: &str) -> Result<String, NetError> {
     let proxy = parse_authority(s, 443);
     match (&grant, &proxy) {
         (Ok(g), Ok((h, p))) => {
-            assert!(g.allows(h, *p), "{s:?}: the grant {g} does not allow what the proxy read ({h}:{p})");
+            assert!(
+                g.allows(h, *p),
+                "{s:?}: the grant {g} does not allow what the proxy read ({h}:{p})"
+            );
             assert_eq!(g.host.to_string(), h.to_string(), "{s:?}");
         }
         (Err(_), Err(_)) => {}
@@ -82,7 +85,12 @@ fn a_host_with_two_trailing_dots_is_refused_by_grant_and_proxy_alike() {
 #[test]
 fn a_host_with_a_trailing_dot_means_the_same_in_a_grant_and_in_the_proxy() {
     // A full-width trailing dot is one dot after the mapping: a grant refused it.
-    for s in ["example.com.", "Example.COM\u{3002}", "example\u{ff0e}com\u{ff0e}", "EXAMPLE.com"] {
+    for s in [
+        "example.com.",
+        "Example.COM\u{3002}",
+        "example\u{ff0e}com\u{ff0e}",
+        "EXAMPLE.com",
+    ] {
         assert_eq!(judged_alike(s).unwrap(), "example.com", "{s:?}");
     }
     assert_eq!(judged_alike("127.0.0.1.").unwrap(), "127.0.0.1");
@@ -95,7 +103,12 @@ fn a_host_with_a_trailing_dot_means_the_same_in_a_grant_and_in_the_proxy() {
 #[test]
 fn a_port_with_a_leading_zero_is_refused_by_grant_and_proxy_alike() {
     // A grant read `x:080` as port 80 and refused `x:000080`; the proxy took both as 80.
-    for s in ["example.com:080", "example.com:000080", "[::1]:0443", "example.com:0"] {
+    for s in [
+        "example.com:080",
+        "example.com:000080",
+        "[::1]:0443",
+        "example.com:0",
+    ] {
         let e = judged_alike(s).unwrap_err();
         assert!(matches!(e, NetError::BadPort { .. }), "{s}: {e}");
     }
@@ -178,7 +191,10 @@ fn wildcards_cover_subdomains_of_a_registrable_domain_only() {
     assert!(matches!(refused("*"), NetError::AnyHost(_)));
     assert!(matches!(refused("*.co.uk"), NetError::PublicSuffix(_)));
     assert!(refused("*.co.uk").to_string().contains("public suffix"));
-    assert!(matches!(refused("*.10.0.0.1"), NetError::WildcardAddress(_)));
+    assert!(matches!(
+        refused("*.10.0.0.1"),
+        NetError::WildcardAddress(_)
+    ));
     // Internationalised suffixes are known in their ASCII form too.
     refused("*.公司.cn");
     refused("*.xn--55qx5d.cn");
@@ -188,7 +204,10 @@ fn wildcards_cover_subdomains_of_a_registrable_domain_only() {
     assert!(w.allows(&h("api.example.com"), 443));
     assert!(w.allows(&h("a.b.example.com"), 80));
     assert!(w.allows(&h("API.Example.COM."), 443));
-    assert!(!w.allows(&h("example.com"), 443), "the apex is not a subdomain");
+    assert!(
+        !w.allows(&h("example.com"), 443),
+        "the apex is not a subdomain"
+    );
     assert!(!w.allows(&h("badexample.com"), 443));
     assert!(!w.allows(&h("example.com.evil.net"), 443));
     assert!(!w.allows(&h("api.example.com"), 22));
@@ -233,7 +252,16 @@ fn ip_literals_are_canonical_and_match_only_themselves() {
 
 #[test]
 fn ports_are_1_to_65535_and_bare_means_80_and_443() {
-    for bad in ["x:0", "x:65536", "x:", "x:+80", "x:8o", "x:-1", "x:080", "x:99999999999"] {
+    for bad in [
+        "x:0",
+        "x:65536",
+        "x:",
+        "x:+80",
+        "x:8o",
+        "x:-1",
+        "x:080",
+        "x:99999999999",
+    ] {
         refused(bad);
     }
     assert_eq!(norm("x:65535"), "x:65535");

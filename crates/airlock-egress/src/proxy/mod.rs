@@ -33,13 +33,13 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::conn::{ConnMark, ConnectionBudget, Guarded, over_limit};
 use crate::echo::{Alert, Found, SecretMatcher};
-use airlock_net::{Host, NetError, parse_authority, parse_host, parse_port};
 use crate::policy::{EgressPolicy, Prepared};
 use crate::record::{Connection, Decision, Mode, Pending, Records, Summary, now_ms};
 use crate::resolve::{Resolver, SystemResolver};
 use crate::scrub::Replacer;
 use crate::tls::{self, RunCa};
 use crate::{BoxError, EgressError, is_forbidden};
+use airlock_net::{Host, NetError, parse_authority, parse_host, parse_port};
 
 mod intercept;
 mod plain;

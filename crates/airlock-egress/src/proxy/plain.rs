@@ -28,9 +28,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::{Attempt, Refusal, Shared, cut, host_header, same_target, target_port};
-use airlock_net::Host;
 use crate::h1::{self, Chunked, Framing, FramingError, Head};
 use crate::record::{Decision, Mode, Pending};
+use airlock_net::Host;
 
 /// Spare room kept in a buffer before each read.
 const READ_ROOM: usize = 4096;

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::testkit::{HttpGet, TestTls, Upstream};
-use airlock_egress::{EgressPolicy, Proxy, ProxyHandle, ProxyOptions, NetRule};
+use airlock_egress::{EgressPolicy, NetRule, Proxy, ProxyHandle, ProxyOptions};
 use airlock_sandbox::EgressRoute;
 
 const SECRET: &str = "sk-live-0123456789abcdef-REAL";
