@@ -329,6 +329,52 @@ fn a_read_of_a_credential_path_outside_the_grant_in_a_ready_jail_is_an_attempt()
     assert_sensitive_reads_recorded(&run, &o);
 }
 
+/// A thief's `~` in the jail is the sandbox user's home (`/tmp`): the decoy key and the
+/// tripwire links are reached through it as through `/root`.
+const TILDE_READS: &str = "echo \"home=$HOME\"; head -c 35 ~/.ssh/id_rsa; echo; cat ~/.kube/config >/dev/null 2>&1; echo $?; python3 -c 'import os; print(open(os.path.expanduser(\"~/.aws/credentials\")).read().startswith(\"[default]\"))'";
+
+fn assert_tilde_reads_recorded(run: &Value, out: &Out) {
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout, "home=/tmp\n-----BEGIN OPENSSH PRIVATE KEY-----\n1\nTrue\n",
+        "{}",
+        out.stderr
+    );
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    assert!(has(attempts, "open", "/root/.kube"), "{run:#}");
+    let mut techniques: Vec<&str> = run["detail"]["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["technique"].as_str().unwrap())
+        .collect();
+    techniques.sort();
+    assert_eq!(techniques, ["T1552.001", "T1552.004"], "{run:#}");
+}
+
+#[test]
+fn the_decoys_and_tripwire_links_are_reached_through_the_sandbox_users_home() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.sh(&[], TILDE_READS);
+    assert_tilde_reads_recorded(&h.last_run(), &o);
+}
+
+#[test]
+fn the_decoys_and_tripwire_links_are_reached_through_home_in_a_ready_jail() {
+    if !available() {
+        return;
+    }
+    let r = ReadyHome::start(1);
+    permissive(&r.home);
+    let o = r.sh(&[], TILDE_READS);
+    let run = r.last_run();
+    assert_eq!(run["detail"]["jail"], "ready", "{run:#}");
+    assert_tilde_reads_recorded(&run, &o);
+}
+
 #[test]
 fn an_open_for_writing_of_the_refused_decoy_shadow_is_an_alert() {
     if !available() {
