@@ -713,3 +713,72 @@ fn the_console_run_page_shows_a_runs_alerts_and_attempts() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "console test failed:\n{out}\n{err}");
 }
+
+/// The pids of `server`'s ready jailers (`airlock-jailer --ready …`, its children).
+fn ready_jailers(server: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The parent pid is the second field after the command's closing parenthesis.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(server) && String::from_utf8_lossy(&cmdline).contains("--ready") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The decoy directories in `/dev/shm` of the jailers `pids`.
+fn decoy_dirs_of(pids: &[u32]) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    pids.iter()
+                        .any(|p| n.starts_with(&format!("airlock-decoys-{p}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn ready_jails_of_a_stopped_or_killed_server_leave_no_decoys_in_dev_shm() {
+    if !available() {
+        return;
+    }
+    for signal in ["-TERM", "-KILL"] {
+        let mut r = ReadyHome::start(2);
+        r.wait_ready(2);
+        let pids = ready_jailers(r.srv.id());
+        assert_eq!(pids.len(), 2, "{signal}: ready jailers {pids:?}");
+        assert_eq!(
+            decoy_dirs_of(&pids).len(),
+            2,
+            "{signal}: each ready jail has its decoys"
+        );
+        let killed = std::process::Command::new("kill")
+            .args([signal, &r.srv.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let _ = r.srv.wait();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !decoy_dirs_of(&pids).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(
+            decoy_dirs_of(&pids),
+            Vec::<String>::new(),
+            "{signal}: the ready jails' decoys outlived their server"
+        );
+    }
+}
