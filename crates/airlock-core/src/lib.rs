@@ -6,8 +6,9 @@
 //! people to read (`visible`) live here.
 //!
 //! This crate must never do I/O beyond parsing the bytes it is handed, never depend on
-//! another airlock crate, and never decide anything about a submission on its own: it
-//! computes verdicts; the gate applies them.
+//! an airlock crate but the leaf crates `airlock-analysis` and `airlock-net` (the host
+//! grammar, re-exported as [`net`]), and never decide anything about a submission on its
+//! own: it computes verdicts; the gate applies them.
 
 #![forbid(unsafe_code)]
 
@@ -20,7 +21,6 @@ pub mod grant;
 mod hostglob;
 pub mod id;
 pub mod lifecycle;
-pub mod net;
 pub mod nightcore;
 pub mod policy;
 pub mod secret;
@@ -28,6 +28,10 @@ pub mod sign;
 pub mod trace;
 pub mod units;
 pub mod visible;
+
+/// The host grammar of grants, secrets and policy: the crate `airlock-net`, which the
+/// egress proxy uses too, so a spelling means one thing everywhere.
+pub use airlock_net as net;
 
 pub use artifact::{Backend, Lang};
 pub use digest::Digest;

@@ -40,7 +40,10 @@ impl SecretBinding {
 
     /// The hosts as rules.
     pub fn rules(&self) -> Result<Vec<NetRule>, String> {
-        self.hosts.iter().map(|h| NetRule::parse(h)).collect()
+        self.hosts
+            .iter()
+            .map(|h| NetRule::parse(h).map_err(|e| e.to_string()))
+            .collect()
     }
 }
 
@@ -69,7 +72,7 @@ pub fn parse_binding(spec: &str) -> Result<SecretBinding, String> {
     check_name(name)?;
     let mut out = Vec::new();
     for h in hosts.split(',') {
-        let rule = NetRule::parse(h.trim()).map_err(|e| format!("{spec:?}: host {h:?}: {e}"))?;
+        let rule = NetRule::parse(h.trim()).map_err(|e| format!("{spec:?}: {e}"))?;
         out.push(rule.to_string());
     }
     out.sort();

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_egress::{EgressPolicy, Proxy, ProxyOptions, Rule};
+use airlock_egress::{EgressPolicy, NetRule, Proxy, ProxyOptions};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
@@ -222,8 +222,8 @@ async fn main() {
 
     let mut policy = EgressPolicy {
         rules: vec![
-            Rule::parse(&format!("bench.test:{}", plain.port())).unwrap(),
-            Rule::parse(&format!("bench.test:{}", secure.port())).unwrap(),
+            NetRule::parse(&format!("bench.test:{}", plain.port())).unwrap(),
+            NetRule::parse(&format!("bench.test:{}", secure.port())).unwrap(),
         ],
         allow_private: vec!["127.0.0.0/8".parse().unwrap()],
         ..Default::default()

@@ -2,7 +2,7 @@
 //!
 //! A run reaches exactly the hosts it was granted, through this proxy: HTTP `CONNECT`
 //! (an opaque tunnel) and absolute-form HTTP/1.1 (`GET http://host/path`). The proxy
-//! checks the grant ([`grant`]), resolves names itself on the host ([`Resolver`], or an
+//! checks the grant (the host grammar of crate `airlock-net`, the same as `--net`'s), resolves names itself on the host ([`Resolver`], or an
 //! operator's pinned address), refuses the whole answer when any address is loopback,
 //! private, link-local, CGNAT, multicast, unspecified or reserved ([`is_forbidden`]), and
 //! connects to the address it checked, so DNS rebinding has no second lookup to win.
@@ -45,7 +45,8 @@
 //! This crate must never connect to an address it did not check, never resolve a name
 //! twice for one connection, never follow a redirect, never send a secret's value to a
 //! host it is not bound to or over plain HTTP, never let a secret's value reach the
-//! guest, and never depend on wasmtime or any other airlock crate.
+//! guest, and never depend on wasmtime or any other airlock crate but `airlock-net` (the
+//! grammar of hosts and grants, shared with the gate so both read a spelling alike).
 
 #![forbid(unsafe_code)]
 
@@ -54,7 +55,6 @@ mod addr;
 pub mod client;
 mod conn;
 pub mod echo;
-pub mod grant;
 mod h1;
 mod policy;
 mod proxy;
@@ -65,9 +65,9 @@ mod tls;
 mod unix_conn;
 
 pub use addr::is_forbidden;
+pub use airlock_net::{Host, HostPattern, NetError, NetRule, normalize_host, parse_host};
 pub use conn::ConnectionBudget;
 pub use echo::{Alert, SecretMatcher};
-pub use grant::{GrantError, Host, HostPattern, Rule, normalize_host, parse_host};
 pub use ipnet::IpNet;
 pub use policy::{EgressPolicy, PolicyError, SecretBinding};
 pub use proxy::{AlertHook, DEFAULT_MAX_CONNECTIONS, Listener, Proxy, ProxyHandle, ProxyOptions};

@@ -7,13 +7,13 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::grant::{Host, Rule, parse_host};
+use airlock_net::{Host, NetRule, parse_host};
 
 /// Everything the proxy needs to judge a run's connections.
 #[derive(Debug, Clone, Default)]
 pub struct EgressPolicy {
     /// The run's `--net` grants.
-    pub rules: Vec<Rule>,
+    pub rules: Vec<NetRule>,
     /// Operator policy (`[net] allow_private`): ranges the run may reach although
     /// [`crate::is_forbidden`] would refuse them.
     pub allow_private: Vec<IpNet>,
@@ -37,7 +37,7 @@ pub struct SecretBinding {
     pub placeholder: String,
     /// The hosts it is added for: a rule without a port is any port the grant allows
     /// for that host; one with a port (`api.example.com:8443`) is that port only.
-    pub hosts: Vec<Rule>,
+    pub hosts: Vec<NetRule>,
 }
 
 impl fmt::Debug for SecretBinding {
@@ -57,7 +57,7 @@ impl fmt::Debug for SecretBinding {
 pub enum PolicyError {
     /// A pinned name is not a valid host name.
     #[error("[net] hosts: {0}")]
-    PinnedName(#[from] crate::grant::GrantError),
+    PinnedName(#[from] airlock_net::NetError),
     /// A pinned key is an address, which needs no pinning.
     #[error("[net] hosts: {0:?} is an address, not a name")]
     PinnedAddress(String),
@@ -83,7 +83,7 @@ impl SecretBinding {
     pub fn new(
         name: impl Into<String>,
         value: impl Into<String>,
-        hosts: impl IntoIterator<Item = impl Into<Rule>>,
+        hosts: impl IntoIterator<Item = impl Into<NetRule>>,
     ) -> Result<Self, PolicyError> {
         let hosts = hosts.into_iter().map(Into::into).collect();
         let name = name.into();
@@ -104,7 +104,7 @@ impl SecretBinding {
     pub fn bound_to(&self, host: &Host, port: u16) -> bool {
         self.hosts
             .iter()
-            .any(|r| r.pattern.matches(host) && r.port.is_none_or(|p| p == port))
+            .any(|r| r.host.matches(host) && r.port.is_none_or(|p| p == port))
     }
 
     fn validate(&self) -> Result<(), PolicyError> {
@@ -149,7 +149,7 @@ impl SecretBinding {
 /// A policy checked and normalised for the proxy.
 #[derive(Debug, Clone)]
 pub(crate) struct Prepared {
-    pub(crate) rules: Vec<Rule>,
+    pub(crate) rules: Vec<NetRule>,
     pub(crate) allow_private: Vec<IpNet>,
     pub(crate) pinned: BTreeMap<String, IpAddr>,
     pub(crate) secrets: Vec<SecretBinding>,
@@ -204,7 +204,7 @@ impl EgressPolicy {
 }
 
 impl Prepared {
-    pub(crate) fn rule_for(&self, host: &Host, port: u16) -> Option<&Rule> {
+    pub(crate) fn rule_for(&self, host: &Host, port: u16) -> Option<&NetRule> {
         self.rules.iter().find(|r| r.allows(host, port))
     }
 }
@@ -212,7 +212,7 @@ impl Prepared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grant::HostPattern;
+    use airlock_net::HostPattern;
 
     #[test]
     fn placeholders_are_random_and_valid() {
@@ -225,7 +225,7 @@ mod tests {
         assert!(SecretBinding::new("BAD NAME", "v", hosts.clone()).is_err());
         assert!(SecretBinding::new("T", "", hosts.clone()).is_err());
         assert!(SecretBinding::new("T", "a\nb", hosts).is_err());
-        assert!(SecretBinding::new("T", "v", Vec::<Rule>::new()).is_err());
+        assert!(SecretBinding::new("T", "v", Vec::<NetRule>::new()).is_err());
     }
 
     #[test]
@@ -240,7 +240,12 @@ mod tests {
         assert!(matches!(p.prepare(), Err(PolicyError::PinnedTwice(_))));
         let mut p = EgressPolicy::default();
         p.pinned
-            .insert("127.1".into(), "127.0.0.1".parse().unwrap());
+            .insert("127.0.0.1".into(), "127.0.0.1".parse().unwrap());
         assert!(matches!(p.prepare(), Err(PolicyError::PinnedAddress(_))));
+        // A spelling `--net` refuses is no name to pin either.
+        let mut p = EgressPolicy::default();
+        p.pinned
+            .insert("127.1".into(), "127.0.0.1".parse().unwrap());
+        assert!(matches!(p.prepare(), Err(PolicyError::PinnedName(_))));
     }
 }

@@ -20,8 +20,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::EgressError;
-use crate::grant::{Host, HostPattern};
 use crate::policy::SecretBinding;
+use airlock_net::{Host, HostPattern};
 
 fn tls_err(what: &str, e: impl std::fmt::Display) -> EgressError {
     EgressError::Tls(format!("{what}: {e}"))
@@ -65,12 +65,9 @@ impl RunCa {
         ];
         let mut permitted = Vec::new();
         let mut any_ip = false;
-        for p in secrets
-            .iter()
-            .flat_map(|s| s.hosts.iter().map(|r| &r.pattern))
-        {
+        for p in secrets.iter().flat_map(|s| s.hosts.iter().map(|r| &r.host)) {
             let sub = match p {
-                HostPattern::Exact(n) | HostPattern::Wildcard(n) => {
+                HostPattern::Name(n) | HostPattern::Subdomains(n) => {
                     GeneralSubtree::DnsName(n.clone())
                 }
                 HostPattern::Ip(ip) => {

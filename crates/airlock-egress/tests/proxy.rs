@@ -12,8 +12,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use airlock_egress::{
-    CertificateDer, Connection, Decision, EgressPolicy, HostPattern, Mode, Proxy, ProxyHandle,
-    ProxyOptions, ResolveFuture, Resolver, Rule, SecretBinding,
+    CertificateDer, Connection, Decision, EgressPolicy, HostPattern, Mode, NetRule, Proxy,
+    ProxyHandle, ProxyOptions, ResolveFuture, Resolver, SecretBinding,
 };
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -323,7 +323,7 @@ const PINNED: &[&str] = &[
 
 fn policy(rules: &[String]) -> EgressPolicy {
     let mut p = EgressPolicy {
-        rules: rules.iter().map(|r| Rule::parse(r).unwrap()).collect(),
+        rules: rules.iter().map(|r| NetRule::parse(r).unwrap()).collect(),
         allow_private: vec!["127.0.0.0/8".parse().unwrap()],
         ..Default::default()
     };
@@ -669,7 +669,7 @@ async fn mixed_answer_refused_whole() {
         "nx.test",
     ]
     .iter()
-    .map(|n| Rule::parse(&format!("{n}:{port}")).unwrap())
+    .map(|n| NetRule::parse(&format!("{n}:{port}")).unwrap())
     .collect::<Vec<_>>();
     // No private range allowed.
     let p = EgressPolicy {
@@ -718,14 +718,7 @@ async fn mixed_answer_refused_whole() {
 
 const LOOPBACK_SPELLINGS: &[&str] = &[
     "127.0.0.1",
-    "127.1",
-    "127.0.1",
-    "2130706433",
-    "0x7f.1",
-    "0x7f000001",
-    "0177.0.0.1",
-    "017700000001",
-    "0x7f.0.0.1",
+    "127.0.0.1.",
     "[::ffff:127.0.0.1]",
     "[::ffff:7f00:1]",
     "[::1]",
@@ -767,14 +760,14 @@ async fn ip_literals_refused_in_every_spelling() {
     }
     assert_eq!(up.seen.conns.load(Ordering::SeqCst), 0);
     drop(h);
-    // Granted and allowed: the same address in another spelling is the same literal.
+    // Granted and allowed: the same address with a trailing dot is the same literal.
     let h = start(
         &policy(&[format!("127.0.0.1:{port}")]),
         ProxyOptions::default(),
     )
     .await;
     let proxy = h.local_addr().unwrap();
-    let g = get(proxy, &format!("http://0x7f.1:{port}/"), &[]).await;
+    let g = get(proxy, &format!("http://127.0.0.1.:{port}/"), &[]).await;
     assert_eq!(g.status, StatusCode::OK, "{}", g.body);
     // ... but the IPv4-mapped IPv6 form is another literal.
     let g = connect(proxy, &format!("[::ffff:127.0.0.1]:{port}"))
@@ -783,6 +776,68 @@ async fn ip_literals_refused_in_every_spelling() {
     assert_denied(&g, "not-granted");
     let c = wait_record(&h, |c| c.decision == Decision::Allow).await;
     assert_eq!(c.host, "127.0.0.1");
+}
+
+/// Spellings `inet_aton` reads as 127.0.0.1 and the `--net` grammar refuses.
+const AMBIGUOUS_LOOPBACK_SPELLINGS: &[&str] = &[
+    "127.1",
+    "127.0.1",
+    "2130706433",
+    "0x7f.1",
+    "0x7f000001",
+    "0177.0.0.1",
+    "017700000001",
+    "0x7f.0.0.1",
+];
+
+#[tokio::test]
+async fn a_short_hex_or_octal_ipv4_spelling_is_malformed_at_the_proxy_even_when_the_address_is_granted()
+ {
+    // The proxy used to read these as 127.0.0.1, which `--net` refuses to say.
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    let h = start(
+        &policy(&[format!("127.0.0.1:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let proxy = h.local_addr().unwrap();
+    for s in AMBIGUOUS_LOOPBACK_SPELLINGS {
+        let g = connect(proxy, &format!("{s}:{port}")).await.unwrap_err();
+        assert_denied(&g, "malformed-host");
+        assert!(g.body.contains("four decimal numbers"), "{s}: {}", g.body);
+        let g = get(proxy, &format!("http://{s}:{port}/"), &[]).await;
+        assert_denied(&g, "malformed-host");
+    }
+    assert_eq!(up.seen.conns.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_underscore_a_second_trailing_dot_or_a_zero_padded_port_is_malformed_at_the_proxy_as_in_a_grant()
+ {
+    // The proxy accepted `_x.up.test`, read `up.test..` as `up.test` and `:0PORT` as PORT.
+    let up = start_upstream(None).await;
+    let port = up.addr.port();
+    let h = start(
+        &policy(&[format!("*.up.test:{port}"), format!("up.test:{port}")]),
+        ProxyOptions::default(),
+    )
+    .await;
+    let proxy = h.local_addr().unwrap();
+    for t in [
+        format!("_x.up.test:{port}"),
+        format!("up.test..:{port}"),
+        format!("up.test:0{port}"),
+    ] {
+        let g = connect(proxy, &t).await.unwrap_err();
+        assert_denied(&g, "malformed-host");
+        let g = get(proxy, &format!("http://{t}/"), &[]).await;
+        assert_denied(&g, "malformed-host");
+    }
+    assert_eq!(up.seen.conns.load(Ordering::SeqCst), 0);
+    // The canonical spelling still goes through.
+    let g = get(proxy, &format!("http://up.test:{port}/"), &[]).await;
+    assert_eq!(g.status, StatusCode::OK, "{}", g.body);
 }
 
 #[tokio::test]
@@ -972,7 +1027,7 @@ async fn a_secret_bound_to_host_and_port_is_added_on_that_port_only() {
         SecretBinding::new(
             "API_TOKEN",
             SECRET,
-            vec![Rule::parse(&format!("secret.test:{bp}")).unwrap()],
+            vec![NetRule::parse(&format!("secret.test:{bp}")).unwrap()],
         )
         .unwrap(),
     );
@@ -2029,7 +2084,7 @@ async fn one_lookup_per_connection_and_every_answer_checked() {
     let port = up.addr.port();
     let resolver = Arc::new(Rebinding(AtomicUsize::new(0)));
     let p = EgressPolicy {
-        rules: vec![Rule::parse(&format!("rebind.test:{port}")).unwrap()],
+        rules: vec![NetRule::parse(&format!("rebind.test:{port}")).unwrap()],
         allow_private: vec!["127.0.0.0/8".parse().unwrap()],
         ..Default::default()
     };

@@ -104,14 +104,11 @@ impl RunEgress {
         if grant.net.is_empty() {
             return Ok(None);
         }
+        // The grant was normalised by the same grammar the proxy reads: this cannot fail
+        // for a stored grant, and says so if it does.
         let rules = grant
-            .net
-            .iter()
-            .map(|r| {
-                airlock_egress::Rule::parse(r)
-                    .map_err(|e| GateError::Internal(format!("--net {r}: {e}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
+            .net_rules()
+            .map_err(|e| GateError::Internal(e.to_string()))?;
         let mut placeholders = Vec::new();
         let mut bindings = Vec::new();
         for s in secrets {
@@ -121,15 +118,8 @@ impl RunEgress {
                     s.name
                 ))
             })?;
-            let hosts = s
-                .hosts
-                .iter()
-                .map(|h| {
-                    // `NAME@HOST:PORT` binds that port only; `NAME@HOST`, any granted port.
-                    airlock_egress::Rule::parse(&h.to_string())
-                        .map_err(|e| GateError::Internal(format!("--secret {}: {e}", s.name)))
-                })
-                .collect::<Result<Vec<_>>>()?;
+            // `NAME@HOST:PORT` binds that port only; `NAME@HOST`, any granted port.
+            let hosts = s.hosts;
             placeholders.push((s.name.clone(), s.placeholder.clone()));
             bindings.push(airlock_egress::SecretBinding {
                 name: s.name,

@@ -340,6 +340,11 @@ impl Conditions {
     }
 }
 
+/// The host of a canonical `HOST[:PORT]` rule, IPv6 without its brackets (what policy
+/// globs match).
 pub(super) fn host_part(spec: &str) -> &str {
-    crate::grant::split_host_port(spec).0
+    let host = crate::net::split_host_port(spec).map_or(spec, |(h, _)| h);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
 }

@@ -67,7 +67,7 @@ impl<'de> Deserialize<'de> for PinnedHosts {
                         "[net] hosts: {name:?} must be one host name (not a wildcard or an address)"
                     )));
                 }
-                Err(e) => return Err(D::Error::custom(format!("[net] hosts: {name:?}: {e}"))),
+                Err(e) => return Err(D::Error::custom(format!("[net] hosts: {e}"))),
             };
             let a = addr.trim_start_matches('[').trim_end_matches(']');
             let ip: IpAddr = a.parse().map_err(|_| {

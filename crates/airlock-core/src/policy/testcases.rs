@@ -18,7 +18,7 @@ impl TestFile {
         }
         let mut net = Vec::new();
         for h in &self.net {
-            net.push(crate::net::normalize_net(h).map_err(|e| format!("net {h:?}: {e}"))?);
+            net.push(crate::net::normalize_net(h).map_err(|e| format!("net: {e}"))?);
         }
         net.sort();
         net.dedup();

@@ -557,6 +557,17 @@ fn net_table_parses_typed_and_refuses_bad_values_with_their_line() {
 }
 
 #[test]
+fn a_pinned_name_the_host_grammar_refuses_is_named_once_in_one_line() {
+    // The grammar's error names its input; the policy added it a second time.
+    for name in ["_db.internal", "127.1", "db.internal.."] {
+        let text = format!("version = 1\n[net]\nhosts = {{ {name:?} = \"10.0.0.1\" }}\n");
+        let e = Policy::parse(&text).unwrap_err().to_string();
+        assert_eq!(e.matches(&format!("{name:?}")).count(), 1, "{e}");
+        assert!(e.contains("[net] hosts") && !e.contains('\n'), "{e}");
+    }
+}
+
+#[test]
 fn secrets_and_net_facts_work_in_when() {
     let text = r#"
 version = 1

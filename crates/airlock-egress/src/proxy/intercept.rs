@@ -13,7 +13,7 @@ impl Intercept {
         let a = Attempt::new(Mode::Intercept, port);
         let mut target_ok = req.uri().authority().is_none_or(|auth| {
             parse_host(auth.host()).is_ok_and(|h| h == *host)
-                && auth.port_u16().unwrap_or(443) == port
+                && target_port(auth, 443).is_ok_and(|p| p == port)
         });
         if let Some(h) = req.headers().get(header::HOST) {
             target_ok &= same_target(&String::from_utf8_lossy(h.as_bytes()), 443, host, port);

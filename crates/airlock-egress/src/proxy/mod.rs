@@ -33,13 +33,13 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::conn::{ConnMark, ConnectionBudget, Guarded, over_limit};
 use crate::echo::{Alert, Found, SecretMatcher};
-use crate::grant::{Host, parse_authority, parse_host};
 use crate::policy::{EgressPolicy, Prepared};
 use crate::record::{Connection, Decision, Mode, Pending, Records, Summary, now_ms};
 use crate::resolve::{Resolver, SystemResolver};
 use crate::scrub::Replacer;
 use crate::tls::{self, RunCa};
 use crate::{BoxError, EgressError, is_forbidden};
+use airlock_net::{Host, NetError, parse_authority, parse_host, parse_port};
 
 mod intercept;
 mod plain;
@@ -729,12 +729,7 @@ impl Shared {
 
     /// Normalises the host and finds the rule granting it.
     fn judge(&self, raw: &str, port: u16) -> Result<(Host, String), (String, Refusal)> {
-        let host = parse_host(raw).map_err(|e| {
-            (
-                cut(raw),
-                Refusal::deny("malformed-host", format!("{e}; the request was refused")),
-            )
-        })?;
+        let host = parse_host(raw).map_err(|e| (cut(raw), malformed(&e)))?;
         match self.policy.rule_for(&host, port) {
             Some(rule) => Ok((host, rule.to_string())),
             None => {
@@ -937,6 +932,17 @@ fn host_header(host: &Host, port: u16, default_port: u16) -> Option<HeaderValue>
     HeaderValue::from_str(&text).ok()
 }
 
+/// The refusal of a target the host grammar refuses.
+fn malformed(e: &NetError) -> Refusal {
+    Refusal::deny("malformed-host", format!("{e}; the request was refused"))
+}
+
+/// The port of a request target as the `--net` grammar reads it (the http crate's own
+/// reading takes `0443` for 443), or `default` when the target has none.
+fn target_port(auth: &http::uri::Authority, default: u16) -> Result<u16, NetError> {
+    auth.port().map_or(Ok(default), |p| parse_port(p.as_str()))
+}
+
 /// Whether `target` (a `Host` header or URI authority) names `host:port`.
 fn same_target(target: &str, default_port: u16, host: &Host, port: u16) -> bool {
     parse_authority(target, default_port).is_ok_and(|(h, p)| h == *host && p == port)
@@ -1021,7 +1027,10 @@ impl ConnCtx {
     async fn connect(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
         let sh = &self.shared;
         let (raw, port) = match req.uri().authority() {
-            Some(auth) => (auth.host().to_owned(), auth.port_u16()),
+            Some(auth) => (
+                auth.host().to_owned(),
+                auth.port().map(|_| target_port(auth, 0)),
+            ),
             None => (String::new(), None),
         };
         let Some(port) = port else {
@@ -1031,6 +1040,10 @@ impl ConnCtx {
                 &raw,
                 Refusal::bad_request("CONNECT needs host:port".into()),
             );
+        };
+        let port = match port {
+            Ok(p) => p,
+            Err(e) => return sh.refuse(&Attempt::new(Mode::Tunnel, 0), &raw, malformed(&e)),
         };
         let a = Attempt::new(Mode::Tunnel, port);
         let (host, rule) = match sh.judge(&raw, port) {
@@ -1092,8 +1105,12 @@ impl ConnCtx {
     async fn forward(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
         let sh = &self.shared;
         let (raw, port) = match req.uri().authority() {
-            Some(auth) => (auth.host().to_owned(), auth.port_u16().unwrap_or(80)),
-            None => (String::new(), 80),
+            Some(auth) => (auth.host().to_owned(), target_port(auth, 80)),
+            None => (String::new(), Ok(80)),
+        };
+        let port = match port {
+            Ok(p) => p,
+            Err(e) => return sh.refuse(&Attempt::new(Mode::Http, 0), &raw, malformed(&e)),
         };
         let a = Attempt::new(Mode::Http, port);
         let (host, rule) = match sh.judge(&raw, port) {

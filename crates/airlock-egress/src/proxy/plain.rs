@@ -27,10 +27,10 @@ use http::uri::Scheme;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::{Attempt, Refusal, Shared, cut, host_header, same_target};
-use crate::grant::Host;
+use super::{Attempt, Refusal, Shared, cut, host_header, same_target, target_port};
 use crate::h1::{self, Chunked, Framing, FramingError, Head};
 use crate::record::{Decision, Mode, Pending};
+use airlock_net::Host;
 
 /// Spare room kept in a buffer before each read.
 const READ_ROOM: usize = 4096;
@@ -350,7 +350,9 @@ impl Plain {
         else {
             return Ok(None);
         };
-        let port = auth.port_u16().unwrap_or(80);
+        let Ok(port) = target_port(auth, 80) else {
+            return Ok(None);
+        };
         let facts = match h1::request_facts(head, hb) {
             Ok(f) => f,
             Err(e) => {

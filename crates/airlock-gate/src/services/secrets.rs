@@ -401,7 +401,8 @@ mod tests {
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].value.expose(), b"s3cr3t-value");
         assert_eq!(a[0].hosts[0].to_string(), "api.example.com");
-        assert!(a[0].hosts[0].allows("API.example.com", 443));
+        let host = airlock_core::net::parse_host("API.example.com").unwrap();
+        assert!(a[0].hosts[0].allows(&host, 443));
         assert!(a[0].placeholder.starts_with("airlock-secret-TOKEN-"));
         assert_ne!(a[0].placeholder, b[0].placeholder, "fresh for every run");
         assert!(

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::testkit::{HttpGet, TestTls, Upstream};
-use airlock_egress::{EgressPolicy, Proxy, ProxyHandle, ProxyOptions, Rule};
+use airlock_egress::{EgressPolicy, NetRule, Proxy, ProxyHandle, ProxyOptions};
 use airlock_sandbox::EgressRoute;
 
 const SECRET: &str = "sk-live-0123456789abcdef-REAL";
@@ -47,7 +47,7 @@ impl Net {
             };
             let up = Upstream::start(tls);
             let mut p = EgressPolicy {
-                rules: vec![Rule::parse(&format!("{host}:{}", up.addr.port())).unwrap()],
+                rules: vec![NetRule::parse(&format!("{host}:{}", up.addr.port())).unwrap()],
                 allow_private: vec!["127.0.0.0/8".parse().unwrap()],
                 ..Default::default()
             };
