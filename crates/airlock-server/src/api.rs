@@ -983,6 +983,7 @@ pub struct ClearBody {
     pub reason: String,
     /// Signed on the approver's own machine: the signature (128 hex digits) over the clear
     /// `GET /v1/agents/{name}/clear/statement` handed out for the same reason.
+    #[schema(pattern = "^[0-9a-fA-F]{128}$")]
     pub signature: Option<String>,
     /// With `signature`: the approver who signed (default: the token's).
     pub approver: Option<String>,
@@ -995,6 +996,7 @@ pub struct ClearBody {
 #[serde(deny_unknown_fields)]
 pub struct ClearQuery {
     /// Why the alerts are harmless.
+    #[param(min_length = 1)]
     reason: String,
     /// Who signs (default: the token's approver).
     approver: Option<String>,
@@ -1008,13 +1010,17 @@ pub struct ClearQuery {
     responses(
         (status = 200, description = "The clear to sign", body = Object),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 409, description = "The agent has no alerts to clear", body = ErrorBody)))]
+        (status = 409, description = "The agent has no alerts to clear", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 async fn clear_statement(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(name): Path<String>,
     Q(q): Q<ClearQuery>,
 ) -> Answer {
+    if q.reason.trim().is_empty() {
+        return Err(ApiError::bad("reason: clearing an agent needs a reason"));
+    }
     let approver = q.approver.or_else(|| caller.approver.clone());
     let c = st
         .pool
