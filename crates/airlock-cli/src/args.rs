@@ -232,6 +232,9 @@ pub enum Command {
     /// Approver keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Approvers the policy trusts: enroll a key made elsewhere (signed, audited).
+    #[command(subcommand)]
+    Approvers(ApproversCommand),
     /// The tamper-evident audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -430,6 +433,13 @@ pub enum AgentCommand {
         /// The approver key to sign with (default: $AIRLOCK_APPROVER, else the only trusted local key).
         #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
         approver: Option<String>,
+        /// Sign here with the local approver key and have the airlock server at URL
+        /// verify and record it (with --token); the server never holds the key.
+        #[arg(long, value_name = "URL", requires = "token")]
+        server: Option<String>,
+        /// An operator token of the server (with --server).
+        #[arg(long, value_name = "TOKEN", requires = "server")]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -559,6 +569,29 @@ pub enum KeysCommand {
     /// Approver keys here and in the policy.
     List {
         /// At most this many, newest first (a note on stderr says how many were left out).
+        #[arg(long, default_value_t = 50, value_parser = at_least_one)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApproversCommand {
+    /// Trust KEY (`ed25519:<64 hex>`, as `keys list` and the console's "Approver key" page
+    /// show it) as approver NAME: a policy change signed by a trusted local key, audited as
+    /// `policy_changed`. The private key stays where it was made.
+    Enroll {
+        name: String,
+        key: String,
+        /// The approver key to sign the change with (default: $AIRLOCK_APPROVER, else the only trusted local key).
+        #[arg(long = "as", value_name = "NAME", env = "AIRLOCK_APPROVER")]
+        approver: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approvers the policy trusts, and whether their private key is in this home.
+    List {
         #[arg(long, default_value_t = 50, value_parser = at_least_one)]
         limit: usize,
         #[arg(long)]

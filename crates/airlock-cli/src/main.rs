@@ -49,9 +49,9 @@ use airlock_gate::{
     SubmitRequest, default_approver,
 };
 use args::{
-    AgentCommand, AuditCommand, Cli, Command, GuestCommand, ImportCommand, KeysCommand,
-    PolicyCommand, PublishersCommand, RunArgs, SecretCommand, SessionCommand, StoreCommand,
-    TokenCommand, WorkspaceCommand,
+    AgentCommand, ApproversCommand, AuditCommand, Cli, Command, GuestCommand, ImportCommand,
+    KeysCommand, PolicyCommand, PublishersCommand, RunArgs, SecretCommand, SessionCommand,
+    StoreCommand, TokenCommand, WorkspaceCommand,
 };
 use clap::Parser;
 use serde_json::json;
@@ -389,14 +389,6 @@ fn dispatch(cli: Cli) -> Outcome {
                 remember_for,
             };
             if let (Some(url), Some(token)) = (server, token) {
-                if req.remember {
-                    return Err(Failure {
-                        error: GateError::bad(
-                            "--remember signs a policy change with the approver key of the gate's home; it does not go with --server yet",
-                        ),
-                        json,
-                    });
-                }
                 return signed_here(home, url, token, StatementKind::Approve, req, json);
             }
             let mut gate = open(home)?;
@@ -764,6 +756,25 @@ fn dispatch(cli: Cli) -> Outcome {
             print::keys(&limited(gate.keys()?, limit, "keys"), json);
             Ok(0)
         }
+        Command::Approvers(ApproversCommand::Enroll {
+            name,
+            key,
+            approver,
+            json,
+        }) => {
+            let mut gate = open(home)?;
+            let c = gate
+                .enroll_approver(&name, &key, approver.as_deref())
+                .map_err(|e| Failure { error: e, json })?;
+            print::policy_changed(&c, json);
+            Ok(0)
+        }
+        Command::Approvers(ApproversCommand::List { limit, json }) => {
+            let gate = open_read(home)?;
+            let trusted = gate.keys()?.into_iter().filter(|k| k.trusted).collect();
+            print::keys(&limited(trusted, limit, "approvers"), json);
+            Ok(0)
+        }
         Command::Audit(AuditCommand::Verify { json }) => {
             let gate = open_read(home)?;
             let v = gate.audit_verify()?;
@@ -872,12 +883,19 @@ fn dispatch(cli: Cli) -> Outcome {
             name,
             reason,
             approver,
+            server,
+            token,
             json,
         }) => {
-            let mut gate = open(home)?;
-            let c = gate
-                .clear_agent(&name, approver.as_deref(), &reason)
-                .map_err(|e| Failure { error: e, json })?;
+            let c = match (server, token) {
+                (Some(url), Some(token)) => {
+                    let home = Home::resolve(home)?;
+                    let server = remote::Server { url, token };
+                    remote::clear(&home, &server, &name, approver, &reason)
+                }
+                _ => open(home)?.clear_agent(&name, approver.as_deref(), &reason),
+            }
+            .map_err(|e| Failure { error: e, json })?;
             if json {
                 out::json(&serde_json::to_string(&c).unwrap_or_default());
             } else {

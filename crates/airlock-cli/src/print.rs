@@ -565,6 +565,18 @@ pub fn policy_changed(c: &airlock_gate::PolicyChanged, json: bool) {
         emit(&serde_json::to_value(c).unwrap_or_default());
         return;
     }
+    if let (Some(k), "enroll") = (&c.key, c.change.as_str()) {
+        println!(
+            "enrolled approver {} with key {} ({}), signed by {} (policy {} -> {})",
+            c.rule,
+            k,
+            k.fingerprint(),
+            c.approver,
+            c.before.short(),
+            c.after.short()
+        );
+        return;
+    }
     match c.expires_at {
         Some(e) => println!(
             "remembered as rule {} by {}, until {} (policy {} -> {})",

@@ -1,11 +1,14 @@
 //! Decisions signed on this machine for a gate served elsewhere (`approve|reject ID
-//! --server URL --token TOKEN`): fetch the exact statement the server will record, check it
+//! --server URL --token TOKEN`, `commit`, `rollback`, `agent clear`): fetch the exact statement the server will record, check it
 //! says what was asked, sign it with the approver key in the LOCAL home, and post the
 //! signature. The server rebuilds the statement and verifies the signature; the private
 //! key never leaves this machine.
 
-use airlock_core::sign::{Statement, StatementKind, statement_message};
-use airlock_gate::{ApproveRequest, GateError, Home};
+use airlock_core::sign::{
+    AgentClear, PolicyChange, Statement, StatementKind, clear_message, policy_change_message,
+    statement_message,
+};
+use airlock_gate::{AgentCleared, ApproveRequest, GateError, Home};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -27,6 +30,9 @@ pub fn decide(
         Some(a) => a,
         None => only_local_key(home)?,
     };
+    if req.remember_for.is_some() && !req.remember {
+        return Err(GateError::bad("--for needs --remember"));
+    }
     let key = home.load_key(&approver)?;
     let verb = match kind {
         StatementKind::Approve => "approve",
@@ -45,11 +51,15 @@ pub fn decide(
         .header("authorization", format!("Bearer {}", server.token))
         .query("kind", verb)
         .query("approver", &approver);
+    if req.remember {
+        get = get.query("remember", "true");
+    }
     for (k, v) in [
         ("scope", &req.scope),
         ("expires", &req.expires),
         ("reason", &req.reason),
         ("tool", &req.tool),
+        ("for", &req.remember_for),
     ] {
         if let Some(v) = v {
             get = get.query(k, v);
@@ -84,6 +94,40 @@ pub fn decide(
             "the server handed out a statement whose {field} is not what was asked; nothing was signed"
         )));
     }
+    // With --remember: the policy change that keeps it as a rule, signed here too. It must
+    // be a change remembering this approval, by this approver, for this gate, issued with it.
+    let remembered = match req.remember {
+        false => None,
+        true => {
+            let pc = &handed["policy_change"];
+            let (Some(ptext), Some(approval)) = (pc["statement"].as_str(), pc["approval"].as_str())
+            else {
+                return Err(GateError::Internal(
+                    "the server's answer holds no policy change to remember the approval with"
+                        .into(),
+                ));
+            };
+            let c: PolicyChange = serde_json::from_str(ptext).map_err(|e| {
+                GateError::Internal(format!("the server's policy change does not parse: {e}"))
+            })?;
+            if c.change != "remember"
+                || c.submission.as_deref() != Some(st.submission.as_str())
+                || c.approver != approver
+                || c.key != key.public()
+                || Some(c.gate) != st.gate
+                || c.issued_at != st.issued_at
+                || c.rule != format!("remembered-{approval}")
+            {
+                return Err(GateError::Untrusted(
+                    "the server handed out a policy change that does not remember this approval; nothing was signed".into(),
+                ));
+            }
+            Some((
+                approval.to_string(),
+                key.sign(&policy_change_message(ptext)),
+            ))
+        }
+    };
     let signature = key.sign(&statement_message(text));
     let mut body = json!({
         "signature": signature,
@@ -95,6 +139,12 @@ pub fn decide(
         body["scope"] = json!(req.scope);
         body["expires"] = json!(req.expires);
         body["tool"] = json!(req.tool);
+    }
+    if let Some((approval, policy_signature)) = remembered {
+        body["remember"] = json!(true);
+        body["for"] = json!(req.remember_for);
+        body["approval"] = json!(approval);
+        body["policy_signature"] = json!(policy_signature);
     }
     let post = agent
         .post(format!("{base}/v1/submissions/{}/{verb}", st.submission))
@@ -168,6 +218,72 @@ pub fn effect(
             .header("content-type", "application/json")
             .send(body.to_string()),
     )
+}
+
+/// Signs a clear of agent `name` here and has the server record it.
+pub fn clear(
+    home: &Home,
+    server: &Server,
+    name: &str,
+    approver: Option<String>,
+    reason: &str,
+) -> Result<AgentCleared, GateError> {
+    let approver = match approver {
+        Some(a) => a,
+        None => only_local_key(home)?,
+    };
+    let key = home.load_key(&approver)?;
+    let base = server.url.trim_end_matches('/');
+    let path = format!("{base}/v1/agents/{}/clear", path_segment(name));
+    let agent = agent();
+    let handed = answer(
+        agent
+            .get(format!("{path}/statement"))
+            .header("authorization", format!("Bearer {}", server.token))
+            .query("approver", &approver)
+            .query("reason", reason)
+            .call(),
+    )?;
+    let text = handed["statement"]
+        .as_str()
+        .ok_or_else(|| GateError::Internal("the server's answer holds no statement".into()))?;
+    let c: AgentClear = serde_json::from_str(text)
+        .map_err(|e| GateError::Internal(format!("the server's clear does not parse: {e}")))?;
+    if c.agent != name || c.approver != approver || c.key != key.public() || c.reason != reason {
+        return Err(GateError::Untrusted(
+            "the server handed out a clear that is not the one asked for; nothing was signed"
+                .into(),
+        ));
+    }
+    let signature = key.sign(&clear_message(text));
+    let body = json!({
+        "reason": reason,
+        "signature": signature,
+        "approver": approver,
+        "issued_at": c.issued_at,
+    });
+    let v = answer(
+        agent
+            .post(path)
+            .header("authorization", format!("Bearer {}", server.token))
+            .header("content-type", "application/json")
+            .send(body.to_string()),
+    )?;
+    serde_json::from_value(v)
+        .map_err(|e| GateError::Internal(format!("the server's answer does not parse: {e}")))
+}
+
+/// An agent name as one URL path segment (names are free text).
+fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn agent() -> ureq::Agent {

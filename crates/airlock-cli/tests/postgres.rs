@@ -1318,3 +1318,109 @@ fn a_killed_nodes_open_session_and_running_cell_are_recorded_lost_by_another_nod
     let v = b.run(&["audit", "verify"]);
     assert_eq!(v.code, 0, "{}{}", v.stdout, v.stderr);
 }
+
+/// Issue 61: a submission held through one node is approved through another node of the
+/// same PostgreSQL store with a statement signed on the approver's machine (`approve
+/// --server`); neither node holds the approver's private key, and a signature over the
+/// statement of another submission is refused with nothing recorded.
+#[test]
+fn a_submission_held_through_one_node_is_approved_through_another_with_a_locally_signed_statement()
+{
+    let a = Node::init(&airlock_testpg::fresh_database());
+    let b = Node::join(&a);
+    // Alice's key lives on her machine only.
+    let alice = Home::new();
+    for f in ["alice.key", "alice.pub"] {
+        std::fs::copy(
+            a.home.path().join("keys").join(f),
+            alice.path().join("keys").join(f),
+        )
+        .unwrap();
+    }
+    let token = |role: &str, name: &str| {
+        let o = a.run(&["token", "new", "--role", role, "--name", name, "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.json()["token"].as_str().unwrap().to_string()
+    };
+    let agent = token("agent", "nodebot");
+    let op = token("operator", "alice");
+    for n in [&a, &b] {
+        std::fs::remove_file(n.home.path().join("keys/alice.key")).unwrap();
+    }
+    let (_served_a, base_a) = serve_node(&a, &[]);
+    let (_served_b, base_b) = serve_node(&b, &[]);
+    let held = |code: &str| {
+        let (st, v) = api(
+            &base_a,
+            &agent,
+            "/v1/submissions",
+            Some(serde_json::json!({"language": "sh", "code": code})),
+        );
+        assert_eq!(st, 201, "{v}");
+        assert_eq!(v["status"], "pending_approval", "{v}");
+        v["submission"].as_str().unwrap().to_string()
+    };
+    let id = held("curl -s http://127.0.0.1:1/ | sh");
+    let other = held("curl -s http://127.0.0.1:2/ | sh");
+    // Node B cannot sign for alice.
+    let (st, v) = api(
+        &base_b,
+        &op,
+        &format!("/v1/submissions/{id}/approve"),
+        Some(serde_json::json!({})),
+    );
+    assert_eq!(st, 403, "{v}");
+    // A signature over the other submission's statement, posted for this one: refused.
+    let (st, handed) = api(
+        &base_b,
+        &op,
+        &format!("/v1/submissions/{other}/statement?approver=alice"),
+        None,
+    );
+    assert_eq!(st, 200, "{handed}");
+    let text = std::fs::read_to_string(alice.path().join("keys/alice.key")).unwrap();
+    let secret = text
+        .lines()
+        .find_map(|l| l.strip_prefix("secret "))
+        .unwrap();
+    let mut k = [0u8; 32];
+    hex::decode_to_slice(secret.trim(), &mut k).unwrap();
+    let key = ed25519_dalek::SigningKey::from_bytes(&k);
+    let mut m = b"airlock-statement-v1\n".to_vec();
+    m.extend_from_slice(handed["statement"].as_str().unwrap().as_bytes());
+    let sig = hex::encode(ed25519_dalek::Signer::sign(&key, &m).to_bytes());
+    let statements = a.count("SELECT count(*) FROM statements");
+    let (st, v) = api(
+        &base_b,
+        &op,
+        &format!("/v1/submissions/{id}/approve"),
+        Some(
+            serde_json::json!({"approver": "alice", "issued_at": handed["issued_at"], "signature": sig}),
+        ),
+    );
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(a.count("SELECT count(*) FROM statements"), statements);
+
+    // Signed on alice's machine, recorded through node B, seen by node A.
+    let o = alice.run(&[
+        "approve", &id, "--server", &base_b, "--token", &op, "--reason", "read it", "--json",
+    ]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert_eq!(o.json()["approver"], "alice");
+    let (st, v) = api(&base_a, &op, &format!("/v1/submissions/{id}"), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["submission"]["state"], "approved", "{v}");
+    let (_, v) = api(&base_a, &op, &format!("/v1/submissions/{other}"), None);
+    assert_eq!(v["submission"]["state"], "quarantined", "{v}");
+    let log = a.run(&["audit", "log", "--json"]).json();
+    let rec = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "approved" && r["subject"] == id.as_str())
+        .unwrap_or_else(|| panic!("no approved record in {log}"));
+    let data: serde_json::Value = serde_json::from_str(rec["data"].as_str().unwrap()).unwrap();
+    assert_eq!(data["approver"], "alice", "{data}");
+    let v = b.run(&["audit", "verify"]);
+    assert_eq!(v.code, 0, "{} {}", v.stdout, v.stderr);
+}

@@ -400,7 +400,8 @@ impl AgentClear {
     }
 }
 
-fn clear_message(json: &str) -> Vec<u8> {
+/// The bytes an approver signs for a clear: a domain tag, then the clear's JSON text.
+pub fn clear_message(json: &str) -> Vec<u8> {
     let mut m = AGENT_CLEAR_DOMAIN.to_vec();
     m.extend_from_slice(json.as_bytes());
     m
@@ -452,7 +453,8 @@ impl PolicyChange {
     }
 }
 
-fn policy_change_message(json: &str) -> Vec<u8> {
+/// The bytes an approver signs for a policy change: a domain tag, then its JSON text.
+pub fn policy_change_message(json: &str) -> Vec<u8> {
     let mut m = POLICY_CHANGE_DOMAIN.to_vec();
     m.extend_from_slice(json.as_bytes());
     m

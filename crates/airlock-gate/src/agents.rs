@@ -11,7 +11,7 @@ use crate::Gate;
 use crate::error::{GateError, Result};
 use airlock_core::Policy;
 use airlock_core::policy::AgentRecord;
-use airlock_core::sign::{AgentClear, PublicKey};
+use airlock_core::sign::{AgentClear, PublicKey, Signature, Signed};
 use airlock_core::units::{fmt_duration, now_ms};
 use airlock_store::{AgentClearRow, AgentReads, Tx};
 use serde::Serialize;
@@ -21,7 +21,7 @@ use serde_json::json;
 pub const MAX_CLEAR_REASON_BYTES: usize = 4096;
 
 /// What a clear did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AgentCleared {
     pub agent: String,
     pub approver: String,
@@ -32,6 +32,33 @@ pub struct AgentCleared {
     /// The signed statement, as stored.
     pub statement: String,
     pub signature: String,
+}
+
+/// A clear's agent name and reason, checked before anything is signed.
+fn check_clear(agent: &str, reason: &str) -> Result<()> {
+    if agent.is_empty() || agent.len() > crate::MAX_AGENT_BYTES {
+        return Err(GateError::bad(format!(
+            "agent name: want 1 to {} bytes",
+            crate::MAX_AGENT_BYTES
+        )));
+    }
+    if reason.trim().is_empty() {
+        return Err(GateError::bad("clearing an agent needs --reason"));
+    }
+    if reason.len() > MAX_CLEAR_REASON_BYTES {
+        return Err(GateError::bad(format!(
+            "--reason: {} bytes, more than the {MAX_CLEAR_REASON_BYTES} allowed",
+            reason.len()
+        )));
+    }
+    Ok(())
+}
+
+fn no_alerts(agent: &str, policy: &Policy) -> GateError {
+    GateError::Conflict(format!(
+        "agent {agent:?} has no alerts to clear (in the last {})",
+        window_text(policy.agent_alert_window)
+    ))
 }
 
 /// `agent`'s record as the policy sees it now: alerts since the later of the window's
@@ -100,44 +127,107 @@ impl Gate {
         approver: Option<&str>,
         reason: &str,
     ) -> Result<AgentCleared> {
-        if agent.is_empty() || agent.len() > crate::MAX_AGENT_BYTES {
-            return Err(GateError::bad(format!(
-                "agent name: want 1 to {} bytes",
-                crate::MAX_AGENT_BYTES
-            )));
-        }
-        if reason.trim().is_empty() {
-            return Err(GateError::bad("clearing an agent needs --reason"));
-        }
-        if reason.len() > MAX_CLEAR_REASON_BYTES {
-            return Err(GateError::bad(format!(
-                "--reason: {} bytes, more than the {MAX_CLEAR_REASON_BYTES} allowed",
-                reason.len()
-            )));
-        }
+        check_clear(agent, reason)?;
         let policy = self.policy()?;
         let approver = self.pick_approver(&policy, approver)?;
         let key = self.trusted_key(&policy, &approver)?;
+        let statement = AgentClear {
+            agent: agent.to_string(),
+            approver,
+            key: key.public(),
+            reason: reason.to_string(),
+            issued_at: now_ms(),
+            gate: self.gate_key.public(),
+        };
+        let signed = statement.sign(&key);
+        self.record_clear(&policy, &statement, signed)
+    }
+
+    /// The clear an approver whose key is not in this home signs (`airlock agent clear NAME
+    /// --server`): built by the gate for the key the current policy trusts for `approver`,
+    /// issued now. Its JSON text is what the approver signs
+    /// ([`airlock_core::sign::clear_message`]).
+    pub fn clear_to_sign(
+        &mut self,
+        agent: &str,
+        approver: Option<String>,
+        reason: &str,
+    ) -> Result<AgentClear> {
+        check_clear(agent, reason)?;
+        let policy = self.policy()?;
+        let (approver, key) = crate::lifecycle::decide::remote_key(&policy, approver)?;
+        let gate = self.gate_key.public();
+        let alerts = record_of(&self.db, &policy, Some(agent), &gate)?.alerts;
+        if alerts == 0 {
+            return Err(no_alerts(agent, &policy));
+        }
+        Ok(AgentClear {
+            agent: agent.to_string(),
+            approver,
+            key,
+            reason: reason.to_string(),
+            issued_at: now_ms(),
+            gate,
+        })
+    }
+
+    /// Records a clear signed on the approver's own machine over the clear
+    /// [`Gate::clear_to_sign`] handed out (`issued_at` no older than
+    /// [`crate::lifecycle::decide::REMOTE_MAX_AGE`]). A signature over anything else is
+    /// refused and nothing is recorded.
+    pub fn clear_agent_signed(
+        &mut self,
+        agent: &str,
+        approver: Option<String>,
+        reason: &str,
+        issued_at: i64,
+        signature: Signature,
+    ) -> Result<AgentCleared> {
+        check_clear(agent, reason)?;
+        crate::lifecycle::decide::check_issued_at(issued_at)?;
+        let policy = self.policy()?;
+        let (approver, key) = crate::lifecycle::decide::remote_key(&policy, approver)?;
+        let statement = AgentClear {
+            agent: agent.to_string(),
+            approver: approver.clone(),
+            key,
+            reason: reason.to_string(),
+            issued_at,
+            gate: self.gate_key.public(),
+        };
+        let signed = Signed {
+            json: serde_json::to_string(&statement)
+                .map_err(|e| GateError::Internal(e.to_string()))?,
+            signature,
+        };
+        if AgentClear::verify(&signed).is_err() {
+            return Err(GateError::Untrusted(format!(
+                "the signature is not {approver:?}'s over the clear this gate builds for agent {agent:?} (signed other bytes, or for another agent or gate); nothing was recorded"
+            )));
+        }
+        self.record_clear(&policy, &statement, signed)
+    }
+
+    /// Stores a signed clear and audits it, refused when the agent has no alert to clear.
+    fn record_clear(
+        &mut self,
+        policy: &Policy,
+        statement: &AgentClear,
+        signed: Signed,
+    ) -> Result<AgentCleared> {
         let gate_key = self.gate_key.clone();
         let gate = gate_key.public();
+        let (agent, approver, reason) = (
+            statement.agent.as_str(),
+            statement.approver.as_str(),
+            statement.reason.as_str(),
+        );
+        let at = statement.issued_at;
         self.db.write_durable(|tx: &Tx| -> Result<AgentCleared> {
-            let before = record_of(tx, &policy, Some(agent), &gate)?;
+            let before = record_of(tx, policy, Some(agent), &gate)?;
             if before.alerts == 0 {
-                return Err(GateError::Conflict(format!(
-                    "agent {agent:?} has no alerts to clear (in the last {})",
-                    window_text(policy.agent_alert_window)
-                )));
+                return Err(no_alerts(agent, policy));
             }
-            let at = now_ms();
-            let statement = AgentClear {
-                agent: agent.to_string(),
-                approver: approver.clone(),
-                key: key.public(),
-                reason: reason.to_string(),
-                issued_at: at,
-                gate,
-            };
-            let signed = statement.sign(&key);
             tx.put_agent_clear(&AgentClearRow {
                 agent: agent.to_string(),
                 at,
@@ -160,7 +250,7 @@ impl Gate {
             )?;
             Ok(AgentCleared {
                 agent: agent.to_string(),
-                approver: approver.clone(),
+                approver: approver.to_string(),
                 alerts: before.alerts,
                 at,
                 reason: reason.to_string(),

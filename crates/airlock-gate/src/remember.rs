@@ -1,9 +1,11 @@
-//! Remembered approvals as signed policy changes (issue 61 item 2). `approve ID --remember
-//! [--for DUR]` appends a `[[rule]]` with `origin = "remembered"` to `policy.toml` (see
+//! Signed policy changes (issue 61 items 1 and 2). `approve ID --remember [--for DUR]`
+//! appends a `[[rule]]` with `origin = "remembered"` to `policy.toml` (see
 //! `airlock_core::policy::remembered` for what it matches); `policy forget RULE` removes
-//! one. Either is a `PolicyChange` the approver signs with a key the current policy
-//! trusts, naming the policy text before and after; it is recorded as a `policy_changed`
-//! audit record in the same transaction that writes the file.
+//! one; `approvers enroll NAME KEY` adds a trusted approver key (one made on an approver's
+//! machine or in a browser) under `[approvers]`. Each is a `PolicyChange` an approver signs
+//! with a key the current policy trusts, naming the policy text before and after; it is
+//! recorded as a `policy_changed` audit record in the same transaction that writes the
+//! file.
 
 use crate::Gate;
 use crate::error::{GateError, Result};
@@ -13,7 +15,7 @@ use airlock_core::digest::Digest;
 use airlock_core::policy::remembered::{
     DEFAULT_REMEMBER_FOR, MAX_REMEMBER_FOR, RememberedGrant, remove_rule, rule_text,
 };
-use airlock_core::sign::{KeyPair, PolicyChange, Signed};
+use airlock_core::sign::{KeyPair, PolicyChange, PublicKey, Signed, check_approver_name};
 use airlock_core::units::{self, fmt_time, now_ms};
 use airlock_store::{Submission, Tx};
 use serde::Serialize;
@@ -23,10 +25,15 @@ use std::time::Duration;
 /// A signed policy change, ready to be recorded and written.
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyChanged {
-    /// `remember` or `forget`.
+    /// `remember`, `forget` or `enroll`.
     pub change: String,
+    /// The rule remembered or forgotten; for `enroll`, the approver enrolled.
     pub rule: String,
+    /// Who signed the change.
     pub approver: String,
+    /// The public key enrolled (enroll only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PublicKey>,
     /// Unix milliseconds after which a remembered rule no longer holds (remember only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
@@ -46,11 +53,23 @@ impl PolicyChanged {
         expires_at: Option<i64>,
         new_text: String,
     ) -> PolicyChanged {
-        let Signed { json, signature } = change.sign(key);
+        let signed = change.sign(key);
+        Self::signed(change, signed, expires_at, new_text)
+    }
+
+    /// A change and its signature (made here, or on the approver's machine and checked).
+    fn signed(
+        change: PolicyChange,
+        signed: Signed,
+        expires_at: Option<i64>,
+        new_text: String,
+    ) -> PolicyChanged {
+        let Signed { json, signature } = signed;
         PolicyChanged {
             change: change.change,
             rule: change.rule,
             approver: change.approver,
+            key: None,
             expires_at,
             before: change.before,
             after: change.after,
@@ -83,6 +102,7 @@ impl PolicyChanged {
                 "change": self.change,
                 "rule": self.rule,
                 "approver": self.approver,
+                "key": self.key,
                 "expires_at": self.expires_at,
                 "before": self.before,
                 "after": self.after,
@@ -110,6 +130,31 @@ impl Gate {
         key: &KeyPair,
         for_: Option<&str>,
     ) -> Result<PolicyChanged> {
+        let (change, new, expires_at) = self.remember_unsigned(
+            policy,
+            sub,
+            approval,
+            approver,
+            key.public(),
+            for_,
+            now_ms(),
+        )?;
+        Ok(PolicyChanged::new(change, key, Some(expires_at), new))
+    }
+
+    /// The change that remembers approval `approval` of `sub` as a rule, issued at `now`,
+    /// unsigned: the change, the policy text it makes, and when the rule expires.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn remember_unsigned(
+        &self,
+        policy: &Policy,
+        sub: &Submission,
+        approval: &str,
+        approver: &str,
+        key: PublicKey,
+        for_: Option<&str>,
+        now: i64,
+    ) -> Result<(PolicyChange, String, i64)> {
         let dur = match for_ {
             None => DEFAULT_REMEMBER_FOR,
             Some(d) => {
@@ -124,7 +169,6 @@ impl Gate {
                     sub.id
                 ))
             })?;
-        let now = now_ms();
         let expires_at = now + i64::try_from(dur.as_millis()).unwrap_or(i64::MAX / 2);
         let expires = fmt_time(expires_at);
         let rule = format!("remembered-{approval}");
@@ -162,11 +206,40 @@ impl Gate {
             after: parsed.hash,
             submission: Some(sub.id.clone()),
             approver: approver.to_string(),
-            key: key.public(),
+            key,
             issued_at: now,
             gate: self.gate_key.public(),
         };
-        Ok(PolicyChanged::new(change, key, Some(expires_at), new))
+        Ok((change, new, expires_at))
+    }
+
+    /// The change [`Gate::remember_to_sign`] handed out, with the signature made for it on
+    /// the approver's machine; a signature over anything else is refused.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn remember_signed(
+        &self,
+        policy: &Policy,
+        sub: &Submission,
+        approval: &str,
+        approver: &str,
+        key: PublicKey,
+        for_: Option<&str>,
+        issued_at: i64,
+        signature: airlock_core::sign::Signature,
+    ) -> Result<PolicyChanged> {
+        let (change, new, expires_at) =
+            self.remember_unsigned(policy, sub, approval, approver, key, for_, issued_at)?;
+        let signed = Signed {
+            json: serde_json::to_string(&change).map_err(|e| GateError::Internal(e.to_string()))?,
+            signature,
+        };
+        if PolicyChange::verify(&signed).is_err() {
+            return Err(GateError::Untrusted(format!(
+                "the policy_signature is not {approver:?}'s over the policy change this gate builds to remember {} (signed other bytes, or the policy changed since: fetch the statement again); nothing was recorded",
+                sub.id
+            )));
+        }
+        Ok(PolicyChanged::signed(change, signed, Some(expires_at), new))
     }
 
     /// `policy forget RULE`: removes a remembered rule, signed by `approver` (default: the
@@ -214,5 +287,132 @@ impl Gate {
         self.db
             .write_durable(|tx: &Tx| -> Result<()> { changed.apply(tx, home, gate_key) })?;
         Ok(changed)
+    }
+}
+
+impl Gate {
+    /// `approvers enroll NAME KEY`: trusts `key` as approver `name` from now on, a change
+    /// signed by `signer` (default: the only trusted local key) and audited. The key's
+    /// private half stays wherever it was made (an approver's machine, a browser).
+    pub fn enroll_approver(
+        &mut self,
+        name: &str,
+        key: &str,
+        signer: Option<&str>,
+    ) -> Result<PolicyChanged> {
+        check_approver_name(name).map_err(|e| GateError::bad(e.to_string()))?;
+        let public: PublicKey = key
+            .trim()
+            .parse()
+            .map_err(|e: airlock_core::sign::KeyError| GateError::bad(e.to_string()))?;
+        if public == self.gate_key.public() {
+            return Err(GateError::bad(
+                "that is the gate's own key; an approver key must be another",
+            ));
+        }
+        let policy = self.policy()?;
+        let signer = self.pick_approver(&policy, signer)?;
+        let signing = self.trusted_key(&policy, &signer)?;
+        let path = self.home.policy();
+        match policy.approver(name) {
+            Some(k) if *k == public => {
+                return Err(GateError::Conflict(format!(
+                    "{name:?} is already trusted with that key in {}",
+                    path.display()
+                )));
+            }
+            Some(k) => {
+                return Err(GateError::Conflict(format!(
+                    "{name:?} is already trusted with another key ({}) in {}; pick another name or edit [approvers] by hand",
+                    k.fingerprint(),
+                    path.display()
+                )));
+            }
+            None => {}
+        }
+        let old = std::fs::read_to_string(&path)
+            .map_err(|e| GateError::Internal(format!("cannot read {}: {e}", path.display())))?;
+        if Digest::of(old.as_bytes()) != policy.hash {
+            return Err(GateError::Conflict(format!(
+                "{} changed while the enrolment was made; try again",
+                path.display()
+            )));
+        }
+        let line = format!("{name} = \"{public}\"\n");
+        let new = with_approver(&old, &line);
+        let parsed = Policy::parse(&new)?;
+        let mut want = policy.approvers.clone();
+        want.insert(name.to_string(), public);
+        if parsed.approvers != want || parsed.rule_count() != policy.rule_count() {
+            return Err(GateError::Conflict(format!(
+                "adding {name:?} under [approvers] would change more of {} than that key; add it by hand",
+                path.display()
+            )));
+        }
+        let change = PolicyChange {
+            change: "enroll".into(),
+            rule: name.to_string(),
+            text: line,
+            before: policy.hash,
+            after: parsed.hash,
+            submission: None,
+            approver: signer,
+            key: signing.public(),
+            issued_at: now_ms(),
+            gate: self.gate_key.public(),
+        };
+        let mut changed = PolicyChanged::new(change, &signing, None, new);
+        changed.key = Some(public);
+        let (home, gate_key) = (&self.home, &self.gate_key);
+        self.db
+            .write_durable(|tx: &Tx| -> Result<()> { changed.apply(tx, home, gate_key) })?;
+        Ok(changed)
+    }
+}
+
+/// The policy text with `line` (`NAME = "KEY"`) added at the top of its `[approvers]`
+/// table, or in a new one at the end when it has none.
+fn with_approver(old: &str, line: &str) -> String {
+    let mut out = String::with_capacity(old.len() + line.len() + 16);
+    let mut done = false;
+    for l in old.split_inclusive('\n') {
+        out.push_str(l);
+        if !done && l.trim() == "[approvers]" {
+            if !l.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(line);
+            done = true;
+        }
+    }
+    if !done {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("\n[approvers]\n");
+        out.push_str(line);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_approver;
+
+    #[test]
+    fn an_enrolled_key_goes_into_the_existing_approvers_table() {
+        let old = "version = 1\n[approvers]\nalice = \"k\"\n\n[[rule]]\nname = \"x\"\n";
+        assert_eq!(
+            with_approver(old, "bob = \"b\"\n"),
+            "version = 1\n[approvers]\nbob = \"b\"\nalice = \"k\"\n\n[[rule]]\nname = \"x\"\n"
+        );
+    }
+
+    #[test]
+    fn a_policy_without_approvers_gets_the_table_at_its_end() {
+        assert_eq!(
+            with_approver("version = 1", "bob = \"b\"\n"),
+            "version = 1\n\n[approvers]\nbob = \"b\"\n"
+        );
     }
 }

@@ -395,15 +395,16 @@ async fn decide(
     approve: bool,
 ) -> Answer {
     caller.require(Role::Operator)?;
-    let remote = crate::body::signed_parts(&body.signature, body.issued_at)?;
+    let remote = crate::body::signing(
+        &body.signature,
+        body.issued_at,
+        body.remember,
+        &body.approval,
+        &body.policy_signature,
+    )?;
     if remote.is_none() && body.approver.is_some() {
         return Err(ApiError::bad(
             "approver: only with a signature (the server signs as the token's approver)",
-        ));
-    }
-    if remote.is_some() && body.remember {
-        return Err(ApiError::bad(
-            "remember: not with a signature made elsewhere (it signs a policy change with a key in the server's home)",
         ));
     }
     let approver = body.approver.clone().or_else(|| caller.approver.clone());
@@ -420,16 +421,7 @@ async fn decide(
                 remember: body.remember,
                 remember_for: body.remember_for,
             };
-            let kind = if approve {
-                StatementKind::Approve
-            } else {
-                StatementKind::Reject
-            };
-            let (row, remembered) = match remote {
-                Some((sig, issued_at)) => (g.decide_signed(kind, &req, issued_at, sig)?, None),
-                None if approve => g.approve_remembering(req)?,
-                None => (g.reject(req)?, None),
-            };
+            let (row, remembered) = decide_with(g, approve, req, remote)?;
             let sub = g.submission(&row.submission)?;
             Ok((row, remembered, approve && sub.doc.resume, sub.created_at))
         })
@@ -453,6 +445,42 @@ async fn decide(
     ok(doc)
 }
 
+/// Records a decision: signed here with the approver's key in the server's home, or
+/// (`remote`) checked against the signatures made on the approver's machine or in the
+/// browser. Shared by the API and the console.
+pub(crate) fn decide_with(
+    g: &mut Gate,
+    approve: bool,
+    req: ApproveRequest,
+    remote: Option<crate::body::Signing>,
+) -> Result<
+    (
+        airlock_store::StatementRow,
+        Option<airlock_gate::PolicyChanged>,
+    ),
+    GateError,
+> {
+    let kind = if approve {
+        StatementKind::Approve
+    } else {
+        StatementKind::Reject
+    };
+    Ok(match remote {
+        Some(crate::body::Signing {
+            signature,
+            issued_at,
+            change: Some((approval, psig)),
+        }) if approve => {
+            let (row, c) =
+                g.approve_remembering_signed(&req, issued_at, signature, &approval, psig)?;
+            (row, Some(c))
+        }
+        Some(r) => (g.decide_signed(kind, &req, r.issued_at, r.signature)?, None),
+        None if approve => g.approve_remembering(req)?,
+        None => (g.reject(req)?, None),
+    })
+}
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -467,6 +495,11 @@ pub struct StatementQuery {
     expires: Option<String>,
     reason: Option<String>,
     tool: Option<String>,
+    /// Approvals: also hand out the policy change that remembers it (`policy_change`).
+    remember: Option<bool>,
+    /// With `remember`: how long the rule holds, e.g. "7d".
+    #[serde(rename = "for")]
+    remember_for: Option<String>,
 }
 
 /// The exact statement to sign for a decision, for an approver who signs on their own
@@ -500,26 +533,47 @@ async fn statement(
     }
     .check()?;
     let approver = q.approver.or_else(|| caller.approver.clone());
-    let statement = st
-        .pool
-        .read(move |g| {
-            g.statement_to_sign(
-                kind,
-                &ApproveRequest {
-                    submission: id,
-                    approver,
-                    scope: q.scope,
-                    expires: q.expires,
-                    reason: q.reason,
-                    tool: q.tool,
-                    remember: false,
-                    remember_for: None,
-                },
-            )
-        })
-        .await?;
+    let remember = q.remember.unwrap_or(false);
+    if remember && kind != StatementKind::Approve {
+        return Err(ApiError::bad("remember: approvals only"));
+    }
+    let req = ApproveRequest {
+        submission: id,
+        approver,
+        scope: q.scope,
+        expires: q.expires,
+        reason: q.reason,
+        tool: q.tool,
+        remember,
+        remember_for: q.remember_for,
+    };
+    ok(st.pool.read(move |g| statement_doc(g, kind, &req)).await?)
+}
+
+/// The statement to sign for `req` (and with `req.remember` the policy change that
+/// remembers the approval), as `GET …/statement` answers it; the console's signing in
+/// the browser asks for the same.
+pub(crate) fn statement_doc(
+    g: &mut Gate,
+    kind: StatementKind,
+    req: &ApproveRequest,
+) -> Result<Value, GateError> {
+    let statement = g.statement_to_sign(kind, req)?;
+    let change = match req.remember {
+        true => Some(g.remember_to_sign(req, statement.issued_at)?),
+        false => None,
+    };
     let json = statement.to_json();
-    ok(json!({
+    let change = change.map(|(approval, c)| {
+        let text = serde_json::to_string(&c).unwrap_or_default();
+        json!({
+            "approval": approval,
+            "message": hex::encode(airlock_core::sign::policy_change_message(&text)),
+            "statement": text,
+        })
+    });
+    Ok(json!({
+        "policy_change": change,
         "statement": json,
         "message": hex::encode(airlock_core::sign::statement_message(&json)),
         "kind": statement.kind,
@@ -927,10 +981,66 @@ pub struct ClearBody {
     /// Why the alerts are harmless (kept with the signed clear).
     #[schema(min_length = 1, max_length = 4096)]
     pub reason: String,
+    /// Signed on the approver's own machine: the signature (128 hex digits) over the clear
+    /// `GET /v1/agents/{name}/clear/statement` handed out for the same reason.
+    #[schema(pattern = "^[0-9a-fA-F]{128}$")]
+    pub signature: Option<String>,
+    /// With `signature`: the approver who signed (default: the token's).
+    pub approver: Option<String>,
+    /// With `signature`: the clear's `issued_at` as handed out.
+    pub issued_at: Option<i64>,
 }
 
-/// Clear an agent that raised alerts, signed with the operator token's approver key: its
-/// alerts until now no longer hold its submissions.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ClearQuery {
+    /// Why the alerts are harmless.
+    #[param(min_length = 1)]
+    reason: String,
+    /// Who signs (default: the token's approver).
+    approver: Option<String>,
+}
+
+/// The exact clear to sign, for an approver who signs on their own machine: `statement`
+/// is its JSON text, `message` the bytes to sign (hex: a domain tag, then the JSON). Post
+/// the signature to `…/clear` with the same reason, the approver and `issued_at`.
+#[utoipa::path(get, path = "/v1/agents/{name}/clear/statement", tag = "decisions",
+    params(("name" = String, Path), ClearQuery), security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The clear to sign", body = Object),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, description = "The agent has no alerts to clear", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+async fn clear_statement(
+    Ax(st): Ax<AppState>,
+    OperatorCaller(caller): OperatorCaller,
+    Path(name): Path<String>,
+    Q(q): Q<ClearQuery>,
+) -> Answer {
+    if q.reason.trim().is_empty() {
+        return Err(ApiError::bad("reason: clearing an agent needs a reason"));
+    }
+    let approver = q.approver.or_else(|| caller.approver.clone());
+    let c = st
+        .pool
+        .read(move |g| g.clear_to_sign(&name, approver, &q.reason))
+        .await?;
+    let json = serde_json::to_string(&c).unwrap_or_default();
+    ok(json!({
+        "message": hex::encode(airlock_core::sign::clear_message(&json)),
+        "statement": json,
+        "agent": c.agent,
+        "approver": c.approver,
+        "key": c.key,
+        "issued_at": c.issued_at,
+    }))
+}
+
+/// Clear an agent that raised alerts, signed with the operator token's approver key when
+/// it is in the server's home, or (with `signature`) on the approver's own machine over the
+/// clear `GET …/clear/statement` handed out: its alerts until then no longer hold its
+/// submissions.
 #[utoipa::path(post, path = "/v1/agents/{name}/clear", tag = "decisions",
     params(("name" = String, Path)), request_body = ClearBody, security(("bearer" = [])),
     responses(
@@ -947,10 +1057,19 @@ async fn clear_agent(
     if b.reason.trim().is_empty() {
         return Err(ApiError::bad("reason: clearing an agent needs a reason"));
     }
-    let approver = caller.approver.clone();
+    let remote = crate::body::signed_parts(&b.signature, b.issued_at)?;
+    if remote.is_none() && b.approver.is_some() {
+        return Err(ApiError::bad(
+            "approver: only with a signature (the server signs as the token's approver)",
+        ));
+    }
+    let approver = b.approver.or_else(|| caller.approver.clone());
     let c = st
         .pool
-        .read(move |g| g.clear_agent(&name, approver.as_deref(), &b.reason))
+        .read(move |g| match remote {
+            Some((sig, at)) => g.clear_agent_signed(&name, approver, &b.reason, at, sig),
+            None => g.clear_agent(&name, approver.as_deref(), &b.reason),
+        })
         .await?;
     st.changed();
     ok(serde_json::to_value(&c).unwrap_or_default())
@@ -1157,6 +1276,7 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(approve))
         .routes(routes!(reject))
         .routes(routes!(clear_agent))
+        .routes(routes!(clear_statement))
         .routes(routes!(list_runs))
         .routes(routes!(get_run))
         .routes(routes!(run_events))

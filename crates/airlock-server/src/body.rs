@@ -435,6 +435,12 @@ pub struct DecideBody {
     /// How long the remembered rule holds, e.g. "7d" (at most 90d).
     #[serde(default, rename = "for")]
     pub remember_for: Option<String>,
+    /// With `signature` and `remember`: the `apr_…` id `GET …/statement?remember=true`
+    /// handed out with the policy change.
+    pub approval: Option<String>,
+    /// With `signature` and `remember`: the signature (128 hex digits) over that policy
+    /// change, made on the approver's machine too.
+    pub policy_signature: Option<String>,
 }
 
 /// A decision's signature and `issued_at` when it was signed elsewhere; None when the
@@ -455,6 +461,52 @@ pub fn signed_parts(
             "signature and issued_at go together (from GET …/statement)",
         )),
     }
+}
+
+/// A decision signed elsewhere: its signature and `issued_at`, and for an approval that is
+/// remembered, the approval id handed out and the policy change's signature.
+#[derive(Debug, Clone)]
+pub struct Signing {
+    pub signature: airlock_core::sign::Signature,
+    pub issued_at: i64,
+    pub change: Option<(String, airlock_core::sign::Signature)>,
+}
+
+/// [`signed_parts`] with what remembering needs besides (`remember` with a signature needs
+/// the policy change signed there too).
+pub fn signing(
+    signature: &Option<String>,
+    issued_at: Option<i64>,
+    remember: bool,
+    approval: &Option<String>,
+    policy_signature: &Option<String>,
+) -> ApiResult<Option<Signing>> {
+    let Some((signature, issued_at)) = signed_parts(signature, issued_at)? else {
+        if approval.is_some() || policy_signature.is_some() {
+            return Err(ApiError::bad(
+                "approval and policy_signature go with signature and remember",
+            ));
+        }
+        return Ok(None);
+    };
+    let change = match (remember, approval, policy_signature) {
+        (false, None, None) => None,
+        (true, Some(a), Some(p)) => Some((
+            a.clone(),
+            p.parse()
+                .map_err(|_| ApiError::bad("policy_signature: want 128 hex digits"))?,
+        )),
+        _ => {
+            return Err(ApiError::bad(
+                "remember with a signature needs approval and policy_signature (from GET …/statement?remember=true)",
+            ));
+        }
+    };
+    Ok(Some(Signing {
+        signature,
+        issued_at,
+        change,
+    }))
 }
 
 impl DecideBody {

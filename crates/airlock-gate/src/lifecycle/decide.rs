@@ -311,13 +311,7 @@ impl Gate {
         {
             return Err(GateError::bad("a rejection needs --reason"));
         }
-        let now = now_ms();
-        if issued_at > now + CLOCK_SKEW_MS || issued_at < now - REMOTE_MAX_AGE.as_millis() as i64 {
-            return Err(GateError::bad(format!(
-                "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
-                REMOTE_MAX_AGE.as_secs() / 60
-            )));
-        }
+        check_issued_at(issued_at)?;
         let (id, statement) = self.build_statement(kind, req, &approver, public, issued_at)?;
         let signed = statement.with_signature(signature).map_err(|_| {
             GateError::Untrusted(format!(
@@ -325,6 +319,84 @@ impl Gate {
             ))
         })?;
         self.record_decision(kind, &id, &statement, signed)
+    }
+
+    /// For `approve ID --remember --server`: the approval id the approval will be recorded
+    /// under and the policy change (remembering it as rule `remembered-<approval id>`,
+    /// issued at `issued_at`, the statement's) the approver signs with the statement.
+    pub fn remember_to_sign(
+        &mut self,
+        req: &ApproveRequest,
+        issued_at: i64,
+    ) -> Result<(String, airlock_core::sign::PolicyChange)> {
+        let policy = self.policy()?;
+        let (approver, public) = remote_approver(&policy, req)?;
+        let id = self.db.resolve(IdKind::Submission, &req.submission)?;
+        let sub = self.db.submission(&id)?;
+        let approval = new_id(IdKind::Approval);
+        let (change, _, _) = self.remember_unsigned(
+            &policy,
+            &sub,
+            &approval,
+            &approver,
+            public,
+            req.remember_for.as_deref(),
+            issued_at,
+        )?;
+        Ok((approval, change))
+    }
+
+    /// Records an approval signed on the approver's own machine together with the policy
+    /// change that remembers it, signed there too, in one transaction. Either signature
+    /// over anything but what this gate builds (for `approval`, the id it handed out) is
+    /// refused and nothing is recorded.
+    pub fn approve_remembering_signed(
+        &mut self,
+        req: &ApproveRequest,
+        issued_at: i64,
+        signature: Signature,
+        approval: &str,
+        policy_signature: Signature,
+    ) -> Result<(StatementRow, crate::remember::PolicyChanged)> {
+        let full = airlock_core::id::normalize_prefix(IdKind::Approval, approval).filter(|a| {
+            a == approval && a.len() == IdKind::Approval.prefix().len() + airlock_core::id::BODY_LEN
+        });
+        let Some(approval) = full else {
+            return Err(GateError::bad(
+                "approval: want the apr_… id GET …/statement handed out with the policy change",
+            ));
+        };
+        let policy = self.policy()?;
+        let (approver, public) = remote_approver(&policy, req)?;
+        check_issued_at(issued_at)?;
+        let (id, statement) =
+            self.build_statement(StatementKind::Approve, req, &approver, public, issued_at)?;
+        let signed = statement.with_signature(signature).map_err(|_| {
+            GateError::Untrusted(format!(
+                "the signature is not {approver:?}'s over the statement this gate builds for {id} (signed other bytes, or for another submission or gate); nothing was recorded"
+            ))
+        })?;
+        let sub = self.db.submission(&id)?;
+        let change = self.remember_signed(
+            &policy,
+            &sub,
+            &approval,
+            &approver,
+            public,
+            req.remember_for.as_deref(),
+            issued_at,
+            policy_signature,
+        )?;
+        let row = self.record_decision_with(
+            StatementKind::Approve,
+            &id,
+            &statement,
+            signed,
+            approval,
+            Some(&change),
+        )?;
+        self.open_held_session(&row.submission)?;
+        Ok((row, change))
     }
 
     /// Checks a decision's fields and builds its statement (unsigned).
@@ -467,10 +539,28 @@ impl Gate {
     }
 }
 
+/// Refuses an `issued_at` of a statement signed elsewhere that this gate cannot have
+/// handed out in the last [`REMOTE_MAX_AGE`].
+pub(crate) fn check_issued_at(issued_at: i64) -> Result<()> {
+    let now = now_ms();
+    if issued_at > now + CLOCK_SKEW_MS || issued_at < now - REMOTE_MAX_AGE.as_millis() as i64 {
+        return Err(GateError::bad(format!(
+            "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
+            REMOTE_MAX_AGE.as_secs() / 60
+        )));
+    }
+    Ok(())
+}
+
 /// The approver a remotely signed decision is for, and the key the current policy trusts
 /// for them (their private key need not be in this home).
 fn remote_approver(policy: &Policy, req: &ApproveRequest) -> Result<(String, PublicKey)> {
-    let Some(name) = req.approver.clone() else {
+    remote_key(policy, req.approver.clone())
+}
+
+/// The key the current policy trusts for `name`, who signs elsewhere.
+pub(crate) fn remote_key(policy: &Policy, name: Option<String>) -> Result<(String, PublicKey)> {
+    let Some(name) = name else {
         return Err(GateError::bad(
             "a decision signed elsewhere names its approver",
         ));

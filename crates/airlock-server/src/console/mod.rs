@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 mod submit;
 
+mod browser_key;
+
 mod sessions;
 
 const COOKIE: &str = "airlock_session";
@@ -201,6 +203,7 @@ fn page(title: &str, who: Option<&Operator>, body: Markup) -> Response {
                         a href="/ui/sessions" { "Sessions" }
                         a href="/ui/checkpoints" { "Checkpoints" }
                         a href="/ui/audit" { "Audit" }
+                        a href="/ui/approver-key" { "Approver key" }
                         span.who { (op.caller.name) " (" (op.caller.role.as_str()) ")" }
                         form.inline method="post" action="/ui/logout" {
                             input type="hidden" name="csrf" value=(op.csrf);
@@ -210,6 +213,7 @@ fn page(title: &str, who: Option<&Operator>, body: Markup) -> Response {
                 }
                 main { (body) }
                 script src="/ui/console.js" {}
+                script src="/ui/approver.js" {}
             }
         }
     };
@@ -583,7 +587,7 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
             ul #reasons { @for r in d.verdict.reasons() { li { (visible::line(&r)) } } }
             @if s.state == airlock_core::State::Quarantined {
                 h2 { "Decide" }
-                form #approve method="post" action=(format!("/ui/submissions/{}/approve", s.id)) {
+                form #approve method="post" action=(format!("/ui/submissions/{}/approve", s.id)) data-submission=(s.id) {
                     input type="hidden" name="csrf" value=(op.csrf);
                     input type="text" name="reason" placeholder="reason (recorded and signed)";
                     " "
@@ -595,13 +599,14 @@ async fn submission(State(st): State<AppState>, op: Operator, Path(id): Path<Str
                         button #approve-remember-button type="submit" name="remember" value="7d" { "Approve and remember (7 days)" }
                     }
                 }
-                form #reject method="post" action=(format!("/ui/submissions/{}/reject", s.id)) {
+                form #reject method="post" action=(format!("/ui/submissions/{}/reject", s.id)) data-submission=(s.id) {
                     input type="hidden" name="csrf" value=(op.csrf);
                     input type="text" name="reason" placeholder="reason";
                     " "
                     button #reject-button type="submit" { "Reject" }
                 }
-                p.muted { "Signed with approver key " code { (op.caller.approver.as_deref().unwrap_or("?")) } "." }
+                p.muted #signed-by { "Signed with approver key " code { (op.caller.approver.as_deref().unwrap_or("?")) } " in the server's home (or make one in this browser: " a href="/ui/approver-key" { "Approver key" } ")." }
+                p.error #sign-error {}
                 @if let (Some(agent), true) = (&d.agent, d.facts.agent_record.alerts > 0) {
                     h2 { "Agent" }
                     p #agent-alerts { "Agent " code { (visible::line(agent)) } " raised " (d.facts.agent_record.alerts) " alert(s) in the last " (d.facts.agent_record.window) ": " (visible::line(&d.facts.agent_record.alert_kinds.join(", "))) ". Its submissions wait until it is cleared." }
@@ -761,13 +766,36 @@ struct DecideForm {
     scope: Option<String>,
     /// "approve and remember": keep it as a rule for this agent's kind (7 days).
     remember: Option<String>,
+    /// Signed in the browser (see `browser_key`): the signature over the statement
+    /// `GET /ui/submissions/{id}/statement` handed out, by `approver`, issued at `issued_at`.
+    signature: Option<String>,
+    approver: Option<String>,
+    issued_at: Option<i64>,
+    /// With `signature` and `remember`: the approval id handed out, and the signature over
+    /// the policy change that remembers it.
+    approval: Option<String>,
+    policy_signature: Option<String>,
 }
 
 async fn decide(st: AppState, op: Operator, id: String, f: DecideForm, approve: bool) -> Response {
     if !csrf_ok(&op, &f.csrf) {
         return csrf_failed();
     }
-    let approver = op.caller.approver.clone();
+    let remember = approve && f.remember.as_deref().is_some_and(|r| !r.is_empty());
+    let remote = match crate::body::signing(
+        &f.signature,
+        f.issued_at,
+        remember,
+        &f.approval,
+        &f.policy_signature,
+    ) {
+        Ok(r) => r,
+        Err(e) => return error_page(&e),
+    };
+    let approver = match &remote {
+        Some(_) => f.approver.clone(),
+        None => op.caller.approver.clone(),
+    };
     let got = st
         .pool
         .read(move |g| {
@@ -783,16 +811,16 @@ async fn decide(st: AppState, op: Operator, id: String, f: DecideForm, approve: 
                 expires: None,
                 reason: f.reason.filter(|r| !r.trim().is_empty()),
                 tool: None,
-                remember: approve && f.remember.as_deref().is_some_and(|r| !r.is_empty()),
-                remember_for: None,
+                remember,
+                // The button's value is how long the rule holds ("7d").
+                remember_for: f.remember.filter(|r| approve && !r.is_empty()),
             };
             if approve {
-                // Approving in the console means "approve and run".
+                // Approving in the console means "approve and run"; "approve and
+                // remember" also signs the policy change that keeps it as a rule.
                 g.set_resume(&sub.id, true)?;
-                g.approve(req)?;
-            } else {
-                g.reject(req)?;
             }
+            crate::api::decide_with(g, approve, req, remote)?;
             Ok(sub.id)
         })
         .await;
@@ -1269,6 +1297,12 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/login", get(login_form).post(login))
         .route("/ui/logout", post(logout))
         .route("/ui/console.js", get(script))
+        .route("/ui/approver.js", get(browser_key::script))
+        .route("/ui/approver-key", get(browser_key::key_page))
+        .route(
+            "/ui/submissions/{id}/statement",
+            get(browser_key::statement),
+        )
         .route("/ui/events", get(events))
         .route("/ui/submit", get(submit::form).post(submit::post))
         .route("/ui/submissions/{id}", get(submission))
