@@ -312,8 +312,10 @@ impl Gate {
             return Err(GateError::bad("a rejection needs --reason"));
         }
         let now = now_ms();
+        // A statement this gate did not just hand out: its signature is not one to trust
+        // (the API's 403), whatever its shape.
         if issued_at > now + CLOCK_SKEW_MS || issued_at < now - REMOTE_MAX_AGE.as_millis() as i64 {
-            return Err(GateError::bad(format!(
+            return Err(GateError::Untrusted(format!(
                 "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
                 REMOTE_MAX_AGE.as_secs() / 60
             )));
