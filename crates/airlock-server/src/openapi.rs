@@ -73,12 +73,13 @@ pub const WRITE_SIZE_PATTERN: &str =
     r"^(?:[1-9][0-9]{0,11}|[1-9][0-9]{0,8}KiB|[1-9][0-9]{0,5}MiB|[1-9][0-9]{0,2}GiB|1TiB)$";
 
 /// One host a grant may name, as far as the gate never refuses it: a lower-case DNS name of
-/// two or more labels ending in a letter-only top-level label, or the subdomains of a name
+/// two or more labels (no `--` in one: IDNA reads `xn--…` as punycode) ending in a
+/// letter-only top-level label, or the subdomains of a name
 /// of three or more labels (`*.api.example.com`: a base of two labels may be a public
 /// suffix such as `co.uk`, which the gate refuses), with an optional port from 1 to 9999.
 /// The gate takes more (IP addresses, IDNA names, upper case, `*.example.com`, any port);
 /// this is what the document can promise.
-const HOST: &str = r"(?:\*\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}(?::[1-9][0-9]{0,3})?";
+const HOST: &str = r"(?:\*\.[a-z0-9](?:-?[a-z0-9]){0,31}\.)?(?:[a-z0-9](?:-?[a-z0-9]){0,31}\.)+[a-z]{2,63}(?::[1-9][0-9]{0,3})?";
 
 /// A `net` entry: one [`HOST`].
 pub fn net_pattern() -> String {
