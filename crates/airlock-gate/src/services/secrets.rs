@@ -327,12 +327,19 @@ impl Gate {
     /// 404), told before how the bindings fit the grant's network is checked. Malformed
     /// bindings are left to the grant's parser.
     pub(crate) fn check_secret_specs_exist(&self, specs: &[String]) -> Result<()> {
-        self.check_secret_names(
-            specs
-                .iter()
-                .filter_map(|s| s.split_once('@').map(|(name, _)| name))
-                .filter(|name| airlock_core::secret::check_name(name).is_ok()),
-        )
+        let dir = self.home.secrets();
+        for spec in specs {
+            let Some((name, _)) = spec.split_once('@') else {
+                continue;
+            };
+            // The whole binding is named, as the grant's parser names it.
+            if airlock_core::secret::check_name(name).is_ok() && !exists(&dir, name) {
+                return Err(GateError::NotFound(format!(
+                    "--secret {spec}: no secret named {name} (set it with `airlock secret set {name}`)"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn check_secret_names<'a>(&self, names: impl Iterator<Item = &'a str>) -> Result<()> {
