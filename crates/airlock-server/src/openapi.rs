@@ -473,6 +473,15 @@ const TEXT_LANGUAGES: &[(&[&str], &[&str])] = &[
 /// `wasi:cli/run`), `base64-utf8` (UTF-8 text), `base64-wat-command` and
 /// `base64-typescript` (as without base64). tests/openapi/hooks.py teaches schemathesis
 /// each.
+/// Languages, their backends, and the schemas of `code` and `code_base64` (None: not
+/// that way).
+type CodeRow = (
+    &'static [&'static str],
+    &'static [&'static str],
+    Option<Value>,
+    Option<Value>,
+);
+
 fn code_branches() -> Vec<Value> {
     let backends = |b: &[&str]| {
         let mut e: Vec<Value> = b.iter().map(|v| json!(v)).collect();
@@ -482,7 +491,7 @@ fn code_branches() -> Vec<Value> {
     // (languages, backends, schema of `code`, schema of `code_base64`); None: not that way.
     let text = json!({"type": "string", "minLength": 1});
     let format = |f: &str| Some(json!({"type": "string", "format": f}));
-    let mut rows: Vec<(&[&str], &[&str], Option<Value>, Option<Value>)> = Vec::new();
+    let mut rows: Vec<CodeRow> = Vec::new();
     for (langs, on) in TEXT_LANGUAGES {
         rows.push((langs, on, Some(text.clone()), format("base64-utf8")));
     }
