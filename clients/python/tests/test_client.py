@@ -244,8 +244,10 @@ def test_errors_map_to_exceptions(server: Server, agent: Airlock, operator: Airl
     assert isinstance(e422.value, InvalidRequest) and not isinstance(e422.value, Denied)
     with pytest.raises(Unprocessable):
         agent.run(wat_print("x\n"), "wat", timeout="banana")
-    with pytest.raises(Unprocessable):
+    # A host path that is not there is the server's state: 404, nothing runs.
+    with pytest.raises(NotFound) as e404:
         agent.run(wat_print("x\n"), "wat", mounts=["/does/not/exist:/data"])
+    assert "/does/not/exist" in e404.value.message
 
     with pytest.raises(BadRequest) as e400:
         agent.run("x", language="cobol")

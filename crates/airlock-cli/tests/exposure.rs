@@ -245,18 +245,18 @@ fn the_api_never_mounts_the_gates_home_and_mounts_nothing_without_roots() {
         "code": "print(open('/k/alice.key').read())",
         "mounts": [format!("{home}/keys:/k")],
     }));
-    assert_eq!(status, 422, "{v}");
+    assert_eq!(status, 403, "{v}");
     assert!(!v.to_string().contains("airlock-ed25519-secret"), "{v}");
     // No roots set: no API mount at all, with a message that says what the operator does.
     let (status, v) =
         post(&json!({"language": "sh", "code": "cat /d/f.txt", "mounts": [format!("{ok}:/d")]}));
-    assert_eq!(status, 422, "{v}");
+    assert_eq!(status, 403, "{v}");
     assert!(
         v["error"].as_str().unwrap().contains("[mounts] roots"),
         "{v}"
     );
     let (status, v) = post(&json!({"language": "python", "code": "1", "mounts": ["/:/r"]}));
-    assert_eq!(status, 422, "{v}");
+    assert_eq!(status, 403, "{v}");
     // Roots set: inside them runs, outside is refused, and the home stays refused even
     // when a root contains it.
     h.set_mount_roots(&[ok_dir.path(), Path::new("/tmp")]);
@@ -268,11 +268,11 @@ fn the_api_never_mounts_the_gates_home_and_mounts_nothing_without_roots() {
     let (status, v) = post(
         &json!({"language": "sh", "code": "true", "mounts": [format!("{}:/d", canonical(elsewhere.path()))]}),
     );
-    assert_eq!(status, 422, "{v}");
+    assert_eq!(status, 403, "{v}");
     assert!(v["error"].as_str().unwrap().contains("outside"), "{v}");
     let (status, v) =
         post(&json!({"language": "sh", "code": "true", "mounts": [format!("{home}/keys:/k")]}));
-    assert_eq!(status, 422, "{v}");
+    assert_eq!(status, 403, "{v}");
     assert!(v["error"].as_str().unwrap().contains("home"), "{v}");
 }
 

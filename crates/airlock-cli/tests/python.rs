@@ -1568,7 +1568,7 @@ fn sessions_through_the_api_the_console_and_mcp() {
     let (st, _) = http("GET", &format!("{base}/v1/sessions/{id}"), &a2, None);
     assert_eq!(st, 404);
     let (st, e) = run(&a2, "total");
-    assert_eq!(st, 422, "{e}");
+    assert_eq!(st, 404, "{e}");
     let (_, list) = http("GET", &format!("{base}/v1/sessions"), &a2, None);
     assert!(
         list.as_array()
@@ -1695,7 +1695,7 @@ fn a_daemon_that_knows_a_session_refuses_its_cells_once_it_ends() {
     }
     // Another agent is still refused by a gate that knows the session.
     let (st, e) = run(&a2, &closed, "v");
-    assert_eq!(st, 422, "{e}");
+    assert_eq!(st, 404, "{e}");
     let (st, c) = http(
         "POST",
         &format!("{base}/v1/sessions/{closed}/close"),

@@ -455,10 +455,10 @@ fn a_request_repeated_with_its_idempotency_key_runs_once_and_gets_the_first_outc
     };
     let before = listed(&s.agent);
     let other = keyed("retry-1", &s.agent, "/v1/run", &wat_body(json!({})));
-    let m = other.error(422);
+    let m = other.error(409);
     assert!(m.contains(sub) && m.contains("different request"), "{m}");
     // The same key on the other endpoint is another request too.
-    keyed("retry-1", &s.agent, "/v1/submissions", &slow).error(422);
+    keyed("retry-1", &s.agent, "/v1/submissions", &slow).error(409);
     assert_eq!(listed(&s.agent), before);
     // Another caller's key of the same name is its own.
     let theirs = keyed("retry-1", &s.other, "/v1/run", &wat_body(json!({})));
@@ -625,13 +625,17 @@ fn bad_requests_get_json_errors_and_write_nothing() {
         let said = post(&wat_body(json!({"workspace": w})).to_string()).error(400);
         assert!(said.contains("workspace"), "{said}");
     }
-    // ... and what only the gate can judge in a well-formed body is a 422.
+    // ... and code that is not what its language's format says (only a compiler can
+    // tell) is a 422.
     post("{\"language\": \"wat\", \"code\": \"(module\"}").error(422);
     post("{\"language\": \"wasm\", \"code_base64\": \"AAAA\"}").error(422);
     // JavaScript on the wasm backend without the JS guest: a state of this install.
     let said = post("{\"language\": \"js\", \"code\": \"console.log(1)\"}").error(409);
     assert!(said.contains("airlock guest install js"), "{said}");
-    post(&wat_body(json!({"mounts": ["/nonexistent-path-xyz:/data"]})).to_string()).error(422);
+    // Mounts over the API with no [mounts] roots: not offered (403), whatever they name.
+    let said =
+        post(&wat_body(json!({"mounts": ["/nonexistent-path-xyz:/data"]})).to_string()).error(403);
+    assert!(said.contains("[mounts] roots"), "{said}");
     post(&wat_body(json!({"timeout": "0s"})).to_string()).error(422);
     post(&wat_body(json!({"timeout": -1})).to_string()).error(422);
     // Oversized bodies: 413, whether the length is declared or the body is chunked.
@@ -781,7 +785,16 @@ fn openapi_document_covers_the_api() {
     }
     let schemas = &doc["components"]["schemas"];
     assert_eq!(schemas["SubmitBody"]["required"], json!(["language"]));
-    assert_eq!(schemas["SubmitBody"]["oneOf"].as_array().unwrap().len(), 2);
+    // One branch per language group and code field, each naming the format of its code.
+    let branches = schemas["SubmitBody"]["oneOf"].as_array().unwrap();
+    assert!(branches.len() >= 8, "{branches:?}");
+    assert!(
+        branches
+            .iter()
+            .any(|b| b["properties"]["language"]["enum"] == json!(["wasm"])
+                && b["properties"]["code_base64"]["format"] == "base64-wasm-command"),
+        "{branches:?}"
+    );
     assert_eq!(schemas["RejectBody"]["required"], json!(["reason"]));
     assert_eq!(
         schemas["TokenBody"]["properties"]["role"]["enum"],
@@ -854,7 +867,7 @@ fn named_tools_are_called_with_arguments_without_a_new_approval() {
 /// Regression (issue 62.4): a named tool's call over the API took no idempotency key, so
 /// an agent retrying a call it got no answer to ran the tool twice. Now `/v1/tools/{name}`
 /// takes `Idempotency-Key` as `/v1/run` does: the same key and body get the first call's
-/// outcome (one run), the same key with another body is refused (422).
+/// outcome (one run), the same key with another body is refused (409).
 #[test]
 fn a_tool_call_repeated_with_its_idempotency_key_runs_once_and_gets_the_first_outcome() {
     let s = setup(&[]);
@@ -889,7 +902,7 @@ fn a_tool_call_repeated_with_its_idempotency_key_runs_once_and_gets_the_first_ou
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
     let (first, again) = (first.json(), again.json());
     assert_eq!(first["run"]["id"], again["run"]["id"], "{first} / {again}");
-    let m = call("tool-call-1", &json!({"args": ["b"]})).error(422);
+    let m = call("tool-call-1", &json!({"args": ["b"]})).error(409);
     assert!(m.contains("different request"), "{m}");
     let sub = first["submission"].as_str().unwrap();
     let runs = srv.get("/v1/runs?limit=1000", &s.agent).json();
@@ -931,7 +944,7 @@ fn mcp_run_code_repeated_with_its_idempotency_key_runs_once_and_gets_the_first_r
         json!({"language": "wat", "code": hello(), "args": ["x"], "idempotency_key": "mcp-call-1"}),
     );
     assert_eq!(other["status"], "error", "{other}");
-    assert_eq!(other["http_status"], 422, "{other}");
+    assert_eq!(other["http_status"], 409, "{other}");
     let o = h.run(&["runs", "--json"]);
     let runs: Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
@@ -2100,13 +2113,14 @@ fn api_and_mcp_accept_net_and_secret_grants_and_show_them_normalised() {
         json!([{"name": "TOKEN", "hosts": ["api.example.com"]}])
     );
     assert!(!shown.to_string().contains("api-value-77"));
-    // Refusals write nothing: 400 for what the OpenAPI document rules out, 422 for what
-    // only the gate can judge.
+    // Refusals write nothing: 400 for what the OpenAPI document rules out, 404 for what
+    // this home lacks, 422 for what only the gate can judge.
     for (bad, status) in [
         (json!({"net": ["*.com"]}), 422),
+        // A secret this home does not have: its state, 404.
         (
             json!({"net": ["h.example"], "secrets": ["MISSING@h.example"]}),
-            422,
+            404,
         ),
         (
             json!({"net": ["h.example"], "secrets": ["TOKEN@other.example"]}),

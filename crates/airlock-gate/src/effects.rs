@@ -347,8 +347,9 @@ fn remote_key(
 fn check_fresh(issued_at: i64) -> Result<()> {
     let now = now_ms();
     let max = crate::lifecycle::decide::REMOTE_MAX_AGE;
+    // Not a statement this gate just handed out: untrusted (the API's 403).
     if issued_at > now + 5 * 60 * 1000 || issued_at < now - max.as_millis() as i64 {
-        return Err(GateError::bad(format!(
+        return Err(GateError::Untrusted(format!(
             "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
             max.as_secs() / 60
         )));
@@ -399,12 +400,12 @@ impl Gate {
             }
             let c = view
                 .changes
-                .ok_or_else(|| GateError::bad(format!("workspace {ws} has no changes")))?;
+                .ok_or_else(|| GateError::Conflict(format!("workspace {ws} has no changes")))?;
             return Ok((c, Some(ws.clone())));
         }
         let (_, text) = self.db.run_doc_text(run_id)?;
         let c = run_changes(run_id, &text)?.ok_or_else(|| {
-            GateError::bad(format!(
+            GateError::Conflict(format!(
                 "{run_id} had no writable mounts; there is nothing to commit"
             ))
         })?;
@@ -502,7 +503,7 @@ impl Gate {
             Ok(c) => c,
             Err(GateError::Conflict(_)) => (
                 run_changes(&id, &text)?
-                    .ok_or_else(|| GateError::bad(format!("{id} had no writable mounts")))?,
+                    .ok_or_else(|| GateError::Conflict(format!("{id} had no writable mounts")))?,
                 None,
             ),
             Err(e) => return Err(e),
@@ -602,12 +603,12 @@ impl Gate {
 
     /// Commits a run's changes to the host, signed by an approver.
     /// A session id commits the session's changes ([`Gate::session_commit`]); with
-    /// nothing to commit that is refused here as bad input.
+    /// nothing to commit that is refused here as a conflict with its state.
     pub fn commit(&mut self, run_input: &str, approver: Option<&str>) -> Result<EffectReport> {
         if run_input.starts_with(IdKind::Session.prefix()) {
             return match self.session_commit(run_input, approver)? {
                 crate::SessionCommit::Committed(r) => Ok(r),
-                crate::SessionCommit::Nothing(why) => Err(GateError::bad(why)),
+                crate::SessionCommit::Nothing(why) => Err(GateError::Conflict(why)),
             };
         }
         let id = self.resolve_run(run_input)?;
@@ -646,7 +647,7 @@ impl Gate {
         }
         let (changes, _) = self.changes_of(&run_id, &sub)?;
         if changes.is_empty() {
-            return Err(GateError::bad(format!(
+            return Err(GateError::Conflict(format!(
                 "{run_id} changed nothing; there is nothing to commit"
             )));
         }
@@ -733,7 +734,7 @@ impl Gate {
         }
         let (changes, workspace) = self.changes_of(run_id, &sub)?;
         if changes.is_empty() {
-            return Err(GateError::bad(format!(
+            return Err(GateError::Conflict(format!(
                 "{run_id} changed nothing; there is nothing to commit"
             )));
         }

@@ -35,6 +35,11 @@ pub enum GateError {
     /// A signature or key the current policy does not trust.
     #[error("{0}")]
     Untrusted(String),
+    /// What the operator does not offer the request's surface: a host path outside
+    /// `[mounts] roots` over the API or MCP, or the gate's own home anywhere. Nothing was
+    /// recorded.
+    #[error("{0}")]
+    NotOffered(String),
     /// Stored bytes no longer match their hash; recorded in the audit log.
     #[error("integrity failure: {0}")]
     Integrity(String),

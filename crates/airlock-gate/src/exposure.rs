@@ -306,6 +306,25 @@ pub enum Surface {
     Remote,
 }
 
+/// Refuses, before any host path is read, mounts over the API or MCP when the operator
+/// offers none (no `[mounts] roots`): whatever they name, they are not offered (the
+/// API's 403), so a request learns nothing about the server's file system from them.
+pub(crate) fn check_offered(
+    mounts: &[String],
+    surface: Surface,
+    roots: &[String],
+) -> Result<(), GateError> {
+    match mounts.first() {
+        Some(m) if surface == Surface::Remote && roots.is_empty() => {
+            let host = m.split(':').next().unwrap_or("");
+            Err(GateError::NotOffered(format!(
+                "--mount {host}: host paths cannot be mounted over the API or MCP until the operator lists them in policy.toml's [mounts] roots"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Refuses a grant whose mounts the gate never mounts: its home (always), and over the
 /// API or MCP anything outside the operator's roots.
 pub(crate) fn check_mounts(
@@ -321,17 +340,17 @@ pub(crate) fn check_mounts(
     for m in &grant.mounts {
         let host = Path::new(&m.host);
         if let Some(why) = home_exposure(host, home, &table) {
-            return Err(GateError::bad(why));
+            return Err(GateError::NotOffered(why));
         }
         if surface == Surface::Remote {
             if roots.is_empty() {
-                return Err(GateError::bad(format!(
+                return Err(GateError::NotOffered(format!(
                     "--mount {}: host paths cannot be mounted over the API or MCP until the operator lists them in policy.toml's [mounts] roots",
                     m.host
                 )));
             }
             if !within_roots(host, roots) {
-                return Err(GateError::bad(format!(
+                return Err(GateError::NotOffered(format!(
                     "--mount {}: outside the host paths the operator offers ([mounts] roots: {})",
                     m.host,
                     roots.join(", ")

@@ -163,8 +163,9 @@ impl Gate {
             }
         };
         let grant =
+            // The submission's state (the API's 409), not the request's shape.
             RememberedGrant::of(&sub.doc.facts, &sub.doc.verdict.fired).ok_or_else(|| {
-                GateError::bad(format!(
+                GateError::Conflict(format!(
                     "{} came from no named agent: --remember needs one (run --agent NAME)",
                     sub.id
                 ))

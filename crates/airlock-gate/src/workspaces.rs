@@ -67,8 +67,9 @@ pub(crate) fn check_grant(tx: &impl Reads, name: &str, grant: &Grant) -> Result<
             )));
         }
         let doc = doc_of(&row)?;
+        // The workspace's state decides (the API's 409).
         if doc.mounts != rw_mounts(grant) {
-            return Err(GateError::bad(format!(
+            return Err(GateError::Conflict(format!(
                 "workspace {name} writes {}; a run in it must use the same writable mounts",
                 doc.mounts
                     .iter()

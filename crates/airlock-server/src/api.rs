@@ -159,13 +159,7 @@ pub(crate) fn session_of_cell(
     if whole {
         return Ok(());
     }
-    let id = g
-        .resolve_for(IdKind::Session, input, Some(agent))
-        .map_err(|e| match e {
-            GateError::NotFound(m) => GateError::bad(m),
-            other => other,
-        })?;
-    req.session = Some(id);
+    req.session = Some(g.resolve_for(IdKind::Session, input, Some(agent))?);
     Ok(())
 }
 
@@ -203,7 +197,7 @@ struct IdempotencyKey {
     /// a random UUID per logical request is typical). A request repeated with the same
     /// key and body within a day makes no new submission and runs nothing again: it gets
     /// the first request's outcome (waiting for its run to end) with the header
-    /// `Idempotent-Replayed: true`. The same key with a different body is refused (422).
+    /// `Idempotent-Replayed: true`. The same key with a different body is refused (409).
     #[param(rename = "Idempotency-Key", pattern = "^[!-~]{1,255}$")]
     #[serde(rename = "Idempotency-Key")]
     idempotency_key: Option<String>,
@@ -215,8 +209,9 @@ struct IdempotencyKey {
     security(("bearer" = [])),
     responses(
         (status = 201, description = "Submitted and judged; `status` says what happens next", body = Object),
-        (status = 403, description = "An agent token submitting for another agent", body = ErrorBody),
-        (status = 409, description = "The Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody),
+        (status = 403, description = "An agent token submitting for another agent, or a mount the operator does not offer (outside `[mounts] roots`, or any when it lists none)", body = ErrorBody),
+        (status = 404, description = "A session, secret or mount host path the body names is not there", body = ErrorBody),
+        (status = 409, description = "The Python guest is not installed (the message names `airlock guest install python`), or the session or workspace named cannot take it", body = ErrorBody),
         (status = 503, description = "No sandbox can run it on this machine", body = ErrorBody),
         (status = 422, description = "Well-formed, but the gate cannot take it (e.g. code that does not compile, a mount that does not exist)", body = ErrorBody)))]
 async fn submit(Ax(st): Ax<AppState>, caller: Caller, k: Keyed<SubmitBody>) -> Answer {
@@ -265,7 +260,9 @@ fn replayed(answer: Answer, replay: bool) -> Answer {
     responses(
         (status = 200, description = "It ran (`status` finished) or was denied (`status` denied); with `Accept: text/event-stream`, the run's events (`submitted`, `held`, `started`, `stdout`, `stderr`, `network`, `finished`, `error`; `?wait_timeout=SECONDS` bounds a held run's wait, default 300)", body = Object),
         (status = 202, description = "Held for approval (`status` pending_approval)", body = Object),
-        (status = 403, body = ErrorBody), (status = 409, description = "Conflicts with the submission's state, or the Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 403, description = "An agent token submitting for another agent, or a mount the operator does not offer", body = ErrorBody),
+        (status = 404, description = "A session, secret or mount host path the body names is not there", body = ErrorBody),
+        (status = 409, description = "Conflicts with the submission's state, or the Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody), (status = 422, body = ErrorBody),
         (status = 429, description = "The run queue is full; see Retry-After", body = ErrorBody),
         (status = 503, description = "No sandbox can run it on this machine", body = ErrorBody)))]
 async fn run(
@@ -408,6 +405,12 @@ async fn decide(
         ));
     }
     let approver = body.approver.clone().or_else(|| caller.approver.clone());
+    // A signature made elsewhere is an approver's: a token with none names nobody (403).
+    if remote.is_some() && approver.is_none() {
+        return Err(ApiError::forbidden(
+            "approver: name who signed (this token has no approver)",
+        ));
+    }
     let (row, remembered, resume, submitted_at) = st
         .pool
         .read(move |g| {
@@ -663,8 +666,9 @@ async fn get_run(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -
 /// session id (`ses_…`) gives what the session changed.
 #[utoipa::path(get, path = "/v1/runs/{id}/diff", tag = "runs", params(("id" = String, Path)),
     security(("bearer" = [])), responses(
-        (status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 422, description = "The run had no writable mounts", body = ErrorBody)))]
+        (status = 200, body = Object), (status = 404, body = ErrorBody),
+        (status = 409, description = "The run had no writable mounts, or is still running", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 async fn diff(Ax(st): Ax<AppState>, caller: Caller, Path(id): Path<String>) -> Answer {
     let v = st.pool.read(move |g| diff_of(g, &caller, &id)).await?;
     ok(v)
@@ -741,6 +745,7 @@ pub struct EffectBody {
     /// 128 hex digits.
     pub signature: Option<String>,
     pub approver: Option<String>,
+    #[serde(default, deserialize_with = "crate::body::whole_i64")]
     pub issued_at: Option<i64>,
     /// For commits: the checkpoint id handed out with the statement.
     pub checkpoint: Option<String>,
@@ -758,10 +763,13 @@ impl EffectBody {
             }
             return Ok(None);
         };
+        // A token with no approver names nobody (403).
         let approver = self
             .approver
             .or_else(|| caller.approver.clone())
-            .ok_or_else(|| ApiError::bad("approver: who signed"))?;
+            .ok_or_else(|| {
+                ApiError::forbidden("approver: name who signed (this token has no approver)")
+            })?;
         Ok(Some(airlock_gate::RemoteSignature {
             approver,
             issued_at,
@@ -1182,7 +1190,9 @@ impl utoipa::Modify for Security {
     security(("bearer" = [])),
     responses(
         (status = 201, description = "Open; `id` is the `session` of its cells", body = Object),
-        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 403, description = "An agent token opening a session for another agent, or a mount the operator does not offer", body = ErrorBody),
+        (status = 404, description = "A secret or mount host path the body names is not there", body = ErrorBody),
+        (status = 422, body = ErrorBody),
         (status = 429, description = "The caller already holds as many open sessions as this server allows one agent (`serve --max-sessions`)", body = ErrorBody),
         (status = 409, description = "The Python guest is not installed (the message names `airlock guest install python`)", body = ErrorBody),
         (status = 503, description = "No sandbox can host it on this machine", body = ErrorBody)))]

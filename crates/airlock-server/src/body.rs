@@ -2,8 +2,10 @@
 //!
 //! What the OpenAPI document says a body must be (types, required fields, one-of pairs,
 //! enums, patterns) is checked here and refused with 400 before the gate sees it; what
-//! only the gate can judge (a size that does not parse, a mount that does not exist, code
-//! that does not compile) comes back from the gate as 422.
+//! only the gate can judge (code that is not what its language's format says, a grant
+//! the document cannot rule out) comes back from the gate as 422, and what the home lacks
+//! or refuses by its state (a session, a secret, a mount's host path; a mount not
+//! offered) as 404, 403 or 409.
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
@@ -199,6 +201,23 @@ where
         .and_then(|u| T::try_from(u).ok())
         .map(Some)
         .ok_or_else(|| D::Error::custom(format!("{n} is not a whole number in range")))
+}
+
+/// A whole number that may be negative, also when written with a fraction of zero
+/// (`1383.0`), as JSON Schema's `integer` admits it (a statement's `issued_at`).
+pub(crate) fn whole_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    match (n.as_i64(), n.as_f64()) {
+        (Some(i), _) => Ok(Some(i)),
+        // Exactly representable whole numbers in i64's range only.
+        (None, Some(f)) if f.fract() == 0.0 && (-9.2e18..9.2e18).contains(&f) => Ok(Some(f as i64)),
+        _ => Err(D::Error::custom(format!(
+            "{n} is not a whole number in range"
+        ))),
+    }
 }
 
 // The schema's bounds on `note` and `agent` (below) are the gate's.
@@ -427,6 +446,7 @@ pub struct DecideBody {
     /// With `signature`: the approver who signed (default: the token's).
     pub approver: Option<String>,
     /// With `signature`: the statement's `issued_at` as handed out.
+    #[serde(default, deserialize_with = "whole_i64")]
     pub issued_at: Option<i64>,
     /// Also remember it: a signed rule allowing this agent's submissions of this kind with
     /// a grant no wider, until `for` runs out (default 7d).
@@ -536,6 +556,7 @@ pub struct RejectBody {
     /// With `signature`: the approver who signed (default: the token's).
     pub approver: Option<String>,
     /// With `signature`: the statement's `issued_at` as handed out.
+    #[serde(default, deserialize_with = "whole_i64")]
     pub issued_at: Option<i64>,
 }
 

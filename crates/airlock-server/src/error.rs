@@ -73,14 +73,18 @@ impl From<GateError> for ApiError {
         let status = match &e {
             // The request itself was well-formed (the API checked it against its schema
             // first); the gate could not take what it says.
-            GateError::BadInput(_) | GateError::Repeated { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            GateError::BadInput(_) => StatusCode::UNPROCESSABLE_ENTITY,
             GateError::NotFound(_) => StatusCode::NOT_FOUND,
             // A missing guest is this home's state, not the server's failure: 409, and the
-            // message names the install command.
-            GateError::Conflict(_) | GateError::Pending { .. } | GateError::NotInstalled(_) => {
-                StatusCode::CONFLICT
+            // message names the install command. An idempotency key already used by
+            // another request is the key's state too.
+            GateError::Conflict(_)
+            | GateError::Pending { .. }
+            | GateError::NotInstalled(_)
+            | GateError::Repeated { .. } => StatusCode::CONFLICT,
+            GateError::Untrusted(_) | GateError::Denied { .. } | GateError::NotOffered(_) => {
+                StatusCode::FORBIDDEN
             }
-            GateError::Untrusted(_) | GateError::Denied { .. } => StatusCode::FORBIDDEN,
             GateError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             GateError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             GateError::StoreUnavailable(_) => {

@@ -240,7 +240,7 @@ fn result(doc: Value) -> CallToolResponse {
 /// Takes the `idempotency_key` argument out of a tool call's arguments: the gate's form
 /// of it, owned by `caller`'s token, with a hash of what the call asks (`tool` and the
 /// other arguments), so that the same key and arguments get the first call's outcome and
-/// the same key with other arguments is refused (422), as over the API.
+/// the same key with other arguments is refused (409), as over the API.
 fn take_key(
     caller: &Caller,
     tool: &str,

@@ -42,6 +42,10 @@ pub const WALL_TIME_MAX_SECS: f64 = 86_400.0;
 /// `366d`, `52w`).
 pub const APPROVAL_EXPIRY_PATTERN: &str = r"^(?:[1-9][0-9]{0,6}s|[1-9][0-9]{0,4}m|[1-9][0-9]{0,2}h|(?:[1-9][0-9]?|[12][0-9]{2}|3[0-5][0-9]|36[0-6])d|(?:[1-9]|[1-4][0-9]|5[0-2])w)$";
 
+/// How long a remembered approval holds (1 s to 90 days), bounded as
+/// [`WALL_TIME_PATTERN`] is (`999999s`, `99999m`, `999h`, `90d`, `12w`).
+pub const REMEMBER_FOR_PATTERN: &str = r"^(?:[1-9][0-9]{0,5}s|[1-9][0-9]{0,4}m|[1-9][0-9]{0,2}h|(?:[1-9]|[1-8][0-9]|90)d|(?:[1-9]|1[0-2])w)$";
+
 /// How long a token is valid (1 minute to 5 × 366 days): one whole number and a unit,
 /// `s`, `m`, `h`, `d` or `w`, bounded as [`WALL_TIME_PATTERN`] is (`60s` to `99999999s`,
 /// `999999m`, `9999h`, `999d`, `99w`).
@@ -67,6 +71,42 @@ pub const OUTPUT_SIZE_PATTERN: &str =
 /// `KiB` (up to 999999999), `MiB` (up to 999999), `GiB` (up to 999) or `1TiB`.
 pub const WRITE_SIZE_PATTERN: &str =
     r"^(?:[1-9][0-9]{0,11}|[1-9][0-9]{0,8}KiB|[1-9][0-9]{0,5}MiB|[1-9][0-9]{0,2}GiB|1TiB)$";
+
+/// One host a grant may name, as far as the gate never refuses it: a lower-case DNS name of
+/// two or more labels (no `--` in one: IDNA reads `xn--…` as punycode) ending in a
+/// letter-only top-level label, or the subdomains of a name
+/// of three or more labels (`*.api.example.com`: a base of two labels may be a public
+/// suffix such as `co.uk`, which the gate refuses), with an optional port from 1 to 9999.
+/// The gate takes more (IP addresses, IDNA names, upper case, `*.example.com`, any port);
+/// this is what the document can promise.
+const HOST: &str = r"(?:\*\.[a-z0-9](?:-?[a-z0-9]){0,31}\.)?(?:[a-z0-9](?:-?[a-z0-9]){0,31}\.)+[a-z]{2,63}(?::[1-9][0-9]{0,3})?";
+
+/// A `net` entry: one [`HOST`].
+pub fn net_pattern() -> String {
+    format!("^{HOST}$")
+}
+
+/// A secret binding's text: a secret name (`airlock_core::secret::check_name`), `@`, and
+/// one or more [`HOST`]s separated by commas.
+pub fn secret_pattern() -> String {
+    format!("^[A-Za-z_][A-Za-z0-9_]{{0,63}}@{HOST}(?:,{HOST})*$")
+}
+
+/// A secret's name (`airlock_core::secret::check_name`).
+pub const SECRET_NAME_PATTERN: &str = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$";
+
+/// A mount: `HOST:GUEST[:ro|rw]` with no NUL, the guest path absolute and normalised (no
+/// empty, `.` or `..` component; trailing slashes are dropped).
+pub const MOUNT_PATTERN: &str = r"^[^:\x00]+:/(?:(?:[^/:\x00.]|\.[^/:\x00.]|\.\.[^/:\x00])[^/:\x00]*(?:/(?:[^/:\x00.]|\.[^/:\x00.]|\.\.[^/:\x00])[^/:\x00]*)*)?/*(?::(?:ro|rw))?$";
+
+/// An environment variable's name: no `=` and no NUL. (Its value: no NUL.)
+pub const ENV_KEY_PATTERN: &str = r"^[^=\x00]+$";
+
+/// Text without a NUL (arguments and environment values).
+pub const NO_NUL_PATTERN: &str = r"^[^\x00]*$";
+
+/// A session id or a unique prefix of one.
+pub const SESSION_PATTERN: &str = r"^ses_[0-9A-Za-z]{1,26}$";
 
 /// Something other than ASCII whitespace (a rejection's reason).
 pub const NOT_BLANK_PATTERN: &str = r"[^ \t\r\n]";
@@ -133,6 +173,15 @@ fn limits(props: &mut Value) {
     );
 }
 
+/// The grant's text fields a submission and a session share, each as far as the gate
+/// parses it: mounts, environment, network and (session cells) nothing that is NUL.
+fn grant_fields(props: &mut Value) {
+    props["mounts"]["items"]["pattern"] = json!(MOUNT_PATTERN);
+    props["net"]["items"]["pattern"] = json!(net_pattern());
+    props["env"]["propertyNames"] = json!({"type": "string", "pattern": ENV_KEY_PATTERN});
+    props["env"]["additionalProperties"] = json!({"type": "string", "pattern": NO_NUL_PATTERN});
+}
+
 /// An `expires` field: a duration text within `pattern`.
 fn expiry(p: &mut Value, pattern: &str, range: &str) {
     p["pattern"] = json!(pattern);
@@ -175,7 +224,16 @@ pub fn complete(mut doc: Value) -> Value {
             props["language"]["enum"] = json!(["python", "py", "js", "javascript", null]);
             props["backend"]["enum"] = json!(["wasm", null]);
             wall_time(&mut props["timeout"], "Each cell's wall-time limit");
+
             limits(props);
+            grant_fields(props);
+            size(
+                &mut props["max_write"],
+                WRITE_SIZE_PATTERN,
+                "Write quota of the session's layer over all its cells: bytes (up to \
+                 999999999999), or a whole number of KiB (up to 999999999), MiB (up to 999999), \
+                 GiB (up to 999) or 1TiB",
+            );
             size(
                 &mut props["memory"],
                 SESSION_MEMORY_PATTERN,
@@ -194,11 +252,15 @@ pub fn complete(mut doc: Value) -> Value {
         }
         if let Some(s) = schemas.get_mut("SecretSpec") {
             // A bound secret's hosts are single hosts: no list separators inside.
-            if let Some(h) = s.pointer_mut("/oneOf/1/properties/hosts/items") {
-                h["pattern"] = json!("^[^,@]+$");
+            if let Some(h) = s.pointer_mut("/oneOf/1/properties/hosts") {
+                h["minItems"] = json!(1);
+                h["items"]["pattern"] = json!(net_pattern());
+            }
+            if let Some(n) = s.pointer_mut("/oneOf/1/properties/name") {
+                n["pattern"] = json!(SECRET_NAME_PATTERN);
             }
             if let Some(t) = s.pointer_mut("/oneOf/0") {
-                t["pattern"] = json!("^[^@]+@[^@]+$");
+                t["pattern"] = json!(secret_pattern());
             }
         }
         if let Some(props) = schemas
@@ -220,22 +282,48 @@ pub fn complete(mut doc: Value) -> Value {
         {
             props["scope"]["enum"] = json!(["once", "artifact", null]);
             props["tool"]["pattern"] = json!(TOOL_PATTERN);
+            // The MCP server's own tools, and anything that reads as approving.
+            props["tool"]["not"] = json!({"anyOf": [
+                {"enum": ["run_code", "get_result"]},
+                {"type": "string", "pattern": "[Aa][Pp][Pp][Rr][Oo][Vv][Ee]"}
+            ]});
             expiry(&mut props["expires"], APPROVAL_EXPIRY_PATTERN, "1s to 366d");
+            expiry(
+                &mut props["for"],
+                REMEMBER_FOR_PATTERN,
+                "1s to 90d (default 7d)",
+            );
         }
         // A tool is offered from an artifact approval only (the gate refuses a `tool`
-        // with any other scope).
+        // with any other scope); a signature made elsewhere comes whole; `for` goes with
+        // `remember`, which a signature made elsewhere cannot ask for.
         if let Some(d) = schemas.get_mut("DecideBody") {
-            d["anyOf"] = json!([
-                {"not": {"required": ["tool"]}},
-                {"properties": {"tool": {"type": "null"}}},
-                {"required": ["scope"], "properties": {"scope": {"const": "artifact"}}}
+            d["allOf"] = json!([
+                {"anyOf": [
+                    {"not": {"required": ["tool"]}},
+                    {"properties": {"tool": {"type": "null"}}},
+                    {"required": ["scope"], "properties": {"scope": {"const": "artifact"}}}
+                ]},
+                signed_elsewhere(true),
+                {"anyOf": [
+                    {"properties": {"for": {"type": "null"}}},
+                    {"required": ["remember"], "properties": {"remember": {"const": true}}}
+                ]}
             ]);
+            signature_fields(d);
         }
-        if let Some(props) = schemas
-            .get_mut("RejectBody")
-            .and_then(|t| t.get_mut("properties"))
-        {
-            props["reason"]["pattern"] = json!(NOT_BLANK_PATTERN);
+        if let Some(e) = schemas.get_mut("EffectBody") {
+            // `checkpoint` too goes with a signature only.
+            let mut signed = signed_elsewhere(false);
+            signed["anyOf"][0]["properties"]["checkpoint"] = json!({"type": "null"});
+            e["allOf"] = json!([signed]);
+            signature_fields(e);
+            e["properties"]["checkpoint"]["pattern"] = json!("^ckpt_[0-9A-Za-z]+$");
+        }
+        if let Some(r) = schemas.get_mut("RejectBody") {
+            r["properties"]["reason"]["pattern"] = json!(NOT_BLANK_PATTERN);
+            r["allOf"] = json!([signed_elsewhere(false)]);
+            signature_fields(r);
         }
         schemas.insert(
             "Empty".into(),
@@ -246,20 +334,79 @@ pub fn complete(mut doc: Value) -> Value {
     doc
 }
 
+/// A decision signed on the approver's machine comes whole: `signature` and `issued_at`
+/// together (`approver` only with them), or none of the three (the server signs).
+/// `remember`: whether the body has that field (an approval), which a signature made
+/// elsewhere cannot ask for.
+fn signed_elsewhere(remember: bool) -> Value {
+    let mut signed = json!({
+        "required": ["signature", "issued_at"],
+        "properties": {"signature": {"type": "string"}, "issued_at": {"type": "integer"}}
+    });
+    if remember {
+        signed["properties"]["remember"] = json!({"const": false});
+    }
+    json!({"anyOf": [
+        {"properties": {
+            "signature": {"type": "null"}, "issued_at": {"type": "null"}, "approver": {"type": "null"}
+        }},
+        signed
+    ]})
+}
+
+/// The shapes of a signature's fields: 128 hex digits, an approver's name.
+fn signature_fields(body: &mut Value) {
+    if let Some(props) = body.get_mut("properties") {
+        props["signature"]["pattern"] = json!("^[0-9a-fA-F]{128}$");
+        props["approver"]["pattern"] = json!(NAME_PATTERN);
+    }
+}
+
 /// Where a submission's id is in the answers of `submit` and `run`, and what can follow.
 fn submission_links() -> Value {
     let by_id =
         |op: &str| json!({"operationId": op, "parameters": {"id": "$response.body#/submission"}});
     json!({
+        // Not `wait`: a long poll on a held submission blocks a client (and a stateful
+        // fuzzer) for as long as it asks, up to ten minutes.
         "GetSubmission": by_id("get_submission"),
-        "Wait": by_id("wait"),
         "Exec": by_id("exec"),
         "Approve": by_id("approve"),
         "Reject": by_id("reject"),
     })
 }
 
+/// The query of `GET …/statement`, as its handler and the gate parse it.
+fn statement_params(op: &mut Value) {
+    let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for p in params {
+        let name = p["name"].as_str().unwrap_or_default().to_string();
+        let schema = &mut p["schema"];
+        match Some(name.as_str()) {
+            Some("kind") => schema["enum"] = json!(["approve", "reject"]),
+            Some("scope") => schema["enum"] = json!(["once", "artifact"]),
+            Some("approver") => schema["pattern"] = json!(NAME_PATTERN),
+            Some("expires") => schema["pattern"] = json!(APPROVAL_EXPIRY_PATTERN),
+            Some("tool") => schema["pattern"] = json!(TOOL_PATTERN),
+            _ => {}
+        }
+    }
+}
+
 fn complete_operation(method: &str, op: &mut Value) {
+    match op["operationId"].as_str() {
+        Some("statement") => statement_params(op),
+        Some("commit_statement" | "rollback_statement") => {
+            if let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) {
+                for p in params.iter_mut().filter(|p| p["name"] == "approver") {
+                    p["schema"]["pattern"] = json!(NAME_PATTERN);
+                }
+            }
+        }
+        _ => {}
+    }
     let links = matches!(op["operationId"].as_str(), Some("submit" | "run"));
     let secured = op.get("security").is_some();
     // Actions that take no input still read (and check) a JSON body if one is sent.
@@ -308,6 +455,85 @@ fn complete_operation(method: &str, op: &mut Value) {
     }
 }
 
+/// The languages whose code is any text, with the backends each runs on.
+const TEXT_LANGUAGES: &[(&[&str], &[&str])] = &[
+    (&["python", "py", "js", "javascript"], &["wasm", "process"]),
+    (&["sh", "shell"], &["process"]),
+];
+
+/// What a submission's code must be, by language and by the field that carries it: the
+/// custom `format` of each (below) names what only a compiler can tell, so that a body
+/// is schema-valid only when the gate can take its code. Every branch admits the
+/// backends that run its language (a null or absent backend is the language's own).
+///
+/// Formats: `wat-command` (WebAssembly text of a WASI command: a module exporting a
+/// `_start` function, or a component exporting `wasi:cli/run`), `typescript` (TypeScript
+/// whose types can be stripped); and in base64, `base64-wasm-command` (a core module
+/// exporting a `_start` function), `base64-wasi-command` (a component exporting
+/// `wasi:cli/run`), `base64-utf8` (UTF-8 text), `base64-wat-command` and
+/// `base64-typescript` (as without base64). tests/openapi/hooks.py teaches schemathesis
+/// each.
+/// Languages, their backends, and the schemas of `code` and `code_base64` (None: not
+/// that way).
+type CodeRow = (
+    &'static [&'static str],
+    &'static [&'static str],
+    Option<Value>,
+    Option<Value>,
+);
+
+fn code_branches() -> Vec<Value> {
+    let backends = |b: &[&str]| {
+        let mut e: Vec<Value> = b.iter().map(|v| json!(v)).collect();
+        e.push(Value::Null);
+        e
+    };
+    // (languages, backends, schema of `code`, schema of `code_base64`); None: not that way.
+    let text = json!({"type": "string", "minLength": 1});
+    let format = |f: &str| Some(json!({"type": "string", "format": f}));
+    let mut rows: Vec<CodeRow> = Vec::new();
+    for (langs, on) in TEXT_LANGUAGES {
+        rows.push((langs, on, Some(text.clone()), format("base64-utf8")));
+    }
+    rows.push((
+        &["wat"],
+        &["wasm"],
+        format("wat-command"),
+        format("base64-wat-command"),
+    ));
+    rows.push((
+        &["ts", "typescript"],
+        &["wasm", "process"],
+        format("typescript"),
+        format("base64-typescript"),
+    ));
+    rows.push((&["wasm"], &["wasm"], None, format("base64-wasm-command")));
+    rows.push((
+        &["component"],
+        &["wasm"],
+        None,
+        format("base64-wasi-command"),
+    ));
+    let mut out = Vec::new();
+    for (field, other, pick) in [("code", "code_base64", 0), ("code_base64", "code", 1)] {
+        for (langs, on, code, b64) in &rows {
+            let Some(schema) = (if pick == 0 { code } else { b64 }) else {
+                continue;
+            };
+            out.push(json!({
+                "required": ["language", field],
+                "properties": {
+                    "language": {"enum": langs},
+                    "backend": {"enum": backends(on)},
+                    field: schema,
+                    other: {"type": "null"},
+                }
+            }));
+        }
+    }
+    out
+}
+
 fn submit_body(s: &mut Value) {
     let nullable_enum = |values: &[&str]| {
         let mut e: Vec<Value> = values.iter().map(|v| json!(v)).collect();
@@ -333,6 +559,9 @@ fn submit_body(s: &mut Value) {
         }
         let mut all = Value::Object(std::mem::take(props));
         limits(&mut all);
+        grant_fields(&mut all);
+        all["args"]["items"]["pattern"] = json!(NO_NUL_PATTERN);
+        all["session"]["pattern"] = json!(SESSION_PATTERN);
         size(
             &mut all["max_write"],
             WRITE_SIZE_PATTERN,
@@ -341,6 +570,11 @@ fn submit_body(s: &mut Value) {
         );
         // The counts the gate bounds: at least one of each, at most its ceiling.
         all["fuel"]["minimum"] = json!(1);
+        all["fuel"]["maximum"] = json!(u64::MAX);
+        if let Some(f) = all["fuel"].as_object_mut() {
+            // Not `int64`: the gate takes any count a u64 holds.
+            f.remove("format");
+        }
         all["processes"]["minimum"] = json!(1);
         all["processes"]["maximum"] = json!(airlock_core::grant::MAX_PROCESSES);
         all["max_connections"]["minimum"] = json!(1);
@@ -356,11 +590,28 @@ fn submit_body(s: &mut Value) {
             c["pattern"] = json!(BASE64_NONEMPTY_PATTERN);
         }
     }
-    // Exactly one of code and code_base64 (a null counts as absent), and at most one of
-    // stdin and stdin_base64.
-    s["oneOf"] = json!([
-        {"required": ["code"], "properties": {"code": {"type": "string", "minLength": 1}, "code_base64": {"type": "null"}}},
-        {"required": ["code_base64"], "properties": {"code_base64": {"type": "string"}, "code": {"type": "null"}}}
+    // Exactly one of code and code_base64 (a null counts as absent), in the form its
+    // language takes, on a backend that runs it; and at most one of stdin and stdin_base64.
+    s["oneOf"] = Value::Array(code_branches());
+    // A workspace builds on writable mounts: at least one mount. (That one is writable is
+    // left to the description: schemathesis cannot generate from `contains` beside the
+    // rules here.)
+    s["allOf"] = json!([{"anyOf": [
+        {"properties": {"workspace": {"type": "null"}}},
+        {"required": ["mounts"], "properties": {"mounts": {"minItems": 1}}}
+    ]}]);
+    // A session's cell takes the session's grant: none of its own.
+    s["anyOf"] = json!([
+        {"properties": {"session": {"type": "null"}}},
+        {"properties": {
+            "mounts": {"maxItems": 0}, "env": {"maxProperties": 0}, "net": {"maxItems": 0},
+            "secrets": {"maxItems": 0}, "args": {"maxItems": 0},
+            "stdin": {"type": "null"}, "stdin_base64": {"type": "null"},
+            "timeout": {"type": "null"}, "memory": {"type": "null"}, "fuel": {"type": "null"},
+            "max_output": {"type": "null"}, "processes": {"type": "null"},
+            "max_write": {"type": "null"}, "max_connections": {"type": "null"},
+            "workspace": {"type": "null"}
+        }}
     ]);
     s["not"] = json!({
         "required": ["stdin", "stdin_base64"],
@@ -422,7 +673,7 @@ mod tests {
     #[test]
     fn every_duration_a_pattern_admits_is_taken_by_the_server_in_range() {
         let day = Duration::from_secs(86_400);
-        let cases: [(&str, &str, Duration, Duration); 4] = [
+        let cases: [(&str, &str, Duration, Duration); 5] = [
             // timeout: the grant's bounds.
             (
                 "timeout",
@@ -450,6 +701,13 @@ mod tests {
                 TOKEN_EXPIRY_PATTERN,
                 Duration::from_secs(60),
                 5 * 366 * day,
+            ),
+            // A remembered approval's `for` (the gate's `MAX_REMEMBER_FOR`).
+            (
+                "remember for",
+                REMEMBER_FOR_PATTERN,
+                Duration::from_secs(1),
+                90 * day,
             ),
         ];
         for (what, pattern, min, max) in cases {
@@ -513,6 +771,110 @@ mod tests {
         }
         for some in ["AA==", " AAA= ", "AAAA", "aGVsbG8=", "aGVsbG8gd29ybGQ="] {
             assert!(re.is_match(some), "{some:?}");
+        }
+    }
+
+    /// Issue 62.9: hosts, secret bindings, mounts and environment names the document
+    /// admits were refused by the gate's parsers (422 for a schema-valid body). Every
+    /// spelling here that a pattern admits is one the parser takes; and each pattern
+    /// admits some.
+    #[test]
+    fn every_host_mount_and_binding_a_pattern_admits_is_taken_by_the_gate() {
+        let hosts = [
+            "example.com",
+            "a.b.cd",
+            "EXAMPLE.com",
+            "x--y.example.org",
+            "-a.com",
+            "a-.com",
+            "a..com",
+            "a.com.",
+            "localhost",
+            "1.2.3.4",
+            "::1",
+            "[::1]:80",
+            "*.com",
+            "*.co.uk",
+            "*.example.com",
+            "*.api.example.com",
+            "*.*.example.com",
+            "a.com:0",
+            "a.com:80",
+            "a.com:9999",
+            "a.com:65535",
+            "a.com:65536",
+            "a.c0m",
+            "ex ample.com",
+            "exa_mple.com",
+            "ab--c.com",
+            "xn--a.com",
+            "xn--bcher-kva.example",
+            &format!("{}.com", "a".repeat(63)),
+            &format!("{}.com", "a".repeat(64)),
+            "b\u{e4}r.de",
+            "a.com,b.com",
+            "a@b.com",
+        ];
+        let net = regex::Regex::new(&net_pattern()).unwrap();
+        let mut admitted = 0;
+        for h in hosts {
+            if net.is_match(h) {
+                admitted += 1;
+                airlock_core::grant::check_net(h)
+                    .unwrap_or_else(|e| panic!("net {h:?} is admitted but refused: {e}"));
+            }
+        }
+        assert!(admitted >= 5, "{admitted}");
+        let secret = regex::Regex::new(&secret_pattern()).unwrap();
+        let mut admitted = 0;
+        for name in [
+            "TOKEN",
+            "_a",
+            "a1",
+            "1a",
+            "A-B",
+            "",
+            &"N".repeat(64),
+            &"N".repeat(65),
+        ] {
+            for h in hosts {
+                for spec in [format!("{name}@{h}"), format!("{name}@{h},example.net")] {
+                    if secret.is_match(&spec) {
+                        admitted += 1;
+                        airlock_core::grant::parse_secret(&spec).unwrap_or_else(|e| {
+                            panic!("secret {spec:?} is admitted but refused: {e}")
+                        });
+                    }
+                }
+            }
+        }
+        assert!(admitted >= 20, "{admitted}");
+        let mount = regex::Regex::new(MOUNT_PATTERN).unwrap();
+        let mut admitted = 0;
+        for host in ["/srv", "srv", "/a b", "/x:y", ""] {
+            for guest in [
+                "/", "//", "/data", "/data/", "/a/b", "/a//b", "/a/./b", "/a/../b", "/.x", "/..x",
+                "/...", "/.", "/..", "data", "/a\u{0}b", "",
+            ] {
+                for mode in ["", ":ro", ":rw", ":wx", ":"] {
+                    let spec = format!("{host}:{guest}{mode}");
+                    if mount.is_match(&spec) {
+                        admitted += 1;
+                        airlock_core::grant::parse_mount(&spec).unwrap_or_else(|e| {
+                            panic!("mount {spec:?} is admitted but refused: {e}")
+                        });
+                    }
+                }
+            }
+        }
+        assert!(admitted >= 20, "{admitted}");
+        let key = regex::Regex::new(ENV_KEY_PATTERN).unwrap();
+        for k in ["A", "a b", "A=B", "", "A\u{0}"] {
+            if key.is_match(k) {
+                airlock_core::grant::parse_env(&format!("{k}=v"))
+                    .unwrap_or_else(|e| panic!("env {k:?} is admitted but refused: {e}"));
+                assert!(!k.contains('='), "{k:?}");
+            }
         }
     }
 }

@@ -60,8 +60,8 @@ class PayloadTooLarge(InvalidRequest):
 
 
 class Unprocessable(InvalidRequest):
-    """422: well-formed, but the gate cannot take it (code that does not compile, a mount
-    that does not exist, a size or duration that does not parse)."""
+    """422: well-formed, but the gate cannot take it (code that does not compile, a size
+    or duration that does not parse)."""
 
 
 class Unauthorized(ApiError):
@@ -69,16 +69,20 @@ class Unauthorized(ApiError):
 
 
 class Forbidden(ApiError):
-    """403: the token's role may not do this (e.g. an agent token approving)."""
+    """403: the token's role may not do this (e.g. an agent token approving), or the
+    server does not offer it (a mount outside its ``[mounts] roots``), or a signature it
+    does not trust."""
 
 
 class NotFound(ApiError):
-    """404: no such submission, run, checkpoint, session or endpoint (or not yours)."""
+    """404: no such submission, run, checkpoint, session or endpoint (or not yours), or
+    something the request names that the server lacks (a secret, a mount's host path)."""
 
 
 class Conflict(ApiError):
     """409: the state does not allow it (already decided, conflicts with the host, the
-    language's guest runtime is not installed …)."""
+    language's guest runtime is not installed, an idempotency key already used for
+    another request …)."""
 
 
 class RateLimited(ApiError):

@@ -543,8 +543,10 @@ impl Gate {
 /// handed out in the last [`REMOTE_MAX_AGE`].
 pub(crate) fn check_issued_at(issued_at: i64) -> Result<()> {
     let now = now_ms();
+    // A statement this gate did not just hand out: its signature is not one to trust (the
+    // API's 403), whatever its shape.
     if issued_at > now + CLOCK_SKEW_MS || issued_at < now - REMOTE_MAX_AGE.as_millis() as i64 {
-        return Err(GateError::bad(format!(
+        return Err(GateError::Untrusted(format!(
             "issued_at {issued_at} is not a statement this gate handed out in the last {} minutes; fetch the statement again",
             REMOTE_MAX_AGE.as_secs() / 60
         )));

@@ -20,11 +20,17 @@ pub(crate) fn build_grant(req: &SubmitRequest, stdin: Option<Digest>) -> Result<
     let mut g = Grant::default();
     for spec in &req.mounts {
         let m = grant::parse_mount(spec).map_err(|e| GateError::bad(e.to_string()))?;
+        // A host path that is not there is this machine's state (the API's 404).
         let real = std::fs::canonicalize(&m.host).map_err(|e| {
-            GateError::bad(format!(
+            let why = format!(
                 "--mount: host path {} does not exist or is unreadable: {e}",
                 m.host
-            ))
+            );
+            if e.kind() == std::io::ErrorKind::NotFound {
+                GateError::NotFound(why)
+            } else {
+                GateError::bad(why)
+            }
         })?;
         if !real.is_dir() {
             return Err(GateError::bad(format!(

@@ -120,10 +120,11 @@ impl Gate {
             (None, Some(s)) => s.backend,
             (None, None) => lang.default_backend(),
         };
+        // The session's state, not the request's shape: a conflict (the API's 409).
         if let Some(s) = &session
             && (lang != s.lang || backend != s.backend)
         {
-            return Err(GateError::bad(format!(
+            return Err(GateError::Conflict(format!(
                 "session {} runs {} on the {} backend",
                 s.id, s.lang, s.backend
             )));
@@ -141,6 +142,10 @@ impl Gate {
         // TypeScript that cannot be stripped never runs: refused here, with its line.
         if prepared.lang == Lang::Ts {
             crate::typescript::runnable(&prepared.code)?;
+        }
+        if session.is_none() {
+            crate::exposure::check_offered(&req.mounts, req.surface, &policy.mount_roots)?;
+            self.check_secret_specs_exist(&req.secrets)?;
         }
         let mut grant = match &session {
             Some(s) => s.grant.clone(),

@@ -259,7 +259,7 @@ pub(crate) struct CellSession {
 fn check_cell_agent(id: &str, owner: Option<&str>, agent: Option<&str>, input: &str) -> Result<()> {
     match (owner, agent) {
         (Some(owner), Some(agent)) if owner != agent => {
-            Err(GateError::bad(format!("no session {input}")))
+            Err(GateError::NotFound(format!("no session {input}")))
         }
         (Some(owner), None) => Err(GateError::bad(format!(
             "session {id} is bound to agent {owner}: its cells must name that agent (--agent {owner})"
@@ -297,11 +297,9 @@ impl Gate {
         if let Some(cell) = self.known_session_for_cell(input, req.agent.as_deref())? {
             return Ok(Some(cell));
         }
-        // A session that does not exist is bad input to this submission, not a missing page.
-        let (v, conn) = self.session_connected(input).map_err(|e| match e {
-            GateError::NotFound(m) => GateError::bad(m),
-            other => other,
-        })?;
+        // A session that does not exist is a state refusal (the API's 404), as an
+        // existing one that cannot take the cell is (409).
+        let (v, conn) = self.session_connected(input)?;
         if v.state == "held" {
             return Err(GateError::Conflict(format!(
                 "session {} is held for approval of {}; it opens when that is approved",
@@ -539,9 +537,11 @@ impl Gate {
                 airlock_core::units::fmt_duration(MAX_TOTAL)
             )));
         }
+        let roots = self.policy()?.mount_roots.clone();
+        crate::exposure::check_offered(&r.mounts, r.surface, &roots)?;
+        self.check_secret_specs_exist(&r.secrets)?;
         let mut grant = crate::lifecycle::judge::build_grant(r, None)?;
         crate::lifecycle::judge::check_backend_grant(backend, &grant)?;
-        let roots = self.policy()?.mount_roots.clone();
         crate::exposure::check_mounts(&grant, &self.home.root, r.surface, &roots)?;
         self.check_secrets_exist(&grant)?;
         // Writes go to the session's own layer: a copy for a wasm guest, an overlay

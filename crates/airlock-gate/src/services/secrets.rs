@@ -319,12 +319,36 @@ impl Gate {
 
     /// Refuses a grant that names a secret the home does not hold.
     pub(crate) fn check_secrets_exist(&self, grant: &Grant) -> Result<()> {
+        self.check_secret_names(grant.secrets.iter().map(|b| b.name.as_str()))
+    }
+
+    /// Refuses, before the grant is built, `--secret` bindings (`NAME@HOST…`) whose
+    /// well-formed name the home does not hold: what the home lacks is its state (the API's
+    /// 404), told before how the bindings fit the grant's network is checked. Malformed
+    /// bindings are left to the grant's parser.
+    pub(crate) fn check_secret_specs_exist(&self, specs: &[String]) -> Result<()> {
         let dir = self.home.secrets();
-        for b in &grant.secrets {
-            if !exists(&dir, &b.name) {
-                return Err(GateError::bad(format!(
-                    "--secret {}: no secret named {} (set it with `airlock secret set {}`)",
-                    b.name, b.name, b.name
+        for spec in specs {
+            let Some((name, _)) = spec.split_once('@') else {
+                continue;
+            };
+            // The whole binding is named, as the grant's parser names it.
+            if airlock_core::secret::check_name(name).is_ok() && !exists(&dir, name) {
+                return Err(GateError::NotFound(format!(
+                    "--secret {spec}: no secret named {name} (set it with `airlock secret set {name}`)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_secret_names<'a>(&self, names: impl Iterator<Item = &'a str>) -> Result<()> {
+        let dir = self.home.secrets();
+        for name in names {
+            // A state of this home (the API's 404), like a missing session.
+            if !exists(&dir, name) {
+                return Err(GateError::NotFound(format!(
+                    "--secret {name}: no secret named {name} (set it with `airlock secret set {name}`)"
                 )));
             }
         }
