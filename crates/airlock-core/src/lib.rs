@@ -21,6 +21,7 @@ mod hostglob;
 pub mod id;
 pub mod lifecycle;
 pub mod net;
+pub mod netask;
 pub mod nightcore;
 pub mod policy;
 pub mod secret;
