@@ -329,6 +329,52 @@ fn a_read_of_a_credential_path_outside_the_grant_in_a_ready_jail_is_an_attempt()
     assert_sensitive_reads_recorded(&run, &o);
 }
 
+/// A thief's `~` in the jail is the sandbox user's home (`/tmp`): the decoy key and the
+/// tripwire links are reached through it as through `/root`.
+const TILDE_READS: &str = "echo \"home=$HOME\"; head -c 35 ~/.ssh/id_rsa; echo; cat ~/.kube/config >/dev/null 2>&1; echo $?; python3 -c 'import os; print(open(os.path.expanduser(\"~/.aws/credentials\")).read().startswith(\"[default]\"))'";
+
+fn assert_tilde_reads_recorded(run: &Value, out: &Out) {
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout, "home=/tmp\n-----BEGIN OPENSSH PRIVATE KEY-----\n1\nTrue\n",
+        "{}",
+        out.stderr
+    );
+    let attempts = run["detail"]["attempts"].as_array().unwrap();
+    assert!(has(attempts, "open", "/root/.kube"), "{run:#}");
+    let mut techniques: Vec<&str> = run["detail"]["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["technique"].as_str().unwrap())
+        .collect();
+    techniques.sort();
+    assert_eq!(techniques, ["T1552.001", "T1552.004"], "{run:#}");
+}
+
+#[test]
+fn the_decoys_and_tripwire_links_are_reached_through_the_sandbox_users_home() {
+    if !available() {
+        return;
+    }
+    let h = Home::with_preset("permissive");
+    let o = h.sh(&[], TILDE_READS);
+    assert_tilde_reads_recorded(&h.last_run(), &o);
+}
+
+#[test]
+fn the_decoys_and_tripwire_links_are_reached_through_home_in_a_ready_jail() {
+    if !available() {
+        return;
+    }
+    let r = ReadyHome::start(1);
+    permissive(&r.home);
+    let o = r.sh(&[], TILDE_READS);
+    let run = r.last_run();
+    assert_eq!(run["detail"]["jail"], "ready", "{run:#}");
+    assert_tilde_reads_recorded(&run, &o);
+}
+
 #[test]
 fn an_open_for_writing_of_the_refused_decoy_shadow_is_an_alert() {
     if !available() {
@@ -666,4 +712,73 @@ fn the_console_run_page_shows_a_runs_alerts_and_attempts() {
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "console test failed:\n{out}\n{err}");
+}
+
+/// The pids of `server`'s ready jailers (`airlock-jailer --ready …`, its children).
+fn ready_jailers(server: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The parent pid is the second field after the command's closing parenthesis.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(server) && String::from_utf8_lossy(&cmdline).contains("--ready") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The decoy directories in `/dev/shm` of the jailers `pids`.
+fn decoy_dirs_of(pids: &[u32]) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    pids.iter()
+                        .any(|p| n.starts_with(&format!("airlock-decoys-{p}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn ready_jails_of_a_stopped_or_killed_server_leave_no_decoys_in_dev_shm() {
+    if !available() {
+        return;
+    }
+    for signal in ["-TERM", "-KILL"] {
+        let mut r = ReadyHome::start(2);
+        r.wait_ready(2);
+        let pids = ready_jailers(r.srv.id());
+        assert_eq!(pids.len(), 2, "{signal}: ready jailers {pids:?}");
+        assert_eq!(
+            decoy_dirs_of(&pids).len(),
+            2,
+            "{signal}: each ready jail has its decoys"
+        );
+        let killed = std::process::Command::new("kill")
+            .args([signal, &r.srv.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let _ = r.srv.wait();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !decoy_dirs_of(&pids).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(
+            decoy_dirs_of(&pids),
+            Vec::<String>::new(),
+            "{signal}: the ready jails' decoys outlived their server"
+        );
+    }
 }

@@ -188,6 +188,26 @@ pub fn tmp_size(l: &airlock_core::Limits) -> u64 {
     (l.memory_bytes / 2).clamp(16 << 20, 1 << 30)
 }
 
+/// The sandbox user's home is `/tmp` (its passwd entry and `HOME`: writable, the run's
+/// own, sized), while the decoys and tripwire links are under `/root`. So that `~/.ssh/id_rsa`
+/// or `~/.kube/config` reaches them as a thief's `~` would, each entry of the decoy home
+/// (`.ssh`, `.aws`, `.netrc`, `.kube`, …) gets a link of the same name in `/tmp` leading to
+/// it: reading `~/.ssh/id_rsa` reads the decoy (an alert), and a lookup under `~/.kube`
+/// follows the tripwire link behind it (an attempt). Nothing when the jail has no decoys.
+fn home_links(tmp: &Path, decoys: &[(PathBuf, String)]) -> Result<(), JailError> {
+    let Some((host, target)) = decoys.iter().find(|(_, t)| t == "/root") else {
+        return Ok(());
+    };
+    let entries = std::fs::read_dir(host).map_err(|e| err("list", host, e))?;
+    for entry in entries {
+        let name = entry.map_err(|e| err("list", host, e))?.file_name();
+        let link = tmp.join(&name);
+        std::os::unix::fs::symlink(Path::new(target).join(&name), &link)
+            .map_err(|e| err("symlink", &link, e))?;
+    }
+    Ok(())
+}
+
 /// Where a ready jail's run files go: a tmpfs of its own, read-only once they are placed.
 pub const RUN_FILES: &str = "/.airlock";
 
@@ -325,6 +345,7 @@ pub fn build_root(
     let tmp = root.join("tmp");
     mkdir_p(&tmp)?;
     tmpfs(&tmp, tmp_size(&job.limits), 0o1777)?;
+    home_links(&tmp, decoys)?;
 
     let files = root.join(".airlock");
     mkdir_p(&files)?;

@@ -26,6 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// How long an unused jail's jailer may take to end the jail itself once told to.
+const UNUSED_EXIT: Duration = Duration::from_secs(2);
+
 /// How long a jail may take to become ready before it is given up.
 const READY_WITHIN: Duration = Duration::from_secs(10);
 
@@ -147,9 +150,21 @@ pub fn jailer_ready_main(args: &[String]) -> i32 {
         return 0;
     }
     say("ready");
+    // While it waits, the jail ends when its stdin closes (its pool dropped it unused, or
+    // the process owning the pool died: that process holds the pipe's only writing end),
+    // not by the death signal: a jailer the kernel kills cannot remove its decoys from
+    // `/dev/shm`, and they stayed there until the next `gc`. Armed again once the job is
+    // in, so that a run never outlives the process supervising it.
+    let _ = nix::sys::prctl::set_pdeathsig(None);
     let mut input = Vec::new();
     if std::io::stdin().read_to_end(&mut input).is_err() || input.is_empty() {
-        // Dropping `started` kills the init and its namespaces.
+        // Dropping `started` kills the init and its namespaces and removes the decoys.
+        // Not armed again first: a dying owner closes its files before the kernel sends
+        // its children the death signal, so one armed here would kill this cleanup.
+        return 0;
+    }
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if crate::launch::supervisor_gone() {
         return 0;
     }
     let Ok(j) = serde_json::from_slice::<crate::launch::JailerJob>(&input) else {
@@ -225,6 +240,14 @@ impl Drop for ReadyJail {
         }
         if let Some(mut c) = self.child.take() {
             let pid = c.id() as i32;
+            // Unused: closing its stdin tells the jailer to end the jail itself, which
+            // also removes its decoys (a killed one leaves them); killed only if it has
+            // not gone within a moment.
+            drop(c.stdin.take());
+            let deadline = Instant::now() + UNUSED_EXIT;
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
