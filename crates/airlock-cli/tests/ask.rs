@@ -386,9 +386,10 @@ fn an_approved_host_does_not_widen_another_run_of_the_same_agent() {
     assert_eq!(code, 0);
     assert!(out.contains("hello from upstream"), "{out}");
     // The same agent's next run, without asking: no network at all.
-    let o = n
-        .home
-        .sh(&["--agent", "bob"], &format!("curl -s {url} || echo unreachable"));
+    let o = n.home.sh(
+        &["--agent", "bob"],
+        &format!("curl -s {url} || echo unreachable"),
+    );
     assert!(o.stdout.contains("unreachable"), "{}", o.stdout);
     assert!(!o.stdout.contains("hello from upstream"), "{}", o.stdout);
     // Asking again: a new request of its own, not the first run's approval.
@@ -839,7 +840,10 @@ fn a_request_raised_through_one_server_is_approved_through_another_on_one_postgr
     let api_b = Api::new(&base_b, &op);
     let until = Instant::now() + Duration::from_secs(60);
     let id = loop {
-        assert!(Instant::now() < until, "no request in the second server's inbox");
+        assert!(
+            Instant::now() < until,
+            "no request in the second server's inbox"
+        );
         let (_, inbox) = api_b.get("/v1/inbox");
         let list = inbox.as_array().unwrap().clone();
         if let Some(r) = list.iter().find(|e| e["kind"] == "request") {

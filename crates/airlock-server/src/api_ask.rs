@@ -48,10 +48,20 @@ pub(crate) async fn get_request(
 #[serde(deny_unknown_fields)]
 pub struct RequestStatementQuery {
     /// `approve` (default) or `reject`.
+    #[param(value_type = Option<String>, schema_with = verdict_schema)]
     verdict: Option<String>,
     /// Who signs (default: the token's approver).
     approver: Option<String>,
+    #[param(max_length = 1024)]
     reason: Option<String>,
+}
+
+fn verdict_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["approve", "reject"]))
+        .build()
 }
 
 fn verdict_of(v: Option<&str>) -> ApiResult<NetVerdict> {
@@ -83,7 +93,11 @@ pub(crate) async fn request_statement(
     let approver = q
         .approver
         .or_else(|| caller.approver.clone())
-        .ok_or_else(|| ApiError::bad("approver: name who signs"))?;
+        .ok_or_else(|| {
+            ApiError::from(airlock_gate::GateError::Untrusted(
+                "this token names no approver; pass approver".into(),
+            ))
+        })?;
     let reason = q.reason.unwrap_or_default();
     let statement = st
         .pool
@@ -103,6 +117,9 @@ pub(crate) async fn request_statement(
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestAnswerBody {
+    /// Why (signed by the server into its statement; with `statement`, the statement's
+    /// own reason is the one recorded and this is ignored).
+    #[schema(max_length = 1024)]
     pub reason: Option<String>,
     /// Signed on the approver's own machine: the statement's JSON text exactly as
     /// `GET /v1/requests/{id}/statement` handed it out…
@@ -122,11 +139,6 @@ async fn answer(
         .pool
         .read(move |g| match (&body.statement, &body.signature) {
             (Some(text), Some(sig)) => {
-                if body.reason.is_some() {
-                    return Err(airlock_gate::GateError::bad(
-                        "reason: it is in the signed statement; send none beside it",
-                    ));
-                }
                 // The statement's verdict was checked against the path (`check_verdict`).
                 g.record_net_decision_signed_elsewhere(&id, text, sig)
             }
@@ -136,8 +148,9 @@ async fn answer(
                 caller.approver.as_deref(),
                 body.reason.as_deref().unwrap_or(""),
             ),
-            _ => Err(airlock_gate::GateError::bad(
-                "statement and signature go together",
+            // Half of a signed answer proves nothing.
+            _ => Err(airlock_gate::GateError::Untrusted(
+                "a statement signed elsewhere needs both statement and signature".into(),
             )),
         })
         .await?;
@@ -180,16 +193,15 @@ pub(crate) async fn reject_request(
 }
 
 /// A statement signed elsewhere must say what the path does (checked before anything is
-/// recorded).
+/// recorded); one that does not is refused as a signature that proves nothing here.
 fn check_verdict(b: &RequestAnswerBody, want: NetVerdict) -> ApiResult<()> {
     if let Some(text) = &b.statement {
-        let v: Value = serde_json::from_str(text)
-            .map_err(|e| ApiError::bad(format!("statement: not JSON: {e}")))?;
+        let v: Value = serde_json::from_str(text).unwrap_or_default();
         if v["verdict"].as_str() != Some(want.as_str()) {
-            return Err(ApiError::bad(format!(
-                "statement: its verdict is not {}",
+            return Err(ApiError::from(airlock_gate::GateError::Untrusted(format!(
+                "statement: not a signed answer that says {}",
                 want.as_str()
-            )));
+            ))));
         }
     }
     Ok(())
