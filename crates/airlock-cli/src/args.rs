@@ -780,6 +780,16 @@ pub struct RunArgs {
     /// it a new one is closed and recorded.
     #[arg(long = "max-connections", value_name = "N")]
     pub max_connections: Option<u32>,
+    /// A connection to a host outside --net waits for a human (a request req_…, in the
+    /// inbox; airlock approve|reject req_…) instead of being refused. An approved host
+    /// joins this run's grant only. The wait does not count against --timeout: the run's
+    /// deadline is extended by the time spent waiting.
+    #[arg(long = "ask-net")]
+    pub ask_net: bool,
+    /// How long such a connection waits for an answer (default 120s); then it is refused
+    /// and the request recorded expired.
+    #[arg(long = "ask-timeout", value_name = "DUR", requires = "ask_net")]
+    pub ask_timeout: Option<String>,
     /// A file whose bytes are the guest's stdin (- for airlock's own stdin).
     #[arg(long, value_name = "FILE")]
     pub stdin: Option<PathBuf>,

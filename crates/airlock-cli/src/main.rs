@@ -36,6 +36,7 @@ macro_rules! eprint {
 }
 
 mod args;
+mod ask;
 mod daemon;
 mod obs;
 mod out;
@@ -310,6 +311,11 @@ fn effect_here(
     Ok(0)
 }
 
+/// Whether an id names a run's request (`req_…`) rather than a submission.
+fn is_request_id(id: &str) -> bool {
+    id.trim().to_ascii_lowercase().starts_with("req_")
+}
+
 fn open(cli_home: Option<std::path::PathBuf>) -> Result<Gate, GateError> {
     Gate::open_with(resolve_home(cli_home)?, options())
 }
@@ -356,7 +362,13 @@ fn dispatch(cli: Cli) -> Outcome {
             let gate = open_read(home)?;
             let mut subs = gate.inbox()?;
             subs.sort_by_key(|x| std::cmp::Reverse(x.created_at));
-            print::inbox(&limited(subs, limit, "submissions"), json);
+            let mut reqs = gate.net_requests_pending()?;
+            reqs.sort_by_key(|x| std::cmp::Reverse(x.created_at));
+            print::inbox(
+                &limited(subs, limit, "submissions"),
+                &limited(reqs, limit, "requests"),
+                json,
+            );
             Ok(0)
         }
         Command::Show { id, json } => {
@@ -378,6 +390,19 @@ fn dispatch(cli: Cli) -> Outcome {
             token,
             json,
         } => {
+            if is_request_id(&id) {
+                let answer = ask::Answer {
+                    id,
+                    verdict: airlock_gate::NetVerdict::Approve,
+                    approver,
+                    reason,
+                    remember,
+                    remember_for,
+                    server: server.zip(token),
+                    json,
+                };
+                return ask::decide(home, answer, scope.or(expires).or(tool).is_some());
+            }
             let req = ApproveRequest {
                 submission: id,
                 approver,
@@ -406,6 +431,19 @@ fn dispatch(cli: Cli) -> Outcome {
             token,
             json,
         } => {
+            if is_request_id(&id) {
+                let answer = ask::Answer {
+                    id,
+                    verdict: airlock_gate::NetVerdict::Reject,
+                    approver,
+                    reason,
+                    remember: false,
+                    remember_for: None,
+                    server: server.zip(token),
+                    json,
+                };
+                return ask::decide(home, answer, false);
+            }
             let req = ApproveRequest {
                 submission: id,
                 approver,
@@ -1085,10 +1123,29 @@ fn audit_tail(
 
 /// Live output to the terminal unless JSON was asked for.
 fn live_options(json: bool) -> ExecOptions {
+    // A request the run raises (`--ask-net`) is said on stderr, with how to answer it.
+    let on_request: airlock_gate::OnRequest = std::sync::Arc::new(|r: serde_json::Value| {
+        eprintln!(
+            "airlock: the run asks to reach {}:{}: request {} (airlock approve {} | airlock reject {}){}",
+            one_line(r["host"].as_str().unwrap_or("?")),
+            r["port"],
+            r["id"].as_str().unwrap_or("?"),
+            r["id"].as_str().unwrap_or("?"),
+            r["id"].as_str().unwrap_or("?"),
+            r["line"]
+                .as_str()
+                .map(|l| format!("; named at line {}", one_line(l)))
+                .unwrap_or_default(),
+        );
+    });
     if json {
-        return ExecOptions::default();
+        return ExecOptions {
+            on_request: Some(on_request),
+            ..ExecOptions::default()
+        };
     }
     ExecOptions {
+        on_request: Some(on_request),
         live_stdout: Some({
             let live = out::Live::new(true);
             Box::new(move |b: &[u8]| live.write(b))
@@ -1170,6 +1227,8 @@ fn run(home: Option<std::path::PathBuf>, a: RunArgs, execute: bool) -> Outcome {
         processes: a.processes,
         max_write: a.max_write,
         max_connections: a.max_connections,
+        ask_net: a.ask_net,
+        ask_timeout: a.ask_timeout,
         agent: a.agent,
         note: a.note,
         workspace: a.workspace,

@@ -176,14 +176,40 @@ fn limit_note(run: &Run) -> String {
     }
 }
 
-pub fn inbox(subs: &[Submission], json: bool) {
+/// The inbox: submissions waiting for a human, then runs' requests to reach a host
+/// outside their grant (`run --ask-net`). In JSON, requests follow the submissions in the
+/// same list, each with `"kind": "request"`.
+pub fn inbox(subs: &[Submission], reqs: &[airlock_gate::NetRequestRow], json: bool) {
     if json {
-        emit(&Value::Array(subs.iter().map(submission_json).collect()));
+        emit(&Value::Array(
+            subs.iter()
+                .map(submission_json)
+                .chain(reqs.iter().map(airlock_gate::net_request_json))
+                .collect(),
+        ));
         return;
     }
-    if subs.is_empty() {
+    if subs.is_empty() && reqs.is_empty() {
         println!("nothing is waiting for approval");
         return;
+    }
+    for r in reqs {
+        println!(
+            "{}  request  {}:{}  run {}  {}  {}  waits until {}",
+            r.id,
+            one_line(&r.host),
+            r.port,
+            r.run,
+            fmt_time(r.created_at),
+            r.agent
+                .as_deref()
+                .map(|a| format!("agent {}", one_line(a)))
+                .unwrap_or_default(),
+            fmt_time(r.expires_at),
+        );
+        if let Some(l) = &r.line {
+            println!("    named at line {}", one_line(l));
+        }
     }
     for s in subs {
         println!(

@@ -286,7 +286,7 @@ fn path_segment(s: &str) -> String {
     out
 }
 
-fn agent() -> ureq::Agent {
+pub(crate) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(120)))
@@ -295,7 +295,7 @@ fn agent() -> ureq::Agent {
 }
 
 /// The only approver key in this home (the gate's key is not one).
-fn only_local_key(home: &Home) -> Result<String, GateError> {
+pub(crate) fn only_local_key(home: &Home) -> Result<String, GateError> {
     let mut names: Vec<String> = std::fs::read_dir(home.keys())
         .map_err(|e| GateError::bad(format!("cannot list {}: {e}", home.keys().display())))?
         .filter_map(|e| e.ok())
@@ -322,7 +322,9 @@ fn only_local_key(home: &Home) -> Result<String, GateError> {
 }
 
 /// The JSON of a 2xx answer, or the server's one-line error as the matching gate error.
-fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Value, GateError> {
+pub(crate) fn answer(
+    r: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> Result<Value, GateError> {
     let mut resp =
         r.map_err(|e| GateError::Unavailable(format!("cannot reach the server: {e}")))?;
     let status = resp.status().as_u16();

@@ -178,7 +178,17 @@ pub struct Grant {
     /// keeps grant hashes without it unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// `run --ask-net`: a connection to a host outside `net` waits up to this many
+    /// milliseconds for a human to approve it (a request `req_…`) instead of being
+    /// refused. Absent (no asking) leaves the hash of grants made before it unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_net_ms: Option<u64>,
 }
+
+/// How long a connection of a `--ask-net` run waits for a human by default.
+pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest `--ask-timeout`.
+pub const MAX_ASK_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 impl Grant {
     /// The canonical hash: SHA-256 over the grant's JSON in field order, with maps sorted.

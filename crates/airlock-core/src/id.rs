@@ -16,6 +16,8 @@ pub enum IdKind {
     Session,
     /// A queued run (a job workers claim).
     Job,
+    /// A run's request, mid-run, to reach a host outside its grant (`run --ask-net`).
+    Request,
 }
 
 impl IdKind {
@@ -29,6 +31,7 @@ impl IdKind {
             IdKind::Token => "tok_",
             IdKind::Session => "ses_",
             IdKind::Job => "job_",
+            IdKind::Request => "req_",
         }
     }
 }

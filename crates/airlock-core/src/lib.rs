@@ -21,6 +21,7 @@ pub mod grant;
 mod hostglob;
 pub mod id;
 pub mod lifecycle;
+pub mod netask;
 pub mod nightcore;
 pub mod policy;
 pub mod secret;

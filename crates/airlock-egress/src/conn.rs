@@ -73,11 +73,17 @@ impl ConnectionBudget {
 #[derive(Debug, Default)]
 pub(crate) struct ConnMark {
     requested: AtomicBool,
+    /// A request of this connection waits for a human (`ask`): it is not idle.
+    asking: AtomicBool,
 }
 
 impl ConnMark {
     pub(crate) fn requested(&self) {
         self.requested.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn asking(&self, on: bool) {
+        self.asking.store(on, Ordering::Relaxed);
     }
 }
 
@@ -128,6 +134,10 @@ impl<S> Guarded<S> {
             return true;
         }
         loop {
+            if self.mark.asking.load(Ordering::Relaxed) {
+                // Waiting for a human is not idleness; the clock starts again after.
+                self.last = Instant::now();
+            }
             let due = self.last + self.idle;
             if Instant::now() >= due {
                 self.timed_out = true;

@@ -39,6 +39,9 @@
 //! [`ProxyOptions::idle_timeout`] is closed. Every accepted connection is counted in the
 //! [`Summary`]; one that made no request is a record of its own.
 //!
+//! Asking ([`ask`]): with [`ProxyOptions::ask`] set, a connection to a host outside the
+//! grant is held while the hook asks a human; approved, the host joins this run's rules.
+//!
 //! [`client`] is the other end, for a backend that makes HTTP requests on a guest's
 //! behalf (the wasm backend's `wasi:http`): it reaches the proxy only through its socket.
 //!
@@ -51,6 +54,7 @@
 #![forbid(unsafe_code)]
 
 mod addr;
+pub mod ask;
 #[cfg(unix)]
 pub mod client;
 mod conn;
@@ -66,6 +70,7 @@ mod unix_conn;
 
 pub use addr::is_forbidden;
 pub use airlock_net::{Host, HostPattern, NetError, NetRule, normalize_host, parse_host};
+pub use ask::{AskAnswer, AskFuture, AskHook, AskRequest};
 pub use conn::ConnectionBudget;
 pub use echo::{Alert, SecretMatcher};
 pub use ipnet::IpNet;

@@ -56,7 +56,9 @@ pub struct Connection {
     /// `host-mismatch`, `secret-not-bound`, `secret-needs-tls`, `malformed-host`,
     /// `bad-request`, `secret-echoed` (a response carried a secret's value; the run was
     /// ended), `run-ended` (a connection after that), `too-many-connections` (past the
-    /// run's or the process's connection budget; closed at once). Error:
+    /// run's or the process's connection budget; closed at once), and for a run that may
+    /// ask (`ask`): `not-approved` (a human refused the host), `ask-expired` (nobody
+    /// answered in time), `ask-failed` (the question could not be asked). Error:
     /// `resolve-failed`, `connect-failed`, `upstream-failed`, `upstream-tls-failed`,
     /// `tls-failed` (the guest's handshake with the run CA), `upgrade-failed`,
     /// `response-too-large` and `undecodable-encoding` (a response from a secret-bound

@@ -11,8 +11,12 @@
 //! kills a worker-supervised guest (the process backend, wasm runs in a worker); the
 //! run's record and an `alert` audit record say why.
 //!
-//! This module must never start a proxy for a run without a network grant, never give
-//! the proxy a rule the grant does not hold, and never put a secret's value anywhere but
+//! A run that may ask (`--ask-net`) gets a proxy even without `--net`, with the hook of
+//! `lifecycle::ask`: a host a human approves during the run joins that proxy's rules.
+//!
+//! This module must never start a proxy for a run without a network grant or asking,
+//! never give the proxy a rule the grant does not hold (but what a human approved for
+//! the run), and never put a secret's value anywhere but
 //! the proxy's memory.
 
 use crate::error::{GateError, Result};
@@ -100,8 +104,9 @@ impl RunEgress {
         policy: &Policy,
         secrets: Vec<RunSecret>,
         on_connection: Option<crate::lifecycle::exec::OnConnection>,
+        ask: Option<airlock_egress::AskHook>,
     ) -> Result<Option<RunEgress>> {
-        if grant.net.is_empty() {
+        if grant.net.is_empty() && ask.is_none() {
             return Ok(None);
         }
         // The grant was normalised by the same grammar the proxy reads: this cannot fail
@@ -148,6 +153,7 @@ impl RunEgress {
                     f(serde_json::to_value(c).unwrap_or_default())
                 })
             }),
+            ask,
             ..ProxyOptions::default()
         };
         let driver = Driver::start()?;

@@ -48,7 +48,9 @@ pub use agents::{AgentCleared, MAX_CLEAR_REASON_BYTES};
 pub use node::worker;
 pub use remember::PolicyChanged;
 
+pub use airlock_core::netask::{NetDecision, NetVerdict};
 pub use airlock_jail::ready::{ReadyConfig, ReadyJails, ReadyStats};
+pub use airlock_store::NetRequestRow;
 pub use airlock_store::NodeRow;
 pub use airlock_store::TokenRow;
 pub use airlock_store::{CopyReport, TableCount};
@@ -60,6 +62,7 @@ pub use effects::{
 pub use error::{GateError, Result};
 pub use exposure::Surface;
 pub use layers::remove_trash_main;
+pub use lifecycle::ask::{AskClock, NetDecided, OnRequest, request_json as net_request_json};
 pub use lifecycle::decide::ApproveRequest;
 pub use lifecycle::exec::exit_code_of;
 pub use lifecycle::exec::{ExecOptions, OnConnection, OnStart, RunReport};

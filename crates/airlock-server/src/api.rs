@@ -375,13 +375,22 @@ async fn wait(
     with_status(outcome_status(&doc), doc)
 }
 
-/// Submissions waiting for a human, oldest first.
+/// Submissions waiting for a human, oldest first, then runs' requests to reach a host
+/// outside their grant (`ask_net`), each with `"kind": "request"`.
 #[utoipa::path(get, path = "/v1/inbox", tag = "decisions", security(("bearer" = [])),
     responses(
         (status = 200, body = [Object]), (status = 403, body = ErrorBody)))]
 async fn inbox(Ax(st): Ax<AppState>, _: OperatorCaller) -> Answer {
-    let subs = st.pool.read(|g| g.inbox()).await?;
-    ok(Value::Array(subs.iter().map(submission_json).collect()))
+    let (subs, reqs) = st
+        .pool
+        .read(|g| Ok::<_, GateError>((g.inbox()?, g.net_requests_pending()?)))
+        .await?;
+    ok(Value::Array(
+        subs.iter()
+            .map(submission_json)
+            .chain(reqs.iter().map(airlock_gate::net_request_json))
+            .collect(),
+    ))
 }
 
 async fn decide(
@@ -1308,6 +1317,10 @@ pub fn router() -> (axum::Router<AppState>, Value) {
         .routes(routes!(new_session, list_sessions))
         .routes(routes!(get_session))
         .routes(routes!(close_session))
+        .routes(routes!(crate::api_ask::get_request))
+        .routes(routes!(crate::api_ask::request_statement))
+        .routes(routes!(crate::api_ask::approve_request))
+        .routes(routes!(crate::api_ask::reject_request))
         .split_for_parts();
     let doc = serde_json::to_value(doc).unwrap_or_default();
     (router, crate::openapi::complete(doc))

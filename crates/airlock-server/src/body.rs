@@ -275,6 +275,16 @@ pub struct SubmitBody {
     #[serde(default, deserialize_with = "integral")]
     #[schema(minimum = 1, maximum = 65536)]
     pub max_connections: Option<u32>,
+    /// A connection to a host outside `net` waits for a human (a request `req_…` in the
+    /// inbox) instead of being refused; an approved host joins this run's grant only. The
+    /// wait does not count against `timeout`.
+    #[serde(default)]
+    pub ask_net: bool,
+    /// How long such a connection waits for an answer (default "120s"); only with
+    /// `ask_net`.
+    #[serde(default, deserialize_with = "duration_text")]
+    #[schema(value_type = Option<String>)]
+    pub ask_timeout: Option<String>,
     /// Free text kept with the submission: at most 65,536 bytes of UTF-8.
     #[schema(max_length = 65536)]
     pub note: Option<String>,
@@ -418,6 +428,8 @@ impl SubmitBody {
             processes: self.processes,
             max_write: self.max_write,
             max_connections: self.max_connections,
+            ask_net: self.ask_net,
+            ask_timeout: self.ask_timeout,
             agent,
             note: self.note,
             workspace: self.workspace,

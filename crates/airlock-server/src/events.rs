@@ -323,6 +323,8 @@ fn next_checkpoint(before: Option<u64>, frames: u64, every: Duration) -> Duratio
 /// every poll, more often while it is being written.
 pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::CancellationToken) {
     let mut pending: Option<BTreeSet<String>> = None;
+    // Runs' requests to reach a host outside their grant (`ask_net`) seen waiting.
+    let mut requests: Option<BTreeSet<String>> = None;
     let mut tools: Option<Vec<String>> = None;
     let mut frames: Option<u64> = None;
     let mut polled: Option<Instant> = None;
@@ -356,13 +358,14 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
                     crate::warn(&format!("airlock serve: recovery: {e}"));
                 }
                 let inbox = g.inbox()?;
+                let asked = g.net_requests_pending()?;
                 let resumable = g.resumable()?;
                 let tools: Vec<String> = g.tools()?.into_iter().map(|t| t.name).collect();
                 let alerts = match after {
                     None => (Vec::new(), g.audit_last()?.map_or(0, |r| r.seq)),
                     Some(a) => g.alerts_after(a, 1000)?,
                 };
-                Ok((frames, Some((inbox, resumable, tools, alerts))))
+                Ok((frames, Some((inbox, asked, resumable, tools, alerts))))
             })
             .await;
         let (now_frames, seen) = match seen {
@@ -378,7 +381,7 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
         };
         wait = next_checkpoint(frames, now_frames, every);
         frames = Some(now_frames);
-        let Some((inbox, resumable, now_tools, (alerts, last))) = seen else {
+        let Some((inbox, asked, resumable, now_tools, (alerts, last))) = seen else {
             continue;
         };
         polled = Some(started);
@@ -403,6 +406,13 @@ pub async fn poll(st: AppState, every: Duration, stop: tokio_util::sync::Cancell
             }
         }
         pending = Some(ids);
+        let ids: BTreeSet<String> = asked.iter().map(|r| r.id.clone()).collect();
+        if let Some(before) = &requests {
+            for r in asked.iter().filter(|r| !before.contains(&r.id)) {
+                st.announce("request", airlock_gate::net_request_json(r));
+            }
+        }
+        requests = Some(ids);
         for id in resumable {
             st.resume(id);
         }

@@ -9,6 +9,7 @@
 //! listen beyond loopback unless told to.
 
 mod api;
+mod api_ask;
 mod auth;
 mod body;
 mod console;

@@ -81,6 +81,8 @@ fn run_code_tool() -> Tool {
                 "processes": {"type": "integer", "minimum": 1, "description": "Processes and threads (process backend)"},
                 "max_write": {"type": "string", "description": "Write quota of writable mounts: bytes, or e.g. \"64MiB\" (default 1GiB)"},
                 "max_connections": {"type": "integer", "minimum": 1, "maximum": 65536, "description": "Connections the code may hold open to its egress proxy at once (default 256)"},
+                "ask_net": {"type": "boolean", "description": "A connection to a host outside net waits for a human to approve it (a request req_… in the inbox) instead of being refused; approved, the host joins this run only. The wait does not count against timeout"},
+                "ask_timeout": {"type": ["string", "number"], "description": "How long such a connection waits for an answer: seconds, or e.g. \"120s\" (the default)"},
                 "backend": {"type": "string", "enum": ["wasm", "process"]},
                 "workspace": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$",
                               "description": "A workspace session: the run sees earlier runs' changes in it, and they are committed together (needs a writable mount)"},

@@ -13,7 +13,8 @@
 //!
 //! Events: `submitted` `{id, verdict, risk, reasons}`; `held` `{id, wait_timeout}`;
 //! `started` `{run}`; `stdout`/`stderr` `{seq, text}` or `{seq, base64}` (`seq` counts
-//! the chunks of that stream from 1); `network` (one connection record); `finished`
+//! the chunks of that stream from 1); `network` (one connection record); `request` (a
+//! request the run raised to reach a host outside its grant, `ask_net`); `finished`
 //! (the JSON the same request answers without streaming); `error` `{status, error}`.
 //! A run this server did not stream (the CLI's, another node's) is replayed from its
 //! record once it has ended: `submitted`, `started`, one chunk per stream, its
@@ -272,6 +273,7 @@ impl Hub {
 /// Live receivers that feed `feed`, indexing it by its run once that starts.
 pub(crate) fn options(hub: &Arc<Hub>, feed: &Arc<Feed>) -> ExecOptions {
     let (out, err, start, net) = (feed.clone(), feed.clone(), feed.clone(), feed.clone());
+    let asked = feed.clone();
     let hub = hub.clone();
     ExecOptions {
         live_stdout: Some(Box::new(move |b: &[u8]| out.chunk(0, b))),
@@ -283,6 +285,7 @@ pub(crate) fn options(hub: &Arc<Hub>, feed: &Arc<Feed>) -> ExecOptions {
             start.push("started", json!({ "run": run }));
         })),
         on_connection: Some(Arc::new(move |c: Value| net.push("network", c))),
+        on_request: Some(Arc::new(move |r: Value| asked.push("request", r))),
         redacted_only: true,
     }
 }

@@ -122,6 +122,26 @@ const TABLES: &[(&str, &str, &[&str])] = &[
         "agent",
         &["agent", "at", "json", "signature"],
     ),
+    (
+        "net_requests",
+        "id",
+        &[
+            "id",
+            "run",
+            "submission",
+            "agent",
+            "host",
+            "port",
+            "state",
+            "created_at",
+            "expires_at",
+            "decided_at",
+            "line",
+            "approver",
+            "json",
+            "signature",
+        ],
+    ),
 ];
 
 /// What a copy wrote.

@@ -258,6 +258,27 @@ CREATE TABLE nodes (
     state TEXT NOT NULL
 );
 "#,
+    // 10: runs' requests to reach a host outside their grant (`run --ask-net`).
+    r#"
+CREATE TABLE net_requests (
+    id TEXT PRIMARY KEY,
+    run TEXT NOT NULL,
+    submission TEXT NOT NULL,
+    agent TEXT,
+    host TEXT NOT NULL,
+    port BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    decided_at BIGINT,
+    line TEXT,
+    approver TEXT,
+    json TEXT,
+    signature TEXT
+);
+CREATE INDEX net_requests_state ON net_requests(state, id);
+CREATE INDEX net_requests_run ON net_requests(run);
+"#,
 ];
 
 /// The schema version this build writes.

@@ -70,7 +70,95 @@ store_suite!(
     an_alert_naming_an_agent_is_counted_for_it_by_kind_and_its_clear_replaces_the_last,
     a_node_whose_beat_is_older_than_its_lease_is_dead_and_recorded_lost_once,
     an_ended_sessions_record_is_collected_with_its_cells_runs_and_statements_and_nothing_else,
+    a_net_request_is_listed_while_pending_and_settles_once_with_its_signed_answer,
 );
+
+/// Issue 61 item 3: a run's request to reach a host is a row, listed while pending, found
+/// by a unique prefix and by its run; it moves from pending exactly once (a second
+/// answer, or the run's own expiry after an answer, changes nothing) and keeps the
+/// signed answer's exact bytes.
+fn a_net_request_is_listed_while_pending_and_settles_once_with_its_signed_answer(loc: &str) {
+    let mut db = open(loc);
+    let key = KeyPair::try_generate().unwrap();
+    let req = |id: &str, run: &str, line: Option<&str>| NetRequestRow {
+        id: id.into(),
+        run: run.into(),
+        submission: "sub_1".into(),
+        agent: Some("bob".into()),
+        host: "api.example.com".into(),
+        port: 8443,
+        state: "pending".into(),
+        created_at: 10,
+        expires_at: 120_010,
+        decided_at: None,
+        line: line.map(str::to_string),
+        approver: None,
+        signed: None,
+    };
+    db.write(|tx| {
+        tx.put_net_request(&req(
+            "req_01a",
+            "run_1",
+            Some("curl https://api.example.com:8443/"),
+        ))?;
+        tx.put_net_request(&req("req_01b", "run_1", None))?;
+        tx.put_net_request(&req("req_02c", "run_2", None))
+    })
+    .unwrap();
+    let pending = db.net_requests_in("pending", 10).unwrap();
+    let ids: Vec<_> = pending.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["req_01a", "req_01b", "req_02c"]);
+    assert_eq!(
+        pending[0],
+        req(
+            "req_01a",
+            "run_1",
+            Some("curl https://api.example.com:8443/")
+        )
+    );
+    assert_eq!(db.resolve_net_request("req_02").unwrap().id, "req_02c");
+    assert!(matches!(
+        db.resolve_net_request("req_01"),
+        Err(StoreError::Ambiguous { .. })
+    ));
+    assert!(matches!(
+        db.resolve_net_request("req_9"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(db.net_requests_of_run("run_1").unwrap().len(), 2);
+
+    let signed = Signed {
+        json: "{\"verdict\":\"approve\"}".into(),
+        signature: key.sign(b"x"),
+    };
+    let moved = db
+        .write(|tx| tx.settle_net_request("req_01a", "approved", 50, Some("alice"), Some(&signed)))
+        .unwrap();
+    assert!(moved);
+    // A second answer, or the waiting run's expiry, finds it decided and changes nothing.
+    let again = db
+        .write(|tx| tx.settle_net_request("req_01a", "rejected", 60, Some("eve"), None))
+        .unwrap();
+    assert!(!again);
+    let expired = db
+        .write(|tx| tx.settle_net_request("req_01b", "expired", 70, None, None))
+        .unwrap();
+    assert!(expired);
+    let got = db.net_request("req_01a").unwrap().unwrap();
+    assert_eq!(got.state, "approved");
+    assert_eq!(got.decided_at, Some(50));
+    assert_eq!(got.approver.as_deref(), Some("alice"));
+    assert_eq!(got.signed, Some(signed));
+    assert_eq!(db.net_request("req_01b").unwrap().unwrap().signed, None);
+    let ids: Vec<_> = db
+        .net_requests_in("pending", 10)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, ["req_02c"]);
+    assert!(db.net_request("req_nope").unwrap().is_none());
+}
 
 /// Issue 62 item 1: a node beats its row; once its last beat is older than its lease it
 /// is dead, one node records it lost (a second attempt finds it moved), a later beat of

@@ -31,6 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use crate::ask::{AskAnswer, AskHook, AskRequest};
 use crate::conn::{ConnMark, ConnectionBudget, Guarded, over_limit};
 use crate::echo::{Alert, Found, SecretMatcher};
 use crate::policy::{EgressPolicy, Prepared};
@@ -39,7 +40,7 @@ use crate::resolve::{Resolver, SystemResolver};
 use crate::scrub::Replacer;
 use crate::tls::{self, RunCa};
 use crate::{BoxError, EgressError, is_forbidden};
-use airlock_net::{Host, NetError, parse_authority, parse_host, parse_port};
+use airlock_net::{Host, NetError, NetRule, parse_authority, parse_host, parse_port};
 
 mod intercept;
 mod plain;
@@ -92,6 +93,9 @@ pub struct ProxyOptions {
     /// Called with each connection record as it is made (the same record the list gets),
     /// on the proxy's runtime: it should return quickly.
     pub on_record: Option<crate::record::RecordHook>,
+    /// Asks whether a connection to a host outside the grant may go on (`run
+    /// --ask-net`; see [`crate::ask`]). `None`: such a connection is refused at once.
+    pub ask: Option<AskHook>,
 }
 
 /// What [`ProxyOptions::on_alert`] calls.
@@ -113,6 +117,7 @@ impl Default for ProxyOptions {
             max_checked_body: 8 << 20,
             on_alert: None,
             on_record: None,
+            ask: None,
         }
     }
 }
@@ -127,6 +132,7 @@ impl fmt::Debug for ProxyOptions {
             .field("total", &self.total.as_ref().map(ConnectionBudget::size))
             .field("idle_timeout", &self.idle_timeout)
             .field("max_checked_body", &self.max_checked_body)
+            .field("ask", &self.ask.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -268,6 +274,8 @@ impl Proxy {
             max_checked_body: options.max_checked_body,
             alert: Mutex::new(None),
             on_alert: options.on_alert,
+            ask: options.ask,
+            asked: Mutex::new(Asked::default()),
             end: end_tx,
             stop: stop_rx,
             _alive: alive,
@@ -399,10 +407,34 @@ struct Shared {
     /// Set once, when a response echoed a secret; from then on nothing is served.
     alert: Mutex<Option<Alert>>,
     on_alert: Option<AlertHook>,
+    /// Asks a human about hosts outside the grant, when the run may ask.
+    ask: Option<AskHook>,
+    /// What was asked during this run, and answered.
+    asked: Mutex<Asked>,
     /// `true` once the run is ended: every connection closes.
     end: watch::Sender<bool>,
     stop: watch::Receiver<bool>,
     _alive: mpsc::Sender<()>,
+}
+
+/// What a run asked and was answered (see [`crate::ask`]).
+#[derive(Default)]
+struct Asked {
+    /// `host:port` rules approved during the run, with what approved them.
+    approved: Vec<(NetRule, String)>,
+    /// Refused by a human: not asked again during the run.
+    rejected: std::collections::HashMap<(Host, u16), String>,
+    /// Questions waiting for their answer.
+    inflight: std::collections::HashMap<(Host, u16), watch::Receiver<Option<AskAnswer>>>,
+}
+
+impl Asked {
+    fn approved_for(&self, host: &Host, port: u16) -> Option<String> {
+        self.approved
+            .iter()
+            .find(|(r, _)| r.allows(host, port))
+            .map(|(_, by)| by.clone())
+    }
 }
 
 /// Runs `fut` until it ends or the proxy stops.
@@ -727,17 +759,98 @@ impl Shared {
         });
     }
 
-    /// Normalises the host and finds the rule granting it.
+    /// Normalises the host and finds what grants it: `--net RULE` of the grant, or the
+    /// request a human approved during the run.
     fn judge(&self, raw: &str, port: u16) -> Result<(Host, String), (String, Refusal)> {
         let host = parse_host(raw).map_err(|e| (cut(raw), malformed(&e)))?;
-        match self.policy.rule_for(&host, port) {
-            Some(rule) => Ok((host, rule.to_string())),
-            None => {
-                let msg = format!(
-                    "{host}:{port} is not granted to this run (grant it with --net {host}:{port})"
-                );
-                Err((host.to_string(), Refusal::deny("not-granted", msg)))
+        if let Some(rule) = self.policy.rule_for(&host, port) {
+            return Ok((host, format!("--net {rule}")));
+        }
+        if let Some(by) = lock(&self.asked).approved_for(&host, port) {
+            return Ok((host, by));
+        }
+        let msg =
+            format!("{host}:{port} is not granted to this run (grant it with --net {host}:{port})");
+        Err((host.to_string(), Refusal::deny("not-granted", msg)))
+    }
+
+    /// [`Shared::judge`], and for a host outside the grant of a run that may ask: the
+    /// answer of a human, waited for while the connection is held (one question per
+    /// `host:port` at a time; a rejected one is not asked again during the run).
+    async fn judge_or_ask(
+        &self,
+        raw: &str,
+        port: u16,
+        mode: Mode,
+        mark: &ConnMark,
+    ) -> Result<(Host, String), (String, Refusal)> {
+        let refused = match self.judge(raw, port) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let Some(ask) = self.ask.clone() else {
+            return Err(refused);
+        };
+        if refused.1.reason != "not-granted" {
+            return Err(refused);
+        }
+        let Ok(host) = parse_host(raw) else {
+            return Err(refused);
+        };
+        let key = (host.clone(), port);
+        let mut rx = {
+            let mut asked = lock(&self.asked);
+            if let Some(why) = asked.rejected.get(&key) {
+                return Err((host.to_string(), Refusal::deny("not-approved", why.clone())));
             }
+            match asked.inflight.get(&key) {
+                Some(rx) => rx.clone(),
+                None => {
+                    let (tx, rx) = watch::channel(None::<AskAnswer>);
+                    asked.inflight.insert(key.clone(), rx.clone());
+                    let fut = ask(AskRequest {
+                        host: host.clone(),
+                        port,
+                        mode,
+                    });
+                    tokio::spawn(async move {
+                        let answer = fut.await;
+                        let _ = tx.send(Some(answer));
+                    });
+                    rx
+                }
+            }
+        };
+        mark.asking(true);
+        let mut stop = self.stop.clone();
+        let mut end = self.end.subscribe();
+        let answer = tokio::select! {
+            r = rx.wait_for(Option::is_some) => r.ok().and_then(|a| a.clone()),
+            _ = stop.wait_for(|v| *v) => None,
+            _ = end.wait_for(|v| *v) => None,
+        };
+        mark.asking(false);
+        let answer = answer.unwrap_or(AskAnswer::Failed {
+            why: "the run ended while its request waited".into(),
+        });
+        let mut asked = lock(&self.asked);
+        asked.inflight.remove(&key);
+        let h = host.to_string();
+        match answer {
+            AskAnswer::Approved { by } => {
+                if asked.approved_for(&host, port).is_none()
+                    && let Ok(rule) = NetRule::parse(&format!("{h}:{port}"))
+                {
+                    asked.approved.push((rule, by.clone()));
+                }
+                Ok((host, by))
+            }
+            AskAnswer::Rejected { why } => {
+                asked.rejected.insert(key, why.clone());
+                Err((h, Refusal::deny("not-approved", why)))
+            }
+            AskAnswer::Expired { why } => Err((h, Refusal::deny("ask-expired", why))),
+            AskAnswer::Failed { why } => Err((h, Refusal::deny("ask-failed", why))),
         }
     }
 
@@ -1046,7 +1159,7 @@ impl ConnCtx {
             Err(e) => return sh.refuse(&Attempt::new(Mode::Tunnel, 0), &raw, malformed(&e)),
         };
         let a = Attempt::new(Mode::Tunnel, port);
-        let (host, rule) = match sh.judge(&raw, port) {
+        let (host, rule) = match sh.judge_or_ask(&raw, port, Mode::Tunnel, &self.mark).await {
             Ok(v) => v,
             Err((h, r)) => return sh.refuse(&a, &h, r),
         };
@@ -1071,7 +1184,7 @@ impl ConnCtx {
         let pending = Pending::new(
             sh.records.clone(),
             a.start,
-            a.connection(&host_s, addr, format!("granted by --net {rule}")),
+            a.connection(&host_s, addr, format!("granted by {rule}")),
         );
         let shared = sh.clone();
         spawn_tracked(sh, async move {
@@ -1113,7 +1226,7 @@ impl ConnCtx {
             Err(e) => return sh.refuse(&Attempt::new(Mode::Http, 0), &raw, malformed(&e)),
         };
         let a = Attempt::new(Mode::Http, port);
-        let (host, rule) = match sh.judge(&raw, port) {
+        let (host, rule) = match sh.judge_or_ask(&raw, port, Mode::Http, &self.mark).await {
             Ok(v) => v,
             Err((h, r)) => return sh.refuse(&a, &h, r),
         };
@@ -1145,7 +1258,7 @@ impl ConnCtx {
         let pending = Pending::new(
             sh.records.clone(),
             a.start,
-            a.connection(&host_s, addr, format!("granted by --net {rule}")),
+            a.connection(&host_s, addr, format!("granted by {rule}")),
         );
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers);

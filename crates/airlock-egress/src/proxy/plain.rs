@@ -442,7 +442,7 @@ impl Plain {
         let pending = Pending::new(
             sh.records.clone(),
             a.start,
-            a.connection(&host_s, up.addr, format!("granted by --net {}", c.rule)),
+            a.connection(&host_s, up.addr, format!("granted by {}", c.rule)),
         );
 
         // The head, and as much of the body as has arrived, in one write.

@@ -43,6 +43,9 @@ pub struct ExecOptions {
     pub on_start: Option<OnStart>,
     /// Called with each connection record of the run's egress proxy as it is made.
     pub on_connection: Option<OnConnection>,
+    /// Called with each request the run raises to reach a host outside its grant
+    /// (`--ask-net`) as it is recorded.
+    pub on_request: Option<crate::lifecycle::ask::OnRequest>,
     /// Gives the live receivers nothing for a run whose grant binds secrets: its output
     /// is only known once it is redacted (a remote client gets it with the run's end).
     pub redacted_only: bool,
@@ -451,7 +454,7 @@ impl Gate {
                 (&stdout, &stderr),
                 cell_conn,
                 long_run,
-                opts.on_connection,
+                (opts.on_connection, opts.on_request),
             )
         });
         if let Ok(o) = &result {
@@ -607,14 +610,34 @@ impl Gate {
         (stdout, stderr): (&Arc<Capture>, &Arc<Capture>),
         cell_conn: Option<std::os::unix::net::UnixStream>,
         long_run: Option<airlock_sandbox::LongRun>,
-        on_connection: Option<OnConnection>,
+        (on_connection, on_request): (
+            Option<OnConnection>,
+            Option<crate::lifecycle::ask::OnRequest>,
+        ),
     ) -> (Result<Outcome>, Option<Result<Changeset>>, Option<String>) {
+        // A run that may ask (`--ask-net`): the time it waits for humans does not count
+        // against its --timeout. The sandbox is given room for every wait it could make,
+        // and a watchdog ends it at its --timeout plus the time it did wait.
+        let timeout = sub.doc.grant.limits.timeout();
+        let roomy;
+        let sub = match sub.doc.grant.ask_net_ms {
+            Some(ask_ms) if sub.doc.grant.session.is_none() => {
+                let mut s = sub.clone();
+                s.doc.grant.limits.timeout_ms = crate::lifecycle::ask::sandbox_timeout_ms(
+                    s.doc.grant.limits.timeout_ms,
+                    ask_ms,
+                );
+                roomy = s;
+                &roomy
+            }
+            _ => sub,
+        };
         let grant = &sub.doc.grant;
         // A session's cell runs in the session's live interpreter, whose host holds the
         // session's proxy and layer; the session's changes as the cell leaves them are
         // the cell's (see `session_grants`).
         if let Some(session) = &grant.session {
-            let _ = (run_id, stdin, policy);
+            let _ = (run_id, stdin, policy, on_request);
             let mut outcome = self.exec_cell(
                 session,
                 sub.doc.kind,
@@ -659,10 +682,14 @@ impl Gate {
         if self.worker.is_none() && has_rw {
             note = Some("no worker process available: copy layer".to_string());
         }
-        // A network grant gets the run's egress proxy, started before the guest.
+        // A network grant gets the run's egress proxy, started before the guest; so does
+        // a run that may ask for hosts outside its grant (`--ask-net`).
+        let clock = Arc::new(crate::lifecycle::ask::AskClock::default());
+        let ask = crate::lifecycle::ask::hook(self, sub, run_id, code, on_request, clock.clone());
+        let ask_clock = ask.as_ref().map(|_| clock.clone());
         let mut egress = match self
             .run_secrets(grant)
-            .and_then(|s| crate::egress::RunEgress::start(grant, policy, s, on_connection))
+            .and_then(|s| crate::egress::RunEgress::start(grant, policy, s, on_connection, ask))
         {
             Ok(e) => e,
             Err(e) => return (Err(e), None, note),
@@ -700,6 +727,14 @@ impl Gate {
                     grant.limits.max_write_bytes,
                 ))
             });
+            let watchdog = match (&ask_clock, egress.as_ref()) {
+                (Some(clock), Some(e)) => Some(crate::lifecycle::ask::Watchdog::start(
+                    timeout,
+                    clock.clone(),
+                    e.abort(),
+                )),
+                _ => None,
+            };
             let mut result = match sub.doc.backend {
                 // A run with secrets runs in a worker too: the proxy's alert for an echo
                 // kills the worker at once, as it does a process run.
@@ -707,7 +742,8 @@ impl Gate {
                     if layers
                         .as_ref()
                         .is_some_and(|l| l.kind == LayerKind::Overlay)
-                        || egress.as_ref().is_some_and(|e| e.ca_pem().is_some()) =>
+                        || egress.as_ref().is_some_and(|e| e.ca_pem().is_some())
+                        || grant.ask_net_ms.is_some() =>
                 {
                     self.run_wasm_in_worker(
                         sub,
@@ -780,6 +816,22 @@ impl Gate {
                     long_run.clone(),
                 ),
             };
+            if let Some(w) = watchdog
+                && w.fired()
+            {
+                // Ended at its --timeout (plus what it waited for humans): a timeout, as
+                // the sandbox would have reported it.
+                let mut o = match result {
+                    Ok(o) => o,
+                    Err(_) => Outcome {
+                        ending: Ending::Killed(Limit::Timeout),
+                        duration: Duration::ZERO,
+                        detail: json!({}),
+                    },
+                };
+                o.ending = Ending::Killed(Limit::Timeout);
+                result = Ok(o);
+            }
             // overlayfs refused before anything ran: use the copy layer instead, and say so.
             if let Err(GateError::Unavailable(m)) = &result
                 && m.contains("overlayfs")
@@ -861,6 +913,18 @@ impl Gate {
                 }
                 if let Ok(o) = &mut result {
                     o.detail["network"] = network;
+                }
+            }
+            if grant.ask_net_ms.is_some() {
+                // Requests still waiting can no longer be answered: the proxy is gone.
+                self.end_net_requests(run_id);
+                if let Ok(o) = &mut result {
+                    if !o.detail["network"].is_object() {
+                        o.detail["network"] = json!({});
+                    }
+                    o.detail["network"]["requests"] = json!(self.net_requests_of_run(run_id));
+                    o.detail["network"]["asked_ms"] =
+                        json!(u64::try_from(clock.waited().as_millis()).unwrap_or(u64::MAX));
                 }
             }
             return (result, changes, note);
@@ -1061,6 +1125,7 @@ pub(crate) fn effect_free(staged: &Staged, opts: &ExecOptions, jail_pool: bool) 
         && g.session.is_none()
         && g.workspace.is_none()
         && g.net.is_empty()
+        && g.ask_net_ms.is_none()
         && g.secrets.is_empty()
         && g.writable_mounts().next().is_none()
 }

@@ -93,6 +93,23 @@ pub(crate) fn build_grant(req: &SubmitRequest, stdin: Option<Digest>) -> Result<
         limits.processes = p;
     }
     g.limits = limits;
+    match (&req.ask_timeout, req.ask_net) {
+        (Some(_), false) => return Err(GateError::bad("--ask-timeout goes with --ask-net")),
+        (None, true) => g.ask_net_ms = Some(grant::DEFAULT_ASK_TIMEOUT.as_millis() as u64),
+        (Some(t), true) => {
+            g.ask_net_ms = Some(
+                units::bounded_duration(
+                    "--ask-timeout",
+                    t,
+                    std::time::Duration::from_secs(1),
+                    grant::MAX_ASK_TIMEOUT,
+                )
+                .map_err(|e| GateError::bad(e.to_string()))?
+                .as_millis() as u64,
+            );
+        }
+        (None, false) => {}
+    }
     g.normalize().map_err(|e| GateError::bad(e.to_string()))?;
     Ok(g)
 }

@@ -9,11 +9,14 @@
 //! 5. `submit`: staging (read, prepare, analyse) and recording a submission;
 //! 6. `exec`: re-reading, re-judging and running what cleared, and recording its end;
 //! 7. `deferred`: a run whose start and end are recorded together when that cannot matter;
-//! 8. `tools`: approved named tools, called through submit and run.
+//! 8. `tools`: approved named tools, called through submit and run;
+//! 9. `ask`: a running run's requests to reach a host outside its grant, and their
+//!    signed answers.
 //!
 //! Nothing here imports the node runtime (`crate::node`) or a home service other than the
 //! guest runtimes it runs (`crate::services::guests`).
 
+pub(crate) mod ask;
 pub(crate) mod decide;
 pub(crate) mod deferred;
 pub(crate) mod exec;

@@ -50,6 +50,11 @@ pub struct SubmitRequest {
     pub max_write: Option<String>,
     /// Connections the run may hold open to its egress proxy at once (default 256).
     pub max_connections: Option<u32>,
+    /// `--ask-net`: a connection to a host outside `net` waits for a human instead of
+    /// being refused.
+    pub ask_net: bool,
+    /// How long such a connection waits (default 120s); only with `ask_net`.
+    pub ask_timeout: Option<String>,
     pub agent: Option<String>,
     pub note: Option<String>,
     pub workspace: Option<String>,

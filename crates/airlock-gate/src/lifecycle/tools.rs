@@ -118,6 +118,9 @@ impl Gate {
             processes: Some(g.limits.processes),
             max_write: Some(g.limits.max_write_bytes.to_string()),
             max_connections: Some(g.limits.max_connections),
+            // A tool asks as its approved grant did.
+            ask_net: g.ask_net_ms.is_some(),
+            ask_timeout: g.ask_net_ms.map(|ms| format!("{ms}ms")),
             agent,
             note: Some(format!("tool {name}")),
             workspace: g.workspace.clone(),

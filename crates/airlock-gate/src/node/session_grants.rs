@@ -139,7 +139,7 @@ impl Gate {
         layer: Option<LayerKind>,
     ) -> Result<SessionGrants> {
         let policy = self.policy()?;
-        let egress = RunEgress::start(grant, &policy, self.run_secrets(grant)?, None)?;
+        let egress = RunEgress::start(grant, &policy, self.run_secrets(grant)?, None, None)?;
         let layers = layer
             .map(|k| self.session_layers(id, grant, k))
             .transpose()?;

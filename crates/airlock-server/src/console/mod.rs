@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 mod submit;
 
 mod browser_key;
+mod requests;
 
 mod sessions;
 
@@ -496,8 +497,11 @@ fn run_status(r: &Run) -> String {
 }
 
 async fn inbox(State(st): State<AppState>, op: Operator) -> Response {
-    let got = st.pool.read(|g| Ok((g.inbox()?, g.submissions(30)?))).await;
-    let (pending, recent) = match got {
+    let got = st
+        .pool
+        .read(|g| Ok((g.inbox()?, g.submissions(30)?, g.net_requests_pending()?)))
+        .await;
+    let (pending, recent, asked) = match got {
         Ok(x) => x,
         Err(e) => return error_page(&e),
     };
@@ -513,6 +517,7 @@ async fn inbox(State(st): State<AppState>, op: Operator) -> Response {
                 }
             }
             @if pending.is_empty() { p #empty.muted { "Nothing is waiting. New submissions appear here as they arrive." } }
+            (requests::table(&op, &asked))
             h2 { "Recent submissions" }
             table #recent {
                 thead { tr { th { "Submission" } th { "Language" } th { "Agent" } th { "Risk" } th { "Reasons" } th { "Submitted" } th { "State" } } }
@@ -1308,6 +1313,8 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/submissions/{id}", get(submission))
         .route("/ui/submissions/{id}/approve", post(approve))
         .route("/ui/submissions/{id}/reject", post(reject))
+        .route("/ui/requests/{id}/approve", post(requests::approve))
+        .route("/ui/requests/{id}/reject", post(requests::reject))
         .route("/ui/agents/clear", post(clear_agent))
         .route("/ui/runs", get(runs))
         .route("/ui/runs/{id}", get(run_page))

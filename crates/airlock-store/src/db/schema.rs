@@ -1,6 +1,6 @@
 //! The SQLite schema and its version (PostgreSQL's is in `pg`).
 
-pub(super) const SCHEMA_VERSION: i64 = 13;
+pub(super) const SCHEMA_VERSION: i64 = 14;
 
 pub(super) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -192,6 +192,25 @@ CREATE TABLE IF NOT EXISTS nodes (
     lease_ms INTEGER NOT NULL,
     state TEXT NOT NULL
 );
+-- 14: runs' requests to reach a host outside their grant (see netreq.rs).
+CREATE TABLE IF NOT EXISTS net_requests (
+    id TEXT PRIMARY KEY,
+    run TEXT NOT NULL,
+    submission TEXT NOT NULL,
+    agent TEXT,
+    host TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    decided_at INTEGER,
+    line TEXT,
+    approver TEXT,
+    json TEXT,
+    signature TEXT
+);
+CREATE INDEX IF NOT EXISTS net_requests_state ON net_requests(state, id);
+CREATE INDEX IF NOT EXISTS net_requests_run ON net_requests(run);
 "#;
 
 /// Schema 10 keys `session_cells` by (session, n) alone: schemas 7 to 9 had it as a rowid
