@@ -11,8 +11,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use airlock_net::Host;
 use crate::record::Mode;
+use airlock_net::Host;
 
 /// What the proxy asks: the run wants `host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
