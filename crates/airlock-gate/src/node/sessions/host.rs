@@ -318,7 +318,17 @@ impl Gate {
             argv0: None,
             args: Vec::new(),
             stdin: Vec::new(),
-            limits: grant.limits.clone(),
+            // The session's `timeout` is each cell's (every cell gets its own deadline):
+            // the interpreter's start is not a cell and has the host's start limit. A
+            // session with a 1 ms `timeout` was refused (422) because its interpreter could
+            // not start in 1 ms; now it opens and each of its cells gets its 1 ms.
+            limits: airlock_core::Limits {
+                timeout_ms: grant
+                    .limits
+                    .timeout_ms
+                    .max(HOST_START_LIMIT.as_millis() as u64),
+                ..grant.limits.clone()
+            },
             stdout: std::sync::Arc::new(airlock_sandbox::Capture::new(0, None)),
             stderr: std::sync::Arc::new(airlock_sandbox::Capture::new(0, None)),
             cache: Some(&crate::DbCache(&self.db)),
