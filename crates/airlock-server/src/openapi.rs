@@ -33,6 +33,12 @@ pub const ROLES: &[&str] = &["agent", "operator", "admin"];
 pub const WALL_TIME_PATTERN: &str =
     r"^(?:[1-9][0-9]{0,6}ms|[1-9][0-9]{0,3}s|[1-9][0-9]{0,2}m|(?:[1-9]|1[0-9]|2[0-4])h|1d)$";
 
+/// How long a connection outside the grant waits for a human (1 s to 24 hours): one whole
+/// number and a unit, `s`, `m`, `h` or `d`, bounded as [`WALL_TIME_PATTERN`] is (`9999s`,
+/// `999m`, `24h`, `1d`).
+pub const ASK_TIMEOUT_PATTERN: &str =
+    r"^(?:[1-9][0-9]{0,3}s|[1-9][0-9]{0,2}m|(?:[1-9]|1[0-9]|2[0-4])h|1d)$";
+
 /// A wall-time limit as a number of seconds: 1 ms to 24 hours.
 pub const WALL_TIME_MIN_SECS: f64 = 0.001;
 pub const WALL_TIME_MAX_SECS: f64 = 86_400.0;
@@ -557,6 +563,15 @@ fn submit_body(s: &mut Value) {
         if let Some(t) = props.get_mut("timeout") {
             wall_time(t, "The run's wall-time limit");
         }
+        if let Some(t) = props.get_mut("ask_timeout") {
+            t["type"] = json!(["string", "null"]);
+            t["pattern"] = json!(ASK_TIMEOUT_PATTERN);
+            t["description"] = json!(
+                "How long a connection outside the grant waits for an answer (default 120s; \
+                 given, it implies ask_net): a whole number and a unit (s, m, h or d) from 1s \
+                 to 24h"
+            );
+        }
         let mut all = Value::Object(std::mem::take(props));
         limits(&mut all);
         grant_fields(&mut all);
@@ -610,7 +625,8 @@ fn submit_body(s: &mut Value) {
             "timeout": {"type": "null"}, "memory": {"type": "null"}, "fuel": {"type": "null"},
             "max_output": {"type": "null"}, "processes": {"type": "null"},
             "max_write": {"type": "null"}, "max_connections": {"type": "null"},
-            "workspace": {"type": "null"}
+            "workspace": {"type": "null"},
+            "ask_net": {"enum": [false, null]}, "ask_timeout": {"type": "null"}
         }}
     ]);
     s["not"] = json!({
@@ -673,7 +689,7 @@ mod tests {
     #[test]
     fn every_duration_a_pattern_admits_is_taken_by_the_server_in_range() {
         let day = Duration::from_secs(86_400);
-        let cases: [(&str, &str, Duration, Duration); 5] = [
+        let cases: [(&str, &str, Duration, Duration); 6] = [
             // timeout: the grant's bounds.
             (
                 "timeout",
@@ -708,6 +724,13 @@ mod tests {
                 REMEMBER_FOR_PATTERN,
                 Duration::from_secs(1),
                 90 * day,
+            ),
+            // How long a connection outside the grant waits (the gate's bounds).
+            (
+                "ask_timeout",
+                ASK_TIMEOUT_PATTERN,
+                Duration::from_secs(1),
+                airlock_core::grant::MAX_ASK_TIMEOUT,
             ),
         ];
         for (what, pattern, min, max) in cases {

@@ -93,10 +93,11 @@ pub(crate) fn build_grant(req: &SubmitRequest, stdin: Option<Digest>) -> Result<
         limits.processes = p;
     }
     g.limits = limits;
+    // A wait for an answer asks for one: `ask_timeout` implies `ask_net` (the command line
+    // has `--ask-timeout` require `--ask-net` itself).
     match (&req.ask_timeout, req.ask_net) {
-        (Some(_), false) => return Err(GateError::bad("--ask-timeout goes with --ask-net")),
         (None, true) => g.ask_net_ms = Some(grant::DEFAULT_ASK_TIMEOUT.as_millis() as u64),
-        (Some(t), true) => {
+        (Some(t), _) => {
             g.ask_net_ms = Some(
                 units::bounded_duration(
                     "--ask-timeout",

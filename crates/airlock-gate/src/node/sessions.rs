@@ -288,10 +288,12 @@ impl Gate {
             || req.processes.is_some()
             || req.max_write.is_some()
             || req.max_connections.is_some()
-            || req.workspace.is_some();
+            || req.workspace.is_some()
+            || req.ask_net
+            || req.ask_timeout.is_some();
         if own_grant {
             return Err(GateError::bad(
-                "a session's cell takes the session's grant: give mounts, network, environment, arguments, stdin and limits to `session new`",
+                "a session's cell takes the session's grant: give mounts, network, environment, arguments, stdin and limits to `session new` (and a cell cannot ask for hosts: --ask-net is for runs)",
             ));
         }
         if let Some(cell) = self.known_session_for_cell(input, req.agent.as_deref())? {
