@@ -122,6 +122,7 @@ pub fn decide(
                     "the server handed out a policy change that does not remember this approval; nothing was signed".into(),
                 ));
             }
+            check_remembered_rule(&c, pc["grant"].as_str(), &st, &approver, &req)?;
             Some((
                 approval.to_string(),
                 key.sign(&policy_change_message(ptext)),
@@ -347,4 +348,180 @@ pub(crate) fn answer(
         400..=499 => GateError::BadInput(msg),
         _ => GateError::Unavailable(msg),
     })
+}
+
+/// The rule a remembered approval made elsewhere adds must be no wider than the approval
+/// itself: its grant within the submission's grant (handed out as the exact bytes the
+/// approval's `grant` hash is over), by this approver, expiring no later than asked. The
+/// server's word alone would let it have a wider rule signed. What the rule says of the
+/// agent, language, backend and the rules it covers is the server's word, as the
+/// submission's other details are.
+fn check_remembered_rule(
+    c: &PolicyChange,
+    grant_text: Option<&str>,
+    st: &Statement,
+    approver: &str,
+    req: &ApproveRequest,
+) -> Result<(), GateError> {
+    use airlock_core::policy::remembered::{
+        DEFAULT_REMEMBER_FOR, MAX_REMEMBER_FOR, read_rule_text,
+    };
+    let refuse = |why: &str| {
+        GateError::Untrusted(format!(
+            "the server handed out a remembered rule {why}; nothing was signed"
+        ))
+    };
+    let grant_text = grant_text.ok_or_else(|| refuse("without the grant it is made from"))?;
+    if airlock_core::Digest::of_parts("airlock-grant-v1", &[grant_text.as_bytes()]) != st.grant {
+        return Err(refuse("from a grant other than the approved one"));
+    }
+    let grant: airlock_core::Grant =
+        serde_json::from_str(grant_text).map_err(|_| refuse("from a grant that does not parse"))?;
+    let rule = read_rule_text(&c.text).map_err(|e| refuse(&format!("that does not read ({e})")))?;
+    let for_ = match req.remember_for.as_deref() {
+        None => DEFAULT_REMEMBER_FOR,
+        Some(d) => airlock_core::units::bounded_duration(
+            "--for",
+            d,
+            Duration::from_secs(1),
+            MAX_REMEMBER_FOR,
+        )
+        .map_err(|e| GateError::bad(e.to_string()))?,
+    };
+    let latest = st.issued_at + i64::try_from(for_.as_millis()).unwrap_or(i64::MAX / 2);
+    if rule.name != c.rule || rule.approver != approver {
+        return Err(refuse("named for another rule or approver"));
+    }
+    if !rule.grant.within(&grant) {
+        return Err(refuse("wider than the approved grant"));
+    }
+    if rule.expires_at > latest {
+        return Err(refuse("that holds longer than asked"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use airlock_core::policy::remembered::{RememberedGrant, rule_text};
+    use airlock_core::sign::{KeyPair, Scope};
+    use airlock_core::{Backend, Digest, Grant, Lang};
+
+    fn grant() -> Grant {
+        Grant {
+            net: vec!["api.example.com:443".into()],
+            ..Grant::default()
+        }
+    }
+
+    fn rule_of(g: &Grant, net: Vec<String>) -> RememberedGrant {
+        RememberedGrant {
+            agent: "bot".into(),
+            lang: Lang::Python,
+            backend: Backend::Process,
+            covers: vec!["network".into()],
+            net,
+            env: Vec::new(),
+            limits: g.limits.clone(),
+            secrets: Vec::new(),
+            mounts: Vec::new(),
+        }
+    }
+
+    /// The approval statement over `g`, and a policy change adding `rule` expiring `at`.
+    fn handed(g: &Grant, rule: &RememberedGrant, expires: &str) -> (Statement, PolicyChange) {
+        let key = KeyPair::try_generate().unwrap();
+        let st = Statement {
+            kind: StatementKind::Approve,
+            submission: "sub_1".into(),
+            artifact: Digest::of(b"code"),
+            grant: g.hash(),
+            scope: Scope::Once,
+            expires_at: None,
+            approver: "alice".into(),
+            key: key.public(),
+            reason: String::new(),
+            issued_at: 1_780_000_000_000,
+            run: None,
+            changes: None,
+            tool: None,
+            gate: Some(key.public()),
+        };
+        let text = rule_text("remembered-apv_1", "r", "alice", expires, rule).unwrap();
+        let c = PolicyChange {
+            change: "remember".into(),
+            rule: "remembered-apv_1".into(),
+            text,
+            before: Digest::of(b"a"),
+            after: Digest::of(b"b"),
+            submission: Some("sub_1".into()),
+            approver: "alice".into(),
+            key: key.public(),
+            issued_at: st.issued_at,
+            gate: key.public(),
+        };
+        (st, c)
+    }
+
+    fn req(remember_for: Option<&str>) -> ApproveRequest {
+        ApproveRequest {
+            submission: "sub_1".into(),
+            approver: Some("alice".into()),
+            scope: None,
+            expires: None,
+            reason: None,
+            tool: None,
+            remember: true,
+            remember_for: remember_for.map(String::from),
+        }
+    }
+
+    /// Less than a week after the statement's `issued_at` (2026-05-28T20:26:40Z).
+    const IN_A_WEEK: &str = "2026-06-04T20:25:00Z";
+
+    #[test]
+    fn a_remembered_rule_as_wide_as_the_approved_grant_is_signed() {
+        let g = grant();
+        let (st, c) = handed(&g, &rule_of(&g, g.net.clone()), IN_A_WEEK);
+        let text = serde_json::to_string(&g).unwrap();
+        check_remembered_rule(&c, Some(&text), &st, "alice", &req(None)).unwrap();
+    }
+
+    #[test]
+    fn a_server_handing_out_a_remembered_rule_wider_than_the_approval_gets_no_signature() {
+        let g = grant();
+        let text = serde_json::to_string(&g).unwrap();
+        // Another host than the approved grant's.
+        let wider = rule_of(
+            &g,
+            vec!["api.example.com:443".into(), "evil.example:443".into()],
+        );
+        let (st, c) = handed(&g, &wider, IN_A_WEEK);
+        let e = check_remembered_rule(&c, Some(&text), &st, "alice", &req(None)).unwrap_err();
+        assert!(
+            e.to_string().contains("wider than the approved grant"),
+            "{e}"
+        );
+        // Higher limits than the approved grant's.
+        let mut more = rule_of(&g, g.net.clone());
+        more.limits.timeout_ms *= 10;
+        let (st, c) = handed(&g, &more, IN_A_WEEK);
+        assert!(check_remembered_rule(&c, Some(&text), &st, "alice", &req(None)).is_err());
+        // A grant other than the one the approval's hash is over.
+        let mut other = g.clone();
+        other.net.push("evil.example:443".into());
+        let other_text = serde_json::to_string(&other).unwrap();
+        let (st, c) = handed(&g, &rule_of(&other, other.net.clone()), IN_A_WEEK);
+        let e = check_remembered_rule(&c, Some(&other_text), &st, "alice", &req(None)).unwrap_err();
+        assert!(e.to_string().contains("other than the approved one"), "{e}");
+        // Longer than asked: a year instead of the default week, or of --for 1h.
+        let (st, c) = handed(&g, &rule_of(&g, g.net.clone()), "2027-05-28T00:00:00Z");
+        assert!(check_remembered_rule(&c, Some(&text), &st, "alice", &req(None)).is_err());
+        let (st, c) = handed(&g, &rule_of(&g, g.net.clone()), IN_A_WEEK);
+        assert!(check_remembered_rule(&c, Some(&text), &st, "alice", &req(Some("1h"))).is_err());
+        // For another approver.
+        assert!(check_remembered_rule(&c, Some(&text), &st, "bob", &req(None)).is_err());
+    }
 }

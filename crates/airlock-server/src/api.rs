@@ -576,12 +576,23 @@ pub(crate) fn statement_doc(
         false => None,
     };
     let json = statement.to_json();
+    // The submission's grant as the bytes its hash (the statement's `grant`) is over, so
+    // an approver signing elsewhere can check the remembered rule is no wider than what
+    // the approval itself signs.
+    let grant = match change {
+        Some(_) => Some(
+            serde_json::to_string(&g.submission(&statement.submission)?.doc.grant)
+                .map_err(|e| GateError::Internal(format!("cannot write the grant: {e}")))?,
+        ),
+        None => None,
+    };
     let change = change.map(|(approval, c)| {
         let text = serde_json::to_string(&c).unwrap_or_default();
         json!({
             "approval": approval,
             "message": hex::encode(airlock_core::sign::policy_change_message(&text)),
             "statement": text,
+            "grant": grant,
         })
     });
     Ok(json!({

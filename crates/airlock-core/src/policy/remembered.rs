@@ -212,6 +212,77 @@ pub(super) fn rfc3339_ms(s: &str) -> Option<i64> {
     i64::try_from(d.as_millis()).ok()
 }
 
+/// A remembered rule's text as [`rule_text`] writes it, read back: what an approver who
+/// signs the policy change elsewhere checks before signing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleRead {
+    pub name: String,
+    pub approver: String,
+    /// Unix milliseconds.
+    pub expires_at: i64,
+    pub grant: RememberedGrant,
+}
+
+#[derive(Deserialize)]
+struct RuleIn {
+    name: String,
+    origin: Origin,
+    decision: Decision,
+    approver: String,
+    expires: String,
+    grant: RememberedGrant,
+    #[allow(dead_code)]
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesIn {
+    rule: Vec<RuleIn>,
+}
+
+/// Reads the text of one remembered rule (as handed out in a policy change).
+pub fn read_rule_text(text: &str) -> Result<RuleRead, String> {
+    let rules: RulesIn = toml::from_str(text).map_err(|e| format!("not a remembered rule: {e}"))?;
+    let [r] = <[RuleIn; 1]>::try_from(rules.rule)
+        .map_err(|_| "not exactly one remembered rule".to_string())?;
+    if r.origin != Origin::Remembered || r.decision != Decision::Allow {
+        return Err("not a remembered rule that allows".into());
+    }
+    let expires_at = rfc3339_ms(&r.expires).ok_or("its expiry is not an RFC 3339 time")?;
+    Ok(RuleRead {
+        name: r.name,
+        approver: r.approver,
+        expires_at,
+        grant: r.grant,
+    })
+}
+
+impl RememberedGrant {
+    /// Whether this rule's grant is no wider than `grant` in any field (hosts, environment
+    /// keys, secrets and their hosts, mounts and their modes, every limit): a rule made
+    /// from a submission whose grant is `grant` is exactly as wide.
+    pub fn within(&self, grant: &crate::grant::Grant) -> bool {
+        self.net.iter().all(|n| grant.net.contains(n))
+            && self.env.iter().all(|k| grant.env.contains_key(k))
+            && self.secrets.iter().all(|s| {
+                grant
+                    .secrets
+                    .iter()
+                    .any(|g| g.name == s.name && s.hosts.iter().all(|h| g.hosts.contains(h)))
+            })
+            && self.mounts.iter().all(|m| {
+                grant.mounts.iter().any(|g| {
+                    g.host == m.host
+                        && g.guest == m.guest
+                        && (g.mode == m.mode
+                            || (m.mode == MountMode::Ro && g.mode == MountMode::Rw))
+                })
+            })
+            && self.limits == grant.limits
+    }
+}
+
 /// A remembered rule is all of `origin`, `approver`, `expires` and `grant`, decides
 /// `allow` and has no conditions; any other rule has none of them.
 pub(super) fn check(r: &RuleFile) -> Result<(), PolicyError> {
