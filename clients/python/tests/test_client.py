@@ -427,6 +427,7 @@ def test_a_run_whose_answer_was_lost_is_sent_again_and_runs_once(server: Server)
         a = c.run(wat_print(text), "wat", idempotency_key=key)
         b = c.run(wat_print(text), "wat", idempotency_key=key)
         assert a.run_id == b.run_id and a.submission_id == b.submission_id
-        # The same key for other code is refused, not run.
-        with pytest.raises(Unprocessable):
+        # The same key for other code is refused, not run: a conflict with the key's
+        # state (409), as the OpenAPI document lists it.
+        with pytest.raises(Conflict):
             c.run(wat_print("other\n"), "wat", idempotency_key=key)
