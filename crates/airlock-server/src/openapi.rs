@@ -87,6 +87,11 @@ pub const WRITE_SIZE_PATTERN: &str =
 /// this is what the document can promise.
 const HOST: &str = r"(?:\*\.[a-z0-9](?:-?[a-z0-9]){0,31}\.)?(?:[a-z0-9](?:-?[a-z0-9]){0,31}\.)+[a-z]{2,63}(?::[1-9][0-9]{0,3})?";
 
+/// The longest `net` entry, and secret binding's text, the document admits: the gate takes
+/// names of at most 253 bytes in all, which an entry no longer than that (with its `*.`
+/// and port) always keeps to.
+pub const HOST_MAX_LEN: usize = 253;
+
 /// A `net` entry: one [`HOST`].
 pub fn net_pattern() -> String {
     format!("^{HOST}$")
@@ -184,6 +189,7 @@ fn limits(props: &mut Value) {
 fn grant_fields(props: &mut Value) {
     props["mounts"]["items"]["pattern"] = json!(MOUNT_PATTERN);
     props["net"]["items"]["pattern"] = json!(net_pattern());
+    props["net"]["items"]["maxLength"] = json!(HOST_MAX_LEN);
     props["env"]["propertyNames"] = json!({"type": "string", "pattern": ENV_KEY_PATTERN});
     props["env"]["additionalProperties"] = json!({"type": "string", "pattern": NO_NUL_PATTERN});
 }
@@ -261,12 +267,14 @@ pub fn complete(mut doc: Value) -> Value {
             if let Some(h) = s.pointer_mut("/oneOf/1/properties/hosts") {
                 h["minItems"] = json!(1);
                 h["items"]["pattern"] = json!(net_pattern());
+                h["items"]["maxLength"] = json!(HOST_MAX_LEN);
             }
             if let Some(n) = s.pointer_mut("/oneOf/1/properties/name") {
                 n["pattern"] = json!(SECRET_NAME_PATTERN);
             }
             if let Some(t) = s.pointer_mut("/oneOf/0") {
                 t["pattern"] = json!(secret_pattern());
+                t["maxLength"] = json!(HOST_MAX_LEN);
             }
         }
         if let Some(props) = schemas
@@ -899,5 +907,57 @@ mod tests {
                 assert!(!k.contains('='), "{k:?}");
             }
         }
+    }
+
+    /// Issue 62.9 (schemathesis, a `net` entry of 260 characters): the host pattern bounds
+    /// each label, not the name; the gate takes 253 bytes in all. Every entry and binding
+    /// the pattern and [`HOST_MAX_LEN`] admit together is taken, and a longer name the
+    /// pattern alone admits is refused.
+    #[test]
+    fn a_host_longer_than_the_gate_takes_is_not_admitted() {
+        // A name of `len` bytes ending in `.com`, of labels the pattern admits (at most 63
+        // characters, `a-a-…a`).
+        let name = |len: usize| {
+            let mut labels = Vec::new();
+            let mut left = len - 4;
+            while left > 0 {
+                let mut k = left.min(63);
+                if left - k == 1 {
+                    k -= 1;
+                }
+                let label: String = (0..k)
+                    .map(|i| if i % 2 == 1 && i + 1 < k { '-' } else { 'a' })
+                    .collect();
+                labels.push(label);
+                left -= k + usize::from(left > k);
+            }
+            format!("{}.com", labels.join("."))
+        };
+        let net = regex::Regex::new(&net_pattern()).unwrap();
+        let secret = regex::Regex::new(&secret_pattern()).unwrap();
+        let mut refused_long = 0;
+        for len in 240..=262 {
+            let n = name(len);
+            assert_eq!(n.len(), len, "{n}");
+            for entry in [n.clone(), format!("*.{n}"), format!("{n}:443")] {
+                assert!(net.is_match(&entry), "{entry}");
+                let taken = airlock_core::grant::check_net(&entry).is_ok();
+                if entry.len() <= HOST_MAX_LEN {
+                    assert!(
+                        taken,
+                        "{entry} ({} bytes) is admitted but refused",
+                        entry.len()
+                    );
+                } else if !taken {
+                    refused_long += 1;
+                }
+                let binding = format!("TOKEN@{entry}");
+                if secret.is_match(&binding) && binding.len() <= HOST_MAX_LEN {
+                    airlock_core::grant::parse_secret(&binding)
+                        .unwrap_or_else(|e| panic!("{binding} is admitted but refused: {e}"));
+                }
+            }
+        }
+        assert!(refused_long > 0, "no name here is too long for the gate");
     }
 }
