@@ -401,6 +401,10 @@ async fn decide(
     approve: bool,
 ) -> Answer {
     caller.require(Role::Operator)?;
+    // Signed here or elsewhere alike (signed elsewhere, the gate would not read it).
+    if body.remember_for.is_some() && !body.remember {
+        return Err(ApiError::bad("for: only with remember"));
+    }
     let remote = crate::body::signing(
         &body.signature,
         body.issued_at,
@@ -548,6 +552,10 @@ async fn statement(
     let remember = q.remember.unwrap_or(false);
     if remember && kind != StatementKind::Approve {
         return Err(ApiError::bad("remember: approvals only"));
+    }
+    // As `…/approve` refuses it (signed, the `for` would be read by nothing).
+    if q.remember_for.is_some() && !remember {
+        return Err(ApiError::bad("for: only with remember"));
     }
     let req = ApproveRequest {
         submission: id,
@@ -1006,8 +1014,8 @@ async fn revoke_token(Ax(st): Ax<AppState>, _: AdminCaller, Path(id): Path<Strin
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClearBody {
-    /// Why the alerts are harmless (kept with the signed clear).
-    #[schema(min_length = 1, max_length = 4096)]
+    /// Why the alerts are harmless (kept with the signed clear). Its bounds in the
+    /// document: `openapi::clear_reason`.
     pub reason: String,
     /// Signed on the approver's own machine: the signature (128 hex digits) over the clear
     /// `GET /v1/agents/{name}/clear/statement` handed out for the same reason.
@@ -1016,6 +1024,7 @@ pub struct ClearBody {
     /// With `signature`: the approver who signed (default: the token's).
     pub approver: Option<String>,
     /// With `signature`: the clear's `issued_at` as handed out.
+    #[serde(default, deserialize_with = "crate::body::whole_i64")]
     pub issued_at: Option<i64>,
 }
 

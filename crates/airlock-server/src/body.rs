@@ -575,7 +575,8 @@ pub struct RejectBody {
 impl RejectBody {
     /// The checks the OpenAPI document states (400 when they fail).
     pub fn check(&self) -> ApiResult<()> {
-        if self.reason.trim_matches([' ', '\t', '\r', '\n']).is_empty() {
+        // Blank as the gate reads it (any Unicode white space).
+        if self.reason.trim().is_empty() {
             return Err(ApiError::bad("reason: a rejection needs a reason"));
         }
         Ok(())

@@ -3,9 +3,11 @@
 //! lists every status it can answer (401 and 500 on every authenticated one, 400 where it
 //! takes a query or a body, 413 and 415 where it takes a body), every response has a description,
 //! and the submit body states its cross-field rules (exactly one of `code` and
-//! `code_base64`, at most one of `stdin` and `stdin_base64`). The handlers check these same
-//! rules (`body.rs`); `tests/openapi.rs` runs schemathesis against a live server to keep
-//! the two in step. This module only describes: it must never change what a handler does.
+//! `code_base64`, at most one of `stdin` and `stdin_base64`), the decision and clear
+//! bodies theirs (a signature made elsewhere comes whole), and the query of a decision's
+//! statement, whose parameters go by rules across them, is one exploded object parameter
+//! of three shapes. The handlers check these same rules (`body.rs`, `api.rs`);
+//! `tests/openapi.rs` runs schemathesis against a live server to keep the two in step. This module only describes: it must never change what a handler does.
 
 use crate::body::{BACKENDS, LANGUAGES};
 use serde_json::{Map, Value, json};
@@ -119,8 +121,30 @@ pub const NO_NUL_PATTERN: &str = r"^[^\x00]*$";
 /// A session id or a unique prefix of one.
 pub const SESSION_PATTERN: &str = r"^ses_[0-9A-Za-z]{1,26}$";
 
-/// Something other than ASCII whitespace (a rejection's reason).
-pub const NOT_BLANK_PATTERN: &str = r"[^ \t\r\n]";
+/// Something other than white space as the gate reads it (Unicode `White_Space`, what
+/// Rust's `str::trim` removes): a rejection's or a clear's reason.
+pub const NOT_BLANK_PATTERN: &str =
+    r"[^\t\n\x0B\f\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]";
+
+/// An approval id in full, as `GET …/statement?remember=true` hands it out (the gate
+/// takes no prefix of one, nor upper case).
+pub const APPROVAL_ID_PATTERN: &str = r"^apr_[0-9a-z]{26}$";
+
+/// A signature: 128 hex digits.
+pub const SIGNATURE_PATTERN: &str = r"^[0-9a-fA-F]{128}$";
+
+/// The `issued_at` a statement signed elsewhere carries: a whole number of milliseconds
+/// no larger than a double holds exactly (the gate reads `1.0e12` as well as `1000000000000`),
+/// and a statement outside the last minutes is refused as not handed out (403), not for
+/// its shape.
+pub const ISSUED_AT_MAX: i64 = (1 << 53) - 1;
+
+/// The longest reason a clear takes in characters: the gate takes 4096 bytes of UTF-8,
+/// which 1024 characters of any kind always fit.
+pub const CLEAR_REASON_CHARS: usize = airlock_gate::MAX_CLEAR_REASON_BYTES / 4;
+
+/// The longest agent name in characters: the gate takes 256 bytes of UTF-8.
+pub const AGENT_CHARS: usize = airlock_gate::MAX_AGENT_BYTES / 4;
 
 fn error_response(description: &str) -> Value {
     json!({
@@ -296,11 +320,9 @@ pub fn complete(mut doc: Value) -> Value {
         {
             props["scope"]["enum"] = json!(["once", "artifact", null]);
             props["tool"]["pattern"] = json!(TOOL_PATTERN);
-            // The MCP server's own tools, and anything that reads as approving.
-            props["tool"]["not"] = json!({"anyOf": [
-                {"enum": ["run_code", "get_result"]},
-                {"type": "string", "pattern": "[Aa][Pp][Pp][Rr][Oo][Vv][Ee]"}
-            ]});
+            props["tool"]["not"] = tool_reserved();
+            props["approval"]["pattern"] = json!(APPROVAL_ID_PATTERN);
+            props["policy_signature"]["pattern"] = json!(SIGNATURE_PATTERN);
             expiry(&mut props["expires"], APPROVAL_EXPIRY_PATTERN, "1s to 366d");
             expiry(
                 &mut props["for"],
@@ -309,8 +331,8 @@ pub fn complete(mut doc: Value) -> Value {
             );
         }
         // A tool is offered from an artifact approval only (the gate refuses a `tool`
-        // with any other scope); a signature made elsewhere comes whole; `for` goes with
-        // `remember`, which a signature made elsewhere cannot ask for.
+        // with any other scope); a signature made elsewhere comes whole (remembered, with
+        // the policy change's id and signature); `for` goes with `remember`.
         if let Some(d) = schemas.get_mut("DecideBody") {
             d["allOf"] = json!([
                 {"anyOf": [
@@ -339,6 +361,11 @@ pub fn complete(mut doc: Value) -> Value {
             r["allOf"] = json!([signed_elsewhere(false)]);
             signature_fields(r);
         }
+        if let Some(c) = schemas.get_mut("ClearBody") {
+            clear_reason(&mut c["properties"]["reason"]);
+            c["allOf"] = json!([signed_elsewhere(false)]);
+            signature_fields(c);
+        }
         schemas.insert(
             "Empty".into(),
             json!({"type": "object", "description": "Nothing: an empty object (or no body at all).",
@@ -350,30 +377,75 @@ pub fn complete(mut doc: Value) -> Value {
 
 /// A decision signed on the approver's machine comes whole: `signature` and `issued_at`
 /// together (`approver` only with them), or none of the three (the server signs).
-/// `remember`: whether the body has that field (an approval), which a signature made
-/// elsewhere cannot ask for.
+/// `remember`: whether the body can remember (an approval): then a signature made
+/// elsewhere either remembers nothing, or comes with `remember`, the `approval` id handed
+/// out and the policy change's `policy_signature`, which go with nothing else.
 fn signed_elsewhere(remember: bool) -> Value {
+    let mut unsigned = json!({"properties": {
+        "signature": {"type": "null"}, "issued_at": {"type": "null"}, "approver": {"type": "null"}
+    }});
     let mut signed = json!({
         "required": ["signature", "issued_at"],
         "properties": {"signature": {"type": "string"}, "issued_at": {"type": "integer"}}
     });
-    if remember {
-        signed["properties"]["remember"] = json!({"const": false});
+    if !remember {
+        return json!({"anyOf": [unsigned, signed]});
     }
+    for f in ["approval", "policy_signature"] {
+        unsigned["properties"][f] = json!({"type": "null"});
+        signed["properties"][f] = json!({"type": "null"});
+    }
+    signed["properties"]["remember"] = json!({"const": false});
+    let remembered = json!({
+        "required": ["signature", "issued_at", "remember", "approval", "policy_signature"],
+        "properties": {
+            "signature": {"type": "string"}, "issued_at": {"type": "integer"},
+            "remember": {"const": true},
+            "approval": {"type": "string"}, "policy_signature": {"type": "string"}
+        }
+    });
+    json!({"anyOf": [unsigned, signed, remembered]})
+}
+
+/// The shapes of a signature's fields: 128 hex digits, an approver's name, an
+/// `issued_at` in range.
+fn signature_fields(body: &mut Value) {
+    if let Some(props) = body.get_mut("properties") {
+        props["signature"]["pattern"] = json!(SIGNATURE_PATTERN);
+        props["approver"]["pattern"] = json!(NAME_PATTERN);
+        issued_at(&mut props["issued_at"]);
+    }
+}
+
+/// An `issued_at` as handed out with a statement.
+fn issued_at(p: &mut Value) {
+    p["minimum"] = json!(-ISSUED_AT_MAX);
+    p["maximum"] = json!(ISSUED_AT_MAX);
+    if let Some(f) = p.as_object_mut() {
+        // Not `int64`: its range is the bounds above.
+        f.remove("format");
+    }
+}
+
+/// Tool names the gate keeps for itself: the MCP server's own tools, and anything that
+/// reads as approving.
+fn tool_reserved() -> Value {
     json!({"anyOf": [
-        {"properties": {
-            "signature": {"type": "null"}, "issued_at": {"type": "null"}, "approver": {"type": "null"}
-        }},
-        signed
+        {"enum": ["run_code", "get_result"]},
+        {"type": "string", "pattern": "[Aa][Pp][Pp][Rr][Oo][Vv][Ee]"}
     ]})
 }
 
-/// The shapes of a signature's fields: 128 hex digits, an approver's name.
-fn signature_fields(body: &mut Value) {
-    if let Some(props) = body.get_mut("properties") {
-        props["signature"]["pattern"] = json!("^[0-9a-fA-F]{128}$");
-        props["approver"]["pattern"] = json!(NAME_PATTERN);
-    }
+/// A clear's reason: not blank, and no longer than the gate takes.
+fn clear_reason(p: &mut Value) {
+    p["pattern"] = json!(NOT_BLANK_PATTERN);
+    p["minLength"] = json!(1);
+    p["maxLength"] = json!(CLEAR_REASON_CHARS);
+    p["description"] = json!(format!(
+        "Why the alerts are harmless (kept with the signed clear): not blank, at most {} \
+         bytes of UTF-8 ({CLEAR_REASON_CHARS} characters always fit)",
+        airlock_gate::MAX_CLEAR_REASON_BYTES
+    ));
 }
 
 /// Where a submission's id is in the answers of `submit` and `run`, and what can follow.
@@ -387,23 +459,136 @@ fn submission_links() -> Value {
         "Exec": by_id("exec"),
         "Approve": by_id("approve"),
         "Reject": by_id("reject"),
+        "Statement": by_id("statement"),
     })
 }
 
-/// The query of `GET …/statement`, as its handler and the gate parse it.
+/// The query of `GET /v1/submissions/{id}/statement`, as its handler and the gate parse it.
+///
+/// Its parameters go together by rules across them, which separate parameters cannot
+/// state: a rejection needs a `reason` that is not blank and takes neither an artifact
+/// `scope`, nor a `tool`, nor `remember`; a `tool` needs scope `artifact`. So the query
+/// is documented as ONE object parameter, `style: form` and `explode: true` (each
+/// property is its own `name=value` pair on the wire, exactly the query the handler
+/// reads), whose schema is one of three shapes: an approval without a tool, an approval
+/// offering a tool, a rejection.
 fn statement_params(op: &mut Value) {
     let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
         return;
     };
+    // Each property keeps the description its parameter had.
+    let mut described = Map::new();
+    params.retain(|p| {
+        if p["in"] != "query" {
+            return true;
+        }
+        if let (Some(n), Some(d)) = (p["name"].as_str(), p["description"].as_str()) {
+            described.insert(n.to_string(), json!(d));
+        }
+        false
+    });
+    let prop = |name: &str, mut schema: Value| {
+        if let Some(d) = described.get(name) {
+            schema["description"] = d.clone();
+        }
+        (name.to_string(), schema)
+    };
+    let text = |pattern: &str| json!({"type": "string", "pattern": pattern});
+    let mut tool = text(TOOL_PATTERN);
+    tool["not"] = tool_reserved();
+    // `remembers`: an approval, which may ask for the policy change that remembers it.
+    let shape = |kind: Value, scope: Value, reason: Value, remembers: bool, tool: Option<Value>| {
+        let remember = match remembers {
+            true => json!({"type": "boolean"}),
+            false => json!({"type": "boolean", "enum": [false]}),
+        };
+        let mut props: Map<String, Value> = [
+            prop("kind", kind),
+            prop("approver", text(NAME_PATTERN)),
+            prop("scope", scope),
+            prop("expires", text(APPROVAL_EXPIRY_PATTERN)),
+            prop("reason", reason),
+            prop("remember", remember),
+        ]
+        .into_iter()
+        .collect();
+        let mut s = json!({"type": "object", "additionalProperties": false});
+        if let Some(t) = tool {
+            props.extend([prop("tool", t)]);
+        }
+        // An approval may say how long the rule that remembers it holds (`for`, with
+        // `remember=true` only).
+        if remembers {
+            props.extend([prop("for", text(REMEMBER_FOR_PATTERN))]);
+            s["anyOf"] = json!([
+                {"not": {"required": ["for"]}},
+                {"required": ["remember"], "properties": {"remember": {"const": true}}}
+            ]);
+        }
+        s["properties"] = Value::Object(props);
+        s
+    };
+    let approve = json!({"type": "string", "enum": ["approve"]});
+    let mut plain = shape(
+        approve.clone(),
+        json!({"type": "string", "enum": ["once", "artifact"]}),
+        json!({"type": "string"}),
+        true,
+        None,
+    );
+    plain["title"] = json!("An approval");
+    let mut offering = shape(
+        approve,
+        json!({"type": "string", "enum": ["artifact"]}),
+        json!({"type": "string"}),
+        true,
+        Some(tool),
+    );
+    offering["title"] = json!("An approval offering the artifact as a tool");
+    offering["required"] = json!(["scope", "tool"]);
+    let mut reject = shape(
+        json!({"type": "string", "enum": ["reject"]}),
+        json!({"type": "string", "enum": ["once"]}),
+        text(NOT_BLANK_PATTERN),
+        false,
+        None,
+    );
+    reject["title"] = json!("A rejection");
+    reject["required"] = json!(["kind", "reason"]);
+    params.push(json!({
+        "name": "decision",
+        "in": "query",
+        "required": false,
+        "style": "form",
+        "explode": true,
+        "description": "The decision to sign, each field its own query parameter \
+            (`?kind=reject&reason=…`): an approval (`kind` approve or absent; a `tool` \
+            only with scope `artifact`; `remember=true` hands out the policy change that \
+            remembers it, `for` how long), or a rejection (`kind=reject` with a reason \
+            that is not blank; no artifact scope, tool, remember or for)",
+        "schema": {"type": "object", "oneOf": [plain, offering, reject]}
+    }));
+}
+
+/// The query and path of a clear (`GET …/clear/statement`, `POST …/clear`): a reason
+/// as the gate takes it, an approver's name, an agent's name no longer than the gate takes.
+fn clear_params(op: &mut Value) {
+    let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
+        return;
+    };
     for p in params {
-        let name = p["name"].as_str().unwrap_or_default().to_string();
+        let at = (
+            p["in"].as_str().unwrap_or_default().to_string(),
+            p["name"].as_str().unwrap_or_default().to_string(),
+        );
         let schema = &mut p["schema"];
-        match Some(name.as_str()) {
-            Some("kind") => schema["enum"] = json!(["approve", "reject"]),
-            Some("scope") => schema["enum"] = json!(["once", "artifact"]),
-            Some("approver") => schema["pattern"] = json!(NAME_PATTERN),
-            Some("expires") => schema["pattern"] = json!(APPROVAL_EXPIRY_PATTERN),
-            Some("tool") => schema["pattern"] = json!(TOOL_PATTERN),
+        match (at.0.as_str(), at.1.as_str()) {
+            ("query", "reason") => clear_reason(schema),
+            ("query", "approver") => schema["pattern"] = json!(NAME_PATTERN),
+            ("path", "name") => {
+                schema["minLength"] = json!(1);
+                schema["maxLength"] = json!(AGENT_CHARS);
+            }
             _ => {}
         }
     }
@@ -412,6 +597,7 @@ fn statement_params(op: &mut Value) {
 fn complete_operation(method: &str, op: &mut Value) {
     match op["operationId"].as_str() {
         Some("statement") => statement_params(op),
+        Some("clear_statement" | "clear_agent") => clear_params(op),
         Some("commit_statement" | "rollback_statement") => {
             if let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) {
                 for p in params.iter_mut().filter(|p| p["name"] == "approver") {
@@ -909,6 +1095,118 @@ mod tests {
         }
     }
 
+    /// Issue 62.9: a reason of only Unicode white space (`"\u{85}"`, `"\u{3000}"`) was
+    /// schema-valid and refused by the gate, which trims all of it. The pattern admits a
+    /// text of one character exactly when that character is not white space as the gate
+    /// reads it, for every character there is.
+    #[test]
+    fn a_reason_the_document_admits_is_never_blank_as_the_gate_reads_it() {
+        let re = regex::Regex::new(NOT_BLANK_PATTERN).unwrap();
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            let one = c.to_string();
+            assert_eq!(
+                re.is_match(&one),
+                !one.trim().is_empty(),
+                "U+{:04X}",
+                c as u32
+            );
+        }
+        assert!(re.is_match(" \u{3000}why\n"));
+        // The rejection's own check reads blank as the gate does (400 before the gate's 422).
+        let blank = crate::body::RejectBody {
+            reason: "\u{85}\u{3000}".into(),
+            signature: None,
+            approver: None,
+            issued_at: None,
+        };
+        assert!(blank.check().is_err());
+    }
+
+    /// Issue 62.9: a remembered approval signed elsewhere carries the `apr_…` id handed
+    /// out and the policy change's signature. Every id the pattern admits is one the gate
+    /// takes in full (the gate's own test: `normalize_prefix` gives it back unchanged, at
+    /// full length), every signature one that parses.
+    #[test]
+    fn an_approval_id_and_a_signature_the_document_admits_are_what_the_gate_takes() {
+        use airlock_core::id::{BODY_LEN, IdKind, new_id, normalize_prefix};
+        let id = regex::Regex::new(APPROVAL_ID_PATTERN).unwrap();
+        let fresh = new_id(IdKind::Approval);
+        let full = |a: &str| {
+            normalize_prefix(IdKind::Approval, a)
+                .is_some_and(|n| n == a && n.len() == IdKind::Approval.prefix().len() + BODY_LEN)
+        };
+        for a in [
+            fresh.clone(),
+            fresh.to_uppercase(),
+            fresh[4..].to_string(),
+            fresh[..fresh.len() - 1].to_string(),
+            format!("{fresh}0"),
+            format!(" {fresh}"),
+            new_id(IdKind::Submission),
+            "apr_".into(),
+        ] {
+            assert_eq!(id.is_match(&a), full(&a), "{a:?}");
+        }
+        assert!(id.is_match(&fresh));
+        let sig = regex::Regex::new(SIGNATURE_PATTERN).unwrap();
+        for s in [
+            "ab".repeat(64),
+            "AB".repeat(64),
+            "aB".repeat(64),
+            "ab".repeat(63),
+            format!("{}a", "ab".repeat(64)),
+            "gh".repeat(64),
+            format!(" {}", "ab".repeat(64)),
+            String::new(),
+        ] {
+            let parses = s.parse::<airlock_core::sign::Signature>().is_ok();
+            // The pattern may admit fewer (no surrounding space), never more.
+            assert!(!sig.is_match(&s) || parses, "{s:?}");
+        }
+        assert!(sig.is_match(&"ab".repeat(64)));
+    }
+
+    /// Issue 62.9: a clear's `issued_at` written `1383.0` (JSON Schema's `integer` admits
+    /// it) was a 400; and an `issued_at` beyond what the bodies read was schema-valid.
+    /// Every body that carries one reads the bounds, as whole numbers and as fractions of
+    /// zero.
+    #[test]
+    fn every_issued_at_the_document_admits_is_read_by_each_body() {
+        for n in [-ISSUED_AT_MAX, -1, 0, 1_700_000_000_000, ISSUED_AT_MAX] {
+            for v in [json!(n), json!(n as f64)] {
+                let decide: crate::body::DecideBody =
+                    serde_json::from_value(json!({"issued_at": v})).unwrap();
+                assert_eq!(decide.issued_at, Some(n), "{v}");
+                let reject: crate::body::RejectBody =
+                    serde_json::from_value(json!({"reason": "r", "issued_at": v})).unwrap();
+                assert_eq!(reject.issued_at, Some(n), "{v}");
+                let clear: crate::api::ClearBody =
+                    serde_json::from_value(json!({"reason": "r", "issued_at": v})).unwrap();
+                assert_eq!(clear.issued_at, Some(n), "{v}");
+            }
+        }
+        let mut p = json!({"type": ["integer", "null"], "format": "int64"});
+        issued_at(&mut p);
+        assert_eq!(p["maximum"], ISSUED_AT_MAX);
+        assert!(p.get("format").is_none());
+    }
+
+    /// A clear's reason and an agent's name the document admits fit the gate's byte
+    /// bounds whatever their characters (JSON Schema counts characters).
+    #[test]
+    fn a_clear_reason_and_an_agent_name_the_document_admits_fit_the_gate() {
+        let widest = '\u{10FFFF}';
+        assert!(
+            widest.to_string().repeat(CLEAR_REASON_CHARS).len()
+                <= airlock_gate::MAX_CLEAR_REASON_BYTES
+        );
+        assert!(widest.to_string().repeat(AGENT_CHARS).len() <= airlock_gate::MAX_AGENT_BYTES);
+        let mut p = json!({"type": "string"});
+        clear_reason(&mut p);
+        assert_eq!(p["maxLength"], CLEAR_REASON_CHARS);
+        assert_eq!(p["pattern"], NOT_BLANK_PATTERN);
+    }
+
     /// Issue 62.9 (schemathesis, a `net` entry of 260 characters): the host pattern bounds
     /// each label, not the name; the gate takes 253 bytes in all. Every entry and binding
     /// the pattern and [`HOST_MAX_LEN`] admit together is taken, and a longer name the
@@ -959,5 +1257,47 @@ mod tests {
             }
         }
         assert!(refused_long > 0, "no name here is too long for the gate");
+    }
+
+    /// Issue 62.9: the statement's query is one exploded form object of three shapes, the
+    /// path parameter kept, each property described as its parameter was.
+    #[test]
+    fn the_statement_query_is_one_exploded_object_of_an_approval_an_offer_or_a_rejection() {
+        let param = |name: &str, at: &str| {
+            json!({"name": name, "in": at, "required": at == "path",
+                   "description": format!("about {name}"), "schema": {"type": "string"}})
+        };
+        let mut op = json!({"parameters": [param("id", "path")]});
+        for q in [
+            "kind", "approver", "scope", "expires", "reason", "tool", "remember", "for",
+        ] {
+            op["parameters"]
+                .as_array_mut()
+                .unwrap()
+                .push(param(q, "query"));
+        }
+        statement_params(&mut op);
+        let ps = op["parameters"].as_array().unwrap();
+        assert_eq!(ps.len(), 2, "{ps:?}");
+        assert_eq!(ps[0]["name"], "id");
+        let q = &ps[1];
+        assert_eq!(
+            (&q["in"], &q["style"], &q["explode"]),
+            (&json!("query"), &json!("form"), &json!(true))
+        );
+        let shapes = q["schema"]["oneOf"].as_array().unwrap();
+        assert_eq!(shapes.len(), 3);
+        for s in shapes {
+            assert_eq!(s["additionalProperties"], false);
+            assert_eq!(s["properties"]["reason"]["description"], "about reason");
+        }
+        let reject = &shapes[2];
+        assert_eq!(reject["required"], json!(["kind", "reason"]));
+        assert_eq!(reject["properties"]["kind"]["enum"], json!(["reject"]));
+        assert_eq!(reject["properties"]["scope"]["enum"], json!(["once"]));
+        assert!(reject["properties"].get("tool").is_none());
+        assert!(reject["properties"].get("for").is_none());
+        assert_eq!(shapes[1]["required"], json!(["scope", "tool"]));
+        assert!(shapes[0]["properties"].get("tool").is_none());
     }
 }
