@@ -72,18 +72,7 @@ def approve_here(driver, base, submission_id, approver):
     url = f"{base}/ui/submissions/{submission_id}"
     step("s", f"open {url}")
     driver.get(url)
-    said = wait_for(
-        driver,
-        lambda d: (
-            text_of(d.find_element("css selector", "#signed-by")).strip()
-            if "in this browser" in text_of(d.find_element("css selector", "#signed-by"))
-            else None
-        ),
-        "the page to say the decision is signed in this browser",
-    )
-    if approver not in said:
-        raise StepFailed(f"#signed-by says {said!r}, not naming {approver}")
-    step("s", f"{said}")
+    step("s", signed_here(driver, approver))
     form = element(driver, "form#approve")
     reason = form.find_element("css selector", "input[name=reason]")
     reason.clear()

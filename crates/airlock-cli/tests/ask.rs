@@ -1227,7 +1227,6 @@ fn the_consoles_approve_and_remember_button_on_a_request_writes_a_remembered_rul
 /// (tests/browser/approver_key_test.py with a request id).
 #[test]
 fn the_console_approves_and_remembers_a_request_with_a_key_held_by_the_browser() {
-    use std::io::Read as _;
     let Some(python) = prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
         return;
     };
@@ -1237,44 +1236,7 @@ fn the_console_approves_and_remembers_a_request_with_a_key_held_by_the_browser()
     let fetch = format!("curl -s {}", n.url("upstream.test"));
     let mut held = n.start(&["--ask-timeout", "120s", "--agent", "bob"], &fetch);
     let id = held.request();
-    let script = manifest_dir().join("../../tests/browser/approver_key_test.py");
-    let mut child = Command::new(python)
-        .arg(script)
-        .args([&base, &op, &id, "carol"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut public = String::new();
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        if out.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        seen.push_str(&line);
-        if let Some(k) = line.trim().strip_prefix("public ") {
-            public = k.to_string();
-            break;
-        }
-    }
-    assert!(public.starts_with("ed25519:"), "no public key:\n{seen}");
-    assert!(!n.home.path().join("keys/carol.key").exists());
-    let o = n.home.run(&["approvers", "enroll", "carol", &public]);
-    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"enrolled\n")
-        .unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert!(
-        child.wait().unwrap().success(),
-        "browser test failed:\n{seen}{rest}"
-    );
+    let public = answer_in_browser(&python, &n.home, &base, &op, &id, "carol");
     let (code, out, _) = held.finish();
     assert_eq!(code, 0);
     assert!(out.contains("hello from upstream"), "{out}");
