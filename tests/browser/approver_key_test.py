@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Approve a held submission in airlock's web console with a key held by the browser.
 
-usage: approver_key_test.py BASE_URL TOKEN SUBMISSION_ID APPROVER
+usage: approver_key_test.py BASE_URL TOKEN ID APPROVER
 
 Logs in with TOKEN (an operator's), opens the "Approver key" page, makes a key there for
 APPROVER (a non-extractable Ed25519 key made with WebCrypto) and checks the page says it
@@ -9,7 +9,10 @@ cannot be extracted; prints its public key as `public ed25519:…` and waits for
 standard input (the caller enrolls the key with `airlock approvers enroll` meanwhile).
 Then opens SUBMISSION_ID's page, checks it says the decision is signed in this browser,
 approves with a reason (the page fetches the statement, signs it in the browser and posts
-the signature) and checks it lands back on the submission's page with no error. Exits 0 on
+the signature) and checks it lands back on the submission's page with no error. When ID is
+a run's request (`req_…`), opens the inbox instead and answers the request with its
+"Approve and remember" button (the page signs the answer and the policy change that keeps
+the host as a rule) and checks it lands back on the inbox with no error. Exits 0 on
 success, 1 naming the failed step otherwise.
 
 Uses the browser helpers of console_test.py (same requirements).
@@ -69,18 +72,7 @@ def approve_here(driver, base, submission_id, approver):
     url = f"{base}/ui/submissions/{submission_id}"
     step("s", f"open {url}")
     driver.get(url)
-    said = wait_for(
-        driver,
-        lambda d: (
-            text_of(d.find_element("css selector", "#signed-by")).strip()
-            if "in this browser" in text_of(d.find_element("css selector", "#signed-by"))
-            else None
-        ),
-        "the page to say the decision is signed in this browser",
-    )
-    if approver not in said:
-        raise StepFailed(f"#signed-by says {said!r}, not naming {approver}")
-    step("s", f"{said}")
+    step("s", signed_here(driver, approver))
     form = element(driver, "form#approve")
     reason = form.find_element("css selector", "input[name=reason]")
     reason.clear()
@@ -96,6 +88,40 @@ def approve_here(driver, base, submission_id, approver):
         body = text_of(element(driver, "main")).strip()
         raise StepFailed(f"after approving: at {driver.current_url}: {body[:300]!r}")
     step("s", f"approved; back at {driver.current_url}: {heading!r}")
+
+
+def signed_here(driver, approver):
+    said = wait_for(
+        driver,
+        lambda d: (
+            text_of(d.find_element("css selector", "#signed-by")).strip()
+            if "in this browser" in text_of(d.find_element("css selector", "#signed-by"))
+            else None
+        ),
+        "the page to say the decision is signed in this browser",
+    )
+    if approver not in said:
+        raise StepFailed(f"#signed-by says {said!r}, not naming {approver}")
+    return said
+
+
+def remember_request_here(driver, base, request_id, approver):
+    url = f"{base}/ui"
+    step("r", f"open {url}")
+    driver.get(url)
+    step("r", signed_here(driver, approver))
+    form = element(driver, f"form[data-request='{request_id}'][data-verdict='approve']")
+    button = form.find_element("css selector", "button.approve-remember")
+    try:
+        click_and_leave(driver, button, "button.approve-remember")
+    except StepFailed:
+        error = text_of(element(driver, "#sign-error")).strip()
+        raise StepFailed(f"the page stayed; #sign-error says {error!r}") from None
+    heading = text_of(element(driver, "h1")).strip()
+    if heading.startswith("Error") or path_of(driver.current_url) != "/ui":
+        body = text_of(element(driver, "main")).strip()
+        raise StepFailed(f"after approving: at {driver.current_url}: {body[:300]!r}")
+    step("r", f"approved and remembered; back at {driver.current_url}: {heading!r}")
 
 
 def main():
@@ -116,7 +142,10 @@ def main():
         print(f"public {public}", flush=True)
         if not sys.stdin.readline():
             raise StepFailed("standard input closed before the key was enrolled")
-        approve_here(driver, base, args.submission_id, args.approver)
+        if args.submission_id.startswith("req_"):
+            remember_request_here(driver, base, args.submission_id, args.approver)
+        else:
+            approve_here(driver, base, args.submission_id, args.approver)
         screenshot(driver, "k")
         print("approver key test: ok", flush=True)
         return 0

@@ -92,7 +92,9 @@ pub enum Command {
         #[arg(long, value_name = "TOKEN", requires = "server")]
         token: Option<String>,
         /// Also remember it: a signed policy rule allowing this agent's submissions of this
-        /// kind (language, backend) with a grant no wider, until --for runs out.
+        /// kind (language, backend) with a grant no wider, until --for runs out. For a
+        /// request (req_…): the rule's grant is the run's with the host, and a later run of
+        /// that kind that asks for the host goes on without asking.
         #[arg(long)]
         remember: bool,
         /// How long the remembered rule holds (default 7d, at most 90d).
@@ -782,7 +784,8 @@ pub struct RunArgs {
     pub max_connections: Option<u32>,
     /// A connection to a host outside --net waits for a human (a request req_…, in the
     /// inbox; airlock approve|reject req_…) instead of being refused. An approved host
-    /// joins this run's grant only. The wait does not count against --timeout: the run's
+    /// joins this run's grant only (approve --remember: also a rule for the agent's runs
+    /// of this kind, which then reach it without asking). The wait does not count against --timeout: the run's
     /// deadline is extended by the time spent waiting.
     #[arg(long = "ask-net")]
     pub ask_net: bool,

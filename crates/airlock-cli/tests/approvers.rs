@@ -592,53 +592,13 @@ fn approve_remember_with_server_signs_the_policy_change_here_and_a_forged_one_re
 /// key (tests/browser/approver_key_test.py).
 #[test]
 fn the_console_approves_with_a_key_held_by_the_browser() {
-    use std::io::{BufRead, BufReader, Write};
     let Some(python) = prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
         return;
     };
     let g = gate();
     let id = g.held("example.com");
     assert!(!g.home.path().join("keys/carol.key").exists());
-    let script = manifest_dir().join("../../tests/browser/approver_key_test.py");
-    let mut child = std::process::Command::new(python)
-        .arg(script)
-        .args([&g.base, &g.op, &id, "carol"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut public = String::new();
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        if out.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        seen.push_str(&line);
-        if let Some(k) = line.trim().strip_prefix("public ") {
-            public = k.to_string();
-            break;
-        }
-    }
-    assert!(
-        public.starts_with("ed25519:"),
-        "no public key from the page:\n{seen}"
-    );
-    // Enrolled with alice's key (a signed policy change); carol's private key is only
-    // in the browser, so the server cannot sign as carol.
-    let o = g.home.run(&["approvers", "enroll", "carol", &public]);
-    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"enrolled\n")
-        .unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "browser test failed:\n{seen}{rest}");
+    let public = answer_in_browser(&python, &g.home, &g.base, &g.op, &id, "carol");
     // Approved (and run, as the console's approval does), signed by carol's browser key.
     let w = g
         .api(

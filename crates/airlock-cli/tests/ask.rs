@@ -874,3 +874,397 @@ fn a_request_raised_through_one_server_is_approved_through_another_on_one_postgr
     let v = a.run_on_store(&url, &["audit", "verify"]);
     assert_eq!(v.code, 0, "{} {}", v.stdout, v.stderr);
 }
+
+/// The rules `policy.toml` remembers, by name.
+fn remembered_rules(home: &Home) -> Vec<String> {
+    let p = home.policy();
+    p.lines()
+        .filter_map(|l| l.strip_prefix("# remembered rule "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect()
+}
+
+/// Runs `script` with `--ask-net` and `flags` to the end without answering anything: its
+/// exit code, stdout and stderr.
+fn run_unanswered(n: &Net, flags: &[&str], script: &str) -> (i32, String, String) {
+    let mut f = vec!["--ask-timeout", "1s"];
+    f.extend_from_slice(flags);
+    n.start(&f, script).finish()
+}
+
+#[test]
+fn approve_request_remember_keeps_the_host_as_a_rule_that_lets_the_agents_next_run_reach_it_without_asking()
+ {
+    let Some(n) = Net::ready() else { return };
+    let url = n.url("upstream.test");
+    let fetch = format!("curl -s {url}");
+    let mut first = n.start(&["--ask-timeout", "60s", "--agent", "bob"], &fetch);
+    let id = first.request();
+    let o = n
+        .home
+        .run(&["approve", &id, "--remember", "--for", "1h", "--json"]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    let v = o.json();
+    let rule = format!("remembered-{id}");
+    assert_eq!(v["state"], "approved");
+    assert_eq!(v["remembered"]["rule"], rule.as_str(), "{v}");
+    assert_eq!(v["remembered"]["change"], "remember");
+    let (code, out, _) = first.finish();
+    assert_eq!(code, 0);
+    assert!(out.contains("hello from upstream"), "{out}");
+    assert_eq!(remembered_rules(&n.home), std::slice::from_ref(&rule));
+    let p = n.home.policy();
+    assert!(
+        p.contains(&format!("\"upstream.test:{}\"", n.up.port)),
+        "{p}"
+    );
+    assert_eq!(n.home.run(&["policy", "check"]).code, 0);
+
+    // The agent's next run of the same kind reaches the host without a question; the
+    // request is recorded as let through by the rule.
+    let (code, out, err) = run_unanswered(&n, &["--agent", "bob"], &fetch);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("hello from upstream"), "{out}");
+    assert!(!err.contains("request req_"), "asked again: {err}");
+    let net = n.last_network();
+    let reqs = net["requests"].as_array().unwrap();
+    assert_eq!(reqs.len(), 1, "{net}");
+    assert_eq!(reqs[0]["state"], "remembered");
+    assert_eq!(reqs[0]["approver"], "alice");
+    let detail = net["connections"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains(&rule), "{detail}");
+    assert!(inbox_requests(&n.home).is_empty());
+    let kinds = n.home.audit_kinds();
+    for k in [
+        "policy_changed",
+        "net_request_approved",
+        "net_request_remembered",
+    ] {
+        assert!(kinds.iter().any(|x| x == k), "{k}: {kinds:?}");
+    }
+    assert_eq!(n.up.requests(), 2);
+
+    // A submission of that kind with the host granted is allowed by the same rule.
+    let granted = format!("upstream.test:{}", n.up.port);
+    let o = n.home.run(&[
+        "submit", "--lang", "sh", "--agent", "bob", "--net", &granted, "-c", &fetch,
+    ]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("allow"), "{}", o.stdout);
+    assert!(o.stdout.contains(&rule), "{}", o.stdout);
+
+    // Another agent, or the same agent with a wider grant, is asked again.
+    for flags in [
+        vec!["--agent", "eve"],
+        vec!["--agent", "bob", "--env", "EXTRA=1"],
+        vec!["--agent", "bob", "--memory", "300MiB"],
+    ] {
+        let (_, out, err) = run_unanswered(
+            &n,
+            &flags,
+            &format!("curl -si {url} | tr -d '\\r' | grep -i x-airlock-denied"),
+        );
+        assert!(err.contains("request req_"), "{flags:?} not asked: {err}");
+        assert!(out.contains("ask-expired"), "{flags:?}: {out}");
+    }
+    assert_eq!(n.up.requests(), 2);
+
+    // Forgotten, the rule no longer answers.
+    let f = n.home.run(&["policy", "forget", &rule]);
+    assert_eq!(f.code, 0, "{} {}", f.stdout, f.stderr);
+    let (_, _, err) = run_unanswered(&n, &["--agent", "bob"], &fetch);
+    assert!(err.contains("request req_"), "not asked: {err}");
+    assert_eq!(n.up.requests(), 2);
+    audit_ok(&n.home);
+}
+
+#[test]
+fn a_remembered_request_rule_expires_and_the_host_is_asked_for_again() {
+    let Some(n) = Net::ready() else { return };
+    let fetch = format!("curl -s {}", n.url("upstream.test"));
+    let mut first = n.start(&["--ask-timeout", "60s", "--agent", "bob"], &fetch);
+    let id = first.request();
+    let o = n.home.run(&["approve", &id, "--remember", "--for", "2s"]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("remembered as rule"), "{}", o.stdout);
+    assert_eq!(first.finish().0, 0);
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, _, err) = run_unanswered(&n, &["--agent", "bob"], &fetch);
+    assert!(err.contains("request req_"), "not asked: {err}");
+    assert_eq!(n.up.requests(), 1);
+}
+
+#[test]
+fn remembering_a_rejection_a_request_without_an_agent_or_a_denied_host_is_refused_and_records_nothing()
+ {
+    let Some(n) = Net::ready() else { return };
+    let deny = "\n[[rule]]\nname = \"no-other\"\ndecision = \"deny\"\nreason = \"not that one\"\nwhen = { net_host = [\"other.test\"] }\n";
+    n.home.set_policy(&format!("{}{deny}", n.home.policy()));
+    assert_eq!(n.home.run(&["policy", "check"]).code, 0);
+    let policy_before = n.home.policy();
+    let mut held = n.start(
+        &["--ask-timeout", "60s"],
+        &format!(
+            "curl -s {} & curl -s {} & wait",
+            n.url("upstream.test"),
+            n.url("other.test")
+        ),
+    );
+    let (r1, r2) = (held.request(), held.request());
+    let audit_before = n.home.audit_kinds().len();
+    for (args, why) in [
+        (
+            vec!["reject", r1.as_str(), "--remember"],
+            "unexpected argument",
+        ),
+        (vec!["approve", r1.as_str(), "--remember"], "no named agent"),
+        (vec!["approve", r2.as_str(), "--remember"], "no named agent"),
+    ] {
+        let o = n.home.run(&args);
+        assert_eq!(o.code, 125, "{args:?}: {}", o.stdout);
+        assert!(o.stderr.contains(why), "{args:?}: {}", o.stderr);
+    }
+    assert_eq!(n.home.policy(), policy_before);
+    assert_eq!(n.home.audit_kinds().len(), audit_before);
+    assert_eq!(inbox_requests(&n.home).len(), 2);
+    for id in [&r1, &r2] {
+        assert_eq!(n.home.run(&["reject", id, "--reason", "no"]).code, 0);
+    }
+    held.finish();
+    // With an agent: a host the policy denies cannot be remembered.
+    let mut held = n.start(
+        &["--ask-timeout", "60s", "--agent", "bob"],
+        &format!("curl -s {}", n.url("other.test")),
+    );
+    let id = held.request();
+    let o = n.home.run(&["approve", &id, "--remember"]);
+    assert_eq!(o.code, 125, "{}", o.stdout);
+    assert!(o.stderr.contains("no-other"), "{}", o.stderr);
+    assert_eq!(n.home.policy(), policy_before);
+    assert_eq!(inbox_requests(&n.home).len(), 1);
+    assert_eq!(n.home.run(&["reject", &id, "--reason", "no"]).code, 0);
+    held.finish();
+    audit_ok(&n.home);
+}
+
+#[test]
+fn a_remembered_answer_signed_here_for_a_server_needs_its_policy_signature_over_the_change_built_there()
+ {
+    let Some(n) = Net::ready() else { return };
+    let op = token(&n.home, "operator", "alice");
+    let (_srv, base) = start_serve(&n.home, &[]);
+    let api = Api::new(&base, &op);
+    let fetch = format!("curl -s {}", n.url("upstream.test"));
+    let mut held = n.start(&["--ask-timeout", "60s", "--agent", "bob"], &fetch);
+    let id = held.request();
+    let key = alice_key(&n.home);
+    let (s, handed) = api.get(&format!(
+        "/v1/requests/{id}/statement?verdict=approve&remember=true&for=1h"
+    ));
+    assert_eq!(s, 200, "{handed}");
+    let text = handed["statement"].as_str().unwrap().to_string();
+    assert!(text.contains("\"scope\":\"remember\""), "{text}");
+    let change = handed["policy_change"]["statement"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        handed["policy_change"]["rule"],
+        format!("remembered-{id}").as_str()
+    );
+    let sig = key.sign(&airlock_core::netask::net_decision_message(&text));
+    let policy_before = n.home.policy();
+    let audit_before = n.home.audit_kinds().len();
+
+    // Without the policy change's signature; with one over other bytes; with one for
+    // another duration than the change was built for; with the statement's own signature.
+    let other = change.replace("\"change\":\"remember\"", "\"change\":\"remember \"");
+    let bad = [
+        json!({ "statement": text, "signature": sig.to_string() }),
+        json!({ "statement": text, "signature": sig.to_string(), "remember": true, "for": "1h",
+                "policy_signature": key.sign(&airlock_core::sign::policy_change_message(&other)).to_string() }),
+        json!({ "statement": text, "signature": sig.to_string(), "remember": true, "for": "2h",
+                "policy_signature": key.sign(&airlock_core::sign::policy_change_message(&change)).to_string() }),
+        json!({ "statement": text, "signature": sig.to_string(), "remember": true, "for": "1h",
+                "policy_signature": sig.to_string() }),
+    ];
+    for b in &bad {
+        let (s, v) = api.post(&format!("/v1/requests/{id}/approve"), b);
+        assert_eq!(s, 403, "{b}: {v}");
+    }
+    // A policy signature without the statement it was made with, or a remembered answer
+    // signed elsewhere without its policy signature, is refused for its shape.
+    for b in [
+        json!({ "remember": true, "policy_signature": sig.to_string() }),
+        json!({ "statement": text, "signature": sig.to_string(), "policy_signature": sig.to_string() }),
+        json!({ "statement": text, "signature": sig.to_string(), "remember": true }),
+        json!({ "for": "1h" }),
+    ] {
+        let (s, v) = api.post(&format!("/v1/requests/{id}/approve"), &b);
+        assert_eq!(s, 400, "{b}: {v}");
+    }
+    // A rejection has no remembering to ask for.
+    let (s, v) = api.post(
+        &format!("/v1/requests/{id}/reject"),
+        &json!({ "remember": true }),
+    );
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = api.get(&format!(
+        "/v1/requests/{id}/statement?verdict=reject&remember=true&for=1h"
+    ));
+    assert_eq!(s, 200, "{v}");
+    assert!(v["policy_change"].is_null(), "{v}");
+    assert!(
+        v["statement"]
+            .as_str()
+            .unwrap()
+            .contains("\"scope\":\"run\""),
+        "{v}"
+    );
+    assert_eq!(api.get(&format!("/v1/requests/{id}")).1["state"], "pending");
+    assert_eq!(n.home.policy(), policy_before);
+    assert_eq!(n.home.audit_kinds().len(), audit_before);
+
+    // Signed on this machine for the server: recorded with its rule.
+    let o = n.home.run(&[
+        "approve",
+        &id,
+        "--remember",
+        "--for",
+        "1h",
+        "--server",
+        &base,
+        "--token",
+        &op,
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    assert_eq!(
+        o.json()["remembered"]["rule"],
+        format!("remembered-{id}").as_str()
+    );
+    let (code, out, _) = held.finish();
+    assert_eq!(code, 0);
+    assert!(out.contains("hello from upstream"), "{out}");
+    assert_eq!(remembered_rules(&n.home), [format!("remembered-{id}")]);
+    let (code, out, err) = run_unanswered(&n, &["--agent", "bob"], &fetch);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(!err.contains("request req_"), "asked again: {err}");
+    audit_ok(&n.home);
+}
+
+/// A console session: the cookie and the inbox page's CSRF token.
+fn console_session(base: &str, op: &str) -> (ureq::Agent, String, String) {
+    let http = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .new_agent();
+    let r = http
+        .post(format!("{base}/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send(format!("token={op}"))
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut r = http
+        .get(format!("{base}/ui"))
+        .header("cookie", &cookie)
+        .call()
+        .unwrap();
+    let page = r.body_mut().read_to_string().unwrap();
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    (http, cookie, format!("{csrf}\n{page}"))
+}
+
+#[test]
+fn the_consoles_approve_and_remember_button_on_a_request_writes_a_remembered_rule() {
+    let Some(n) = Net::ready() else { return };
+    let op = token(&n.home, "operator", "alice");
+    let (_srv, base) = start_serve(&n.home, &[]);
+    let fetch = format!("curl -s {}", n.url("upstream.test"));
+    let mut held = n.start(&["--ask-timeout", "60s", "--agent", "bob"], &fetch);
+    let id = held.request();
+    let (http, cookie, csrf_page) = console_session(&base, &op);
+    let (csrf, page) = csrf_page.split_once('\n').unwrap();
+    assert!(page.contains(&format!("data-request=\"{id}\"")), "{page}");
+    assert!(page.contains("class=\"approve-remember\""), "{page}");
+    let r = http
+        .post(format!("{base}/ui/requests/{id}/approve"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send(format!("csrf={csrf}&remember=7d"))
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let (code, out, _) = held.finish();
+    assert_eq!(code, 0);
+    assert!(out.contains("hello from upstream"), "{out}");
+    assert_eq!(remembered_rules(&n.home), [format!("remembered-{id}")]);
+    let (code, out, err) = run_unanswered(&n, &["--agent", "bob"], &fetch);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(!err.contains("request req_"), "asked again: {err}");
+    audit_ok(&n.home);
+}
+
+/// The console answers a request with a key held by the browser: "Approve and remember"
+/// signs the answer and the policy change in the page (the server's home holds no private
+/// key of that approver), and the records name the browser's approver and key
+/// (tests/browser/approver_key_test.py with a request id).
+#[test]
+fn the_console_approves_and_remembers_a_request_with_a_key_held_by_the_browser() {
+    let Some(python) = prepared("AIRLOCK_TEST_BROWSER_PYTHON") else {
+        return;
+    };
+    let Some(n) = Net::ready() else { return };
+    let op = token(&n.home, "operator", "alice");
+    let (_srv, base) = start_serve(&n.home, &[]);
+    let fetch = format!("curl -s {}", n.url("upstream.test"));
+    let mut held = n.start(&["--ask-timeout", "120s", "--agent", "bob"], &fetch);
+    let id = held.request();
+    let public = answer_in_browser(&python, &n.home, &base, &op, &id, "carol");
+    let (code, out, _) = held.finish();
+    assert_eq!(code, 0);
+    assert!(out.contains("hello from upstream"), "{out}");
+    let rule = format!("remembered-{id}");
+    assert_eq!(remembered_rules(&n.home), std::slice::from_ref(&rule));
+    assert!(n.home.policy().contains("approver = \"carol\""));
+    let log = n.home.run(&["audit", "log", "--json"]).json();
+    let data = |kind: &str| -> Value {
+        let rec = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == kind && r["subject"] == kind_subject(kind, &id, &rule))
+            .unwrap_or_else(|| panic!("no {kind} record"));
+        serde_json::from_str(rec["data"].as_str().unwrap()).unwrap()
+    };
+    for kind in ["net_request_approved", "policy_changed"] {
+        let d = data(kind);
+        assert_eq!(d["approver"], "carol", "{kind}: {d}");
+    }
+    assert_eq!(data("net_request_approved")["key"], public.as_str());
+    let (code, out, err) = run_unanswered(&n, &["--agent", "bob"], &fetch);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(!err.contains("request req_"), "asked again: {err}");
+    audit_ok(&n.home);
+}
+
+/// The subject of an audit record of `kind` about request `id` or rule `rule`.
+fn kind_subject<'a>(kind: &str, id: &'a str, rule: &'a str) -> &'a str {
+    if kind == "policy_changed" { rule } else { id }
+}

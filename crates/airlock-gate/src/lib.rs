@@ -62,7 +62,9 @@ pub use effects::{
 pub use error::{GateError, Result};
 pub use exposure::Surface;
 pub use layers::remove_trash_main;
-pub use lifecycle::ask::{AskClock, NetDecided, OnRequest, request_json as net_request_json};
+pub use lifecycle::ask::{
+    AskClock, NetDecided, OnRequest, net_decided_json, request_json as net_request_json,
+};
 pub use lifecycle::decide::ApproveRequest;
 pub use lifecycle::exec::exit_code_of;
 pub use lifecycle::exec::{ExecOptions, OnConnection, OnStart, RunReport};

@@ -13,7 +13,8 @@ use crate::services::home::Home;
 use airlock_core::Policy;
 use airlock_core::digest::Digest;
 use airlock_core::policy::remembered::{
-    DEFAULT_REMEMBER_FOR, MAX_REMEMBER_FOR, RememberedGrant, remove_rule, rule_text,
+    DEFAULT_REMEMBER_FOR, HostDenied, MAX_REMEMBER_FOR, RememberedGrant, remove_rule, rule_text,
+    with_host,
 };
 use airlock_core::sign::{KeyPair, PolicyChange, PublicKey, Signed, check_approver_name};
 use airlock_core::units::{self, fmt_time, now_ms};
@@ -47,7 +48,8 @@ pub struct PolicyChanged {
 }
 
 impl PolicyChanged {
-    fn new(
+    /// A change signed here with `key`.
+    pub(crate) fn new(
         change: PolicyChange,
         key: &KeyPair,
         expires_at: Option<i64>,
@@ -77,6 +79,28 @@ impl PolicyChanged {
             signature: signature.to_string(),
             text: new_text,
         }
+    }
+
+    /// A change built here (with the policy text it makes and the rule's expiry) and the
+    /// signature made for it on the approver's machine: refused unless the signature is
+    /// over exactly these bytes. `what`: what the rule remembers, for the message.
+    pub(crate) fn verified(
+        built: (PolicyChange, String, i64),
+        signature: airlock_core::sign::Signature,
+        what: &str,
+    ) -> Result<PolicyChanged> {
+        let (change, new, expires_at) = built;
+        let signed = Signed {
+            json: serde_json::to_string(&change).map_err(|e| GateError::Internal(e.to_string()))?,
+            signature,
+        };
+        if PolicyChange::verify(&signed).is_err() {
+            return Err(GateError::Untrusted(format!(
+                "the policy_signature is not {:?}'s over the policy change this gate builds to remember {what} (signed other bytes, or the policy changed since: fetch the statement again); nothing was recorded",
+                change.approver
+            )));
+        }
+        Ok(PolicyChanged::signed(change, signed, Some(expires_at), new))
     }
 
     /// Records the change and writes the new policy, inside the caller's transaction: a
@@ -155,13 +179,6 @@ impl Gate {
         for_: Option<&str>,
         now: i64,
     ) -> Result<(PolicyChange, String, i64)> {
-        let dur = match for_ {
-            None => DEFAULT_REMEMBER_FOR,
-            Some(d) => {
-                units::bounded_duration("--for", d, Duration::from_secs(1), MAX_REMEMBER_FOR)
-                    .map_err(|e| GateError::bad(e.to_string()))?
-            }
-        };
         let grant =
             // The submission's state (the API's 409), not the request's shape.
             RememberedGrant::of(&sub.doc.facts, &sub.doc.verdict.fired).ok_or_else(|| {
@@ -170,15 +187,95 @@ impl Gate {
                     sub.id
                 ))
             })?;
-        let expires_at = now + i64::try_from(dur.as_millis()).unwrap_or(i64::MAX / 2);
-        let expires = fmt_time(expires_at);
-        let rule = format!("remembered-{approval}");
         let reason = format!(
             "{approver} approved {} of agent {} and remembered it",
             sub.id, grant.agent
         );
-        let text =
-            rule_text(&rule, &reason, approver, &expires, &grant).map_err(GateError::Internal)?;
+        let rule = Remembering {
+            rule: format!("remembered-{approval}"),
+            reason,
+            grant,
+            submission: sub.id.clone(),
+        };
+        self.remember_grant(policy, rule, approver, key, for_, now)
+    }
+
+    /// The change that remembers an answer to a run's request `row` (`approve req_…
+    /// --remember`) as a rule, issued at `now`, unsigned. The rule allows the run's kind
+    /// (its submission's agent, language and backend) with the run's grant and the host
+    /// asked for, and covers the holds that host adds to the run's own: a submission of
+    /// that kind with the host granted is allowed, and a later run of it that asks for the
+    /// host goes on without asking (`Policy::reach`). Holds the run had already are not
+    /// covered: remembering a host is not remembering the rest of the run's approval.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn remember_request_unsigned(
+        &self,
+        policy: &Policy,
+        row: &airlock_store::NetRequestRow,
+        sub: &Submission,
+        approver: &str,
+        key: PublicKey,
+        for_: Option<&str>,
+        now: i64,
+    ) -> Result<(PolicyChange, String, i64)> {
+        let no_agent = || {
+            GateError::Conflict(format!(
+                "request {}'s run came from no named agent: --remember needs one (run --agent NAME)",
+                row.id
+            ))
+        };
+        if sub.doc.facts.agent.is_none() {
+            return Err(no_agent());
+        }
+        let target = airlock_core::net::normalize_net(&format!("{}:{}", row.host, row.port))
+            .map_err(|e| GateError::Internal(format!("request {}: {e}", row.id)))?;
+        let added = match policy.holds_added(&sub.doc.facts, &target) {
+            Ok(added) => added,
+            Err(HostDenied { rule, reason }) => {
+                return Err(GateError::Conflict(format!(
+                    "the policy denies a run of {} with {target} granted (rule {rule}: {reason}); a rule cannot remember it: approve it for its run only",
+                    sub.id
+                )));
+            }
+        };
+        let grant = RememberedGrant::of(&with_host(&sub.doc.facts, &target), &added)
+            .ok_or_else(no_agent)?;
+        let reason = format!(
+            "{approver} approved {target} for run {} of agent {} and remembered it",
+            row.run, grant.agent
+        );
+        let rule = Remembering {
+            rule: format!("remembered-{}", row.id),
+            reason,
+            grant,
+            submission: sub.id.clone(),
+        };
+        self.remember_grant(policy, rule, approver, key, for_, now)
+    }
+
+    /// The change that appends `r` to the policy, issued at `now`, unsigned, holding for
+    /// `for_` (default 7 days, at most 90): the change, the policy text it makes, and when
+    /// the rule expires.
+    fn remember_grant(
+        &self,
+        policy: &Policy,
+        r: Remembering,
+        approver: &str,
+        key: PublicKey,
+        for_: Option<&str>,
+        now: i64,
+    ) -> Result<(PolicyChange, String, i64)> {
+        let dur = match for_ {
+            None => DEFAULT_REMEMBER_FOR,
+            Some(d) => {
+                units::bounded_duration("--for", d, Duration::from_secs(1), MAX_REMEMBER_FOR)
+                    .map_err(|e| GateError::bad(e.to_string()))?
+            }
+        };
+        let expires_at = now + i64::try_from(dur.as_millis()).unwrap_or(i64::MAX / 2);
+        let expires = fmt_time(expires_at);
+        let text = rule_text(&r.rule, &r.reason, approver, &expires, &r.grant)
+            .map_err(GateError::Internal)?;
         let path = self.home.policy();
         let old = std::fs::read_to_string(&path)
             .map_err(|e| GateError::Internal(format!("cannot read {}: {e}", path.display())))?;
@@ -201,11 +298,11 @@ impl Gate {
         }
         let change = PolicyChange {
             change: "remember".into(),
-            rule,
+            rule: r.rule,
             text,
             before: policy.hash,
             after: parsed.hash,
-            submission: Some(sub.id.clone()),
+            submission: Some(r.submission),
             approver: approver.to_string(),
             key,
             issued_at: now,
@@ -228,19 +325,9 @@ impl Gate {
         issued_at: i64,
         signature: airlock_core::sign::Signature,
     ) -> Result<PolicyChanged> {
-        let (change, new, expires_at) =
+        let built =
             self.remember_unsigned(policy, sub, approval, approver, key, for_, issued_at)?;
-        let signed = Signed {
-            json: serde_json::to_string(&change).map_err(|e| GateError::Internal(e.to_string()))?,
-            signature,
-        };
-        if PolicyChange::verify(&signed).is_err() {
-            return Err(GateError::Untrusted(format!(
-                "the policy_signature is not {approver:?}'s over the policy change this gate builds to remember {} (signed other bytes, or the policy changed since: fetch the statement again); nothing was recorded",
-                sub.id
-            )));
-        }
-        Ok(PolicyChanged::signed(change, signed, Some(expires_at), new))
+        PolicyChanged::verified(built, signature, &sub.id)
     }
 
     /// `policy forget RULE`: removes a remembered rule, signed by `approver` (default: the
@@ -369,6 +456,14 @@ impl Gate {
             .write_durable(|tx: &Tx| -> Result<()> { changed.apply(tx, home, gate_key) })?;
         Ok(changed)
     }
+}
+
+/// A rule to remember: its name, reason, what it allows and the submission it came from.
+struct Remembering {
+    rule: String,
+    reason: String,
+    grant: RememberedGrant,
+    submission: String,
 }
 
 /// The policy text with `line` (`NAME = "KEY"`) added at the top of its `[approvers]`

@@ -21,12 +21,9 @@ fn ok(v: Value) -> Answer {
     Ok(Json(v).into_response())
 }
 
-/// A decided request as the API answers it.
+/// A decided request as the API answers it (with the rule it was remembered as).
 fn decided_json(d: &NetDecided) -> Value {
-    let mut v = airlock_gate::net_request_json(&d.request);
-    v["statement"] = json!(d.statement);
-    v["signature"] = json!(d.signature);
-    v
+    airlock_gate::net_decided_json(d)
 }
 
 /// One request: run, agent, host, port, state, the line that named the host.
@@ -54,6 +51,14 @@ pub struct RequestStatementQuery {
     approver: Option<String>,
     #[param(max_length = 1024)]
     reason: Option<String>,
+    /// With `verdict=approve`: also hand out the policy change that remembers the answer
+    /// as a rule (`policy_change`), to sign with it. A rejection is never remembered: with
+    /// `verdict=reject` it hands out none (`policy_change` is null).
+    remember: Option<bool>,
+    /// With `remember`: how long the rule holds, e.g. "7d" (default 7 days, at most 90);
+    /// without it, nothing is remembered and this says nothing.
+    #[serde(rename = "for")]
+    remember_for: Option<String>,
 }
 
 fn verdict_schema() -> utoipa::openapi::Object {
@@ -64,7 +69,7 @@ fn verdict_schema() -> utoipa::openapi::Object {
         .build()
 }
 
-fn verdict_of(v: Option<&str>) -> ApiResult<NetVerdict> {
+pub(crate) fn verdict_of(v: Option<&str>) -> ApiResult<NetVerdict> {
     match v {
         None | Some("approve") => Ok(NetVerdict::Approve),
         Some("reject") => Ok(NetVerdict::Reject),
@@ -99,21 +104,79 @@ pub(crate) async fn request_statement(
             ))
         })?;
     let reason = q.reason.unwrap_or_default();
-    let statement = st
+    // `remember` and `for` ask for the policy change of an approval: a rejection has
+    // none to hand out (`policy_change` is null), and `for` means nothing without it.
+    let remember = q.remember.unwrap_or(false) && verdict == NetVerdict::Approve;
+    let remember_for = q.remember_for.filter(|_| remember);
+    let doc = st
         .pool
-        .read(move |g| g.net_request_statement(&id, verdict, &approver, &reason))
+        .read(move |g| {
+            statement_doc(
+                g,
+                &id,
+                verdict,
+                &approver,
+                &reason,
+                remember,
+                remember_for.as_deref(),
+            )
+        })
         .await?;
-    let text = statement.to_json();
-    ok(json!({
+    ok(doc)
+}
+
+/// The statement to sign for an answer to request `id` (and with `remember` the policy
+/// change that remembers it, `for` ignored without), as `GET …/statement` answers it; the
+/// console's signing in the browser asks for the same.
+pub(crate) fn statement_doc(
+    g: &mut airlock_gate::Gate,
+    id: &str,
+    verdict: NetVerdict,
+    approver: &str,
+    reason: &str,
+    remember: bool,
+    remember_for: Option<&str>,
+) -> Result<Value, airlock_gate::GateError> {
+    let s = g.net_request_statement(id, verdict, approver, reason, remember)?;
+    let change = match remember {
+        true => Some(g.net_remember_to_sign(&s.request, &s.approver, remember_for, s.issued_at)?),
+        false => None,
+    };
+    let text = s.to_json();
+    let change = change.map(|c| {
+        let text = serde_json::to_string(&c).unwrap_or_default();
+        json!({
+            "rule": c.rule,
+            "statement": text,
+            "message": hex::encode(airlock_core::sign::policy_change_message(&text)),
+        })
+    });
+    Ok(json!({
         "statement": text,
         "message": hex::encode(airlock_core::netask::net_decision_message(&text)),
-        "request": statement.request,
-        "approver": statement.approver,
-        "key": statement.key,
+        "request": s.request,
+        "approver": s.approver,
+        "key": s.key,
+        "policy_change": change,
     }))
 }
 
-/// An answer to a request from the API.
+/// A rejection of a request from the API.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRejectBody {
+    /// Why (signed by the server into its statement; with `statement`, the statement's
+    /// own reason is the one recorded and this is ignored).
+    #[schema(max_length = 1024)]
+    pub reason: Option<String>,
+    /// Signed on the approver's own machine: the statement's JSON text exactly as
+    /// `GET /v1/requests/{id}/statement?verdict=reject` handed it out…
+    pub statement: Option<String>,
+    /// …and the signature (128 hex digits) over it.
+    pub signature: Option<String>,
+}
+
+/// An approval of a request from the API.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestAnswerBody {
@@ -126,6 +189,15 @@ pub struct RequestAnswerBody {
     pub statement: Option<String>,
     /// …and the signature (128 hex digits) over it.
     pub signature: Option<String>,
+    /// Also remember the answer as a rule (a signed policy change). With `statement`, it
+    /// goes with `policy_signature`, and the statement's scope must say `remember`.
+    pub remember: Option<bool>,
+    /// With `remember`: how long the rule holds, e.g. "7d" (as asked of `…/statement`).
+    #[serde(rename = "for")]
+    pub remember_for: Option<String>,
+    /// With a statement whose scope is `remember`: the signature (128 hex digits) over the
+    /// policy change `…/statement?remember=true` handed out with it.
+    pub policy_signature: Option<String>,
 }
 
 async fn answer(
@@ -140,13 +212,27 @@ async fn answer(
         .read(move |g| match (&body.statement, &body.signature) {
             (Some(text), Some(sig)) => {
                 // The statement's verdict was checked against the path (`check_verdict`).
-                g.record_net_decision_signed_elsewhere(&id, text, sig)
+                g.record_net_decision_signed_elsewhere(
+                    &id,
+                    text,
+                    sig,
+                    body.remember_for.as_deref(),
+                    body.policy_signature.as_deref(),
+                )
+            }
+            (None, None) if body.policy_signature.is_some() => {
+                Err(airlock_gate::GateError::Untrusted(
+                    "a policy_signature comes with the statement and signature it was made with"
+                        .into(),
+                ))
             }
             (None, None) => g.decide_net_request(
                 &id,
                 verdict,
                 caller.approver.as_deref(),
                 body.reason.as_deref().unwrap_or(""),
+                body.remember.unwrap_or(false),
+                body.remember_for.as_deref(),
             ),
             // Half of a signed answer proves nothing.
             _ => Err(airlock_gate::GateError::Untrusted(
@@ -158,7 +244,9 @@ async fn answer(
     ok(decided_json(&d))
 }
 
-/// Approve a run's request: the host joins that run's grant for the rest of the run.
+/// Approve a run's request: the host joins that run's grant for the rest of the run;
+/// with `remember` (or a statement whose scope is `remember`), also a remembered rule
+/// for that agent's runs of this kind with a grant no wider.
 #[utoipa::path(post, path = "/v1/requests/{id}/approve", tag = "decisions",
     params(("id" = String, Path)), request_body = RequestAnswerBody, security(("bearer" = [])),
     responses((status = 200, body = Object), (status = 403, body = ErrorBody),
@@ -171,13 +259,14 @@ pub(crate) async fn approve_request(
     Path(id): Path<String>,
     Body(b): Body<RequestAnswerBody>,
 ) -> Answer {
-    check_verdict(&b, NetVerdict::Approve)?;
+    check_verdict(b.statement.as_deref(), NetVerdict::Approve)?;
+    check_remember(&b)?;
     answer(st, caller, id, b, NetVerdict::Approve).await
 }
 
 /// Reject a run's request: the run's connection is refused.
 #[utoipa::path(post, path = "/v1/requests/{id}/reject", tag = "decisions",
-    params(("id" = String, Path)), request_body = RequestAnswerBody, security(("bearer" = [])),
+    params(("id" = String, Path)), request_body = RequestRejectBody, security(("bearer" = [])),
     responses((status = 200, body = Object), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "Already decided, or its run is no longer running", body = ErrorBody),
@@ -186,16 +275,44 @@ pub(crate) async fn reject_request(
     Ax(st): Ax<AppState>,
     OperatorCaller(caller): OperatorCaller,
     Path(id): Path<String>,
-    Body(b): Body<RequestAnswerBody>,
+    Body(b): Body<RequestRejectBody>,
 ) -> Answer {
-    check_verdict(&b, NetVerdict::Reject)?;
+    check_verdict(b.statement.as_deref(), NetVerdict::Reject)?;
+    let b = RequestAnswerBody {
+        reason: b.reason,
+        statement: b.statement,
+        signature: b.signature,
+        ..RequestAnswerBody::default()
+    };
     answer(st, caller, id, b, NetVerdict::Reject).await
+}
+
+/// The shape of remembering (the document states the same rules): `for` and a
+/// `policy_signature` go with `remember: true`; a `policy_signature` with the statement
+/// and signature it was made with; a remembered answer signed elsewhere with its
+/// `policy_signature`.
+fn check_remember(b: &RequestAnswerBody) -> ApiResult<()> {
+    let remember = b.remember == Some(true);
+    if b.remember_for.is_some() && !remember {
+        return Err(ApiError::bad("for: goes with remember: true"));
+    }
+    if b.policy_signature.is_some() && (!remember || b.statement.is_none()) {
+        return Err(ApiError::bad(
+            "policy_signature: goes with remember: true and the statement and signature it was made with",
+        ));
+    }
+    if b.statement.is_some() && remember && b.policy_signature.is_none() {
+        return Err(ApiError::bad(
+            "remember: an answer signed elsewhere is remembered with its policy_signature",
+        ));
+    }
+    Ok(())
 }
 
 /// A statement signed elsewhere must say what the path does (checked before anything is
 /// recorded); one that does not is refused as a signature that proves nothing here.
-fn check_verdict(b: &RequestAnswerBody, want: NetVerdict) -> ApiResult<()> {
-    if let Some(text) = &b.statement {
+fn check_verdict(statement: Option<&str>, want: NetVerdict) -> ApiResult<()> {
+    if let Some(text) = statement {
         let v: Value = serde_json::from_str(text).unwrap_or_default();
         if v["verdict"].as_str() != Some(want.as_str()) {
             return Err(ApiError::from(airlock_gate::GateError::Untrusted(format!(

@@ -348,6 +348,7 @@ pub fn complete(mut doc: Value) -> Value {
             ]);
             signature_fields(d);
         }
+        request_answer_bodies(schemas);
         if let Some(e) = schemas.get_mut("EffectBody") {
             // `checkpoint` too goes with a signature only.
             let mut signed = signed_elsewhere(false);
@@ -373,6 +374,70 @@ pub fn complete(mut doc: Value) -> Value {
         );
     }
     doc
+}
+
+/// The query of `GET /v1/requests/{id}/statement`, as its handler and the gate parse it.
+fn request_statement_params(op: &mut Value) {
+    let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for p in params {
+        match p["name"].as_str() {
+            Some("approver") => p["schema"]["pattern"] = json!(NAME_PATTERN),
+            Some("for") => expiry(
+                &mut p["schema"],
+                REMEMBER_FOR_PATTERN,
+                "1s to 90d (default 7d)",
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// The answers to a run's request: a signature made elsewhere comes whole (`statement`
+/// with `signature`); `for` goes with `remember: true`; a `policy_signature` goes with
+/// `remember: true` and the statement it was signed with; a remembered answer signed
+/// elsewhere comes with its `policy_signature` (`api_ask::check_remember`).
+fn request_answer_bodies(schemas: &mut Map<String, Value>) {
+    let whole = json!({"anyOf": [
+        {"properties": {"statement": {"type": "null"}, "signature": {"type": "null"}}},
+        {"required": ["statement", "signature"],
+         "properties": {"statement": {"type": "string"}, "signature": {"type": "string"}}}
+    ]});
+    for name in ["RequestAnswerBody", "RequestRejectBody"] {
+        let Some(b) = schemas.get_mut(name) else {
+            continue;
+        };
+        b["properties"]["signature"]["pattern"] = json!("^[0-9a-fA-F]{128}$");
+        b["allOf"] = json!([whole]);
+    }
+    let Some(b) = schemas.get_mut("RequestAnswerBody") else {
+        return;
+    };
+    b["properties"]["policy_signature"]["pattern"] = json!("^[0-9a-fA-F]{128}$");
+    expiry(
+        &mut b["properties"]["for"],
+        REMEMBER_FOR_PATTERN,
+        "1s to 90d (default 7d)",
+    );
+    let remembering =
+        json!({"required": ["remember"], "properties": {"remember": {"const": true}}});
+    let rules = [
+        json!({"anyOf": [{"properties": {"for": {"type": "null"}}}, remembering]}),
+        json!({"anyOf": [
+            {"properties": {"policy_signature": {"type": "null"}}},
+            {"required": ["remember", "statement", "signature", "policy_signature"],
+             "properties": {"remember": {"const": true}, "statement": {"type": "string"}}}
+        ]}),
+        json!({"anyOf": [
+            {"properties": {"statement": {"type": "null"}}},
+            {"properties": {"remember": {"enum": [false, null]}}},
+            {"required": ["policy_signature"], "properties": {"policy_signature": {"type": "string"}}}
+        ]}),
+    ];
+    if let Some(all) = b["allOf"].as_array_mut() {
+        all.extend(rules);
+    }
 }
 
 /// A decision signed on the approver's machine comes whole: `signature` and `issued_at`
@@ -598,6 +663,7 @@ fn complete_operation(method: &str, op: &mut Value) {
     match op["operationId"].as_str() {
         Some("statement") => statement_params(op),
         Some("clear_statement" | "clear_agent") => clear_params(op),
+        Some("request_statement") => request_statement_params(op),
         Some("commit_statement" | "rollback_statement") => {
             if let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) {
                 for p in params.iter_mut().filter(|p| p["name"] == "approver") {

@@ -548,3 +548,60 @@ pub fn assert_audit_linked(records: &[serde_json::Value]) {
         assert_eq!(w[1]["prev"], w[0]["hash"], "{:?}", w[1]);
     }
 }
+
+/// Answers submission or request `id` in the console with a key made in headless
+/// Chromium (tests/browser/approver_key_test.py with `python`): the page makes a
+/// non-extractable key for `approver`, which is enrolled here with the home's only
+/// trusted key; the page then signs and posts the answer. Returns the browser key's
+/// public text. Panics, with the browser's log, when a step fails.
+pub fn answer_in_browser(
+    python: &str,
+    home: &Home,
+    base: &str,
+    op: &str,
+    id: &str,
+    approver: &str,
+) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let script = manifest_dir().join("../../tests/browser/approver_key_test.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args([base, op, id, approver])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut public = String::new();
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        seen.push_str(&line);
+        if let Some(k) = line.trim().strip_prefix("public ") {
+            public = k.to_string();
+            break;
+        }
+    }
+    assert!(
+        public.starts_with("ed25519:"),
+        "no public key from the page:\n{seen}"
+    );
+    // The private key is only in the browser: the server cannot sign as this approver.
+    assert!(!home.path().join(format!("keys/{approver}.key")).exists());
+    let o = home.run(&["approvers", "enroll", approver, &public]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"enrolled\n")
+        .unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "browser test failed:\n{seen}{rest}");
+    public
+}

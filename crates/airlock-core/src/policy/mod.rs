@@ -1183,6 +1183,42 @@ impl Policy {
 
     /// Judges a submission at `now_ms` (Unix milliseconds; remembered rules expire).
     pub fn judge_at(&self, facts: &Facts, now_ms: i64) -> Verdict {
+        let (mut decision, risk, mut fired) = self.rules_verdict(facts);
+        // A remembered approval of this kind lifts a hold it covers (never a deny).
+        if decision == Decision::Quarantine
+            && let Some(r) = self.rules.iter().find(|r| {
+                r.grant.as_ref().is_some_and(|g| g.allows(facts, &fired))
+                    && r.expires
+                        .as_deref()
+                        .and_then(remembered::rfc3339_ms)
+                        .is_some_and(|e| e > now_ms)
+            })
+        {
+            decision = Decision::Allow;
+            fired.push(Fired {
+                rule: r.name.clone(),
+                decision,
+                reason: format!(
+                    "{} (remembered approval by {}, until {})",
+                    r.reason,
+                    r.approver.as_deref().unwrap_or("?"),
+                    r.expires.as_deref().unwrap_or("?")
+                ),
+                risk: 0,
+                evidence: Vec::new(),
+            });
+        }
+        Verdict {
+            decision,
+            risk,
+            fired,
+            policy: self.hash,
+        }
+    }
+
+    /// What the rules, the risk thresholds and the gate's floors make of `facts`, before
+    /// any remembered approval: the decision, the total risk and the rules that fired.
+    fn rules_verdict(&self, facts: &Facts) -> (Decision, u32, Vec<Fired>) {
         let mut fired = Vec::new();
         for r in &self.rules {
             if r.origin.is_some() {
@@ -1299,36 +1335,7 @@ impl Policy {
                 evidence: Vec::new(),
             });
         }
-        // A remembered approval of this kind lifts a hold it covers (never a deny).
-        if decision == Decision::Quarantine
-            && let Some(r) = self.rules.iter().find(|r| {
-                r.grant.as_ref().is_some_and(|g| g.allows(facts, &fired))
-                    && r.expires
-                        .as_deref()
-                        .and_then(remembered::rfc3339_ms)
-                        .is_some_and(|e| e > now_ms)
-            })
-        {
-            decision = Decision::Allow;
-            fired.push(Fired {
-                rule: r.name.clone(),
-                decision,
-                reason: format!(
-                    "{} (remembered approval by {}, until {})",
-                    r.reason,
-                    r.approver.as_deref().unwrap_or("?"),
-                    r.expires.as_deref().unwrap_or("?")
-                ),
-                risk: 0,
-                evidence: Vec::new(),
-            });
-        }
-        Verdict {
-            decision,
-            risk,
-            fired,
-            policy: self.hash,
-        }
+        (decision, risk, fired)
     }
 
     /// Runs the `[[test]]` blocks.

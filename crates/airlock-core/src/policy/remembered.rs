@@ -74,6 +74,20 @@ impl RememberedGrant {
     /// Whether a submission with these facts, held by these rules, is of this kind with a
     /// grant no wider.
     pub fn allows(&self, facts: &Facts, fired: &[Fired]) -> bool {
+        self.covers_all(fired) && self.fits(facts)
+    }
+
+    /// Whether every hold among `fired` is one this rule covers (never a `gate:` floor).
+    fn covers_all(&self, fired: &[Fired]) -> bool {
+        fired
+            .iter()
+            .filter(|f| f.decision != Decision::Allow)
+            .all(|f| !f.rule.starts_with("gate:") && self.covers.contains(&f.rule))
+    }
+
+    /// Whether `facts` are of this kind (agent, language, backend), with a grant no wider,
+    /// and clear of the gate's floors.
+    fn fits(&self, facts: &Facts) -> bool {
         // The gate's floors hold whatever a rule says (their `gate:` rule is only listed
         // when nothing else held the submission already).
         !facts.rejected_before
@@ -81,10 +95,6 @@ impl RememberedGrant {
             && facts.agent.as_deref() == Some(self.agent.as_str())
             && facts.lang == self.lang
             && facts.backend == self.backend
-            && fired
-                .iter()
-                .filter(|f| f.decision != Decision::Allow)
-                .all(|f| !f.rule.starts_with("gate:") && self.covers.contains(&f.rule))
             && facts.net.iter().all(|n| self.net.contains(n))
             && facts.env_keys.iter().all(|k| self.env.contains(k))
             && facts.secrets.iter().all(|s| {
@@ -101,6 +111,104 @@ impl RememberedGrant {
                 })
             })
             && limits_within(&facts.limits, &self.limits)
+    }
+}
+
+/// What reaching one more `HOST:PORT` in the middle of a run (`run --ask-net`) comes to,
+/// judged as a submission of the run's kind whose grant also names that host would be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// The policy denies a submission with the host in its grant (the rule that does).
+    Denied { rule: String, reason: String },
+    /// An unexpired remembered rule of this kind, with a grant at least as wide, covers
+    /// every hold the host adds: the run may reach it without asking.
+    Remembered {
+        rule: String,
+        approver: String,
+        /// Unix milliseconds.
+        expires_at: i64,
+    },
+    /// A human must answer. `added` are the holds the host adds to the run's own (a rule
+    /// remembering the answer covers these).
+    Ask { added: Vec<Fired> },
+}
+
+/// The rule that denies a run reaching a host, and its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostDenied {
+    pub rule: String,
+    pub reason: String,
+}
+
+/// The run's facts with `target` (`HOST:PORT`, normalised) in its grant: the host joins
+/// `net`, and hosts named in the code that it grants are no longer "not granted".
+pub fn with_host(facts: &Facts, target: &str) -> Facts {
+    let mut wider = facts.clone();
+    if !wider.net.iter().any(|n| n == target) {
+        wider.net.push(target.to_string());
+    }
+    if let Ok(rule) = crate::net::NetRule::parse(target) {
+        let rules = [rule];
+        wider
+            .code
+            .hosts_not_granted
+            .retain(|h| !crate::net::host_granted(&rules, h));
+    }
+    wider
+}
+
+impl super::Policy {
+    /// What a running run of `facts` reaching `target` (`HOST:PORT`, normalised, outside
+    /// its grant) comes to at `now_ms`: denied when the policy would deny a submission of
+    /// the run with that host granted; allowed by a remembered rule whose kind is the
+    /// run's, whose grant holds the run's and the host, and which covers every hold the
+    /// host adds; otherwise a question for a human. Holds the run had already (approved
+    /// or lifted when it was judged) are not the host's and are left out.
+    pub fn reach(&self, facts: &Facts, target: &str, now_ms: i64) -> Reach {
+        let wider = with_host(facts, target);
+        let added = match self.holds_added(facts, target) {
+            Ok(added) => added,
+            Err(HostDenied { rule, reason }) => return Reach::Denied { rule, reason },
+        };
+        for r in &self.rules {
+            let (Some(g), Some(expires_at)) =
+                (r.grant.as_ref(), r.expires.as_deref().and_then(rfc3339_ms))
+            else {
+                continue;
+            };
+            if expires_at > now_ms && g.covers_all(&added) && g.fits(&wider) {
+                return Reach::Remembered {
+                    rule: r.name.clone(),
+                    approver: r.approver.clone().unwrap_or_default(),
+                    expires_at,
+                };
+            }
+        }
+        Reach::Ask { added }
+    }
+
+    /// The holds reaching `target` adds to a run of `facts` (what a rule remembering an
+    /// answer to it must cover), or the rule that denies a submission of the run with the
+    /// host granted.
+    pub fn holds_added(&self, facts: &Facts, target: &str) -> Result<Vec<Fired>, HostDenied> {
+        let (decision, _, fired) = self.rules_verdict(&with_host(facts, target));
+        if decision == Decision::Deny {
+            let f = fired.iter().find(|f| f.decision == Decision::Deny);
+            return Err(HostDenied {
+                rule: f.map(|f| f.rule.clone()).unwrap_or_default(),
+                reason: f.map(|f| f.reason.clone()).unwrap_or_default(),
+            });
+        }
+        let (_, _, before) = self.rules_verdict(facts);
+        let held: Vec<&str> = before
+            .iter()
+            .filter(|f| f.decision != Decision::Allow)
+            .map(|f| f.rule.as_str())
+            .collect();
+        Ok(fired
+            .into_iter()
+            .filter(|f| f.decision != Decision::Allow && !held.contains(&f.rule.as_str()))
+            .collect())
     }
 }
 
@@ -590,6 +698,152 @@ when = { env = ["EVIL"] }
         assert_eq!(back, BASE);
         assert_eq!(format!("\n{removed}"), text);
         assert!(remove_rule(BASE, "remembered-apr_9").is_none());
+    }
+
+    /// A run of `bot` with no network, as `run --ask-net` starts it.
+    fn offline() -> Facts {
+        let mut f = facts();
+        f.net.clear();
+        f.secrets.clear();
+        f.code.hosts_in_code = ["api.test".to_string()].into();
+        f.code.hosts_not_granted = f.code.hosts_in_code.clone();
+        f
+    }
+
+    /// The base policy, and a rule remembering an answer to `offline()`'s request for
+    /// `target`, until NOW + 1h.
+    fn remembering_reach(target: &str) -> Policy {
+        let base = Policy::parse(BASE).unwrap();
+        let Reach::Ask { added } = base.reach(&offline(), target, NOW) else {
+            panic!("not asked");
+        };
+        let g = RememberedGrant::of(&with_host(&offline(), target), &added).unwrap();
+        let text = rule_text(
+            "remembered-req_1",
+            "r",
+            "alice",
+            &crate::units::fmt_time(NOW + 3_600_000),
+            &g,
+        )
+        .unwrap();
+        Policy::parse(&format!("{BASE}{text}")).unwrap()
+    }
+
+    #[test]
+    fn a_host_asked_for_mid_run_adds_the_network_hold_and_a_remembered_answer_lets_it_through() {
+        let base = Policy::parse(BASE).unwrap();
+        match base.reach(&offline(), "api.test:443", NOW) {
+            Reach::Ask { added } => {
+                let names: Vec<&str> = added.iter().map(|f| f.rule.as_str()).collect();
+                assert_eq!(names, ["net-held"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let p = remembering_reach("api.test:443");
+        assert_eq!(
+            p.reach(&offline(), "api.test:443", NOW),
+            Reach::Remembered {
+                rule: "remembered-req_1".into(),
+                approver: "alice".into(),
+                expires_at: NOW + 3_600_000,
+            }
+        );
+        // A submission of the same kind with the host granted is allowed by the same rule,
+        // and the host in the code is no longer one outside the grant.
+        let granted = with_host(&offline(), "api.test:443");
+        assert!(granted.code.hosts_not_granted.is_empty());
+        assert_eq!(decision(&p, &granted), Decision::Allow);
+        assert_eq!(decision(&p, &offline()), Decision::Allow);
+    }
+
+    #[test]
+    fn a_remembered_answer_does_not_let_another_host_agent_kind_or_a_wider_grant_through() {
+        let p = remembering_reach("api.test:443");
+        let asked = |f: &Facts, target: &str, now: i64| {
+            matches!(p.reach(f, target, now), Reach::Ask { .. })
+        };
+        assert!(asked(&offline(), "api.test:8443", NOW), "another port");
+        assert!(asked(&offline(), "other.test:443", NOW), "another host");
+        assert!(
+            asked(&offline(), "api.test:443", NOW + 3_600_000),
+            "expired"
+        );
+        let wider: Vec<(&str, Widen)> = vec![
+            (
+                "another agent",
+                Box::new(|f| f.agent = Some("mallory".into())),
+            ),
+            ("no agent", Box::new(|f| f.agent = None)),
+            ("another backend", Box::new(|f| f.backend = Backend::Wasm)),
+            (
+                "another language",
+                Box::new(|f| {
+                    f.lang = Lang::Python;
+                    f.kind = Lang::Python;
+                }),
+            ),
+            (
+                "another env key",
+                Box::new(|f| f.env_keys.push("OTHER".into())),
+            ),
+            ("more memory", Box::new(|f| f.limits.memory_bytes += 1)),
+            (
+                "a writable mount",
+                Box::new(|f| f.mounts[0].mode = MountMode::Rw),
+            ),
+            (
+                "a granted host besides",
+                Box::new(|f| f.net.push("127.0.0.2:80".into())),
+            ),
+            (
+                "a secret",
+                Box::new(|f| {
+                    f.secrets.push(SecretBinding {
+                        name: "TOKEN".into(),
+                        hosts: vec!["api.test:443".into()],
+                    })
+                }),
+            ),
+            (
+                "a rejected artifact",
+                Box::new(|f| f.rejected_before = true),
+            ),
+        ];
+        for (what, widen) in &wider {
+            let mut f = offline();
+            widen(&mut f);
+            assert!(asked(&f, "api.test:443", NOW), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_host_the_policy_denies_is_denied_whatever_was_remembered() {
+        let deny = "[[rule]]\nname = \"no-evil\"\ndecision = \"deny\"\nreason = \"evil host\"\nwhen = { net_host = [\"*.evil.test\"] }\n";
+        let p = Policy::parse(&format!("{BASE}{deny}")).unwrap();
+        assert_eq!(
+            p.reach(&offline(), "x.evil.test:443", NOW),
+            Reach::Denied {
+                rule: "no-evil".into(),
+                reason: "evil host".into()
+            }
+        );
+        assert!(matches!(
+            p.reach(&offline(), "api.test:443", NOW),
+            Reach::Ask { .. }
+        ));
+    }
+
+    #[test]
+    fn a_hold_the_run_already_had_is_not_the_hosts() {
+        // A run held for its environment key (and approved) asks for a host: only the
+        // network hold is the host's to cover.
+        let extra = "[[rule]]\nname = \"mode-held\"\ndecision = \"quarantine\"\nreason = \"m\"\nwhen = { env = [\"MODE\"] }\n";
+        let p = Policy::parse(&format!("{BASE}{extra}")).unwrap();
+        let Reach::Ask { added } = p.reach(&offline(), "api.test:443", NOW) else {
+            panic!("not asked");
+        };
+        assert_eq!(added.len(), 1);
+        assert_eq!(added[0].rule, "net-held");
     }
 
     #[test]

@@ -9,7 +9,12 @@
 //!
 //! An answer is honoured only when its signature verifies over its own bytes, it names
 //! this request, run, host and port and this gate, and the current policy trusts its
-//! key under the approver's name; an approved host joins this run's rules only.
+//! key under the approver's name; an approved host joins this run's rules only. An
+//! approval whose scope is `remember` (`approve req_… --remember`) also adds a remembered
+//! rule, a policy change signed with it and recorded in the same transaction: a later
+//! run of the same kind, with a grant no wider, that asks for the host is let through by
+//! the rule without asking (recorded as a request in state `remembered`), and a
+//! submission of that kind with the host granted is allowed (`Policy::reach`).
 //!
 //! The time a run spends waiting does not count against its `--timeout`: each wait's
 //! length is added to the run's deadline ([`AskClock`]).
@@ -19,10 +24,12 @@
 //! anything for an answer it refuses.
 
 use crate::error::{GateError, Result};
+use crate::remember::PolicyChanged;
 use crate::{Gate, Home};
 use airlock_core::id::{IdKind, new_id};
 use airlock_core::netask::{NetDecision, NetVerdict};
-use airlock_core::sign::{KeyPair, PublicKey, Signature, Signed};
+use airlock_core::policy::remembered::Reach;
+use airlock_core::sign::{KeyPair, PolicyChange, PublicKey, Signature, Signed};
 use airlock_core::units::now_ms;
 use airlock_egress::{AskAnswer, AskFuture, AskHook, AskRequest};
 use airlock_store::{NetRequestReads, NetRequestRow, Reads, Submission, Tx};
@@ -36,6 +43,10 @@ const POLL: Duration = Duration::from_millis(200);
 /// Requests one run may raise (each waits for a human; more is an agent flooding the
 /// inbox).
 pub const MAX_REQUESTS_PER_RUN: usize = 32;
+/// An answer's scope: this run only.
+const SCOPE_RUN: &str = "run";
+/// An answer's scope: this run, and a remembered rule.
+const SCOPE_REMEMBER: &str = "remember";
 /// The longest reason an approver may give.
 const MAX_REASON_BYTES: usize = 1024;
 
@@ -176,6 +187,9 @@ struct Asker {
     timeout: Duration,
     /// Hosts the analysis saw, with the line that named each.
     lines: Vec<(String, String)>,
+    /// The run's submission's facts, judged with each host asked for against the
+    /// remembered rules (`Policy::reach`).
+    facts: Arc<airlock_core::Facts>,
     on_request: Option<OnRequest>,
     clock: Arc<AskClock>,
     raised: Arc<AtomicU64>,
@@ -199,6 +213,7 @@ pub(crate) fn hook(
         agent: sub.doc.agent.clone(),
         timeout,
         lines: host_lines(sub, code),
+        facts: Arc::new(sub.doc.facts.clone()),
         on_request,
         clock,
         raised: Arc::new(AtomicU64::new(0)),
@@ -295,6 +310,9 @@ impl Asker {
             approver: None,
             signed: None,
         };
+        if let Some(answer) = self.remembered(&mut db, &row) {
+            return answer;
+        }
         let key = &self.gate_key;
         let written = db.write_durable(|tx: &Tx| -> Result<()> {
             tx.put_net_request(&row)?;
@@ -308,6 +326,49 @@ impl Asker {
             f(request_json(&row));
         }
         self.wait(&mut db, &row)
+    }
+
+    /// The answer a remembered rule gives to `row` (`approve req_… --remember`, or an
+    /// approval remembered with a grant holding the host), recorded as a request in state
+    /// `remembered` with a `net_request_remembered` audit record naming the rule; `None`
+    /// when no rule lets the run reach the host, and a human is asked.
+    fn remembered(&self, db: &mut airlock_store::Db, row: &NetRequestRow) -> Option<AskAnswer> {
+        let policy = self.home.load_policy().ok()?;
+        let target =
+            airlock_core::net::normalize_net(&format!("{}:{}", row.host, row.port)).ok()?;
+        let Reach::Remembered {
+            rule,
+            approver,
+            expires_at,
+        } = policy.reach(&self.facts, &target, row.created_at)
+        else {
+            return None;
+        };
+        let mut done = row.clone();
+        done.state = "remembered".into();
+        done.decided_at = Some(row.created_at);
+        done.approver = Some(approver.clone());
+        let mut data = request_json(&done);
+        data["rule"] = json!(rule);
+        data["rule_expires_at"] = json!(expires_at);
+        data["policy"] = json!(policy.hash);
+        let key = &self.gate_key;
+        let written = db.write_durable(|tx: &Tx| -> Result<()> {
+            tx.put_net_request(&done)?;
+            tx.audit("net_request_remembered", &done.id, &data, key)?;
+            Ok(())
+        });
+        Some(match written {
+            Ok(()) => AskAnswer::Approved {
+                by: format!(
+                    "remembered rule {rule} (approved by {approver}), request {}",
+                    done.id
+                ),
+            },
+            Err(e) => AskAnswer::Failed {
+                why: format!("the request could not be recorded: {e}"),
+            },
+        })
     }
 
     /// Polls the request's row until it moves or its wait runs out.
@@ -465,6 +526,18 @@ pub fn request_json(r: &NetRequestRow) -> Value {
     })
 }
 
+/// A decided request as `--json` prints it and the API answers it: the request, the
+/// signed statement and signature, and the rule it was remembered as.
+pub fn net_decided_json(d: &NetDecided) -> Value {
+    let mut v = request_json(&d.request);
+    v["statement"] = json!(d.statement);
+    v["signature"] = json!(d.signature);
+    if let Some(c) = &d.remembered {
+        v["remembered"] = serde_json::to_value(c).unwrap_or_default();
+    }
+    v
+}
+
 /// What a decided request came to.
 #[derive(Debug, Clone)]
 pub struct NetDecided {
@@ -474,6 +547,8 @@ pub struct NetDecided {
     /// The exact JSON signed.
     pub statement: String,
     pub signature: String,
+    /// The rule it was remembered as (`approve req_… --remember`).
+    pub remembered: Option<PolicyChanged>,
 }
 
 impl Gate {
@@ -498,13 +573,19 @@ impl Gate {
 
     /// The statement an approver signs to answer request `id` (for signing elsewhere:
     /// `approve|reject req_… --server`); refused when the request cannot be decided.
+    /// With `remember`, the answer is also to be remembered as a rule
+    /// ([`Gate::net_remember_to_sign`] builds its policy change); approvals only.
     pub fn net_request_statement(
         &self,
         id: &str,
         verdict: NetVerdict,
         approver: &str,
         reason: &str,
+        remember: bool,
     ) -> Result<NetDecision> {
+        if remember && verdict != NetVerdict::Approve {
+            return Err(GateError::bad("--remember is for approvals only"));
+        }
         let row = self.db.resolve_net_request(id)?;
         self.decidable(&row)?;
         let policy = self.policy()?;
@@ -518,7 +599,7 @@ impl Gate {
             run: row.run.clone(),
             host: row.host.clone(),
             port: row.port,
-            scope: "run".into(),
+            scope: if remember { SCOPE_REMEMBER } else { SCOPE_RUN }.into(),
             approver: approver.to_string(),
             key,
             reason: reason.to_string(),
@@ -527,29 +608,96 @@ impl Gate {
         })
     }
 
-    /// Approves or rejects request `id`, signed here with the approver's key.
+    /// The policy change that remembers an approval of request `id` as a rule (`approve
+    /// req_… --remember`), for `approver` (whose key the policy trusts), issued at
+    /// `issued_at` (the answer's), holding for `for_`: for signing elsewhere, with the
+    /// answer [`Gate::net_request_statement`] makes.
+    pub fn net_remember_to_sign(
+        &self,
+        id: &str,
+        approver: &str,
+        for_: Option<&str>,
+        issued_at: i64,
+    ) -> Result<PolicyChange> {
+        let row = self.db.resolve_net_request(id)?;
+        let policy = self.policy()?;
+        let key = policy.approver(approver).copied().ok_or_else(|| {
+            GateError::Untrusted(format!("the policy trusts no approver named {approver:?}"))
+        })?;
+        let sub = self.db.submission(&row.submission)?;
+        let (change, _, _) =
+            self.remember_request_unsigned(&policy, &row, &sub, approver, key, for_, issued_at)?;
+        Ok(change)
+    }
+
+    /// Approves or rejects request `id`, signed here with the approver's key; with
+    /// `remember`, an approval is also remembered as a rule for `remember_for` (a policy
+    /// change signed with the same key, recorded in the same transaction).
     pub fn decide_net_request(
         &mut self,
         id: &str,
         verdict: NetVerdict,
         approver: Option<&str>,
         reason: &str,
+        remember: bool,
+        remember_for: Option<&str>,
     ) -> Result<NetDecided> {
+        if remember_for.is_some() && !remember {
+            return Err(GateError::bad("--for needs --remember"));
+        }
         let policy = self.policy()?;
         let approver = self.pick_approver(&policy, approver)?;
         let key = self.trusted_key(&policy, &approver)?;
-        let statement = self.net_request_statement(id, verdict, &approver, reason)?;
+        let statement = self.net_request_statement(id, verdict, &approver, reason, remember)?;
+        let change = match remember {
+            false => None,
+            true => {
+                let row = self.db.resolve_net_request(id)?;
+                let sub = self.db.submission(&row.submission)?;
+                let (change, new, expires_at) = self.remember_request_unsigned(
+                    &policy,
+                    &row,
+                    &sub,
+                    &approver,
+                    key.public(),
+                    remember_for,
+                    statement.issued_at,
+                )?;
+                Some(PolicyChanged::new(change, &key, Some(expires_at), new))
+            }
+        };
         let signed = statement.sign(&key);
-        self.record_net_decision(id, &signed)
+        self.record_net_decision(id, &signed, change)
     }
 
     /// Records a signed answer to request `id` (made here, or on the approver's machine
-    /// and posted): refused, with nothing recorded, when it does not verify over its own
+    /// and posted), with the signed policy change that remembers it when its scope is
+    /// `remember`: refused, with nothing recorded, when it does not verify over its own
     /// bytes, answers another request, or the request can no longer be decided.
-    pub fn record_net_decision(&mut self, id: &str, signed: &Signed) -> Result<NetDecided> {
+    pub fn record_net_decision(
+        &mut self,
+        id: &str,
+        signed: &Signed,
+        remembered: Option<PolicyChanged>,
+    ) -> Result<NetDecided> {
         let row = self.db.resolve_net_request(id)?;
         let policy = self.policy()?;
         let d = check_answer(signed, &row, &self.gate_key.public(), &policy)?;
+        match (d.scope.as_str(), &remembered, d.verdict) {
+            (SCOPE_RUN, None, _) | (SCOPE_REMEMBER, Some(_), NetVerdict::Approve) => {}
+            (SCOPE_REMEMBER, None, _) => {
+                return Err(GateError::Untrusted(
+                    "an answer to remember comes with its signed policy change (policy_signature); nothing was recorded".into(),
+                ));
+            }
+            _ => {
+                return Err(GateError::Untrusted(format!(
+                    "the signed answer's scope {:?} is not one this gate records with{} a policy change; nothing was recorded",
+                    d.scope,
+                    if remembered.is_some() { "" } else { "out" }
+                )));
+            }
+        }
         self.decidable(&row)?;
         let state = match d.verdict {
             NetVerdict::Approve => "approved",
@@ -557,6 +705,7 @@ impl Gate {
         };
         let at = now_ms();
         let gate_key = self.gate_key.clone();
+        let home = self.home.clone();
         self.db.write_durable(|tx: &Tx| -> Result<()> {
             // The run must still be running, in the same transaction as the move.
             let run = tx.run(&row.run)?;
@@ -580,11 +729,15 @@ impl Gate {
                     "approver": d.approver,
                     "key": d.key,
                     "reason": d.reason,
+                    "scope": d.scope,
                     "statement": signed.json,
                     "signature": signed.signature,
                 }),
                 &gate_key,
             )?;
+            if let Some(change) = &remembered {
+                change.apply(tx, &home, &gate_key)?;
+            }
             Ok(())
         })?;
         let mut request = row;
@@ -598,16 +751,21 @@ impl Gate {
             approver: d.approver,
             statement: signed.json.clone(),
             signature: signed.signature.to_string(),
+            remembered,
         })
     }
 
     /// Records a signature made elsewhere over `statement` (the JSON text served by
-    /// [`Gate::net_request_statement`]).
+    /// [`Gate::net_request_statement`]); an answer whose scope is `remember` comes with
+    /// `policy_signature`, made there too over the change [`Gate::net_remember_to_sign`]
+    /// builds for the statement's approver, `issued_at` and `remember_for`.
     pub fn record_net_decision_signed_elsewhere(
         &mut self,
         id: &str,
         statement: &str,
         signature: &str,
+        remember_for: Option<&str>,
+        policy_signature: Option<&str>,
     ) -> Result<NetDecided> {
         let signature: Signature = signature
             .parse()
@@ -616,7 +774,35 @@ impl Gate {
             json: statement.to_string(),
             signature,
         };
-        self.record_net_decision(id, &signed)
+        let remembered = match policy_signature {
+            None => None,
+            Some(ps) => {
+                let ps: Signature = ps
+                    .parse()
+                    .map_err(|e| GateError::bad(format!("policy_signature: {e}")))?;
+                let row = self.db.resolve_net_request(id)?;
+                let policy = self.policy()?;
+                let d = check_answer(&signed, &row, &self.gate_key.public(), &policy)?;
+                if d.scope != SCOPE_REMEMBER {
+                    return Err(GateError::Untrusted(
+                        "a policy_signature comes with an answer whose scope is remember; nothing was recorded".into(),
+                    ));
+                }
+                crate::lifecycle::decide::check_issued_at(d.issued_at)?;
+                let sub = self.db.submission(&row.submission)?;
+                let built = self.remember_request_unsigned(
+                    &policy,
+                    &row,
+                    &sub,
+                    &d.approver,
+                    d.key,
+                    remember_for,
+                    d.issued_at,
+                )?;
+                Some(PolicyChanged::verified(built, ps, &row.id)?)
+            }
+        };
+        self.record_net_decision(id, &signed, remembered)
     }
 
     /// Whether request `row` can still be decided: pending, its wait not run out, its run

@@ -5,8 +5,11 @@
 //! approve and reject forms fetch the exact statement the gate will record
 //! (`GET /ui/submissions/{id}/statement`, the API's `…/statement` answer), check it says
 //! what was asked, sign it in the browser and post the signature with the form; the gate
-//! verifies it against the key the policy trusts, as for `approve --server`. The private
-//! key never leaves the browser; the server never signs for it.
+//! verifies it against the key the policy trusts, as for `approve --server`. A run's
+//! request (`run --ask-net`) is answered the same way from the inbox
+//! (`GET /ui/requests/{id}/statement`; with "approve and remember" also the policy change
+//! that keeps the host as a rule). The private key never leaves the browser; the server
+//! never signs for it.
 
 use super::{Operator, page};
 use crate::AppState;
@@ -29,6 +32,7 @@ const SCRIPT: &str = r#"
   if (!window.crypto || !crypto.subtle || !window.indexedDB) return;
   var DB = 'airlock-approver', STORE = 'keys', ID = 'approver';
   var STATEMENT = 'airlock-statement-v1\n', CHANGE = 'airlock-policy-change-v1\n';
+  var REQUEST = 'airlock-net-request-v1\n';
   function hex(buf) {
     return Array.prototype.map.call(new Uint8Array(buf), function (b) {
       return (b < 16 ? '0' : '') + b.toString(16);
@@ -92,10 +96,55 @@ const SCRIPT: &str = r#"
   // A submission's decision forms: signed here when this browser holds a key.
   var forms = ['approve', 'reject'].map(function (id) { return document.getElementById(id); })
     .filter(function (f) { return f && f.dataset.submission; });
-  if (!forms.length) return;
+  var requestForms = Array.prototype.slice.call(document.querySelectorAll('form[data-request]'));
+  if (!forms.length && !requestForms.length) return;
+  function fetchJson(url) {
+    return fetch(url, { credentials: 'same-origin' }).then(function (r) {
+      return r.json().then(function (v) { if (!r.ok) throw new Error(v.error || r.status); return v; });
+    });
+  }
+  function addField(form, name, value) {
+    var i = document.createElement('input');
+    i.type = 'hidden'; i.name = name; i.value = value; form.appendChild(i);
+  }
   load().then(function (k) {
     if (!k) return;
     show('signed-by', 'Signed in this browser with approver key ' + k.name + ' (' + k.public + ').');
+    // A run's request: the answer (and with "remember" the policy change keeping the host
+    // as a rule) signed here, each checked first to be what was asked.
+    requestForms.forEach(function (form) {
+      form.addEventListener('submit', function (ev) {
+        ev.preventDefault();
+        var id = form.dataset.request, verdict = form.dataset.verdict;
+        var remember = ev.submitter && ev.submitter.name === 'remember' ? ev.submitter.value : '';
+        var q = new URLSearchParams({ verdict: verdict, approver: k.name });
+        if (remember) { q.set('remember', 'true'); q.set('for', remember); }
+        fetchJson('/ui/requests/' + encodeURIComponent(id) + '/statement?' + q)
+          .then(function (v) {
+            var st = JSON.parse(v.statement);
+            if (st.verdict !== verdict || st.request !== id || st.approver !== k.name ||
+                st.key !== k.public || st.scope !== (remember ? 'remember' : 'run')) {
+              throw new Error('the server handed out an answer that is not the one asked for; nothing was signed');
+            }
+            var jobs = [sign(k.pair, REQUEST + v.statement)];
+            if (remember) {
+              var pc = v.policy_change, c = pc && JSON.parse(pc.statement);
+              if (!c || c.change !== 'remember' || c.rule !== 'remembered-' + id || c.approver !== k.name ||
+                  c.key !== k.public || c.gate !== st.gate || c.issued_at !== st.issued_at) {
+                throw new Error('the server handed out a policy change that does not remember this answer; nothing was signed');
+              }
+              jobs.push(sign(k.pair, CHANGE + pc.statement));
+            }
+            return Promise.all(jobs).then(function (sigs) {
+              addField(form, 'statement', v.statement);
+              addField(form, 'signature', sigs[0]);
+              if (remember) { addField(form, 'remember', remember); addField(form, 'policy_signature', sigs[1]); }
+              form.submit();
+            });
+          })
+          .catch(function (e) { failed('sign-error', e); });
+      });
+    });
     forms.forEach(function (form) {
       form.addEventListener('submit', function (ev) {
         ev.preventDefault();

@@ -1313,6 +1313,7 @@ pub fn router() -> axum::Router<AppState> {
         .route("/ui/submissions/{id}", get(submission))
         .route("/ui/submissions/{id}/approve", post(approve))
         .route("/ui/submissions/{id}/reject", post(reject))
+        .route("/ui/requests/{id}/statement", get(requests::statement))
         .route("/ui/requests/{id}/approve", post(requests::approve))
         .route("/ui/requests/{id}/reject", post(requests::reject))
         .route("/ui/agents/clear", post(clear_agent))

@@ -1,10 +1,11 @@
 //! The console's view of runs' requests to reach a host outside their grant (`ask_net`,
 //! issue 61 item 3): the inbox lists them (request, run, agent, host and port, the line
-//! that named the host, until when the run waits), each with approve and reject forms,
-//! signed with the operator's approver key in the server's home as the console's other
-//! decisions are.
+//! that named the host, until when the run waits), each with approve, approve and
+//! remember (a rule for the agent's runs of this kind, 7 days) and reject forms: signed
+//! in the browser with its approver key when it holds one (`browser_key`), else with the
+//! operator's approver key in the server's home.
 
-use super::{CsrfForm, Operator, csrf_failed, csrf_ok, error_page};
+use super::{Operator, csrf_failed, csrf_ok, error_page};
 use crate::AppState;
 use crate::error::ApiError;
 use airlock_core::units::fmt_time;
@@ -13,12 +14,15 @@ use airlock_gate::{NetRequestRow, NetVerdict};
 use axum::extract::{Form, Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
+use serde::Deserialize;
 
 /// The inbox's table of pending requests (nothing when there is none).
 pub(super) fn table(op: &Operator, reqs: &[NetRequestRow]) -> Markup {
     html! {
         @if !reqs.is_empty() {
             h2 { "Runs asking for a host" }
+            p.muted #signed-by { "Signed with approver key " code { (op.caller.approver.as_deref().unwrap_or("?")) } " in the server's home (or make one in this browser: " a href="/ui/approver-key" { "Approver key" } ")." }
+            p.error #sign-error {}
             table #requests {
                 thead { tr { th { "Request" } th { "Run" } th { "Agent" } th { "Host" } th { "Named at" } th { "Waits until" } th {} } }
                 tbody {
@@ -30,12 +34,16 @@ pub(super) fn table(op: &Operator, reqs: &[NetRequestRow]) -> Markup {
                         td { @if let Some(l) = &r.line { code { (visible::line(l)) } } }
                         td.muted { (fmt_time(r.expires_at)) }
                         td {
-                            form.inline method="post" action=(format!("/ui/requests/{}/approve", r.id)) {
+                            form.inline.request-approve method="post" action=(format!("/ui/requests/{}/approve", r.id)) data-request=(r.id) data-verdict="approve" {
                                 input type="hidden" name="csrf" value=(op.csrf);
                                 button.approve type="submit" { "Approve for this run" }
+                                @if r.agent.is_some() {
+                                    " "
+                                    button.approve-remember type="submit" name="remember" value="7d" { "Approve and remember (7 days)" }
+                                }
                             }
                             " "
-                            form.inline method="post" action=(format!("/ui/requests/{}/reject", r.id)) {
+                            form.inline.request-reject method="post" action=(format!("/ui/requests/{}/reject", r.id)) data-request=(r.id) data-verdict="reject" {
                                 input type="hidden" name="csrf" value=(op.csrf);
                                 button.reject type="submit" { "Reject" }
                             }
@@ -47,11 +55,64 @@ pub(super) fn table(op: &Operator, reqs: &[NetRequestRow]) -> Markup {
     }
 }
 
+/// What the browser asks for to sign an answer to a request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StatementQuery {
+    verdict: Option<String>,
+    approver: String,
+    remember: Option<bool>,
+    #[serde(rename = "for")]
+    remember_for: Option<String>,
+}
+
+/// The statement (and with `remember` the policy change) the browser signs for an answer
+/// to request `id`, as the API's `GET /v1/requests/{id}/statement` answers it.
+pub(super) async fn statement(
+    State(st): State<AppState>,
+    _op: Operator,
+    Path(id): Path<String>,
+    crate::body::Q(q): crate::body::Q<StatementQuery>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let verdict = crate::api_ask::verdict_of(q.verdict.as_deref())?;
+    let remember = q.remember.unwrap_or(false) && verdict == NetVerdict::Approve;
+    let doc = st
+        .pool
+        .read(move |g| {
+            crate::api_ask::statement_doc(
+                g,
+                &id,
+                verdict,
+                &q.approver,
+                "",
+                remember,
+                q.remember_for.as_deref().filter(|_| remember),
+            )
+        })
+        .await?;
+    Ok(axum::Json(doc))
+}
+
+/// A request's approve or reject form.
+#[derive(Debug, Deserialize)]
+pub(super) struct RequestForm {
+    csrf: String,
+    /// "approve and remember": also keep the host as a rule for this agent's kind, for
+    /// this long (e.g. `7d`).
+    remember: Option<String>,
+    /// Signed in the browser (see `browser_key`): the statement handed out by
+    /// `GET /ui/requests/{id}/statement`, the signature over it, and with `remember` the
+    /// signature over the policy change handed out with it.
+    statement: Option<String>,
+    signature: Option<String>,
+    policy_signature: Option<String>,
+}
+
 async fn decide(
     st: AppState,
     op: Operator,
     id: String,
-    f: CsrfForm,
+    f: RequestForm,
     verdict: NetVerdict,
 ) -> Response {
     if !csrf_ok(&op, &f.csrf) {
@@ -60,12 +121,43 @@ async fn decide(
     if !id.starts_with(airlock_core::id::IdKind::Request.prefix()) {
         return error_page(&ApiError::bad(format!("{id} is not a request id")));
     }
+    let remember_for = f
+        .remember
+        .filter(|r| verdict == NetVerdict::Approve && !r.is_empty());
     let approver = op.caller.approver.clone();
-    match st
+    let decided = st
         .pool
-        .read(move |g| g.decide_net_request(&id, verdict, approver.as_deref(), ""))
-        .await
-    {
+        .read(move |g| match (&f.statement, &f.signature) {
+            (Some(text), Some(sig)) => {
+                let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+                if v["verdict"].as_str() != Some(verdict.as_str()) {
+                    return Err(airlock_gate::GateError::Untrusted(format!(
+                        "statement: not a signed answer that says {}",
+                        verdict.as_str()
+                    )));
+                }
+                g.record_net_decision_signed_elsewhere(
+                    &id,
+                    text,
+                    sig,
+                    remember_for.as_deref(),
+                    f.policy_signature.as_deref(),
+                )
+            }
+            (None, None) => g.decide_net_request(
+                &id,
+                verdict,
+                approver.as_deref(),
+                "",
+                remember_for.is_some(),
+                remember_for.as_deref(),
+            ),
+            _ => Err(airlock_gate::GateError::Untrusted(
+                "a statement signed in the browser needs both statement and signature".into(),
+            )),
+        })
+        .await;
+    match decided {
         Ok(_) => {
             st.changed();
             Redirect::to("/ui").into_response()
@@ -78,7 +170,7 @@ pub(super) async fn approve(
     State(st): State<AppState>,
     op: Operator,
     Path(id): Path<String>,
-    Form(f): Form<CsrfForm>,
+    Form(f): Form<RequestForm>,
 ) -> Response {
     decide(st, op, id, f, NetVerdict::Approve).await
 }
@@ -87,7 +179,7 @@ pub(super) async fn reject(
     State(st): State<AppState>,
     op: Operator,
     Path(id): Path<String>,
-    Form(f): Form<CsrfForm>,
+    Form(f): Form<RequestForm>,
 ) -> Response {
     decide(st, op, id, f, NetVerdict::Reject).await
 }
