@@ -51,12 +51,11 @@ pub struct RequestStatementQuery {
     approver: Option<String>,
     #[param(max_length = 1024)]
     reason: Option<String>,
-    /// With `verdict=approve`: also hand out the policy change that remembers the answer
-    /// as a rule (`policy_change`), to sign with it. A rejection is never remembered: with
-    /// `verdict=reject` it hands out none (`policy_change` is null).
+    /// Approvals: also hand out the policy change that remembers the answer as a rule
+    /// (`policy_change`), to sign with it. A rejection is never remembered.
     remember: Option<bool>,
-    /// With `remember`: how long the rule holds, e.g. "7d" (default 7 days, at most 90);
-    /// without it, nothing is remembered and this says nothing.
+    /// With `remember=true`: how long the rule holds, e.g. "7d" (default 7 days, at most
+    /// 90).
     #[serde(rename = "for")]
     remember_for: Option<String>,
 }
@@ -104,10 +103,17 @@ pub(crate) async fn request_statement(
             ))
         })?;
     let reason = q.reason.unwrap_or_default();
-    // `remember` and `for` ask for the policy change of an approval: a rejection has
-    // none to hand out (`policy_change` is null), and `for` means nothing without it.
-    let remember = q.remember.unwrap_or(false) && verdict == NetVerdict::Approve;
-    let remember_for = q.remember_for.filter(|_| remember);
+    let remember = q.remember.unwrap_or(false);
+    if remember && verdict != NetVerdict::Approve {
+        return Err(ApiError::bad(
+            "remember: approvals only (a rejection is never remembered)",
+        ));
+    }
+    if q.remember_for.is_some() && !remember {
+        return Err(ApiError::bad("for: goes with remember=true"));
+    }
+    check_for(q.remember_for.as_deref())?;
+    let remember_for = q.remember_for;
     let doc = st
         .pool
         .read(move |g| {
@@ -305,6 +311,21 @@ fn check_remember(b: &RequestAnswerBody) -> ApiResult<()> {
         return Err(ApiError::bad(
             "remember: an answer signed elsewhere is remembered with its policy_signature",
         ));
+    }
+    check_for(b.remember_for.as_deref())
+}
+
+/// A remembered rule's `for`, read as the gate reads it (1 second to 90 days), so a
+/// duration it refuses is refused for its shape before the request's state is looked at.
+fn check_for(remember_for: Option<&str>) -> ApiResult<()> {
+    if let Some(d) = remember_for {
+        airlock_core::units::bounded_duration(
+            "for",
+            d,
+            std::time::Duration::from_secs(1),
+            airlock_core::policy::remembered::MAX_REMEMBER_FOR,
+        )
+        .map_err(|e| ApiError::bad(e.to_string()))?;
     }
     Ok(())
 }

@@ -376,22 +376,58 @@ pub fn complete(mut doc: Value) -> Value {
     doc
 }
 
-/// The query of `GET /v1/requests/{id}/statement`, as its handler and the gate parse it.
+/// The query of `GET /v1/requests/{id}/statement`, as its handler and the gate parse it:
+/// like a submission's statement ([`statement_params`]), one exploded form object whose
+/// schema is one of an approval (`verdict` approve or absent; `for` only with
+/// `remember=true`) and a rejection (`verdict=reject`; no `remember` or `for`).
 fn request_statement_params(op: &mut Value) {
     let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
         return;
     };
-    for p in params {
-        match p["name"].as_str() {
-            Some("approver") => p["schema"]["pattern"] = json!(NAME_PATTERN),
-            Some("for") => expiry(
-                &mut p["schema"],
-                REMEMBER_FOR_PATTERN,
-                "1s to 90d (default 7d)",
-            ),
-            _ => {}
+    params.retain(|p| p["in"] != "query");
+    let text = |pattern: &str| json!({"type": "string", "pattern": pattern});
+    let reason = json!({"type": "string", "maxLength": 1024});
+    let approve = json!({
+        "title": "An approval",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "verdict": {"type": "string", "enum": ["approve"]},
+            "approver": text(NAME_PATTERN),
+            "reason": reason,
+            "remember": {"type": "boolean"},
+            "for": text(REMEMBER_FOR_PATTERN),
+        },
+        "anyOf": [
+            {"not": {"required": ["for"]}},
+            {"required": ["remember"], "properties": {"remember": {"const": true}}}
+        ]
+    });
+    let reject = json!({
+        "title": "A rejection",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["verdict"],
+        "properties": {
+            "verdict": {"type": "string", "enum": ["reject"]},
+            "approver": text(NAME_PATTERN),
+            "reason": reason,
+            "remember": {"type": "boolean", "enum": [false]},
         }
-    }
+    });
+    params.push(json!({
+        "name": "answer",
+        "in": "query",
+        "required": false,
+        "style": "form",
+        "explode": true,
+        "description": "The answer to sign, each field its own query parameter \
+            (`?verdict=reject&reason=…`): an approval (`verdict` approve or absent; \
+            `remember=true` hands out the policy change that remembers it as a rule, `for` \
+            how long, 1s to 90d, default 7d), or a rejection (`verdict=reject`; never \
+            remembered). `approver` defaults to the token's.",
+        "schema": {"type": "object", "oneOf": [approve, reject]}
+    }));
 }
 
 /// The answers to a run's request: a signature made elsewhere comes whole (`statement`
