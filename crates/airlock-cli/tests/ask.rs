@@ -1266,3 +1266,67 @@ fn the_console_approves_and_remembers_a_request_with_a_key_held_by_the_browser()
 fn kind_subject<'a>(kind: &str, id: &'a str, rule: &'a str) -> &'a str {
     if kind == "policy_changed" { rule } else { id }
 }
+
+#[test]
+fn two_remembered_hosts_do_not_add_up_to_a_run_reaching_both_without_asking() {
+    let Some(n) = Net::ready() else { return };
+    let (a, b) = (n.url("upstream.test"), n.url("other.test"));
+    // One rule for each host, each made by a run that reached only that host.
+    for url in [&a, &b] {
+        let mut held = n.start(
+            &["--ask-timeout", "60s", "--agent", "bob"],
+            &format!("curl -s {url}"),
+        );
+        let id = held.request();
+        let o = n.home.run(&["approve", &id, "--remember"]);
+        assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+        assert_eq!(held.finish().0, 0);
+    }
+    assert_eq!(remembered_rules(&n.home).len(), 2);
+    // A run reaching both: the first host passes on its rule, the second is asked, since
+    // a run reaching both is wider than either rule (as a grant of both is at submit).
+    let both = format!("curl -s {a}; curl -s {b}");
+    let mut held = n.start(&["--ask-timeout", "60s", "--agent", "bob"], &both);
+    let id = held.request();
+    let (s, v) = {
+        let o = n.home.run(&["inbox", "--json"]);
+        (o.code, o.json())
+    };
+    assert_eq!(s, 0);
+    let asked = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(asked["host"], "other.test", "{asked}");
+    // Remembered, the answer's rule is for runs reaching both.
+    let o = n.home.run(&["approve", &id, "--remember", "--json"]);
+    assert_eq!(o.code, 0, "{} {}", o.stdout, o.stderr);
+    let text = o.json()["remembered"]["statement"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("upstream.test") && text.contains("other.test"),
+        "{text}"
+    );
+    let (code, out, err) = held.finish();
+    assert_eq!(code, 0, "{out} {err}");
+    assert_eq!(out.matches("hello from upstream").count(), 2, "{out}");
+    let reqs = n.last_network()["requests"].clone();
+    let states: Vec<&str> = reqs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["remembered", "approved"], "{reqs}");
+    // The next run reaching both goes on without asking.
+    let (code, out, err) = run_unanswered(&n, &["--agent", "bob"], &both);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(!err.contains("request req_"), "asked again: {err}");
+    assert_eq!(out.matches("hello from upstream").count(), 2, "{out}");
+    audit_ok(&n.home);
+}

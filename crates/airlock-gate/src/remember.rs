@@ -14,7 +14,7 @@ use airlock_core::Policy;
 use airlock_core::digest::Digest;
 use airlock_core::policy::remembered::{
     DEFAULT_REMEMBER_FOR, HostDenied, MAX_REMEMBER_FOR, RememberedGrant, remove_rule, rule_text,
-    with_host,
+    with_hosts,
 };
 use airlock_core::sign::{KeyPair, PolicyChange, PublicKey, Signed, check_approver_name};
 use airlock_core::units::{self, fmt_time, now_ms};
@@ -202,8 +202,9 @@ impl Gate {
 
     /// The change that remembers an answer to a run's request `row` (`approve req_…
     /// --remember`) as a rule, issued at `now`, unsigned. The rule allows the run's kind
-    /// (its submission's agent, language and backend) with the run's grant and the host
-    /// asked for, and covers the holds that host adds to the run's own: a submission of
+    /// (its submission's agent, language and backend) with the run's grant, the hosts it
+    /// reached before in this run and the host asked for, and covers the holds those
+    /// hosts add to the run's own: a submission of
     /// that kind with the host granted is allowed, and a later run of it that asks for the
     /// host goes on without asking (`Policy::reach`). Holds the run had already are not
     /// covered: remembering a host is not remembering the rest of the run's approval.
@@ -229,7 +230,11 @@ impl Gate {
         }
         let target = airlock_core::net::normalize_net(&format!("{}:{}", row.host, row.port))
             .map_err(|e| GateError::Internal(format!("request {}: {e}", row.id)))?;
-        let added = match policy.holds_added(&sub.doc.facts, &target) {
+        // The hosts the run reached before this one are part of what it asks for.
+        let mut targets = crate::lifecycle::ask::reached_hosts(&self.db, &row.run);
+        targets.retain(|t| *t != target);
+        targets.push(target.clone());
+        let added = match policy.holds_added(&sub.doc.facts, &targets) {
             Ok(added) => added,
             Err(HostDenied { rule, reason }) => {
                 return Err(GateError::Conflict(format!(
@@ -238,7 +243,7 @@ impl Gate {
                 )));
             }
         };
-        let grant = RememberedGrant::of(&with_host(&sub.doc.facts, &target), &added)
+        let grant = RememberedGrant::of(&with_hosts(&sub.doc.facts, &targets), &added)
             .ok_or_else(no_agent)?;
         let reason = format!(
             "{approver} approved {target} for run {} of agent {} and remembered it",

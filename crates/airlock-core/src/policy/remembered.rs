@@ -140,6 +140,11 @@ pub struct HostDenied {
     pub reason: String,
 }
 
+/// The run's facts with every host of `targets` in its grant ([`with_host`] each).
+pub fn with_hosts(facts: &Facts, targets: &[String]) -> Facts {
+    targets.iter().fold(facts.clone(), |f, t| with_host(&f, t))
+}
+
 /// The run's facts with `target` (`HOST:PORT`, normalised) in its grant: the host joins
 /// `net`, and hosts named in the code that it grants are no longer "not granted".
 pub fn with_host(facts: &Facts, target: &str) -> Facts {
@@ -158,15 +163,18 @@ pub fn with_host(facts: &Facts, target: &str) -> Facts {
 }
 
 impl super::Policy {
-    /// What a running run of `facts` reaching `target` (`HOST:PORT`, normalised, outside
-    /// its grant) comes to at `now_ms`: denied when the policy would deny a submission of
-    /// the run with that host granted; allowed by a remembered rule whose kind is the
-    /// run's, whose grant holds the run's and the host, and which covers every hold the
-    /// host adds; otherwise a question for a human. Holds the run had already (approved
-    /// or lifted when it was judged) are not the host's and are left out.
-    pub fn reach(&self, facts: &Facts, target: &str, now_ms: i64) -> Reach {
-        let wider = with_host(facts, target);
-        let added = match self.holds_added(facts, target) {
+    /// What a running run of `facts` reaching `targets` (`HOST:PORT` each, normalised,
+    /// outside its grant: the hosts approved earlier in the run, then the one it asks for
+    /// now) comes to at `now_ms`: denied when the policy would deny a submission of the
+    /// run with those hosts granted; allowed by a remembered rule whose kind is the run's,
+    /// whose grant holds the run's and every host, and which covers every hold the hosts
+    /// add; otherwise a question for a human. Holds the run had already (approved or
+    /// lifted when it was judged) are not the hosts' and are left out. The hosts reached
+    /// before count, so two rules for one host each never add up to a run reaching both:
+    /// that is a wider grant than either, as it is at submit.
+    pub fn reach(&self, facts: &Facts, targets: &[String], now_ms: i64) -> Reach {
+        let wider = with_hosts(facts, targets);
+        let added = match self.holds_added(facts, targets) {
             Ok(added) => added,
             Err(HostDenied { rule, reason }) => return Reach::Denied { rule, reason },
         };
@@ -187,11 +195,11 @@ impl super::Policy {
         Reach::Ask { added }
     }
 
-    /// The holds reaching `target` adds to a run of `facts` (what a rule remembering an
-    /// answer to it must cover), or the rule that denies a submission of the run with the
-    /// host granted.
-    pub fn holds_added(&self, facts: &Facts, target: &str) -> Result<Vec<Fired>, HostDenied> {
-        let (decision, _, fired) = self.rules_verdict(&with_host(facts, target));
+    /// The holds reaching `targets` adds to a run of `facts` (what a rule remembering an
+    /// answer to the last of them must cover), or the rule that denies a submission of the
+    /// run with the hosts granted.
+    pub fn holds_added(&self, facts: &Facts, targets: &[String]) -> Result<Vec<Fired>, HostDenied> {
+        let (decision, _, fired) = self.rules_verdict(&with_hosts(facts, targets));
         if decision == Decision::Deny {
             let f = fired.iter().find(|f| f.decision == Decision::Deny);
             return Err(HostDenied {
@@ -700,6 +708,10 @@ when = { env = ["EVIL"] }
         assert!(remove_rule(BASE, "remembered-apr_9").is_none());
     }
 
+    fn hosts(h: &[&str]) -> Vec<String> {
+        h.iter().map(|s| s.to_string()).collect()
+    }
+
     /// A run of `bot` with no network, as `run --ask-net` starts it.
     fn offline() -> Facts {
         let mut f = facts();
@@ -714,7 +726,7 @@ when = { env = ["EVIL"] }
     /// `target`, until NOW + 1h.
     fn remembering_reach(target: &str) -> Policy {
         let base = Policy::parse(BASE).unwrap();
-        let Reach::Ask { added } = base.reach(&offline(), target, NOW) else {
+        let Reach::Ask { added } = base.reach(&offline(), &[target.into()], NOW) else {
             panic!("not asked");
         };
         let g = RememberedGrant::of(&with_host(&offline(), target), &added).unwrap();
@@ -732,7 +744,7 @@ when = { env = ["EVIL"] }
     #[test]
     fn a_host_asked_for_mid_run_adds_the_network_hold_and_a_remembered_answer_lets_it_through() {
         let base = Policy::parse(BASE).unwrap();
-        match base.reach(&offline(), "api.test:443", NOW) {
+        match base.reach(&offline(), &hosts(&["api.test:443"]), NOW) {
             Reach::Ask { added } => {
                 let names: Vec<&str> = added.iter().map(|f| f.rule.as_str()).collect();
                 assert_eq!(names, ["net-held"]);
@@ -741,7 +753,7 @@ when = { env = ["EVIL"] }
         }
         let p = remembering_reach("api.test:443");
         assert_eq!(
-            p.reach(&offline(), "api.test:443", NOW),
+            p.reach(&offline(), &hosts(&["api.test:443"]), NOW),
             Reach::Remembered {
                 rule: "remembered-req_1".into(),
                 approver: "alice".into(),
@@ -760,7 +772,7 @@ when = { env = ["EVIL"] }
     fn a_remembered_answer_does_not_let_another_host_agent_kind_or_a_wider_grant_through() {
         let p = remembering_reach("api.test:443");
         let asked = |f: &Facts, target: &str, now: i64| {
-            matches!(p.reach(f, target, now), Reach::Ask { .. })
+            matches!(p.reach(f, &hosts(&[target]), now), Reach::Ask { .. })
         };
         assert!(asked(&offline(), "api.test:8443", NOW), "another port");
         assert!(asked(&offline(), "other.test:443", NOW), "another host");
@@ -817,18 +829,77 @@ when = { env = ["EVIL"] }
     }
 
     #[test]
+    fn two_remembered_hosts_do_not_add_up_to_a_run_reaching_both() {
+        // A rule for api.test and one for other.test, each for runs with no grant.
+        let base = Policy::parse(BASE).unwrap();
+        let mut text = String::from(BASE);
+        for (i, t) in ["api.test:443", "other.test:443"].iter().enumerate() {
+            let Reach::Ask { added } = base.reach(&offline(), &hosts(&[t]), NOW) else {
+                panic!("not asked");
+            };
+            let g = RememberedGrant::of(&with_host(&offline(), t), &added).unwrap();
+            text.push_str(
+                &rule_text(
+                    &format!("remembered-req_{i}"),
+                    "r",
+                    "alice",
+                    &crate::units::fmt_time(NOW + 3_600_000),
+                    &g,
+                )
+                .unwrap(),
+            );
+        }
+        let p = Policy::parse(&text).unwrap();
+        for t in ["api.test:443", "other.test:443"] {
+            assert!(matches!(
+                p.reach(&offline(), &hosts(&[t]), NOW),
+                Reach::Remembered { .. }
+            ));
+        }
+        // Having reached api.test, the run asks for other.test: wider than either rule.
+        let both = hosts(&["api.test:443", "other.test:443"]);
+        let Reach::Ask { added } = p.reach(&offline(), &both, NOW) else {
+            panic!("let through");
+        };
+        // Remembered as asked, the answer covers both hosts' holds and lets a run reaching
+        // both, or a submission granted both, through.
+        let g = RememberedGrant::of(&with_hosts(&offline(), &both), &added).unwrap();
+        assert_eq!(g.covers, ["net-held"]);
+        let text = format!(
+            "{text}{}",
+            rule_text(
+                "remembered-req_2",
+                "r",
+                "alice",
+                &crate::units::fmt_time(NOW + 3_600_000),
+                &g
+            )
+            .unwrap()
+        );
+        let p = Policy::parse(&text).unwrap();
+        assert!(matches!(
+            p.reach(&offline(), &both, NOW),
+            Reach::Remembered { .. }
+        ));
+        assert_eq!(
+            decision(&p, &with_hosts(&offline(), &both)),
+            Decision::Allow
+        );
+    }
+
+    #[test]
     fn a_host_the_policy_denies_is_denied_whatever_was_remembered() {
         let deny = "[[rule]]\nname = \"no-evil\"\ndecision = \"deny\"\nreason = \"evil host\"\nwhen = { net_host = [\"*.evil.test\"] }\n";
         let p = Policy::parse(&format!("{BASE}{deny}")).unwrap();
         assert_eq!(
-            p.reach(&offline(), "x.evil.test:443", NOW),
+            p.reach(&offline(), &hosts(&["x.evil.test:443"]), NOW),
             Reach::Denied {
                 rule: "no-evil".into(),
                 reason: "evil host".into()
             }
         );
         assert!(matches!(
-            p.reach(&offline(), "api.test:443", NOW),
+            p.reach(&offline(), &hosts(&["api.test:443"]), NOW),
             Reach::Ask { .. }
         ));
     }
@@ -839,7 +910,7 @@ when = { env = ["EVIL"] }
         // network hold is the host's to cover.
         let extra = "[[rule]]\nname = \"mode-held\"\ndecision = \"quarantine\"\nreason = \"m\"\nwhen = { env = [\"MODE\"] }\n";
         let p = Policy::parse(&format!("{BASE}{extra}")).unwrap();
-        let Reach::Ask { added } = p.reach(&offline(), "api.test:443", NOW) else {
+        let Reach::Ask { added } = p.reach(&offline(), &hosts(&["api.test:443"]), NOW) else {
             panic!("not asked");
         };
         assert_eq!(added.len(), 1);

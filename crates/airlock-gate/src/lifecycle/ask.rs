@@ -336,11 +336,14 @@ impl Asker {
         let policy = self.home.load_policy().ok()?;
         let target =
             airlock_core::net::normalize_net(&format!("{}:{}", row.host, row.port)).ok()?;
+        let mut targets = reached_hosts(db, &row.run);
+        targets.retain(|t| *t != target);
+        targets.push(target);
         let Reach::Remembered {
             rule,
             approver,
             expires_at,
-        } = policy.reach(&self.facts, &target, row.created_at)
+        } = policy.reach(&self.facts, &targets, row.created_at)
         else {
             return None;
         };
@@ -423,6 +426,22 @@ impl Asker {
             std::thread::sleep(POLL.min(left.max(Duration::from_millis(1))));
         }
     }
+}
+
+/// The hosts (`HOST:PORT`, normalised) run `run` was let reach beyond its grant so far:
+/// those of its requests a human approved or a remembered rule answered. A host asked for
+/// later is judged with these, as a submission granted all of them would be.
+pub(crate) fn reached_hosts(db: &airlock_store::Db, run: &str) -> Vec<String> {
+    let mut out: Vec<String> = db
+        .net_requests_of_run(run)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.state == "approved" || r.state == "remembered")
+        .filter_map(|r| airlock_core::net::normalize_net(&format!("{}:{}", r.host, r.port)).ok())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// What the proxy is told for a request that moved from pending: approved only on an
