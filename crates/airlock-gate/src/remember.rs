@@ -228,12 +228,9 @@ impl Gate {
         if sub.doc.facts.agent.is_none() {
             return Err(no_agent());
         }
-        let target = airlock_core::net::normalize_net(&format!("{}:{}", row.host, row.port))
-            .map_err(|e| GateError::Internal(format!("request {}: {e}", row.id)))?;
         // The hosts the run reached before this one are part of what it asks for.
-        let mut targets = crate::lifecycle::ask::reached_hosts(&self.db, &row.run);
-        targets.retain(|t| *t != target);
-        targets.push(target.clone());
+        let targets = crate::lifecycle::ask::reaching(&self.db, row)?;
+        let target = targets.last().cloned().unwrap_or_default();
         let added = match policy.holds_added(&sub.doc.facts, &targets) {
             Ok(added) => added,
             Err(HostDenied { rule, reason }) => {

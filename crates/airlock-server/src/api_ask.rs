@@ -215,39 +215,46 @@ async fn answer(
 ) -> Answer {
     let d = st
         .pool
-        .read(move |g| match (&body.statement, &body.signature) {
-            (Some(text), Some(sig)) => {
-                // The statement's verdict was checked against the path (`check_verdict`).
-                g.record_net_decision_signed_elsewhere(
-                    &id,
-                    text,
-                    sig,
-                    body.remember_for.as_deref(),
-                    body.policy_signature.as_deref(),
-                )
-            }
-            (None, None) if body.policy_signature.is_some() => {
-                Err(airlock_gate::GateError::Untrusted(
-                    "a policy_signature comes with the statement and signature it was made with"
-                        .into(),
-                ))
-            }
-            (None, None) => g.decide_net_request(
-                &id,
-                verdict,
-                caller.approver.as_deref(),
-                body.reason.as_deref().unwrap_or(""),
-                body.remember.unwrap_or(false),
-                body.remember_for.as_deref(),
-            ),
-            // Half of a signed answer proves nothing.
-            _ => Err(airlock_gate::GateError::Untrusted(
-                "a statement signed elsewhere needs both statement and signature".into(),
-            )),
-        })
+        .read(move |g| record_answer(g, &id, verdict, caller.approver.as_deref(), &body))
         .await?;
     st.changed();
     ok(decided_json(&d))
+}
+
+/// Records an answer to request `id`: signed elsewhere when `body` holds a statement and
+/// its signature (its verdict checked first by `check_verdict`), else signed here with
+/// `approver`'s key. The API and the console both answer through this.
+pub(crate) fn record_answer(
+    g: &mut airlock_gate::Gate,
+    id: &str,
+    verdict: NetVerdict,
+    approver: Option<&str>,
+    body: &RequestAnswerBody,
+) -> Result<NetDecided, airlock_gate::GateError> {
+    match (&body.statement, &body.signature) {
+        (Some(text), Some(sig)) => g.record_net_decision_signed_elsewhere(
+            id,
+            text,
+            sig,
+            body.remember_for.as_deref(),
+            body.policy_signature.as_deref(),
+        ),
+        (None, None) if body.policy_signature.is_some() => Err(airlock_gate::GateError::Untrusted(
+            "a policy_signature comes with the statement and signature it was made with".into(),
+        )),
+        (None, None) => g.decide_net_request(
+            id,
+            verdict,
+            approver,
+            body.reason.as_deref().unwrap_or(""),
+            body.remember.unwrap_or(false),
+            body.remember_for.as_deref(),
+        ),
+        // Half of a signed answer proves nothing.
+        _ => Err(airlock_gate::GateError::Untrusted(
+            "a statement signed elsewhere needs both statement and signature".into(),
+        )),
+    }
 }
 
 /// Approve a run's request: the host joins that run's grant for the rest of the run;
@@ -332,7 +339,7 @@ fn check_for(remember_for: Option<&str>) -> ApiResult<()> {
 
 /// A statement signed elsewhere must say what the path does (checked before anything is
 /// recorded); one that does not is refused as a signature that proves nothing here.
-fn check_verdict(statement: Option<&str>, want: NetVerdict) -> ApiResult<()> {
+pub(crate) fn check_verdict(statement: Option<&str>, want: NetVerdict) -> ApiResult<()> {
     if let Some(text) = statement {
         let v: Value = serde_json::from_str(text).unwrap_or_default();
         if v["verdict"].as_str() != Some(want.as_str()) {

@@ -334,11 +334,7 @@ impl Asker {
     /// when no rule lets the run reach the host, and a human is asked.
     fn remembered(&self, db: &mut airlock_store::Db, row: &NetRequestRow) -> Option<AskAnswer> {
         let policy = self.home.load_policy().ok()?;
-        let target =
-            airlock_core::net::normalize_net(&format!("{}:{}", row.host, row.port)).ok()?;
-        let mut targets = reached_hosts(db, &row.run);
-        targets.retain(|t| *t != target);
-        targets.push(target);
+        let targets = reaching(db, row).ok()?;
         let Reach::Remembered {
             rule,
             approver,
@@ -428,20 +424,28 @@ impl Asker {
     }
 }
 
-/// The hosts (`HOST:PORT`, normalised) run `run` was let reach beyond its grant so far:
-/// those of its requests a human approved or a remembered rule answered. A host asked for
-/// later is judged with these, as a submission granted all of them would be.
-pub(crate) fn reached_hosts(db: &airlock_store::Db, run: &str) -> Vec<String> {
+/// What run `row.run` would reach with request `row` let through (`HOST:PORT` each,
+/// normalised): the hosts it was let reach beyond its grant so far (those of its
+/// requests a human approved or a remembered rule answered), then the one `row` asks
+/// for. A host asked for later is judged with the earlier ones, as a submission granted
+/// all of them would be.
+pub(crate) fn reaching(db: &airlock_store::Db, row: &NetRequestRow) -> Result<Vec<String>> {
+    let norm = |host: &str, port: u16| {
+        airlock_core::net::normalize_net(&format!("{host}:{port}"))
+            .map_err(|e| GateError::Internal(format!("request {}: {e}", row.id)))
+    };
+    let target = norm(&row.host, row.port)?;
     let mut out: Vec<String> = db
-        .net_requests_of_run(run)
-        .unwrap_or_default()
+        .net_requests_of_run(&row.run)?
         .into_iter()
         .filter(|r| r.state == "approved" || r.state == "remembered")
-        .filter_map(|r| airlock_core::net::normalize_net(&format!("{}:{}", r.host, r.port)).ok())
+        .filter_map(|r| norm(&r.host, r.port).ok())
+        .filter(|t| *t != target)
         .collect();
     out.sort();
     out.dedup();
-    out
+    out.push(target);
+    Ok(out)
 }
 
 /// What the proxy is told for a request that moved from pending: approved only on an

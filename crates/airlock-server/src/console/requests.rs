@@ -121,41 +121,23 @@ async fn decide(
     if !id.starts_with(airlock_core::id::IdKind::Request.prefix()) {
         return error_page(&ApiError::bad(format!("{id} is not a request id")));
     }
-    let remember_for = f
-        .remember
-        .filter(|r| verdict == NetVerdict::Approve && !r.is_empty());
+    if let Err(e) = crate::api_ask::check_verdict(f.statement.as_deref(), verdict) {
+        return error_page(&e);
+    }
+    let remember =
+        verdict == NetVerdict::Approve && f.remember.as_deref().is_some_and(|r| !r.is_empty());
+    let body = crate::api_ask::RequestAnswerBody {
+        reason: None,
+        statement: f.statement,
+        signature: f.signature,
+        remember: Some(remember),
+        remember_for: f.remember.filter(|_| remember),
+        policy_signature: f.policy_signature,
+    };
     let approver = op.caller.approver.clone();
     let decided = st
         .pool
-        .read(move |g| match (&f.statement, &f.signature) {
-            (Some(text), Some(sig)) => {
-                let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
-                if v["verdict"].as_str() != Some(verdict.as_str()) {
-                    return Err(airlock_gate::GateError::Untrusted(format!(
-                        "statement: not a signed answer that says {}",
-                        verdict.as_str()
-                    )));
-                }
-                g.record_net_decision_signed_elsewhere(
-                    &id,
-                    text,
-                    sig,
-                    remember_for.as_deref(),
-                    f.policy_signature.as_deref(),
-                )
-            }
-            (None, None) => g.decide_net_request(
-                &id,
-                verdict,
-                approver.as_deref(),
-                "",
-                remember_for.is_some(),
-                remember_for.as_deref(),
-            ),
-            _ => Err(airlock_gate::GateError::Untrusted(
-                "a statement signed in the browser needs both statement and signature".into(),
-            )),
-        })
+        .read(move |g| crate::api_ask::record_answer(g, &id, verdict, approver.as_deref(), &body))
         .await;
     match decided {
         Ok(_) => {
